@@ -1,0 +1,124 @@
+"""Error types with a stable code, the place they concern and a hint.
+
+Every failure a user can cause or meet is raised as an :class:`NvkrError` subclass. The CLI catches
+them once, at the top, prints ``error[CODE]: message`` plus the hint on one or two lines and exits
+with the class's exit code (0 ok, 1 build failure, 2 usage or invalid recipe, 3 integrity failure,
+130 interrupted). Tracebacks are shown only with ``--debug``.
+"""
+
+from __future__ import annotations
+
+
+class NvkrError(Exception):
+    """Base of all nvkr errors.
+
+    Args:
+        message: what went wrong, naming the file, line, field, source or artifact concerned.
+        hint: what the user can do about it (optional).
+    Attributes:
+        code: stable reference such as ``NVKR-E-CHECKSUM``; documented in README.md.
+        exit_code: process exit status the CLI uses.
+    """
+
+    code = "NVKR-E-INTERNAL"
+    exit_code = 1
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message
+
+    def render(self) -> str:
+        """One line ``error[CODE]: message``, plus an indented ``hint:`` line when there is one."""
+        text = f"error[{self.code}]: {self.message}"
+        if self.hint:
+            text += f"\n  hint: {self.hint}"
+        return text
+
+
+class UsageError(NvkrError):
+    """Bad command-line usage (unknown variant value, bad option value)."""
+
+    code = "NVKR-E-USAGE"
+    exit_code = 2
+
+
+class RecipeError(NvkrError):
+    """The recipe (or a file it extends) is invalid: YAML syntax, schema, templates, references."""
+
+    code = "NVKR-E-RECIPE"
+    exit_code = 2
+
+
+class RecipeReferenceError(RecipeError):
+    """An artifact or release set names a source or artifact that does not exist, or refs form a cycle."""
+
+    code = "NVKR-E-REF"
+
+
+class UnknownBuilderError(RecipeError):
+    """An artifact names a builder nvkr does not have."""
+
+    code = "NVKR-E-BUILDER"
+
+
+class LockError(NvkrError):
+    """The lockfile is missing, malformed or does not match the recipe (``--locked``)."""
+
+    code = "NVKR-E-LOCK"
+    exit_code = 2
+
+
+class ChecksumError(NvkrError):
+    """Fetched or stored bytes do not match their pinned digest.
+
+    The message names the source, the URL, the expected and the actual digest. Nothing is left in
+    the store.
+    """
+
+    code = "NVKR-E-CHECKSUM"
+    exit_code = 3
+
+
+class IntegrityError(NvkrError):
+    """A stored blob, lockfile or layout fails an integrity check other than a source checksum."""
+
+    code = "NVKR-E-INTEGRITY"
+    exit_code = 3
+
+
+class FetchError(NvkrError):
+    """A source could not be downloaded (unreachable URL, HTTP error, empty body, HTML error page)."""
+
+    code = "NVKR-E-FETCH"
+    exit_code = 1
+
+
+class OfflineError(FetchError):
+    """``--offline`` and the store lacks what the build needs."""
+
+    code = "NVKR-E-OFFLINE"
+
+
+class ToolError(NvkrError):
+    """An external tool is missing or failed (exit 127 becomes "tool X not found")."""
+
+    code = "NVKR-E-TOOL"
+    exit_code = 1
+
+
+class BuildError(NvkrError):
+    """An action failed; the message carries the action, its builder and the tail of its log."""
+
+    code = "NVKR-E-BUILD"
+    exit_code = 1
+
+
+class Interrupted(NvkrError):
+    """The build was interrupted (Ctrl-C); finished actions stay cached."""
+
+    code = "NVKR-E-INTERRUPTED"
+    exit_code = 130

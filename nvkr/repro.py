@@ -1,0 +1,132 @@
+"""Reproducibility primitives: SOURCE_DATE_EPOCH, deterministic tar and gzip.
+
+Every builder that writes an archive uses these so that the same tree gives the same bytes on any
+machine, under any umask, TZ or locale (DESIGN.md, "Reproducibility rules"):
+
+- members sorted by path bytes, directories included; uid/gid 0, empty owner names;
+- modes normalised to 0755 (directories and files with any execute bit) or 0644;
+- every mtime set to the epoch (an integer), no PAX atime/ctime;
+- gzip with mtime 0, no file name, OS byte 255, a fixed compression level.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import stat
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO
+
+from nvkr.errors import RecipeError
+
+GZIP_LEVEL = 9
+
+
+def source_date_epoch(recipe_epoch: str | None, *, fallback: int | None = None) -> int:
+    """The build's epoch in seconds since 1970-01-01 UTC.
+
+    Order: ``$SOURCE_DATE_EPOCH``, else the recipe's ``epoch``, else ``fallback`` (the newest git
+    commit time among sources), else 0 (reproducible-builds.org "SOURCE_DATE_EPOCH" spec).
+
+    Raises:
+        RecipeError: a value is not a non-negative decimal integer.
+    """
+    env = os.environ.get("SOURCE_DATE_EPOCH")
+    for where, value in (("SOURCE_DATE_EPOCH", env), ("recipe field 'epoch'", recipe_epoch)):
+        if value is None:
+            continue
+        if not value.isdigit() or not value.isascii():
+            raise RecipeError(
+                f"{where} is {value!r}: expected a non-negative integer (seconds since 1970-01-01 UTC)",
+                hint="e.g. epoch: \"1764547200\"",
+            )
+        return int(value)
+    return fallback if fallback is not None else 0
+
+
+def _norm_mode(mode: int) -> int:
+    if stat.S_ISDIR(mode) or mode & 0o111:
+        return 0o755
+    return 0o644
+
+
+def _walk(root: Path, exclude: Callable[[str], bool]) -> list[str]:
+    """Relative POSIX paths under ``root`` (not following symlinks), sorted by bytes."""
+    out: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = os.path.relpath(dirpath, root)
+        for name in [*dirnames, *filenames]:
+            rel = name if rel_dir == "." else f"{rel_dir}/{name}"
+            if exclude(rel):
+                if name in dirnames:
+                    dirnames.remove(name)
+                continue
+            out.append(rel)
+    out.sort(key=lambda p: p.encode())
+    return out
+
+
+def write_tar(
+    root: Path,
+    out: BinaryIO,
+    *,
+    epoch: int,
+    prefix: str = "",
+    exclude: Callable[[str], bool] = lambda rel: rel == ".git" or rel.startswith(".git/"),
+) -> None:
+    """Write the tree under ``root`` to ``out`` as a deterministic (uncompressed) tar.
+
+    Args:
+        prefix: prepended to every member name (e.g. ``"chart/"``); empty for none.
+        exclude: called with each relative POSIX path; True drops it (and, for a directory,
+            everything below). ``.git`` is excluded by default.
+    Raises:
+        RecipeError: a member is neither a file, a directory nor a symlink (sockets, devices).
+    """
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for rel in _walk(root, exclude):
+            path = root / rel
+            st = os.lstat(path)
+            info = tarfile.TarInfo(prefix + rel)
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            info.mtime = epoch
+            info.mode = _norm_mode(st.st_mode)
+            if stat.S_ISLNK(st.st_mode):
+                info.type = tarfile.SYMTYPE
+                info.linkname = os.readlink(path)
+                info.mode = 0o777
+                tar.addfile(info)
+            elif stat.S_ISDIR(st.st_mode):
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            elif stat.S_ISREG(st.st_mode):
+                info.size = st.st_size
+                with open(path, "rb") as f:
+                    tar.addfile(info, f)
+            else:
+                raise RecipeError(f"{path}: only files, directories and symlinks can be archived")
+
+
+def tar_bytes(root: Path, *, epoch: int, prefix: str = "") -> bytes:
+    """:func:`write_tar` into memory (for small trees such as an agent's source)."""
+    buf = io.BytesIO()
+    write_tar(root, buf, epoch=epoch, prefix=prefix)
+    return buf.getvalue()
+
+
+def gzip_bytes(data: bytes, level: int = GZIP_LEVEL) -> bytes:
+    """gzip ``data`` with a clean header: mtime 0, no file name (RFC 1952 FNAME absent)."""
+    buf = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=buf, compresslevel=level, mtime=0) as gz:
+        gz.write(data)
+    return buf.getvalue()
+
+
+def extract_tar(data: BinaryIO, dest: Path) -> None:
+    """Extract a tar nvkr wrote (or any tar) into ``dest`` with the ``data`` filter (no escapes)."""
+    with tarfile.open(fileobj=data, mode="r:*") as tar:
+        tar.extractall(dest, filter="data")
