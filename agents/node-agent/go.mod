@@ -1,0 +1,3 @@
+module nvkr.dev/node-agent
+
+go 1.24
