@@ -1,0 +1,35 @@
+"""Model contract: frozen, strict, unknown keys rejected."""
+
+from __future__ import annotations
+
+import pydantic
+import pytest
+
+from nvkr.recipe import load_recipe
+from nvkr.recipe.models import GoBinaryArtifact, Matrix, Recipe
+
+from .conftest import FIXTURES
+
+
+def test_models_are_frozen() -> None:
+    recipe = load_recipe(FIXTURES / "gpu-node" / "gpu-node.yaml").recipe
+    with pytest.raises(pydantic.ValidationError, match="frozen"):
+        recipe.epoch = "0"  # type: ignore[misc]
+    with pytest.raises(pydantic.ValidationError, match="frozen"):
+        recipe.matrix.gpu = ["ampere"]  # type: ignore[misc]
+    with pytest.raises(pydantic.ValidationError, match="frozen"):
+        recipe.releaseSet.name = "other"  # type: ignore[misc]
+
+
+def test_models_are_strict_and_closed() -> None:
+    with pytest.raises(pydantic.ValidationError):
+        Matrix.model_validate({"gpu": ["hopper"], "kubernetes": [1.36], "arch": ["amd64"]})
+    with pytest.raises(pydantic.ValidationError):
+        GoBinaryArtifact.model_validate({"builder": "go-binary", "source": "a", "cgo": "yes"})
+    with pytest.raises(pydantic.ValidationError):
+        GoBinaryArtifact.model_validate({"builder": "go-binary", "source": "a", "colour": "red"})
+
+
+def test_json_round_trip() -> None:
+    recipe = load_recipe(FIXTURES / "gpu-node" / "gpu-node.yaml").recipe
+    assert Recipe.model_validate_json(recipe.model_dump_json()) == recipe
