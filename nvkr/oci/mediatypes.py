@@ -1,0 +1,78 @@
+"""Media types, artifact types and annotation keys nvkr writes into OCI manifests.
+
+Builders name what they produce with these constants; :mod:`nvkr.oci.layout` and
+:mod:`nvkr.releaseset` put them into manifests and indexes; ``nvkr verify`` and consumers read
+them back. OCI names follow image-spec v1.1.0 ("Media Types", "Annotations", manifest.md "Guidance
+for an Empty Descriptor"); nvkr's own types are versioned (``.v1``) and change only with a new
+version suffix, never in place.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+# -- OCI image-spec v1.1.0 "Media Types" ------------------------------------------------------
+OCI_MANIFEST: Final = "application/vnd.oci.image.manifest.v1+json"
+OCI_INDEX: Final = "application/vnd.oci.image.index.v1+json"
+OCI_LAYOUT_HEADER: Final = "application/vnd.oci.layout.header.v1+json"
+OCI_EMPTY: Final = "application/vnd.oci.empty.v1+json"
+OCI_IMAGE_CONFIG: Final = "application/vnd.oci.image.config.v1+json"
+OCI_LAYER_TAR: Final = "application/vnd.oci.image.layer.v1.tar"
+OCI_LAYER_TAR_GZIP: Final = "application/vnd.oci.image.layer.v1.tar+gzip"
+OCTET_STREAM: Final = "application/octet-stream"
+
+#: image-layout.md: the ``oci-layout`` file's only field.
+IMAGE_LAYOUT_VERSION: Final = "1.0.0"
+
+#: The empty JSON object ``{}`` (2 bytes) as a blob: manifest.md "Guidance for an Empty Descriptor".
+EMPTY_JSON: Final = b"{}"
+EMPTY_DIGEST: Final = "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
+EMPTY_SIZE: Final = 2
+EMPTY_DATA_B64: Final = "e30="
+
+
+def empty_descriptor() -> dict[str, Any]:
+    """A fresh copy of the empty descriptor (config of artifacts, placeholder layer).
+
+    ``{"mediaType": "application/vnd.oci.empty.v1+json", "digest": "sha256:4413...", "size": 2,
+    "data": "e30="}``; the ``data`` field embeds the 2 bytes so readers need not fetch them. A new
+    dict each call, so a caller's edit never leaks into other manifests.
+    """
+    return {
+        "mediaType": OCI_EMPTY,
+        "digest": EMPTY_DIGEST,
+        "size": EMPTY_SIZE,
+        "data": EMPTY_DATA_B64,
+    }
+
+
+# -- in-toto (attestation spec v1, envelope.md) -------------------------------------------------
+IN_TOTO_JSON: Final = "application/vnd.in-toto+json"
+
+# -- nvkr's own artifact types -------------------------------------------------------------------
+#: A single executable (a Go binary, ...) as an OCI artifact; its layer is ``OCTET_STREAM``.
+NVKR_BINARY: Final = "application/vnd.nvkr.binary.v1"
+#: artifactType of the release set index and of its metadata manifest.
+NVKR_RELEASE_SET: Final = "application/vnd.nvkr.release-set.v1+json"
+#: Config blob of the metadata manifest: the release set's table of contents (``schemaVersion`` 1).
+NVKR_RELEASE_SET_METADATA: Final = "application/vnd.nvkr.release-set.metadata.v1+json"
+#: ``go version -m`` output of a Go binary, as JSON, attached as a second layer.
+NVKR_GO_BUILDINFO: Final = "application/vnd.nvkr.go-buildinfo.v1+json"
+
+# -- annotation keys: image-spec "Pre-Defined Annotation Keys" -------------------------------
+ANN_TITLE: Final = "org.opencontainers.image.title"
+ANN_CREATED: Final = "org.opencontainers.image.created"
+ANN_VERSION: Final = "org.opencontainers.image.version"
+ANN_REF_NAME: Final = "org.opencontainers.image.ref.name"
+ANN_DESCRIPTION: Final = "org.opencontainers.image.description"
+
+# -- nvkr's annotation keys (reverse domain of nvkr.dev) ---------------------------------------
+ANN_NVKR_ARTIFACT: Final = "dev.nvkr.artifact"
+ANN_NVKR_VARIANT: Final = "dev.nvkr.variant"
+ANN_NVKR_GPU: Final = "dev.nvkr.gpu"
+ANN_NVKR_KUBERNETES: Final = "dev.nvkr.kubernetes"
+ANN_NVKR_ARCH: Final = "dev.nvkr.arch"
+ANN_NVKR_RELEASE_SET: Final = "dev.nvkr.release-set"
+
+#: Media types whose blobs are JSON documents that reference further blobs.
+MANIFEST_TYPES: Final = frozenset({OCI_MANIFEST, OCI_INDEX})
