@@ -1,0 +1,64 @@
+"""What every fetcher gets: the store, the mirrors, the offline switch; and the checks they share.
+
+:class:`FetchContext` is built once per command (``nvkr lock``, ``nvkr build``) from the store,
+``--mirror`` plus the config file's mirrors, and ``--offline``, then handed to
+:func:`nvkr.fetch.resolve` / :func:`nvkr.fetch.ensure` for every source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from nvkr.errors import LockError, OfflineError
+from nvkr.fetch.mirrors import Mirrors
+from nvkr.store import Store
+
+NET_HINT = (
+    "check the network and the URL; --mirror PREFIX=REPLACEMENT fetches from a reachable mirror, "
+    "--offline builds from what the store already holds"
+)
+
+
+@dataclass(frozen=True)
+class FetchContext:
+    """Where fetched sources go (``store``), how URLs are rewritten (``mirrors``) and whether the
+    network may be used at all (``offline``: only what the store already holds)."""
+
+    store: Store
+    mirrors: Mirrors = field(default_factory=Mirrors)
+    offline: bool = False
+
+    def require_online(self, name: str, missing: str) -> None:
+        """Raise :class:`OfflineError` when offline; ``missing`` says what the store lacks."""
+        if self.offline:
+            raise OfflineError(
+                f"source {name!r}: {missing} is not in the store and --offline forbids fetching it",
+                hint="run once without --offline (or with --mirror) to fill the store, "
+                "or point $NVKR_CACHE at a store that holds it",
+            )
+
+
+def check_entry(
+    name: str, resolved: dict[str, Any], kind: str, /, *, digest: bool = True, **identity: Any
+) -> None:
+    """Check that a lock entry is of ``kind`` and agrees with the recipe on ``identity``
+    (e.g. ``url=...``), and (with ``digest``) that it carries a ``sha256:`` digest.
+
+    Raises:
+        LockError: the entry is of another kind, lacks a field or disagrees with the recipe.
+    """
+    hint = "run `nvkr lock` to update the lockfile"
+    if resolved.get("kind") != kind:
+        raise LockError(
+            f"lock entry for source {name!r} is of kind {resolved.get('kind')!r}, the recipe says {kind!r}",
+            hint=hint,
+        )
+    if digest and not str(resolved.get("digest", "")).startswith("sha256:"):
+        raise LockError(f"lock entry for source {name!r} has no sha256 'digest'", hint=hint)
+    for key, want in identity.items():
+        if resolved.get(key) != want:
+            raise LockError(
+                f"lock entry for source {name!r} has {key}={resolved.get(key)!r}, the recipe says {want!r}",
+                hint=hint,
+            )

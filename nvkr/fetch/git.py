@@ -1,0 +1,176 @@
+"""The ``git`` source kind: a repository at a full commit id, stored as a deterministic tar.
+
+A git source's content is its checked-out tree (or ``subdir`` of it) at the pinned commit. The
+tree is written with :func:`nvkr.repro.write_tar` (epoch 0, ``.git`` excluded), so the source
+digest depends only on paths, file contents, the executable bit and symlink targets, never on
+the clone's timestamps or the machine's umask. The git CLI does the fetching, through
+:func:`nvkr.run.run` with a pinned environment (no system or user config, no prompts): first
+``git fetch --depth 1 <url> <commit>``; when the server refuses to serve an unadvertised object
+(protocol v0 servers, some hosts), a full fetch of every ref. After checkout, ``HEAD`` must equal
+the pin: the commit id is the integrity check, as the sha256 is for a url source.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any, BinaryIO, cast
+
+from nvkr.errors import ChecksumError, FetchError, ToolError
+from nvkr.fetch.context import NET_HINT, FetchContext, check_entry
+from nvkr.fetch.mirrors import mirror_label
+from nvkr.recipe.models import GitSource
+from nvkr.repro import write_tar
+from nvkr.run import pinned_env, run
+from nvkr.store import BlobWriter
+
+log = logging.getLogger("nvkr.fetch")
+
+# Abort a transfer that stays below 1 KiB/s for 60 s instead of hanging a build forever.
+_LOW_SPEED = {"GIT_HTTP_LOW_SPEED_LIMIT": "1024", "GIT_HTTP_LOW_SPEED_TIME": "60"}
+_TIMEOUT = 3600  # seconds for one git command; a pinned source should never take longer
+
+
+class _TarSink:
+    """The file-like end of a :class:`BlobWriter` that :mod:`tarfile` needs (write + tell)."""
+
+    def __init__(self, writer: BlobWriter) -> None:
+        self._writer = writer
+
+    def write(self, data: bytes) -> int:
+        self._writer.write(bytes(data))
+        return len(data)
+
+    def tell(self) -> int:
+        return self._writer.size
+
+
+def _env(home: Path) -> dict[str, str]:
+    extra = {"GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1", **_LOW_SPEED}
+    # the agent socket selects an ssh identity for ssh:// remotes; it cannot change the bytes
+    if "SSH_AUTH_SOCK" in os.environ:
+        extra["SSH_AUTH_SOCK"] = os.environ["SSH_AUTH_SOCK"]
+    return pinned_env(extra, home=home)
+
+
+def _git_says(err: ToolError) -> str:
+    """git's own ``fatal:``/``error:`` lines from a failed command (else the whole message)."""
+    lines = [ln.strip() for ln in err.message.splitlines()]
+    said: list[str] = []
+    for i, ln in enumerate(lines):
+        if ln.startswith(("fatal:", "error:")):
+            # "fatal: unable to connect to HOST:" puts the reason on the next line
+            if ln.endswith(":") and i + 1 < len(lines):
+                ln = f"{ln} {lines[i + 1]}"
+            said.append(ln)
+    return "; ".join(dict.fromkeys(said)) if said else err.message
+
+
+def _store_checkout(
+    name: str,
+    source: GitSource,
+    ctx: FetchContext,
+    expected_digest: str | None,
+) -> tuple[str, int]:
+    """Fetch, check out, verify and tar the pinned commit; return (blob digest, commit time)."""
+    what = f"source {name!r}"
+    fetch_url = ctx.mirrors.rewrite(source.git)
+    where = mirror_label(fetch_url, source.git)
+    commit = source.commit
+    with ctx.store.workdir(prefix="git-") as work:
+        home = work / "home"
+        home.mkdir()
+        repo = work / "repo"
+        env = _env(home)
+
+        def git(*args: str, check: bool = True) -> str:
+            proc = run(["git", *args], cwd=repo, env=env, timeout=_TIMEOUT, check=check)
+            return proc.stdout.decode(errors="replace").strip() if proc.returncode == 0 else ""
+
+        # a 64-hex pin names a SHA-256 repository, which a SHA-1 repository cannot fetch from
+        fmt = "sha256" if len(commit) == 64 else "sha1"
+        init = ["git", "-c", "init.defaultBranch=main", "init", "-q", f"--object-format={fmt}"]
+        run([*init, str(repo)], cwd=work, env=env)
+        log.info("fetching %s at %s", where, commit)
+        try:
+            git("fetch", "-q", "--depth", "1", fetch_url, commit)
+        except ToolError as first:
+            log.info(
+                "%s: fetch by commit id refused (%s); fetching all refs", where, _git_says(first)
+            )
+            try:
+                git("fetch", "-q", fetch_url, "+refs/*:refs/remotes/origin/*")
+            except ToolError as e:
+                raise FetchError(
+                    f"{what}: cannot fetch git repository {where}: {_git_says(e)}",
+                    hint=NET_HINT,
+                ) from e
+        if not git("cat-file", "-t", f"{commit}^{{commit}}", check=False):
+            raise FetchError(
+                f"{what}: commit {commit} not found in {where}",
+                hint="pin a full commit id that the repository still has (not a branch or tag name)",
+            )
+        git("-c", "advice.detachedHead=false", "checkout", "-q", "--detach", commit)
+        head = git("rev-parse", "HEAD")
+        if head != commit:
+            raise ChecksumError(
+                f"{what}: {where} checked out {head}, expected {commit}",
+                hint="the repository does not hold the pinned commit; nothing was stored",
+            )
+        commit_time = int(git("show", "-s", "--format=%ct", "HEAD"))
+        tree = repo
+        if source.subdir:
+            tree = (repo / source.subdir).resolve()
+            if not tree.is_relative_to(repo.resolve()) or not tree.is_dir():
+                raise FetchError(f"{what}: {where} has no directory {source.subdir!r} at {commit}")
+        expected = {"sha256": expected_digest} if expected_digest else None
+        label = f"{where} at {commit}"
+        with ctx.store.writer(expected=expected, what=what, url=label) as writer:
+            write_tar(tree, cast(BinaryIO, _TarSink(writer)), epoch=0)
+            info = writer.commit()
+    return info.digest, commit_time
+
+
+def resolve(name: str, source: GitSource, ctx: FetchContext, *, base_dir: Path) -> dict[str, Any]:
+    """Fetch the pinned commit and store its tree as a deterministic tar.
+
+    Returns:
+        ``{"kind": "git", "url": <recipe URL>, "commit": <full id>, "digest": "sha256:<hex>"
+        (of the tar of the tree, or of ``subdir``), "commitTime": <committer time, seconds since
+        1970-01-01 UTC>}``.
+    Raises:
+        FetchError: the repository cannot be fetched, lacks the commit or the subdir.
+        ChecksumError: the checked-out ``HEAD`` is not the pinned commit.
+        OfflineError: ``ctx.offline``.
+        ToolError: git is missing or a local git command failed.
+    """
+    ctx.require_online(name, f"git {source.git} at {source.commit}")
+    digest, commit_time = _store_checkout(name, source, ctx, None)
+    return {
+        "kind": "git",
+        "url": source.git,
+        "commit": source.commit,
+        "digest": digest,
+        "commitTime": commit_time,
+    }
+
+
+def ensure(
+    name: str, source: GitSource, resolved: dict[str, Any], ctx: FetchContext, *, base_dir: Path
+) -> str:
+    """Make the store hold the locked tree; return its ``sha256:<hex>`` (no git run when present).
+
+    Raises:
+        LockError: ``resolved`` is not a git entry for this URL and commit.
+        OfflineError: the tree is missing and ``ctx.offline``.
+        ChecksumError: the fetched tree's tar differs from ``resolved["digest"]``.
+        FetchError, ToolError: as :func:`resolve`.
+    """
+    check_entry(name, resolved, "git", url=source.git, commit=source.commit)
+    digest: str = resolved["digest"]
+    if ctx.store.has_blob(digest):
+        return digest
+    ctx.require_online(name, f"git {source.git} at {source.commit} ({digest})")
+    got, _ = _store_checkout(name, source, ctx, digest)
+    return got

@@ -1,0 +1,442 @@
+"""The ``url`` source kind: files over http(s) and ``file://``, streamed and verified into the store.
+
+At lock time (:func:`resolve`) the pin comes from the recipe (``sha256``/``sha512``) or from a
+checksum file (``checksumUrl``, parsed by :mod:`nvkr.fetch.checksums`); at build time
+(:func:`ensure`) it comes from the lock entry. Either way the body streams in 1 MiB chunks
+straight into a :class:`~nvkr.store.BlobWriter`, which hashes while writing and only renames the
+temp file into ``blobs/sha256/`` once size and digests match, so a bad download leaves nothing.
+
+Transport rules: a few retries with exponential backoff on connection errors, resets, 429 and
+5xx (urllib3 ``Retry``; a ``Retry-After`` is honoured up to :data:`MAX_RETRY_AFTER` seconds), a
+whole-download retry when the body breaks off, bounded connect/read timeouts, ``Accept-Encoding:
+identity`` so the stored bytes are the served bytes. An empty body or an HTML page where a file
+was expected is an error, whatever the status code said. ``requests`` is imported lazily: a
+no-op build never pays for it, let alone opens a session.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import posixpath
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO
+from urllib.parse import unquote, urlsplit
+from urllib.request import url2pathname
+
+from nvkr import __version__
+from nvkr.errors import ChecksumError, FetchError
+from nvkr.fetch.checksums import algorithm_for, is_html, parse_checksum_file
+from nvkr.fetch.context import NET_HINT, FetchContext, check_entry
+from nvkr.fetch.mirrors import mirror_label
+from nvkr.recipe.models import UrlSource
+from nvkr.store import BlobInfo, BlobWriter, Store
+
+if TYPE_CHECKING:
+    import requests
+
+log = logging.getLogger("nvkr.fetch")
+
+CHUNK = 1 << 20
+CONNECT_TIMEOUT = 15  # seconds to establish a connection
+READ_TIMEOUT = 60  # seconds without a byte before giving up on a response
+RETRIES = 3  # per request, for connection errors, resets, 429 and 5xx
+BACKOFF = 0.5  # seconds; urllib3 2 sleeps 0, 2*BACKOFF, 4*BACKOFF between retries
+MAX_RETRY_AFTER = 30  # seconds; a longer Retry-After would stall a build for no gain
+ATTEMPTS = 3  # whole downloads, when the body breaks off after the headers
+MAX_TEXT = 16 << 20  # bytes; checksum files larger than this are not checksum files
+
+
+class _BrokenBody(Exception):
+    """The connection failed after the headers; the download may be retried from the start."""
+
+    def __init__(self, got: int, length: int | None, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.got = got
+        self.length = length
+        self.cause = cause
+
+
+def new_session() -> requests.Session:
+    """A ``requests`` session with nvkr's retry policy mounted for http and https.
+
+    ``trust_env`` stays on: proxies and ``~/.netrc`` credentials choose a route or an identity,
+    never the bytes accepted.
+    """
+    import requests
+    from requests.adapters import HTTPAdapter
+    from urllib3.util.retry import Retry
+
+    class _BoundedRetry(Retry):
+        def get_retry_after(self, response: Any) -> float | None:
+            after = super().get_retry_after(response)
+            return None if after is None else min(after, MAX_RETRY_AFTER)
+
+    retry = _BoundedRetry(
+        total=RETRIES,
+        connect=RETRIES,
+        read=RETRIES,
+        status=RETRIES,
+        other=0,
+        backoff_factor=BACKOFF,
+        status_forcelist=(429, 500, 502, 503, 504),
+        allowed_methods=frozenset({"GET", "HEAD"}),
+        raise_on_status=False,
+    )
+    session = requests.Session()
+    adapter = HTTPAdapter(max_retries=retry)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    session.headers["User-Agent"] = f"nvkr/{__version__}"
+    session.headers["Accept-Encoding"] = "identity"
+    return session
+
+
+def _reason(exc: BaseException) -> str:
+    """The useful part of a requests/urllib3 connection error (they nest several layers deep)."""
+    text = str(exc)
+    m = re.search(r"\[Errno -?\d+\] ([^'\")]+)", text)
+    if m:
+        return m.group(1).strip()
+    for needle in (
+        "Connection refused",
+        "Connection reset",
+        "Name or service not known",
+        "timed out",
+    ):
+        if needle.lower() in text.lower():
+            return needle
+    return text
+
+
+def _is_html_url(url: str) -> bool:
+    return urlsplit(url).path.lower().endswith((".html", ".htm"))
+
+
+def _html_error(what: str, url: str) -> FetchError:
+    return FetchError(
+        f"{what}: got an HTML page instead of the file from {url}",
+        hint="the server answered with a web page (a login, an error or a directory listing); "
+        "check the URL",
+    )
+
+
+def _pour(chunks: Iterable[bytes], writer: BlobWriter, *, url: str, what: str) -> None:
+    """Write ``chunks`` into ``writer``, rejecting an HTML page or an empty body."""
+    first = True
+    for chunk in chunks:
+        if not chunk:
+            continue
+        if first:
+            first = False
+            if is_html(chunk[:512]) and not _is_html_url(url):
+                raise _html_error(what, url)
+        writer.write(chunk)
+    if writer.size == 0:
+        raise FetchError(
+            f"{what}: {url} returned an empty body", hint="check the URL; nothing was stored"
+        )
+
+
+def _file_path(url: str, what: str) -> Path:
+    parts = urlsplit(url)
+    if parts.netloc not in ("", "localhost"):
+        raise FetchError(f"{what}: {url}: file:// URLs must name a local path (file:///abs/path)")
+    return Path(url2pathname(parts.path))
+
+
+def _open_file(url: str, what: str) -> BinaryIO:
+    path = _file_path(url, what)
+    try:
+        return open(path, "rb")
+    except FileNotFoundError as e:
+        raise FetchError(f"{what}: {url}: no such file", hint=NET_HINT) from e
+    except OSError as e:
+        raise FetchError(f"{what}: cannot read {path}: {e.strerror}") from e
+
+
+def _get(
+    session: requests.Session, url: str, what: str, label: str | None = None
+) -> requests.Response:
+    """GET ``url`` (streaming) and check the status; transport failures become FetchError
+    naming ``label`` (the URL, or "mirror (mirror of original)")."""
+    import requests
+
+    label = label or url
+    try:
+        resp = session.get(url, stream=True, timeout=(CONNECT_TIMEOUT, READ_TIMEOUT))
+    except requests.exceptions.SSLError as e:
+        raise FetchError(
+            f"{what}: TLS failure talking to {label}: {_reason(e)}", hint=NET_HINT
+        ) from e
+    except requests.exceptions.Timeout as e:
+        raise FetchError(f"{what}: cannot reach {label}: timed out", hint=NET_HINT) from e
+    except requests.exceptions.ConnectionError as e:
+        raise FetchError(f"{what}: cannot reach {label}: {_reason(e)}", hint=NET_HINT) from e
+    except requests.exceptions.RequestException as e:
+        raise FetchError(f"{what}: cannot fetch {label}: {e}") from e
+    if resp.status_code >= 400:
+        resp.close()
+        hint = (
+            "check the URL (a version or architecture in it?)"
+            if resp.status_code in (403, 404, 410)
+            else NET_HINT
+        )
+        raise FetchError(f"{what}: HTTP {resp.status_code} {resp.reason} from {label}", hint=hint)
+    content_type = resp.headers.get("Content-Type", "").split(";")[0].strip().lower()
+    if content_type in ("text/html", "application/xhtml+xml") and not _is_html_url(url):
+        resp.close()
+        raise _html_error(what, label)
+    return resp
+
+
+def _content_length(resp: requests.Response) -> int | None:
+    value = resp.headers.get("Content-Length", "")
+    return int(value) if value.isdigit() else None
+
+
+def _download_http_once(
+    session: requests.Session,
+    url: str,
+    store: Store,
+    *,
+    what: str,
+    label: str,
+    expected: dict[str, str],
+    expected_size: int | None,
+) -> BlobInfo:
+    from urllib3.exceptions import HTTPError as Urllib3Error
+
+    with _get(session, url, what, label) as resp:
+        length = _content_length(resp)
+        size = expected_size if expected_size is not None else length
+        with store.writer(expected=expected, expected_size=size, what=what, url=label) as writer:
+            try:
+                # raw + decode_content=False: a server that gzips a .tar.gz on the fly must not
+                # change the bytes we hash
+                _pour(resp.raw.stream(CHUNK, decode_content=False), writer, url=url, what=what)
+            except (Urllib3Error, OSError) as e:
+                raise _BrokenBody(writer.size, length, e) from e
+            return writer.commit()
+
+
+def download(
+    url: str,
+    store: Store,
+    *,
+    what: str,
+    expected: dict[str, str],
+    expected_size: int | None = None,
+    origin: str | None = None,
+) -> BlobInfo:
+    """Stream ``url`` (http, https or file) into ``store``, verified.
+
+    Args:
+        url: where to fetch from (already rewritten by mirrors).
+        what: names the source in messages, e.g. ``"source 'kubelet'"``.
+        expected: ``{"sha256": "sha256:<hex>", "sha512": "sha512:<hex>"}`` (either or both;
+            empty only when the caller verifies otherwise).
+        expected_size: bytes, when known (from the lock); else the Content-Length is enforced.
+        origin: the recipe's URL when ``url`` is a mirror of it (for messages).
+    Returns:
+        the stored blob (its ``digests`` holds every algorithm of ``expected`` plus sha256).
+    Raises:
+        ChecksumError: size or digest differ from ``expected``; nothing is stored.
+        FetchError: unreachable host, HTTP error status (after retries), body broken off,
+            empty body, HTML page, missing file.
+    """
+    label = mirror_label(url, origin)
+    scheme = urlsplit(url).scheme.lower()
+    log.info("fetching %s", label)
+    if scheme == "file":
+        with (
+            _open_file(url, what) as f,
+            store.writer(
+                expected=expected, expected_size=expected_size, what=what, url=label
+            ) as writer,
+        ):
+            _pour(iter(lambda: f.read(CHUNK), b""), writer, url=url, what=what)
+            return writer.commit()
+    if scheme not in ("http", "https"):
+        raise FetchError(f"{what}: unsupported URL {url!r}: expected http://, https:// or file://")
+    session = new_session()
+    try:
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                return _download_http_once(
+                    session,
+                    url,
+                    store,
+                    what=what,
+                    label=label,
+                    expected=expected,
+                    expected_size=expected_size,
+                )
+            except _BrokenBody as e:
+                of = f" of {e.length}" if e.length is not None else ""
+                if attempt == ATTEMPTS:
+                    raise FetchError(
+                        f"{what}: the download of {label} broke off after {e.got}{of} bytes "
+                        f"({ATTEMPTS} attempts): {_reason(e.cause)}",
+                        hint=NET_HINT + "; nothing was stored",
+                    ) from e.cause
+                log.warning("%s: %s broke off after %d%s bytes; retrying", what, url, e.got, of)
+        raise AssertionError("unreachable")
+    finally:
+        session.close()
+
+
+def fetch_text(url: str, *, what: str, limit: int = MAX_TEXT, origin: str | None = None) -> str:
+    """The body of a small text file (a checksum file) at ``url`` (http, https or file).
+
+    ``origin``: the recipe's URL when ``url`` is a mirror of it (for messages).
+
+    Raises:
+        FetchError: as :func:`download`, or the body exceeds ``limit`` bytes.
+    """
+    label = mirror_label(url, origin)
+    log.info("fetching %s", label)
+    scheme = urlsplit(url).scheme.lower()
+    if scheme == "file":
+        with _open_file(url, what) as f:
+            data = f.read(limit + 1)
+    elif scheme in ("http", "https"):
+        session = new_session()
+        try:
+            with _get(session, url, what, label) as resp:
+                try:
+                    data = resp.raw.read(limit + 1, decode_content=False)
+                except Exception as e:  # urllib3 and socket errors alike: nothing to salvage
+                    raise FetchError(
+                        f"{what}: the download of {label} broke off: {_reason(e)}", hint=NET_HINT
+                    ) from e
+        finally:
+            session.close()
+    else:
+        raise FetchError(f"{what}: unsupported URL {url!r}: expected http://, https:// or file://")
+    if len(data) > limit:
+        raise FetchError(
+            f"{what}: {label} is larger than {limit} bytes; expected a small text file"
+        )
+    return data.decode("utf-8", errors="replace")
+
+
+def url_filename(url: str) -> str:
+    """The last path segment of ``url``, percent-decoded (``""`` when the path ends in ``/``)."""
+    return posixpath.basename(unquote(urlsplit(url).path))
+
+
+def _pins(source: UrlSource) -> dict[str, str]:
+    pins: dict[str, str] = {}
+    if source.sha256:
+        pins["sha256"] = "sha256:" + source.sha256.lower()
+    if source.sha512:
+        pins["sha512"] = "sha512:" + source.sha512.lower()
+    return pins
+
+
+def _from_store(store: Store, expected: dict[str, str], what: str) -> BlobInfo | None:
+    """The stored blob matching a sha256 pin (checking a sha512 pin too), or None."""
+    digest = expected.get("sha256")
+    if digest is None or not store.has_blob(digest):
+        return None
+    path = store.blob_path(digest)
+    digests = {"sha256": digest}
+    if "sha512" in expected:
+        h = hashlib.sha512()
+        with open(path, "rb") as f:
+            while chunk := f.read(CHUNK):
+                h.update(chunk)
+        digests["sha512"] = "sha512:" + h.hexdigest()
+        if digests["sha512"] != expected["sha512"]:
+            raise ChecksumError(
+                f"{what}: the stored blob {digest} matches the sha256 pin but its sha512 is "
+                f"{digests['sha512']}, expected {expected['sha512']}",
+                hint="the recipe's sha256 and sha512 pins describe different files; fix one of them",
+            )
+    return BlobInfo(digest=digest, size=os.stat(path).st_size, digests=digests)
+
+
+def resolve(name: str, source: UrlSource, ctx: FetchContext, *, base_dir: Path) -> dict[str, Any]:
+    """Lock a url source: read its pin (from the recipe or its checksum file), fetch and verify it.
+
+    Returns:
+        ``{"kind": "url", "url": <recipe URL>, "size": <bytes>, "digest": "sha256:<hex>",
+        "sha256": "sha256:<hex>"}`` plus ``"sha512": "sha512:<hex>"`` when a sha512 was pinned
+        or given by the checksum file. A blob already in the store under the sha256 pin is used
+        without any network access.
+    Raises:
+        ChecksumError, FetchError: see :func:`download` and
+            :func:`~nvkr.fetch.checksums.parse_checksum_file`.
+        OfflineError: ``ctx.offline`` and the checksum file or the blob is needed.
+    """
+    what = f"source {name!r}"
+    expected = _pins(source)
+    if not expected:
+        assert source.checksumUrl is not None  # the model requires a pin or a checksum URL
+        ctx.require_online(name, f"the checksum file {source.checksumUrl}")
+        checksum_url = ctx.mirrors.rewrite(source.checksumUrl)
+        text = fetch_text(checksum_url, what=f"{what}: checksum file", origin=source.checksumUrl)
+        algo, hexdigest = parse_checksum_file(
+            text,
+            source.filename or url_filename(source.url),
+            algorithm_for(source.checksumUrl, source.checksumAlgorithm),
+            url=mirror_label(checksum_url, source.checksumUrl),
+        )
+        expected[algo] = f"{algo}:{hexdigest}"
+    info = _from_store(ctx.store, expected, what)
+    if info is None:
+        ctx.require_online(name, f"{source.url} ({', '.join(sorted(expected.values()))})")
+        info = download(
+            ctx.mirrors.rewrite(source.url),
+            ctx.store,
+            what=what,
+            expected=expected,
+            origin=source.url,
+        )
+    entry: dict[str, Any] = {
+        "kind": "url",
+        "url": source.url,
+        "size": info.size,
+        "digest": info.digest,
+        "sha256": info.digests["sha256"],
+    }
+    if "sha512" in info.digests:
+        entry["sha512"] = info.digests["sha512"]
+    return entry
+
+
+def ensure(
+    name: str, source: UrlSource, resolved: dict[str, Any], ctx: FetchContext, *, base_dir: Path
+) -> str:
+    """Make the store hold the blob of a locked url source; return its ``sha256:<hex>``.
+
+    No network (no session, not even ``import requests``) when the blob is there.
+
+    Raises:
+        LockError: ``resolved`` is not a url entry for this recipe URL and pins.
+        OfflineError: the blob is missing and ``ctx.offline``.
+        ChecksumError, FetchError: see :func:`download`.
+    """
+    identity: dict[str, Any] = {"url": source.url, **_pins(source)}
+    check_entry(name, resolved, "url", **identity)
+    digest: str = resolved["digest"]
+    if ctx.store.has_blob(digest):
+        return digest
+    ctx.require_online(name, f"{source.url} ({digest})")
+    expected = {"sha256": resolved.get("sha256", digest)}
+    if resolved.get("sha512"):
+        expected["sha512"] = resolved["sha512"]
+    size = resolved.get("size")
+    info = download(
+        ctx.mirrors.rewrite(source.url),
+        ctx.store,
+        what=f"source {name!r}",
+        expected=expected,
+        expected_size=size if isinstance(size, int) else None,
+        origin=source.url,
+    )
+    return info.digest

@@ -1,0 +1,282 @@
+"""git sources from repositories made in tmp_path (nvkr.fetch.git)."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import socket
+import subprocess
+import tarfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nvkr.canonical import sha256_bytes
+from nvkr.errors import ChecksumError, FetchError, LockError, OfflineError
+from nvkr.fetch import FetchContext, Mirrors, ensure, resolve
+from nvkr.recipe.models import GitSource
+from nvkr.repro import tar_bytes
+from nvkr.store import Store
+
+
+def tree_at(git, repo, commit: str, dest: Path) -> Path:
+    """The tree of ``commit``, checked out independently of nvkr (git worktree)."""
+    git(repo.path, "worktree", "add", "-q", "--detach", str(dest), commit)
+    return dest
+
+
+def members(store: Store, digest: str) -> dict[str, tarfile.TarInfo]:
+    with tarfile.open(fileobj=io.BytesIO(store.read_blob(digest))) as tar:
+        return {m.name: m for m in tar.getmembers()}
+
+
+def test_resolve_by_commit(git, git_repo, ctx: FetchContext, tmp_path: Path) -> None:
+    first = git_repo.commits[0]  # not the branch tip: fetched by id
+    entry = resolve("agent", GitSource(git=git_repo.url, commit=first), ctx, base_dir=tmp_path)
+    assert entry == {
+        "kind": "git",
+        "url": git_repo.url,
+        "commit": first,
+        "digest": entry["digest"],
+        "commitTime": git_repo.times[0],
+    }
+    expected = tar_bytes(tree_at(git, git_repo, first, tmp_path / "wt"), epoch=0)
+    assert entry["digest"] == sha256_bytes(expected)
+    got = members(ctx.store, entry["digest"])
+    assert sorted(got) == ["README", "link", "tool", "tool/data.txt", "tool/run.sh"]
+    assert got["tool/run.sh"].mode == 0o755
+    assert got["tool/data.txt"].mode == 0o644
+    assert got["link"].issym() and got["link"].linkname == "README"
+    assert {m.mtime for m in got.values()} == {0}
+
+
+def test_digest_stable_across_clones(git_repo, tmp_path: Path) -> None:
+    source = GitSource(git=git_repo.url, commit=git_repo.commits[1])
+    a = resolve("a", source, FetchContext(store=Store(tmp_path / "s1")), base_dir=tmp_path)
+    b = resolve("a", source, FetchContext(store=Store(tmp_path / "s2")), base_dir=tmp_path)
+    assert a == b
+    assert a["commitTime"] == git_repo.times[1]
+    assert "tool/new.txt" in members(Store(tmp_path / "s1"), a["digest"])
+
+
+def test_subdir(git, git_repo, ctx: FetchContext, tmp_path: Path) -> None:
+    commit = git_repo.commits[1]
+    entry = resolve(
+        "tool", GitSource(git=git_repo.url, commit=commit, subdir="tool"), ctx, base_dir=tmp_path
+    )
+    wt = tree_at(git, git_repo, commit, tmp_path / "wt")
+    assert entry["digest"] == sha256_bytes(tar_bytes(wt / "tool", epoch=0))
+    assert sorted(members(ctx.store, entry["digest"])) == ["data.txt", "new.txt", "run.sh"]
+
+
+@pytest.mark.parametrize("subdir", ["nope", "../upstream", "README"])
+def test_subdir_missing(git_repo, ctx: FetchContext, tmp_path: Path, snapshot, subdir: str) -> None:
+    before = snapshot(ctx.store)
+    with pytest.raises(FetchError) as exc:
+        resolve(
+            "t",
+            GitSource(git=git_repo.url, commit=git_repo.commits[1], subdir=subdir),
+            ctx,
+            base_dir=tmp_path,
+        )
+    assert repr(subdir) in exc.value.message
+    assert snapshot(ctx.store) == before
+
+
+def test_nonexistent_commit(git_repo, ctx: FetchContext, tmp_path: Path, snapshot) -> None:
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    before = snapshot(ctx.store)
+    with pytest.raises(FetchError) as exc:
+        resolve("agent", GitSource(git=git_repo.url, commit=commit), ctx, base_dir=tmp_path)
+    assert commit in exc.value.message
+    assert git_repo.url in exc.value.message
+    assert "not found" in exc.value.message
+    assert snapshot(ctx.store) == before
+
+
+def test_tag_object_is_not_the_commit(
+    git, git_repo, ctx: FetchContext, tmp_path: Path, snapshot
+) -> None:
+    # an annotated tag's object id peels to a commit, but HEAD then differs from the pin
+    git(git_repo.path, "tag", "-a", "-m", "v1", "v1", git_repo.commits[0])
+    tag_id = git(git_repo.path, "rev-parse", "v1")
+    assert tag_id != git_repo.commits[0]
+    before = snapshot(ctx.store)
+    with pytest.raises(ChecksumError) as exc:
+        resolve("agent", GitSource(git=git_repo.url, commit=tag_id), ctx, base_dir=tmp_path)
+    assert exc.value.exit_code == 3
+    assert tag_id in exc.value.message
+    assert git_repo.commits[0] in exc.value.message
+    assert snapshot(ctx.store) == before
+
+
+def test_sha256_repository(git, ctx: FetchContext, tmp_path: Path) -> None:
+    repo = tmp_path / "sha256-repo"
+    repo.mkdir()
+    git(repo, "-c", "init.defaultBranch=main", "init", "-q", "--object-format=sha256")
+    (repo / "file").write_text("x\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "one")
+    commit = git(repo, "rev-parse", "HEAD")
+    assert len(commit) == 64
+    entry = resolve("r", GitSource(git=repo.as_uri(), commit=commit), ctx, base_dir=tmp_path)
+    assert entry["commit"] == commit
+    assert sorted(members(ctx.store, entry["digest"])) == ["file"]
+
+
+def test_unreachable_repository(ctx: FetchContext, tmp_path: Path) -> None:
+    url = (tmp_path / "no-such-repo").as_uri()
+    with pytest.raises(FetchError) as exc:
+        resolve("agent", GitSource(git=url, commit="a" * 40), ctx, base_dir=tmp_path)
+    assert "cannot fetch git repository" in exc.value.message
+    assert url in exc.value.message
+
+
+def test_falls_back_when_server_refuses_fetch_by_id(
+    git_repo, ctx: FetchContext, tmp_path: Path, monkeypatch
+) -> None:
+    # protocol v0 servers refuse a "want" for an object no ref advertises; force v0 to get there
+    import nvkr.fetch.git as fetch_git
+
+    calls: list[list[str]] = []
+    real_run = fetch_git.run
+
+    def run_v0(argv: list[Any], **kw: Any) -> Any:
+        argv = [str(a) for a in argv]
+        calls.append(argv)
+        if argv[:2] == ["git", "fetch"]:
+            argv = ["git", "-c", "protocol.version=0", *argv[1:]]
+        return real_run(argv, **kw)
+
+    monkeypatch.setattr(fetch_git, "run", run_v0)
+    entry = resolve(
+        "agent", GitSource(git=git_repo.url, commit=git_repo.commits[0]), ctx, base_dir=tmp_path
+    )
+    fetches = [c for c in calls if c[:2] == ["git", "fetch"]]
+    assert len(fetches) == 2
+    assert "--depth" in fetches[0]
+    assert fetches[1][-1] == "+refs/*:refs/remotes/origin/*"
+    assert entry["commitTime"] == git_repo.times[0]
+
+
+def test_mirror(git_repo, store: Store, tmp_path: Path) -> None:
+    upstream = "https://git.example.invalid/org/"
+    mirrors = Mirrors.parse([f"{upstream}={git_repo.path.parent.as_uri()}/"])
+    source = GitSource(git=upstream + "upstream", commit=git_repo.commits[1])
+    entry = resolve("agent", source, FetchContext(store=store, mirrors=mirrors), base_dir=tmp_path)
+    assert entry["url"] == upstream + "upstream"
+
+
+def test_ensure(git_repo, ctx: FetchContext, tmp_path: Path, snapshot, monkeypatch) -> None:
+    source = GitSource(git=git_repo.url, commit=git_repo.commits[1])
+    entry = resolve("agent", source, ctx, base_dir=tmp_path)
+    fresh = FetchContext(store=Store(tmp_path / "fresh"))
+    assert ensure("agent", source, entry, fresh, base_dir=tmp_path) == entry["digest"]
+    assert fresh.store.has_blob(entry["digest"])
+
+    offline = FetchContext(store=Store(tmp_path / "empty"), offline=True)
+    with pytest.raises(OfflineError) as exc:
+        ensure("agent", source, entry, offline, base_dir=tmp_path)
+    assert "'agent'" in exc.value.message
+    assert git_repo.commits[1] in exc.value.message
+
+    bad = {**entry, "digest": "sha256:" + "0" * 64}
+    other = FetchContext(store=Store(tmp_path / "other"))
+    before = snapshot(other.store)
+    with pytest.raises(ChecksumError) as cexc:
+        ensure("agent", source, bad, other, base_dir=tmp_path)
+    assert "sha256:" + "0" * 64 in cexc.value.message
+    assert entry["digest"] in cexc.value.message
+    assert snapshot(other.store) == before
+
+    with pytest.raises(LockError, match="commit="):
+        ensure(
+            "agent",
+            GitSource(git=git_repo.url, commit=git_repo.commits[0]),
+            entry,
+            ctx,
+            base_dir=tmp_path,
+        )
+
+
+def test_ensure_blob_present_runs_no_git(
+    git_repo, ctx: FetchContext, tmp_path: Path, request
+) -> None:
+    source = GitSource(git=git_repo.url, commit=git_repo.commits[1])
+    entry = resolve("agent", source, ctx, base_dir=tmp_path)
+    request.getfixturevalue("no_network")
+    for c in (ctx, FetchContext(store=ctx.store, offline=True)):
+        assert ensure("agent", source, entry, c, base_dir=tmp_path) == entry["digest"]
+
+
+def test_resolve_offline(git_repo, ctx: FetchContext, tmp_path: Path, no_network) -> None:
+    with pytest.raises(OfflineError):
+        resolve(
+            "a",
+            GitSource(git=git_repo.url, commit=git_repo.commits[0]),
+            FetchContext(store=ctx.store, offline=True),
+            base_dir=tmp_path,
+        )
+
+
+# -- git daemon over loopback ------------------------------------------------------------------------
+def _git_daemon_available() -> bool:
+    if shutil.which("git") is None:
+        return False
+    exec_path = subprocess.run(
+        ["git", "--exec-path"], capture_output=True, text=True
+    ).stdout.strip()
+    return (Path(exec_path) / "git-daemon").exists()
+
+
+@pytest.fixture
+def git_daemon(git_repo, free_port: int) -> Iterator[str]:
+    if not _git_daemon_available():
+        pytest.skip("git daemon is not installed")
+    base = git_repo.path.parent
+    proc = subprocess.Popen(
+        [
+            "git",
+            "daemon",
+            "--export-all",
+            f"--base-path={base}",
+            "--listen=127.0.0.1",
+            f"--port={free_port}",
+            "--reuseaddr",
+            str(base),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", free_port), timeout=0.2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    pytest.fail("git daemon did not start")
+                time.sleep(0.05)
+        yield f"git://127.0.0.1:{free_port}/"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_git_daemon(git_daemon: str, git_repo, ctx: FetchContext, tmp_path: Path) -> None:
+    local = resolve(
+        "a",
+        GitSource(git=git_repo.url, commit=git_repo.commits[0]),
+        FetchContext(store=Store(tmp_path / "l")),
+        base_dir=tmp_path,
+    )
+    url = git_daemon + "upstream"
+    entry = resolve("a", GitSource(git=url, commit=git_repo.commits[0]), ctx, base_dir=tmp_path)
+    assert entry["url"] == url
+    assert entry["digest"] == local["digest"]
+    with pytest.raises(FetchError, match="not found"):
+        resolve("a", GitSource(git=url, commit="f" * 40), ctx, base_dir=tmp_path)
