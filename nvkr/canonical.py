@@ -57,7 +57,9 @@ def digest_json(value: Any) -> str:
     return sha256_bytes(canonical_json(value))
 
 
-def hash_stream(stream: BinaryIO, algorithms: Iterable[str] = ("sha256",)) -> tuple[dict[str, str], int]:
+def hash_stream(
+    stream: BinaryIO, algorithms: Iterable[str] = ("sha256",)
+) -> tuple[dict[str, str], int]:
     """Read ``stream`` to the end; return ``({algo: "algo:hex"}, size in bytes)``."""
     hashers = {a: hashlib.new(a) for a in algorithms}
     size = 0
@@ -71,5 +73,7 @@ def hash_stream(stream: BinaryIO, algorithms: Iterable[str] = ("sha256",)) -> tu
 def hex_of(digest: str) -> str:
     """The hex part of ``algo:hex``; raises ValueError when ``digest`` is malformed."""
     if not DIGEST_RE.match(digest):
-        raise ValueError(f"malformed digest {digest!r}: expected sha256:<64 hex> or sha512:<128 hex>")
+        raise ValueError(
+            f"malformed digest {digest!r}: expected sha256:<64 hex> or sha512:<128 hex>"
+        )
     return digest.split(":", 1)[1]

@@ -41,7 +41,7 @@ def source_date_epoch(recipe_epoch: str | None, *, fallback: int | None = None) 
         if not value.isdigit() or not value.isascii():
             raise RecipeError(
                 f"{where} is {value!r}: expected a non-negative integer (seconds since 1970-01-01 UTC)",
-                hint="e.g. epoch: \"1764547200\"",
+                hint='e.g. epoch: "1764547200"',
             )
         return int(value)
     return fallback if fallback is not None else 0

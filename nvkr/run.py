@@ -22,7 +22,9 @@ log = logging.getLogger("nvkr.run")
 FIXED_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
-def pinned_env(extra: Mapping[str, str] | None = None, *, home: Path | None = None) -> dict[str, str]:
+def pinned_env(
+    extra: Mapping[str, str] | None = None, *, home: Path | None = None
+) -> dict[str, str]:
     """The environment every tool gets: nothing inherited but what reproducibility allows.
 
     Proxy variables are passed through (they choose a route, never the bytes fetched).
@@ -84,25 +86,44 @@ def run(
                 lf.write(f"$ {shlex.join(args)}\n".encode())
                 lf.flush()
                 proc = subprocess.run(
-                    args, cwd=cwd, env=env, stdout=lf, stderr=subprocess.STDOUT, input=input,
-                    timeout=timeout, preexec_fn=_umask_022, check=False,
+                    args,
+                    cwd=cwd,
+                    env=env,
+                    stdout=lf,
+                    stderr=subprocess.STDOUT,
+                    input=input,
+                    timeout=timeout,
+                    preexec_fn=_umask_022,
+                    check=False,
                 )
         else:
             proc = subprocess.run(
-                args, cwd=cwd, env=env, capture_output=True, input=input, timeout=timeout,
-                preexec_fn=_umask_022, check=False,
+                args,
+                cwd=cwd,
+                env=env,
+                capture_output=True,
+                input=input,
+                timeout=timeout,
+                preexec_fn=_umask_022,
+                check=False,
             )
     except FileNotFoundError as e:
-        raise ToolError(f"tool {args[0]!r} not found", hint="run the README's install command") from e
+        raise ToolError(
+            f"tool {args[0]!r} not found", hint="run the README's install command"
+        ) from e
     except subprocess.TimeoutExpired as e:
         raise ToolError(f"{shlex.join(args)} timed out after {timeout} s") from e
     if proc.returncode == 127:
-        raise ToolError(f"tool {args[0]!r} not found (exit 127)", hint="run the README's install command")
+        raise ToolError(
+            f"tool {args[0]!r} not found (exit 127)", hint="run the README's install command"
+        )
     if check and proc.returncode != 0:
         if log_file is not None:
             output = log_file.read_text(errors="replace")
         else:
-            output = (proc.stdout or b"").decode(errors="replace") + (proc.stderr or b"").decode(errors="replace")
+            output = (proc.stdout or b"").decode(errors="replace") + (proc.stderr or b"").decode(
+                errors="replace"
+            )
         raise ToolError(
             f"{Path(args[0]).name} exited with {proc.returncode}: {shlex.join(args)}\n{tail(output)}"
         )

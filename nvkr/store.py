@@ -176,7 +176,9 @@ class Store:
             w.write(data)
             return w.commit()
 
-    def add_file(self, path: Path, *, expected: dict[str, str] | None = None, what: str = "file") -> BlobInfo:
+    def add_file(
+        self, path: Path, *, expected: dict[str, str] | None = None, what: str = "file"
+    ) -> BlobInfo:
         """Copy ``path`` into the store (verifying ``expected`` digests) and return its blob."""
         with self.writer(expected=expected, what=what) as w, open(path, "rb") as f:
             w.copy_from(f)

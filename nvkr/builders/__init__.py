@@ -1,0 +1,155 @@
+"""Builders: the code that runs one kind of action, registered in one table.
+
+A builder turns an artifact of a variant into an :class:`~nvkr.plan.Action` at plan time
+(:meth:`Builder.plan`: params, inputs and tool versions, everything that goes into the action key)
+and produces its outputs at build time (:meth:`Builder.run`, which writes only to its work dir and
+hands files to the store through :class:`ActionContext`). The engine never special-cases one of
+them: adding a builder means adding a module and a line in :data:`REGISTRY`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from nvkr.errors import UnknownBuilderError
+
+if TYPE_CHECKING:
+    from nvkr.plan import Action
+    from nvkr.recipe import Variant
+    from nvkr.store import Store
+
+
+@dataclass(frozen=True)
+class ResolvedSource:
+    """A source of one variant with its lockfile entry.
+
+    ``entry`` is the resolved identity (see :func:`nvkr.fetch.resolve`); ``entry["digest"]`` is the
+    ``sha256:<hex>`` of the bytes the store holds for it. ``base_dir`` is the directory path
+    sources are relative to.
+    """
+
+    name: str
+    spec: Any
+    entry: dict[str, Any]
+    base_dir: Path
+
+    @property
+    def digest(self) -> str:
+        return str(self.entry["digest"])
+
+    def descriptor(self) -> dict[str, Any]:
+        """An in-toto ResourceDescriptor for SLSA ``resolvedDependencies``."""
+        e = self.entry
+        digest: dict[str, str] = {"sha256": self.digest.split(":", 1)[1]}
+        desc: dict[str, Any] = {"name": self.name, "digest": digest}
+        kind = e.get("kind")
+        if kind == "url":
+            desc["uri"] = e["url"]
+            if "sha512" in e:
+                digest["sha512"] = e["sha512"].split(":", 1)[1]
+        elif kind == "git":
+            desc["uri"] = f"git+{e['url']}@{e['commit']}"
+            digest["gitCommit"] = e["commit"]
+        elif kind == "pypi":
+            desc["uri"] = e.get("url") or f"pkg:pypi/{e['name']}@{e['version']}"
+            desc["annotations"] = {"filename": e["filename"]}
+            if "member" in e:
+                desc["annotations"]["member"] = e["member"]
+        elif kind == "path":
+            desc["annotations"] = {"kind": "path", "path": e["path"]}
+        return desc
+
+
+@dataclass(frozen=True)
+class ActionSpec:
+    """What a builder contributes to an action at plan time (all JSON-able, no floats).
+
+    ``inputs`` maps a role to a digest (``sha256:<hex>``); ``sources`` maps the same roles to the
+    sources the executor must put in the store before :meth:`Builder.run`; ``deps`` are action
+    keys of other actions whose results the builder reads.
+    """
+
+    params: dict[str, Any]
+    inputs: dict[str, str] = field(default_factory=dict)
+    tools: dict[str, str] = field(default_factory=dict)
+    sources: dict[str, ResolvedSource] = field(default_factory=dict)
+    deps: tuple[str, ...] = ()
+
+
+class ActionContext:
+    """What :meth:`Builder.run` gets: its action, the store, a private work dir and a log file."""
+
+    def __init__(
+        self, action: Action, store: Store, workdir: Path, deps: dict[str, dict[str, Any]]
+    ) -> None:
+        self.action = action
+        self.store = store
+        self.workdir = workdir
+        self.log_file = workdir / "build.log"
+        self.deps = deps
+        self.outputs: list[dict[str, Any]] = []
+        self.metadata: dict[str, Any] = {}
+
+    def input_path(self, role: str) -> Path:
+        """Store path of the blob bound to input ``role``."""
+        return self.store.blob_path(self.action.inputs[role])
+
+    def add_output(
+        self, path: Path, *, name: str, media_type: str, role: str = "primary"
+    ) -> dict[str, Any]:
+        """Move a produced file into the store and record it as an output of this action."""
+        info = self.store.add_file(path, what=f"output {name!r}")
+        out = {
+            "name": name,
+            "digest": info.digest,
+            "size": info.size,
+            "mediaType": media_type,
+            "role": role,
+        }
+        self.outputs.append(out)
+        return out
+
+
+class Builder(Protocol):
+    name: str
+    version: str
+
+    def plan(
+        self,
+        artifact_name: str,
+        artifact: Any,
+        variant: Variant,
+        source: Callable[[str], ResolvedSource],
+    ) -> ActionSpec: ...
+
+    def run(self, ctx: ActionContext) -> None: ...
+
+
+def _registry() -> dict[str, Builder]:
+    from nvkr.builders.go_binary import GoBinaryBuilder
+    from nvkr.builders.release_set import ReleaseSetBuilder
+
+    builders: tuple[Builder, ...] = (GoBinaryBuilder(), ReleaseSetBuilder())
+    return {b.name: b for b in builders}
+
+
+REGISTRY: dict[str, Builder] = {}
+
+
+def get_builder(name: str) -> Builder:
+    """The builder called ``name``.
+
+    Raises:
+        UnknownBuilderError: no such builder (names the known ones).
+    """
+    if not REGISTRY:
+        REGISTRY.update(_registry())
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise UnknownBuilderError(
+            f"unknown builder {name!r}", hint="known builders: " + ", ".join(sorted(REGISTRY))
+        ) from None

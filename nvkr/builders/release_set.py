@@ -1,0 +1,39 @@
+"""The ``release-set`` builder: assembles artifacts, provenance and metadata into an OCI layout.
+
+Its params are the release set spec that :mod:`nvkr.plan` derives from the recipe (name, recipe
+and lockfile digests, variants, artifacts with their dependencies); its dependencies are the
+artifact actions. The work itself is :func:`nvkr.releaseset.assemble`; every blob of the layout
+ends up in the store and is listed as an output, ``index.json`` last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from nvkr.builders import ActionContext, ActionSpec, ResolvedSource
+from nvkr.errors import RecipeError
+
+
+class ReleaseSetBuilder:
+    name = "release-set"
+    version = "1"
+
+    def plan(
+        self,
+        artifact_name: str,
+        artifact: Any,
+        variant: Any,
+        source: Callable[[str], ResolvedSource],
+    ) -> ActionSpec:
+        raise RecipeError(
+            f"artifact {artifact_name!r}: the release-set builder is not for artifacts",
+            hint="list artifacts under releaseSet instead",
+        )
+
+    def run(self, ctx: ActionContext) -> None:
+        from nvkr.releaseset import assemble
+
+        result = assemble(ctx.action.params, ctx.deps, ctx.store)
+        ctx.outputs.extend(result["outputs"])
+        ctx.metadata.update(result["metadata"])

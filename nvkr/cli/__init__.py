@@ -1,0 +1,97 @@
+"""The ``nvkr`` command line: a click group with one module per verb.
+
+Errors are handled once, here: an :class:`~nvkr.errors.NvkrError` prints ``error[CODE]: ...`` and
+its hint on stderr and exits with its exit code (2 usage or invalid recipe, 3 integrity, 1 build,
+130 interrupted); a traceback is printed only with ``--debug``. Verb modules import their heavy
+dependencies inside the command so ``nvkr --version`` stays fast.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+import nvkr
+from nvkr.errors import NvkrError
+
+DEFAULT_RECIPE = "recipes/default.yaml"
+
+
+@dataclass
+class App:
+    """Global options, shared by every verb through ``ctx.obj``."""
+
+    debug: bool
+    store_root: Path | None
+    config: Path | None
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "NVKR"})
+@click.version_option(nvkr.__version__, "--version", prog_name="nvkr")
+@click.option(
+    "--debug",
+    is_flag=True,
+    envvar="NVKR_DEBUG",
+    help="Show tracebacks and the argv of every tool run.",
+)
+@click.option(
+    "--store",
+    "store_root",
+    type=click.Path(path_type=Path),
+    envvar="NVKR_CACHE",
+    help="Store directory (env NVKR_CACHE; default ~/.cache/nvkr).",
+)
+@click.option(
+    "--config",
+    type=click.Path(path_type=Path),
+    envvar="NVKR_CONFIG",
+    help="Config file with mirrors (env NVKR_CONFIG; default ~/.config/nvkr/config.yaml).",
+)
+@click.pass_context
+def cli(ctx: click.Context, debug: bool, store_root: Path | None, config: Path | None) -> None:
+    """nvkr: reproducible artifact builds for GPU Kubernetes infrastructure."""
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING, format="%(name)s: %(message)s"
+    )
+    ctx.obj = App(debug=debug, store_root=store_root, config=config)
+
+
+def _register() -> None:
+    from nvkr.cli import build, lock, plan, schema, validate
+
+    for module in (validate, plan, lock, build, schema):
+        cli.add_command(module.command)
+
+
+_register()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point: run the CLI and map errors to exit codes."""
+    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    try:
+        cli.main(args=argv, prog_name="nvkr", standalone_mode=False)
+    except NvkrError as e:
+        if debug:
+            raise
+        click.echo(e.render(), err=True)
+        sys.exit(e.exit_code)
+    except click.exceptions.Abort:
+        click.echo("error[NVKR-E-INTERRUPTED]: interrupted", err=True)
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(2 if isinstance(e, click.UsageError) else e.exit_code)
+    except KeyboardInterrupt:
+        click.echo("error[NVKR-E-INTERRUPTED]: interrupted", err=True)
+        sys.exit(130)
+    except Exception as e:
+        if debug:
+            raise
+        click.echo(f"error[NVKR-E-INTERNAL]: {type(e).__name__}: {e}", err=True)
+        click.echo("  hint: run again with --debug for a traceback, and report it", err=True)
+        sys.exit(1)

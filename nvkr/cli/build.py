@@ -1,0 +1,143 @@
+"""``nvkr build``: plan, execute against the store, and write each release set to ``--out``.
+
+Humans get one line per action on stderr; ``--json`` prints one JSON object per event on stdout
+(``action-cached``, ``action-start``, ``action-done``, ``action-failed``) and a final ``result``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import click
+
+from nvkr.cli import App
+from nvkr.cli.common import (
+    fetch_options,
+    make_session_plan,
+    open_session,
+    recipe_argument,
+    variant_option,
+)
+
+
+@click.command("build")
+@recipe_argument
+@variant_option
+@fetch_options
+@click.option(
+    "--locked",
+    is_flag=True,
+    help="Refuse to build when the recipe or any pin drifted from the lockfile.",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=Path("dist"),
+    show_default=True,
+    help="Where release sets are written.",
+)
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(min=1),
+    default=lambda: os.cpu_count() or 2,
+    help="Actions run in parallel (default: CPUs).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable events on stdout.")
+@click.pass_obj
+def command(
+    app: App,
+    recipe: Path,
+    variants: tuple[str, ...],
+    mirrors: tuple[str, ...],
+    offline: bool,
+    lockfile: Path | None,
+    locked: bool,
+    out: Path,
+    jobs: int,
+    as_json: bool,
+) -> None:
+    """Build RECIPE (default recipes/default.yaml) into release sets under --out."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    from nvkr.execute import execute
+    from nvkr.releaseset import materialize
+
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+    def event(kind: str, **fields: Any) -> None:
+        action = fields.get("action")
+        if as_json:
+            doc: dict[str, Any] = {"event": kind}
+            if action is not None:
+                doc.update(key=action.key, name=action.name, builder=action.builder)
+            if "seconds" in fields:
+                doc["milliseconds"] = round(fields["seconds"] * 1000)
+            if "error" in fields:
+                doc["error"] = str(fields["error"])
+            click.echo(json.dumps(doc, sort_keys=True))
+            return
+        if action is None:
+            return
+        name = escape(action.name)
+        if kind == "action-start":
+            console.print(
+                f"  [cyan]building[/] {name} [dim]({action.builder}, {action.key[7:19]})[/]"
+            )
+        elif kind == "action-done":
+            console.print(f"  [green]built[/]    {name} [dim]{fields['seconds']:.1f} s[/]")
+        elif kind == "action-failed":
+            console.print(f"  [red]failed[/]   {name}")
+
+    session = open_session(
+        app, recipe, variants, mirrors=mirrors, offline=offline, locked=locked, lockfile=lockfile
+    )
+    if locked:
+        session.resolver.check_locked(session.variants, all_variants=session.all_variants)
+    with session.store.lock():
+        plan = make_session_plan(session)
+        if session.resolver.resolved_now and not as_json:
+            console.print(
+                f"[yellow]warning:[/] {session.lock_path} lacks {', '.join(sorted(set(session.resolver.resolved_now)))}; "
+                "resolved now — run `nvkr lock` to pin them"
+            )
+        if not as_json:
+            console.print(
+                f"nvkr: {recipe}: {len(plan.variants)} variants, {len(plan.actions)} actions "
+                f"[dim](build digest {plan.build_digest[:19]})[/]"
+            )
+        report = execute(plan, session.store, session.fetch, jobs=jobs, event=event)
+        written = []
+        for name, key in sorted(plan.release_sets.items()):
+            result = report.results[key]
+            path = materialize(result, session.store, out)
+            written.append(
+                {"name": name, "path": str(path), "digest": result["metadata"]["releaseSetDigest"]}
+            )
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "event": "result",
+                    "upToDate": report.up_to_date,
+                    "buildDigest": plan.build_digest,
+                    "built": report.built,
+                    "cached": report.cached,
+                    "releaseSets": written,
+                },
+                sort_keys=True,
+            )
+        )
+        return
+    if report.up_to_date:
+        console.print(f"nvkr: up to date — {len(report.cached)} cached, no builder ran")
+    else:
+        console.print(f"nvkr: built {len(report.built)} actions, {len(report.cached)} cached")
+    for item in written:
+        console.print(
+            f"  release set [bold]{escape(item['name'])}[/] → {escape(item['path'])} [dim]{item['digest']}[/]"
+        )

@@ -1,0 +1,143 @@
+"""What several verbs share: recipe arguments, and recipe → variants → lock → plan."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from nvkr.cli import DEFAULT_RECIPE, App
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def recipe_argument(f: F) -> F:
+    return click.argument(
+        "recipe", required=False, default=DEFAULT_RECIPE, type=click.Path(path_type=Path)
+    )(f)
+
+
+def variant_option(f: F) -> F:
+    return click.option(
+        "--variant",
+        "variants",
+        multiple=True,
+        metavar="AXIS=VALUE,...",
+        help="Only these cells, e.g. gpu=hopper,kubernetes=1.36,arch=amd64 (repeatable).",
+    )(f)
+
+
+def fetch_options(f: F) -> F:
+    f = click.option("--offline", is_flag=True, help="Use the store only; name what is missing.")(f)
+    f = click.option(
+        "--mirror",
+        "mirrors",
+        multiple=True,
+        metavar="PREFIX=REPLACEMENT",
+        help="Rewrite source URLs starting with PREFIX (repeatable; digests never change).",
+    )(f)
+    f = click.option(
+        "--lockfile",
+        type=click.Path(path_type=Path),
+        help="Lockfile path (default: lockfiles/<recipe>.lock.json).",
+    )(f)
+    return f
+
+
+@dataclass
+class Session:
+    """A loaded recipe with its variants, resolver and (once planned) plan."""
+
+    loaded: Any
+    variants: list[Any]
+    all_variants: bool
+    resolver: Any
+    store: Any
+    fetch: Any
+    lock_path: Path
+
+
+def open_session(
+    app: App,
+    recipe: Path,
+    variants: tuple[str, ...] = (),
+    *,
+    mirrors: tuple[str, ...] = (),
+    offline: bool = False,
+    locked: bool = False,
+    lockfile: Path | None = None,
+) -> Session:
+    """Load ``recipe``, expand the selected variants and read the lockfile.
+
+    Raises:
+        RecipeError, UsageError, LockError: as the steps do.
+    """
+    from nvkr.fetch import FetchContext, Mirrors
+    from nvkr.lock import Resolver, default_lock_path, read_lock
+    from nvkr.recipe import expand, load_recipe, parse_variant_option
+    from nvkr.store import Store
+
+    loaded = load_recipe(recipe)
+    selections = [parse_variant_option(v) for v in variants] or None
+    cells = expand(loaded, selections)
+    all_cells = cells if selections is None else expand(loaded, None)
+    store = Store(app.store_root)
+    config = (
+        app.config if app.config is not None else Path.home() / ".config" / "nvkr" / "config.yaml"
+    )
+    mirror_table = Mirrors.parse(list(mirrors)).merged(Mirrors.from_config(config))
+    fetch = FetchContext(store=store, mirrors=mirror_table, offline=offline)
+    lock_path = lockfile or default_lock_path(recipe)
+    resolver = Resolver(
+        loaded=loaded, lock_path=lock_path, lock=read_lock(lock_path), ctx=fetch, locked=locked
+    )
+    return Session(
+        loaded=loaded,
+        variants=cells,
+        all_variants=len(cells) == len(all_cells),
+        resolver=resolver,
+        store=store,
+        fetch=fetch,
+        lock_path=lock_path,
+    )
+
+
+def bind_sources(session: Session) -> None:
+    """Bind every source of every selected variant to its lock entry (resolving what is new)."""
+    for variant in session.variants:
+        for name in sorted(variant.recipe.sources):
+            session.resolver.source_for(variant, name)
+
+
+def make_session_plan(session: Session) -> Any:
+    """Plan the session's variants; the epoch falls back to the newest git commit time."""
+    from nvkr.lock import lock_digest
+    from nvkr.plan import display_path, make_plan
+    from nvkr.repro import source_date_epoch
+
+    bind_sources(session)
+    doc = session.resolver.document()
+    commit_times = [
+        e["resolved"]["commitTime"] for e in doc["sources"] if "commitTime" in e["resolved"]
+    ]
+    epoch = source_date_epoch(
+        session.loaded.recipe.epoch, fallback=max(commit_times) if commit_times else None
+    )
+    # The lockfile on disk is what provenance names, unless this build had to resolve sources the
+    # lock lacks; then the in-memory lock it actually used is named (its digest, the same path).
+    used = (
+        session.resolver.lock
+        if session.resolver.lock is not None and not session.resolver.resolved_now
+        else doc
+    )
+    lockfile = {"path": display_path(session.lock_path), "digest": lock_digest(used)}
+    return make_plan(
+        session.loaded,
+        session.variants,
+        session.resolver.source_for,
+        epoch=epoch,
+        lockfile=lockfile,
+    )

@@ -1,0 +1,61 @@
+"""``nvkr plan``: the action graph of a recipe, as text, JSON or a Mermaid flowchart."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from nvkr.cli import App
+from nvkr.cli.common import (
+    fetch_options,
+    make_session_plan,
+    open_session,
+    recipe_argument,
+    variant_option,
+)
+
+
+@click.command("plan")
+@recipe_argument
+@variant_option
+@fetch_options
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json", "mermaid"]),
+    default="text",
+    show_default=True,
+)
+@click.pass_obj
+def command(
+    app: App,
+    recipe: Path,
+    variants: tuple[str, ...],
+    mirrors: tuple[str, ...],
+    offline: bool,
+    lockfile: Path | None,
+    as_json: bool,
+    fmt: str,
+) -> None:
+    """Show the actions RECIPE builds, their keys and which are cached."""
+    session = open_session(
+        app, recipe, variants, mirrors=mirrors, offline=offline, lockfile=lockfile
+    )
+    plan = make_session_plan(session)
+    if as_json or fmt == "json":
+        doc = plan.to_json()
+        for action in doc["actions"]:
+            action["cached"] = session.store.get_action(action["key"]) is not None
+        click.echo(json.dumps(doc, indent=2, sort_keys=True))
+        return
+    if fmt == "mermaid":
+        click.echo(plan.mermaid(), nl=False)
+        return
+    click.echo(f"recipe {recipe}: {len(plan.variants)} variants, {len(plan.actions)} actions")
+    click.echo(f"build digest {plan.build_digest}")
+    for key, action in plan.actions.items():
+        state = "cached" if session.store.get_action(key) is not None else "to build"
+        click.echo(f"  {key[7:19]}  {action.builder:<12} {action.name:<40} {state}")

