@@ -122,18 +122,19 @@ class Resolver:
         base = self.base_dir(variant, name)
         entry = self._used.get(key)
         if entry is None:
-            entry = self._entries.get(key)
-            if entry is None or "path" in spec:
-                if entry is None and self.locked and "path" not in spec:
-                    raise LockError(
-                        f"source {name!r} of variant {variant.id} is not in the lockfile {self.lock_path}"
-                    )
+            locked_entry = self._entries.get(key)
+            if "path" in spec:  # the repository's own files: hashed afresh on every build
                 resolved = resolve(name, source, self.ctx, base_dir=base)
-                if entry is None and "path" not in spec:
-                    self.resolved_now.append(name)
-                entry = {"name": name, "spec": spec, "variants": [], "resolved": resolved}
+            elif locked_entry is not None:
+                resolved = locked_entry["resolved"]
+            elif self.locked:
+                raise LockError(
+                    f"source {name!r} of variant {variant.id} is not in the lockfile {self.lock_path}"
+                )
             else:
-                entry = {**entry, "variants": []}
+                resolved = resolve(name, source, self.ctx, base_dir=base)
+                self.resolved_now.append(name)
+            entry = {"name": name, "spec": spec, "variants": [], "resolved": resolved}
             self._used[key] = entry
         if variant.id not in entry["variants"]:
             entry["variants"].append(variant.id)
