@@ -45,8 +45,9 @@ class BuildReport:
 class _SourceGate:
     """Fetch each source digest once, even when parallel actions ask for it at the same time."""
 
-    def __init__(self, ctx: FetchContext) -> None:
+    def __init__(self, ctx: FetchContext, emit: Event) -> None:
         self.ctx = ctx
+        self.emit = emit
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
 
@@ -55,6 +56,8 @@ class _SourceGate:
             with self._guard:
                 lock = self._locks.setdefault(src.digest, threading.Lock())
             with lock:
+                if src.entry.get("kind") != "path" and not self.ctx.store.has_blob(src.digest):
+                    self.emit("source-fetch", source=src)
                 got = ensure(src.name, src.spec, src.entry, self.ctx, base_dir=src.base_dir)
             if got != src.digest:
                 raise NvkrError(
@@ -122,7 +125,8 @@ def execute(
     """Bring every root of ``plan`` into the action cache; return what was built and cached.
 
     ``event(kind, **fields)`` is called for ``action-cached``, ``action-start``, ``action-done``
-    (with ``seconds``) and ``action-failed``.
+    (with ``seconds``), ``action-failed`` (with ``error``) and ``source-fetch`` (with ``source``,
+    a :class:`~nvkr.builders.ResolvedSource` about to be downloaded; from a worker thread).
 
     Raises:
         BuildError: an action failed (after running ones have finished and been cached).
@@ -138,7 +142,7 @@ def execute(
     if not to_run:
         return report
 
-    gate = _SourceGate(fetch)
+    gate = _SourceGate(fetch, emit)
     pending = list(to_run)
     running: dict[Future[dict[str, Any]], str] = {}
     failure: BaseException | None = None

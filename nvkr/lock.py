@@ -148,11 +148,13 @@ class Resolver:
         """
         if self.lock is None:
             return [f"there is no lockfile at {self.lock_path}"]
-        problems: list[str] = []
         by_name: dict[str, list[dict[str, Any]]] = {}
         for entry in self.lock["sources"]:
             by_name.setdefault(entry["name"], []).append(entry)
         wanted: set[bytes] = set()
+        # The same drift usually shows in every variant: one line per difference, naming the
+        # variants it concerns.
+        cells: dict[tuple[str, str], list[str]] = {}
         for variant in variants:
             for name, source in sorted(variant.recipe.sources.items()):
                 spec = _spec(source)
@@ -164,13 +166,16 @@ class Resolver:
                     old = by_name[name][0]["spec"]
                     changed = sorted(k for k in {*old, *spec} if old.get(k) != spec.get(k))
                     detail = ", ".join(f"{k}: {old.get(k)!r} -> {spec.get(k)!r}" for k in changed)
-                    problems.append(
-                        f"source {name!r} ({variant.id}) changed since the lock: {detail}"
-                    )
+                    problem = f"source {name!r} changed since the lock: {detail}"
                 else:
-                    problems.append(f"source {name!r} ({variant.id}) is not in the lockfile")
+                    problem = f"source {name!r} is not in the lockfile"
+                cells.setdefault((name, problem), []).append(variant.id)
+        problems = [
+            f"{problem} ({'all variants' if len(ids) == len(variants) > 1 else '; '.join(ids)})"
+            for (_, problem), ids in cells.items()
+        ]
         if all_variants:
-            drifted = {name for name in by_name if any(f"source {name!r}" in p for p in problems)}
+            drifted = {name for name, _ in cells}
             for key, entry in sorted(self._entries.items()):
                 if key not in wanted and entry["name"] not in drifted:
                     problems.append(
@@ -190,7 +195,7 @@ class Resolver:
             raise LockError(
                 f"{self.lock_path} does not match {self.loaded.path}:\n  - "
                 + "\n  - ".join(problems),
-                hint="run `nvkr lock` and commit the lockfile, or build without --locked",
+                hint=f"run `nvkr lock {self.loaded.path}` and commit the lockfile, or build without --locked",
             )
 
     def document(self) -> dict[str, Any]:

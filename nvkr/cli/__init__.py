@@ -2,7 +2,7 @@
 
 Errors are handled once, here: an :class:`~nvkr.errors.NvkrError` prints ``error[CODE]: ...`` and
 its hint on stderr and exits with its exit code (2 usage or invalid recipe, 3 integrity, 1 build,
-130 interrupted); a traceback is printed only with ``--debug``. Verb modules import their heavy
+130 interrupted); ``--debug`` adds the traceback before that line and changes no exit code. Verb modules import their heavy
 dependencies inside the command so ``nvkr --version`` stays fast.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,15 +78,20 @@ def main(argv: list[str] | None = None) -> None:
         cli.main(args=argv, prog_name="nvkr", standalone_mode=False)
     except NvkrError as e:
         if debug:
-            raise
+            traceback.print_exc()
         click.echo(e.render(), err=True)
         sys.exit(e.exit_code)
     except click.exceptions.Abort:
         click.echo("error[NVKR-E-INTERRUPTED]: interrupted", err=True)
         sys.exit(130)
+    except click.UsageError as e:
+        command = e.ctx.command_path if e.ctx is not None else "nvkr"
+        click.echo(f"error[NVKR-E-USAGE]: {e.format_message()}", err=True)
+        click.echo(f"  hint: see `{command} --help`", err=True)
+        sys.exit(2)
     except click.ClickException as e:
         e.show()
-        sys.exit(2 if isinstance(e, click.UsageError) else e.exit_code)
+        sys.exit(e.exit_code)
     except KeyboardInterrupt:
         click.echo("error[NVKR-E-INTERRUPTED]: interrupted", err=True)
         sys.exit(130)

@@ -79,7 +79,15 @@ def command(
                 doc["milliseconds"] = round(fields["seconds"] * 1000)
             if "error" in fields:
                 doc["error"] = str(fields["error"])
+            if "source" in fields:
+                doc["source"] = fields["source"].name
+                doc["digest"] = fields["source"].digest
             click.echo(json.dumps(doc, sort_keys=True))
+            return
+        if kind == "source-fetch":
+            src = fields["source"]
+            uri = src.descriptor().get("uri", src.name)
+            console.print(f"  [cyan]fetching[/] {escape(src.name)} [dim]{escape(uri)}[/]")
             return
         if action is None:
             return
@@ -98,6 +106,11 @@ def command(
     )
     if locked:
         session.resolver.check_locked(session.variants, all_variants=session.all_variants)
+    if not session.all_variants and not as_json:
+        console.print(
+            f"[yellow]note:[/] building {len(session.variants)} selected variants: each release set in "
+            f"{out} holds only those (use another --out to keep a full build)"
+        )
     with session.store.lock():
         plan = make_session_plan(session)
         if session.resolver.resolved_now and not as_json:
@@ -134,7 +147,7 @@ def command(
         )
         return
     if report.up_to_date:
-        console.print(f"nvkr: up to date — {len(report.cached)} cached, no builder ran")
+        console.print(f"nvkr: up to date — {len(plan.actions)} actions, no builder ran")
     else:
         console.print(f"nvkr: built {len(report.built)} actions, {len(report.cached)} cached")
     for item in written:

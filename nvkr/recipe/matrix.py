@@ -135,11 +135,15 @@ def _check_selections(
     for selection in selections:
         for axis, value in selection.items():
             if axis not in axes:
-                raise UsageError(f"--variant: unknown axis '{axis}' (axes: {', '.join(AXES)})")
+                raise UsageError(
+                    f"--variant: unknown axis '{axis}' (axes: {', '.join(AXES)})",
+                    hint="e.g. --variant gpu=hopper,kubernetes=1.36,arch=amd64",
+                )
             if value not in axes[axis]:
                 raise UsageError(
                     f"--variant: {axis} '{value}' is not in the matrix of {recipe.metadata.name} "
-                    f"(allowed: {', '.join(axes[axis])})"
+                    f"(allowed: {', '.join(axes[axis])})",
+                    hint=f"pick one of those, or add {value!r} to matrix.{axis} in the recipe",
                 )
         if not any(matches(selection, cell) for cell in kept):
             shown = ",".join(f"{axis}={value}" for axis, value in selection.items())

@@ -123,7 +123,11 @@ def read_yaml(path: Path) -> Document:
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        raise RecipeError(f"{path}: file not found") from None
+        raise RecipeError(
+            f"{path}: file not found",
+            hint="paths are relative to the current directory (RECIPE defaults to recipes/default.yaml) "
+            "or, in extends, to the file that names them",
+        ) from None
     except OSError as exc:
         raise RecipeError(f"{path}: cannot read: {exc.strerror or exc}") from None
     try:
@@ -157,7 +161,10 @@ def _syntax_error(path: Path, exc: yaml.MarkedYAMLError) -> RecipeError:
         if exc.context_mark and exc.context_mark is not mark:
             problem += f" started at line {exc.context_mark.line + 1}"
         problem += ")"
-    return RecipeError(f"{where}: YAML syntax error: {problem}")
+    return RecipeError(
+        f"{where}: YAML syntax error: {problem}",
+        hint="check the indentation, and quote values holding ':', '{', '[' or '#'",
+    )
 
 
 def _where(path: Path, node: Node) -> str:

@@ -255,3 +255,48 @@ def test_version_and_default_recipe_validates(repo_root, tmp_path):
     ok = run_nvkr("validate", cwd=repo_root, store=tmp_path / "s")
     assert ok.code == 0, ok.stderr
     assert "4 variants" in ok.stdout
+
+
+def test_debug_adds_a_traceback_but_keeps_the_exit_code(project, tmp_path):
+    proj, _ = project
+    res = run_nvkr(
+        "--debug",
+        "build",
+        "recipes/small.yaml",
+        "--variant",
+        "gpu=ampere",
+        cwd=proj,
+        store=tmp_path / "s",
+    )
+    assert res.code == 2
+    assert "Traceback" in res.stderr and "error[NVKR-E-USAGE]" in res.stderr
+    assert "hint:" in res.stderr
+
+
+def test_click_usage_errors_use_the_same_format(project, tmp_path):
+    proj, _ = project
+    res = run_nvkr("build", "recipes/small.yaml", "--jobs", "0", cwd=proj, store=tmp_path / "s")
+    assert res.code == 2
+    assert res.stderr.startswith("error[NVKR-E-USAGE]:") and "nvkr build --help" in res.stderr
+
+
+def test_drift_is_one_line_per_difference_with_the_recipe_in_the_hint(project, tmp_path):
+    proj, _ = project
+    store = tmp_path / "store"
+    assert run_nvkr("lock", "recipes/small.yaml", cwd=proj, store=store).code == 0
+    recipe = proj / "recipes" / "small.yaml"
+    recipe.write_text(recipe.read_text().replace("v1.0.0", "v1.0.1"))
+    res = run_nvkr("build", "recipes/small.yaml", "--locked", cwd=proj, store=store)
+    assert res.code == 2
+    lines = [line for line in res.stderr.splitlines() if "source 'tool' changed" in line]
+    assert len(lines) == 2, res.stderr  # url and checksumUrl differ per arch: one line per cell
+    assert "v1.0.0" in lines[0] and "v1.0.1" in lines[0]
+    assert "nvkr lock recipes/small.yaml" in res.stderr
+
+
+def test_json_result_names_the_release_sets(project, tmp_path):
+    proj, _ = project
+    res = run_nvkr("build", "recipes/small.yaml", "--json", cwd=proj, store=tmp_path / "s")
+    assert res.code == 0, res.stderr
+    events = res.json_events()
+    assert events[-1]["event"] == "result" and events[-1]["releaseSets"][0]["name"] == "small-1.36"

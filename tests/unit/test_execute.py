@@ -173,3 +173,51 @@ def test_action_key_covers_every_input():
         action_key("b", "1", {"p": 1}, {"src": "sha256:" + "0" * 64}, {"go": "1.27.3"}, 11),
     ]
     assert base not in variants and len(set(variants)) == len(variants)
+
+
+def test_sources_are_fetched_once_before_the_builders_that_read_them(recorder, store, tmp_path):
+    import hashlib
+
+    from nvkr.builders import ResolvedSource
+    from nvkr.recipe.models import UrlSource
+
+    payload = tmp_path / "tool.bin"
+    payload.write_bytes(b"tool bytes")
+    digest = "sha256:" + hashlib.sha256(b"tool bytes").hexdigest()
+    url = payload.as_uri()
+    src = ResolvedSource(
+        name="tool",
+        spec=UrlSource(url=url, sha256=digest[7:]),
+        entry={"kind": "url", "url": url, "size": 10, "digest": digest, "sha256": digest},
+        base_dir=tmp_path,
+    )
+    seen: list[bool] = []
+    recorder.hooks = {n: (lambda ctx: seen.append(ctx.store.has_blob(digest))) for n in ("a", "b")}
+    actions = []
+    for name in ("a", "b"):
+        key = action_key("test-echo", "1", {"n": name}, {"tool": digest}, {}, 0)
+        actions.append(
+            Action(
+                key=key,
+                builder="test-echo",
+                builder_version="1",
+                name=name,
+                params={"n": name},
+                inputs={"tool": digest},
+                tools={},
+                epoch=0,
+                sources={"tool": src},
+            )
+        )
+    events: list[str] = []
+    top = _action("top", deps=[a.key for a in actions])
+    execute(
+        _plan(*actions, top, roots=[top]),
+        store,
+        FetchContext(store=store),
+        jobs=2,
+        event=lambda kind, **f: events.append(kind),
+    )
+    assert seen == [True, True], "the source is in the store before each builder runs"
+    assert events.count("source-fetch") == 1, "two actions share one download"
+    assert store.read_blob(digest) == b"tool bytes"
