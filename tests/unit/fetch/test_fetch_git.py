@@ -234,8 +234,9 @@ def _git_daemon_available() -> bool:
 
 @pytest.fixture
 def git_daemon(git_repo, free_port: int) -> Iterator[str]:
-    if not _git_daemon_available():
-        pytest.skip("git daemon is not installed")
+    # Debian's git package ships git-daemon, and install.sh installs git: a missing daemon is a
+    # broken install, not a reason to skip.
+    assert _git_daemon_available(), "git daemon is missing: run ./install.sh"
     base = git_repo.path.parent
     proc = subprocess.Popen(
         [
