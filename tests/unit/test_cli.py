@@ -300,3 +300,37 @@ def test_json_result_names_the_release_sets(project, tmp_path):
     assert res.code == 0, res.stderr
     events = res.json_events()
     assert events[-1]["event"] == "result" and events[-1]["releaseSets"][0]["name"] == "small-1.36"
+
+
+def test_concurrent_builds_on_one_store_both_succeed(project, tmp_path):
+    import subprocess
+    import sys
+
+    proj, _ = project
+    store = tmp_path / "store"
+    env = {**os.environ, "NVKR_CACHE": str(store), "NVKR_CONFIG": str(proj / "none.yaml")}
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "nvkr",
+                "build",
+                "recipes/small.yaml",
+                "--json",
+                "--out",
+                f"out{n}",
+            ],
+            cwd=proj,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for n in range(2)
+    ]
+    results = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], results
+    digests = {json.loads(out.splitlines()[-1])["releaseSets"][0]["digest"] for out, _ in results}
+    assert len(digests) == 1
+    assert os.listdir(store / "tmp") == []
