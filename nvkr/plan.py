@@ -17,6 +17,7 @@ from typing import Any
 
 import nvkr
 from nvkr.builders import ActionSpec, ResolvedSource, get_builder
+from nvkr.builders.image_index import ImageIndexBuilder
 from nvkr.builders.release_set import ReleaseSetBuilder
 from nvkr.canonical import digest_json
 from nvkr.errors import RecipeReferenceError
@@ -146,6 +147,139 @@ def _new_action(builder: str, version: str, name: str, spec: ActionSpec, epoch: 
     )
 
 
+class _Refs:
+    """What :meth:`Builder.plan` may ask about one variant (see :class:`nvkr.builders.PlanRefs`)."""
+
+    def __init__(self, planner: _ArtifactPlanner, variant: Variant, artifact: str) -> None:
+        self._planner = planner
+        self._variant = variant
+        self._artifact = artifact
+
+    def source(self, name: str) -> ResolvedSource:
+        if name not in self._variant.recipe.sources:
+            raise RecipeReferenceError(
+                f"artifact {self._artifact!r} refers to source {name!r}, which the recipe does not define",
+                hint="defined sources: " + ", ".join(sorted(self._variant.recipe.sources)),
+            )
+        return self._planner.source_for(self._variant, name)
+
+    def artifact(self, name: str) -> Action:
+        return self._planner.action(self._variant, name)
+
+    def image_index(self, name: str) -> Action:
+        return self._planner.image_index(self._variant, name)
+
+
+class _ArtifactPlanner:
+    """Plans artifacts on demand, per variant, following references between them.
+
+    An artifact that uses another (an image holding the agent binary, a chart naming an image)
+    plans it first; a reference back to an artifact still being planned is a cycle. A
+    container-image artifact enters release sets as an ``image-index`` action that joins its
+    per-arch images across the variants that differ only by ``arch``.
+    """
+
+    def __init__(
+        self,
+        variants: list[Variant],
+        source_for: Callable[[Variant, str], ResolvedSource],
+        epoch: int,
+    ) -> None:
+        self.variants = variants
+        self.source_for = source_for
+        self.epoch = epoch
+        self.actions: dict[str, Action] = {}
+        self._done: dict[tuple[str, str], Action] = {}
+        self._stack: list[tuple[str, str]] = []
+
+    def _add(self, action: Action, variant: Variant) -> Action:
+        action = self.actions.setdefault(action.key, action)
+        if variant.id not in action.variants:
+            action.variants.append(variant.id)
+        return action
+
+    def action(self, variant: Variant, name: str) -> Action:
+        """The action building artifact ``name`` of ``variant`` (for its own arch)."""
+        cell = (variant.id, name)
+        if cell in self._done:
+            return self._done[cell]
+        if cell in self._stack:
+            chain = " -> ".join(
+                n for v, n in self._stack[self._stack.index(cell) :] if v == variant.id
+            )
+            raise RecipeReferenceError(
+                f"artifacts refer to each other in a cycle: {chain} -> {name}",
+                hint="an artifact cannot use itself, directly or through others",
+            )
+        if name not in variant.recipe.artifacts:
+            raise RecipeReferenceError(
+                f"no artifact named {name!r}",
+                hint="defined artifacts: " + ", ".join(sorted(variant.recipe.artifacts)),
+            )
+        self._stack.append(cell)
+        try:
+            artifact = variant.recipe.artifacts[name]
+            builder = get_builder(artifact.builder)
+            spec = builder.plan(name, artifact, variant, _Refs(self, variant, name))
+            label = f"{name} [{variant.arch}]" if builder.per_arch else name
+            action = self._add(
+                _new_action(builder.name, builder.version, label, spec, self.epoch), variant
+            )
+        finally:
+            self._stack.pop()
+        self._done[cell] = action
+        return action
+
+    def image_index(self, variant: Variant, name: str) -> Action:
+        """The image-index action joining image ``name`` over ``variant``'s sibling arches.
+
+        Siblings are the planned variants with the same release set name, GPU generation and
+        Kubernetes release; each contributes its arch's image.
+        """
+        siblings = sorted(
+            (
+                v
+                for v in self.variants
+                if v.gpu == variant.gpu
+                and v.kubernetes == variant.kubernetes
+                and v.recipe.releaseSet.name == variant.recipe.releaseSet.name
+            ),
+            key=lambda v: v.arch,
+        )
+        images = {v.arch: self.action(v, name) for v in siblings}
+        spec = ActionSpec(
+            params={
+                "name": name,
+                "platforms": [{"os": "linux", "architecture": arch} for arch in sorted(images)],
+            },
+            deps=tuple(images[arch].key for arch in sorted(images)),
+        )
+        index = _new_action(
+            ImageIndexBuilder.name, ImageIndexBuilder.version, name, spec, self.epoch
+        )
+        for v in siblings:
+            index = self._add(index, v)
+        return index
+
+    def release_action(self, variant: Variant, name: str) -> Action:
+        """What the release set holds for artifact ``name``: its action, or its image index."""
+        builder = get_builder(variant.recipe.artifacts[name].builder)
+        if builder.release_kind == "image":
+            return self.image_index(variant, name)
+        return self.action(variant, name)
+
+    def sources_of(self, action: Action) -> dict[str, ResolvedSource]:
+        """Every source ``action`` reads, directly or through the actions it depends on."""
+        found: dict[str, ResolvedSource] = {}
+        stack = [action]
+        while stack:
+            a = stack.pop()
+            for src in a.sources.values():
+                found.setdefault(src.digest, src)
+            stack.extend(self.actions[d] for d in a.deps if d in self.actions)
+        return found
+
+
 def make_plan(
     loaded: LoadedRecipe,
     variants: list[Variant],
@@ -163,37 +297,18 @@ def make_plan(
         RecipeReferenceError: an artifact refers to a source that does not exist.
         UnknownBuilderError: an artifact names a builder nvkr does not have.
     """
-    actions: dict[str, Action] = {}
+    planner = _ArtifactPlanner(variants, source_for, epoch)
     by_set: dict[str, list[tuple[Variant, dict[str, Action]]]] = {}
-
     for variant in variants:
         recipe = variant.recipe
         wanted = recipe.releaseSet.artifacts or list(recipe.artifacts)
-        built: dict[str, Action] = {}
-        for art_name in wanted:
-            artifact = recipe.artifacts[art_name]
-            builder = get_builder(artifact.builder)
-
-            def lookup(src_name: str, _v: Variant = variant, _a: str = art_name) -> ResolvedSource:
-                if src_name not in _v.recipe.sources:
-                    raise RecipeReferenceError(
-                        f"artifact {_a!r} refers to source {src_name!r}, which the recipe does not define",
-                        hint="defined sources: " + ", ".join(sorted(_v.recipe.sources)),
-                    )
-                return source_for(_v, src_name)
-
-            spec = builder.plan(art_name, artifact, variant, lookup)
-            action = _new_action(
-                builder.name, builder.version, f"{art_name} [{variant.arch}]", spec, epoch
-            )
-            action = actions.setdefault(action.key, action)
-            action.variants.append(variant.id)
-            built[art_name] = action
+        built = {name: planner.release_action(variant, name) for name in wanted}
         by_set.setdefault(recipe.releaseSet.name, []).append((variant, built))
+    actions = planner.actions
 
     release_sets: dict[str, str] = {}
     for set_name, members in sorted(by_set.items()):
-        params = _release_set_spec(set_name, members, loaded, epoch, lockfile)
+        params = _release_set_spec(set_name, members, planner, loaded, epoch, lockfile)
         deps = tuple(sorted({a.key for _, built in members for a in built.values()}))
         action = _new_action(
             ReleaseSetBuilder.name,
@@ -219,6 +334,7 @@ def make_plan(
 def _release_set_spec(
     name: str,
     members: list[tuple[Variant, dict[str, Action]]],
+    planner: _ArtifactPlanner,
     loaded: LoadedRecipe,
     epoch: int,
     lockfile: dict[str, str],
@@ -231,16 +347,23 @@ def _release_set_spec(
     for variant, built in members:
         rs = variant.recipe.releaseSet
         for art_name, action in built.items():
+            builder = get_builder(variant.recipe.artifacts[art_name].builder)
+            sources = sorted(planner.sources_of(action).values(), key=lambda s: (s.name, s.digest))
             artifacts.append(
                 {
                     "name": art_name,
+                    "kind": builder.release_kind,
                     "actionKey": action.key,
-                    "builder": action.builder,
-                    "builderVersion": action.builder_version,
+                    "builder": builder.name,
+                    "builderVersion": builder.version,
                     "variant": variant.axes,
-                    "platform": {"os": "linux", "architecture": variant.arch},
-                    "artifactType": BINARY_ARTIFACT_TYPE,
-                    "dependencies": [s.descriptor() for _, s in sorted(action.sources.items())],
+                    "platform": (
+                        {"os": "linux", "architecture": variant.arch} if builder.per_arch else None
+                    ),
+                    "artifactType": BINARY_ARTIFACT_TYPE
+                    if builder.release_kind == "binary"
+                    else None,
+                    "dependencies": [s.descriptor() for s in sources],
                 }
             )
         for pool in rs.nodePoolReleases:

@@ -9,7 +9,6 @@ them: adding a builder means adding a module and a line in :data:`REGISTRY`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -113,16 +112,41 @@ class ActionContext:
         return out
 
 
+class PlanRefs(Protocol):
+    """What a builder may look up while planning one artifact of one variant.
+
+    ``source(name)`` is the locked source; ``artifact(name)`` the action building another
+    artifact of the same variant (add its key to ``ActionSpec.deps`` and read its result from
+    ``ActionContext.deps`` at run time); ``image_index(name)`` the action joining a
+    container-image artifact over the variant's arches (its result's metadata holds
+    ``indexDigest``).
+
+    Raises (each): RecipeReferenceError for a missing name or a cycle.
+    """
+
+    def source(self, name: str) -> ResolvedSource: ...
+
+    def artifact(self, name: str) -> Action: ...
+
+    def image_index(self, name: str) -> Action: ...
+
+
 class Builder(Protocol):
+    """A builder: ``name`` and ``version`` enter every action key it makes.
+
+    ``per_arch`` says its output depends on the variant's arch (a Go binary, a per-arch image;
+    not a chart); ``release_kind`` says how a release set holds its artifacts: ``binary`` (an
+    OCI artifact manifest wrapping the primary output), ``image`` (the multi-arch image index)
+    or ``chart`` (a Helm chart manifest).
+    """
+
     name: str
     version: str
+    per_arch: bool
+    release_kind: str
 
     def plan(
-        self,
-        artifact_name: str,
-        artifact: Any,
-        variant: Variant,
-        source: Callable[[str], ResolvedSource],
+        self, artifact_name: str, artifact: Any, variant: Variant, refs: PlanRefs
     ) -> ActionSpec: ...
 
     def run(self, ctx: ActionContext) -> None: ...
@@ -130,9 +154,10 @@ class Builder(Protocol):
 
 def _registry() -> dict[str, Builder]:
     from nvkr.builders.go_binary import GoBinaryBuilder
+    from nvkr.builders.image_index import ImageIndexBuilder
     from nvkr.builders.release_set import ReleaseSetBuilder
 
-    builders: tuple[Builder, ...] = (GoBinaryBuilder(), ReleaseSetBuilder())
+    builders: tuple[Builder, ...] = (GoBinaryBuilder(), ImageIndexBuilder(), ReleaseSetBuilder())
     return {b.name: b for b in builders}
 
 

@@ -16,11 +16,10 @@ import shutil
 import tempfile
 import threading
 import zipfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from nvkr.builders import ActionContext, ActionSpec, ResolvedSource
+from nvkr.builders import ActionContext, ActionSpec, PlanRefs
 from nvkr.canonical import canonical_json, hex_of
 from nvkr.errors import IntegrityError, RecipeError, ToolError
 from nvkr.recipe import Variant
@@ -72,17 +71,15 @@ def toolchain_root(store: Store, wheel_digest: str) -> Path:
 class GoBinaryBuilder:
     name = "go-binary"
     version = "1"
+    per_arch = True
+    release_kind = "binary"
 
     def plan(
-        self,
-        artifact_name: str,
-        artifact: Any,
-        variant: Variant,
-        source: Callable[[str], ResolvedSource],
+        self, artifact_name: str, artifact: Any, variant: Variant, refs: PlanRefs
     ) -> ActionSpec:
         assert isinstance(artifact, GoBinaryArtifact)
-        src = source(artifact.source)
-        tool = source(artifact.toolchain)
+        src = refs.source(artifact.source)
+        tool = refs.source(artifact.toolchain)
         if tool.entry.get("kind") != "pypi":
             raise RecipeError(
                 f"artifact {artifact_name!r}: toolchain {artifact.toolchain!r} must be a pypi source "

@@ -8,24 +8,19 @@ ends up in the store and is listed as an output, ``index.json`` last.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from nvkr.builders import ActionContext, ActionSpec, ResolvedSource
+from nvkr.builders import ActionContext, ActionSpec, PlanRefs
 from nvkr.errors import RecipeError
 
 
 class ReleaseSetBuilder:
     name = "release-set"
     version = "1"
+    per_arch = False
+    release_kind = "internal"
 
-    def plan(
-        self,
-        artifact_name: str,
-        artifact: Any,
-        variant: Any,
-        source: Callable[[str], ResolvedSource],
-    ) -> ActionSpec:
+    def plan(self, artifact_name: str, artifact: Any, variant: Any, refs: PlanRefs) -> ActionSpec:
         raise RecipeError(
             f"artifact {artifact_name!r}: the release-set builder is not for artifacts",
             hint="list artifacts under releaseSet instead",

@@ -90,12 +90,29 @@ class PathSource(Strict):
     path: str = Field(description="Required. directory relative to the declaring recipe file")
 
 
+class OciSource(Strict):
+    """An OCI image or image index by digest, from a registry or from an OCI image layout.
+
+    ``oci`` is ``REGISTRY/REPOSITORY`` (no tag: the digest is the pin), or ``oci-layout:DIR`` for
+    an image layout directory relative to the declaring recipe file. The whole closure (index,
+    manifests, configs, layers) is pulled into the store and checked against its digests.
+    """
+
+    oci: str = Field(description="Required. REGISTRY/REPOSITORY or oci-layout:DIR")
+    digest: str = Field(
+        pattern=r"^sha256:[0-9a-f]{64}$", description="Required. manifest or index digest"
+    )
+    insecure: bool = Field(
+        default=False, description="Optional. plain HTTP (only for a registry you name)"
+    )
+
+
 def _source_kind(value: Any) -> str | None:
     if isinstance(value, BaseModel):
         value = value.model_dump()
     if not isinstance(value, dict):
         return None
-    for kind in ("url", "git", "pypi", "path"):
+    for kind in ("url", "git", "pypi", "path", "oci"):
         if kind in value:
             return kind
     return None
@@ -105,11 +122,12 @@ Source = Annotated[
     Annotated[UrlSource, Tag("url")]
     | Annotated[GitSource, Tag("git")]
     | Annotated[PypiSource, Tag("pypi")]
-    | Annotated[PathSource, Tag("path")],
+    | Annotated[PathSource, Tag("path")]
+    | Annotated[OciSource, Tag("oci")],
     Discriminator(
         _source_kind,
         custom_error_type="source_kind",
-        custom_error_message="a source needs one of the keys url, git, pypi or path",
+        custom_error_message="a source needs one of the keys url, git, pypi, path or oci",
     ),
 ]
 
@@ -135,9 +153,130 @@ class GoBinaryArtifact(Strict):
         default_factory=list, description="Optional. extra -ldflags (e.g. -X k=v)"
     )
 
+    def references(self) -> list[tuple[tuple[str, ...], str, str]]:
+        """``(field path, "source" | "artifact", name)`` for every name this artifact uses."""
+        return [(("source",), "source", self.source), (("toolchain",), "source", self.toolchain)]
 
-Artifact = Annotated[GoBinaryArtifact, Field(discriminator="builder")]
-BUILDERS = ("go-binary",)
+
+class ImageFile(Strict):
+    """Content of one path in a container image: an artifact's primary output or a source."""
+
+    artifact: str | None = Field(default=None, description="an artifact of the same variant")
+    source: str | None = Field(default=None, description="a source (file, or directory tree)")
+    path: str | None = Field(
+        default=None, description="Optional. a file or directory inside the source"
+    )
+    mode: str | None = Field(
+        default=None,
+        pattern=r"^0[0-7]{3}$",
+        description='Optional. file mode, e.g. "0755"; default 0755 for artifacts, else from the source',
+    )
+
+    @model_validator(mode="after")
+    def _one_origin(self) -> ImageFile:
+        if (self.artifact is None) == (self.source is None):
+            raise ValueError("an image file needs exactly one of artifact or source")
+        return self
+
+
+class ContainerImageArtifact(Strict):
+    """An OCI container image per variant arch, joined across arches in an image index.
+
+    ``backend: daemonless`` (default) writes layers from ``files`` onto ``base``; ``backend:
+    docker`` builds ``dockerfile`` in the ``context`` source through a Docker-API socket
+    (``DOCKER_HOST``) and normalises the result.
+    """
+
+    builder: Literal["container-image"]
+    backend: Literal["daemonless", "docker"] = "daemonless"
+    base: str = Field(
+        default="scratch", description='Optional. "scratch" or the name of an oci source'
+    )
+    files: dict[str, str | ImageFile] = Field(
+        default_factory=dict,
+        description="Optional. absolute path in the image -> artifact name, or {artifact|source, path, mode}",
+    )
+    context: str | None = Field(
+        default=None, description="docker backend: the build context source"
+    )
+    dockerfile: str = Field(default="Dockerfile", description="docker backend: path in the context")
+    buildArgs: dict[str, str] = Field(
+        default_factory=dict, description="docker backend: build args"
+    )
+    entrypoint: list[str] = Field(default_factory=list)
+    cmd: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    user: str | None = None
+    workdir: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    revisionSource: str | None = Field(
+        default=None,
+        description="Optional. source whose pinned revision fills org.opencontainers.image.revision/source",
+    )
+    version: str | None = Field(
+        default=None, description="Optional. org.opencontainers.image.version"
+    )
+    compression: Literal["gzip", "zstd"] = "gzip"
+
+    def references(self) -> list[tuple[tuple[str, ...], str, str]]:
+        refs: list[tuple[tuple[str, ...], str, str]] = []
+        if self.base != "scratch":
+            refs.append((("base",), "source", self.base))
+        if self.context is not None:
+            refs.append((("context",), "source", self.context))
+        if self.revisionSource is not None:
+            refs.append((("revisionSource",), "source", self.revisionSource))
+        for dest, entry in self.files.items():
+            if isinstance(entry, str):
+                refs.append((("files", dest), "artifact", entry))
+            elif entry.artifact is not None:
+                refs.append((("files", dest, "artifact"), "artifact", entry.artifact))
+            elif entry.source is not None:
+                refs.append((("files", dest, "source"), "source", entry.source))
+        return refs
+
+    @model_validator(mode="after")
+    def _backend_fields(self) -> ContainerImageArtifact:
+        if self.backend == "docker" and self.context is None:
+            raise ValueError("backend docker needs a context source")
+        if self.backend == "daemonless" and self.context is not None:
+            raise ValueError("context is for backend docker; use files for the daemonless backend")
+        return self
+
+
+class ChartImage(Strict):
+    """Where a container-image artifact goes in a chart's values.yaml."""
+
+    artifact: str = Field(description="Required. a container-image artifact")
+    repository: str = Field(description="Required. image repository, e.g. ghcr.io/nvkr/node-agent")
+
+
+class HelmChartArtifact(Strict):
+    """A Helm chart packaged reproducibly (``<name>-<version>.tgz``) with Helm's OCI media types."""
+
+    builder: Literal["helm-chart"]
+    source: str = Field(description="Required. the source holding the chart directory")
+    subdir: str | None = Field(default=None, description="Optional. chart directory in the source")
+    version: str = Field(description='Required. chart version (SemVer 2), e.g. "0.1.0"')
+    appVersion: str | None = Field(default=None, description="Optional. appVersion, a string")
+    images: dict[str, ChartImage] = Field(
+        default_factory=dict,
+        description="Optional. values.yaml key (dotted) -> image; sets KEY.repository and KEY.digest",
+    )
+
+    def references(self) -> list[tuple[tuple[str, ...], str, str]]:
+        refs: list[tuple[tuple[str, ...], str, str]] = [(("source",), "source", self.source)]
+        for key, image in self.images.items():
+            refs.append((("images", key, "artifact"), "artifact", image.artifact))
+        return refs
+
+
+Artifact = Annotated[
+    GoBinaryArtifact | ContainerImageArtifact | HelmChartArtifact,
+    Field(discriminator="builder"),
+]
+BUILDERS = ("container-image", "go-binary", "helm-chart")
 
 
 # -- release set -------------------------------------------------------------------------------

@@ -15,8 +15,6 @@ from nvkr.recipe.models import Recipe
 from nvkr.recipe.validation import describe_value
 from nvkr.recipe.yamlsource import DocPath, LocationMap, where
 
-# An artifact field with one of these names holds a source name, whatever the builder.
-SOURCE_FIELDS = ("source", "toolchain")
 # The release set name becomes a directory (dist/<name>/) and an OCI tag (at most 128 chars).
 RELEASE_SET_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")
 
@@ -24,7 +22,8 @@ RELEASE_SET_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")
 def check_references(recipe: Recipe, locations: LocationMap) -> None:
     """Every source and artifact name used by ``recipe`` must exist.
 
-    Checked: each artifact's ``source`` and ``toolchain`` (sources); ``releaseSet.artifacts``,
+    Checked: every name an artifact uses (``Artifact.references()``: sources such as ``source``,
+    ``toolchain``, ``base``; artifacts such as image ``files``); ``releaseSet.artifacts``,
     ``machineImages``, ``clusterRelease.charts``/``images``, ``nodePoolReleases[].machineImage``
     and ``nodePoolReleases[].artifacts`` (artifacts).
 
@@ -35,14 +34,19 @@ def check_references(recipe: Recipe, locations: LocationMap) -> None:
     lines: list[str] = []
     missing_sources = missing_artifacts = False
     for name, artifact in recipe.artifacts.items():
-        for field in SOURCE_FIELDS:
-            value = getattr(artifact, field, None)
-            if isinstance(value, str) and value not in recipe.sources:
-                default = "" if field in artifact.model_fields_set else f" (the default {field})"
-                lines.append(
-                    f"{where(locations, ('artifacts', name, field))}: no source named '{value}'{default}"
+        for field_path, kind, value in artifact.references():
+            path: DocPath = ("artifacts", name, *field_path)
+            if kind == "source" and value not in recipe.sources:
+                default = (
+                    ""
+                    if field_path[0] in artifact.model_fields_set
+                    else f" (the default {field_path[0]})"
                 )
+                lines.append(f"{where(locations, path)}: no source named '{value}'{default}")
                 missing_sources = True
+            elif kind == "artifact" and value not in recipe.artifacts:
+                lines.append(f"{where(locations, path)}: no artifact named '{value}'")
+                missing_artifacts = True
     for path, value in _artifact_uses(recipe):
         if value not in recipe.artifacts:
             lines.append(f"{where(locations, path)}: no artifact named '{value}'")

@@ -1,0 +1,67 @@
+"""The ``image-index`` builder: joins per-arch container images into one OCI image index.
+
+The planner makes one for every container-image artifact a release set holds, over the variants
+that differ only by arch (image-spec "image-index.md"). Its dependencies are the per-arch
+container-image actions, whose results carry a ``manifest`` output and ``platform`` metadata; its
+one output is the index (role ``index``), and its metadata names the index digest, which charts
+use to pin their images.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nvkr.builders import ActionContext, ActionSpec, PlanRefs
+from nvkr.canonical import canonical_json
+from nvkr.errors import BuildError, RecipeError
+
+INDEX_MEDIA_TYPE = "application/vnd.oci.image.index.v1+json"
+
+
+class ImageIndexBuilder:
+    name = "image-index"
+    version = "1"
+    per_arch = False
+    release_kind = "internal"
+
+    def plan(self, artifact_name: str, artifact: Any, variant: Any, refs: PlanRefs) -> ActionSpec:
+        raise RecipeError(
+            f"artifact {artifact_name!r}: image-index is made by the planner, not named in recipes",
+            hint="use builder: container-image; its arches are joined automatically",
+        )
+
+    def run(self, ctx: ActionContext) -> None:
+        manifests = []
+        for key in ctx.action.deps:
+            result = ctx.deps[key]
+            found = [o for o in result["outputs"] if o["role"] == "manifest"]
+            if len(found) != 1 or "platform" not in result.get("metadata", {}):
+                raise BuildError(
+                    f"image index {ctx.action.params['name']!r}: action {key[:19]} produced no single "
+                    "image manifest with a platform"
+                )
+            out = found[0]
+            manifests.append(
+                {
+                    "mediaType": out["mediaType"],
+                    "digest": out["digest"],
+                    "size": out["size"],
+                    "platform": result["metadata"]["platform"],
+                }
+            )
+        manifests.sort(key=lambda m: (m["platform"].get("architecture", ""), m["digest"]))
+        index = {"schemaVersion": 2, "mediaType": INDEX_MEDIA_TYPE, "manifests": manifests}
+        data = canonical_json(index)
+        info = ctx.store.add_bytes(data)
+        ctx.outputs.append(
+            {
+                "name": "index.json",
+                "digest": info.digest,
+                "size": info.size,
+                "mediaType": INDEX_MEDIA_TYPE,
+                "role": "index",
+            }
+        )
+        ctx.metadata.update(
+            {"indexDigest": info.digest, "indexSize": info.size, "mediaType": INDEX_MEDIA_TYPE}
+        )
