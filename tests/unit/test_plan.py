@@ -1,0 +1,133 @@
+"""The planner: action keys, dedupe across variants, artifact references, image-index joins."""
+
+from __future__ import annotations
+
+import pytest
+
+from nvkr import builders
+from nvkr.builders import ActionSpec
+from nvkr.errors import RecipeReferenceError
+from nvkr.fetch import FetchContext
+from nvkr.lock import Resolver
+from nvkr.plan import make_plan
+from nvkr.recipe import expand, load_recipe
+from nvkr.store import Store
+
+RECIPE = """\
+apiVersion: nvkr.dev/v1alpha1
+kind: Recipe
+metadata: {name: planned}
+matrix:
+  gpu: [hopper, blackwell]
+  kubernetes: ["1.36"]
+  arch: [amd64, arm64]
+sources:
+  code: {path: code}
+artifacts:
+  bin: {builder: go-binary, source: code, toolchain: code}
+  img: {builder: container-image, files: {/usr/bin/bin: %(img_file)s}}
+  chart:
+    builder: helm-chart
+    source: code
+    version: "0.1.0"
+    images: {image: {artifact: img, repository: example.org/img}}
+releaseSet:
+  name: planned
+  artifacts: [%(wanted)s]
+"""
+
+
+class Fake:
+    """A builder that plans by the rules of the real one of the same name, minus the work."""
+
+    version = "1"
+
+    def __init__(self, name, per_arch, release_kind):
+        self.name, self.per_arch, self.release_kind = name, per_arch, release_kind
+
+    def plan(self, artifact_name, artifact, variant, refs):
+        params = {"arch": variant.arch} if self.per_arch else {}
+        deps: list[str] = []
+        if artifact.builder == "container-image":
+            deps = [
+                refs.artifact(v if isinstance(v, str) else v.artifact).key
+                for v in artifact.files.values()
+            ]
+        if artifact.builder == "helm-chart":
+            deps = [refs.image_index(i.artifact).key for i in artifact.images.values()]
+        src = refs.source("code")
+        return ActionSpec(
+            params=params, inputs={"src": src.digest}, sources={"src": src}, deps=tuple(deps)
+        )
+
+    def run(self, ctx):  # pragma: no cover - plans only
+        raise AssertionError
+
+
+@pytest.fixture
+def fakes(monkeypatch):
+    builders.get_builder("go-binary")  # fill the registry first
+    for name, per_arch, kind in (
+        ("go-binary", True, "binary"),
+        ("container-image", True, "image"),
+        ("helm-chart", False, "chart"),
+    ):
+        monkeypatch.setitem(builders.REGISTRY, name, Fake(name, per_arch, kind))
+
+
+def _plan(tmp_path, img_file="bin", wanted="bin, img, chart"):
+    (tmp_path / "code").mkdir(exist_ok=True)
+    (tmp_path / "code" / "main.go").write_text("package main\n")
+    path = tmp_path / "planned.yaml"
+    path.write_text(RECIPE % {"img_file": img_file, "wanted": wanted})
+    loaded = load_recipe(path)
+    variants = expand(loaded, None)
+    store = Store(tmp_path / "store")
+    resolver = Resolver(
+        loaded=loaded, lock_path=tmp_path / "x.lock.json", lock=None, ctx=FetchContext(store=store)
+    )
+    return make_plan(
+        loaded,
+        variants,
+        resolver.source_for,
+        epoch=0,
+        lockfile={"path": "x", "digest": "sha256:" + "0" * 64},
+    )
+
+
+def test_images_join_across_arches_and_dedupe_across_gpus(fakes, tmp_path):
+    plan = _plan(tmp_path)
+    by_builder: dict[str, list] = {}
+    for action in plan.actions.values():
+        by_builder.setdefault(action.builder, []).append(action)
+    # 4 variants; binaries and images differ only by arch, so 2 each; one index, one chart.
+    assert {b: len(a) for b, a in by_builder.items()} == {
+        "go-binary": 2,
+        "container-image": 2,
+        "image-index": 1,
+        "helm-chart": 1,
+        "release-set": 1,
+    }
+    index = by_builder["image-index"][0]
+    assert index.params["platforms"] == [
+        {"os": "linux", "architecture": "amd64"},
+        {"os": "linux", "architecture": "arm64"},
+    ]
+    assert set(index.deps) == {a.key for a in by_builder["container-image"]}
+    chart = by_builder["helm-chart"][0]
+    assert chart.deps == (index.key,)
+    release = plan.actions[plan.roots[0]]
+    kinds = {(e["name"], e["kind"], e["actionKey"]) for e in release.params["artifacts"]}
+    assert ("img", "image", index.key) in kinds and ("chart", "chart", chart.key) in kinds
+    # Provenance of the image lists the sources of everything it was built from.
+    img_entry = next(e for e in release.params["artifacts"] if e["name"] == "img")
+    assert [d["name"] for d in img_entry["dependencies"]] == ["code"]
+
+
+def test_plan_is_stable(fakes, tmp_path):
+    assert _plan(tmp_path).build_digest == _plan(tmp_path).build_digest
+
+
+def test_artifact_cycle_is_a_reference_error(fakes, tmp_path):
+    with pytest.raises(RecipeReferenceError, match="cycle: img -> img"):
+        _plan(tmp_path, img_file="img", wanted="img")
