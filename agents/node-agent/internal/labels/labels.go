@@ -25,6 +25,25 @@ const (
 	KeyGeneration = "nvkr.dev/gpu-generation"
 )
 
+// OwnedKeys returns the label keys the agent owns, sorted: every key
+// FromSummary may return. When the agent writes labels to a Node it sets the
+// ones in its Set and deletes the other owned keys (a node that lost its GPUs
+// must not keep advertising a product), and touches no other label.
+func OwnedKeys() []string {
+	return []string{KeyCount, KeyPresent, KeyProduct, KeyGeneration}
+}
+
+// Missing returns the owned keys that are not in s, sorted.
+func (s Set) Missing() []string {
+	var missing []string
+	for _, k := range OwnedKeys() {
+		if _, ok := s[k]; !ok {
+			missing = append(missing, k)
+		}
+	}
+	return missing
+}
+
 // EnvVar is the variable the label file sets.
 const EnvVar = "NVKR_NODE_LABELS"
 

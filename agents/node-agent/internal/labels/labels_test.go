@@ -3,6 +3,8 @@ package labels_test
 import (
 	"os"
 	"path/filepath"
+	"reflect"
+	"sort"
 	"strings"
 	"testing"
 
@@ -187,6 +189,34 @@ func TestValidValue(t *testing.T) {
 	for _, tt := range tests {
 		if got := labels.ValidValue(tt.in); got != tt.want {
 			t.Errorf("ValidValue(%q) = %v, want %v", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestOwnedKeysAndMissing(t *testing.T) {
+	owned := labels.OwnedKeys()
+	if !sort.StringsAreSorted(owned) || len(owned) != 4 {
+		t.Errorf("OwnedKeys = %q, want the four keys sorted", owned)
+	}
+	tests := []struct {
+		name    string
+		summary gpu.Summary
+		missing []string
+	}{
+		{"no GPU", gpu.Summary{}, []string{labels.KeyProduct, labels.KeyGeneration}},
+		{"8 H100", gpu.Summary{Count: 8, Product: "NVIDIA H100 80GB HBM3", Generation: gpu.Hopper}, nil},
+	}
+	for _, tt := range tests {
+		set := labels.FromSummary(tt.summary)
+		if got := set.Missing(); !reflect.DeepEqual(got, tt.missing) {
+			t.Errorf("%s: Missing = %q, want %q", tt.name, got, tt.missing)
+		}
+		// Set and Missing partition the owned keys: every key FromSummary
+		// returns is owned, so the agent never writes a foreign label.
+		all := append(set.Keys(), set.Missing()...)
+		sort.Strings(all)
+		if !reflect.DeepEqual(all, owned) {
+			t.Errorf("%s: keys %q plus missing %q are not the owned keys %q", tt.name, set.Keys(), set.Missing(), owned)
 		}
 	}
 }
