@@ -16,7 +16,7 @@ from nvkr.errors import RecipeError
 
 class ReleaseSetBuilder:
     name = "release-set"
-    version = "1"
+    version = "2"
     per_arch = False
     release_kind = "internal"
 

@@ -1,10 +1,11 @@
 """OCI descriptors, manifests and indexes as bytes, and reading an OCI image layout back.
 
 The release-set builder (:mod:`nvkr.releaseset`) composes manifests with the pure functions here
-and stores their bytes; ``nvkr verify``, ``publish`` and the tests read a layout on disk with
-:class:`LayoutReader`. Every document is serialised with :func:`nvkr.canonical.canonical_json`
-(sorted keys, no whitespace), so the same content always gives the same bytes and the same digest
-whatever the machine, locale or Python version. Shapes follow image-spec v1.1.0: descriptor.md,
+and stores their bytes, and takes whole images into a release set with :func:`store_closure`;
+``nvkr verify``, ``publish`` and the tests read a layout on disk with :class:`LayoutReader`.
+Every document is serialised with :func:`nvkr.canonical.canonical_json` (sorted keys, no
+whitespace), so the same content always gives the same bytes and the same digest whatever the
+machine, locale or Python version. Shapes follow image-spec v1.1.0: descriptor.md,
 manifest.md (including "Guidance for Artifacts Usage"), image-index.md and image-layout.md.
 """
 
@@ -18,10 +19,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from nvkr.canonical import DIGEST_RE, canonical_json, sha256_bytes
-from nvkr.errors import IntegrityError, UsageError
+from nvkr.errors import BuildError, IntegrityError, UsageError
 from nvkr.oci import mediatypes as mt
 
 _CHUNK = 1 << 20
@@ -123,6 +124,45 @@ def artifact_manifest(
         "artifactType": artifact_type,
         "config": dict(config) if config is not None else mt.empty_descriptor(),
         "layers": [dict(layer) for layer in layers] or [mt.empty_descriptor()],
+    }
+    if subject is not None:
+        manifest["subject"] = subject_of(subject)
+    if annotations:
+        manifest["annotations"] = _check_annotations(annotations)
+    return manifest
+
+
+def image_manifest(
+    config: Mapping[str, Any],
+    layers: Sequence[Mapping[str, Any]],
+    annotations: Mapping[str, str] | None = None,
+    subject: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """An image manifest with a typed config and no ``artifactType`` (manifest.md).
+
+    The shape Helm pushes a chart in (config ``application/vnd.cncf.helm.config.v1+json``): the
+    config's media type says what the artifact is, so ``artifactType`` is left out (manifest.md:
+    it MUST be set only when the config is the empty descriptor).
+
+    Args:
+        config: the config descriptor; not the empty descriptor (use :func:`artifact_manifest`).
+        layers: descriptors of the layers, in order; at least one.
+        annotations: manifest annotations; omitted when empty.
+        subject: a manifest descriptor this one refers to.
+    Returns:
+        the manifest as a dict; serialise it with :func:`manifest_bytes`.
+    Raises:
+        ValueError: the config is the empty descriptor or there is no layer.
+    """
+    if config.get("mediaType") == mt.OCI_EMPTY:
+        raise ValueError("a manifest with the empty config needs an artifactType")
+    if not layers:
+        raise ValueError("an image manifest needs at least one layer")
+    manifest: dict[str, Any] = {
+        "schemaVersion": 2,
+        "mediaType": mt.OCI_MANIFEST,
+        "config": dict(config),
+        "layers": [dict(layer) for layer in layers],
     }
     if subject is not None:
         manifest["subject"] = subject_of(subject)
@@ -333,34 +373,17 @@ class LayoutReader:
         Raises:
             IntegrityError: as :meth:`read_blob`, or the bytes are not a JSON object of that type.
         """
-        data = self.read_blob(desc, referrer=referrer)
-        try:
-            doc = json.loads(data)
-        except ValueError as e:
-            raise IntegrityError(
-                f"blob {desc['digest']} (referenced by {referrer}) is not JSON: {e}"
-            ) from e
-        if not isinstance(doc, dict):
-            raise IntegrityError(
-                f"blob {desc['digest']} (referenced by {referrer}) is not a JSON object"
-            )
-        if (
-            desc.get("mediaType") in mt.MANIFEST_TYPES
-            and doc.get("mediaType", desc["mediaType"]) != desc["mediaType"]
-        ):
-            raise IntegrityError(
-                f"blob {desc['digest']} (referenced by {referrer}) says mediaType "
-                f"{doc.get('mediaType')!r}, its descriptor says {desc['mediaType']!r}"
-            )
-        return doc
+        return _json_document(self.read_blob(desc, referrer=referrer), desc, referrer)
 
     def walk(self, root: Mapping[str, Any] | None = None, *, deep: bool = True) -> list[LayoutBlob]:
         """Every blob reachable from ``root`` (default: all of ``index.json``), each checked.
 
-        Indexes are followed through ``manifests``, manifests through ``config`` and ``layers``;
-        a ``subject`` is checked when its blob is in the layout (it is a back-reference, not part
-        of the closure). Indexes, manifests and descriptors' embedded ``data`` are always hashed;
-        other blobs are hashed when ``deep`` (else only their size is checked, for speed).
+        Indexes (OCI, Docker manifest lists) are followed through ``manifests``, image manifests
+        (OCI, Docker schema 2) through ``config`` and ``layers``; a ``subject`` is followed when
+        its blob is in the layout (it is a back-reference: a referrer pulled without its subject
+        is still complete), so the walk reaches what :func:`store_closure` puts in a layout.
+        Indexes, manifests and descriptors' embedded ``data`` are always hashed; other blobs are
+        hashed when ``deep`` (else only their size is checked, for speed).
 
         Returns:
             the blobs in the order first reached (depth first, document order), each once.
@@ -395,13 +418,11 @@ class LayoutReader:
                 _check_data(desc, referrer)
             if media_type in mt.MANIFEST_TYPES:
                 doc = self.read_json(desc, referrer=referrer)
-                here = f"{'index' if media_type == mt.OCI_INDEX else 'manifest'} {digest}"
+                here = _label(media_type, digest)
                 children = _children(doc, media_type, here)
-                subject = doc.get("subject")
-                if isinstance(subject, dict):
-                    subj_digest, _ = _check_descriptor(subject, f"{here} subject")
-                    if self.blob_path(subj_digest).is_file():
-                        self.read_blob(subject, referrer=f"{here} subject")
+                subject = _subject(doc, here)
+                if subject is not None and self.blob_path(subject[0]["digest"]).is_file():
+                    todo.append(subject)  # below the children: reached after them
                 todo.extend(reversed(children))
             else:
                 self._check_leaf(digest, size, referrer, deep=deep)
@@ -438,6 +459,98 @@ class LayoutReader:
                 f"blob {digest} (referenced by {referrer}) is corrupt: its content hashes to {actual}",
                 hint=f"{path} was modified; rebuild the release set",
             )
+
+
+# -- the closure of a manifest in the store -----------------------------------------------------
+class BlobSource(Protocol):
+    """Where blobs live by digest: :class:`nvkr.store.Store`, :class:`LayoutReader`, ..."""
+
+    def blob_path(self, digest: str) -> Path: ...
+
+
+def store_closure(
+    store: BlobSource, root: Mapping[str, Any], *, referrer: str = "the root descriptor"
+) -> list[dict[str, Any]]:
+    """Every blob an index or manifest in ``store`` references, transitively, each checked.
+
+    Indexes (OCI image index, Docker manifest list) are followed through ``manifests``, image
+    manifests (OCI, Docker schema 2) through ``config`` and ``layers``, and either through
+    ``subject`` (a layout holding the closure then holds what its referrers point at). Any other
+    media type is a leaf. Indexes and manifests are read and hashed; leaf blobs (layers, which
+    may be gigabytes) must exist at their size: the store verified their digest when they came in.
+
+    Args:
+        store: anything with ``blob_path(digest) -> Path``.
+        root: the descriptor to start from (``{"mediaType", "digest", "size", ...}``); usually an
+            image index or manifest, but a leaf descriptor gives just itself.
+        referrer: what ``root`` is, for messages (e.g. ``artifact agent-image``).
+    Returns:
+        ``[{"mediaType", "digest", "size"}, ...]``, ``root`` first, then depth first in document
+        order, each digest once (with the media type it was first reached by).
+    Raises:
+        IntegrityError: a blob is missing from the store, has another size or (for a manifest or
+            index) another digest; a malformed descriptor or document; one digest given two sizes.
+            The message names the blob, its media type and the chain of documents leading to it.
+        BuildError: a Docker schema 1 manifest (nvkr does not take those into a release set).
+    """
+    seen: dict[str, tuple[int, str]] = {}
+    out: list[dict[str, Any]] = []
+    todo: list[tuple[Any, str]] = [(root, referrer)]
+    while todo:
+        desc, where = todo.pop()
+        digest, size = _check_descriptor(desc, where)
+        if digest in seen:
+            if seen[digest][0] != size:
+                raise IntegrityError(
+                    f"blob {digest}: {where} gives size {size}, {seen[digest][1]} gives "
+                    f"{seen[digest][0]}"
+                )
+            continue
+        seen[digest] = (size, where)
+        media_type = str(desc["mediaType"])
+        out.append({"mediaType": media_type, "digest": digest, "size": size})
+        if "data" in desc:
+            _check_data(desc, where)
+        if media_type in mt.DOCKER_SCHEMA1_TYPES:
+            raise BuildError(
+                f"{where}: {digest} is a Docker schema 1 manifest ({media_type})",
+                hint="convert the image first, e.g. skopeo copy --format oci",
+            )
+        path = _store_path(store, digest, media_type, where)
+        try:
+            actual = path.stat().st_size
+        except OSError as e:
+            raise IntegrityError(
+                f"blob {digest} ({media_type}, referenced by {where}) is not in the store "
+                f"({path.parent})",
+                hint="the cache entry is stale; run the build again to re-create it",
+            ) from e
+        if actual != size:
+            raise IntegrityError(
+                f"blob {digest} ({media_type}, referenced by {where}) is {actual} bytes in the "
+                f"store, expected {size}",
+                hint=f"{path} was truncated or replaced; delete it and build again",
+            )
+        if media_type not in mt.MANIFEST_TYPES:
+            continue
+        data = path.read_bytes()
+        _check_bytes(data, digest, size, where, where=str(path))
+        doc = _json_document(data, desc, where)
+        here = f"{where} -> {_label(media_type, digest)}"
+        subject = _subject(doc, here)
+        if subject is not None:
+            todo.append(subject)
+        todo.extend(reversed(_children(doc, media_type, here)))
+    return out
+
+
+def _store_path(store: BlobSource, digest: str, media_type: str, where: str) -> Path:
+    try:
+        return store.blob_path(digest)
+    except ValueError as e:  # a store keyed by sha256 only, asked for a sha512 blob
+        raise IntegrityError(
+            f"blob {digest} ({media_type}, referenced by {where}) cannot be in the store: {e}"
+        ) from e
 
 
 def _check_descriptor(desc: Mapping[str, Any], referrer: str) -> tuple[str, int]:
@@ -482,10 +595,53 @@ def _check_data(desc: Mapping[str, Any], referrer: str) -> None:
     )
 
 
+def _json_document(data: bytes, desc: Mapping[str, Any], referrer: str) -> dict[str, Any]:
+    """``data`` (the checked bytes of ``desc``) as a JSON object whose own ``mediaType``, when
+    set, is the descriptor's (image-spec manifest.md/image-index.md: they MUST match)."""
+    try:
+        doc = json.loads(data)
+    except ValueError as e:
+        raise IntegrityError(
+            f"blob {desc['digest']} (referenced by {referrer}) is not JSON: {e}"
+        ) from e
+    if not isinstance(doc, dict):
+        raise IntegrityError(
+            f"blob {desc['digest']} (referenced by {referrer}) is not a JSON object"
+        )
+    if (
+        desc.get("mediaType") in mt.MANIFEST_TYPES
+        and doc.get("mediaType", desc["mediaType"]) != desc["mediaType"]
+    ):
+        raise IntegrityError(
+            f"blob {desc['digest']} (referenced by {referrer}) says mediaType "
+            f"{doc.get('mediaType')!r}, its descriptor says {desc['mediaType']!r}"
+        )
+    return doc
+
+
+def _label(media_type: str, digest: str) -> str:
+    return f"{'index' if media_type in mt.INDEX_TYPES else 'manifest'} {digest}"
+
+
+def _subject(doc: Mapping[str, Any], here: str) -> tuple[Mapping[str, Any], str] | None:
+    subject = doc.get("subject")
+    if subject is None:
+        return None
+    referrer = f"{here} subject"
+    _check_descriptor(subject, referrer)
+    return subject, referrer
+
+
 def _children(doc: Mapping[str, Any], media_type: str, here: str) -> list[tuple[Any, str]]:
+    """The descriptors a manifest or index references, each with where it was found.
+
+    Only called for :data:`~nvkr.oci.mediatypes.MANIFEST_TYPES`: indexes (OCI image index,
+    Docker manifest list) list ``manifests``; image manifests (OCI, Docker schema 2) a ``config``
+    and ``layers``. Both are ``schemaVersion`` 2.
+    """
     if doc.get("schemaVersion") != 2:
         raise IntegrityError(f"{here}: schemaVersion is {doc.get('schemaVersion')!r}, expected 2")
-    if media_type == mt.OCI_INDEX:
+    if media_type in mt.INDEX_TYPES:
         manifests = doc.get("manifests")
         if not isinstance(manifests, list):
             raise IntegrityError(f"{here}: 'manifests' is not a list")

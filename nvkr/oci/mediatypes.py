@@ -21,6 +21,21 @@ OCI_LAYER_TAR: Final = "application/vnd.oci.image.layer.v1.tar"
 OCI_LAYER_TAR_GZIP: Final = "application/vnd.oci.image.layer.v1.tar+gzip"
 OCTET_STREAM: Final = "application/octet-stream"
 
+# -- Docker image manifest v2 schema 2 (distribution/distribution docs/spec/manifest-v2-2.md) ----
+# Read, never written: a container image built elsewhere (a base image pulled by digest) may
+# still use them, and its closure must reach every blob all the same.
+DOCKER_MANIFEST: Final = "application/vnd.docker.distribution.manifest.v2+json"
+DOCKER_MANIFEST_LIST: Final = "application/vnd.docker.distribution.manifest.list.v2+json"
+DOCKER_CONFIG: Final = "application/vnd.docker.container.image.v1+json"
+DOCKER_LAYER_TAR_GZIP: Final = "application/vnd.docker.image.rootfs.diff.tar.gzip"
+#: Schema 1 (signed JWS manifests): deprecated, references blobs differently; refused.
+DOCKER_SCHEMA1_TYPES: Final = frozenset(
+    {
+        "application/vnd.docker.distribution.manifest.v1+json",
+        "application/vnd.docker.distribution.manifest.v1+prettyjws",
+    }
+)
+
 #: image-layout.md: the ``oci-layout`` file's only field.
 IMAGE_LAYOUT_VERSION: Final = "1.0.0"
 
@@ -49,6 +64,14 @@ def empty_descriptor() -> dict[str, Any]:
 # -- in-toto (attestation spec v1, envelope.md) -------------------------------------------------
 IN_TOTO_JSON: Final = "application/vnd.in-toto+json"
 
+# -- Helm (helm/helm pkg/registry/constants.go) -------------------------------------------------
+#: Config blob of a chart manifest: ``json.Marshal`` of the chart's metadata (Chart.yaml).
+HELM_CONFIG: Final = "application/vnd.cncf.helm.config.v1+json"
+#: The packaged chart (``<name>-<version>.tgz``), the chart manifest's layer.
+HELM_CHART_CONTENT: Final = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
+#: A chart's ``.prov`` file (signed with GnuPG), an optional second layer.
+HELM_PROVENANCE: Final = "application/vnd.cncf.helm.chart.provenance.v1.prov"
+
 # -- nvkr's own artifact types -------------------------------------------------------------------
 #: A single executable (a Go binary, ...) as an OCI artifact; its layer is ``OCTET_STREAM``.
 NVKR_BINARY: Final = "application/vnd.nvkr.binary.v1"
@@ -65,6 +88,9 @@ ANN_CREATED: Final = "org.opencontainers.image.created"
 ANN_VERSION: Final = "org.opencontainers.image.version"
 ANN_REF_NAME: Final = "org.opencontainers.image.ref.name"
 ANN_DESCRIPTION: Final = "org.opencontainers.image.description"
+ANN_URL: Final = "org.opencontainers.image.url"
+ANN_SOURCE: Final = "org.opencontainers.image.source"
+ANN_AUTHORS: Final = "org.opencontainers.image.authors"
 
 # -- nvkr's annotation keys (reverse domain of nvkr.dev) ---------------------------------------
 ANN_NVKR_ARTIFACT: Final = "dev.nvkr.artifact"
@@ -74,5 +100,9 @@ ANN_NVKR_KUBERNETES: Final = "dev.nvkr.kubernetes"
 ANN_NVKR_ARCH: Final = "dev.nvkr.arch"
 ANN_NVKR_RELEASE_SET: Final = "dev.nvkr.release-set"
 
+#: Indexes: JSON documents whose ``manifests`` list further manifests (or indexes).
+INDEX_TYPES: Final = frozenset({OCI_INDEX, DOCKER_MANIFEST_LIST})
+#: Image manifests: JSON documents that reference a ``config`` and ``layers``.
+IMAGE_MANIFEST_TYPES: Final = frozenset({OCI_MANIFEST, DOCKER_MANIFEST})
 #: Media types whose blobs are JSON documents that reference further blobs.
-MANIFEST_TYPES: Final = frozenset({OCI_MANIFEST, OCI_INDEX})
+MANIFEST_TYPES: Final = INDEX_TYPES | IMAGE_MANIFEST_TYPES
