@@ -1,0 +1,252 @@
+"""The ``helm-chart`` builder: a Helm chart packaged reproducibly, its images pinned by digest.
+
+Input is a source holding the chart directory (for a path source, the deterministic tar of the
+directory; ``subdir`` picks the chart inside it) and, for each ``images`` entry, the image-index
+action of a container-image artifact. The builder loads the chart as ``helm package`` does
+(``.helmignore``, :mod:`nvkr.helm.chart`), requires ``apiVersion: v2`` and a chart name Helm and
+OCI registries both accept, sets ``version`` and ``appVersion`` from the recipe, writes each
+image's repository and index digest into ``values.yaml`` (:mod:`nvkr.helm.values`), checks the
+packaged subcharts against ``Chart.lock`` (:mod:`nvkr.helm.dependencies`) and writes
+``<name>-<version>.tgz`` with Helm's layout and fixed bytes (:mod:`nvkr.helm.package`). Helm
+itself then lints the archive strictly and renders it with its default values
+(:mod:`nvkr.helm.check`).
+
+Outputs: the archive (role ``primary``, ``application/vnd.cncf.helm.chart.content.v1.tar+gzip``)
+and the config blob Helm pushes with it (role ``config``, ``application/vnd.cncf.helm.config.v1+json``,
+``json.Marshal(chart.Metadata)``). Metadata: ``chartName``, ``version``, ``appVersion``, ``tag``
+(the OCI tag, ``+`` as ``_``) and ``images`` (``{KEY: "repository@sha256:<hex>"}``).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from typing import Any
+
+import semver
+
+from nvkr.builders import ActionContext, ActionSpec, PlanRefs
+from nvkr.canonical import DIGEST_RE
+from nvkr.errors import BuildError, RecipeError
+from nvkr.helm.chart import ChartFile, load_dir
+from nvkr.helm.check import helm_check
+from nvkr.helm.dependencies import verify_dependencies
+from nvkr.helm.metadata import API_VERSION_V2, metadata_json
+from nvkr.helm.package import archive_name, oci_tag, package_bytes
+from nvkr.helm.values import emitter_versions, set_images
+from nvkr.oci.mediatypes import HELM_CHART_CONTENT, HELM_CONFIG
+from nvkr.recipe import Variant
+from nvkr.recipe.models import HelmChartArtifact
+from nvkr.repro import extract_tar
+
+__all__ = ["CHART_NAME_RE", "HelmChartBuilder", "check_chart_name", "oci_tag"]
+
+#: Helm's best practices ("lower case letters and numbers, words separated with dashes") — also a
+#: valid OCI repository path component, which a chart name becomes when pushed.
+CHART_NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+#: Helm's ``chartutil`` refuses longer names (``maxChartNameLength``).
+CHART_NAME_MAX = 250
+_VALUES_KEY_RE = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
+# distribution/reference: optional registry host[:port]/, then lower-case path components
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_REPOSITORY_RE = re.compile(
+    rf"^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::[0-9]+)?/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*$"
+)
+
+
+def check_chart_name(name: str, where: str) -> None:
+    """Check a chart name against Helm's rules.
+
+    Helm's loader and ``helm lint`` require a non-empty name without path separators
+    (``name == filepath.Base(name)``); ``chartutil`` allows ``[a-zA-Z0-9._-]``, at most 250
+    characters; Helm's chart best practices narrow that to lower-case letters, digits and dashes,
+    which is also what an OCI repository path component accepts. nvkr enforces the narrow form.
+
+    Raises:
+        BuildError: naming ``where`` (the Chart.yaml) and the field.
+    """
+    if CHART_NAME_RE.match(name) and len(name) <= CHART_NAME_MAX:
+        return
+    raise BuildError(
+        f"{where}: field 'name' is {name!r}: a chart name must be lower-case letters, digits and "
+        f"dashes (starting and ending with a letter or digit, at most {CHART_NAME_MAX} characters)",
+        hint="Helm's chart best practices, and the name becomes an OCI repository path; "
+        "e.g. name: node-agent",
+    )
+
+
+def _check_recipe(artifact_name: str, artifact: HelmChartArtifact) -> str | None:
+    """Plan-time checks of the recipe fields; returns the normalised ``subdir``."""
+    where = f"artifact {artifact_name!r}"
+    if not semver.Version.is_valid(artifact.version):
+        raise RecipeError(
+            f"{where}: field 'version' is {artifact.version!r}, not a SemVer 2 version",
+            hint='e.g. version: "0.1.0" or "1.2.3-rc.1+build.5" (MAJOR.MINOR.PATCH, no leading v)',
+        )
+    try:
+        oci_tag(artifact.version)
+    except BuildError as e:
+        raise RecipeError(f"{where}: field 'version': {e.message}", hint=e.hint) from None
+    app = artifact.appVersion
+    if app is not None and (not app.strip() or not app.isprintable()):
+        raise RecipeError(
+            f"{where}: field 'appVersion' is {app!r}: expected a non-empty printable string",
+            hint='e.g. appVersion: "0.1.0"',
+        )
+    subdir = artifact.subdir
+    if subdir is not None:
+        norm = posixpath.normpath(subdir)
+        if subdir.startswith("/") or norm == ".." or norm.startswith("../"):
+            raise RecipeError(
+                f"{where}: field 'subdir' is {subdir!r}: expected a relative path inside the source",
+                hint="e.g. subdir: charts/node-agent",
+            )
+        subdir = None if norm == "." else norm
+    for key, image in artifact.images.items():
+        if not _VALUES_KEY_RE.match(key):
+            raise RecipeError(
+                f"{where}: images key {key!r} is not a dotted values path",
+                hint="e.g. images: {image: ...} or {agent.image: ...}",
+            )
+        if not _REPOSITORY_RE.match(image.repository):
+            raise RecipeError(
+                f"{where}: field 'images.{key}.repository' is {image.repository!r}: expected an "
+                "image repository without tag or digest",
+                hint="e.g. repository: ghcr.io/nvkr/node-agent (the digest is set by the build)",
+            )
+    return subdir
+
+
+class HelmChartBuilder:
+    name = "helm-chart"
+    version = "1"
+    per_arch = False
+    release_kind = "chart"
+
+    def plan(
+        self, artifact_name: str, artifact: Any, variant: Variant, refs: PlanRefs
+    ) -> ActionSpec:
+        """Params ``{"version", "appVersion", "subdir", "images": {KEY: {"repository",
+        "index": <image-index action key>}}}``, input ``chart`` (the source's digest), the
+        image-index actions as deps, and as tools the YAML emitters whose output ships in the
+        archive (``{"pyyaml": ..., "ruamel.yaml": ...}``).
+
+        Raises:
+            RecipeError: a version that is not SemVer 2, a bad appVersion, subdir, images key or
+                repository (naming the field).
+            RecipeReferenceError: an unknown source or image artifact.
+        """
+        assert isinstance(artifact, HelmChartArtifact)
+        subdir = _check_recipe(artifact_name, artifact)
+        src = refs.source(artifact.source)
+        images: dict[str, dict[str, str]] = {}
+        for key, image in sorted(artifact.images.items()):
+            index = refs.image_index(image.artifact)
+            images[key] = {"repository": image.repository, "index": index.key}
+        params = {
+            "version": artifact.version,
+            "appVersion": artifact.appVersion,
+            "subdir": subdir,
+            "images": images,
+        }
+        return ActionSpec(
+            params=params,
+            inputs={"chart": src.digest},
+            tools=emitter_versions(),
+            sources={"chart": src},
+            deps=tuple(sorted({i["index"] for i in images.values()})),
+        )
+
+    def run(self, ctx: ActionContext) -> None:
+        p = ctx.action.params
+        src = ctx.workdir / "src"
+        src.mkdir()
+        with open(ctx.input_path("chart"), "rb") as f:
+            extract_tar(f, src)
+        where = _chart_label(ctx)
+        chart_dir = src / p["subdir"] if p["subdir"] else src
+        if not chart_dir.is_dir():
+            raise BuildError(
+                f"{where}: no such directory in the source",
+                hint="'subdir' names the chart directory relative to the source",
+            )
+        chart = load_dir(chart_dir, where)
+        meta = chart.metadata
+        if meta["apiVersion"] != API_VERSION_V2:
+            raise BuildError(
+                f"{where}/Chart.yaml: field 'apiVersion' is {meta['apiVersion']!r}: nvkr packages "
+                "apiVersion v2 charts (Helm 3 and later)",
+                hint="set apiVersion: v2 (dependencies move from requirements.yaml to Chart.yaml)",
+            )
+        check_chart_name(meta["name"], f"{where}/Chart.yaml")
+        log = [f"chart {meta['name']}: version {meta.get('version')!r} -> {p['version']!r}"]
+        meta["version"] = p["version"]
+        if p["appVersion"] is not None:
+            log.append(f"appVersion {meta.get('appVersion')!r} -> {p['appVersion']!r}")
+            meta["appVersion"] = p["appVersion"]
+        log += verify_dependencies(chart)
+
+        images = _image_digests(ctx, where)
+        if images:
+            data = chart.values.data if chart.values else None
+            chart.values = ChartFile(
+                "values.yaml", set_images(data, images, f"{where}/values.yaml")
+            )
+            log += [
+                f"values: {k}.repository={r} {k}.digest={d}" for k, (r, d) in sorted(images.items())
+            ]
+
+        out = ctx.workdir / "out"
+        out.mkdir()
+        archive = out / archive_name(chart)
+        archive.write_bytes(package_bytes(chart, epoch=ctx.action.epoch))
+        log += helm_check(archive, where=where, release=chart.name[:53])  # release name limit
+        config = out / "config.json"
+        config.write_bytes(metadata_json(meta))
+        with open(ctx.log_file, "a", encoding="utf-8") as f:
+            f.write("".join(line + "\n" for line in log))
+
+        ctx.add_output(archive, name=archive.name, media_type=HELM_CHART_CONTENT)
+        ctx.add_output(
+            config,
+            name=f"{chart.name}-{chart.version}.config.json",
+            media_type=HELM_CONFIG,
+            role="config",
+        )
+        ctx.metadata.update(
+            {
+                "chartName": chart.name,
+                "version": chart.version,
+                "appVersion": meta.get("appVersion"),
+                "tag": oci_tag(chart.version),
+                "images": {k: f"{r}@{d}" for k, (r, d) in sorted(images.items())},
+            }
+        )
+
+
+def _chart_label(ctx: ActionContext) -> str:
+    """How messages name the chart directory: the path source's path (plus subdir), or the
+    source's name."""
+    src = ctx.action.sources.get("chart")
+    base = str(src.entry.get("path") or f"source {src.name!r}") if src else "chart source"
+    subdir = ctx.action.params["subdir"]
+    return posixpath.join(base, subdir) if subdir else base
+
+
+def _image_digests(ctx: ActionContext, where: str) -> dict[str, tuple[str, str]]:
+    """``{KEY: (repository, "sha256:<hex>")}`` from the image-index results in ``ctx.deps``."""
+    images: dict[str, tuple[str, str]] = {}
+    for key, image in ctx.action.params["images"].items():
+        result = ctx.deps.get(image["index"])
+        digest = (result or {}).get("metadata", {}).get("indexDigest")
+        if (
+            not isinstance(digest, str)
+            or not DIGEST_RE.match(digest)
+            or not digest.startswith("sha256:")
+        ):
+            raise BuildError(
+                f"{where}: image {key!r}: the image-index action {image['index'][:19]} gave no "
+                f"sha256 indexDigest (got {digest!r})"
+            )
+        images[key] = (image["repository"], digest)
+    return images
