@@ -357,8 +357,11 @@ def _release_set_spec(
                     "builder": builder.name,
                     "builderVersion": builder.version,
                     "variant": variant.axes,
+                    # An image index spans the arches; its manifests carry their own platforms.
                     "platform": (
-                        {"os": "linux", "architecture": variant.arch} if builder.per_arch else None
+                        {"os": "linux", "architecture": variant.arch}
+                        if builder.per_arch and builder.release_kind != "image"
+                        else None
                     ),
                     "artifactType": BINARY_ARTIFACT_TYPE
                     if builder.release_kind == "binary"

@@ -125,6 +125,6 @@ def run_nvkr(
 
 def make_clone(dest: Path) -> Path:
     """A copy of the repository's recipes, lockfiles and agent sources (what a clone holds)."""
-    for part in ("recipes", "lockfiles", "agents"):
+    for part in ("recipes", "lockfiles", "agents", "charts"):
         shutil.copytree(REPO / part, dest / part, ignore=shutil.ignore_patterns("__pycache__"))
     return dest

@@ -59,6 +59,9 @@ class ResolvedSource:
                 desc["annotations"]["member"] = e["member"]
         elif kind == "path":
             desc["annotations"] = {"kind": "path", "path": e["path"]}
+        elif kind == "oci":
+            desc["uri"] = f"oci://{e['ref']}@{e['digest']}"
+            desc["mediaType"] = e["mediaType"]
         return desc
 
 
@@ -153,11 +156,19 @@ class Builder(Protocol):
 
 
 def _registry() -> dict[str, Builder]:
+    from nvkr.builders.container_image import ContainerImageBuilder
     from nvkr.builders.go_binary import GoBinaryBuilder
+    from nvkr.builders.helm_chart import HelmChartBuilder
     from nvkr.builders.image_index import ImageIndexBuilder
     from nvkr.builders.release_set import ReleaseSetBuilder
 
-    builders: tuple[Builder, ...] = (GoBinaryBuilder(), ImageIndexBuilder(), ReleaseSetBuilder())
+    builders: tuple[Builder, ...] = (
+        ContainerImageBuilder(),
+        GoBinaryBuilder(),
+        HelmChartBuilder(),
+        ImageIndexBuilder(),
+        ReleaseSetBuilder(),
+    )
     return {b.name: b for b in builders}
 
 

@@ -171,3 +171,81 @@ def test_agent_go_tests_pass_with_the_pinned_toolchain(go_toolchain, repo_root, 
         check=False,
     )
     assert vet.returncode == 0, vet.stdout.decode() + vet.stderr.decode()
+
+
+def _metadata(layout: Path) -> dict:
+    from nvkr.releaseset import read_metadata
+
+    return read_metadata(layout)
+
+
+def _view(layout: Path, tmp: Path, digest: str, media_type: str, size: int) -> Path:
+    """A layout naming one manifest or index of ``layout`` (blobs shared by symlink)."""
+    view = tmp / "view"
+    view.mkdir()
+    (view / "oci-layout").write_text('{"imageLayoutVersion":"1.0.0"}')
+    (view / "blobs").symlink_to(layout / "blobs")
+    ref = "sha256-" + digest.split(":")[1]
+    desc = {
+        "mediaType": media_type,
+        "digest": digest,
+        "size": size,
+        "annotations": {"org.opencontainers.image.ref.name": ref},
+    }
+    (view / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [desc]}))
+    return view
+
+
+def test_the_agent_image_is_multi_arch_and_unpacks(built, tmp_path):
+    clone, _, _, _ = built
+    layout = clone / "dist" / SET
+    images = [a for a in _metadata(layout)["artifacts"] if a.get("kind") == "image"]
+    assert images, "the release set holds the agent image"
+    index_desc = images[0]["index"]
+    index = json.loads((layout / "blobs" / "sha256" / index_desc["digest"][7:]).read_text())
+    archs = sorted(m["platform"]["architecture"] for m in index["manifests"])
+    assert archs == ["amd64", "arm64"]
+    amd64 = next(m for m in index["manifests"] if m["platform"]["architecture"] == "amd64")
+    view = _view(layout, tmp_path, amd64["digest"], amd64["mediaType"], amd64["size"])
+    ref = "sha256-" + amd64["digest"][7:]
+    inspect = subprocess.run(
+        ["skopeo", "inspect", f"oci:{view}:{ref}"], capture_output=True, text=True, check=False
+    )
+    assert inspect.returncode == 0, inspect.stderr
+    assert json.loads(inspect.stdout)["Architecture"] == "amd64"
+    bundle = tmp_path / "bundle"
+    unpack = subprocess.run(
+        ["umoci", "unpack", "--rootless", "--image", f"{view}:{ref}", str(bundle)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert unpack.returncode == 0, unpack.stderr
+    agent = bundle / "rootfs" / "usr" / "bin" / "node-agent"
+    version = subprocess.run([agent, "--version"], capture_output=True, text=True, check=False)
+    assert version.returncode == 0 and "0.1.0" in version.stdout
+
+
+def test_the_chart_pins_the_image_index_and_passes_helm(built, tmp_path):
+    import helm_python as helm
+
+    clone, _, _, _ = built
+    layout = clone / "dist" / SET
+    meta = _metadata(layout)
+    charts = [a for a in meta["artifacts"] if a.get("kind") == "chart"]
+    images = [a for a in meta["artifacts"] if a.get("kind") == "image"]
+    assert charts and images
+    index_digest = images[0]["index"]["digest"]
+    cluster = meta["clusterRelease"]
+    assert cluster["kubernetes"] == "1.36.3"
+    assert {c["name"] for c in cluster["charts"]} == {"agent-chart"}
+    assert {i["digest"] for i in cluster["images"]} == {index_digest}
+    tgz = tmp_path / charts[0]["primary"]["name"]
+    shutil.copyfile(layout / "blobs" / "sha256" / charts[0]["primary"]["digest"][7:], tgz)
+    lint = helm.lint(str(tgz), {}, strict=True)
+    assert not lint["errors"] and not [m for m in lint["messages"] if m["severity"] >= 2], lint
+    with helm.Chart.load(str(tgz)) as chart:
+        rendered = chart.render({}, name="nvkr", namespace="kube-system")
+    daemonset = next(text for path, text in rendered.items() if path.endswith("daemonset.yaml"))
+    assert f"ghcr.io/nvkr/node-agent@{index_digest}" in daemonset
+    assert "nvidia.com/gpu.present" in daemonset

@@ -1,0 +1,651 @@
+"""Reproducible container-image primitives: layers, configs and manifests, and stored base images.
+
+Both backends of the ``container-image`` builder write images with these: the daemonless one
+turns the files of a recipe into a layer with :func:`layer_from_tree`, the docker one re-tars what a
+daemon built with :func:`normalise_layer`; then :func:`image_config` and :func:`image_manifest`
+give the config and manifest bytes. Layers are deterministic tars (members sorted by path bytes,
+integer mtimes, no PAX atime/ctime, empty owner names; DESIGN.md "Reproducibility rules")
+compressed with a fixed gzip header (mtime 0, no name, level 9) or a fixed zstd level, streamed
+into the store while the uncompressed bytes are hashed for the ``diff_id``. Base images pulled by
+the ``oci`` fetcher (OCI or Docker schema 2) are read back from the store with
+:func:`load_image`, which picks the variant's platform from an index. Shapes follow image-spec
+v1.1.0: layer.md, config.md, manifest.md and image-index.md.
+"""
+
+from __future__ import annotations
+
+import bz2
+import copy
+import gzip
+import hashlib
+import json
+import lzma
+import os
+import shutil
+import stat
+import tarfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, BinaryIO, Final, cast
+
+from nvkr.canonical import canonical_json
+from nvkr.errors import BuildError, IntegrityError
+from nvkr.oci import mediatypes as mt
+from nvkr.oci.layout import manifest_bytes, rfc3339
+from nvkr.repro import GZIP_LEVEL
+from nvkr.store import BlobWriter, Store
+
+#: image-spec media-types.md: a zstd-compressed layer (the gzip one is in :mod:`mediatypes`).
+OCI_LAYER_TAR_ZSTD: Final = "application/vnd.oci.image.layer.v1.tar+zstd"
+#: zstd level 10: a good ratio at a few tens of MB/s; fixed, since it changes the bytes.
+ZSTD_LEVEL: Final = 10
+LAYER_MEDIA_TYPES: Final = {"gzip": mt.OCI_LAYER_TAR_GZIP, "zstd": OCI_LAYER_TAR_ZSTD}
+#: Docker layer and config media types as their OCI equivalents (the bytes are the same).
+OCI_EQUIVALENT: Final = {
+    mt.DOCKER_LAYER_TAR_GZIP: mt.OCI_LAYER_TAR_GZIP,
+    "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip": (
+        "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip"
+    ),
+    mt.DOCKER_CONFIG: mt.OCI_IMAGE_CONFIG,
+}
+#: image-index.md "Platform Variants": arm64 images are ``v8`` unless they say otherwise.
+PLATFORM_VARIANTS: Final = {"arm64": "v8"}
+#: PAX records that describe the file itself and so survive :func:`normalise_layer`: extended
+#: attributes (file capabilities live in ``security.capability``). Times, charsets and comments go.
+KEPT_PAX_PREFIXES: Final = ("SCHILY.xattr.", "LIBARCHIVE.xattr.")
+
+_CHUNK = 1 << 20
+_REGULAR = frozenset({tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.CONTTYPE, tarfile.GNUTYPE_SPARSE})
+_OTHER = frozenset(
+    {
+        tarfile.DIRTYPE,
+        tarfile.SYMTYPE,
+        tarfile.LNKTYPE,
+        tarfile.CHRTYPE,
+        tarfile.BLKTYPE,
+        tarfile.FIFOTYPE,
+    }
+)
+
+
+@dataclass(frozen=True)
+class Layer:
+    """A layer blob in the store.
+
+    ``digest``: ``sha256:<hex>`` of the compressed blob; ``size`` its length in bytes;
+    ``diff_id``: ``sha256:<hex>`` of the uncompressed tar (config.md ``rootfs.diff_ids``);
+    ``media_type``: ``application/vnd.oci.image.layer.v1.tar+gzip`` or ``...+zstd``.
+    """
+
+    digest: str
+    size: int
+    diff_id: str
+    media_type: str
+
+    def descriptor(self) -> dict[str, Any]:
+        """``{"mediaType", "digest", "size"}`` for a manifest's ``layers``."""
+        return {"mediaType": self.media_type, "digest": self.digest, "size": self.size}
+
+
+def platform_of(arch: str) -> dict[str, str]:
+    """The OCI platform of a variant arch: ``{"os": "linux", "architecture": arch}``, plus
+    ``"variant": "v8"`` for arm64 (image-index.md "Platform Variants")."""
+    platform = {"os": "linux", "architecture": arch}
+    if arch in PLATFORM_VARIANTS:
+        platform["variant"] = PLATFORM_VARIANTS[arch]
+    return platform
+
+
+def platform_label(platform: Mapping[str, Any]) -> str:
+    """``os/architecture[/variant]``, e.g. ``linux/arm64/v8``."""
+    parts = [str(platform.get("os", "?")), str(platform.get("architecture", "?"))]
+    if platform.get("variant"):
+        parts.append(str(platform["variant"]))
+    return "/".join(parts)
+
+
+# -- writing layers --------------------------------------------------------------------------
+class _BlobSink:
+    """What a compressor writes to: the store's :class:`BlobWriter`."""
+
+    def __init__(self, writer: BlobWriter) -> None:
+        self._writer = writer
+
+    def write(self, data: bytes) -> int:
+        self._writer.write(bytes(data))
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
+class _LayerSink:
+    """What tarfile writes to: the bytes are hashed (the diff_id) and compressed into the store."""
+
+    def __init__(self, writer: BlobWriter, compression: str) -> None:
+        self._diff = hashlib.sha256()
+        self._pos = 0
+        sink = _BlobSink(writer)
+        self._compressor: Any
+        if compression == "gzip":
+            # no file name and mtime 0 in the header: the same tar gives the same bytes anywhere
+            self._compressor = gzip.GzipFile(
+                filename="", mode="wb", fileobj=sink, compresslevel=GZIP_LEVEL, mtime=0
+            )
+        elif compression == "zstd":
+            import zstandard
+
+            # single-threaded, fixed level, checksum on, no content size (it is a stream)
+            cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=True, threads=0)
+            self._compressor = cctx.stream_writer(cast(IO[bytes], sink), closefd=False)
+        else:
+            raise ValueError(f"compression {compression!r}: expected 'gzip' or 'zstd'")
+
+    def write(self, data: bytes) -> int:
+        self._diff.update(data)
+        self._pos += len(data)
+        self._compressor.write(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self._pos
+
+    def close(self) -> str:
+        """Finish the compressed stream; return the diff_id ``sha256:<hex>``."""
+        self._compressor.close()
+        return "sha256:" + self._diff.hexdigest()
+
+
+def _write_layer(
+    store: Store,
+    compression: str,
+    members: Iterator[tuple[tarfile.TarInfo, Callable[[], IO[bytes]] | None]],
+    what: str,
+) -> Layer:
+    """Write ``members`` (in order; each with a function opening its data) as a compressed tar."""
+    media_type = LAYER_MEDIA_TYPES.get(compression)
+    if media_type is None:
+        raise ValueError(f"compression {compression!r}: expected 'gzip' or 'zstd'")
+    with store.writer(what=what) as writer:
+        sink = _LayerSink(writer, compression)
+        with tarfile.open(
+            fileobj=cast(BinaryIO, sink), mode="w", format=tarfile.PAX_FORMAT, encoding="utf-8"
+        ) as tar:
+            for info, opener in members:
+                if opener is None:
+                    tar.addfile(info)
+                else:
+                    with opener() as f:
+                        tar.addfile(info, f)
+        diff_id = sink.close()
+        blob = writer.commit()
+    return Layer(digest=blob.digest, size=blob.size, diff_id=diff_id, media_type=media_type)
+
+
+def _normal_mode(mode: int) -> int:
+    return 0o755 if stat.S_ISDIR(mode) or mode & 0o111 else 0o644
+
+
+def _file_opener(path: Path) -> Callable[[], IO[bytes]]:
+    return lambda: open(path, "rb")
+
+
+def _tree_members(
+    root: Path, epoch: int, modes: Mapping[str, int]
+) -> Iterator[tuple[tarfile.TarInfo, Callable[[], IO[bytes]] | None]]:
+    paths: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = os.path.relpath(dirpath, root)
+        for name in (*dirnames, *filenames):
+            paths.append(name if rel_dir == "." else f"{rel_dir}/{name}")
+    paths.sort(key=os.fsencode)
+    for rel in paths:
+        path = root / rel
+        st = os.lstat(path)
+        info = tarfile.TarInfo(rel)
+        info.uid = info.gid = 0
+        info.uname = info.gname = ""
+        info.mtime = epoch
+        info.mode = modes.get(rel, _normal_mode(st.st_mode))
+        if stat.S_ISLNK(st.st_mode):
+            info.type = tarfile.SYMTYPE
+            info.linkname = os.readlink(path)
+            info.mode = 0o777
+            yield info, None
+        elif stat.S_ISDIR(st.st_mode):
+            info.type = tarfile.DIRTYPE
+            yield info, None
+        elif stat.S_ISREG(st.st_mode):
+            info.size = st.st_size
+            yield info, _file_opener(path)
+        else:
+            raise BuildError(
+                f"{path}: only files, directories and symlinks can go into an image layer"
+            )
+
+
+def layer_from_tree(
+    root: Path,
+    store: Store,
+    *,
+    epoch: int,
+    compression: str = "gzip",
+    modes: Mapping[str, int] | None = None,
+) -> Layer:
+    """The tree under ``root`` as a reproducible layer blob in ``store`` (image-spec layer.md).
+
+    Every path below ``root`` (not ``root`` itself) becomes a member named relative to it
+    (``usr/``, ``usr/bin/``, ``usr/bin/agent``), sorted by path bytes; uid/gid 0, empty owner
+    names, mtime ``epoch``; symlinks kept as links (mode 0777); modes 0755 for directories and
+    files with any execute bit, else 0644, unless ``modes`` names the path (POSIX, relative to
+    ``root``, e.g. ``{"etc/app/key": 0o600}``), whose mode is used as given.
+
+    Args:
+        epoch: seconds since 1970-01-01 UTC, every member's mtime.
+        compression: ``"gzip"`` (level 9, header mtime 0, no name) or ``"zstd"`` (level
+            :data:`ZSTD_LEVEL`, the ``zstandard`` package).
+    Returns:
+        the stored :class:`Layer` (``digest``/``diff_id`` ``sha256:<hex>``, size in bytes).
+    Raises:
+        BuildError: the tree holds a socket, device or fifo.
+        ValueError: an unknown compression.
+    """
+    members = _tree_members(Path(root), epoch, dict(modes or {}))
+    return _write_layer(store, compression, members, what=f"layer of {root}")
+
+
+# -- normalising foreign layers ----------------------------------------------------------------
+def _plain_tar(stream: BinaryIO, tmp: Path, what: str) -> Path:
+    """Copy ``stream`` to ``tmp/layer.tar``, decompressing gzip, zstd, bzip2 or xz on the way.
+
+    The copy is seekable, so members can be read back in sorted order without re-decompressing.
+    """
+    raw = tmp / "in"
+    with open(raw, "wb") as out:
+        shutil.copyfileobj(stream, out, _CHUNK)
+    with open(raw, "rb") as f:
+        magic = f.read(6)
+    opener: Callable[[Path], IO[bytes]] | None = None
+    if magic.startswith(b"\x1f\x8b"):
+        opener = cast(Callable[[Path], IO[bytes]], gzip.open)
+    elif magic.startswith(b"BZh"):
+        opener = cast(Callable[[Path], IO[bytes]], bz2.open)
+    elif magic.startswith(b"\xfd7zXZ\x00"):
+        opener = cast(Callable[[Path], IO[bytes]], lzma.open)
+    elif magic.startswith(b"\x28\xb5\x2f\xfd"):
+        import zstandard
+
+        def opener(path: Path) -> IO[bytes]:
+            return cast(IO[bytes], zstandard.open(path, "rb"))
+
+    if opener is None:
+        return raw
+    plain = tmp / "layer.tar"
+    try:
+        with opener(raw) as src, open(plain, "wb") as dst:
+            shutil.copyfileobj(src, dst, _CHUNK)
+    except Exception as e:  # gzip, bz2, lzma and zstandard each have their own error types
+        raise BuildError(f"{what}: cannot decompress the layer: {e}") from e
+    raw.unlink()
+    return plain
+
+
+def _name_key(name: str) -> bytes:
+    return name.encode("utf-8", "surrogateescape")
+
+
+def _normalised_members(
+    tar: tarfile.TarFile, epoch: int, what: str
+) -> Iterator[tuple[tarfile.TarInfo, Callable[[], IO[bytes]] | None]]:
+    latest: dict[str, tarfile.TarInfo] = {}
+    for m in tar.getmembers():
+        if m.type not in _REGULAR and m.type not in _OTHER:
+            raise BuildError(f"{what}: member {m.name!r} has an unsupported tar type {m.type!r}")
+        latest.pop(m.name, None)  # a later entry of the same path replaces the earlier one
+        latest[m.name] = m
+    names = sorted(latest, key=_name_key)
+
+    # Hard links: after sorting, a link may come before the file it names, which no extractor
+    # accepts. Each set of linked names is rewritten so the first name in sorted order holds the
+    # data and the others link to it.
+    def final_target(name: str) -> str:
+        seen = set()
+        while name in latest and latest[name].type == tarfile.LNKTYPE and name not in seen:
+            seen.add(name)
+            name = latest[name].linkname
+        return name
+
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        if latest[name].type == tarfile.LNKTYPE:
+            target = final_target(name)
+            if target in latest and latest[target].type in _REGULAR:
+                groups.setdefault(target, [target]).append(name)
+    holder: dict[str, tuple[str, str]] = {}  # name -> (first name of its group, data member)
+    for target, group in groups.items():
+        group.sort(key=_name_key)
+        for name in group:
+            holder[name] = (group[0], target)
+
+    for name in names:
+        m = latest[name]
+        info = tarfile.TarInfo(name)
+        info.mode = m.mode & 0o7777
+        info.uid, info.gid = m.uid, m.gid
+        info.uname = info.gname = ""
+        info.mtime = max(0, min(int(m.mtime), epoch))
+        info.pax_headers = {
+            k: v for k, v in sorted(m.pax_headers.items()) if k.startswith(KEPT_PAX_PREFIXES)
+        }
+        opener: Callable[[], IO[bytes]] | None = None
+        if name in holder:
+            first, target = holder[name]
+            if name == first:
+                data = latest[target]
+                info.type = tarfile.REGTYPE
+                info.size = data.size
+                opener = _member_opener(tar, data, what)
+            else:
+                info.type = tarfile.LNKTYPE
+                info.linkname = first
+        elif m.type in _REGULAR:
+            info.type = tarfile.REGTYPE
+            info.size = m.size
+            opener = _member_opener(tar, m, what)
+        else:
+            info.type = m.type
+            info.linkname = m.linkname
+            if m.type in (tarfile.CHRTYPE, tarfile.BLKTYPE):
+                info.devmajor, info.devminor = m.devmajor, m.devminor
+        yield info, opener
+
+
+def _member_opener(
+    tar: tarfile.TarFile, member: tarfile.TarInfo, what: str
+) -> Callable[[], IO[bytes]]:
+    def opener() -> IO[bytes]:
+        f = tar.extractfile(member)
+        if f is None:
+            raise BuildError(f"{what}: cannot read member {member.name!r}")
+        return f
+
+    return opener
+
+
+def normalise_layer(
+    tar_stream: BinaryIO, store: Store, *, epoch: int, compression: str = "gzip"
+) -> Layer:
+    """Re-tar an existing layer (``docker save``, a base image) reproducibly into ``store``.
+
+    Kept: member names, types, modes (setuid bits included), uid/gid, link targets, device
+    numbers, whiteouts (``.wh.*`` and ``.wh..wh..opq`` are ordinary files) and extended
+    attributes (PAX ``SCHILY.xattr.*``). Changed: members sorted by path bytes (a repeated path
+    keeps its last entry), mtimes clamped to ``min(mtime, epoch)`` (integers, at least 0), owner
+    names emptied, every other PAX record (atime, ctime, comments, charsets) dropped, hard links
+    re-pointed so the first name of each linked set in sorted order holds the data. The input may
+    be plain, gzip, zstd, bzip2 or xz.
+
+    Args:
+        tar_stream: the layer, read to its end (need not be seekable).
+        epoch: seconds since 1970-01-01 UTC.
+        compression: as :func:`layer_from_tree`.
+    Returns:
+        the stored :class:`Layer` (``diff_id`` of the new uncompressed tar).
+    Raises:
+        BuildError: the stream is not a tar or holds an unsupported member type.
+        ValueError: an unknown compression.
+    """
+    what = "layer being normalised"
+    with store.workdir(prefix="layer-") as tmp:
+        plain = _plain_tar(tar_stream, tmp, what)
+        try:
+            with tarfile.open(plain, mode="r:", encoding="utf-8") as tar:
+                return _write_layer(
+                    store, compression, _normalised_members(tar, epoch, what), what=what
+                )
+        except tarfile.TarError as e:
+            raise BuildError(f"{what}: not a readable tar archive: {e}") from e
+
+
+# -- config and manifest -------------------------------------------------------------------------
+def _env_list(base: Sequence[str], env: Mapping[str, str]) -> list[str]:
+    merged: dict[str, str] = {}
+    for item in base:
+        key, _, value = str(item).partition("=")
+        merged[key] = value
+    for key in sorted(env):  # the action key hashes sorted JSON: the bytes must not hang on order
+        merged[key] = env[key]
+    return [f"{k}={v}" for k, v in merged.items()]
+
+
+def image_config(
+    *,
+    arch: str,
+    diff_ids: list[str],
+    epoch: int,
+    entrypoint: Sequence[str] | None = None,
+    cmd: Sequence[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    user: str | None = None,
+    workdir: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    history: list[dict[str, Any]] | None = None,
+    base_config: Mapping[str, Any] | None = None,
+) -> bytes:
+    """An OCI image config (image-spec config.md) as canonical JSON bytes.
+
+    ``created`` is ``epoch`` in RFC 3339 UTC (``1970-01-01T00:00:00Z`` form); ``os`` is linux,
+    ``architecture`` is ``arch`` (plus ``variant`` ``v8`` for arm64). ``rootfs.diff_ids`` are the
+    base's followed by ``diff_ids`` (``sha256:<hex>`` of each uncompressed layer). ``history``
+    entries (``created_by``, ``comment``, ``empty_layer``, ...) are appended to the base's with
+    ``created`` set to the epoch; by default one entry per new layer. The execution config
+    (``config``) starts from the base's: ``env`` merges by key, ``labels`` merge, ``entrypoint``,
+    ``cmd``, ``user`` and ``workdir`` replace when given (None or empty: keep the base's), and a
+    new entrypoint without a cmd drops the base's cmd (Docker's ENTRYPOINT rule). Other fields of
+    ``base_config`` are kept as they are (they come from a pinned base, so they are reproducible).
+
+    Raises:
+        ValueError: ``epoch`` is negative or not an integer.
+        TypeError: ``base_config`` holds floats (no canonical JSON form).
+    """
+    created = rfc3339(epoch)
+    base: dict[str, Any] = copy.deepcopy(dict(base_config)) if base_config else {}
+    cfg: dict[str, Any] = dict(base.get("config") or {})
+    if env:
+        cfg["Env"] = _env_list(cfg.get("Env") or [], env)
+    if entrypoint:
+        cfg["Entrypoint"] = list(entrypoint)
+        if not cmd:
+            cfg.pop("Cmd", None)
+    if cmd:
+        cfg["Cmd"] = list(cmd)
+    if user:
+        cfg["User"] = user
+    if workdir:
+        cfg["WorkingDir"] = workdir
+    if labels:
+        cfg["Labels"] = {**(cfg.get("Labels") or {}), **dict(sorted(labels.items()))}
+    rootfs = base.get("rootfs") or {}
+    new_history = [{"created_by": "nvkr"} for _ in diff_ids] if history is None else list(history)
+    doc: dict[str, Any] = {
+        **base,
+        "created": created,
+        "architecture": arch,
+        "os": "linux",
+        "config": cfg,
+        "rootfs": {"type": "layers", "diff_ids": [*(rootfs.get("diff_ids") or []), *diff_ids]},
+        "history": [
+            *(base.get("history") or []),
+            *({**dict(h), "created": created} for h in new_history),
+        ],
+    }
+    doc.pop("variant", None)
+    if arch in PLATFORM_VARIANTS:
+        doc["variant"] = PLATFORM_VARIANTS[arch]
+    return canonical_json(doc)
+
+
+def image_manifest(
+    config: Mapping[str, Any],
+    layers: Sequence[Mapping[str, Any]],
+    annotations: Mapping[str, str],
+) -> bytes:
+    """An OCI image manifest (image-spec manifest.md) as canonical JSON bytes.
+
+    Args:
+        config: the config descriptor ``{"mediaType": application/vnd.oci.image.config.v1+json,
+            "digest": "sha256:<hex>", "size": <bytes>}``.
+        layers: layer descriptors, base first (as :meth:`Layer.descriptor` gives them).
+        annotations: manifest annotations (string to string); omitted when empty.
+    Raises:
+        ValueError: no layers (manifest.md: layers SHOULD have at least one entry; nvkr insists).
+        TypeError: non-string annotations, floats.
+    """
+    manifest: dict[str, Any] = {
+        "schemaVersion": 2,
+        "mediaType": mt.OCI_MANIFEST,
+        "config": dict(config),
+        "layers": [dict(layer) for layer in layers],
+    }
+    if annotations:
+        for k, v in annotations.items():
+            if not isinstance(k, str) or not isinstance(v, str):
+                raise TypeError(f"annotation {k!r}: keys and values must be strings")
+        manifest["annotations"] = dict(sorted(annotations.items()))
+    return manifest_bytes(manifest)
+
+
+# -- reading stored images -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StoredImage:
+    """One platform's image in the store.
+
+    ``manifest_digest`` (``sha256:<hex>``) and ``manifest`` (parsed, OCI or Docker schema 2);
+    ``config`` the parsed config; ``layers`` the manifest's layer descriptors with Docker media
+    types replaced by their OCI equivalents (:data:`OCI_EQUIVALENT`), base first.
+    """
+
+    manifest_digest: str
+    manifest: dict[str, Any]
+    config: dict[str, Any]
+    layers: list[dict[str, Any]]
+
+
+def media_type_of(doc: Mapping[str, Any], fallback: str | None = None) -> str:
+    """A manifest's or index's media type: its own ``mediaType``, else ``fallback``, else guessed
+    from its shape (``manifests`` → OCI index, ``config`` → OCI manifest)."""
+    own = doc.get("mediaType")
+    if isinstance(own, str) and own:
+        return own
+    if fallback:
+        return fallback
+    if doc.get("schemaVersion") == 1:
+        return "application/vnd.docker.distribution.manifest.v1+json"
+    return mt.OCI_INDEX if "manifests" in doc else mt.OCI_MANIFEST
+
+
+def _read_json(store: Store, digest: str, what: str) -> dict[str, Any]:
+    try:
+        data = store.read_blob(digest)
+    except FileNotFoundError as e:
+        raise IntegrityError(
+            f"{what}: blob {digest} is not in the store",
+            hint="the source was not fetched completely; run the build again (without --offline)",
+        ) from e
+    try:
+        doc = json.loads(data)
+    except ValueError as e:
+        raise IntegrityError(f"{what}: blob {digest} is not JSON: {e}") from e
+    if not isinstance(doc, dict):
+        raise IntegrityError(f"{what}: blob {digest} is not a JSON object")
+    return doc
+
+
+def _platform_rank(candidate: Mapping[str, Any], wanted: Mapping[str, str]) -> int | None:
+    """0 for an exact match, 1 when only the wanted variant is missing, None for no match."""
+    if candidate.get("os") != wanted["os"]:
+        return None
+    if candidate.get("architecture") != wanted["architecture"]:
+        return None
+    have, want = candidate.get("variant"), wanted.get("variant")
+    if have == want:
+        return 0
+    if have is None and want == PLATFORM_VARIANTS.get(wanted["architecture"]):
+        return 1  # arm64 images often leave out the default variant v8
+    return None
+
+
+def select_manifest(
+    store: Store, digest: str, platform: Mapping[str, str], *, what: str
+) -> tuple[str, dict[str, Any]]:
+    """The image manifest for ``platform`` reached from ``digest`` (a manifest or an index).
+
+    From an index (OCI or Docker manifest list; nested ones followed) the exact platform wins,
+    then one lacking only the default variant. A single manifest must match when its config
+    names an architecture.
+
+    Returns:
+        ``(manifest digest "sha256:<hex>", parsed manifest)``.
+    Raises:
+        BuildError: no manifest for ``platform`` (the message lists the platforms there are).
+        IntegrityError: a document is missing from the store or malformed.
+    """
+    doc = _read_json(store, digest, what)
+    media_type = media_type_of(doc)
+    if media_type in mt.IMAGE_MANIFEST_TYPES:
+        config = _read_json(store, str(doc["config"]["digest"]), what)
+        have: dict[str, Any] = {
+            k: config[k] for k in ("os", "architecture", "variant") if k in config
+        }
+        if "architecture" in have and _platform_rank({"os": "linux", **have}, platform) is None:
+            raise BuildError(
+                f"{what}: {digest} is an image for {platform_label(have)}, not "
+                f"{platform_label(platform)}",
+                hint="pin the digest of a multi-platform index, or of this platform's image",
+            )
+        return digest, doc
+    if media_type not in mt.INDEX_TYPES:
+        raise BuildError(f"{what}: {digest} is a {media_type}, not an image or image index")
+    found: list[tuple[int, str]] = []
+    seen: list[str] = []
+    for desc in doc.get("manifests") or []:
+        cand = desc.get("platform") or {}
+        seen.append(platform_label(cand))
+        rank = _platform_rank(cand, platform)
+        if rank is not None and desc.get("mediaType") in mt.MANIFEST_TYPES:
+            found.append((rank, str(desc["digest"])))
+    if not found:
+        raise BuildError(
+            f"{what}: the index {digest} has no image for {platform_label(platform)}; it has "
+            + (", ".join(sorted(set(seen))) or "no platforms"),
+            hint="pick a base image published for every arch of the matrix",
+        )
+    found.sort(key=lambda f: f[0])  # stable: among equals the index's order decides
+    return select_manifest(store, found[0][1], platform, what=what)
+
+
+def load_image(store: Store, digest: str, platform: Mapping[str, str], *, what: str) -> StoredImage:
+    """The manifest, config and layer descriptors of ``platform``'s image under ``digest``.
+
+    ``what`` names the image in messages, e.g. ``"base 'debian' (registry.example/debian)"``.
+
+    Raises:
+        BuildError, IntegrityError: as :func:`select_manifest`; a layer blob missing from the
+            store is an IntegrityError.
+    """
+    manifest_digest, manifest = select_manifest(store, digest, platform, what=what)
+    config = _read_json(store, str(manifest["config"]["digest"]), what)
+    layers: list[dict[str, Any]] = []
+    for desc in manifest.get("layers") or []:
+        layer = dict(desc)
+        layer["mediaType"] = OCI_EQUIVALENT.get(layer["mediaType"], layer["mediaType"])
+        if not store.has_blob(layer["digest"]):
+            raise IntegrityError(
+                f"{what}: layer {layer['digest']} is not in the store",
+                hint="the source was not fetched completely; run the build again",
+            )
+        layers.append(layer)
+    return StoredImage(
+        manifest_digest=manifest_digest, manifest=manifest, config=config, layers=layers
+    )
