@@ -133,7 +133,7 @@ def _file_spec(
     )
 
 
-def _annotations(
+def image_annotations(
     where: str, artifact: ContainerImageArtifact, refs: PlanRefs, base: dict[str, Any] | None
 ) -> dict[str, str]:
     """The manifest annotations known at plan time (``created`` is added at run time)."""
@@ -208,7 +208,7 @@ def plan_daemonless(
         "user": artifact.user,
         "workdir": artifact.workdir,
         "labels": dict(sorted(artifact.labels.items())),
-        "annotations": _annotations(where, artifact, refs, base_entry),
+        "annotations": image_annotations(where, artifact, refs, base_entry),
         "compression": artifact.compression,
     }
     return ActionSpec(

@@ -31,7 +31,7 @@ import docker.errors
 import requests
 
 from nvkr.builders import ActionContext, ActionSpec, PlanRefs
-from nvkr.builders.container_image import _annotations as image_annotations
+from nvkr.builders.container_image import image_annotations
 from nvkr.errors import BuildError, RecipeError, ToolError
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.image import (
