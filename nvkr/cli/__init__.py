@@ -62,9 +62,9 @@ def cli(ctx: click.Context, debug: bool, store_root: Path | None, config: Path |
 
 
 def _register() -> None:
-    from nvkr.cli import build, lock, plan, schema, validate
+    from nvkr.cli import build, lock, plan, release_set, schema, validate
 
-    for module in (validate, plan, lock, build, schema):
+    for module in (validate, plan, lock, build, schema, release_set):
         cli.add_command(module.command)
 
 

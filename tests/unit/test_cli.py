@@ -334,3 +334,17 @@ def test_concurrent_builds_on_one_store_both_succeed(project, tmp_path):
     digests = {json.loads(out.splitlines()[-1])["releaseSets"][0]["digest"] for out, _ in results}
     assert len(digests) == 1
     assert os.listdir(store / "tmp") == []
+
+
+def test_release_set_show_reads_the_metadata(project, tmp_path):
+    proj, _ = project
+    store = tmp_path / "store"
+    built = run_nvkr("build", "recipes/small.yaml", "--json", cwd=proj, store=store)
+    assert built.code == 0, built.stderr
+    digest = built.json_events()[-1]["releaseSets"][0]["digest"]
+    shown = run_nvkr("release-set", "show", "dist/small-1.36", "--json", cwd=proj, store=store)
+    assert shown.code == 0, shown.stderr
+    doc = json.loads(shown.stdout)
+    assert doc["digest"] == digest and doc["metadata"]["name"] == "small-1.36"
+    human = run_nvkr("release-set", "show", "dist/small-1.36", cwd=proj, store=store)
+    assert human.code == 0 and "small-1.36" in human.stdout

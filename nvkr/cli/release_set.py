@@ -1,0 +1,86 @@
+"""``nvkr release-set show``: what a release set holds, read from its index and metadata only.
+
+A release set on disk (``dist/<name>/``, an OCI image layout) is read through its metadata
+manifest's config (``application/vnd.nvkr.release-set.metadata.v1+json``), checked against its
+digest on the way; payload blobs (binaries, layers, charts) are not read.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from nvkr.cli import App
+
+
+@click.group("release-set")
+def command() -> None:
+    """Inspect release sets."""
+
+
+def _platforms(art: dict[str, Any]) -> str:
+    if art.get("platform"):
+        return str(art["platform"]["architecture"])
+    return ",".join(p["architecture"] for p in art.get("platforms", []))
+
+
+def _digest(art: dict[str, Any]) -> str:
+    for key in ("index", "manifest"):
+        if key in art:
+            return str(art[key]["digest"])
+    return ""
+
+
+@command.command("show")
+@click.argument("layout", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the release set metadata as JSON.")
+@click.pass_obj
+def show(app: App, layout: Path, as_json: bool) -> None:
+    """Show the release set in LAYOUT (a dist/<name> directory): artifacts, cluster release,
+    node-pool releases."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from nvkr.oci.layout import LayoutReader
+    from nvkr.releaseset import read_metadata
+
+    meta = read_metadata(layout)
+    top = LayoutReader(layout).index["manifests"][0]
+    if as_json:
+        click.echo(
+            json.dumps({"digest": top["digest"], "metadata": meta}, indent=2, sort_keys=True)
+        )
+        return
+    console = Console(highlight=False, soft_wrap=True)
+    console.print(f"[bold]{escape(meta['name'])}[/] {top['digest']}")
+    console.print(
+        f"  created {meta['created']}, recipe {escape(meta['recipe']['path'])} {meta['recipe']['digest'][:19]}"
+    )
+    console.print(
+        "  variants: "
+        + "; ".join(",".join(f"{k}={v}" for k, v in sorted(x.items())) for x in meta["variants"])
+    )
+    table = Table("artifact", "kind", "arch", "digest", "variants")
+    seen: dict[tuple[str, str], list[str]] = {}
+    for art in meta["artifacts"]:
+        key = (art["name"], _digest(art))
+        seen.setdefault(key, []).append(f"{art['variant']['gpu']}/{art['variant']['arch']}")
+    for art in meta["artifacts"]:
+        key = (art["name"], _digest(art))
+        if key not in seen:
+            continue
+        table.add_row(art["name"], art["kind"], _platforms(art), key[1], ", ".join(seen.pop(key)))
+    console.print(table)
+    cluster = meta.get("clusterRelease")
+    if cluster:
+        console.print(f"cluster release: Kubernetes {cluster['kubernetes']}")
+        for chart in cluster.get("charts", []):
+            console.print(f"  chart {chart['chart']} {chart['version']} {chart['digest']}")
+        for image in {i["digest"]: i for i in cluster.get("images", [])}.values():
+            console.print(f"  image {image['name']} {image['digest']}")
+    for pool in meta.get("nodePoolReleases", []):
+        console.print(f"node-pool release {escape(pool['name'])}: {', '.join(pool['artifacts'])}")
