@@ -1,38 +1,33 @@
-"""Reproducible container-image primitives: layers, configs and manifests, and stored base images.
+"""Reproducible layer blobs: a file tree, or a layer someone else made, as a tar in the store.
 
-Both backends of the ``container-image`` builder write images with these: the daemonless one
-turns the files of a recipe into a layer with :func:`layer_from_tree`, the docker one re-tars what a
-daemon built with :func:`normalise_layer`; then :func:`image_config` and :func:`image_manifest`
-give the config and manifest bytes. Layers are deterministic tars (members sorted by path bytes,
-integer mtimes, no PAX atime/ctime, empty owner names; DESIGN.md "Reproducibility rules")
+The first step of writing an image: the daemonless backend of the ``container-image`` builder
+turns the files of a recipe into a layer with :func:`layer_from_tree`, the docker one re-tars what
+a daemon built with :func:`normalise_layer`; the :class:`Layer` each returns (digest, size,
+``diff_id``) then feeds :func:`nvkr.oci.image.image_config` and
+:func:`nvkr.oci.image.image_manifest`. Layers are deterministic tars (members sorted by path
+bytes, integer mtimes, no PAX atime/ctime, empty owner names; DESIGN.md "Reproducibility rules")
 compressed with a fixed gzip header (mtime 0, no name, level 9) or a fixed zstd level, streamed
-into the store while the uncompressed bytes are hashed for the ``diff_id``. Base images pulled by
-the ``oci`` fetcher (OCI or Docker schema 2) are read back from the store with
-:func:`load_image`, which picks the variant's platform from an index. Shapes follow image-spec
-v1.1.0: layer.md, config.md, manifest.md and image-index.md.
+into the store while the uncompressed bytes are hashed for the ``diff_id`` (image-spec v1.1.0
+layer.md).
 """
 
 from __future__ import annotations
 
 import bz2
-import copy
 import gzip
 import hashlib
-import json
 import lzma
 import os
 import shutil
 import stat
 import tarfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, BinaryIO, Final, cast
 
-from nvkr.canonical import canonical_json
-from nvkr.errors import BuildError, IntegrityError
+from nvkr.errors import BuildError
 from nvkr.oci import mediatypes as mt
-from nvkr.oci.layout import manifest_bytes, rfc3339
 from nvkr.repro import GZIP_LEVEL
 from nvkr.store import BlobWriter, Store
 
@@ -41,16 +36,8 @@ OCI_LAYER_TAR_ZSTD: Final = "application/vnd.oci.image.layer.v1.tar+zstd"
 #: zstd level 10: a good ratio at a few tens of MB/s; fixed, since it changes the bytes.
 ZSTD_LEVEL: Final = 10
 LAYER_MEDIA_TYPES: Final = {"gzip": mt.OCI_LAYER_TAR_GZIP, "zstd": OCI_LAYER_TAR_ZSTD}
-#: Docker layer and config media types as their OCI equivalents (the bytes are the same).
-OCI_EQUIVALENT: Final = {
-    mt.DOCKER_LAYER_TAR_GZIP: mt.OCI_LAYER_TAR_GZIP,
-    "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip": (
-        "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip"
-    ),
-    mt.DOCKER_CONFIG: mt.OCI_IMAGE_CONFIG,
-}
-#: image-index.md "Platform Variants": arm64 images are ``v8`` unless they say otherwise.
-PLATFORM_VARIANTS: Final = {"arm64": "v8"}
+
+
 #: PAX records that describe the file itself and so survive :func:`normalise_layer`: extended
 #: attributes (file capabilities live in ``security.capability``). Times, charsets and comments go.
 KEPT_PAX_PREFIXES: Final = ("SCHILY.xattr.", "LIBARCHIVE.xattr.")
@@ -86,23 +73,6 @@ class Layer:
     def descriptor(self) -> dict[str, Any]:
         """``{"mediaType", "digest", "size"}`` for a manifest's ``layers``."""
         return {"mediaType": self.media_type, "digest": self.digest, "size": self.size}
-
-
-def platform_of(arch: str) -> dict[str, str]:
-    """The OCI platform of a variant arch: ``{"os": "linux", "architecture": arch}``, plus
-    ``"variant": "v8"`` for arm64 (image-index.md "Platform Variants")."""
-    platform = {"os": "linux", "architecture": arch}
-    if arch in PLATFORM_VARIANTS:
-        platform["variant"] = PLATFORM_VARIANTS[arch]
-    return platform
-
-
-def platform_label(platform: Mapping[str, Any]) -> str:
-    """``os/architecture[/variant]``, e.g. ``linux/arm64/v8``."""
-    parts = [str(platform.get("os", "?")), str(platform.get("architecture", "?"))]
-    if platform.get("variant"):
-        parts.append(str(platform["variant"]))
-    return "/".join(parts)
 
 
 # -- writing layers --------------------------------------------------------------------------
@@ -406,246 +376,3 @@ def normalise_layer(
                 )
         except tarfile.TarError as e:
             raise BuildError(f"{what}: not a readable tar archive: {e}") from e
-
-
-# -- config and manifest -------------------------------------------------------------------------
-def _env_list(base: Sequence[str], env: Mapping[str, str]) -> list[str]:
-    merged: dict[str, str] = {}
-    for item in base:
-        key, _, value = str(item).partition("=")
-        merged[key] = value
-    for key in sorted(env):  # the action key hashes sorted JSON: the bytes must not hang on order
-        merged[key] = env[key]
-    return [f"{k}={v}" for k, v in merged.items()]
-
-
-def image_config(
-    *,
-    arch: str,
-    diff_ids: list[str],
-    epoch: int,
-    entrypoint: Sequence[str] | None = None,
-    cmd: Sequence[str] | None = None,
-    env: Mapping[str, str] | None = None,
-    user: str | None = None,
-    workdir: str | None = None,
-    labels: Mapping[str, str] | None = None,
-    history: list[dict[str, Any]] | None = None,
-    base_config: Mapping[str, Any] | None = None,
-) -> bytes:
-    """An OCI image config (image-spec config.md) as canonical JSON bytes.
-
-    ``created`` is ``epoch`` in RFC 3339 UTC (``1970-01-01T00:00:00Z`` form); ``os`` is linux,
-    ``architecture`` is ``arch`` (plus ``variant`` ``v8`` for arm64). ``rootfs.diff_ids`` are the
-    base's followed by ``diff_ids`` (``sha256:<hex>`` of each uncompressed layer). ``history``
-    entries (``created_by``, ``comment``, ``empty_layer``, ...) are appended to the base's with
-    ``created`` set to the epoch; by default one entry per new layer. The execution config
-    (``config``) starts from the base's: ``env`` merges by key, ``labels`` merge, ``entrypoint``,
-    ``cmd``, ``user`` and ``workdir`` replace when given (None or empty: keep the base's), and a
-    new entrypoint without a cmd drops the base's cmd (Docker's ENTRYPOINT rule). Other fields of
-    ``base_config`` are kept as they are (they come from a pinned base, so they are reproducible).
-
-    Raises:
-        ValueError: ``epoch`` is negative or not an integer.
-        TypeError: ``base_config`` holds floats (no canonical JSON form).
-    """
-    created = rfc3339(epoch)
-    base: dict[str, Any] = copy.deepcopy(dict(base_config)) if base_config else {}
-    cfg: dict[str, Any] = dict(base.get("config") or {})
-    if env:
-        cfg["Env"] = _env_list(cfg.get("Env") or [], env)
-    if entrypoint:
-        cfg["Entrypoint"] = list(entrypoint)
-        if not cmd:
-            cfg.pop("Cmd", None)
-    if cmd:
-        cfg["Cmd"] = list(cmd)
-    if user:
-        cfg["User"] = user
-    if workdir:
-        cfg["WorkingDir"] = workdir
-    if labels:
-        cfg["Labels"] = {**(cfg.get("Labels") or {}), **dict(sorted(labels.items()))}
-    rootfs = base.get("rootfs") or {}
-    new_history = [{"created_by": "nvkr"} for _ in diff_ids] if history is None else list(history)
-    doc: dict[str, Any] = {
-        **base,
-        "created": created,
-        "architecture": arch,
-        "os": "linux",
-        "config": cfg,
-        "rootfs": {"type": "layers", "diff_ids": [*(rootfs.get("diff_ids") or []), *diff_ids]},
-        "history": [
-            *(base.get("history") or []),
-            *({**dict(h), "created": created} for h in new_history),
-        ],
-    }
-    doc.pop("variant", None)
-    if arch in PLATFORM_VARIANTS:
-        doc["variant"] = PLATFORM_VARIANTS[arch]
-    return canonical_json(doc)
-
-
-def image_manifest(
-    config: Mapping[str, Any],
-    layers: Sequence[Mapping[str, Any]],
-    annotations: Mapping[str, str],
-) -> bytes:
-    """An OCI image manifest (image-spec manifest.md) as canonical JSON bytes.
-
-    Args:
-        config: the config descriptor ``{"mediaType": application/vnd.oci.image.config.v1+json,
-            "digest": "sha256:<hex>", "size": <bytes>}``.
-        layers: layer descriptors, base first (as :meth:`Layer.descriptor` gives them).
-        annotations: manifest annotations (string to string); omitted when empty.
-    Raises:
-        ValueError: no layers (manifest.md: layers SHOULD have at least one entry; nvkr insists).
-        TypeError: non-string annotations, floats.
-    """
-    manifest: dict[str, Any] = {
-        "schemaVersion": 2,
-        "mediaType": mt.OCI_MANIFEST,
-        "config": dict(config),
-        "layers": [dict(layer) for layer in layers],
-    }
-    if annotations:
-        for k, v in annotations.items():
-            if not isinstance(k, str) or not isinstance(v, str):
-                raise TypeError(f"annotation {k!r}: keys and values must be strings")
-        manifest["annotations"] = dict(sorted(annotations.items()))
-    return manifest_bytes(manifest)
-
-
-# -- reading stored images -------------------------------------------------------------------------
-@dataclass(frozen=True)
-class StoredImage:
-    """One platform's image in the store.
-
-    ``manifest_digest`` (``sha256:<hex>``) and ``manifest`` (parsed, OCI or Docker schema 2);
-    ``config`` the parsed config; ``layers`` the manifest's layer descriptors with Docker media
-    types replaced by their OCI equivalents (:data:`OCI_EQUIVALENT`), base first.
-    """
-
-    manifest_digest: str
-    manifest: dict[str, Any]
-    config: dict[str, Any]
-    layers: list[dict[str, Any]]
-
-
-def media_type_of(doc: Mapping[str, Any], fallback: str | None = None) -> str:
-    """A manifest's or index's media type: its own ``mediaType``, else ``fallback``, else guessed
-    from its shape (``manifests`` → OCI index, ``config`` → OCI manifest)."""
-    own = doc.get("mediaType")
-    if isinstance(own, str) and own:
-        return own
-    if fallback:
-        return fallback
-    if doc.get("schemaVersion") == 1:
-        return "application/vnd.docker.distribution.manifest.v1+json"
-    return mt.OCI_INDEX if "manifests" in doc else mt.OCI_MANIFEST
-
-
-def _read_json(store: Store, digest: str, what: str) -> dict[str, Any]:
-    try:
-        data = store.read_blob(digest)
-    except FileNotFoundError as e:
-        raise IntegrityError(
-            f"{what}: blob {digest} is not in the store",
-            hint="the source was not fetched completely; run the build again (without --offline)",
-        ) from e
-    try:
-        doc = json.loads(data)
-    except ValueError as e:
-        raise IntegrityError(f"{what}: blob {digest} is not JSON: {e}") from e
-    if not isinstance(doc, dict):
-        raise IntegrityError(f"{what}: blob {digest} is not a JSON object")
-    return doc
-
-
-def _platform_rank(candidate: Mapping[str, Any], wanted: Mapping[str, str]) -> int | None:
-    """0 for an exact match, 1 when only the wanted variant is missing, None for no match."""
-    if candidate.get("os") != wanted["os"]:
-        return None
-    if candidate.get("architecture") != wanted["architecture"]:
-        return None
-    have, want = candidate.get("variant"), wanted.get("variant")
-    if have == want:
-        return 0
-    if have is None and want == PLATFORM_VARIANTS.get(wanted["architecture"]):
-        return 1  # arm64 images often leave out the default variant v8
-    return None
-
-
-def select_manifest(
-    store: Store, digest: str, platform: Mapping[str, str], *, what: str
-) -> tuple[str, dict[str, Any]]:
-    """The image manifest for ``platform`` reached from ``digest`` (a manifest or an index).
-
-    From an index (OCI or Docker manifest list; nested ones followed) the exact platform wins,
-    then one lacking only the default variant. A single manifest must match when its config
-    names an architecture.
-
-    Returns:
-        ``(manifest digest "sha256:<hex>", parsed manifest)``.
-    Raises:
-        BuildError: no manifest for ``platform`` (the message lists the platforms there are).
-        IntegrityError: a document is missing from the store or malformed.
-    """
-    doc = _read_json(store, digest, what)
-    media_type = media_type_of(doc)
-    if media_type in mt.IMAGE_MANIFEST_TYPES:
-        config = _read_json(store, str(doc["config"]["digest"]), what)
-        have: dict[str, Any] = {
-            k: config[k] for k in ("os", "architecture", "variant") if k in config
-        }
-        if "architecture" in have and _platform_rank({"os": "linux", **have}, platform) is None:
-            raise BuildError(
-                f"{what}: {digest} is an image for {platform_label(have)}, not "
-                f"{platform_label(platform)}",
-                hint="pin the digest of a multi-platform index, or of this platform's image",
-            )
-        return digest, doc
-    if media_type not in mt.INDEX_TYPES:
-        raise BuildError(f"{what}: {digest} is a {media_type}, not an image or image index")
-    found: list[tuple[int, str]] = []
-    seen: list[str] = []
-    for desc in doc.get("manifests") or []:
-        cand = desc.get("platform") or {}
-        seen.append(platform_label(cand))
-        rank = _platform_rank(cand, platform)
-        if rank is not None and desc.get("mediaType") in mt.MANIFEST_TYPES:
-            found.append((rank, str(desc["digest"])))
-    if not found:
-        raise BuildError(
-            f"{what}: the index {digest} has no image for {platform_label(platform)}; it has "
-            + (", ".join(sorted(set(seen))) or "no platforms"),
-            hint="pick a base image published for every arch of the matrix",
-        )
-    found.sort(key=lambda f: f[0])  # stable: among equals the index's order decides
-    return select_manifest(store, found[0][1], platform, what=what)
-
-
-def load_image(store: Store, digest: str, platform: Mapping[str, str], *, what: str) -> StoredImage:
-    """The manifest, config and layer descriptors of ``platform``'s image under ``digest``.
-
-    ``what`` names the image in messages, e.g. ``"base 'debian' (registry.example/debian)"``.
-
-    Raises:
-        BuildError, IntegrityError: as :func:`select_manifest`; a layer blob missing from the
-            store is an IntegrityError.
-    """
-    manifest_digest, manifest = select_manifest(store, digest, platform, what=what)
-    config = _read_json(store, str(manifest["config"]["digest"]), what)
-    layers: list[dict[str, Any]] = []
-    for desc in manifest.get("layers") or []:
-        layer = dict(desc)
-        layer["mediaType"] = OCI_EQUIVALENT.get(layer["mediaType"], layer["mediaType"])
-        if not store.has_blob(layer["digest"]):
-            raise IntegrityError(
-                f"{what}: layer {layer['digest']} is not in the store",
-                hint="the source was not fetched completely; run the build again",
-            )
-        layers.append(layer)
-    return StoredImage(
-        manifest_digest=manifest_digest, manifest=manifest, config=config, layers=layers
-    )

@@ -1,0 +1,208 @@
+"""One artifact as the release set holds it: the layout's blobs, binaries and images.
+
+Between :mod:`nvkr.releaseset.spec` and :mod:`nvkr.releaseset.assemble`: for each action the
+spec names, :func:`nvkr.releaseset.assemble` hands its cached result to a packer, which checks
+the result's outputs against the store, adds any new manifest to the layout's blobs
+(:class:`_Blobs`) and returns a :class:`_Packed`: the descriptor the release set index lists,
+the in-toto subjects of its provenance and the kind's own metadata fields. A binary becomes an
+OCI artifact manifest; an image is the image-index action's own index with its whole closure.
+Charts are packed in :mod:`nvkr.releaseset.chart`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from nvkr.canonical import canonical_json, sha256_bytes
+from nvkr.errors import BuildError, IntegrityError
+from nvkr.oci import mediatypes as mt
+from nvkr.oci.layout import artifact_manifest, descriptor, manifest_bytes, store_closure
+from nvkr.provenance import digest_set
+from nvkr.store import Store
+
+
+class _Blobs:
+    """The blobs of the layout being assembled: digest → (size, mediaType), all in the store."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.known: dict[str, tuple[int, str]] = {}
+
+    def put(self, data: bytes, media_type: str) -> str:
+        info = self.store.add_bytes(data)
+        self.known.setdefault(info.digest, (info.size, media_type))
+        return info.digest
+
+    def reference(self, digest: str, size: int, media_type: str, what: str) -> None:
+        path = self.store.blob_path(digest)
+        try:
+            actual = path.stat().st_size
+        except OSError as e:
+            raise IntegrityError(
+                f"{what}: blob {digest} is not in the store {self.store.root}",
+                hint="the cache entry is stale; run the build again to re-create it",
+            ) from e
+        if actual != size:
+            raise IntegrityError(
+                f"{what}: store blob {digest} is {actual} bytes, the action result says {size}"
+            )
+        self.known.setdefault(digest, (size, media_type))
+
+    def closure(self, root: Mapping[str, Any], what: str) -> list[dict[str, Any]]:
+        """Take ``root`` and everything it references (:func:`store_closure`) into the layout."""
+        found = store_closure(self.store, root, referrer=what)
+        for d in found:
+            self.known.setdefault(d["digest"], (d["size"], d["mediaType"]))
+        return found
+
+    def read_checked(self, digest: str, what: str) -> bytes:
+        data = self.store.read_blob(digest)
+        if sha256_bytes(data) != digest:
+            raise IntegrityError(
+                f"{what}: store blob {digest} is corrupt",
+                hint="delete it from the store and build again",
+            )
+        return data
+
+
+def _trim(desc: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: desc[k] for k in ("mediaType", "digest", "size")}
+
+
+@dataclass
+class _Packed:
+    """One artifact (one action) as the release set holds it.
+
+    ``desc`` is its descriptor in the release set index, ``subjects`` the in-toto subjects of its
+    provenance, ``fields`` the kind's own fields of its metadata entries.
+    """
+
+    desc: dict[str, Any]
+    subjects: list[dict[str, Any]]
+    fields: dict[str, Any]
+
+
+def _layers(
+    result: Mapping[str, Any], blobs: _Blobs, what: str
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    outputs = list(result.get("outputs", []))
+    primary = _one(outputs, "primary", what)
+    # Primary first (consumers take layers[0]); the rest in a fixed order, not the builder's.
+    rest = sorted(
+        (o for o in outputs if o is not primary), key=lambda o: (o.get("role", ""), o["name"])
+    )
+    layers = []
+    for out in [primary, *rest]:
+        blobs.reference(
+            out["digest"], out["size"], out["mediaType"], f"{what} output {out['name']!r}"
+        )
+        layers.append(
+            descriptor(
+                out["mediaType"],
+                out["digest"],
+                out["size"],
+                annotations={mt.ANN_TITLE: out["name"]},
+            )
+        )
+    return layers, primary
+
+
+def _one(outputs: list[dict[str, Any]], role: str, what: str) -> dict[str, Any]:
+    found = [o for o in outputs if o.get("role") == role]
+    if len(found) != 1:
+        raise BuildError(
+            f"{what}: expected exactly one output with role {role!r}, found {len(found)}"
+        )
+    return found[0]
+
+
+def _arch(platform: Mapping[str, Any] | None, variants: list[Any]) -> str | None:
+    if platform:
+        return str(platform["architecture"])
+    arches = {v.get("arch") for v in variants if isinstance(v, Mapping)}
+    return str(arches.pop()) if len(arches) == 1 and None not in arches else None
+
+
+def _pack_binary(
+    first: Mapping[str, Any],
+    result: Mapping[str, Any],
+    blobs: _Blobs,
+    *,
+    what: str,
+    label: str,
+    created: str,
+    variants: list[Any],
+) -> _Packed:
+    """An OCI artifact manifest (``artifactType`` from the spec) wrapping the action's outputs."""
+    platform = first.get("platform")
+    layers, primary = _layers(result, blobs, what)
+    annotations = {mt.ANN_NVKR_ARTIFACT: label, mt.ANN_CREATED: created}
+    arch = _arch(platform, variants)
+    if arch:
+        annotations[mt.ANN_NVKR_ARCH] = arch
+    manifest = manifest_bytes(artifact_manifest(first["artifactType"], layers, annotations))
+    blobs.put(manifest, mt.OCI_MANIFEST)
+    mdesc = descriptor(
+        mt.OCI_MANIFEST, manifest, annotations={mt.ANN_NVKR_ARTIFACT: label}, platform=platform
+    )
+    return _Packed(
+        desc=mdesc,
+        subjects=[{"name": primary["name"], "digest": digest_set(primary["digest"])}],
+        fields={
+            "artifactType": first["artifactType"],
+            "manifest": _trim(mdesc),
+            "primary": {k: primary[k] for k in ("name", "mediaType", "digest", "size")},
+        },
+    )
+
+
+def _pack_image(
+    members: list[dict[str, Any]],
+    result: Mapping[str, Any],
+    blobs: _Blobs,
+    *,
+    what: str,
+    label: str,
+) -> _Packed:
+    """The image-index action's own OCI image index, with its whole closure, as it is."""
+    out = _one(list(result.get("outputs", [])), "index", what)
+    if out.get("mediaType") != mt.OCI_INDEX:
+        raise BuildError(
+            f"{what}: its index output has mediaType {out.get('mediaType')!r}, expected "
+            f"{mt.OCI_INDEX}"
+        )
+    meta = result.get("metadata") or {}
+    for field, value in (("indexDigest", out["digest"]), ("indexSize", out["size"])):
+        if field in meta and meta[field] != value:
+            raise BuildError(
+                f"{what}: metadata {field} is {meta[field]!r}, its index output says {value!r}"
+            )
+    root = descriptor(mt.OCI_INDEX, out["digest"], out["size"])
+    blobs.closure(root, f"{what} image index")
+    index = json.loads(blobs.read_checked(out["digest"], what))
+    platforms: list[dict[str, Any]] = []
+    for m in index["manifests"]:
+        p = m.get("platform")
+        # buildx-style attestation manifests sit in an index as os "unknown": not a platform
+        if isinstance(p, dict) and p.get("os") != "unknown" and p not in platforms:
+            platforms.append(p)
+    arches = {p.get("architecture") for p in platforms}
+    for m in members:
+        variant = m.get("variant")
+        if isinstance(variant, Mapping) and variant.get("arch") not in (None, *arches):
+            raise BuildError(
+                f"{what}: image index {out['digest']} has no manifest for arch "
+                f"{variant['arch']!r} (variant {canonical_json(variant).decode()})",
+                hint="the plan joined the wrong images; this is a bug in nvkr, please report it",
+            )
+    idesc = descriptor(
+        mt.OCI_INDEX, out["digest"], out["size"], annotations={mt.ANN_NVKR_ARTIFACT: label}
+    )
+    return _Packed(
+        desc=idesc,
+        subjects=[{"name": label, "digest": digest_set(out["digest"])}],
+        fields={"index": _trim(idesc), "platforms": platforms},
+    )

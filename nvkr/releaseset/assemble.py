@@ -1,0 +1,232 @@
+"""Assembling a release set: packed artifacts, their provenance, the index, ``index.json``.
+
+The heart of the ``release-set`` action (:mod:`nvkr.builders.release_set`): :func:`assemble`
+takes the spec (:mod:`nvkr.releaseset.spec`) and the cached results of the actions it names,
+packs each action's artifact (:mod:`nvkr.releaseset.artifacts`, :mod:`nvkr.releaseset.chart`),
+states its in-toto provenance, writes the metadata document (:mod:`nvkr.releaseset.metadata`)
+and the release set index, and returns an action result listing every blob of the layout (shape
+in the :mod:`nvkr.releaseset` docstring); :func:`nvkr.releaseset.materialize` writes it to disk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from nvkr.canonical import canonical_json
+from nvkr.errors import BuildError, IntegrityError
+from nvkr.oci import mediatypes as mt
+from nvkr.oci.layout import (
+    artifact_manifest,
+    blob_name,
+    descriptor,
+    image_index,
+    index_bytes,
+    manifest_bytes,
+    rfc3339,
+)
+from nvkr.provenance import (
+    BUILD_TYPE,
+    BUILDER_ID,
+    slsa_statement,
+    statement_bytes,
+)
+from nvkr.releaseset.artifacts import _Blobs, _pack_binary, _pack_image, _Packed
+from nvkr.releaseset.chart import _pack_chart
+from nvkr.releaseset.metadata import _metadata
+from nvkr.releaseset.spec import _group_by_action, _VariantOrder, check_name
+from nvkr.store import Store
+
+
+def assemble(
+    spec: dict[str, Any], artifacts: dict[str, dict[str, Any]], store: Store
+) -> dict[str, Any]:
+    """Write the release set described by ``spec`` into ``store`` as OCI layout blobs.
+
+    Args:
+        spec: the release-set action's params: ``name``, ``epoch`` (seconds), ``recipe`` and
+            ``lockfile`` (``{"path", "digest"}``), ``nvkrVersion``, ``variants``, ``artifacts``
+            (each ``{"name", "kind", "actionKey", "builder", "builderVersion", "variant",
+            "platform", "artifactType", "dependencies"}``; ``kind`` is ``binary`` (the default),
+            ``image`` or ``chart``), ``machineImages``, ``clusterRelease``, ``nodePoolReleases``.
+        artifacts: action key → that action's cached result (``{"outputs": [{"name", "digest",
+            "size", "mediaType", "role"}, ...], "metadata": {...}}``). Binary: exactly one output
+            with role ``primary``. Image: one output with role ``index`` (an OCI image index in
+            the store; metadata ``indexDigest``, ``indexSize``, ``mediaType``). Chart: role
+            ``primary`` (the .tgz) and role ``config`` (Helm's config JSON), optionally a
+            ``.prov``; metadata ``chartName``, ``version``, ``appVersion``, ``tag``. Every blob
+            (for an image: its whole closure) must already be in ``store``.
+        store: where the new blobs (manifests, statements, metadata, indexes) are added.
+    Returns:
+        an action result: ``{"outputs": [{"name": "blobs/sha256/<hex>", "digest", "size",
+        "mediaType", "role": "blob"}, ... sorted by digest, {"name": "index.json", ...,
+        "role": "index"}], "metadata": {"name", "releaseSetDigest": "sha256:<hex>"}}``.
+        ``index.json`` is stored as a blob too; :func:`materialize` writes the directory.
+    Raises:
+        BuildError: a bad name or epoch, an unknown kind, an action key without a result, a
+            result without the outputs or metadata its kind needs, artifacts sharing an action
+            key with different identities, a dependency that is no valid ResourceDescriptor, or
+            a ``clusterRelease`` naming an artifact the set does not hold (or of another kind).
+        IntegrityError: a blob is missing from the store, has another size or is corrupt (for
+            an image, anywhere in the index's closure; the message names the blob and the
+            documents leading to it).
+    """
+    name = check_name(spec.get("name"))
+    epoch = spec.get("epoch")
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+        raise BuildError(
+            f"release set {name}: epoch is {epoch!r}, expected seconds since 1970 (int)"
+        )
+    created = rfc3339(epoch)
+    blobs = _Blobs(store)
+    blobs.put(mt.EMPTY_JSON, mt.OCI_EMPTY)  # referenced by every artifact's config
+
+    order = _VariantOrder(list(spec.get("variants", [])))
+    entries: list[dict[str, Any]] = []  # one per distinct action: descriptors + metadata facts
+    for key, members in _group_by_action(spec).items():
+        first = members[0]
+        label = ",".join(sorted({m["name"] for m in members}))  # one action, several names
+        what = f"release set {name}: artifact {label} ({key})"
+        result = artifacts.get(key)
+        if result is None:
+            raise BuildError(
+                f"{what}: no result for its action",
+                hint="the action did not run or its cache entry is gone; run the build again",
+            )
+        unique = {canonical_json(m["variant"]): m["variant"] for m in members if m.get("variant")}
+        variant_list = sorted(unique.values(), key=order)
+        if first["kind"] == "image":
+            packed = _pack_image(members, result, blobs, what=what, label=label)
+        elif first["kind"] == "chart":
+            packed = _pack_chart(result, blobs, what=what, label=label, created=created)
+        else:
+            packed = _pack_binary(
+                first,
+                result,
+                blobs,
+                what=what,
+                label=label,
+                created=created,
+                variants=variant_list,
+            )
+        pdesc = _provenance(
+            spec, first, packed, blobs, what=what, label=label, key=key, variants=variant_list
+        )
+        plat = packed.desc.get("platform") or {}
+        entries.append(
+            {
+                "sort": (
+                    label,
+                    plat.get("os", ""),
+                    plat.get("architecture", ""),
+                    plat.get("variant", ""),
+                    packed.desc["digest"],
+                ),
+                "members": members,
+                "packed": packed,
+                "provenance": pdesc,
+            }
+        )
+    entries.sort(key=lambda e: e["sort"])
+
+    metadata = _metadata(spec, created, entries, order)
+    config = canonical_json(metadata)
+    blobs.put(config, mt.NVKR_RELEASE_SET_METADATA)
+    meta_manifest = manifest_bytes(
+        artifact_manifest(
+            mt.NVKR_RELEASE_SET,
+            [mt.empty_descriptor()],
+            {mt.ANN_TITLE: name, mt.ANN_CREATED: created},
+            config=descriptor(mt.NVKR_RELEASE_SET_METADATA, config),
+        )
+    )
+    blobs.put(meta_manifest, mt.OCI_MANIFEST)
+    release_set = index_bytes(
+        image_index(
+            [
+                descriptor(mt.OCI_MANIFEST, meta_manifest),
+                *(e["packed"].desc for e in entries),
+                *(e["provenance"] for e in entries),
+            ],
+            {mt.ANN_TITLE: name, mt.ANN_CREATED: created, mt.ANN_NVKR_RELEASE_SET: name},
+            artifact_type=mt.NVKR_RELEASE_SET,
+        )
+    )
+    rs_digest = blobs.put(release_set, mt.OCI_INDEX)
+    top = index_bytes(
+        image_index(
+            [
+                descriptor(
+                    mt.OCI_INDEX,
+                    release_set,
+                    annotations={mt.ANN_REF_NAME: name},
+                    artifact_type=mt.NVKR_RELEASE_SET,
+                )
+            ]
+        )
+    )
+    top_info = store.add_bytes(top)  # not in the layout's blobs/: it is the layout's index.json
+
+    outputs: list[dict[str, Any]] = [
+        {"name": blob_name(d), "digest": d, "size": size, "mediaType": media_type, "role": "blob"}
+        for d, (size, media_type) in sorted(blobs.known.items())
+    ]
+    outputs.append(
+        {
+            "name": "index.json",
+            "digest": top_info.digest,
+            "size": top_info.size,
+            "mediaType": mt.OCI_INDEX,
+            "role": "index",
+        }
+    )
+    return {"outputs": outputs, "metadata": {"name": name, "releaseSetDigest": rs_digest}}
+
+
+def _provenance(
+    spec: Mapping[str, Any],
+    first: Mapping[str, Any],
+    packed: _Packed,
+    blobs: _Blobs,
+    *,
+    what: str,
+    label: str,
+    key: str,
+    variants: list[Any],
+) -> dict[str, Any]:
+    """The in-toto provenance manifest of one artifact (``subject`` = its descriptor)."""
+    try:
+        statement = slsa_statement(
+            packed.subjects,
+            build_type=BUILD_TYPE,
+            external_parameters={
+                "recipe": spec["recipe"],
+                "lockfile": spec["lockfile"],
+                "artifact": label,
+                "variants": variants,
+            },
+            internal_parameters={
+                "epoch": spec["epoch"],
+                "builder": first["builder"],
+                "builderVersion": first["builderVersion"],
+                "actionKey": key,
+            },
+            resolved_dependencies=first.get("dependencies", []),
+            builder_id=BUILDER_ID,
+            builder_version={"nvkr": spec["nvkrVersion"]},
+            invocation_id=key,  # deterministic: the same action is the same invocation
+        )
+        sbytes = statement_bytes(statement)
+    except IntegrityError as e:
+        raise BuildError(f"{what}: cannot state its provenance: {e.message}", hint=e.hint) from e
+    blobs.put(sbytes, mt.IN_TOTO_JSON)
+    prov = manifest_bytes(
+        artifact_manifest(
+            mt.IN_TOTO_JSON,
+            [descriptor(mt.IN_TOTO_JSON, sbytes)],
+            {mt.ANN_NVKR_ARTIFACT: label, mt.ANN_CREATED: rfc3339(spec["epoch"])},
+            subject=packed.desc,
+        )
+    )
+    blobs.put(prov, mt.OCI_MANIFEST)
+    return descriptor(mt.OCI_MANIFEST, prov, annotations={mt.ANN_NVKR_ARTIFACT: label})
