@@ -122,3 +122,19 @@ class Interrupted(NvkrError):
 
     code = "NVKR-E-INTERRUPTED"
     exit_code = 130
+
+
+class RegistryError(NvkrError):
+    """An OCI registry refused or failed a request (unreachable, HTTP error, bad credentials).
+
+    The message names the registry URL and the operation; ``status`` is the HTTP status when there
+    was an answer (None for a connection failure). A registry that answers other bytes or another
+    digest than asked for raises :class:`IntegrityError` instead (exit 3).
+    """
+
+    code = "NVKR-E-REGISTRY"
+    exit_code = 1
+
+    def __init__(self, message: str, hint: str | None = None, *, status: int | None = None) -> None:
+        super().__init__(message, hint)
+        self.status = status

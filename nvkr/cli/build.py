@@ -21,6 +21,7 @@ from nvkr.cli.common import (
     recipe_argument,
     variant_option,
 )
+from nvkr.cli.common import n as _n
 
 
 @click.command("build")
@@ -120,7 +121,7 @@ def command(
             )
         if not as_json:
             console.print(
-                f"nvkr: {recipe}: {len(plan.variants)} variants, {len(plan.actions)} actions "
+                f"nvkr: {recipe}: {_n(len(plan.variants), 'variant')}, {_n(len(plan.actions), 'action')} "
                 f"[dim](build digest {plan.build_digest[:19]})[/]"
             )
         report = execute(plan, session.store, session.fetch, jobs=jobs, event=event)
@@ -149,7 +150,9 @@ def command(
     if report.up_to_date:
         console.print(f"nvkr: up to date — {len(plan.actions)} actions, no builder ran")
     else:
-        console.print(f"nvkr: built {len(report.built)} actions, {len(report.cached)} cached")
+        console.print(
+            f"nvkr: built {len(report.built)} of {_n(len(plan.actions), 'action')}; the rest were cached"
+        )
     for item in written:
         console.print(
             f"  release set [bold]{escape(item['name'])}[/] → {escape(item['path'])} [dim]{item['digest']}[/]"

@@ -47,6 +47,11 @@ def fetch_options(f: F) -> F:
     return f
 
 
+def n(count: int, noun: str) -> str:
+    """``1 variant``, ``4 variants``."""
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
 @dataclass
 class Session:
     """A loaded recipe with its variants, resolver and (once planned) plan."""

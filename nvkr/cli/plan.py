@@ -15,6 +15,7 @@ from nvkr.cli.common import (
     recipe_argument,
     variant_option,
 )
+from nvkr.cli.common import n as _n
 
 
 @click.command("plan")
@@ -54,7 +55,9 @@ def command(
     if fmt == "mermaid":
         click.echo(plan.mermaid(), nl=False)
         return
-    click.echo(f"recipe {recipe}: {len(plan.variants)} variants, {len(plan.actions)} actions")
+    click.echo(
+        f"recipe {recipe}: {_n(len(plan.variants), 'variant')}, {_n(len(plan.actions), 'action')}"
+    )
     click.echo(f"build digest {plan.build_digest}")
     for key, action in plan.actions.items():
         state = "cached" if session.store.get_action(key) is not None else "to build"

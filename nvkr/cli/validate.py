@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from nvkr.cli import App
+from nvkr.cli.common import n as _n
 from nvkr.cli.common import recipe_argument, variant_option
 
 
@@ -21,6 +22,6 @@ def command(app: App, recipe: Path, variants: tuple[str, ...]) -> None:
     loaded = load_recipe(recipe)
     cells = expand(loaded, [parse_variant_option(v) for v in variants] or None)
     sets = sorted({c.recipe.releaseSet.name for c in cells})
-    click.echo(f"ok: {recipe}: {len(cells)} variants, release sets: {', '.join(sets)}")
+    click.echo(f"ok: {recipe}: {_n(len(cells), 'variant')}, release sets: {', '.join(sets)}")
     for cell in cells:
         click.echo(f"  {cell.id}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 import types
 from collections.abc import Sequence
+from types import UnionType
 from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, Discriminator, Tag, ValidationError
@@ -67,7 +68,10 @@ def validation_error(
     """One :class:`RecipeError` (or :class:`UnknownBuilderError`) listing every error of ``exc``."""
     lines: list[str] = []
     unknown_builder = False
-    for error in exc.errors(include_url=False):
+    errors = exc.errors(include_url=False)
+    for error in errors:
+        if _scalar_member_of_mapping(error, errors):
+            continue
         line, is_builder = _line(model, error, locations)
         unknown_builder = unknown_builder or is_builder
         if line not in lines:
@@ -76,6 +80,17 @@ def validation_error(
     if unknown_builder:
         return UnknownBuilderError(message, hint=f"known builders: {', '.join(models.BUILDERS)}")
     return RecipeError(message, hint=SCHEMA_HINT)
+
+
+def _scalar_member_of_mapping(error: ErrorDetails, errors: list[ErrorDetails]) -> bool:
+    """True for a union's scalar member (``str | ImageFile``) failing on a mapping when another
+    member failed on the same value too: that other error says what is wrong with the mapping."""
+    loc = error["loc"]
+    if not loc or loc[-1] not in ("str", "int", "bool") or not isinstance(error.get("input"), dict):
+        return False
+    return any(
+        e is not error and tuple(e["loc"][: len(loc) - 1]) == tuple(loc[:-1]) for e in errors
+    )
 
 
 def reject_floats(value: Any, path: DocPath, locations: LocationMap) -> None:
@@ -245,6 +260,21 @@ def resolve_loc(
                 discriminator = field.discriminator
             continue
         origin = get_origin(annotation)
+        if origin in (Union, UnionType) and isinstance(segment, str):
+            # A plain (undiscriminated) union: pydantic names the member it tried, as ``str`` or
+            # ``function-after[_check(), ImageFile]``; the document has no such level.
+            member = next(
+                (
+                    m
+                    for m in get_args(annotation)
+                    if segment == getattr(m, "__name__", None)
+                    or segment.endswith(f", {getattr(m, '__name__', '?')}]")
+                ),
+                None,
+            )
+            if member is not None:
+                annotation = member
+                continue
         path.append(segment)
         if origin is dict:
             annotation = get_args(annotation)[1]
