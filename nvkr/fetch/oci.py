@@ -11,49 +11,40 @@ not fetched again; when all of them are there nothing touches the network.
 
 Registry transport (distribution-spec "Pulling manifests", "Pulling blobs"): ``GET
 /v2/<repo>/manifests/<digest>`` with an ``Accept`` listing the OCI and Docker manifest and index
-types, ``GET /v2/<repo>/blobs/<digest>`` streamed into the store. A ``401`` with a ``Bearer``
-challenge is answered with an anonymous token (or one bought with the credentials of
-``~/.docker/config.json``); a ``Basic`` challenge with those credentials. https unless the
-source says ``insecure: true`` or the registry is 127.0.0.1/localhost. Mirrors rewrite the
-``https://REGISTRY/`` prefix of every URL, never the digests.
+types, ``GET /v2/<repo>/blobs/<digest>`` streamed into the store, both through
+:class:`nvkr.oci.registry.RegistryClient` (auth challenges, retries, digest checks; credentials
+from ``~/.docker/config.json`` only). https unless the source says ``insecure: true`` or the
+registry is 127.0.0.1/localhost. Mirrors rewrite the ``https://REGISTRY/`` prefix of every URL,
+never the digests.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import hashlib
 import json
 import logging
-import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
-from nvkr.errors import ChecksumError, FetchError, IntegrityError, LockError
+from nvkr.errors import ChecksumError, FetchError, IntegrityError, LockError, RegistryError
+from nvkr.fetch import http as fetch_http
 from nvkr.fetch.context import NET_HINT, FetchContext, check_entry
-from nvkr.fetch.http import CHUNK, CONNECT_TIMEOUT, READ_TIMEOUT, _reason, new_session
+from nvkr.fetch.http import CHUNK
 from nvkr.fetch.mirrors import mirror_label
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.image import media_type_of
+from nvkr.oci.registry import LOOPBACK, MAX_MANIFEST, RegistryClient, docker_credentials
 from nvkr.recipe.models import OciSource
 from nvkr.store import BlobWriter, Store
 
-if TYPE_CHECKING:
-    import requests
+__all__ = ["LAYOUT_PREFIX", "docker_credentials", "ensure", "resolve"]
 
 log = logging.getLogger("nvkr.fetch")
 
 LAYOUT_PREFIX = "oci-layout:"
-#: What a manifest GET accepts: every type whose closure nvkr can follow.
-MANIFEST_ACCEPT = ", ".join(
-    [mt.OCI_MANIFEST, mt.OCI_INDEX, mt.DOCKER_MANIFEST, mt.DOCKER_MANIFEST_LIST]
-)
-#: distribution-spec: registries SHOULD accept manifests up to 4 MiB; larger is not a manifest.
-MAX_MANIFEST = 4 << 20
-_LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
-_CHALLENGE_PARAM = re.compile(r'(\w+)\s*=\s*(?:"([^"]*)"|([^\s,]+))')
 
 
 # -- where the bytes come from -----------------------------------------------------------------
@@ -123,49 +114,8 @@ class _Layout(_Origin):
         return str(path)
 
 
-def docker_credentials(host: str) -> tuple[str, str] | None:
-    """``(username, password)`` for registry ``host`` (``name[:port]``) from the ``auths`` of
-    ``$DOCKER_CONFIG/config.json`` (default ``~/.docker/config.json``), or None.
-
-    Keys may be bare hosts or URLs (``https://index.docker.io/v1/`` for Docker Hub); entries hold
-    ``auth`` (base64 ``user:password``) or ``username``/``password``. Credential helpers
-    (``credsStore``, ``credHelpers``) are not run.
-    """
-    config_dir = os.environ.get("DOCKER_CONFIG") or os.path.join(os.path.expanduser("~"), ".docker")
-    try:
-        doc = json.loads(Path(config_dir, "config.json").read_bytes())
-    except (OSError, ValueError):
-        return None
-    auths = doc.get("auths") if isinstance(doc, dict) else None
-    if not isinstance(auths, dict):
-        return None
-    aliases = {host}
-    if host in ("docker.io", "registry-1.docker.io", "index.docker.io"):
-        aliases |= {"docker.io", "registry-1.docker.io", "index.docker.io"}
-    for key, entry in auths.items():
-        key_host = re.sub(r"^[a-z]+://", "", str(key)).split("/", 1)[0]
-        if key_host not in aliases or not isinstance(entry, dict):
-            continue
-        if entry.get("auth"):
-            try:
-                user, _, password = base64.b64decode(str(entry["auth"])).decode().partition(":")
-            except (ValueError, UnicodeDecodeError):
-                continue
-            return user, password
-        if entry.get("username"):
-            return str(entry["username"]), str(entry.get("password", ""))
-    return None
-
-
-def _challenge(header: str) -> tuple[str, dict[str, str]]:
-    """``WWW-Authenticate: Bearer realm="...",service="...",scope="..."`` → (scheme, params)."""
-    scheme, _, rest = header.strip().partition(" ")
-    params = {m.group(1).lower(): m.group(2) or m.group(3) for m in _CHALLENGE_PARAM.finditer(rest)}
-    return scheme.lower(), params
-
-
 class _Registry(_Origin):
-    """A repository in a registry, over the OCI distribution API."""
+    """A repository in a registry, through :class:`~nvkr.oci.registry.RegistryClient`."""
 
     def __init__(self, name: str, ref: str, insecure: bool, ctx: FetchContext) -> None:
         registry, _, repository = ref.partition("/")
@@ -175,7 +125,7 @@ class _Registry(_Origin):
                 hint="e.g. oci: registry.example.org/team/base (the digest is the pin, no tag)",
             )
         host = urlsplit("//" + registry).hostname or registry
-        scheme = "http" if insecure or host in _LOOPBACK else "https"
+        scheme = "http" if insecure or host in LOOPBACK else "https"
         self.name = name
         self.label = ref
         self.repository = repository
@@ -183,124 +133,66 @@ class _Registry(_Origin):
         self.base = ctx.mirrors.rewrite(self.origin_base)
         if self.base == self.origin_base and registry == "docker.io":
             self.base = f"{scheme}://registry-1.docker.io/"  # Docker Hub's API host
-        self._session: requests.Session | None = None
-        self._auth: str | None = None
+        self._registry = registry
+        self._insecure = insecure
+        self._client: RegistryClient | None = None
 
     @property
-    def session(self) -> requests.Session:
-        if self._session is None:
-            self._session = new_session()
-        return self._session
+    def client(self) -> RegistryClient:
+        if self._client is None:
+            # credentials only from ~/.docker/config.json, keyed by host: the publish variables
+            # (NVKR_REGISTRY_*) name the user's own registry, not every base image's
+            self._client = RegistryClient(
+                self._registry,
+                insecure=self._insecure,
+                base_url=self.base,
+                credentials_from_env=False,
+                retries=fetch_http.RETRIES,
+                backoff=fetch_http.BACKOFF,
+            )
+        return self._client
 
     def close(self) -> None:
-        if self._session is not None:
-            self._session.close()
+        if self._client is not None:
+            self._client.close()
 
-    def _url(self, kind: str, digest: str) -> tuple[str, str]:
-        path = f"v2/{self.repository}/{kind}/{digest}"
-        return self.base + path, mirror_label(self.base + path, self.origin_base + path)
-
-    def _get(self, url: str, label: str, accept: str | None = None) -> requests.Response:
-        import requests
-
+    def _error(self, e: RegistryError | IntegrityError) -> FetchError | ChecksumError:
         what = f"source {self.name!r} ({self.label})"
-        for attempt in (1, 2):
-            headers = {"Accept": accept} if accept else {}
-            if self._auth:
-                headers["Authorization"] = self._auth
-            try:
-                resp = self.session.get(
-                    url, headers=headers, stream=True, timeout=(CONNECT_TIMEOUT, READ_TIMEOUT)
-                )
-            except requests.exceptions.RequestException as e:
-                raise FetchError(
-                    f"{what}: cannot reach {label}: {_reason(e)}", hint=NET_HINT
-                ) from e
-            if resp.status_code == 401 and attempt == 1:
-                header = resp.headers.get("WWW-Authenticate", "")
-                resp.close()
-                self._authenticate(header, url, what)
-                continue
-            if resp.status_code >= 400:
-                resp.close()
-                hint = NET_HINT
-                if resp.status_code == 404:
-                    hint = "check the repository and the digest in the recipe"
-                elif resp.status_code in (401, 403):
-                    hint = "log in with credentials in ~/.docker/config.json (docker login)"
-                raise FetchError(
-                    f"{what}: HTTP {resp.status_code} {resp.reason} from {label}", hint=hint
-                )
-            return resp
-        raise AssertionError("unreachable")
-
-    def _authenticate(self, header: str, url: str, what: str) -> None:
-        import requests
-
-        host = url.split("://", 1)[1].split("/", 1)[0]
-        creds = docker_credentials(host)
-        scheme, params = _challenge(header)
-        if scheme == "basic":
-            if creds is None:
-                raise FetchError(
-                    f"{what}: {host} asks for a user name and password",
-                    hint=f"add credentials for {host} to ~/.docker/config.json (docker login)",
-                )
-            basic = base64.b64encode(f"{creds[0]}:{creds[1]}".encode()).decode()
-            self._auth = f"Basic {basic}"
-            return
-        if scheme != "bearer" or "realm" not in params:
-            raise FetchError(f"{what}: {host} refused access (WWW-Authenticate: {header!r})")
-        query = {k: params[k] for k in ("service", "scope") if k in params}
-        query.setdefault("scope", f"repository:{self.repository}:pull")
-        try:
-            resp = self.session.get(
-                params["realm"],
-                params=query,
-                auth=creds,
-                timeout=(CONNECT_TIMEOUT, READ_TIMEOUT),
+        mirror = f" (mirror of {self.origin_base})" if self.base != self.origin_base else ""
+        if isinstance(e, IntegrityError):
+            return ChecksumError(
+                f"{what}: {e.message}{mirror}",
+                hint="the registry serves other bytes than the pin; nothing was stored",
             )
-        except requests.exceptions.RequestException as e:
-            raise FetchError(
-                f"{what}: cannot reach the token service {params['realm']}: {_reason(e)}",
-                hint=NET_HINT,
-            ) from e
-        with resp:
-            if resp.status_code >= 400:
-                raise FetchError(
-                    f"{what}: the token service {params['realm']} answered HTTP {resp.status_code}",
-                    hint="anonymous pulls may be refused: add credentials to ~/.docker/config.json",
-                )
-            token: Any = None
-            with contextlib.suppress(ValueError, AttributeError):
-                body = resp.json()
-                token = body.get("token") or body.get("access_token")
-        if not isinstance(token, str) or not token:
-            raise FetchError(f"{what}: the token service {params['realm']} gave no token")
-        self._auth = f"Bearer {token}"
+        hint = e.hint or NET_HINT
+        if e.status == 404:
+            hint = "check the repository and the digest in the recipe"
+        elif e.status in (401, 403):
+            hint = "log in with credentials in ~/.docker/config.json (docker login)"
+        if "asks for a user name" in e.message:
+            hint = f"add credentials for {self._registry} to ~/.docker/config.json (docker login)"
+        return FetchError(f"{what}: {e.message}{mirror}", hint=hint)
 
     def manifest(self, digest: str) -> tuple[bytes, str | None, str]:
-        url, label = self._url("manifests", digest)
-        with self._get(url, label, accept=MANIFEST_ACCEPT) as resp:
-            data = resp.raw.read(MAX_MANIFEST + 1, decode_content=False)
-            content_type = resp.headers.get("Content-Type", "").split(";")[0].strip() or None
-        return data, content_type, label
+        try:
+            data, media_type, _ = self.client.get_manifest(self.repository, digest)
+        except (RegistryError, IntegrityError) as e:
+            raise self._error(e) from e
+        url = mirror_label(
+            self.client.url(self.repository, "manifests", digest),
+            f"{self.origin_base}v2/{self.repository}/manifests/{digest}",
+        )
+        return data, media_type or None, url
 
     def blob(self, digest: str, sink: _Verifier) -> str:
-        from urllib3.exceptions import HTTPError as Urllib3Error
-
-        url, label = self._url("blobs", digest)
-        with self._get(url, label) as resp:
-            try:
-                for chunk in resp.raw.stream(CHUNK, decode_content=False):
-                    sink.write(chunk)
-            except (Urllib3Error, OSError) as e:
-                raise FetchError(
-                    f"source {self.name!r} ({self.label}): the download of blob {digest} from "
-                    f"{label} broke off after {sink.size} bytes: {_reason(e)}",
-                    hint=NET_HINT + "; nothing was stored",
-                ) from e
-        return label
+        try:
+            self.client.get_blob(self.repository, digest, sink)
+        except (RegistryError, IntegrityError) as e:
+            raise self._error(e) from e
+        return mirror_label(
+            self.client.url(self.repository, "blobs", digest),
+            f"{self.origin_base}v2/{self.repository}/blobs/{digest}",
+        )
 
 
 # -- verified pulls ----------------------------------------------------------------------------

@@ -1,0 +1,890 @@
+"""A client for OCI registries: names checked, credentials found, blobs and manifests moved, verified.
+
+``nvkr publish`` pushes a release set through it (:mod:`nvkr.publish`) and the ``oci`` source kind
+pulls base images through it (:mod:`nvkr.fetch.oci`). It speaks the OCI distribution-spec v1.1 over
+HTTP(S) with ``requests``: "Checking if content exists" (HEAD), "Pushing blobs" (POST then PUT,
+``PATCH`` chunks for large blobs, "Mounting a blob from another repository"), "Pushing manifests",
+"Pulling manifests"/"Pulling blobs" (GET), "Listing referrers" and "Listing tags". Every digest
+is checked: the registry checks a blob's on the closing PUT and nvkr compares the
+``Docker-Content-Digest`` it answers; manifests and blobs pulled are hashed before anyone sees them.
+
+Authentication follows the registry's ``WWW-Authenticate`` challenge: ``Basic`` with the user's
+credentials, or ``Bearer`` with a token from the realm it names (anonymous, or bought with the
+credentials) for the scopes an operation needs. Credentials come from the caller (flags), else
+``NVKR_REGISTRY_USERNAME``/``NVKR_REGISTRY_PASSWORD``, else the ``auths`` of
+``$DOCKER_CONFIG/config.json`` (default ``~/.docker/config.json``) for that host.
+
+Transport: https, or plain http for a registry the user marks ``insecure`` and for loopback hosts
+(never a silent downgrade). Connection errors, resets, 429 and 5xx are retried with exponential
+backoff (:data:`RETRIES`, :data:`BACKOFF`; a ``Retry-After`` is honoured up to
+:data:`MAX_RETRY_AFTER` seconds). A blob upload that breaks off asks the registry where it got to
+(``GET`` on the upload URL, its ``Range`` header) and goes on from there, or starts over when the
+registry lost the upload (CNCF distribution 2.8 cancels an upload whose size moved under a stale
+upload URL, so after a partly received chunk it always starts over). Relative ``Location`` headers
+are resolved against the request URL.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Final, Protocol
+from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
+
+from nvkr import __version__
+from nvkr.errors import IntegrityError, RegistryError, UsageError
+from nvkr.oci import mediatypes as mt
+
+if TYPE_CHECKING:
+    import requests
+
+RETRIES: Final = 3  # per request: connection errors, resets, 429 and 5xx
+BACKOFF: Final = 0.5  # seconds; waits BACKOFF, 2*BACKOFF, 4*BACKOFF
+MAX_RETRY_AFTER: Final = 30  # seconds; a longer Retry-After is cut to this
+CONNECT_TIMEOUT: Final = 15  # seconds
+READ_TIMEOUT: Final = 120  # seconds without a byte (a registry may hash a large blob on PUT)
+CHUNK_SIZE: Final = 32 << 20  # bytes per PATCH; blobs up to this size go in one PUT
+MAX_MANIFEST: Final = 4 << 20  # distribution-spec: registries SHOULD accept 4 MiB manifests
+_READ_BLOCK = 1 << 20
+LOOPBACK: Final = frozenset({"127.0.0.1", "localhost", "::1"})
+MANIFEST_ACCEPT: Final = ", ".join(
+    [mt.OCI_MANIFEST, mt.OCI_INDEX, mt.DOCKER_MANIFEST, mt.DOCKER_MANIFEST_LIST]
+)
+CREDENTIALS_HINT: Final = (
+    "pass --username and --password-stdin, set NVKR_REGISTRY_USERNAME and "
+    "NVKR_REGISTRY_PASSWORD, or add the registry to ~/.docker/config.json (docker login)"
+)
+_UNREACHABLE_HINT = "is the registry running and reachable? a plain-HTTP registry needs --insecure"
+
+# distribution-spec "Pulling manifests": <name> path components and <reference> tags
+_COMPONENT = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
+_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
+_DIGEST = re.compile(r"sha256:[a-f0-9]{64}|sha512:[a-f0-9]{128}")
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_HOST = re.compile(rf"(?:{_LABEL}(?:\.{_LABEL})*|\[[0-9A-Fa-f:.]+\])(?::[0-9]{{1,5}})?")
+_NAME_MAX = 255  # distribution's reference package: registry + "/" + repository
+_CHALLENGE_PARAM = re.compile(r'(\w+)\s*=\s*(?:"([^"]*)"|([^\s,]+))')
+_TRANSIENT = frozenset({429, 500, 502, 503, 504})
+
+
+# -- references ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Reference:
+    """``REGISTRY/REPOSITORY[:TAG][@sha256:<hex>]``, checked against the distribution spec."""
+
+    registry: str
+    repository: str
+    tag: str | None = None
+    digest: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Reference:
+        """Split and check ``text``; nothing is sent anywhere.
+
+        The registry is the first path component and must look like a host (a dot, a port or
+        ``localhost``); repository components match ``[a-z0-9]+((\\.|_|__|-+)[a-z0-9]+)*``
+        (distribution-spec "Pulling manifests", lower case only), registry plus repository are at
+        most 255 characters; a tag matches ``[A-Za-z0-9_][A-Za-z0-9._-]{0,127}``; a digest is
+        ``sha256:<64 hex>`` or ``sha512:<128 hex>``.
+
+        Raises:
+            UsageError: naming the part that is wrong, with a corrected form where there is one.
+        """
+        hint = "write REGISTRY/REPOSITORY[:TAG], e.g. registry.example.org/gpu/node-release:v1"
+        name, _, digest = text.partition("@")
+        if digest and not _DIGEST.fullmatch(digest):
+            raise UsageError(f"reference {text!r}: {digest!r} is not a sha256:<64 hex> digest")
+        registry, slash, rest = name.partition("/")
+        if not slash or not rest:
+            raise UsageError(f"reference {text!r} names no repository", hint=hint)
+        if not _HOST.fullmatch(registry) or not (
+            "." in registry or ":" in registry or registry == "localhost"
+        ):
+            raise UsageError(f"reference {text!r}: {registry!r} is not a registry host", hint=hint)
+        tag = None
+        if ":" in rest.rsplit("/", 1)[-1]:
+            rest, tag = rest.rsplit(":", 1)
+            if not _TAG.fullmatch(tag):
+                raise UsageError(
+                    f"reference {text!r}: tag {tag!r} is not valid",
+                    hint="a tag is 1 to 128 of A-Z a-z 0-9 _ . - and starts with a letter, "
+                    "digit or _ (distribution-spec)",
+                )
+        for part in rest.split("/"):
+            if not _COMPONENT.fullmatch(part):
+                lower = " (lower case: " + repr(part.lower()) + ")" if part != part.lower() else ""
+                raise UsageError(
+                    f"reference {text!r}: repository component {part!r} is not valid{lower}",
+                    hint="repository components are lower-case letters and digits, joined by "
+                    "'.', '_', '__' or dashes (distribution-spec)",
+                )
+        if len(registry) + 1 + len(rest) > _NAME_MAX:
+            raise UsageError(f"reference {text!r}: the name is longer than {_NAME_MAX} characters")
+        return cls(registry, rest, tag, digest or None)
+
+    def __str__(self) -> str:
+        tag = f":{self.tag}" if self.tag else ""
+        digest = f"@{self.digest}" if self.digest else ""
+        return f"{self.registry}/{self.repository}{tag}{digest}"
+
+
+def fallback_tag(digest: str) -> str:
+    """The referrers tag of ``digest`` (distribution-spec "Referrers Tag Schema"): ``sha256-<hex>``
+    (the algorithm cut to 32 characters, the hex to 64)."""
+    alg, _, hexpart = digest.partition(":")
+    return f"{alg[:32]}-{hexpart[:64]}"
+
+
+# -- credentials ---------------------------------------------------------------------------------
+def docker_credentials(host: str) -> tuple[str, str] | None:
+    """``(username, password)`` for registry ``host`` (``name[:port]``) from the ``auths`` of
+    ``$DOCKER_CONFIG/config.json`` (default ``~/.docker/config.json``), or None.
+
+    Keys may be bare hosts or URLs (``https://index.docker.io/v1/`` for Docker Hub); entries hold
+    ``auth`` (base64 ``user:password``) or ``username``/``password``. Credential helpers
+    (``credsStore``, ``credHelpers``) are not run.
+    """
+    config_dir = os.environ.get("DOCKER_CONFIG") or os.path.join(os.path.expanduser("~"), ".docker")
+    try:
+        doc = json.loads(Path(config_dir, "config.json").read_bytes())
+    except (OSError, ValueError):
+        return None
+    auths = doc.get("auths") if isinstance(doc, dict) else None
+    if not isinstance(auths, dict):
+        return None
+    aliases = {host}
+    if host in ("docker.io", "registry-1.docker.io", "index.docker.io"):
+        aliases |= {"docker.io", "registry-1.docker.io", "index.docker.io"}
+    for key, entry in auths.items():
+        key_host = re.sub(r"^[a-z]+://", "", str(key)).split("/", 1)[0]
+        if key_host not in aliases or not isinstance(entry, dict):
+            continue
+        if entry.get("auth"):
+            try:
+                user, _, password = base64.b64decode(str(entry["auth"])).decode().partition(":")
+            except (ValueError, UnicodeDecodeError):
+                continue
+            return user, password
+        if entry.get("username"):
+            return str(entry["username"]), str(entry.get("password", ""))
+    return None
+
+
+def parse_challenge(header: str) -> tuple[str, dict[str, str]]:
+    """``WWW-Authenticate: Bearer realm="...",service="...",scope="..."`` → (``bearer``, params)."""
+    scheme, _, rest = header.strip().partition(" ")
+    params = {m.group(1).lower(): m.group(2) or m.group(3) for m in _CHALLENGE_PARAM.finditer(rest)}
+    return scheme.lower(), params
+
+
+def _reason(exc: BaseException) -> str:
+    """The useful part of a requests/urllib3 error (they nest several layers deep)."""
+    text = str(exc)
+    m = re.search(r"\[Errno -?\d+\] ([^'\")]+)", text)
+    if m:
+        return m.group(1).strip()
+    for needle in ("Connection refused", "Connection reset", "Connection aborted", "timed out"):
+        if needle.lower() in text.lower():
+            return needle
+    return text or type(exc).__name__
+
+
+def _error_detail(resp: requests.Response) -> str:
+    """``CODE: message`` of a distribution-spec error body ("Error Codes"), or ''."""
+    with contextlib.suppress(ValueError, AttributeError, TypeError, KeyError, IndexError):
+        err = resp.json()["errors"][0]
+        detail = err.get("detail")
+        extra = f" ({detail})" if isinstance(detail, str) and detail else ""
+        return f": {err['code']}: {err.get('message', '')}{extra}"
+    return ""
+
+
+class Writer(Protocol):
+    """Where :meth:`RegistryClient.get_blob` puts bytes: a file, a store writer, a hasher."""
+
+    def write(self, data: bytes, /) -> Any: ...
+
+
+class _Window:
+    """``length`` bytes of an open file from ``offset``, read in blocks: a request body that
+    never holds more than one block in memory (``len()`` gives requests its Content-Length)."""
+
+    def __init__(self, f: IO[bytes], offset: int, length: int) -> None:
+        self._f, self._offset, self._length = f, offset, length
+        self.rewind()
+
+    def rewind(self) -> None:
+        """Back to the window's first byte (to send it again, e.g. after a 401)."""
+        self._f.seek(self._offset)
+        self._left = self._length
+
+    def __len__(self) -> int:
+        return self._length
+
+    def read(self, n: int = -1) -> bytes:
+        n = self._left if n < 0 else min(n, self._left)
+        data = self._f.read(n) if n else b""
+        self._left -= len(data)
+        return data
+
+    def __iter__(self) -> Iterator[bytes]:
+        while data := self.read(_READ_BLOCK):
+            yield data
+
+
+# -- the client ----------------------------------------------------------------------------------
+class RegistryClient:
+    """One registry, over the OCI distribution API; thread-safe for concurrent blob transfers.
+
+    Args:
+        registry: ``host[:port]`` as in a :class:`Reference`.
+        insecure: plain http (the user named this registry as insecure); loopback hosts
+            (127.0.0.1, localhost, ::1) always use http.
+        username, password: credentials; default ``NVKR_REGISTRY_USERNAME``/``_PASSWORD`` (when
+            ``credentials_from_env``), else ``~/.docker/config.json``.
+        base_url: the URL the API lives under (a mirror), default ``http(s)://registry/``.
+        chunk_size: bytes per ``PATCH``; blobs up to this size go in one ``PUT``.
+        retries, backoff: per request (default :data:`RETRIES`, :data:`BACKOFF` seconds).
+    """
+
+    def __init__(
+        self,
+        registry: str,
+        *,
+        insecure: bool = False,
+        username: str | None = None,
+        password: str | None = None,
+        base_url: str | None = None,
+        credentials_from_env: bool = True,
+        chunk_size: int = CHUNK_SIZE,
+        retries: int | None = None,
+        backoff: float | None = None,
+        pool_size: int = 10,
+    ) -> None:
+        import requests
+        from requests.adapters import HTTPAdapter
+
+        host = urlsplit("//" + registry).hostname or registry
+        scheme = "http" if insecure or host in LOOPBACK else "https"
+        self.registry = registry
+        self.origin = f"{scheme}://{registry}/"
+        self.base = base_url or (
+            f"{scheme}://registry-1.docker.io/" if registry == "docker.io" else self.origin
+        )
+        if username is None and credentials_from_env:
+            username = os.environ.get("NVKR_REGISTRY_USERNAME") or None
+            password = os.environ.get("NVKR_REGISTRY_PASSWORD") if username else None
+            self._creds_from = "NVKR_REGISTRY_USERNAME/NVKR_REGISTRY_PASSWORD"
+        else:
+            self._creds_from = "the command line"
+        self._creds = (username, password or "") if username else None
+        if self._creds is None and (found := docker_credentials(registry)) is not None:
+            self._creds, self._creds_from = found, "~/.docker/config.json"
+        self.chunk_size = max(1, chunk_size)
+        self.retries = RETRIES if retries is None else retries
+        self.backoff = backoff
+        self.session = requests.Session()
+        adapter = HTTPAdapter(max_retries=0, pool_connections=2, pool_maxsize=pool_size)
+        self.session.mount("http://", adapter)
+        self.session.mount("https://", adapter)
+        self.session.headers["User-Agent"] = f"nvkr/{__version__}"
+        self.session.headers["Accept-Encoding"] = "identity"
+        self._basic: str | None = None
+        self._tokens: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._referrers_api: dict[str, bool] = {}
+
+    def close(self) -> None:
+        self.session.close()
+
+    def __enter__(self) -> RegistryClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def url(self, repo: str, kind: str, ref: str) -> str:
+        """``<base>v2/<repo>/<kind>/<ref>`` (kind: ``blobs``, ``manifests``, ``referrers``, ...)."""
+        return f"{self.base}v2/{repo}/{kind}/{ref}"
+
+    # -- transport ----------------------------------------------------------------------------
+    def _sleep(self, attempt: int, resp: requests.Response | None = None) -> None:
+        backoff = BACKOFF if self.backoff is None else self.backoff
+        delay = backoff * (2**attempt)
+        after = resp.headers.get("Retry-After", "") if resp is not None else ""
+        if after.isdigit():
+            delay = min(float(after), MAX_RETRY_AFTER)
+        if delay > 0:
+            time.sleep(delay)
+
+    def _auth(self, scopes: tuple[str, ...]) -> str | None:
+        with self._lock:
+            return self._basic or self._tokens.get(" ".join(scopes))
+
+    def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        scopes: tuple[str, ...],
+        what: str,
+        headers: dict[str, str] | None = None,
+        data: bytes | _Window | None = None,
+        params: dict[str, str] | None = None,
+        stream: bool = False,
+        retry: bool = True,
+    ) -> requests.Response:
+        """Send one request with auth and retries; any HTTP answer is returned to the caller.
+
+        ``scopes`` are the token scopes it needs (``repository:<repo>:pull[,push]``). 429 and 5xx
+        answers and connection failures are retried (when ``retry``; a ``_Window`` body never is).
+
+        Raises:
+            RegistryError: unreachable after the retries (``status`` None), or refused
+                credentials (``status`` 401).
+        """
+        import requests
+
+        attempt, fresh_auth = 0, False
+        while True:
+            sent = self._auth(scopes)
+            if isinstance(data, _Window):
+                data.rewind()
+            h = dict(headers or {})
+            if sent:
+                h["Authorization"] = sent
+            try:
+                resp = self.session.request(
+                    method,
+                    url,
+                    headers=h,
+                    data=data,
+                    params=params,
+                    stream=stream,
+                    allow_redirects=method in ("GET", "HEAD"),
+                    timeout=(CONNECT_TIMEOUT, READ_TIMEOUT),
+                )
+            except requests.exceptions.RequestException as e:
+                if retry and not isinstance(data, _Window) and attempt < self.retries:
+                    self._sleep(attempt)
+                    attempt += 1
+                    continue
+                hint = _UNREACHABLE_HINT
+                if isinstance(e, requests.exceptions.SSLError):
+                    hint = (
+                        "the registry does not speak TLS here: pass --insecure if it is plain HTTP"
+                    )
+                raise RegistryError(f"{what}: cannot reach {url}: {_reason(e)}", hint=hint) from e
+            if resp.status_code == 401 and not fresh_auth:
+                resp.close()
+                self._authorize(resp, scopes, sent, what)
+                fresh_auth = True
+                continue
+            if resp.status_code == 401:
+                resp.close()
+                raise self._refused(what, resp)
+            if resp.status_code in _TRANSIENT and retry and attempt < self.retries:
+                resp.close()
+                self._sleep(attempt, resp)
+                attempt += 1
+                continue
+            return resp
+
+    def _refused(self, what: str, resp: requests.Response) -> RegistryError:
+        who = f"user {self._creds[0]!r} (from {self._creds_from})" if self._creds else "anonymous"
+        return RegistryError(
+            f"{what}: {self.registry} refused access for {who}: HTTP {resp.status_code}"
+            f"{_error_detail(resp)}",
+            hint="check the user name and password; " + CREDENTIALS_HINT,
+            status=resp.status_code,
+        )
+
+    def _authorize(
+        self, resp: requests.Response, scopes: tuple[str, ...], sent: str | None, what: str
+    ) -> None:
+        """Answer a 401 challenge: Basic credentials, or a Bearer token for ``scopes``."""
+        import requests
+
+        scheme, params = parse_challenge(resp.headers.get("WWW-Authenticate", ""))
+        if scheme == "basic":
+            if self._creds is None:
+                raise RegistryError(
+                    f"{what}: {self.registry} asks for a user name and password",
+                    hint=CREDENTIALS_HINT,
+                    status=401,
+                )
+            if sent and sent.startswith("Basic "):
+                raise self._refused(what, resp)
+            pair = base64.b64encode(f"{self._creds[0]}:{self._creds[1]}".encode()).decode()
+            with self._lock:
+                self._basic = f"Basic {pair}"
+            return
+        if scheme != "bearer" or "realm" not in params:
+            raise self._refused(what, resp)
+        wanted = [s for s in params.get("scope", "").split(" ") if s]
+        wanted += [s for s in scopes if s not in wanted]
+        query = [("service", params["service"])] if "service" in params else []
+        query += [("scope", s) for s in wanted]
+        try:
+            answer = self.session.get(
+                params["realm"],
+                params=query,
+                auth=self._creds,
+                timeout=(CONNECT_TIMEOUT, READ_TIMEOUT),
+            )
+        except requests.exceptions.RequestException as e:
+            raise RegistryError(
+                f"{what}: cannot reach the token service {params['realm']}: {_reason(e)}",
+                hint=_UNREACHABLE_HINT,
+            ) from e
+        with answer:
+            if answer.status_code >= 400:
+                raise RegistryError(
+                    f"{what}: the token service {params['realm']} answered HTTP "
+                    f"{answer.status_code}" + (" to the credentials" if self._creds else ""),
+                    hint=CREDENTIALS_HINT,
+                    status=answer.status_code,
+                )
+            token: Any = None
+            with contextlib.suppress(ValueError, AttributeError):
+                body = answer.json()
+                token = body.get("token") or body.get("access_token")
+        if not isinstance(token, str) or not token:
+            raise RegistryError(f"{what}: the token service {params['realm']} gave no token")
+        with self._lock:
+            self._tokens[" ".join(scopes)] = f"Bearer {token}"
+
+    def _fail(self, what: str, resp: requests.Response, hint: str | None = None) -> RegistryError:
+        detail = _error_detail(resp)  # before close: a streamed body is gone after it
+        resp.close()
+        return RegistryError(
+            f"{what}: HTTP {resp.status_code} {resp.reason} from {resp.url}{detail}",
+            hint=hint,
+            status=resp.status_code,
+        )
+
+    def _location(self, resp: requests.Response, what: str) -> str:
+        location = resp.headers.get("Location")
+        if not location:
+            raise RegistryError(
+                f"{what}: the registry answered {resp.status_code} without Location"
+            )
+        return urljoin(resp.url, location)  # distribution-spec: it may be relative
+
+    @staticmethod
+    def _pull(repo: str) -> tuple[str, ...]:
+        return (f"repository:{repo}:pull",)
+
+    @staticmethod
+    def _push(repo: str) -> tuple[str, ...]:
+        return (f"repository:{repo}:pull,push",)
+
+    # -- blobs -------------------------------------------------------------------------------
+    def blob_exists(self, repo: str, digest: str) -> bool:
+        """Whether ``repo`` holds blob ``sha256:<hex>`` (``HEAD``; 200 yes, 404 no).
+
+        Raises:
+            RegistryError: any other answer, or the registry is unreachable.
+        """
+        what = f"blob {digest} in {repo}"
+        resp = self.request(
+            "HEAD", self.url(repo, "blobs", digest), scopes=self._pull(repo), what=what
+        )
+        resp.close()
+        if resp.status_code in (200, 404):
+            return resp.status_code == 200
+        raise self._fail(what, resp)
+
+    def mount_blob(self, repo: str, digest: str, from_repo: str) -> bool:
+        """Mount blob ``digest`` from ``from_repo`` of the same registry into ``repo`` (201 →
+        True); False when the registry would not (it then opened an upload, which is cancelled).
+
+        Raises:
+            RegistryError: an error answer, or the registry is unreachable.
+        """
+        what = f"mount of blob {digest} from {from_repo} into {repo}"
+        resp = self.request(
+            "POST",
+            f"{self.base}v2/{repo}/blobs/uploads/",
+            scopes=(*self._push(repo), *self._pull(from_repo)),
+            params={"mount": digest, "from": from_repo},
+            what=what,
+        )
+        resp.close()
+        if resp.status_code == 201:
+            return True
+        if resp.status_code != 202:
+            raise self._fail(what, resp)
+        with contextlib.suppress(RegistryError):
+            location = self._location(resp, what)
+            self.request("DELETE", location, scopes=self._push(repo), what=what).close()
+        return False
+
+    def _start_upload(self, repo: str, what: str) -> str:
+        url = f"{self.base}v2/{repo}/blobs/uploads/"
+        resp = self.request("POST", url, scopes=self._push(repo), what=what)
+        resp.close()
+        if resp.status_code != 202:
+            raise self._fail(what, resp)
+        return self._location(resp, what)
+
+    def _upload_offset(self, repo: str, location: str, what: str) -> tuple[str, int] | None:
+        """Where an upload got to: (its next URL, bytes received), or None when the registry
+        lost it or cannot say (distribution-spec "Upload progress": ``Range: 0-<last byte>``)."""
+        try:
+            resp = self.request("GET", location, scopes=self._push(repo), what=what)
+        except RegistryError:
+            return None
+        resp.close()
+        m = re.fullmatch(r"(?:bytes=)?0-(\d+)", resp.headers.get("Range", ""))
+        # "0-0" is both an empty and a 1-byte upload (distribution): start over then
+        if resp.status_code != 204 or not m or int(m.group(1)) == 0:
+            return None
+        return urljoin(resp.url, resp.headers.get("Location", location)), int(m.group(1)) + 1
+
+    def push_blob(
+        self, repo: str, digest: str, size: int, open_stream: Callable[[], IO[bytes]]
+    ) -> int:
+        """Upload ``size`` bytes from ``open_stream()`` (seekable) as blob ``digest`` into ``repo``.
+
+        Up to :attr:`chunk_size` bytes go in one ``PUT`` ("monolithic"); larger blobs in
+        ``PATCH`` chunks of :attr:`chunk_size` bytes, the last one with the closing ``PUT
+        ?digest=``. Memory stays at one read block whatever the size. After a failure the
+        registry is asked for the upload's offset and the upload goes on from there, or starts
+        over; a blob that arrived meanwhile ends it. The registry checks the digest on the
+        closing ``PUT``; its ``Docker-Content-Digest`` answer is compared too.
+
+        Returns:
+            bytes sent, resent ones included.
+        Raises:
+            IntegrityError: the registry computed another digest (``DIGEST_INVALID``, or a
+                different ``Docker-Content-Digest``): the local bytes are not ``digest``.
+            RegistryError: refused, or no progress after :attr:`retries` failures in a row.
+        """
+        what = f"upload of blob {digest} ({size} bytes) to {self.registry}/{repo}"
+        sent, stalled, offset = 0, 0, 0
+        location = self._start_upload(repo, what)
+        with open_stream() as f:
+            while True:
+                last = size - offset <= self.chunk_size
+                length = size - offset if last else self.chunk_size
+                headers = {"Content-Type": mt.OCTET_STREAM}
+                if length:
+                    headers["Content-Range"] = f"{offset}-{offset + length - 1}"
+                if last:
+                    split = urlsplit(location)
+                    query = urlencode([*parse_qsl(split.query), ("digest", digest)])
+                    url = urlunsplit(split._replace(query=query))
+                else:
+                    url = location
+                resp: requests.Response | None = None
+                with contextlib.suppress(RegistryError):
+                    resp = self.request(
+                        "PUT" if last else "PATCH",
+                        url,
+                        scopes=self._push(repo),
+                        headers=headers,
+                        data=_Window(f, offset, length) if length else b"",
+                        what=what,
+                        retry=False,
+                    )
+                    resp.close()
+                    sent += length
+                if resp is not None and last and resp.status_code in (200, 201, 204):
+                    answered = resp.headers.get("Docker-Content-Digest")
+                    if answered and answered != digest:
+                        raise IntegrityError(
+                            f"{what}: the registry stored it as {answered}",
+                            hint="the registry (or a proxy) altered the bytes; nothing was tagged",
+                        )
+                    return sent
+                if resp is not None and not last and resp.status_code == 202:
+                    location = self._location(resp, what)
+                    offset += length
+                    stalled = 0
+                    continue
+                if resp is not None and "DIGEST_INVALID" in _error_detail(resp):
+                    raise IntegrityError(
+                        f"{what}: the registry computed another digest for the bytes sent",
+                        hint="the local blob is corrupt (rebuild the release set) or a proxy "
+                        "altered the upload; nothing was tagged",
+                    )
+                if resp is not None and resp.status_code not in (*_TRANSIENT, 404, 416):
+                    raise self._fail(what, resp)
+                # broken connection, 429/5xx or a lost upload: find out where it stands
+                stalled += 1
+                if stalled > self.retries:
+                    if resp is not None:
+                        raise self._fail(what, resp, hint=_UNREACHABLE_HINT)
+                    raise RegistryError(
+                        f"{what}: no progress after {stalled} failures at byte {offset}",
+                        hint=_UNREACHABLE_HINT,
+                    )
+                self._sleep(stalled - 1, resp)
+                if self.blob_exists(repo, digest):
+                    return sent
+                resumed = self._upload_offset(repo, location, what)
+                if resumed is not None and resumed[1] <= size:
+                    location, offset = resumed
+                else:
+                    location, offset = self._start_upload(repo, what), 0
+
+    def get_blob(self, repo: str, digest: str, writer: Writer, *, size: int | None = None) -> int:
+        """Stream blob ``digest`` of ``repo`` into ``writer.write``, verifying it; returns bytes.
+
+        A body that breaks off is resumed with ``Range: bytes=<got>-`` (up to :attr:`retries`
+        times); ``writer`` only ever receives the blob's bytes in order.
+
+        Raises:
+            IntegrityError: the bytes hash to another digest or exceed ``size``.
+            RegistryError: an error answer (404: the repository lacks it), or unreachable.
+        """
+        from urllib3.exceptions import HTTPError as Urllib3Error
+
+        what = f"blob {digest} of {self.registry}/{repo}"
+        url = self.url(repo, "blobs", digest)
+        alg = digest.split(":", 1)[0]
+        h, got, failures = hashlib.new(alg), 0, 0
+        while True:
+            headers = {"Range": f"bytes={got}-"} if got else {}
+            resp = self.request(
+                "GET", url, scopes=self._pull(repo), what=what, headers=headers, stream=True
+            )
+            if resp.status_code not in (200, 206):
+                raise self._fail(what, resp)
+            skip = got if resp.status_code == 200 else 0  # the registry ignored the Range
+            try:
+                with resp:
+                    for chunk in resp.raw.stream(_READ_BLOCK, decode_content=False):
+                        if skip:
+                            chunk, skip = chunk[skip:], max(0, skip - len(chunk))
+                        writer.write(chunk)
+                        h.update(chunk)
+                        got += len(chunk)
+                        if size is not None and got > size:
+                            raise IntegrityError(f"{what} from {url}: more than {size} bytes")
+                if size is None or got >= size:
+                    break
+                broken: BaseException = EOFError(f"body ended at {got} of {size} bytes")
+            except (Urllib3Error, OSError) as e:
+                broken = e
+            failures += 1
+            if failures > self.retries:
+                raise RegistryError(
+                    f"{what}: the download from {url} broke off after {got} bytes: {_reason(broken)}",
+                    hint=_UNREACHABLE_HINT,
+                )
+            self._sleep(failures - 1)
+        actual = f"{alg}:{h.hexdigest()}"
+        if actual != digest:
+            raise IntegrityError(
+                f"{what} from {url}: expected {digest}, got {actual}",
+                hint="the registry serves other bytes than the digest names",
+            )
+        return got
+
+    # -- manifests ---------------------------------------------------------------------------
+    def push_manifest(
+        self,
+        repo: str,
+        ref: str,
+        data: bytes,
+        media_type: str,
+        *,
+        if_match: str | None = None,
+        if_none_match: bool = False,
+    ) -> str:
+        """``PUT`` manifest ``data`` (of ``media_type``) as ``ref`` (a tag or its digest).
+
+        ``if_match`` (a digest) / ``if_none_match`` send ``If-Match: "<digest>"`` /
+        ``If-None-Match: *`` for registries that honour them (RFC 9110; distribution 2.8 ignores
+        both); a 412 answer raises with ``status`` 412.
+
+        Returns:
+            ``sha256:<hex>`` of ``data``.
+        Raises:
+            IntegrityError: the registry answers another ``Docker-Content-Digest``.
+            RegistryError: an error answer (the message carries the registry's error code,
+                e.g. ``MANIFEST_BLOB_UNKNOWN``), or unreachable.
+        """
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        if _DIGEST.fullmatch(ref) and ref != digest:
+            raise ValueError(f"manifest bytes hash to {digest}, not {ref}")
+        what = f"push of manifest {digest} to {self.registry}/{repo}:{ref}"
+        headers = {"Content-Type": media_type}
+        if if_match:
+            headers["If-Match"] = f'"{if_match}"'
+        if if_none_match:
+            headers["If-None-Match"] = "*"
+        resp = self.request(
+            "PUT",
+            self.url(repo, "manifests", ref),
+            scopes=self._push(repo),
+            what=what,
+            headers=headers,
+            data=data,
+        )
+        resp.close()
+        if resp.status_code not in (200, 201, 204):
+            raise self._fail(what, resp)
+        answered = resp.headers.get("Docker-Content-Digest")
+        if answered and answered != digest:
+            raise IntegrityError(
+                f"{what}: the registry answered digest {answered}",
+                hint="the registry (or a proxy) changed the manifest; do not trust this registry",
+            )
+        return digest
+
+    def get_manifest(self, repo: str, ref: str) -> tuple[bytes, str, str]:
+        """``GET`` manifest ``ref`` (tag or digest) of ``repo``.
+
+        Returns:
+            ``(bytes, media type, "sha256:<hex>" of the bytes)``; the media type is the
+            ``Content-Type``, else the document's ``mediaType``.
+        Raises:
+            IntegrityError: ``ref`` is a digest the bytes do not hash to, or the registry's
+                ``Docker-Content-Digest`` differs from the bytes' digest.
+            RegistryError: an error answer (404 ``status``: no such manifest), unreachable, or
+                larger than :data:`MAX_MANIFEST`.
+        """
+        from urllib3.exceptions import HTTPError as Urllib3Error
+
+        what = f"manifest {ref} of {self.registry}/{repo}"
+        url = self.url(repo, "manifests", ref)
+        for attempt in range(self.retries + 1):
+            resp = self.request(
+                "GET",
+                url,
+                scopes=self._pull(repo),
+                what=what,
+                headers={"Accept": MANIFEST_ACCEPT},
+                stream=True,
+            )
+            if resp.status_code != 200:
+                raise self._fail(what, resp)
+            try:
+                with resp:
+                    data = resp.raw.read(MAX_MANIFEST + 1, decode_content=False)
+                break
+            except (Urllib3Error, OSError) as e:
+                if attempt == self.retries:
+                    raise RegistryError(
+                        f"{what}: the body from {url} broke off: {_reason(e)}"
+                    ) from e
+                self._sleep(attempt)
+        if len(data) > MAX_MANIFEST:
+            raise RegistryError(f"{what}: larger than {MAX_MANIFEST} bytes, not a manifest")
+        by_digest = _DIGEST.fullmatch(ref) is not None
+        alg = ref.split(":", 1)[0] if by_digest else "sha256"
+        actual = f"{alg}:{hashlib.new(alg, data).hexdigest()}"
+        answered = resp.headers.get("Docker-Content-Digest", "")
+        if by_digest and actual != ref:
+            raise IntegrityError(
+                f"{what} from {url}: expected {ref}, got {actual}",
+                hint="the registry serves other bytes than the digest names",
+            )
+        if answered.startswith(f"{alg}:") and answered != actual:
+            raise IntegrityError(
+                f"{what} from {url}: the registry says {answered}, the bytes hash to {actual}",
+                hint="the registry (or a proxy) altered the manifest; do not trust this registry",
+            )
+        media_type = resp.headers.get("Content-Type", "").split(";")[0].strip()
+        if media_type not in mt.MANIFEST_TYPES:
+            with contextlib.suppress(ValueError, AttributeError):
+                media_type = str(json.loads(data).get("mediaType") or media_type)
+        return data, media_type, actual
+
+    def manifest_digest(self, repo: str, ref: str) -> str | None:
+        """The digest ``ref`` names in ``repo`` (``HEAD``, ``Docker-Content-Digest``), or None
+        when there is no such manifest.
+
+        Raises:
+            RegistryError: an error answer other than 404, or unreachable.
+        """
+        what = f"manifest {ref} of {self.registry}/{repo}"
+        resp = self.request(
+            "HEAD",
+            self.url(repo, "manifests", ref),
+            scopes=self._pull(repo),
+            what=what,
+            headers={"Accept": MANIFEST_ACCEPT},
+        )
+        resp.close()
+        if resp.status_code == 404:
+            return None
+        if resp.status_code != 200:
+            raise self._fail(what, resp)
+        answered = resp.headers.get("Docker-Content-Digest")
+        if answered is None:  # the header is a SHOULD; the bytes always tell
+            return self.get_manifest(repo, ref)[2]
+        return answered
+
+    # -- referrers and tags ------------------------------------------------------------------
+    def referrers(self, repo: str, digest: str) -> dict[str, Any] | None:
+        """The referrers index of ``digest`` (distribution-spec v1.1 "Listing Referrers"), or
+        None when the registry has no referrers API (404; CNCF distribution 2.8).
+
+        Raises:
+            RegistryError: another error answer, or unreachable.
+        """
+        what = f"referrers of {digest} in {self.registry}/{repo}"
+        resp = self.request(
+            "GET",
+            self.url(repo, "referrers", digest),
+            scopes=self._pull(repo),
+            what=what,
+            headers={"Accept": mt.OCI_INDEX},
+        )
+        with resp:
+            if resp.status_code == 404:
+                self._referrers_api[repo] = False
+                return None
+            if resp.status_code != 200:
+                raise self._fail(what, resp)
+            try:
+                index = resp.json()
+            except ValueError as e:
+                raise RegistryError(f"{what}: the answer is not JSON") from e
+        if not isinstance(index, dict) or not isinstance(index.get("manifests"), list):
+            raise RegistryError(f"{what}: the answer is not an image index")
+        self._referrers_api[repo] = True
+        return index
+
+    def has_referrers_api(self, repo: str, digest: str) -> bool:
+        """Whether the registry serves the referrers API for ``repo`` (asked once, remembered)."""
+        if repo not in self._referrers_api:
+            self.referrers(repo, digest)
+        return self._referrers_api[repo]
+
+    def tags(self, repo: str) -> list[str]:
+        """Every tag of ``repo`` ("Listing Tags", following ``Link`` pages); [] when unknown.
+
+        Raises:
+            RegistryError: an error answer other than 404, or unreachable.
+        """
+        what = f"tags of {self.registry}/{repo}"
+        url: str | None = f"{self.base}v2/{repo}/tags/list"
+        out: list[str] = []
+        while url:
+            resp = self.request("GET", url, scopes=self._pull(repo), what=what)
+            with resp:
+                if resp.status_code == 404:
+                    return out
+                if resp.status_code != 200:
+                    raise self._fail(what, resp)
+                try:
+                    out += [str(t) for t in resp.json().get("tags") or []]
+                except (ValueError, AttributeError) as e:
+                    raise RegistryError(f"{what}: the answer is not a tag list") from e
+                nxt = resp.links.get("next", {}).get("url")
+                url = urljoin(resp.url, nxt) if nxt else None
+        return out
