@@ -564,7 +564,7 @@ class RegistryClient:
         closing ``PUT``; its ``Docker-Content-Digest`` answer is compared too.
 
         Returns:
-            bytes sent, resent ones included.
+            bytes put on the wire, resent ones included (a broken request counts whole).
         Raises:
             IntegrityError: the registry computed another digest (``DIGEST_INVALID``, or a
                 different ``Docker-Content-Digest``): the local bytes are not ``digest``.
@@ -587,6 +587,7 @@ class RegistryClient:
                 else:
                     url = location
                 resp: requests.Response | None = None
+                sent += length  # attempted: a broken request may have sent any part of it
                 with contextlib.suppress(RegistryError):
                     resp = self.request(
                         "PUT" if last else "PATCH",
@@ -598,7 +599,6 @@ class RegistryClient:
                         retry=False,
                     )
                     resp.close()
-                    sent += length
                 if resp is not None and last and resp.status_code in (200, 201, 204):
                     answered = resp.headers.get("Docker-Content-Digest")
                     if answered and answered != digest:
@@ -771,9 +771,12 @@ class RegistryClient:
             )
             if resp.status_code != 200:
                 raise self._fail(what, resp)
+            expected = resp.headers.get("Content-Length", "")
             try:
                 with resp:
                     data = resp.raw.read(MAX_MANIFEST + 1, decode_content=False)
+                if expected.isdigit() and len(data) < int(expected):
+                    raise OSError(f"body ended at {len(data)} of {expected} bytes")
                 break
             except (Urllib3Error, OSError) as e:
                 if attempt == self.retries:
