@@ -149,6 +149,7 @@ class Fault:
     nth: int = 1
     times: int = 1
     status: int = 500
+    code: str = "UNKNOWN"  # the distribution-spec error code of a ``status`` answer
     seen: int = 0
     fired: int = 0
 
@@ -233,7 +234,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._read_body(length)
             entry.status = fault.status
             extra = {"Retry-After": "0"} if fault.status == 429 else {}
-            body = json.dumps({"errors": [{"code": "UNKNOWN", "message": "injected"}]}).encode()
+            error = {"code": fault.code, "message": "injected"}
+            body = json.dumps({"errors": [error]}).encode()
             self._answer(fault.status, body, {"Content-Type": "application/json", **extra})
             return
         upstream = http.client.HTTPConnection(proxy.upstream, timeout=60)
@@ -388,7 +390,9 @@ def run_proxy(upstream: str) -> Iterator[FaultProxy]:
     server = _ProxyServer(("127.0.0.1", 0), _Handler)
     proxy = FaultProxy(upstream=upstream, host=f"127.0.0.1:{server.server_address[1]}")
     server.proxy = proxy
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     try:
         yield proxy

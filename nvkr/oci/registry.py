@@ -208,6 +208,16 @@ def _error_detail(resp: requests.Response) -> str:
     return ""
 
 
+def _file_digest(f: IO[bytes], like: str) -> str:
+    """The digest of the whole of ``f`` with the algorithm of ``like`` (``sha256:...``)."""
+    alg = like.split(":", 1)[0]
+    h = hashlib.new(alg)
+    f.seek(0)
+    while block := f.read(_READ_BLOCK):
+        h.update(block)
+    return f"{alg}:{h.hexdigest()}"
+
+
 class Writer(Protocol):
     """Where :meth:`RegistryClient.get_blob` puts bytes: a file, a store writer, a hasher."""
 
@@ -612,13 +622,24 @@ class RegistryClient:
                     offset += length
                     stalled = 0
                     continue
-                if resp is not None and "DIGEST_INVALID" in _error_detail(resp):
-                    raise IntegrityError(
-                        f"{what}: the registry computed another digest for the bytes sent",
-                        hint="the local blob is corrupt (rebuild the release set) or a proxy "
-                        "altered the upload; nothing was tagged",
-                    )
-                if resp is not None and resp.status_code not in (*_TRANSIENT, 404, 416):
+                detail = _error_detail(resp) if resp is not None else ""
+                digest_race = "DIGEST_INVALID" in detail
+                if digest_race:
+                    # distribution 2.8 also says so when another client stores the same blob at
+                    # that moment; only bytes that really hash elsewhere are an integrity failure
+                    if _file_digest(f, digest) != digest:
+                        raise IntegrityError(
+                            f"{what}: the local bytes hash to {_file_digest(f, digest)}",
+                            hint="the local blob is corrupt: rebuild the release set; nothing "
+                            "was tagged",
+                        )
+                    if stalled >= self.retries:
+                        raise IntegrityError(
+                            f"{what}: the registry computed another digest for the bytes sent",
+                            hint="a proxy or the registry altered the upload; nothing was tagged",
+                        )
+                lost = resp is None or resp.status_code in (*_TRANSIENT, 404, 416)
+                if resp is not None and not lost and not digest_race:
                     raise self._fail(what, resp)
                 # broken connection, 429/5xx or a lost upload: find out where it stands
                 stalled += 1
@@ -725,15 +746,21 @@ class RegistryClient:
             headers["If-Match"] = f'"{if_match}"'
         if if_none_match:
             headers["If-None-Match"] = "*"
-        resp = self.request(
-            "PUT",
-            self.url(repo, "manifests", ref),
-            scopes=self._push(repo),
-            what=what,
-            headers=headers,
-            data=data,
-        )
-        resp.close()
+        for attempt in range(self.retries + 1):
+            resp = self.request(
+                "PUT",
+                self.url(repo, "manifests", ref),
+                scopes=self._push(repo),
+                what=what,
+                headers=headers,
+                data=data,
+            )
+            resp.close()
+            # distribution 2.8 answers DIGEST_INVALID when another client stores the same
+            # manifest at that moment: the bytes are ours and hash to digest, so try again
+            if "DIGEST_INVALID" not in _error_detail(resp) or attempt == self.retries:
+                break
+            self._sleep(attempt)
         if resp.status_code not in (200, 201, 204):
             raise self._fail(what, resp)
         answered = resp.headers.get("Docker-Content-Digest")

@@ -212,10 +212,29 @@ def test_registry_answering_another_digest_for_a_blob(registry, proxy, tmp_path,
 def test_local_bytes_that_are_not_the_digest(registry, tmp_path, repo):
     client = RegistryClient(registry.host)
     path = blob_file(tmp_path, b"not what the digest says")
-    with pytest.raises(IntegrityError, match="computed another digest") as e:
+    with pytest.raises(IntegrityError, match="the local bytes hash to sha256:") as e:
         client.push_blob(repo, sha256(b"other"), path.stat().st_size, lambda: path.open("rb"))
     assert e.value.exit_code == 3
     assert not client.blob_exists(repo, sha256(b"other"))
+
+
+def test_digest_invalid_for_good_bytes(registry, proxy, tmp_path, repo):
+    """distribution 2.8 answers DIGEST_INVALID when two clients store the same blob or manifest
+    at once: good bytes are sent again; only a registry that keeps saying so is an integrity
+    failure."""
+    client = RegistryClient(proxy.host)
+    path = blob_file(tmp_path, payload(100, repo))
+    proxy.add("status", status=400, code="DIGEST_INVALID", method="PUT", path="/blobs/uploads/")
+    assert push(client, repo, path) == 200
+    data, digest = artifact(client, repo, repo)
+    proxy.add("status", status=400, code="DIGEST_INVALID", method="PUT", path="/manifests/")
+    assert client.push_manifest(repo, "v1", data, mt.OCI_MANIFEST) == digest
+    other = blob_file(tmp_path, payload(100, repo + "-other"))
+    proxy.add("status", status=400, code="DIGEST_INVALID", method="PUT", times=0)
+    with pytest.raises(IntegrityError, match="the registry computed another digest"):
+        push(client, repo, other)
+    with pytest.raises(RegistryError, match=r"HTTP 400.*DIGEST_INVALID"):
+        client.push_manifest(repo, "v2", data, mt.OCI_MANIFEST)
 
 
 def test_pull_resumes_a_truncated_body(registry, proxy, tmp_path, repo):

@@ -1,0 +1,154 @@
+"""``nvkr publish``: push a release set's layout to a registry, the tag last (:mod:`nvkr.publish`).
+
+Humans get one line per upload, mount, manifest push, referrers tag and the tag on stderr, and a
+summary that says how many bytes went up (``0 bytes uploaded`` on a re-publish); ``--json``
+prints one JSON object per event on stdout and a final ``result`` (the report).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from nvkr.cli import App
+
+
+def _size(n: int) -> str:
+    size = float(n)
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{n} bytes" if unit == "bytes" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+@click.command("publish")
+@click.argument("layout", type=click.Path(path_type=Path))
+@click.argument("reference")
+@click.option(
+    "--insecure",
+    is_flag=True,
+    help="Plain HTTP to this registry (127.0.0.1 and localhost always are).",
+)
+@click.option("--username", "-u", help="User name (else NVKR_REGISTRY_USERNAME, docker config).")
+@click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
+@click.option("--name", help="Which ref.name of the layout's index.json (default: its only one).")
+@click.option(
+    "--mount-from",
+    multiple=True,
+    metavar="REPOSITORY",
+    help="Mount missing blobs from this repository of the same registry (repeatable).",
+)
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Parallel uploads.",
+)
+@click.option(
+    "--chunk-size",
+    type=click.IntRange(min=1),
+    default=32,
+    show_default=True,
+    help="MiB per upload chunk; larger blobs upload in chunks and resume after a broken one.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable events on stdout.")
+@click.pass_obj
+def command(
+    app: App,
+    layout: Path,
+    reference: str,
+    insecure: bool,
+    username: str | None,
+    password_stdin: bool,
+    name: str | None,
+    mount_from: tuple[str, ...],
+    jobs: int,
+    chunk_size: int,
+    as_json: bool,
+) -> None:
+    """Publish the release set in LAYOUT (dist/<name>) to REFERENCE (REGISTRY/REPOSITORY[:TAG]).
+
+    Blobs the repository holds are skipped, everything is pushed before the release set index,
+    and the tag (default: the release set's name) is written last.
+    """
+    from rich.console import Console
+    from rich.markup import escape
+
+    from nvkr.errors import UsageError
+    from nvkr.oci.registry import Reference, RegistryClient
+    from nvkr.publish import publish_layout
+
+    ref = Reference.parse(reference)  # before anything else: a bad name never reaches a registry
+    for repo in mount_from:
+        Reference.parse(f"{ref.registry}/{repo}")
+    if password_stdin and not username:
+        raise UsageError("--password-stdin needs --username")
+    password = sys.stdin.read().rstrip("\r\n") if password_stdin else None
+    if username and password is None:
+        password = os.environ.get("NVKR_REGISTRY_PASSWORD") or None
+        if password is None:
+            raise UsageError(
+                "--username needs --password-stdin (or NVKR_REGISTRY_PASSWORD)",
+                hint='pipe the password in: echo "$PASSWORD" | nvkr publish ... --password-stdin',
+            )
+    if not (layout / "index.json").is_file():
+        raise UsageError(
+            f"{layout} is not an OCI image layout (no index.json)",
+            hint="publish a release set directory, e.g. dist/<name>/ as nvkr build writes it",
+        )
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+    def event(kind: str, fields: dict[str, Any]) -> None:
+        if as_json:
+            click.echo(json.dumps({"event": kind, **fields}, sort_keys=True))
+            return
+        digest = str(fields.get("digest", ""))[:19]
+        if kind == "start":
+            console.print(f"nvkr: publishing {escape(str(fields['reference']))}")
+        elif kind == "blob-uploaded":
+            console.print(f"  [cyan]uploaded[/]  blob {digest} [dim]{_size(fields['size'])}[/]")
+        elif kind == "blob-mounted":
+            console.print(f"  [cyan]mounted[/]   blob {digest} from {escape(fields['source'])}")
+        elif kind == "manifest-pushed":
+            what = fields.get("artifactType") or fields["mediaType"]
+            console.print(f"  [cyan]pushed[/]    manifest {digest} [dim]{escape(str(what))}[/]")
+        elif kind == "referrers-tag" and fields["written"]:
+            console.print(f"  [cyan]referrers[/] {fields['tag'][:19]} [dim](fallback tag)[/]")
+
+    with RegistryClient(
+        ref.registry,
+        insecure=insecure,
+        username=username,
+        password=password,
+        chunk_size=chunk_size << 20,
+        pool_size=max(10, jobs),
+    ) as client:
+        report = publish_layout(
+            layout, ref, client, name=name, mount_from=mount_from, jobs=jobs, on_event=event
+        )
+    if as_json:
+        click.echo(json.dumps({"event": "result", **report.to_json()}, sort_keys=True))
+        return
+    target = f"{ref.registry}/{ref.repository}:{report.tag}"
+    if report.tag_moved:
+        was = f" [dim](was {report.previous[:19]})[/]" if report.previous else ""
+        console.print(f"  [green]tagged[/]    {escape(target)} → {report.digest}{was}")
+    else:
+        console.print(f"  [green]tag[/]       {escape(target)} already at {report.digest}")
+    uploaded = f"{report.blobs_uploaded} blobs, {_size(report.bytes_uploaded)} uploaded"
+    if report.bytes_uploaded == 0:
+        uploaded = "0 bytes uploaded"
+    console.print(
+        f"nvkr: {uploaded}; {report.blobs_skipped} blobs already there "
+        f"({_size(report.bytes_skipped)}), {report.blobs_mounted} mounted; "
+        f"{report.manifests_pushed} manifests pushed, {report.manifests_skipped} already there "
+        f"[dim]({report.seconds:.1f} s)[/]"
+    )

@@ -1,0 +1,439 @@
+"""Publishing a release set: its OCI image layout pushed to a registry, the tag written last.
+
+The last arrow of the data flow (DESIGN.md): ``dist/<name>/`` → OCI registry. The closure of the
+release set index (every blob :meth:`~nvkr.oci.layout.LayoutReader.walk` reaches) goes up in an
+order that never lets a reader see a half-published set:
+
+1. blobs (configs, layers, payloads): ``HEAD`` first, skipped when present, else mounted from a
+   ``mount_from`` repository of the same registry, else uploaded (in parallel, ``jobs`` at a time);
+2. manifests without ``subject`` (image manifests, artifact manifests, the metadata manifest,
+   then the image indexes over them), children before parents, each checked with ``HEAD`` first;
+3. manifests that carry ``subject`` (provenance, attachments) and whatever depends on them;
+4. the referrers of each subject: nothing to do where the registry serves the OCI 1.1 referrers
+   API; else the fallback tag ``sha256-<hex>`` (distribution-spec "Referrers Tag Schema") holds an
+   image index of them, read, merged and written back (:func:`update_referrers_tag`);
+5. the release set index, by digest;
+6. only then the tag (default: the release set's name, ``org.opencontainers.image.ref.name``).
+
+So an interruption at any moment leaves the tag absent or at the previous complete set, and a
+re-run completes the set: everything is content-addressed and checked before it is sent again. A
+re-publish of an unchanged set uploads 0 blob bytes. Leaf blobs are not hashed here (their sizes
+are checked): the registry hashes every upload and refuses one whose digest differs
+(:class:`~nvkr.errors.IntegrityError`); manifests and indexes are hashed while the layout is read.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from nvkr.errors import IntegrityError, RegistryError, UsageError
+from nvkr.oci import mediatypes as mt
+from nvkr.oci.layout import LayoutBlob, LayoutReader, image_index, index_bytes
+from nvkr.oci.registry import Reference, RegistryClient, fallback_tag
+
+#: Attempts at a referrers-tag read-merge-write before giving up on concurrent writers.
+MERGE_ATTEMPTS: Final = 5
+#: Seconds to wait after writing a referrers tag before reading it back: a concurrent writer
+#: that re-read the tag just before our write has sent its own by then, and our check sees it.
+SETTLE: Final = 0.05
+
+EventSink = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass
+class PublishReport:
+    """What :func:`publish_layout` did. Sizes in bytes, ``seconds`` wall-clock, digests
+    ``sha256:<hex>``; ``referrers`` is ``api`` (the registry indexes them), ``fallback-tag`` or
+    ``none`` (no manifest in the set carries a subject)."""
+
+    reference: str
+    repository: str
+    tag: str
+    digest: str
+    name: str | None
+    blobs: int = 0
+    blobs_uploaded: int = 0
+    bytes_uploaded: int = 0
+    bytes_sent: int = 0
+    blobs_skipped: int = 0
+    bytes_skipped: int = 0
+    blobs_mounted: int = 0
+    manifests: int = 0
+    manifests_pushed: int = 0
+    manifests_skipped: int = 0
+    referrers: str = "none"
+    referrers_tags: list[str] = field(default_factory=list)
+    previous: str | None = None
+    tag_moved: bool = False
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as JSON-able camelCase keys (``bytesUploaded``, ...), seconds as ms."""
+        out: dict[str, Any] = {}
+        for k, v in asdict(self).items():
+            parts = k.split("_")
+            out[parts[0] + "".join(p.title() for p in parts[1:])] = v
+        out["milliseconds"] = round(out.pop("seconds") * 1000)
+        return out
+
+
+@dataclass(frozen=True)
+class _Manifest:
+    blob: LayoutBlob
+    data: bytes
+    doc: dict[str, Any]
+    deps: frozenset[str]  # digests of manifests in the set it references (children, subject)
+
+
+def _root(reader: LayoutReader, name: str | None) -> dict[str, Any]:
+    if name is not None:
+        return reader.resolve(name)
+    manifests = reader.index["manifests"]
+    if len(manifests) != 1:
+        raise UsageError(
+            f"{reader.path}/index.json names {len(manifests)} manifests",
+            hint=f"say which with --name ({', '.join(reader.names()) or 'none is named'})",
+        )
+    return dict(manifests[0])
+
+
+def _levels(nodes: Iterable[str], deps: Mapping[str, frozenset[str]]) -> list[list[str]]:
+    """``nodes`` in dependency levels: each level only needs earlier ones (or nodes not listed)."""
+    todo = set(nodes)
+    levels: list[list[str]] = []
+    while todo:
+        ready = sorted(d for d in todo if not (deps[d] & todo))
+        if not ready:
+            raise IntegrityError(f"manifests reference each other in a cycle: {sorted(todo)}")
+        levels.append(ready)
+        todo -= set(ready)
+    return levels
+
+
+def _run(jobs: int, fn: Callable[[Any], None], items: Sequence[Any]) -> None:
+    """``fn(item)`` for every item, ``jobs`` at a time; the first exception cancels the rest."""
+    if len(items) <= 1 or jobs <= 1:
+        for item in items:
+            fn(item)
+        return
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(fn, item) for item in items]
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        for f in done:
+            exc = f.exception()
+            if exc is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise exc
+
+
+def referrer_descriptor(blob: LayoutBlob, doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The entry a referrers index lists for manifest ``doc`` (distribution-spec "Listing
+    Referrers"): mediaType, digest, size, ``artifactType`` (else the config's media type) and the
+    manifest's ``annotations``."""
+    entry: dict[str, Any] = {"mediaType": blob.media_type, "digest": blob.digest, "size": blob.size}
+    config = doc.get("config")
+    artifact_type = doc.get("artifactType") or (
+        config.get("mediaType") if isinstance(config, dict) else None
+    )
+    if artifact_type:
+        entry["artifactType"] = artifact_type
+    if doc.get("annotations"):
+        entry["annotations"] = dict(doc["annotations"])
+    return entry
+
+
+def _read_referrers_tag(
+    client: RegistryClient, repo: str, tag: str
+) -> tuple[str | None, list[dict[str, Any]]]:
+    try:
+        data, media_type, digest = client.get_manifest(repo, tag)
+    except RegistryError as e:
+        if e.status == 404:
+            return None, []
+        raise
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        doc = None
+    manifests = doc.get("manifests") if isinstance(doc, dict) else None
+    if media_type != mt.OCI_INDEX or not isinstance(manifests, list):
+        raise RegistryError(
+            f"{client.registry}/{repo}:{tag} is not a referrers index ({media_type})",
+            hint="the tag sha256-<hex> is reserved for the referrers of that digest "
+            "(distribution-spec); delete or rename what is there",
+        )
+    return digest, [
+        m for m in manifests if isinstance(m, dict) and isinstance(m.get("digest"), str)
+    ]
+
+
+def update_referrers_tag(
+    client: RegistryClient, repo: str, subject: str, entries: Sequence[Mapping[str, Any]]
+) -> bool:
+    """Make the referrers fallback tag of ``subject`` list ``entries`` (descriptors), keeping
+    whatever others put there (distribution-spec "Pushing Manifests with Subject", fallback).
+
+    Read, merge (by digest, sorted, so concurrent publishers converge on the same bytes), then
+    write with ``If-Match: "<digest read>"`` (``If-None-Match: *`` when there was none). CNCF
+    distribution 2.8 ignores both headers, so the tag is re-read just before the write and the
+    merge starts over when it moved, and read again :data:`SETTLE` seconds after the write: when
+    another writer's write landed in between and dropped our entries, they are merged in again
+    (up to :data:`MERGE_ATTEMPTS` times). What remains (without a registry that honours
+    If-Match) is a writer stalled for longer than :data:`SETTLE` between its re-read and its
+    write, which can drop entries of one that already checked; publishing again repairs it.
+
+    Returns:
+        whether the tag was written (False: it already listed every entry).
+    Raises:
+        RegistryError: the tag holds something else than an image index, the registry failed,
+            or the merge lost every attempt to concurrent writers.
+    """
+    tag = fallback_tag(subject)
+    wanted = {str(e["digest"]) for e in entries}
+    for _ in range(MERGE_ATTEMPTS):
+        current, listed = _read_referrers_tag(client, repo, tag)
+        have = {m["digest"] for m in listed}
+        if wanted <= have:
+            return False
+        merged = listed + [dict(e) for e in entries if e["digest"] not in have]
+        merged.sort(key=lambda m: str(m["digest"]))
+        data = index_bytes(image_index(merged))
+        if client.manifest_digest(repo, tag) != current:
+            continue  # someone wrote since we read: merge again
+        try:
+            client.push_manifest(
+                repo, tag, data, mt.OCI_INDEX, if_match=current, if_none_match=current is None
+            )
+        except RegistryError as e:
+            if e.status == 412:  # a registry that honours If-Match saw another write
+                continue
+            raise
+        time.sleep(SETTLE)
+        _, after = _read_referrers_tag(client, repo, tag)
+        if wanted <= {m["digest"] for m in after}:
+            return True
+    raise RegistryError(
+        f"{client.registry}/{repo}:{tag}: the referrers index kept changing under "
+        f"{MERGE_ATTEMPTS} attempts to merge into it",
+        hint="another publisher writes it at the same time; publish again",
+    )
+
+
+class _Publish:
+    """One publish: the layout read, the counters, and the steps of :func:`publish_layout`."""
+
+    def __init__(
+        self,
+        client: RegistryClient,
+        repo: str,
+        reader: LayoutReader,
+        report: PublishReport,
+        on_event: EventSink | None,
+        jobs: int,
+    ) -> None:
+        self.client, self.repo, self.reader, self.report = client, repo, reader, report
+        self.jobs = max(1, jobs)
+        self._lock = threading.Lock()
+        self._on_event = on_event
+
+    def event(self, kind: str, **fields: Any) -> None:
+        with self._lock:  # one event at a time, whichever worker thread reports it
+            if kind == "blob-skipped":
+                self.report.blobs_skipped += 1
+                self.report.bytes_skipped += fields["size"]
+            elif kind == "blob-mounted":
+                self.report.blobs_mounted += 1
+            elif kind == "blob-uploaded":
+                self.report.blobs_uploaded += 1
+                self.report.bytes_uploaded += fields["size"]
+                self.report.bytes_sent += fields["sent"]
+            elif kind == "manifest-pushed":
+                self.report.manifests_pushed += 1
+            elif kind == "manifest-skipped":
+                self.report.manifests_skipped += 1
+            if self._on_event is not None:
+                self._on_event(kind, fields)
+
+    def blob(self, blob: LayoutBlob, mount_from: Sequence[str]) -> None:
+        if self.client.blob_exists(self.repo, blob.digest):
+            self.event("blob-skipped", digest=blob.digest, size=blob.size)
+            return
+        for source in mount_from:
+            if source != self.repo and self.client.mount_blob(self.repo, blob.digest, source):
+                self.event("blob-mounted", digest=blob.digest, size=blob.size, source=source)
+                return
+        path = self.reader.blob_path(blob.digest)
+        sent = self.client.push_blob(
+            self.repo,
+            blob.digest,
+            blob.size,
+            lambda: open(path, "rb"),  # noqa: SIM115
+        )
+        self.event("blob-uploaded", digest=blob.digest, size=blob.size, sent=sent)
+
+    def exists(self, m: _Manifest) -> bool:
+        return self.client.manifest_digest(self.repo, m.blob.digest) == m.blob.digest
+
+    def push(self, m: _Manifest) -> None:
+        self.client.push_manifest(self.repo, m.blob.digest, m.data, m.blob.media_type)
+        self.event(
+            "manifest-pushed",
+            digest=m.blob.digest,
+            size=m.blob.size,
+            mediaType=m.blob.media_type,
+            artifactType=m.doc.get("artifactType"),
+        )
+
+
+def publish_layout(
+    layout_dir: Path,
+    ref: Reference | str,
+    client: RegistryClient,
+    *,
+    name: str | None = None,
+    mount_from: Sequence[str] = (),
+    jobs: int = 4,
+    on_event: EventSink | None = None,
+) -> PublishReport:
+    """Push the release set (or any image or index) named in ``layout_dir``'s ``index.json`` to
+    ``ref``'s repository, in the order of the module docstring, and tag it last.
+
+    Args:
+        layout_dir: an OCI image layout (``dist/<name>/``).
+        ref: ``REGISTRY/REPOSITORY[:TAG][@sha256:<hex>]`` on ``client``'s registry; the tag
+            defaults to the set's ``org.opencontainers.image.ref.name``; a digest must be the set's.
+        client: the registry's client (credentials, ``insecure``, chunk size).
+        name: which ``ref.name`` of ``index.json`` (default: its only manifest).
+        mount_from: repositories of the same registry to mount missing blobs from.
+        jobs: blob transfers (and manifest pushes of one level) at a time.
+        on_event: called as ``on_event(kind, fields)`` (from worker threads, one at a time):
+            ``start``, ``blob-skipped``/``blob-mounted``/``blob-uploaded`` (``digest``, ``size``
+            in bytes), ``manifest-skipped``/``manifest-pushed``, ``referrers-tag`` (``tag``,
+            ``subject``, ``written``), ``tagged`` (``tag``, ``digest``, ``previous``).
+    Returns:
+        a :class:`PublishReport`.
+    Raises:
+        UsageError: a bad reference or tag, another registry than the client's, a digest that is
+            not the set's, a layout naming several manifests without ``name``.
+        IntegrityError: the layout is damaged (missing blob, size or manifest digest mismatch),
+            or the registry computed or answered another digest than sent (exit 3).
+        RegistryError: the registry refused (credentials, errors) or stayed unreachable; the
+            tag is then untouched.
+    """
+    from nvkr.releaseset import read_metadata
+
+    started = time.monotonic()
+    ref = Reference.parse(ref) if isinstance(ref, str) else ref
+    if ref.registry != client.registry:
+        raise UsageError(f"reference {ref} is not on {client.registry}, the client's registry")
+    reader = LayoutReader(Path(layout_dir))
+    root = _root(reader, name)
+    set_name = (root.get("annotations") or {}).get(mt.ANN_REF_NAME)
+    tag = ref.tag or set_name
+    if not tag:
+        raise UsageError(
+            f"{layout_dir}: the manifest has no org.opencontainers.image.ref.name to tag it with",
+            hint="give the tag: REGISTRY/REPOSITORY:TAG",
+        )
+    Reference.parse(f"{ref.registry}/{ref.repository}:{tag}")  # the default tag is checked too
+    if ref.digest and ref.digest != root["digest"]:
+        raise UsageError(f"{ref} names {ref.digest}, but {layout_dir} holds {root['digest']}")
+    if root.get("mediaType") not in mt.MANIFEST_TYPES:
+        raise IntegrityError(f"{layout_dir}/index.json: {root['digest']} is no manifest or index")
+    root_data = reader.read_blob(root)
+    if json.loads(root_data).get("artifactType") == mt.NVKR_RELEASE_SET:
+        read_metadata(reader.path, set_name)  # a release set: its metadata must check out too
+    blobs = reader.walk(root, deep=False)
+    manifests: dict[str, _Manifest] = {}
+    for b in blobs:
+        if b.media_type in mt.MANIFEST_TYPES:
+            desc = {"mediaType": b.media_type, "digest": b.digest, "size": b.size}
+            data = reader.read_blob(desc, referrer=b.referrer)
+            doc = json.loads(data)
+            refs = [*(doc.get("manifests") or []), doc.get("config"), *(doc.get("layers") or [])]
+            refs.append(doc.get("subject"))
+            found = {r["digest"] for r in refs if isinstance(r, dict)} - {b.digest}
+            manifests[b.digest] = _Manifest(b, data, doc, frozenset(found))
+    for d, m in list(manifests.items()):
+        manifests[d] = _Manifest(m.blob, m.data, m.doc, frozenset(m.deps & manifests.keys()))
+    leaves = [b for b in blobs if b.digest not in manifests]
+    report = PublishReport(
+        reference=f"{ref.registry}/{ref.repository}:{tag}@{root['digest']}",
+        repository=ref.repository,
+        tag=tag,
+        digest=root["digest"],
+        name=set_name,
+        blobs=len(leaves),
+        manifests=len(manifests),
+    )
+    run = _Publish(client, ref.repository, reader, report, on_event, jobs)
+    run.event("start", reference=report.reference, name=set_name, blobs=len(leaves))
+
+    # 1. blobs
+    _run(run.jobs, lambda b: run.blob(b, mount_from), leaves)
+    # 2.-3. manifests, those about a subject (and what holds them) after the rest
+    others = [d for d in manifests if d != root["digest"]]
+    missing: list[str] = []
+
+    def check(d: str) -> None:
+        if run.exists(manifests[d]):
+            run.event("manifest-skipped", digest=d, size=manifests[d].blob.size)
+        else:
+            with run._lock:
+                missing.append(d)
+
+    _run(run.jobs, check, others)
+    deps = {d: m.deps for d, m in manifests.items()}
+    late = {d for d in others if "subject" in manifests[d].doc}
+    grew = True
+    while grew:  # whatever references a late manifest is late too
+        more = {d for d in others if deps[d] & late} - late
+        late |= more
+        grew = bool(more)
+    for phase in ([d for d in missing if d not in late], [d for d in missing if d in late]):
+        for level in _levels(phase, deps):
+            _run(run.jobs, lambda d: run.push(manifests[d]), level)
+    # 4. referrers
+    subjects: dict[str, list[dict[str, Any]]] = {}
+    for d in others:
+        subject = manifests[d].doc.get("subject")
+        if isinstance(subject, dict) and isinstance(subject.get("digest"), str):
+            entry = referrer_descriptor(manifests[d].blob, manifests[d].doc)
+            subjects.setdefault(subject["digest"], []).append(entry)
+    if subjects:
+        if client.has_referrers_api(ref.repository, next(iter(subjects))):
+            report.referrers = "api"
+        else:
+            report.referrers = "fallback-tag"
+
+            def referrers(subject: str) -> None:
+                written = update_referrers_tag(client, ref.repository, subject, subjects[subject])
+                with run._lock:
+                    report.referrers_tags.append(fallback_tag(subject))
+                run.event(
+                    "referrers-tag", tag=fallback_tag(subject), subject=subject, written=written
+                )
+
+            _run(run.jobs, referrers, sorted(subjects))
+            report.referrers_tags.sort()
+    # 5. the release set index, by digest
+    root_manifest = manifests[root["digest"]]
+    if run.exists(root_manifest):
+        run.event("manifest-skipped", digest=root["digest"], size=root_manifest.blob.size)
+    else:
+        run.push(root_manifest)
+    # 6. the tag, last
+    report.previous = client.manifest_digest(ref.repository, tag)
+    if report.previous != root["digest"]:
+        client.push_manifest(ref.repository, tag, root_data, root_manifest.blob.media_type)
+        report.tag_moved = True
+    run.event("tagged", tag=tag, digest=root["digest"], previous=report.previous)
+    report.seconds = time.monotonic() - started
+    return report
