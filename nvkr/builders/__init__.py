@@ -161,6 +161,7 @@ def _registry() -> dict[str, Builder]:
     from nvkr.builders.helm_chart import HelmChartBuilder
     from nvkr.builders.image_index import ImageIndexBuilder
     from nvkr.builders.release_set import ReleaseSetBuilder
+    from nvkr.builders.sbom import SbomBuilder
 
     builders: tuple[Builder, ...] = (
         ContainerImageBuilder(),
@@ -168,6 +169,7 @@ def _registry() -> dict[str, Builder]:
         HelmChartBuilder(),
         ImageIndexBuilder(),
         ReleaseSetBuilder(),
+        SbomBuilder(),
     )
     return {b.name: b for b in builders}
 

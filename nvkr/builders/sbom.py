@@ -1,0 +1,145 @@
+"""The ``sbom`` builder: one SPDX 2.3 document per artifact a release set holds.
+
+The planner (:func:`nvkr.plan.make_plan`) makes one sbom action per released artifact action,
+with :func:`sbom_spec`: it depends on that action (for an image, the image-index action) and,
+for an image, on the actions of the Go binaries the image was built with, so their build info
+is at hand. At run time it reads the artifact's outputs from the store and describes them
+(:mod:`nvkr.sbom`); its one output is the document (role ``sbom``, ``application/spdx+json``),
+which the release-set action attaches to the artifact.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from nvkr.builders import ActionContext, ActionSpec, PlanRefs
+from nvkr.canonical import canonical_json
+from nvkr.errors import BuildError, RecipeError
+from nvkr.oci.layout import rfc3339
+from nvkr.sbom import (
+    SPDX_MEDIA_TYPE,
+    SpdxDocument,
+    describe_binary,
+    describe_chart,
+    describe_image,
+    parse_buildinfo,
+)
+from nvkr.sbom.describe import one_output
+
+#: The kinds of artifact an SBOM describes (a release set's ``kind``s).
+SBOM_KINDS = ("binary", "image", "chart")
+_FILE_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def sbom_spec(
+    artifact: str, kind: str, subject: str, binaries: list[str], nvkr_version: str
+) -> ActionSpec:
+    """The action of the SBOM of one released artifact.
+
+    Args:
+        artifact: the artifact's name (several names sharing one action joined by ``,``).
+        kind: ``binary``, ``image`` or ``chart`` (the builder's ``release_kind``).
+        subject: action key (``sha256:<hex>``) of the artifact's action, or of its image-index
+            action for an image.
+        binaries: action keys of the artifacts an image holds as files (Go binaries among them).
+        nvkr_version: goes into ``creationInfo.creators``, so it is part of the key.
+    Raises:
+        ValueError: an unknown ``kind``.
+    """
+    if kind not in SBOM_KINDS:
+        raise ValueError(f"no SBOM for artifacts of kind {kind!r}")
+    keys = sorted(set(binaries))
+    return ActionSpec(
+        params={
+            "artifact": artifact,
+            "kind": kind,
+            "subject": subject,
+            "binaries": keys,
+            "nvkrVersion": nvkr_version,
+        },
+        deps=tuple(sorted({subject, *keys})),
+    )
+
+
+def _buildinfo(ctx: ActionContext, result: Mapping[str, Any], what: str) -> dict[str, Any] | None:
+    """The parsed build info of a Go binary's result (output role ``buildinfo``), if it has one."""
+    found = [o for o in result.get("outputs") or [] if o.get("role") == "buildinfo"]
+    if not found:
+        return None
+    out = one_output(result, "buildinfo", what)
+    try:
+        data = ctx.store.read_blob(str(out["digest"]))
+    except OSError as e:
+        raise BuildError(
+            f"{what}: its build info {out['digest']} is not in the store",
+            hint="the cache entry is stale; run the build again",
+        ) from e
+    return parse_buildinfo(data, f"{what} output {out['name']!r}")
+
+
+class SbomBuilder:
+    """Builder ``sbom``: made by the planner for every released artifact, never named in recipes."""
+
+    name = "sbom"
+    version = "1"
+    per_arch = False
+    release_kind = "internal"
+
+    def plan(self, artifact_name: str, artifact: Any, variant: Any, refs: PlanRefs) -> ActionSpec:
+        raise RecipeError(
+            f"artifact {artifact_name!r}: the sbom builder is run by the planner, not named in recipes",
+            hint="every artifact of a release set gets its SBOM automatically",
+        )
+
+    def run(self, ctx: ActionContext) -> None:
+        """Write the SPDX document; metadata ``describes`` is the ``sha256:<hex>`` of what its
+        root package stands for (binary, image index or chart .tgz), ``documentNamespace`` and
+        the counts of ``packages`` and ``files``.
+
+        Raises:
+            BuildError: a dependency's result lacks the outputs its kind needs, or a blob cannot
+                be read as what it should be. IntegrityError: a blob is missing or corrupt.
+        """
+        p = ctx.action.params
+        label, kind = str(p["artifact"]), str(p["kind"])
+        what = f"SBOM of {label}"
+        result = ctx.deps.get(p["subject"])
+        if result is None:
+            raise BuildError(f"{what}: no result for its artifact's action {p['subject'][:19]}")
+        if kind == "binary":
+            meta = result.get("metadata") or {}
+            platform = "/".join(str(meta[k]) for k in ("goos", "goarch") if meta.get(k))
+            doc = SpdxDocument(f"{label} ({platform})" if platform else label, label)
+            info = _buildinfo(ctx, result, f"artifact {label}")
+            describes = describe_binary(doc, ctx.store, result, label, info)
+        elif kind == "image":
+            binaries: dict[str, dict[str, Any]] = {}
+            for key in p["binaries"]:
+                dep = ctx.deps[key]
+                info = _buildinfo(ctx, dep, f"artifact {dep.get('name', key[:19])}")
+                primary = [o for o in dep.get("outputs") or [] if o.get("role") == "primary"]
+                if info is not None and len(primary) == 1:
+                    binaries[str(primary[0]["digest"])] = info
+            doc = SpdxDocument(label, label)
+            describes = describe_image(doc, ctx.store, result, label, binaries)
+        elif kind == "chart":
+            doc = SpdxDocument(label, label)
+            describes = describe_chart(doc, ctx.store, result, label)
+        else:
+            raise BuildError(f"{what}: no SBOM for artifacts of kind {kind!r}")
+        document = doc.to_json(
+            created=rfc3339(ctx.action.epoch), creators=[f"Tool: nvkr-{p['nvkrVersion']}"]
+        )
+        path = ctx.workdir / f"{_FILE_UNSAFE.sub('-', label)}.spdx.json"
+        path.write_bytes(canonical_json(document))
+        ctx.add_output(path, name=path.name, media_type=SPDX_MEDIA_TYPE, role="sbom")
+        ctx.metadata.update(
+            {
+                "describes": describes,
+                "documentNamespace": document["documentNamespace"],
+                "packages": len(document["packages"]),
+                "files": len(document["files"]),
+            }
+        )
