@@ -3,8 +3,10 @@
 An action key is the ``sha256:<hex>`` of the canonical JSON of the builder name and version, the
 action's params, its input digests (source blobs and the keys of the actions it reads), the tool
 versions and the epoch (osbuild's stage id, in spirit). Identical keys are one action: two
-variants that need the same binary share it. The release-set action of each release set depends
-on the artifact actions it lists; the plan's build digest is the digest of all action keys.
+variants that need the same binary share it. Every artifact action a release set lists gets an
+``sbom`` action describing it; the release-set action of each release set depends on the
+artifact actions it lists and on their sbom actions; the plan's build digest is the digest of
+all action keys.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import nvkr
 from nvkr.builders import ActionSpec, ResolvedSource, get_builder
 from nvkr.builders.image_index import ImageIndexBuilder
 from nvkr.builders.release_set import ReleaseSetBuilder
+from nvkr.builders.sbom import SbomBuilder, sbom_spec
 from nvkr.canonical import digest_json
 from nvkr.errors import RecipeReferenceError
 from nvkr.recipe import LoadedRecipe, Variant
@@ -305,11 +308,13 @@ def make_plan(
         built = {name: planner.release_action(variant, name) for name in wanted}
         by_set.setdefault(recipe.releaseSet.name, []).append((variant, built))
     actions = planner.actions
+    sboms = _plan_sboms(planner, by_set)
 
     release_sets: dict[str, str] = {}
     for set_name, members in sorted(by_set.items()):
-        params = _release_set_spec(set_name, members, planner, loaded, epoch, lockfile)
-        deps = tuple(sorted({a.key for _, built in members for a in built.values()}))
+        params = _release_set_spec(set_name, members, planner, loaded, epoch, lockfile, sboms)
+        built_keys = {a.key for _, built in members for a in built.values()}
+        deps = tuple(sorted(built_keys | {sboms[k] for k in built_keys}))
         action = _new_action(
             ReleaseSetBuilder.name,
             ReleaseSetBuilder.version,
@@ -331,6 +336,39 @@ def make_plan(
     )
 
 
+def _plan_sboms(
+    planner: _ArtifactPlanner, by_set: dict[str, list[tuple[Variant, dict[str, Action]]]]
+) -> dict[str, str]:
+    """One ``sbom`` action per released artifact action; returns artifact key → sbom key.
+
+    An SBOM describes an action, so artifacts sharing one action share its SBOM, named after
+    all of them. An image's SBOM also depends on the artifacts its per-arch images hold as
+    files (a Go binary's build info names the modules linked into that file).
+    """
+    released: dict[str, tuple[Action, str, set[str]]] = {}
+    for members in by_set.values():
+        for variant, built in members:
+            for art_name, action in built.items():
+                kind = get_builder(variant.recipe.artifacts[art_name].builder).release_kind
+                released.setdefault(action.key, (action, kind, set()))[2].add(art_name)
+    sboms: dict[str, str] = {}
+    for key, (action, kind, names) in sorted(released.items()):
+        binaries = []
+        if kind == "image":
+            for image_key in action.deps:  # an image-index action's deps: per-arch images
+                image = planner.actions.get(image_key)
+                files = (image.params.get("files") or []) if image is not None else []
+                binaries += [f["action"] for f in files if isinstance(f.get("action"), str)]
+        spec = sbom_spec(",".join(sorted(names)), kind, key, binaries, nvkr.__version__)
+        sbom = _new_action(
+            SbomBuilder.name, SbomBuilder.version, f"sbom {action.name}", spec, planner.epoch
+        )
+        sbom = planner.actions.setdefault(sbom.key, sbom)
+        sbom.variants.extend(v for v in action.variants if v not in sbom.variants)
+        sboms[key] = sbom.key
+    return sboms
+
+
 def _release_set_spec(
     name: str,
     members: list[tuple[Variant, dict[str, Action]]],
@@ -338,6 +376,7 @@ def _release_set_spec(
     loaded: LoadedRecipe,
     epoch: int,
     lockfile: dict[str, str],
+    sboms: dict[str, str],
 ) -> dict[str, Any]:
     """The params of a release-set action, in the shape :func:`nvkr.releaseset.assemble` takes."""
     artifacts: list[dict[str, Any]] = []
@@ -354,6 +393,7 @@ def _release_set_spec(
                     "name": art_name,
                     "kind": builder.release_kind,
                     "actionKey": action.key,
+                    "sbomActionKey": sboms[action.key],
                     "builder": builder.name,
                     "builderVersion": builder.version,
                     "variant": variant.axes,

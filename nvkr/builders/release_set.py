@@ -1,9 +1,10 @@
 """The ``release-set`` builder: assembles artifacts, provenance and metadata into an OCI layout.
 
 Its params are the release set spec that :mod:`nvkr.plan` derives from the recipe (name, recipe
-and lockfile digests, variants, artifacts with their dependencies); its dependencies are the
-artifact actions. The work itself is :func:`nvkr.releaseset.assemble`; every blob of the layout
-ends up in the store and is listed as an output, ``index.json`` last.
+and lockfile digests, variants, artifacts with their dependencies and sbom action keys); its
+dependencies are the artifact actions and their ``sbom`` actions. The work itself is
+:func:`nvkr.releaseset.assemble`; every blob of the layout ends up in the store and is listed as
+an output, ``index.json`` last.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from nvkr.errors import RecipeError
 
 class ReleaseSetBuilder:
     name = "release-set"
-    version = "2"
+    version = "3"
     per_arch = False
     release_kind = "internal"
 

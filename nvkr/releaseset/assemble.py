@@ -3,7 +3,8 @@
 The heart of the ``release-set`` action (:mod:`nvkr.builders.release_set`): :func:`assemble`
 takes the spec (:mod:`nvkr.releaseset.spec`) and the cached results of the actions it names,
 packs each action's artifact (:mod:`nvkr.releaseset.artifacts`, :mod:`nvkr.releaseset.chart`),
-states its in-toto provenance, writes the metadata document (:mod:`nvkr.releaseset.metadata`)
+states its in-toto provenance, attaches its SPDX SBOM (the result of its ``sbom`` action, when
+the spec names one), writes the metadata document (:mod:`nvkr.releaseset.metadata`)
 and the release set index, and returns an action result listing every blob of the layout (shape
 in the :mod:`nvkr.releaseset` docstring); :func:`nvkr.releaseset.materialize` writes it to disk.
 """
@@ -31,10 +32,11 @@ from nvkr.provenance import (
     slsa_statement,
     statement_bytes,
 )
-from nvkr.releaseset.artifacts import _Blobs, _pack_binary, _pack_image, _Packed
+from nvkr.releaseset.artifacts import _Blobs, _one, _pack_binary, _pack_image, _Packed
 from nvkr.releaseset.chart import _pack_chart
 from nvkr.releaseset.metadata import _metadata
 from nvkr.releaseset.spec import _group_by_action, _VariantOrder, check_name
+from nvkr.sbom import SPDX_MEDIA_TYPE
 from nvkr.store import Store
 
 
@@ -47,15 +49,19 @@ def assemble(
         spec: the release-set action's params: ``name``, ``epoch`` (seconds), ``recipe`` and
             ``lockfile`` (``{"path", "digest"}``), ``nvkrVersion``, ``variants``, ``artifacts``
             (each ``{"name", "kind", "actionKey", "builder", "builderVersion", "variant",
-            "platform", "artifactType", "dependencies"}``; ``kind`` is ``binary`` (the default),
-            ``image`` or ``chart``), ``machineImages``, ``clusterRelease``, ``nodePoolReleases``.
+            "platform", "artifactType", "dependencies"[, "sbomActionKey"]}``; ``kind`` is
+            ``binary`` (the default), ``image`` or ``chart``), ``machineImages``,
+            ``clusterRelease``, ``nodePoolReleases``.
         artifacts: action key → that action's cached result (``{"outputs": [{"name", "digest",
             "size", "mediaType", "role"}, ...], "metadata": {...}}``). Binary: exactly one output
             with role ``primary``. Image: one output with role ``index`` (an OCI image index in
             the store; metadata ``indexDigest``, ``indexSize``, ``mediaType``). Chart: role
             ``primary`` (the .tgz) and role ``config`` (Helm's config JSON), optionally a
             ``.prov``; metadata ``chartName``, ``version``, ``appVersion``, ``tag``. Every blob
-            (for an image: its whole closure) must already be in ``store``.
+            (for an image: its whole closure) must already be in ``store``. An ``sbomActionKey``'s
+            result has one output with role ``sbom`` (an SPDX 2.3 JSON document) and metadata
+            ``describes``: the ``sha256:<hex>`` of the binary, image index or chart .tgz it
+            describes, which must be the artifact's own.
         store: where the new blobs (manifests, statements, metadata, indexes) are added.
     Returns:
         an action result: ``{"outputs": [{"name": "blobs/sha256/<hex>", "digest", "size",
@@ -66,7 +72,8 @@ def assemble(
         BuildError: a bad name or epoch, an unknown kind, an action key without a result, a
             result without the outputs or metadata its kind needs, artifacts sharing an action
             key with different identities, a dependency that is no valid ResourceDescriptor, or
-            a ``clusterRelease`` naming an artifact the set does not hold (or of another kind).
+            a ``clusterRelease`` naming an artifact the set does not hold (or of another kind),
+            an SBOM result without its document or describing another artifact.
         IntegrityError: a blob is missing from the store, has another size or is corrupt (for
             an image, anywhere in the index's closure; the message names the blob and the
             documents leading to it).
@@ -112,6 +119,7 @@ def assemble(
         pdesc = _provenance(
             spec, first, packed, blobs, what=what, label=label, key=key, variants=variant_list
         )
+        sdesc = _sbom(members, artifacts, packed, blobs, what=what, label=label, created=created)
         plat = packed.desc.get("platform") or {}
         entries.append(
             {
@@ -125,6 +133,7 @@ def assemble(
                 "members": members,
                 "packed": packed,
                 "provenance": pdesc,
+                "sbom": sdesc,
             }
         )
     entries.sort(key=lambda e: e["sort"])
@@ -147,6 +156,7 @@ def assemble(
                 descriptor(mt.OCI_MANIFEST, meta_manifest),
                 *(e["packed"].desc for e in entries),
                 *(e["provenance"] for e in entries),
+                *(e["sbom"] for e in entries if e["sbom"] is not None),
             ],
             {mt.ANN_TITLE: name, mt.ANN_CREATED: created, mt.ANN_NVKR_RELEASE_SET: name},
             artifact_type=mt.NVKR_RELEASE_SET,
@@ -230,3 +240,61 @@ def _provenance(
     )
     blobs.put(prov, mt.OCI_MANIFEST)
     return descriptor(mt.OCI_MANIFEST, prov, annotations={mt.ANN_NVKR_ARTIFACT: label})
+
+
+def _sbom(
+    members: list[dict[str, Any]],
+    artifacts: Mapping[str, Mapping[str, Any]],
+    packed: _Packed,
+    blobs: _Blobs,
+    *,
+    what: str,
+    label: str,
+    created: str,
+) -> dict[str, Any] | None:
+    """The SBOM manifest of one artifact, or None when the spec names no sbom action for it.
+
+    An OCI artifact manifest (``artifactType`` and its one layer ``application/spdx+json``,
+    ``subject`` = the artifact's descriptor), as ``oras attach --artifact-type`` makes one.
+    """
+    keys = {m.get("sbomActionKey") for m in members}
+    if keys == {None}:
+        return None
+    if len(keys) != 1 or None in keys:
+        raise BuildError(
+            f"{what}: artifacts sharing its action name different sbom actions",
+            hint="the plan gave one action two SBOMs; this is a bug in nvkr, please report it",
+        )
+    key = str(keys.pop())
+    result = artifacts.get(key)
+    if result is None:
+        raise BuildError(
+            f"{what}: no result for its sbom action {key}",
+            hint="the action did not run or its cache entry is gone; run the build again",
+        )
+    doc = _one(list(result.get("outputs", [])), "sbom", f"{what} sbom action")
+    if doc.get("mediaType") != SPDX_MEDIA_TYPE:
+        raise BuildError(
+            f"{what}: its SBOM has mediaType {doc.get('mediaType')!r}, expected {SPDX_MEDIA_TYPE}"
+        )
+    described = (result.get("metadata") or {}).get("describes")
+    subjects = {"sha256:" + s["digest"]["sha256"] for s in packed.subjects}
+    if described not in subjects:
+        raise BuildError(
+            f"{what}: its SBOM describes {described!r}, the artifact is {', '.join(sorted(subjects))}",
+            hint="the plan paired the wrong SBOM with it; this is a bug in nvkr, please report it",
+        )
+    blobs.reference(doc["digest"], doc["size"], SPDX_MEDIA_TYPE, f"{what} SBOM {doc['name']!r}")
+    layer = descriptor(
+        SPDX_MEDIA_TYPE, doc["digest"], doc["size"], annotations={mt.ANN_TITLE: doc["name"]}
+    )
+    manifest = manifest_bytes(
+        artifact_manifest(
+            SPDX_MEDIA_TYPE,
+            [layer],
+            {mt.ANN_NVKR_ARTIFACT: label, mt.ANN_CREATED: created},
+            subject=packed.desc,
+        )
+    )
+    blobs.put(manifest, mt.OCI_MANIFEST)
+    return descriptor(mt.OCI_MANIFEST, manifest, annotations={mt.ANN_NVKR_ARTIFACT: label})

@@ -12,7 +12,8 @@ are ``{"mediaType", "digest", "size"}``::
      "name": str, "epoch": int (seconds), "created": "YYYY-MM-DDTHH:MM:SSZ", "nvkrVersion": str,
      "recipe": {"path", "digest"}, "lockfile": {"path", "digest"}, "variants": [variant, ...],
      "artifacts": [
-       # every kind: "name", "kind", "variant", "actionKey", "builder", "provenance": descriptor
+       # every kind: "name", "kind", "variant", "actionKey", "builder", "provenance": descriptor,
+       # and "sbom": descriptor of its SPDX SBOM manifest when the set holds one
        {"kind": "binary", "artifactType", ["platform"], "manifest": descriptor,
         "primary": {"name", "mediaType", "digest", "size"}, ...},
        {"kind": "image", "index": descriptor,
@@ -74,6 +75,8 @@ def _metadata(
                 **packed.fields,
                 "provenance": _trim(e["provenance"]),
             }
+            if e.get("sbom") is not None:
+                item["sbom"] = _trim(e["sbom"])
             if m["kind"] == "binary" and m.get("platform"):
                 item["platform"] = m["platform"]
             arts.append(item)

@@ -106,6 +106,7 @@ def test_images_join_across_arches_and_dedupe_across_gpus(fakes, tmp_path):
         "container-image": 2,
         "image-index": 1,
         "helm-chart": 1,
+        "sbom": 4,  # one per released action: 2 binaries, the index, the chart
         "release-set": 1,
     }
     index = by_builder["image-index"][0]
