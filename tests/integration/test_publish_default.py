@@ -1,0 +1,78 @@
+"""End to end: the default recipe built from a fresh clone, published with ``nvkr publish`` to
+real CNCF distribution on loopback, read back by skopeo with the same digests."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from nvkr.oci import mediatypes as mt
+from nvkr.oci.layout import LayoutReader
+from nvkr.oci.registry import RegistryClient, fallback_tag
+from tests.conftest import make_clone, run_nvkr, seed
+from tests.registry import fast_retries, nvkr_cli, registry, skopeo
+
+pytestmark = pytest.mark.slow
+
+FIXTURES = (fast_retries, registry)  # used by name as parameters
+
+SET = "nvkr-default-k8s1.36"
+
+
+@pytest.fixture(scope="module")
+def layout(tmp_path_factory, go_toolchain) -> Path:
+    tmp = tmp_path_factory.mktemp("publish-default")
+    clone = make_clone(tmp / "clone")
+    store = seed(tmp / "store", go_toolchain)
+    built = run_nvkr("build", cwd=clone, store=store)
+    assert built.code == 0, built.stderr
+    return clone / "dist" / SET
+
+
+def test_publish_the_default_release_set_and_copy_its_image_back(registry, layout, tmp_path):
+    repo = f"{registry.host}/nvkr/default"
+    first = nvkr_cli("publish", str(layout), repo, "--json")
+    assert first.returncode == 0, first.stderr
+    report = json.loads(first.stdout.splitlines()[-1])
+    reader = LayoutReader(layout)
+    root = reader.index["manifests"][0]
+    assert report["event"] == "result" and report["digest"] == root["digest"]
+    assert report["tag"] == SET and report["bytesUploaded"] > 0
+    # the release set index, by tag, is the layout's bytes
+    raw = skopeo("inspect", "--raw", "--tls-verify=false", f"docker://{repo}:{SET}")
+    assert raw.encode() == reader.read_blob(root)
+    # skopeo copies each image index back into an OCI layout with the same digests
+    index = json.loads(reader.read_blob(root))
+    images = [m for m in index["manifests"] if m["mediaType"] == mt.OCI_INDEX]
+    assert images, "the default release set holds a container image"
+    for n, image in enumerate(images):
+        out = tmp_path / f"copy{n}"
+        skopeo(
+            "copy",
+            "--all",
+            "--preserve-digests",
+            "--src-tls-verify=false",
+            f"docker://{repo}@{image['digest']}",
+            f"oci:{out}:image",
+        )
+        copied = LayoutReader(out)
+        assert copied.index["manifests"][0]["digest"] == image["digest"]
+        for blob in copied.walk():
+            theirs = copied.blob_path(blob.digest).read_bytes()
+            assert theirs == reader.blob_path(blob.digest).read_bytes(), blob
+            assert hashlib.sha256(theirs).hexdigest() == blob.digest[7:]
+    # provenance is reachable through the referrers fallback tags
+    client = RegistryClient(registry.host)
+    for m in index["manifests"]:
+        doc = json.loads(reader.read_blob(m))
+        if "subject" in doc:
+            tag = fallback_tag(doc["subject"]["digest"])
+            listed = json.loads(client.get_manifest("nvkr/default", tag)[0])["manifests"]
+            assert m["digest"] in [e["digest"] for e in listed]
+    # a re-publish uploads nothing and says so
+    again = nvkr_cli("publish", str(layout), repo)
+    assert again.returncode == 0, again.stderr
+    assert "0 bytes uploaded" in again.stderr
