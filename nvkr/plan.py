@@ -343,7 +343,8 @@ def _plan_sboms(
 
     An SBOM describes an action, so artifacts sharing one action share its SBOM, named after
     all of them. An image's SBOM also depends on the artifacts its per-arch images hold as
-    files (a Go binary's build info names the modules linked into that file).
+    files (a Go binary's build info names the modules linked into that file); a chart's on the
+    SBOMs of the images it pins (planned here even for an image the set does not hold).
     """
     released: dict[str, tuple[Action, str, set[str]]] = {}
     for members in by_set.values():
@@ -352,20 +353,38 @@ def _plan_sboms(
                 kind = get_builder(variant.recipe.artifacts[art_name].builder).release_kind
                 released.setdefault(action.key, (action, kind, set()))[2].add(art_name)
     sboms: dict[str, str] = {}
-    for key, (action, kind, names) in sorted(released.items()):
-        binaries = []
+
+    def sbom_of(action: Action, kind: str, names: set[str]) -> str:
+        if action.key in sboms:
+            return sboms[action.key]
+        binaries: list[str] = []
+        images: list[str] = []
         if kind == "image":
             for image_key in action.deps:  # an image-index action's deps: per-arch images
                 image = planner.actions.get(image_key)
                 files = (image.params.get("files") or []) if image is not None else []
                 binaries += [f["action"] for f in files if isinstance(f.get("action"), str)]
-        spec = sbom_spec(",".join(sorted(names)), kind, key, binaries, nvkr.__version__)
+        elif kind == "chart":  # its document refers to the SBOMs of the images it pins
+            for dep_key in action.deps:
+                dep = planner.actions.get(dep_key)
+                if dep is not None and dep.builder == ImageIndexBuilder.name:
+                    dep_names = (
+                        released[dep_key][2] if dep_key in released else {dep.params["name"]}
+                    )
+                    images.append(sbom_of(dep, "image", dep_names))
+        spec = sbom_spec(
+            ",".join(sorted(names)), kind, action.key, binaries, nvkr.__version__, images
+        )
         sbom = _new_action(
             SbomBuilder.name, SbomBuilder.version, f"sbom {action.name}", spec, planner.epoch
         )
         sbom = planner.actions.setdefault(sbom.key, sbom)
         sbom.variants.extend(v for v in action.variants if v not in sbom.variants)
-        sboms[key] = sbom.key
+        sboms[action.key] = sbom.key
+        return sbom.key
+
+    for _key, (action, kind, names) in sorted(released.items()):
+        sbom_of(action, kind, names)
     return sboms
 
 

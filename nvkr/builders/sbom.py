@@ -10,6 +10,8 @@ which the release-set action attaches to the artifact.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -26,7 +28,7 @@ from nvkr.sbom import (
     describe_image,
     parse_buildinfo,
 )
-from nvkr.sbom.describe import one_output
+from nvkr.sbom.describe import OtherSbom, one_output
 
 #: The kinds of artifact an SBOM describes (a release set's ``kind``s).
 SBOM_KINDS = ("binary", "image", "chart")
@@ -34,7 +36,12 @@ _FILE_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 def sbom_spec(
-    artifact: str, kind: str, subject: str, binaries: list[str], nvkr_version: str
+    artifact: str,
+    kind: str,
+    subject: str,
+    binaries: list[str],
+    nvkr_version: str,
+    images: list[str] | None = None,
 ) -> ActionSpec:
     """The action of the SBOM of one released artifact.
 
@@ -45,21 +52,24 @@ def sbom_spec(
             action for an image.
         binaries: action keys of the artifacts an image holds as files (Go binaries among them).
         nvkr_version: goes into ``creationInfo.creators``, so it is part of the key.
+        images: for a chart, the keys of the sbom actions of the images it pins, which its
+            document refers to.
     Raises:
         ValueError: an unknown ``kind``.
     """
     if kind not in SBOM_KINDS:
         raise ValueError(f"no SBOM for artifacts of kind {kind!r}")
-    keys = sorted(set(binaries))
+    keys, others = sorted(set(binaries)), sorted(set(images or []))
     return ActionSpec(
         params={
             "artifact": artifact,
             "kind": kind,
             "subject": subject,
             "binaries": keys,
+            "images": others,
             "nvkrVersion": nvkr_version,
         },
-        deps=tuple(sorted({subject, *keys})),
+        deps=tuple(sorted({subject, *keys, *others})),
     )
 
 
@@ -77,6 +87,20 @@ def _buildinfo(ctx: ActionContext, result: Mapping[str, Any], what: str) -> dict
             hint="the cache entry is stale; run the build again",
         ) from e
     return parse_buildinfo(data, f"{what} output {out['name']!r}")
+
+
+def _other_sbom(ctx: ActionContext, key: str) -> OtherSbom:
+    """The SBOM another sbom action made, as a document may refer to it."""
+    result = ctx.deps[key]
+    out = one_output(result, "sbom", f"sbom action {key[:19]}")
+    data = ctx.store.read_blob(str(out["digest"]))
+    meta = result.get("metadata") or {}
+    return OtherSbom(
+        describes=str(meta.get("describes")),
+        name=str(json.loads(data).get("name")),
+        namespace=str(meta.get("documentNamespace")),
+        sha1=hashlib.sha1(data, usedforsecurity=False).hexdigest(),
+    )
 
 
 class SbomBuilder:
@@ -126,7 +150,10 @@ class SbomBuilder:
             describes = describe_image(doc, ctx.store, result, label, binaries)
         elif kind == "chart":
             doc = SpdxDocument(label, label)
-            describes = describe_chart(doc, ctx.store, result, label)
+            others = [_other_sbom(ctx, key) for key in p.get("images") or []]
+            describes = describe_chart(
+                doc, ctx.store, result, label, {o.describes: o for o in others}
+            )
         else:
             raise BuildError(f"{what}: no SBOM for artifacts of kind {kind!r}")
         document = doc.to_json(

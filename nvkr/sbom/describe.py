@@ -11,7 +11,10 @@ root package stands for — the same digest the release set's provenance names a
 - image: the image index → one package per platform manifest → one package per layer, each
   layer ``CONTAINS`` its regular files; a file whose sha256 is the primary output of a Go binary
   the image was built with gets that binary's modules.
-- chart: the .tgz ``CONTAINS`` its files and ``DEPENDS_ON`` each image it pins by digest.
+- chart: the .tgz ``CONTAINS`` its files and ``DEPENDS_ON`` each image it pins by digest;
+  an image that has an SBOM of its own is ``DESCRIBED_BY`` that document (an external document
+  reference with the SHA1 of its bytes), so what the chart deploys is named down to its files
+  and Go modules without copying them.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from nvkr.canonical import sha256_bytes
@@ -269,6 +273,17 @@ def describe_image(
 
 
 # -- charts --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class OtherSbom:
+    """Another artifact's SBOM a document may refer to: ``describes`` (``sha256:<hex>`` of the
+    artifact), the document's ``name``, ``namespace`` and the ``sha1`` hex of its bytes."""
+
+    describes: str
+    name: str
+    namespace: str
+    sha1: str
+
+
 def _pinned_image(reference: str) -> tuple[str, str] | None:
     """``repository@sha256:<hex>`` → (repository, digest); None for anything else."""
     repository, sep, digest = reference.rpartition("@")
@@ -277,9 +292,16 @@ def _pinned_image(reference: str) -> tuple[str, str] | None:
     return repository, digest
 
 
-def describe_chart(doc: SpdxDocument, store: Store, result: Mapping[str, Any], label: str) -> str:
+def describe_chart(
+    doc: SpdxDocument,
+    store: Store,
+    result: Mapping[str, Any],
+    label: str,
+    image_sboms: Mapping[str, OtherSbom] | None = None,
+) -> str:
     """A Helm chart: the .tgz (role ``primary``) ``CONTAINS`` its files; the images its values pin
-    (metadata ``images``: ``{KEY: "repository@sha256:<hex>"}``) are packages it ``DEPENDS_ON``.
+    (metadata ``images``: ``{KEY: "repository@sha256:<hex>"}``) are packages it ``DEPENDS_ON``,
+    each ``DESCRIBED_BY`` its own SBOM when ``image_sboms`` (index digest → SBOM) has one.
 
     Returns:
         the .tgz's ``sha256:<hex>``.
@@ -327,4 +349,10 @@ def describe_chart(doc: SpdxDocument, store: Store, result: Mapping[str, Any], l
             )
         )
         doc.relate(root, "DEPENDS_ON", image)
+        other = (image_sboms or {}).get(image_digest)
+        if other is not None:
+            ref = doc.add_external_document(
+                f"{other.name}-{_hex(image_digest)[:12]}", other.namespace, other.sha1
+            )
+            doc.relate(image, "DESCRIBED_BY", f"{ref}:SPDXRef-DOCUMENT")
     return digest

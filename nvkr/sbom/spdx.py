@@ -136,6 +136,7 @@ class SpdxDocument:
         self._file_sha1: dict[str, str] = {}
         self._contains: dict[str, set[str]] = {}
         self._relationships: set[tuple[str, str, str]] = set()
+        self._external: dict[str, dict[str, Any]] = {}
 
     def _put(self, table: dict[str, dict[str, Any]], element: dict[str, Any]) -> str:
         sid = str(element["SPDXID"])
@@ -166,6 +167,21 @@ class SpdxDocument:
         self._file_sha1[spdxid] = digest.sha1
         return self._put(self._files, element)
 
+    def add_external_document(self, name: str, namespace: str, sha1: str) -> str:
+        """Refer to another SPDX document (clause 6.6) by its namespace and the SHA1 of its
+        bytes; returns ``DocumentRef-<name>``, to be used as ``DocumentRef-<name>:SPDXRef-..``
+        in relationships."""
+        ref = "DocumentRef-" + (_ID_UNSAFE.sub("-", name).strip("-") or "x")
+        entry = {
+            "externalDocumentId": ref,
+            "spdxDocument": namespace,
+            "checksum": {"algorithm": "SHA1", "checksumValue": sha1},
+        }
+        if self._external.get(ref, entry) != entry:
+            raise ValueError(f"external document {ref} added twice with different content")
+        self._external[ref] = entry
+        return ref
+
     def contains_file(self, package_id: str, file_id: str) -> None:
         """``package CONTAINS file``: the file counts in the package's verification code."""
         self._contains.setdefault(package_id, set()).add(file_id)
@@ -189,8 +205,13 @@ class SpdxDocument:
             ValueError: a relationship names an element the document lacks.
         """
         known = {DOCUMENT_ID, *self._packages, *self._files}
+
+        def ok(element: str) -> bool:
+            ref, sep, _ = element.partition(":")
+            return element in known or (bool(sep) and ref in self._external)
+
         for a, kind, b in sorted(self._relationships):
-            if a not in known or b not in known:
+            if not ok(a) or not ok(b):
                 raise ValueError(
                     f"relationship {a} {kind} {b} names an element not in the document"
                 )
@@ -213,6 +234,11 @@ class SpdxDocument:
             "SPDXID": DOCUMENT_ID,
             "name": self.name,
             "creationInfo": {"created": created, "creators": sorted(set(creators))},
+            **(
+                {"externalDocumentRefs": [e for _, e in sorted(self._external.items())]}
+                if self._external
+                else {}
+            ),
             "packages": packages,
             "files": [f for _, f in sorted(self._files.items())],
             "relationships": [

@@ -201,9 +201,10 @@ def run_sbom(
     subject: str,
     deps: dict[str, dict[str, Any]],
     binaries: list[str] | None = None,
+    images: list[str] | None = None,
 ) -> tuple[Action, dict[str, Any], dict[str, Any], bytes]:
     """Plan and run one sbom action; returns (action, result, document, document bytes)."""
-    spec = sbom_spec(label, kind, subject, binaries or [], "0.1.0")
+    spec = sbom_spec(label, kind, subject, binaries or [], "0.1.0", images)
     action = _new_action(SbomBuilder.name, SbomBuilder.version, f"sbom {label}", spec, EPOCH)
     result = run_action(action, store, {k: deps[k] for k in action.deps})
     (out,) = result["outputs"]
@@ -231,8 +232,11 @@ def check_spdx(doc: dict[str, Any], validator: jsonschema.Draft201909Validator) 
     assert len(ids) == len(set(ids)), "SPDXIDs are unique"
     assert all(SPDX_ID_RE.match(i) for i in [*ids, doc["SPDXID"]])
     known = {*ids, doc["SPDXID"]}
+    external = {e["externalDocumentId"] for e in doc.get("externalDocumentRefs", [])}
+    assert all(re.fullmatch(r"DocumentRef-[A-Za-z0-9.+-]+", e) for e in external)
     for r in doc["relationships"]:
-        assert r["spdxElementId"] in known and r["relatedSpdxElement"] in known, r
+        for end in (r["spdxElementId"], r["relatedSpdxElement"]):
+            assert end in known or end.partition(":")[0] in external, r
     assert any(r["relationshipType"] == "DESCRIBES" for r in doc["relationships"])
     sha1 = {}
     for f in doc["files"]:
@@ -502,6 +506,34 @@ def test_a_chart_lists_its_files_and_pinned_images(tmp_path: Path, validator: An
     )
 
 
+def test_a_chart_refers_to_the_sboms_of_its_images(tmp_path: Path, validator: Any) -> None:
+    store = Store(tmp_path / "store")
+    deps, _ = image_fixture(store)
+    image_action, image_result, image_doc, image_bytes = run_sbom(
+        store, "agent-image", "image", KEY_INDEX, deps, list(KEY_BIN.values())
+    )
+    deps[image_action.key] = image_result
+    index = deps[KEY_INDEX]["outputs"][0]["digest"]
+    deps[KEY_CHART] = chart_result(store)
+    deps[KEY_CHART]["metadata"]["images"] = {"image": f"ghcr.io/nvkr/node-agent@{index}"}
+    _, _, doc, _ = run_sbom(
+        store, "agent-chart", "chart", KEY_CHART, deps, images=[image_action.key]
+    )
+    check_spdx(doc, validator)
+    (ref,) = doc["externalDocumentRefs"]
+    assert ref == {
+        "externalDocumentId": f"DocumentRef-agent-image-{index[7:19]}",
+        "spdxDocument": image_doc["documentNamespace"],
+        "checksum": {"algorithm": "SHA1", "checksumValue": hashlib.sha1(image_bytes).hexdigest()},
+    }
+    (image,) = (p for p in doc["packages"] if p.get("versionInfo") == index)
+    assert _rels(doc, "DESCRIBED_BY") == {
+        (image["SPDXID"], f"DocumentRef-agent-image-{index[7:19]}:SPDXRef-DOCUMENT")
+    }
+    # what the chart deploys is named in the document it refers to
+    assert {"nvkr.dev/node-agent", "stdlib"} <= {p["name"] for p in image_doc["packages"]}
+
+
 # -- determinism ---------------------------------------------------------------------------------
 def _all_sboms(root: Path) -> list[bytes]:
     store = Store(root)
@@ -649,3 +681,9 @@ def test_the_default_plan_has_an_sbom_per_released_action(tmp_path: Path) -> Non
     go = {k for k, a in actions.items() if a["builder"] == "go-binary"}
     assert len(go) == 2 and set(image_sbom["params"]["binaries"]) == go
     assert set(image_sbom["deps"]) == go | {image_sbom["params"]["subject"]}
+    (chart_sbom,) = (s for s in sboms.values() if s["params"]["kind"] == "chart")
+    assert chart_sbom["params"]["images"] == [image_sbom["key"]]
+    assert set(chart_sbom["deps"]) == {chart_sbom["params"]["subject"], image_sbom["key"]}
+    # the plan lists an sbom after every action it reads
+    order = list(actions)
+    assert all(order.index(d) < order.index(k) for k, s in sboms.items() for d in s["deps"])
