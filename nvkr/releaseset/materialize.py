@@ -13,6 +13,7 @@ from typing import Any
 from nvkr.canonical import sha256_bytes
 from nvkr.errors import BuildError, IntegrityError
 from nvkr.oci.layoutdir import write_layout
+from nvkr.releaseset.signing import keep_signed_layout
 from nvkr.releaseset.spec import check_name
 from nvkr.store import Store
 
@@ -23,7 +24,9 @@ def materialize(result: dict[str, Any], store: Store, out_dir: Path) -> Path:
     ``out_dir/<name>/`` gets ``oci-layout`` (``{"imageLayoutVersion":"1.0.0"}``), ``index.json``
     and ``blobs/sha256/*`` (hard links from the store where possible), built in
     ``out_dir/.<name>.tmp-XXXX`` and swapped in (:func:`nvkr.oci.layoutdir.write_layout`). An
-    existing directory with the same ``index.json`` bytes and every blob is left alone. Modes do
+    existing directory with the same ``index.json`` bytes and every blob is left alone, and so is
+    one holding the same release set signed (:func:`nvkr.releaseset.signing.keep_signed_layout`:
+    its signatures still hold, so an unchanged rebuild keeps them). Modes do
     not depend on the umask: directories 0755, ``index.json``/``oci-layout`` 0644, blobs 0444.
 
     Returns:
@@ -55,5 +58,7 @@ def materialize(result: dict[str, Any], store: Store, out_dir: Path) -> Path:
         )
     blobs = [(o["digest"], o["size"]) for o in outputs if o.get("role") == "blob"]
     target = Path(out_dir) / name
+    if keep_signed_layout(target, index_data):
+        return target
     write_layout(target, index_data, blobs, store.blob_path)
     return target

