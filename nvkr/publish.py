@@ -327,8 +327,6 @@ def publish_layout(
         RegistryError: the registry refused (credentials, errors) or stayed unreachable; the
             tag is then untouched.
     """
-    from nvkr.releaseset import read_metadata
-
     started = time.monotonic()
     ref = Reference.parse(ref) if isinstance(ref, str) else ref
     if ref.registry != client.registry:
@@ -349,6 +347,8 @@ def publish_layout(
         raise IntegrityError(f"{layout_dir}/index.json: {root['digest']} is no manifest or index")
     root_data = reader.read_blob(root)
     if json.loads(root_data).get("artifactType") == mt.NVKR_RELEASE_SET:
+        from nvkr.releaseset import read_metadata  # only then: it imports the whole assembler
+
         read_metadata(reader.path, set_name)  # a release set: its metadata must check out too
     blobs = reader.walk(root, deep=False)
     manifests: dict[str, _Manifest] = {}
