@@ -90,6 +90,7 @@ class _Manifest:
     data: bytes
     doc: dict[str, Any]
     deps: frozenset[str]  # digests of manifests in the set it references (children, subject)
+    children: frozenset[str]  # digests of every blob it holds (not its subject)
 
 
 def _root(reader: LayoutReader, name: str | None) -> dict[str, Any]:
@@ -242,6 +243,7 @@ class _Publish:
         self.jobs = max(1, jobs)
         self._lock = threading.Lock()
         self._on_event = on_event
+        self.sent: set[str] = set()  # blobs uploaded or mounted by this publish
 
     def event(self, kind: str, **fields: Any) -> None:
         with self._lock:  # one event at a time, whichever worker thread reports it
@@ -250,7 +252,9 @@ class _Publish:
                 self.report.bytes_skipped += fields["size"]
             elif kind == "blob-mounted":
                 self.report.blobs_mounted += 1
+                self.sent.add(fields["digest"])
             elif kind == "blob-uploaded":
+                self.sent.add(fields["digest"])
                 self.report.blobs_uploaded += 1
                 self.report.bytes_uploaded += fields["size"]
                 self.report.bytes_sent += fields["sent"]
@@ -358,11 +362,14 @@ def publish_layout(
             data = reader.read_blob(desc, referrer=b.referrer)
             doc = json.loads(data)
             refs = [*(doc.get("manifests") or []), doc.get("config"), *(doc.get("layers") or [])]
-            refs.append(doc.get("subject"))
-            found = {r["digest"] for r in refs if isinstance(r, dict)} - {b.digest}
-            manifests[b.digest] = _Manifest(b, data, doc, frozenset(found))
+            children = frozenset(r["digest"] for r in refs if isinstance(r, dict))
+            subject = doc.get("subject")
+            found = children | ({subject["digest"]} if isinstance(subject, dict) else set())
+            manifests[b.digest] = _Manifest(b, data, doc, frozenset(found), children)
     for d, m in list(manifests.items()):
-        manifests[d] = _Manifest(m.blob, m.data, m.doc, frozenset(m.deps & manifests.keys()))
+        manifests[d] = _Manifest(
+            m.blob, m.data, m.doc, frozenset(m.deps & manifests.keys() - {d}), m.children
+        )
     leaves = [b for b in blobs if b.digest not in manifests]
     report = PublishReport(
         reference=f"{ref.registry}/{ref.repository}:{tag}@{root['digest']}",
@@ -380,16 +387,21 @@ def publish_layout(
     _run(run.jobs, lambda b: run.blob(b, mount_from), leaves)
     # 2.-3. manifests, those about a subject (and what holds them) after the rest
     others = [d for d in manifests if d != root["digest"]]
-    missing: list[str] = []
+    # a registry holds a manifest only with everything it references, so one that references
+    # a blob just sent is missing too: it is pushed without asking first
+    missing = {d for d in others if manifests[d].children & run.sent}
+    while more := {d for d in others if manifests[d].children & missing} - missing:
+        missing |= more
 
     def check(d: str) -> None:
         if run.exists(manifests[d]):
             run.event("manifest-skipped", digest=d, size=manifests[d].blob.size)
         else:
             with run._lock:
-                missing.append(d)
+                missing.add(d)
 
-    _run(run.jobs, check, others)
+    _run(run.jobs, check, [d for d in others if d not in missing])
+    missing_in_order = [d for d in others if d in missing]
     deps = {d: m.deps for d, m in manifests.items()}
     late = {d for d in others if "subject" in manifests[d].doc}
     grew = True
@@ -397,7 +409,10 @@ def publish_layout(
         more = {d for d in others if deps[d] & late} - late
         late |= more
         grew = bool(more)
-    for phase in ([d for d in missing if d not in late], [d for d in missing if d in late]):
+    for phase in (
+        [d for d in missing_in_order if d not in late],
+        [d for d in missing_in_order if d in late],
+    ):
         for level in _levels(phase, deps):
             _run(run.jobs, lambda d: run.push(manifests[d]), level)
     # 4. referrers
@@ -425,7 +440,7 @@ def publish_layout(
             report.referrers_tags.sort()
     # 5. the release set index, by digest
     root_manifest = manifests[root["digest"]]
-    if run.exists(root_manifest):
+    if not root_manifest.children & (run.sent | missing) and run.exists(root_manifest):
         run.event("manifest-skipped", digest=root["digest"], size=root_manifest.blob.size)
     else:
         run.push(root_manifest)

@@ -150,6 +150,7 @@ class Fault:
     times: int = 1
     status: int = 500
     code: str = "UNKNOWN"  # the distribution-spec error code of a ``status`` answer
+    body: bytes | None = None  # a ``status`` answer's body instead of that error
     seen: int = 0
     fired: int = 0
 
@@ -235,7 +236,7 @@ class _Handler(BaseHTTPRequestHandler):
             entry.status = fault.status
             extra = {"Retry-After": "0"} if fault.status == 429 else {}
             error = {"code": fault.code, "message": "injected"}
-            body = json.dumps({"errors": [error]}).encode()
+            body = fault.body or json.dumps({"errors": [error]}).encode()
             self._answer(fault.status, body, {"Content-Type": "application/json", **extra})
             return
         upstream = http.client.HTTPConnection(proxy.upstream, timeout=60)

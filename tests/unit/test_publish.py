@@ -379,6 +379,15 @@ def test_referrers_tag_retries_a_412(registry, proxy, sets, repo):
         assert client.manifest_digest(repo, fallback_tag(subject)) is not None
 
 
+def test_a_registry_with_the_referrers_api_needs_no_fallback_tag(registry, proxy, sets, repo):
+    empty = json.dumps({"schemaVersion": 2, "mediaType": mt.OCI_INDEX, "manifests": []}).encode()
+    proxy.add("status", status=200, method="GET", path="/referrers/", body=empty, times=0)
+    report = publish_layout(sets["a"], f"{proxy.host}/{repo}", RegistryClient(proxy.host))
+    assert report.referrers == "api" and report.referrers_tags == []
+    assert proxy.requests(path="/manifests/sha256-") == []
+    assert len(proxy.requests("GET", "/referrers/")) == 1, "asked once per publish"
+
+
 def test_a_referrers_tag_holding_something_else(registry, sets, repo):
     client = RegistryClient(registry.host)
     publish_layout(sets["a"], f"{registry.host}/{repo}:x", client)
