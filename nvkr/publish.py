@@ -119,19 +119,22 @@ def _levels(nodes: Iterable[str], deps: Mapping[str, frozenset[str]]) -> list[li
 
 
 def _run(jobs: int, fn: Callable[[Any], None], items: Sequence[Any]) -> None:
-    """``fn(item)`` for every item, ``jobs`` at a time; the first exception cancels the rest."""
+    """``fn(item)`` for every item, ``jobs`` at a time; the first exception (or Ctrl-C) cancels
+    what has not started and is raised once the running calls have returned."""
     if len(items) <= 1 or jobs <= 1:
         for item in items:
             fn(item)
         return
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    try:
         futures = [pool.submit(fn, item) for item in items]
         done, _ = wait(futures, return_when=FIRST_EXCEPTION)
         for f in done:
             exc = f.exception()
             if exc is not None:
-                pool.shutdown(wait=True, cancel_futures=True)
                 raise exc
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def referrer_descriptor(blob: LayoutBlob, doc: Mapping[str, Any]) -> dict[str, Any]:
