@@ -249,3 +249,74 @@ def test_the_chart_pins_the_image_index_and_passes_helm(built, tmp_path):
     daemonset = next(text for path, text in rendered.items() if path.endswith("daemonset.yaml"))
     assert f"ghcr.io/nvkr/node-agent@{index_digest}" in daemonset
     assert "nvidia.com/gpu.present" in daemonset
+
+
+def test_every_artifact_has_an_spdx_sbom_naming_the_agent_module_and_go_version(built, repo_root):
+    """Each artifact's SBOM is an OCI referrer in the release set, valid against the official
+    SPDX 2.3 schema; the binaries' and the image's name the agent's Go module and the pinned
+    Go version themselves, the chart's through the image SBOM it refers to (by namespace and
+    the SHA1 of its bytes)."""
+    import hashlib
+
+    import jsonschema
+
+    from nvkr.oci.layout import LayoutReader
+    from nvkr.recipe import load_recipe
+    from nvkr.sbom import SPDX_MEDIA_TYPE
+    from tests.unit.test_sbom import SCHEMA_PATH, check_spdx
+
+    clone, _, _, _ = built
+    layout = clone / "dist" / SET
+    go_mod = (repo_root / "agents" / "node-agent" / "go.mod").read_text()
+    module = next(line.split()[1] for line in go_mod.splitlines() if line.startswith("module "))
+    go_version = (
+        "go" + load_recipe(repo_root / "recipes" / "default.yaml").recipe.sources["go"].version
+    )
+    validator = jsonschema.Draft201909Validator(json.loads(SCHEMA_PATH.read_text()))
+    reader = LayoutReader(layout)
+    listed = {m["digest"] for m in reader.read_json(reader.index["manifests"][0])["manifests"]}
+    meta = _metadata(layout)
+    assert {a["kind"] for a in meta["artifacts"]} == {"binary", "image", "chart"}
+    docs: dict[str, tuple[dict, bytes]] = {}
+    by_artifact = []
+    for art in meta["artifacts"]:
+        assert "sbom" in art, f"{art['name']} has no SBOM"
+        assert art["sbom"]["digest"] in listed
+        manifest = reader.read_json(art["sbom"])
+        assert manifest["artifactType"] == SPDX_MEDIA_TYPE
+        assert manifest["subject"] == (art.get("manifest") or art["index"])
+        (layer,) = manifest["layers"]
+        assert layer["mediaType"] == SPDX_MEDIA_TYPE
+        data = reader.read_blob(layer)
+        doc = json.loads(data)
+        check_spdx(doc, validator)
+        docs[doc["documentNamespace"]] = (doc, data)
+        by_artifact.append((art, doc))
+
+    def named(doc: dict) -> set[tuple[str, str | None]]:
+        found = {(p["name"], p.get("versionInfo")) for p in doc["packages"]}
+        for ref in doc.get("externalDocumentRefs", []):
+            other, data = docs[ref["spdxDocument"]]
+            assert ref["checksum"]["checksumValue"] == hashlib.sha1(data).hexdigest()
+            found |= named(other)
+        return found
+
+    for art, doc in by_artifact:
+        packages = named(doc)
+        assert (module, "(devel)") in packages, f"{art['name']}: no {module} in its SBOM"
+        assert ("stdlib", go_version) in packages, f"{art['name']}: no {go_version} in its SBOM"
+        files = {
+            c["checksumValue"]: f["fileName"]
+            for f in doc["files"]
+            for c in f["checksums"]
+            if c["algorithm"] == "SHA256"
+        }
+        if art["kind"] == "binary":
+            assert files == {art["primary"]["digest"][7:]: "./node-agent"}
+        if art["kind"] == "image":
+            agents = {
+                a["primary"]["digest"][7:] for a in meta["artifacts"] if a["kind"] == "binary"
+            }
+            assert {files[d] for d in agents} == {"./usr/bin/node-agent"}
+        if art["kind"] == "chart":
+            assert "./node-agent/Chart.yaml" in files.values()
