@@ -22,6 +22,7 @@ from nvkr.cli.common import (
     variant_option,
 )
 from nvkr.cli.common import n as _n
+from nvkr.errors import UsageError
 
 
 @click.command("build")
@@ -48,6 +49,18 @@ from nvkr.cli.common import n as _n
     help="Actions run in parallel (default: CPUs).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable events on stdout.")
+@click.option(
+    "--sign",
+    "sign_key",
+    metavar="KEY",
+    help="Sign each release set with this private key (a PEM file or env://NAME).",
+)
+@click.option(
+    "--push",
+    metavar="REGISTRY/REPOSITORY[:TAG]",
+    help="Publish each release set there after the build (tag default: the release set name).",
+)
+@click.option("--insecure", is_flag=True, help="With --push: plain HTTP to that registry.")
 @click.pass_obj
 def command(
     app: App,
@@ -60,6 +73,9 @@ def command(
     out: Path,
     jobs: int,
     as_json: bool,
+    sign_key: str | None,
+    push: str | None,
+    insecure: bool,
 ) -> None:
     """Build RECIPE (default recipes/default.yaml) into release sets under --out."""
     from rich.console import Console
@@ -102,6 +118,18 @@ def command(
         elif kind == "action-failed":
             console.print(f"  [red]failed[/]   {name}")
 
+    # Bad push references and unreadable keys fail before anything is built.
+    push_ref = None
+    if push is not None:
+        from nvkr.oci.registry import Reference
+
+        push_ref = Reference.parse(push)
+    signing_key = None
+    if sign_key is not None:
+        from nvkr.sign import load_private_key
+
+        signing_key = load_private_key(sign_key)
+
     session = open_session(
         app, recipe, variants, mirrors=mirrors, offline=offline, locked=locked, lockfile=lockfile
     )
@@ -129,9 +157,30 @@ def command(
         for name, key in sorted(plan.release_sets.items()):
             result = report.results[key]
             path = materialize(result, session.store, out)
+            if signing_key is not None:
+                from nvkr.releaseset.signing import sign_release_set
+
+                sign_release_set(path, signing_key)
             written.append(
                 {"name": name, "path": str(path), "digest": result["metadata"]["releaseSetDigest"]}
             )
+    if push_ref is not None:
+        if push_ref.tag is not None and len(written) > 1:
+            raise UsageError(
+                f"--push {push} names one tag but the build wrote {len(written)} release sets",
+                hint="leave the tag out: each release set is tagged with its own name",
+            )
+        from nvkr.oci.registry import RegistryClient
+        from nvkr.publish import publish_layout
+
+        with RegistryClient(push_ref.registry, insecure=insecure) as client:
+            for item in written:
+                pushed = publish_layout(Path(item["path"]), push_ref, client)
+                item["pushed"] = f"{push_ref.registry}/{push_ref.repository}:{pushed.tag}"
+                if not as_json:
+                    console.print(
+                        f"  pushed [bold]{escape(item['name'])}[/] → {escape(item['pushed'])}"
+                    )
     if as_json:
         click.echo(
             json.dumps(

@@ -47,9 +47,10 @@ def show(app: App, layout: Path, as_json: bool) -> None:
 
     from nvkr.oci.layout import LayoutReader
     from nvkr.releaseset import read_metadata
+    from nvkr.releaseset.signing import release_set_entry
 
     meta = read_metadata(layout)
-    top = LayoutReader(layout).index["manifests"][0]
+    top = release_set_entry(LayoutReader(layout))
     if as_json:
         click.echo(
             json.dumps({"digest": top["digest"], "metadata": meta}, indent=2, sort_keys=True)

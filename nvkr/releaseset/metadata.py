@@ -157,7 +157,7 @@ def read_metadata(layout_dir: Path, name: str | None = None) -> dict[str, Any]:
     """The metadata JSON of the release set in ``layout_dir`` (checked against its digests).
 
     Args:
-        name: the ref.name; default the only manifest in ``index.json``.
+        name: the ref.name; default the only entry of ``index.json`` that has one.
     Returns:
         the metadata JSON (module docstring), ``schemaVersion`` :data:`METADATA_SCHEMA_VERSION`.
     Raises:
@@ -167,11 +167,19 @@ def read_metadata(layout_dir: Path, name: str | None = None) -> dict[str, Any]:
     """
     reader = LayoutReader(layout_dir)
     if name is None:
-        if len(reader.index["manifests"]) != 1:
+        # Signatures and other attachments sit beside the release set in index.json; only the
+        # release set carries a ref.name.
+        named = [
+            m
+            for m in reader.index["manifests"]
+            if isinstance(m, dict) and mt.ANN_REF_NAME in (m.get("annotations") or {})
+        ]
+        if len(named) != 1:
             raise IntegrityError(
-                f"{layout_dir}/index.json: expected one release set, found several"
+                f"{layout_dir}/index.json: expected one release set (one entry with "
+                f"{mt.ANN_REF_NAME}), found {len(named)}"
             )
-        root = reader.index["manifests"][0]
+        root = named[0]
     else:
         root = reader.resolve(name)
     index = reader.read_json(root, referrer="index.json")

@@ -357,3 +357,26 @@ def test_release_set_show_reads_the_metadata(project, tmp_path):
     assert doc["digest"] == digest and doc["metadata"]["name"] == "small-1.36"
     human = run_nvkr("release-set", "show", "dist/small-1.36", cwd=proj, store=store)
     assert human.code == 0 and "small-1.36" in human.stdout
+
+
+def test_build_sign_then_verify_and_show(project, tmp_path):
+    proj, _ = project
+    store = tmp_path / "store"
+    keys = run_nvkr(
+        "keys", "generate", "--type", "ed25519", "--out", str(tmp_path / "k"), cwd=proj, store=store
+    )
+    assert keys.code == 0, keys.stderr
+    built = run_nvkr(
+        "build", "recipes/small.yaml", "--sign", str(tmp_path / "k.key"), cwd=proj, store=store
+    )
+    assert built.code == 0, built.stderr
+    ok = run_nvkr(
+        "verify", "dist/small-1.36", "--key", str(tmp_path / "k.pub"), cwd=proj, store=store
+    )
+    assert ok.code == 0, ok.stderr
+    shown = run_nvkr("release-set", "show", "dist/small-1.36", cwd=proj, store=store)
+    assert shown.code == 0, shown.stderr
+    missing = run_nvkr(
+        "build", "recipes/small.yaml", "--sign", str(tmp_path / "nope.key"), cwd=proj, store=store
+    )
+    assert missing.code == 2 and "nope.key" in missing.stderr and "Traceback" not in missing.stderr
