@@ -46,11 +46,6 @@ from nvkr.oci.layout import (  # noqa: E402
 )
 
 NAME = "bench"
-# `nvkr publish`, registered here too in case the CLI does not list it yet
-NVKR = (
-    "import sys\nfrom nvkr.cli import cli, main\nfrom nvkr.cli import publish\n"
-    "cli.commands.setdefault('publish', publish.command)\nmain(sys.argv[1:])\n"
-)
 
 
 def start_registry(root: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -152,7 +147,7 @@ def timed(argv: list[str]) -> tuple[float, str]:
 
 
 def nvkr_publish(layout: Path, ref: str) -> tuple[float, dict[str, object]]:
-    seconds, out = timed([sys.executable, "-c", NVKR, "publish", str(layout), ref, "--json"])
+    seconds, out = timed([sys.executable, "-m", "nvkr", "publish", str(layout), ref, "--json"])
     return seconds, json.loads(out.strip().splitlines()[-1])
 
 

@@ -1,8 +1,10 @@
 """Publishing a release set: its OCI image layout pushed to a registry, the tag written last.
 
 The last arrow of the data flow (DESIGN.md): ``dist/<name>/`` → OCI registry. The closure of the
-release set index (every blob :meth:`~nvkr.oci.layout.LayoutReader.walk` reaches) goes up in an
-order that never lets a reader see a half-published set:
+release set index (every blob :meth:`~nvkr.oci.layout.LayoutReader.walk` reaches), with the
+attachments ``index.json`` lists beside it (the signatures of ``nvkr build --sign``: manifests
+whose ``subject`` is in the set), goes up in an order that never lets a reader see a
+half-published set:
 
 1. blobs (configs, layers, payloads): ``HEAD`` first, skipped when present, else mounted from a
    ``mount_from`` repository of the same registry, else uploaded (in parallel, ``jobs`` at a time);
@@ -94,15 +96,35 @@ class _Manifest:
 
 
 def _root(reader: LayoutReader, name: str | None) -> dict[str, Any]:
+    """The ``index.json`` entry to publish: ``name``'s, else the only one with a ref.name (a
+    signed release set lists its signatures beside it, without one), else the only entry."""
     if name is not None:
         return reader.resolve(name)
     manifests = reader.index["manifests"]
+    named = [m for m in manifests if mt.ANN_REF_NAME in (m.get("annotations") or {})]
+    if len(named) == 1:
+        return dict(named[0])
     if len(manifests) != 1:
         raise UsageError(
-            f"{reader.path}/index.json names {len(manifests)} manifests",
+            f"{reader.path}/index.json names {len(named)} of its {len(manifests)} manifests",
             hint=f"say which with --name ({', '.join(reader.names()) or 'none is named'})",
         )
     return dict(manifests[0])
+
+
+def _attachments(reader: LayoutReader, root: Mapping[str, Any], closure: set[str]) -> list[Any]:
+    """The other ``index.json`` entries that are referrers of something in ``closure``
+    (signatures ``nvkr build --sign`` puts beside the release set, outside its index)."""
+    found = []
+    for entry in reader.index["manifests"]:
+        if entry.get("digest") == root["digest"] or entry.get("mediaType") not in (
+            mt.IMAGE_MANIFEST_TYPES | mt.INDEX_TYPES
+        ):
+            continue
+        subject = reader.read_json(entry, referrer="index.json").get("subject")
+        if isinstance(subject, dict) and subject.get("digest") in closure:
+            found.append(entry)
+    return found
 
 
 def _levels(nodes: Iterable[str], deps: Mapping[str, frozenset[str]]) -> list[list[str]]:
@@ -358,6 +380,12 @@ def publish_layout(
 
         read_metadata(reader.path, set_name)  # a release set: its metadata must check out too
     blobs = reader.walk(root, deep=False)
+    closure = {b.digest for b in blobs}
+    for attachment in _attachments(reader, root, closure):
+        for b in reader.walk(attachment, deep=False):
+            if b.digest not in closure:
+                closure.add(b.digest)
+                blobs.append(b)
     manifests: dict[str, _Manifest] = {}
     for b in blobs:
         if b.media_type in mt.MANIFEST_TYPES:

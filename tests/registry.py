@@ -434,24 +434,15 @@ def skopeo(*args: str) -> str:
 
 
 def nvkr_cli(*args: str, stdin: str | None = None, env: dict[str, str] | None = None) -> Any:
-    """Run ``python -m nvkr``-like in a subprocess, with ``publish`` registered if the CLI does
-    not register it yet. Returns the CompletedProcess (text)."""
+    """Run ``python -m nvkr ARGS`` in a subprocess, as a user would; the CompletedProcess (text)."""
     import os
 
-    code = (
-        "import sys\n"
-        "from nvkr.cli import cli, main\n"
-        "from nvkr.cli import publish\n"
-        "cli.commands.setdefault('publish', publish.command)\n"
-        "main(sys.argv[1:])\n"
-    )
-    full_env = {**os.environ, **(env or {})}
     return subprocess.run(
-        [sys.executable, "-c", code, *args],
+        [sys.executable, "-m", "nvkr", *args],
         input=stdin,
         capture_output=True,
         text=True,
-        env=full_env,
+        env={**os.environ, **(env or {})},
         timeout=600,
         check=False,
     )

@@ -23,13 +23,19 @@ SET = "nvkr-default-k8s1.36"
 
 
 @pytest.fixture(scope="module")
-def layout(tmp_path_factory, go_toolchain) -> Path:
+def built(tmp_path_factory, go_toolchain) -> tuple[Path, Path]:
+    """(clone, store) after one unsigned build of the default recipe."""
     tmp = tmp_path_factory.mktemp("publish-default")
     clone = make_clone(tmp / "clone")
     store = seed(tmp / "store", go_toolchain)
-    built = run_nvkr("build", cwd=clone, store=store)
-    assert built.code == 0, built.stderr
-    return clone / "dist" / SET
+    result = run_nvkr("build", cwd=clone, store=store)
+    assert result.code == 0, result.stderr
+    return clone, store
+
+
+@pytest.fixture(scope="module")
+def layout(built) -> Path:
+    return built[0] / "dist" / SET
 
 
 def test_publish_the_default_release_set_and_copy_its_image_back(registry, layout, tmp_path):
@@ -76,3 +82,30 @@ def test_publish_the_default_release_set_and_copy_its_image_back(registry, layou
     again = nvkr_cli("publish", str(layout), repo)
     assert again.returncode == 0, again.stderr
     assert "0 bytes uploaded" in again.stderr
+
+
+def test_build_sign_and_push_publishes_the_signatures(registry, built, tmp_path):
+    clone, store = built
+    unsigned = LayoutReader(clone / "dist" / SET).index["manifests"][0]["digest"]
+    keys = run_nvkr("keys", "generate", "--out", str(tmp_path / "key"), cwd=clone, store=store)
+    assert keys.code == 0, keys.stderr
+    pushed = run_nvkr(
+        "build",
+        "--sign",
+        str(tmp_path / "key.key"),
+        "--push",
+        f"{registry.host}/nvkr/signed",
+        cwd=clone,
+        store=store,
+    )
+    assert pushed.code == 0, pushed.stderr
+    client = RegistryClient(registry.host)
+    assert client.manifest_digest("nvkr/signed", SET) == unsigned, "signing keeps the digest"
+    reader = LayoutReader(clone / "dist" / SET)
+    signatures = reader.index["manifests"][1:]
+    assert signatures, "the signed layout lists its signatures beside the release set"
+    for entry in signatures:
+        assert client.manifest_digest("nvkr/signed", entry["digest"]) == entry["digest"]
+        subject = json.loads(reader.read_blob(entry))["subject"]["digest"]
+        listed = json.loads(client.get_manifest("nvkr/signed", fallback_tag(subject))[0])
+        assert entry["digest"] in [m["digest"] for m in listed["manifests"]]

@@ -13,6 +13,7 @@ import io
 import json
 import os
 import random
+import shutil
 import signal
 import tarfile
 import threading
@@ -25,7 +26,13 @@ from nvkr import releaseset
 from nvkr.canonical import canonical_json
 from nvkr.errors import IntegrityError, RegistryError, UsageError
 from nvkr.oci import mediatypes as mt
-from nvkr.oci.layout import LayoutReader, descriptor, image_manifest, manifest_bytes
+from nvkr.oci.layout import (
+    LayoutReader,
+    artifact_manifest,
+    descriptor,
+    image_manifest,
+    manifest_bytes,
+)
 from nvkr.oci.registry import RegistryClient, fallback_tag
 from nvkr.publish import publish_layout, update_referrers_tag
 from nvkr.repro import gzip_bytes
@@ -403,6 +410,43 @@ def test_a_referrers_tag_holding_something_else(registry, sets, repo):
     assert client.manifest_digest(repo, "y") is None
 
 
+def attach(layout: Path, subject: dict[str, Any], payload: bytes) -> dict[str, Any]:
+    """Add a signature-like referrer of ``subject`` beside the release set in ``index.json``, as
+    ``nvkr build --sign`` does; return its descriptor."""
+    blobs = layout / "blobs" / "sha256"
+    envelope = descriptor("application/vnd.dsse.envelope.v1+json", payload)
+    doc = artifact_manifest("application/vnd.dsse.envelope.v1+json", [envelope], subject=subject)
+    data = manifest_bytes(doc)
+    for blob in (payload, data, mt.EMPTY_JSON):
+        path = blobs / hashlib.sha256(blob).hexdigest()
+        if not path.exists():
+            path.write_bytes(blob)
+    entry = descriptor(mt.OCI_MANIFEST, data, annotations={"dev.nvkr.attachment": "signature"})
+    index = json.loads((layout / "index.json").read_bytes())
+    index["manifests"].append(entry)
+    (layout / "index.json").write_bytes(canonical_json(index))
+    return entry
+
+
+def test_signatures_beside_the_release_set_are_published(registry, sets, repo, tmp_path):
+    layout = tmp_path / "signed"
+    shutil.copytree(sets["a"], layout)
+    for p in layout.rglob("*"):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    root = json.loads((layout / "index.json").read_bytes())["manifests"][0]
+    on_root = attach(layout, {k: root[k] for k in ("mediaType", "digest", "size")}, b"sig-1")
+    stranger = {"mediaType": mt.OCI_MANIFEST, "digest": "sha256:" + "e" * 64, "size": 3}
+    elsewhere = attach(layout, stranger, b"sig-2")  # about something not in this set: left out
+    client = RegistryClient(registry.host)
+    report = publish_layout(layout, f"{registry.host}/{repo}", client)
+    assert report.digest == root["digest"] and report.tag == NAME
+    assert client.manifest_digest(repo, on_root["digest"]) == on_root["digest"]
+    assert client.manifest_digest(repo, elsewhere["digest"]) is None
+    listed = json.loads(client.get_manifest(repo, fallback_tag(root["digest"]))[0])["manifests"]
+    assert [m["digest"] for m in listed] == [on_root["digest"]]
+    assert listed[0]["artifactType"] == "application/vnd.dsse.envelope.v1+json"
+
+
 def test_mount_from_another_repository(registry, sets, repo):
     client = RegistryClient(registry.host)
     publish_layout(sets["a"], f"{registry.host}/{repo}", client)
@@ -491,12 +535,8 @@ def test_kill_9_mid_publish_then_rerun(registry, sets, repo):
         import subprocess
         import sys
 
-        code = (
-            "import sys\nfrom nvkr.cli import cli, main\nfrom nvkr.cli import publish\n"
-            "cli.commands.setdefault('publish', publish.command)\nmain(sys.argv[1:])\n"
-        )
         proc = subprocess.Popen(
-            [sys.executable, "-c", code, "publish", str(sets["b"]), f"{faulty.host}/{repo}"],
+            [sys.executable, "-m", "nvkr", "publish", str(sets["b"]), f"{faulty.host}/{repo}"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
