@@ -1,4 +1,4 @@
-"""A client for OCI registries: names checked, credentials found, blobs and manifests moved, verified.
+"""A client for OCI registries: blobs and manifests moved, verified.
 
 ``nvkr publish`` pushes a release set through it (:mod:`nvkr.publish`) and the ``oci`` source kind
 pulls base images through it (:mod:`nvkr.fetch.oci`). It speaks the OCI distribution-spec v1.1 over
@@ -8,11 +8,11 @@ HTTP(S) with ``requests``: "Checking if content exists" (HEAD), "Pushing blobs" 
 is checked: the registry checks a blob's on the closing PUT and nvkr compares the
 ``Docker-Content-Digest`` it answers; manifests and blobs pulled are hashed before anyone sees them.
 
-Authentication follows the registry's ``WWW-Authenticate`` challenge: ``Basic`` with the user's
-credentials, or ``Bearer`` with a token from the realm it names (anonymous, or bought with the
-credentials) for the scopes an operation needs. Credentials come from the caller (flags), else
-``NVKR_REGISTRY_USERNAME``/``NVKR_REGISTRY_PASSWORD``, else the ``auths`` of
-``$DOCKER_CONFIG/config.json`` (default ``~/.docker/config.json``) for that host.
+References are parsed and checked in :mod:`nvkr.oci.reference`; where credentials come from
+and how a ``WWW-Authenticate`` challenge reads is in :mod:`nvkr.oci.auth`. Both modules' names are
+importable from here as well. Authentication follows the registry's challenge: ``Basic`` with the
+user's credentials, or ``Bearer`` with a token from the realm it names (anonymous, or bought with
+the credentials) for the scopes an operation needs.
 
 Transport: https, or plain http for a registry the user marks ``insecure`` and for loopback hosts
 (never a silent downgrade). Connection errors, resets, 429 and 5xx are retried with exponential
@@ -35,14 +35,18 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final, Protocol
 from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
 
 from nvkr import __version__
-from nvkr.errors import IntegrityError, RegistryError, UsageError
+from nvkr.errors import IntegrityError, RegistryError
 from nvkr.oci import mediatypes as mt
+from nvkr.oci.auth import CREDENTIALS_HINT as CREDENTIALS_HINT
+from nvkr.oci.auth import docker_credentials as docker_credentials
+from nvkr.oci.auth import parse_challenge as parse_challenge
+from nvkr.oci.reference import _DIGEST
+from nvkr.oci.reference import Reference as Reference
+from nvkr.oci.reference import fallback_tag as fallback_tag
 
 if TYPE_CHECKING:
     import requests
@@ -59,131 +63,8 @@ LOOPBACK: Final = frozenset({"127.0.0.1", "localhost", "::1"})
 MANIFEST_ACCEPT: Final = ", ".join(
     [mt.OCI_MANIFEST, mt.OCI_INDEX, mt.DOCKER_MANIFEST, mt.DOCKER_MANIFEST_LIST]
 )
-CREDENTIALS_HINT: Final = (
-    "pass --username and --password-stdin, set NVKR_REGISTRY_USERNAME and "
-    "NVKR_REGISTRY_PASSWORD, or add the registry to ~/.docker/config.json (docker login)"
-)
 _UNREACHABLE_HINT = "is the registry running and reachable? a plain-HTTP registry needs --insecure"
-
-# distribution-spec "Pulling manifests": <name> path components and <reference> tags
-_COMPONENT = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
-_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
-_DIGEST = re.compile(r"sha256:[a-f0-9]{64}|sha512:[a-f0-9]{128}")
-_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
-_HOST = re.compile(rf"(?:{_LABEL}(?:\.{_LABEL})*|\[[0-9A-Fa-f:.]+\])(?::[0-9]{{1,5}})?")
-_NAME_MAX = 255  # distribution's reference package: registry + "/" + repository
-_CHALLENGE_PARAM = re.compile(r'(\w+)\s*=\s*(?:"([^"]*)"|([^\s,]+))')
 _TRANSIENT = frozenset({429, 500, 502, 503, 504})
-
-
-# -- references ----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Reference:
-    """``REGISTRY/REPOSITORY[:TAG][@sha256:<hex>]``, checked against the distribution spec."""
-
-    registry: str
-    repository: str
-    tag: str | None = None
-    digest: str | None = None
-
-    @classmethod
-    def parse(cls, text: str) -> Reference:
-        """Split and check ``text``; nothing is sent anywhere.
-
-        The registry is the first path component and must look like a host (a dot, a port or
-        ``localhost``); repository components match ``[a-z0-9]+((\\.|_|__|-+)[a-z0-9]+)*``
-        (distribution-spec "Pulling manifests", lower case only), registry plus repository are at
-        most 255 characters; a tag matches ``[A-Za-z0-9_][A-Za-z0-9._-]{0,127}``; a digest is
-        ``sha256:<64 hex>`` or ``sha512:<128 hex>``.
-
-        Raises:
-            UsageError: naming the part that is wrong, with a corrected form where there is one.
-        """
-        hint = "write REGISTRY/REPOSITORY[:TAG], e.g. registry.example.org/gpu/node-release:v1"
-        name, _, digest = text.partition("@")
-        if digest and not _DIGEST.fullmatch(digest):
-            raise UsageError(f"reference {text!r}: {digest!r} is not a sha256:<64 hex> digest")
-        registry, slash, rest = name.partition("/")
-        if not slash or not rest:
-            raise UsageError(f"reference {text!r} names no repository", hint=hint)
-        if not _HOST.fullmatch(registry) or not (
-            "." in registry or ":" in registry or registry == "localhost"
-        ):
-            raise UsageError(f"reference {text!r}: {registry!r} is not a registry host", hint=hint)
-        tag = None
-        if ":" in rest.rsplit("/", 1)[-1]:
-            rest, tag = rest.rsplit(":", 1)
-            if not _TAG.fullmatch(tag):
-                raise UsageError(
-                    f"reference {text!r}: tag {tag!r} is not valid",
-                    hint="a tag is 1 to 128 of A-Z a-z 0-9 _ . - and starts with a letter, "
-                    "digit or _ (distribution-spec)",
-                )
-        for part in rest.split("/"):
-            if not _COMPONENT.fullmatch(part):
-                lower = " (lower case: " + repr(part.lower()) + ")" if part != part.lower() else ""
-                raise UsageError(
-                    f"reference {text!r}: repository component {part!r} is not valid{lower}",
-                    hint="repository components are lower-case letters and digits, joined by "
-                    "'.', '_', '__' or dashes (distribution-spec)",
-                )
-        if len(registry) + 1 + len(rest) > _NAME_MAX:
-            raise UsageError(f"reference {text!r}: the name is longer than {_NAME_MAX} characters")
-        return cls(registry, rest, tag, digest or None)
-
-    def __str__(self) -> str:
-        tag = f":{self.tag}" if self.tag else ""
-        digest = f"@{self.digest}" if self.digest else ""
-        return f"{self.registry}/{self.repository}{tag}{digest}"
-
-
-def fallback_tag(digest: str) -> str:
-    """The referrers tag of ``digest`` (distribution-spec "Referrers Tag Schema"): ``sha256-<hex>``
-    (the algorithm cut to 32 characters, the hex to 64)."""
-    alg, _, hexpart = digest.partition(":")
-    return f"{alg[:32]}-{hexpart[:64]}"
-
-
-# -- credentials ---------------------------------------------------------------------------------
-def docker_credentials(host: str) -> tuple[str, str] | None:
-    """``(username, password)`` for registry ``host`` (``name[:port]``) from the ``auths`` of
-    ``$DOCKER_CONFIG/config.json`` (default ``~/.docker/config.json``), or None.
-
-    Keys may be bare hosts or URLs (``https://index.docker.io/v1/`` for Docker Hub); entries hold
-    ``auth`` (base64 ``user:password``) or ``username``/``password``. Credential helpers
-    (``credsStore``, ``credHelpers``) are not run.
-    """
-    config_dir = os.environ.get("DOCKER_CONFIG") or os.path.join(os.path.expanduser("~"), ".docker")
-    try:
-        doc = json.loads(Path(config_dir, "config.json").read_bytes())
-    except (OSError, ValueError):
-        return None
-    auths = doc.get("auths") if isinstance(doc, dict) else None
-    if not isinstance(auths, dict):
-        return None
-    aliases = {host}
-    if host in ("docker.io", "registry-1.docker.io", "index.docker.io"):
-        aliases |= {"docker.io", "registry-1.docker.io", "index.docker.io"}
-    for key, entry in auths.items():
-        key_host = re.sub(r"^[a-z]+://", "", str(key)).split("/", 1)[0]
-        if key_host not in aliases or not isinstance(entry, dict):
-            continue
-        if entry.get("auth"):
-            try:
-                user, _, password = base64.b64decode(str(entry["auth"])).decode().partition(":")
-            except (ValueError, UnicodeDecodeError):
-                continue
-            return user, password
-        if entry.get("username"):
-            return str(entry["username"]), str(entry.get("password", ""))
-    return None
-
-
-def parse_challenge(header: str) -> tuple[str, dict[str, str]]:
-    """``WWW-Authenticate: Bearer realm="...",service="...",scope="..."`` → (``bearer``, params)."""
-    scheme, _, rest = header.strip().partition(" ")
-    params = {m.group(1).lower(): m.group(2) or m.group(3) for m in _CHALLENGE_PARAM.finditer(rest)}
-    return scheme.lower(), params
 
 
 def _reason(exc: BaseException) -> str:
