@@ -1,7 +1,8 @@
 """``nvkr release-set show``: what a release set holds, read from its index and metadata only.
 
-A release set on disk (``dist/<name>/``, an OCI image layout) is read through its metadata
-manifest's config (``application/vnd.nvkr.release-set.metadata.v1+json``), checked against its
+A release set on disk (``dist/<name>/``, an OCI image layout) or in a registry
+(``REGISTRY/REPOSITORY:TAG``, :func:`nvkr.releaseset.remote.read_remote_metadata`) is read
+through its metadata manifest's config (``application/vnd.nvkr.release-set.metadata.v1+json``), checked against its
 digest on the way; payload blobs (binaries, layers, charts) are not read.
 """
 
@@ -35,22 +36,44 @@ def _digest(art: dict[str, Any]) -> str:
 
 
 @command.command("show")
-@click.argument("layout", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.argument("source", metavar="PATH|REF")
 @click.option("--json", "as_json", is_flag=True, help="Print the release set metadata as JSON.")
+@click.option(
+    "--insecure",
+    is_flag=True,
+    help="REF: plain HTTP to this registry (127.0.0.1 and localhost always are).",
+)
 @click.pass_obj
-def show(app: App, layout: Path, as_json: bool) -> None:
-    """Show the release set in LAYOUT (a dist/<name> directory): artifacts, cluster release,
-    node-pool releases."""
+def show(app: App, source: str, as_json: bool, insecure: bool) -> None:
+    """Show the release set in PATH (a dist/<name> directory) or at REF
+    (REGISTRY/REPOSITORY:TAG or @sha256:<hex>; only its index and metadata are fetched):
+    artifacts, cluster release, node-pool releases."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    from nvkr.oci.layout import LayoutReader
-    from nvkr.releaseset import read_metadata
-    from nvkr.releaseset.signing import release_set_entry
+    from nvkr.errors import UsageError
 
-    meta = read_metadata(layout)
-    top = release_set_entry(LayoutReader(layout))
+    layout = Path(source)
+    if layout.is_dir():
+        from nvkr.oci.layout import LayoutReader
+        from nvkr.releaseset import read_metadata
+        from nvkr.releaseset.signing import release_set_entry
+
+        meta = read_metadata(layout)
+        top = release_set_entry(LayoutReader(layout))
+    elif layout.exists() or "/" not in source:
+        raise UsageError(
+            f"{source} is neither a release set directory nor a registry reference",
+            hint="give dist/<name> or REGISTRY/REPOSITORY:TAG",
+        )
+    else:
+        from nvkr.oci.registry import Reference, RegistryClient
+        from nvkr.releaseset.remote import read_remote_metadata
+
+        ref = Reference.parse(source)
+        with RegistryClient(ref.registry, insecure=insecure) as client:
+            meta, top = read_remote_metadata(client, ref)
     if as_json:
         click.echo(
             json.dumps({"digest": top["digest"], "metadata": meta}, indent=2, sort_keys=True)

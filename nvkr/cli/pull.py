@@ -1,0 +1,107 @@
+"""``nvkr pull``: a release set from a registry, by digest, into a layout dir (:mod:`nvkr.pull`).
+
+Humans get a summary on stderr; ``--json`` prints one JSON object per event on stdout and a final
+``result``. A failed digest or signature check exits 3 and leaves DIR as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import click
+
+from nvkr.cli import App
+
+
+def registry_password(username: str | None, password_stdin: bool, verb: str) -> str | None:
+    """The password of ``-u``/``--password-stdin`` (stdin, else ``NVKR_REGISTRY_PASSWORD``).
+
+    Raises:
+        UsageError: ``--password-stdin`` without ``--username``, or a user without a password.
+    """
+    from nvkr.errors import UsageError
+
+    if password_stdin and not username:
+        raise UsageError("--password-stdin needs --username")
+    password = sys.stdin.read().rstrip("\r\n") if password_stdin else None
+    if username and password is None:
+        password = os.environ.get("NVKR_REGISTRY_PASSWORD") or None
+        if password is None:
+            raise UsageError(
+                "--username needs --password-stdin (or NVKR_REGISTRY_PASSWORD)",
+                hint=f'pipe the password in: echo "$PASSWORD" | nvkr {verb} ... --password-stdin',
+            )
+    return password
+
+
+@click.command("pull")
+@click.argument("reference")
+@click.argument("directory", type=click.Path(path_type=Path))
+@click.option(
+    "--key",
+    "keys",
+    multiple=True,
+    metavar="PUB",
+    help="Public key (PEM file or env://VAR), repeatable; verified before DIR is written.",
+)
+@click.option(
+    "--insecure",
+    is_flag=True,
+    help="Plain HTTP to this registry (127.0.0.1 and localhost always are).",
+)
+@click.option("--username", "-u", help="User name (else NVKR_REGISTRY_USERNAME, docker config).")
+@click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable events on stdout.")
+@click.pass_obj
+def command(
+    app: App,
+    reference: str,
+    directory: Path,
+    keys: tuple[str, ...],
+    insecure: bool,
+    username: str | None,
+    password_stdin: bool,
+    as_json: bool,
+) -> None:
+    """Pull the release set REFERENCE (REGISTRY/REPOSITORY@sha256:<hex>) into DIRECTORY.
+
+    Every blob is checked against its digest, and with --key every signature, before DIRECTORY
+    is written (atomically; an existing one is replaced only when every check passed).
+    """
+    from nvkr.errors import UsageError
+    from nvkr.oci.registry import Reference, RegistryClient
+    from nvkr.pull import pull_release_set
+    from nvkr.sign import load_public_key
+
+    ref = Reference.parse(reference)
+    if ref.digest is None:
+        raise UsageError(
+            f"reference {ref} names no digest: nvkr pull fetches by digest only",
+            hint=f"pull by digest: {ref}@sha256:<hex> (`nvkr release-set show {ref}` prints it)",
+        )
+    password = registry_password(username, password_stdin, "pull")
+    public_keys = [load_public_key(k) for k in keys]
+
+    def event(kind: str, fields: dict[str, Any]) -> None:
+        if as_json:
+            click.echo(json.dumps({"event": kind, **fields}, sort_keys=True))
+
+    with RegistryClient(
+        ref.registry, insecure=insecure, username=username, password=password
+    ) as client:
+        report = pull_release_set(ref, directory, client, keys=public_keys, on_event=event)
+    if as_json:
+        click.echo(json.dumps({"event": "result", **asdict(report)}, sort_keys=True))
+        return
+    checked = "signatures verified" if report.verified else "signatures not checked (no --key)"
+    click.echo(
+        f"nvkr: pulled {report.name} {report.digest} into {directory}: {report.blobs} blobs, "
+        f"{report.bytes} bytes, {report.signatures} signatures; digests checked, {checked} "
+        f"({report.seconds:.1f} s)",
+        err=True,
+    )

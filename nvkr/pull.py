@@ -1,0 +1,271 @@
+"""Pulling a release set from a registry into an OCI image layout, verified before it lands.
+
+The consumer's first step, the inverse of :mod:`nvkr.publish`: ``REGISTRY/REPO@sha256:<hex>`` →
+``DIR`` (a layout ``nvkr verify`` and ``nvkr release-set show`` read). By digest only, so what is
+pulled is what the digest names. The release set index, its whole closure (every manifest, index,
+config and layer, children of nested indexes included) and the signature manifests attached to
+the index and its members (the referrers API, else the fallback tag ``sha256-<hex>``,
+distribution-spec "Listing Referrers") are downloaded into a temp directory beside ``DIR``, each
+hashed on the way (:class:`~nvkr.oci.registry.RegistryClient`). With keys,
+:func:`nvkr.verify.verify_release_set` checks the temp layout; only when everything passed is it
+written to ``DIR`` atomically (:func:`nvkr.oci.layoutdir.write_layout`). Any failure leaves
+``DIR`` as it was and no temp directory behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nvkr.errors import IntegrityError, RegistryError, UsageError
+from nvkr.oci import mediatypes as mt
+from nvkr.oci.layout import blob_name, image_index, index_bytes, layout_file_bytes
+from nvkr.oci.layoutdir import BLOB_MODE, DIR_MODE, write_layout
+from nvkr.oci.registry import Reference, RegistryClient, fallback_tag
+from nvkr.releaseset.remote import read_remote_metadata
+from nvkr.releaseset.signing import ANN_ATTACHMENT, DSSE_ENVELOPE, SIGNATURE
+from nvkr.sign import PublicKey
+
+EventSink = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass
+class PullReport:
+    """What :func:`pull_release_set` did: ``blobs``/``bytes`` downloaded (bytes), ``signatures``
+    attached, ``verified`` (checked with keys), ``seconds`` wall-clock."""
+
+    reference: str
+    digest: str
+    name: str
+    target: str
+    blobs: int = 0
+    bytes: int = 0
+    signatures: int = 0
+    verified: bool = False
+    seconds: float = 0.0
+
+
+class _Pull:
+    """One pull into the temp layout ``tmp``: what was fetched, by digest."""
+
+    def __init__(self, client: RegistryClient, repo: str, tmp: Path, on_event: EventSink | None):
+        self.client, self.repo, self.tmp = client, repo, tmp
+        self.have: dict[str, int] = {}  # digest -> size
+        self._on_event = on_event
+
+    def event(self, kind: str, **fields: Any) -> None:
+        if self._on_event is not None:
+            self._on_event(kind, fields)
+
+    def _path(self, digest: str) -> Path:
+        path = self.tmp / blob_name(digest)
+        if not path.parent.is_dir():
+            path.parent.mkdir(parents=True, mode=DIR_MODE)
+        return path
+
+    def _store(self, digest: str, data: bytes) -> None:
+        path = self._path(digest)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            os.fchmod(f.fileno(), BLOB_MODE)
+        self.have[digest] = len(data)
+        self.event("blob", digest=digest, size=len(data))
+
+    def manifest(self, desc: Mapping[str, Any], what: str) -> dict[str, Any]:
+        """Fetch the manifest or index ``desc`` names (checked: digest, size), store it, return
+        it parsed; its children are fetched by :meth:`closure`."""
+        digest = str(desc["digest"])
+        data, _, actual = self.client.get_manifest(self.repo, digest)
+        if len(data) != desc.get("size"):
+            raise IntegrityError(
+                f"{what}: {digest} is {len(data)} bytes, its descriptor says {desc.get('size')}",
+                hint="the registry serves other bytes than the descriptor names",
+            )
+        try:
+            doc = json.loads(data)
+        except ValueError as e:
+            raise IntegrityError(f"{what}: {digest} is not JSON") from e
+        if not isinstance(doc, dict):
+            raise IntegrityError(f"{what}: {digest} is not a JSON object")
+        if actual not in self.have:
+            self._store(actual, data)
+        return doc
+
+    def blob(self, desc: Mapping[str, Any], what: str) -> None:
+        digest, size = str(desc["digest"]), desc.get("size")
+        if not isinstance(size, int) or size < 0:
+            raise IntegrityError(f"{what}: {digest} has no valid size")
+        path = self._path(digest)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            got = self.client.get_blob(self.repo, digest, f, size=size)
+            os.fchmod(f.fileno(), BLOB_MODE)
+        if got != size:
+            raise IntegrityError(f"{what}: {digest} is {got} bytes, its descriptor says {size}")
+        self.have[digest] = size
+        self.event("blob", digest=digest, size=size)
+
+    def closure(self, desc: Mapping[str, Any], what: str) -> dict[str, Any]:
+        """Fetch ``desc`` and everything it references, depth first; return its document."""
+        doc = self.manifest(desc, what)
+        children: list[tuple[Any, str]] = []
+        if desc.get("mediaType") in mt.INDEX_TYPES:
+            children = [
+                (m, f"{what} manifests[{i}]") for i, m in enumerate(doc.get("manifests") or [])
+            ]
+        else:
+            if isinstance(doc.get("config"), dict):
+                children.append((doc["config"], f"{what} config"))
+            children += [(m, f"{what} layers[{i}]") for i, m in enumerate(doc.get("layers") or [])]
+        for child, where in children:
+            if not isinstance(child, dict) or not isinstance(child.get("digest"), str):
+                raise IntegrityError(f"{where}: not a descriptor")
+            if child["digest"] in self.have:
+                continue
+            if child.get("mediaType") in mt.MANIFEST_TYPES:
+                self.closure(child, where)
+            else:
+                self.blob(child, where)
+        return doc
+
+    def referrers(self, subject: str) -> list[dict[str, Any]]:
+        """The referrers of ``subject`` (API, else the fallback tag; none when neither lists)."""
+        index = self.client.referrers(self.repo, subject)
+        if index is None:
+            try:
+                data, _, _ = self.client.get_manifest(self.repo, fallback_tag(subject))
+            except RegistryError as e:
+                if e.status == 404:
+                    return []
+                raise
+            try:
+                index = json.loads(data)
+            except ValueError as e:
+                raise IntegrityError(f"referrers tag {fallback_tag(subject)} is not JSON") from e
+        listed = index.get("manifests") if isinstance(index, dict) else None
+        return [m for m in listed or [] if isinstance(m, dict) and isinstance(m.get("digest"), str)]
+
+
+def _signature_entry(desc: Mapping[str, Any], doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``index.json`` entry of a signature manifest, as :func:`sign_release_set` writes it."""
+    labels = {k: v for k, v in (doc.get("annotations") or {}).items() if k != mt.ANN_CREATED}
+    return {
+        "mediaType": desc["mediaType"],
+        "digest": desc["digest"],
+        "size": desc["size"],
+        "annotations": {ANN_ATTACHMENT: SIGNATURE, **labels},
+        "artifactType": DSSE_ENVELOPE,
+    }
+
+
+def pull_release_set(
+    ref: Reference | str,
+    target: Path,
+    client: RegistryClient,
+    *,
+    keys: Sequence[PublicKey] = (),
+    on_event: EventSink | None = None,
+) -> PullReport:
+    """Download the release set ``ref`` names into the OCI image layout ``target``.
+
+    Args:
+        ref: ``REGISTRY/REPOSITORY[:TAG]@sha256:<hex>`` on ``client``'s registry (by digest).
+        target: the layout directory to write; an existing one is replaced only on success.
+        client: the registry's client.
+        keys: public keys; when given, the pulled layout must pass
+            :func:`nvkr.verify.verify_release_set` with them (signatures required).
+        on_event: ``on_event(kind, fields)``: ``blob`` (``digest``, ``size`` in bytes),
+            ``signature`` (``digest``, ``subject``), ``verified``.
+    Returns:
+        a :class:`PullReport`.
+    Raises:
+        UsageError: no digest in ``ref``, or another registry than the client's.
+        IntegrityError: a digest or size mismatch, a missing blob, not a release set, or the
+            verification failed (exit 3).
+        RegistryError: refused credentials, no such manifest, unreachable.
+        In every case ``target`` is as it was and no temp directory is left.
+    """
+    started = time.monotonic()
+    ref = Reference.parse(ref) if isinstance(ref, str) else ref
+    if ref.digest is None:
+        raise UsageError(
+            f"reference {ref} names no digest: nvkr pull fetches by digest only",
+            hint=f"pull by digest: {ref}@sha256:<hex> (nvkr publish prints it; "
+            f"`nvkr release-set show {ref}` too)",
+        )
+    if ref.registry != client.registry:
+        raise UsageError(f"reference {ref} is not on {client.registry}, the client's registry")
+    target = Path(target)
+    meta, top = read_remote_metadata(client, ref)
+    name = str(meta.get("name") or "")
+    if not name:
+        raise IntegrityError(f"{ref}: the release set metadata has no name")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.pull-", dir=target.parent))
+    try:
+        os.chmod(tmp, DIR_MODE)
+        run = _Pull(client, ref.repository, tmp, on_event)
+        index = run.closure(top, f"release set {top['digest']}")
+        subjects = [top["digest"]] + [
+            str(m["digest"]) for m in index.get("manifests") or [] if isinstance(m, dict)
+        ]
+        position = {d: i - 1 for i, d in enumerate(subjects)}  # the index first, as signing does
+        signatures: list[tuple[int, dict[str, Any]]] = []
+        seen: set[str] = set()
+        for subject in dict.fromkeys(subjects):
+            for desc in run.referrers(subject):
+                if desc.get("artifactType") != DSSE_ENVELOPE or desc["digest"] in seen:
+                    continue
+                if desc.get("mediaType") not in mt.IMAGE_MANIFEST_TYPES:
+                    continue
+                seen.add(desc["digest"])
+                doc = run.closure(desc, f"signature {desc['digest']} of {subject}")
+                found = doc.get("subject")
+                if not isinstance(found, dict) or found.get("digest") != subject:
+                    raise IntegrityError(
+                        f"signature {desc['digest']} is listed as a referrer of {subject} "
+                        "but names another subject"
+                    )
+                signatures.append((position[subject], _signature_entry(desc, doc)))
+                run.event("signature", digest=desc["digest"], subject=subject)
+        signatures.sort(key=lambda s: (s[0], s[1]["digest"]))
+        root = {**top, "artifactType": mt.NVKR_RELEASE_SET, "annotations": {mt.ANN_REF_NAME: name}}
+        data = index_bytes(image_index([root, *(s for _, s in signatures)]))
+        (tmp / "index.json").write_bytes(data)
+        (tmp / "oci-layout").write_bytes(layout_file_bytes())
+        report = PullReport(
+            reference=f"{ref.registry}/{ref.repository}@{top['digest']}",
+            digest=top["digest"],
+            name=name,
+            target=str(target),
+            blobs=len(run.have),
+            bytes=sum(run.have.values()),
+            signatures=len(signatures),
+        )
+        if keys:
+            from nvkr.verify import verify_release_set
+
+            result = verify_release_set(tmp, keys=keys)
+            if result.problems:
+                first = result.problems[0]
+                more = len(result.problems) - 1
+                raise IntegrityError(
+                    f"{report.reference}: {first.message}"
+                    + (f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""),
+                    hint=first.hint or f"nothing was written to {target}",
+                )
+            report.verified = True
+            run.event("verified")
+        write_layout(target, data, sorted(run.have.items()), lambda d: tmp / blob_name(d))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    report.seconds = time.monotonic() - started
+    return report

@@ -1,0 +1,112 @@
+"""Reading a release set's metadata from a registry, without its payload.
+
+``nvkr release-set show REF`` and ``nvkr pull`` start here: :func:`read_remote_metadata` fetches
+the release set index (by tag or digest), its first member (the metadata manifest) and that
+manifest's config (the metadata JSON, :mod:`nvkr.releaseset.metadata`) and nothing else, each
+checked against its digest by :class:`nvkr.oci.registry.RegistryClient`. It applies the same
+checks as :func:`nvkr.releaseset.metadata.read_metadata` does on a layout on disk.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from nvkr.errors import IntegrityError
+from nvkr.oci import mediatypes as mt
+from nvkr.oci.registry import Reference, RegistryClient
+from nvkr.releaseset.metadata import METADATA_SCHEMA_VERSION
+
+#: The metadata JSON is a few hundred KiB at most; a larger config is not one.
+MAX_METADATA = 16 << 20
+
+
+def _json(data: bytes, what: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(data)
+    except ValueError as e:
+        raise IntegrityError(f"{what} is not JSON: {e}") from e
+    if not isinstance(doc, dict):
+        raise IntegrityError(f"{what} is not a JSON object")
+    return doc
+
+
+def _manifest(client: RegistryClient, repo: str, desc: Mapping[str, Any], what: str) -> bytes:
+    data, _, digest = client.get_manifest(repo, str(desc["digest"]))
+    if digest != desc["digest"] or len(data) != desc.get("size"):
+        raise IntegrityError(
+            f"{what}: {desc['digest']} is {len(data)} bytes, its descriptor says {desc.get('size')}"
+        )
+    return data
+
+
+def read_remote_metadata(
+    client: RegistryClient, ref: Reference
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The metadata JSON of the release set ``ref`` names, and the index's descriptor.
+
+    Three requests: the release set index (``ref``'s digest, else its tag), the metadata
+    manifest (the index's ``manifests[0]``) and its config blob. No payload layer is fetched.
+
+    Args:
+        client: the client of ``ref.registry``.
+        ref: ``REGISTRY/REPOSITORY:TAG`` or ``...@sha256:<hex>``.
+    Returns:
+        ``(metadata, descriptor)``: the metadata JSON (schemaVersion
+        :data:`~nvkr.releaseset.metadata.METADATA_SCHEMA_VERSION`) and
+        ``{"mediaType", "digest": "sha256:<hex>", "size" (bytes)}`` of the release set index.
+    Raises:
+        IntegrityError: a digest mismatch, or the reference names something else than an nvkr
+            release set (exit 3).
+        RegistryError: no such tag or manifest (``status`` 404), refused credentials, or
+            unreachable.
+    """
+    repo = ref.repository
+    where = f"{ref.registry}/{repo}"
+    data, media_type, digest = client.get_manifest(repo, ref.digest or str(ref.tag or "latest"))
+    index = _json(data, f"{where}@{digest}")
+    members = index.get("manifests")
+    if (
+        media_type != mt.OCI_INDEX
+        or index.get("artifactType") != mt.NVKR_RELEASE_SET
+        or not isinstance(members, list)
+        or not members
+        or not isinstance(members[0], dict)
+    ):
+        raise IntegrityError(
+            f"{where}@{digest} is not an nvkr release set index ({media_type})",
+            hint="name the release set's tag or digest, as nvkr publish printed it",
+        )
+    top = {"mediaType": media_type, "digest": digest, "size": len(data)}
+    meta_desc = members[0]
+    what = f"release set {digest} manifests[0]"
+    meta_manifest = _json(_manifest(client, repo, meta_desc, what), what)
+    config = meta_manifest.get("config")
+    if meta_manifest.get("artifactType") != mt.NVKR_RELEASE_SET or not isinstance(config, dict):
+        raise IntegrityError(
+            f"{where}: {meta_desc['digest']} is not a release set metadata manifest"
+        )
+    if config.get("mediaType") != mt.NVKR_RELEASE_SET_METADATA:
+        raise IntegrityError(
+            f"{where}: metadata config has mediaType {config.get('mediaType')!r}",
+            hint=f"this nvkr reads {mt.NVKR_RELEASE_SET_METADATA}; a newer nvkr may read this set",
+        )
+    size = config.get("size")
+    if not isinstance(size, int) or not 0 <= size <= MAX_METADATA:
+        raise IntegrityError(f"{where}: metadata config size {size!r} is not plausible")
+    buf = io.BytesIO()
+    client.get_blob(repo, str(config["digest"]), buf, size=size)
+    if buf.tell() != size:
+        raise IntegrityError(
+            f"{where}: metadata {config['digest']} is {buf.tell()} bytes, not {size}"
+        )
+    meta = _json(buf.getvalue(), f"{where}: metadata {config['digest']}")
+    if meta.get("schemaVersion") != METADATA_SCHEMA_VERSION:
+        raise IntegrityError(
+            f"{where}: release set metadata schemaVersion is {meta.get('schemaVersion')!r}, "
+            f"this nvkr reads {METADATA_SCHEMA_VERSION}",
+            hint="use the nvkr version that built the release set (metadata nvkrVersion)",
+        )
+    return meta, top

@@ -1,0 +1,197 @@
+"""Pulling release sets from real CNCF distribution 2.8: publish → pull → verify round-trips by
+digest, signatures come along through the referrers fallback tag, and every failure (wrong key,
+tampered blob, tag-only reference) leaves DIR absent. ``release-set show REF`` reads only the
+index and the metadata.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from nvkr.cli import cli
+from nvkr.cli import pull as pull_cli
+from nvkr.errors import NvkrError
+from nvkr.oci import mediatypes as mt
+from nvkr.oci.layout import LayoutReader
+from nvkr.oci.registry import Reference, RegistryClient
+from nvkr.publish import publish_layout
+from nvkr.releaseset.remote import read_remote_metadata
+from nvkr.releaseset.signing import sign_release_set
+from nvkr.sign import generate_key, load_private_key
+from tests.registry import Registry, fast_retries, proxy, registry, run_proxy
+from tests.unit.test_publish import NAME, make_set
+
+FIXTURES = (fast_retries, proxy, registry)  # used by name as parameters
+
+if "pull" not in cli.commands:  # the lead registers it in nvkr.cli; until then, here
+    cli.add_command(pull_cli.command)
+
+
+def run(*args: str) -> tuple[int, str]:
+    """Run the CLI in-process as ``nvkr.cli.main`` would: (exit code, stdout)."""
+    try:
+        result = CliRunner().invoke(cli, list(args), catch_exceptions=False, standalone_mode=False)
+    except NvkrError as e:
+        return e.exit_code, e.render()
+    except click.UsageError as e:
+        return 2, e.format_message()
+    return result.exit_code, result.output
+
+
+@pytest.fixture(scope="module")
+def signed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A small release set signed with a fresh key, and a second key that did not sign it."""
+    tmp = tmp_path_factory.mktemp("pull")
+    layout = make_set(tmp / "set")
+    for p in layout.rglob("*"):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    key = generate_key("ecdsa-p256", tmp / "release")
+    other = generate_key("ecdsa-p256", tmp / "other")
+    sign_release_set(layout, load_private_key(key.private_path))
+    return {"layout": layout, "key": key.public_path, "other": other.public_path}
+
+
+@pytest.fixture(scope="module")
+def published(registry: Registry, signed: dict[str, Any]) -> dict[str, Any]:
+    repo = "pull/set"
+    report = publish_layout(
+        signed["layout"], f"{registry.host}/{repo}", RegistryClient(registry.host)
+    )
+    assert report.referrers == "fallback-tag"
+    return {**signed, "repo": repo, "digest": report.digest, "ref": f"{registry.host}/{repo}"}
+
+
+def payload(layout: Path) -> Any:
+    """The largest payload blob of the set (not a manifest, not the metadata)."""
+    return max(
+        (
+            b
+            for b in LayoutReader(layout).walk(deep=False)
+            if b.media_type not in mt.MANIFEST_TYPES | {mt.NVKR_RELEASE_SET_METADATA}
+        ),
+        key=lambda b: b.size,
+    )
+
+
+def blobs(layout: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in (layout / "blobs" / "sha256").iterdir()}
+
+
+def test_pull_round_trips_with_signatures(published, tmp_path):
+    out = tmp_path / "pulled"
+    code, _ = run("pull", f"{published['ref']}@{published['digest']}", str(out))
+    assert code == 0
+    original = LayoutReader(published["layout"]).index["manifests"]
+    pulled = LayoutReader(out).index["manifests"]
+    assert pulled[0]["digest"] == published["digest"] == original[0]["digest"]
+    assert pulled[0]["annotations"][mt.ANN_REF_NAME] == NAME
+    assert [m["digest"] for m in pulled] == [m["digest"] for m in original]
+    assert pulled == original  # signature entries as the signed build wrote them
+    assert blobs(out) == blobs(published["layout"])
+    assert (out / "index.json").read_bytes() == (published["layout"] / "index.json").read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pulled"]  # no temp dir left
+    assert run("verify", str(out), "--key", str(published["key"]))[0] == 0
+    code, text = run("release-set", "show", str(out), "--json")
+    assert code == 0 and json.loads(text)["digest"] == published["digest"]
+
+
+def test_pull_verifies_keys_before_writing(published, tmp_path):
+    out = tmp_path / "pulled"
+    ref = f"{published['ref']}@{published['digest']}"
+    assert run("pull", ref, str(out), "--key", str(published["key"]))[0] == 0
+    assert LayoutReader(out).index["manifests"][0]["digest"] == published["digest"]
+    wrong = tmp_path / "wrong"
+    code, text = run("pull", ref, str(wrong), "--key", str(published["other"]))
+    assert code == 3, text
+    assert not wrong.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pulled"]
+
+
+def test_existing_dir_untouched_on_failure(published, tmp_path):
+    out = tmp_path / "pulled"
+    out.mkdir()
+    (out / "keep").write_text("mine")
+    ref = f"{published['ref']}@{published['digest']}"
+    assert run("pull", ref, str(out), "--key", str(published["other"]))[0] == 3
+    assert [p.name for p in out.iterdir()] == ["keep"]
+    assert run("pull", ref, str(out), "--key", str(published["key"]))[0] == 0
+    assert not (out / "keep").exists() and (out / "index.json").is_file()
+
+
+def test_tampered_blob_exits_3_and_writes_nothing(registry, signed, tmp_path):
+    repo = "pull/tampered"
+    report = publish_layout(
+        signed["layout"], f"{registry.host}/{repo}", RegistryClient(registry.host)
+    )
+    layer = payload(signed["layout"])
+    path = registry.blob_data(layer.digest)
+    saved = path.read_bytes()
+    try:
+        path.write_bytes(bytes([saved[0] ^ 1]) + saved[1:])
+        out = tmp_path / "pulled"
+        code, text = run("pull", f"{registry.host}/{repo}@{report.digest}", str(out))
+        assert code == 3, text
+        assert layer.digest in text
+        assert not out.exists() and list(tmp_path.iterdir()) == []
+    finally:
+        path.write_bytes(saved)
+
+
+def test_missing_blob_leaves_nothing(registry, published, tmp_path):
+    with run_proxy(registry.host) as faulty:
+        faulty.add("status", method="GET", path="/blobs/", status=404, code="BLOB_UNKNOWN", nth=2)
+        out = tmp_path / "pulled"
+        code, _ = run("pull", f"{faulty.host}/{published['repo']}@{published['digest']}", str(out))
+    assert code != 0
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_tag_only_reference_is_a_usage_error(published, tmp_path):
+    code, text = run("pull", f"{published['ref']}:{NAME}", str(tmp_path / "x"))
+    assert code == 2 and "digest" in text
+    assert not (tmp_path / "x").exists()
+
+
+def test_show_reads_only_index_and_metadata(registry, proxy, published):
+    ref = f"{proxy.host}/{published['repo']}:{NAME}"
+    code, text = run("release-set", "show", ref, "--json")
+    assert code == 0, text
+    doc = json.loads(text)
+    assert doc["digest"] == published["digest"] and doc["metadata"]["name"] == NAME
+    fetched = {e.path.rsplit("/", 1)[-1] for e in proxy.requests("GET", "/blobs/")}
+    _, top = read_remote_metadata(
+        RegistryClient(registry.host), Reference.parse(ref.replace(proxy.host, registry.host))
+    )
+    assert top["digest"] == published["digest"]
+    reader = LayoutReader(published["layout"])
+    index = reader.read_json(reader.index["manifests"][0])
+    config = reader.read_json(index["manifests"][0])["config"]["digest"]
+    assert fetched == {config}  # the metadata only: no payload layer
+    assert len(proxy.requests("GET", "/manifests/")) == 2
+    code, text = run(
+        "release-set", "show", f"{proxy.host}/{published['repo']}@{published['digest']}"
+    )
+    assert code == 0 and NAME in text
+
+
+def test_show_by_reference_needs_no_payload(registry, signed, tmp_path):
+    repo = "pull/nopayload"
+    report = publish_layout(
+        signed["layout"], f"{registry.host}/{repo}", RegistryClient(registry.host)
+    )
+    layer = payload(signed["layout"])
+    path = registry.blob_data(layer.digest)
+    saved = tmp_path / "saved"
+    shutil.move(path, saved)
+    try:
+        code, text = run("release-set", "show", f"{registry.host}/{repo}:{NAME}")
+        assert code == 0 and report.digest in text, text
+    finally:
+        shutil.move(saved, path)
