@@ -62,9 +62,20 @@ def cli(ctx: click.Context, debug: bool, store_root: Path | None, config: Path |
 
 
 def _register() -> None:
-    from nvkr.cli import build, keys, lock, plan, publish, release_set, schema, validate, verify
+    from nvkr.cli import (
+        build,
+        keys,
+        lock,
+        plan,
+        publish,
+        pull,
+        release_set,
+        schema,
+        validate,
+        verify,
+    )
 
-    for module in (validate, plan, lock, build, publish, verify, keys, release_set, schema):
+    for module in (validate, plan, lock, build, publish, pull, verify, keys, release_set, schema):
         cli.add_command(module.command)
 
 
