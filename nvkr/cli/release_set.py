@@ -35,6 +35,37 @@ def _digest(art: dict[str, Any]) -> str:
     return ""
 
 
+def load_release_set(
+    source: str, *, insecure: bool = False
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(metadata, release set index descriptor)`` of a dist/<name> directory or a registry
+    reference (only the index, the metadata manifest and its config are fetched).
+
+    Raises:
+        UsageError: ``source`` is neither; IntegrityError: a digest does not match.
+    """
+    from nvkr.errors import UsageError
+
+    layout = Path(source)
+    if layout.is_dir():
+        from nvkr.oci.layout import LayoutReader
+        from nvkr.releaseset import read_metadata
+        from nvkr.releaseset.signing import release_set_entry
+
+        return read_metadata(layout), release_set_entry(LayoutReader(layout))
+    if layout.exists() or "/" not in source:
+        raise UsageError(
+            f"{source} is neither a release set directory nor a registry reference",
+            hint="give dist/<name> or REGISTRY/REPOSITORY:TAG",
+        )
+    from nvkr.oci.registry import Reference, RegistryClient
+    from nvkr.releaseset.remote import read_remote_metadata
+
+    ref = Reference.parse(source)
+    with RegistryClient(ref.registry, insecure=insecure) as client:
+        return read_remote_metadata(client, ref)
+
+
 @command.command("show")
 @click.argument("source", metavar="PATH|REF")
 @click.option("--json", "as_json", is_flag=True, help="Print the release set metadata as JSON.")
@@ -52,28 +83,7 @@ def show(app: App, source: str, as_json: bool, insecure: bool) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from nvkr.errors import UsageError
-
-    layout = Path(source)
-    if layout.is_dir():
-        from nvkr.oci.layout import LayoutReader
-        from nvkr.releaseset import read_metadata
-        from nvkr.releaseset.signing import release_set_entry
-
-        meta = read_metadata(layout)
-        top = release_set_entry(LayoutReader(layout))
-    elif layout.exists() or "/" not in source:
-        raise UsageError(
-            f"{source} is neither a release set directory nor a registry reference",
-            hint="give dist/<name> or REGISTRY/REPOSITORY:TAG",
-        )
-    else:
-        from nvkr.oci.registry import Reference, RegistryClient
-        from nvkr.releaseset.remote import read_remote_metadata
-
-        ref = Reference.parse(source)
-        with RegistryClient(ref.registry, insecure=insecure) as client:
-            meta, top = read_remote_metadata(client, ref)
+    meta, top = load_release_set(source, insecure=insecure)
     if as_json:
         click.echo(
             json.dumps({"digest": top["digest"], "metadata": meta}, indent=2, sort_keys=True)
@@ -108,3 +118,12 @@ def show(app: App, source: str, as_json: bool, insecure: bool) -> None:
             console.print(f"  image {image['name']} {image['digest']}")
     for pool in meta.get("nodePoolReleases", []):
         console.print(f"node-pool release {escape(pool['name'])}: {', '.join(pool['artifacts'])}")
+
+
+def _register_export() -> None:
+    from nvkr.cli import release_set_export
+
+    command.add_command(release_set_export.command)
+
+
+_register_export()

@@ -17,7 +17,7 @@ from nvkr.cli import App
 
 
 @click.command("export")
-@click.argument("layout", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.argument("source", metavar="PATH|REF")
 @click.option(
     "--format",
     "fmt",
@@ -52,7 +52,7 @@ from nvkr.cli import App
 @click.pass_obj
 def command(
     app: App,
-    layout: Path,
+    source: str,
     fmt: str,
     cluster_name: str,
     namespace: str,
@@ -61,14 +61,13 @@ def command(
     repository: str | None,
     out: Path | None,
 ) -> None:
-    """Export the release set in LAYOUT (a dist/<name> directory) for a management system."""
+    """Export the release set in PATH (a dist/<name> directory) or at REF (a registry reference)
+    for a management system."""
     from nvkr import export
-    from nvkr.oci.layout import LayoutReader
-    from nvkr.releaseset import read_metadata
-    from nvkr.releaseset.signing import release_set_entry
+    from nvkr.cli.release_set import load_release_set
 
-    meta = read_metadata(layout)
-    digest = str(release_set_entry(LayoutReader(layout))["digest"])
+    meta, top = load_release_set(source)
+    digest = str(top["digest"])
     if fmt == "json":
         doc = export.export_json(meta, digest, repository=repository)
         text = json.dumps(doc, indent=2, sort_keys=True) + "\n"

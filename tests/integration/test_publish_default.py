@@ -109,3 +109,39 @@ def test_build_sign_and_push_publishes_the_signatures(registry, built, tmp_path)
         subject = json.loads(reader.read_blob(entry))["subject"]["digest"]
         listed = json.loads(client.get_manifest("nvkr/signed", fallback_tag(subject))[0])
         assert entry["digest"] in [m["digest"] for m in listed["manifests"]]
+    # publish -> pull -> verify: the pulled layout is the signed one, byte for byte
+    pulled = tmp_path / "pulled"
+    pull = run_nvkr(
+        "pull",
+        f"{registry.host}/nvkr/signed@{unsigned}",
+        str(pulled),
+        "--key",
+        str(tmp_path / "key.pub"),
+        cwd=clone,
+        store=store,
+    )
+    assert pull.code == 0, pull.stderr
+    assert (pulled / "index.json").read_bytes() == (
+        clone / "dist" / SET / "index.json"
+    ).read_bytes()
+    verified = run_nvkr(
+        "verify", str(pulled), "--key", str(tmp_path / "key.pub"), cwd=clone, store=store
+    )
+    assert verified.code == 0, verified.stderr
+    for blob in LayoutReader(pulled).walk():
+        assert (pulled / "blobs" / "sha256" / blob.digest[7:]).read_bytes() == reader.blob_path(
+            blob.digest
+        ).read_bytes()
+    # management systems read the published set by reference, without its payload
+    exported = run_nvkr(
+        "release-set",
+        "export",
+        f"{registry.host}/nvkr/signed:{SET}",
+        "--format",
+        "json",
+        cwd=clone,
+        store=store,
+    )
+    assert exported.code == 0, exported.stderr
+    doc = json.loads(exported.stdout)
+    assert doc["digest"] == unsigned and doc["clusterRelease"]["kubernetesVersion"] == "1.36.3"
