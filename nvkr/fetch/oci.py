@@ -20,6 +20,7 @@ never the digests.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import hashlib
 import json
@@ -48,21 +49,21 @@ LAYOUT_PREFIX = "oci-layout:"
 
 
 # -- where the bytes come from -----------------------------------------------------------------
-class _Origin:
+class _Origin(abc.ABC):
     """One place to pull from: a registry repository or a layout directory."""
 
     label: str
 
+    @abc.abstractmethod
     def manifest(self, digest: str) -> tuple[bytes, str | None, str]:
         """The bytes of document ``digest`` (unverified), its Content-Type if any, its URL."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def blob(self, digest: str, sink: _Verifier) -> str:
         """Stream blob ``digest`` into ``sink``; return where it came from."""
-        raise NotImplementedError
 
-    def close(self) -> None:
-        pass
+    def close(self) -> None:  # noqa: B027 - most origins hold nothing to release
+        """Release what the origin holds (a registry client's connections)."""
 
 
 class _Layout(_Origin):

@@ -13,10 +13,8 @@ import http.client
 import json
 import os
 import shutil
-import socket
 import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -34,71 +32,10 @@ from nvkr.oci.image import image_config, image_manifest, layer_from_tree, platfo
 from nvkr.oci.layout import descriptor, image_index, index_bytes
 from nvkr.recipe.models import OciSource
 from nvkr.store import Store
+from tests.registry import Registry, registry
 
-REGISTRY_BIN = Path("/usr/bin/docker-registry")
-
-
-# -- fixtures: a registry, layouts, pushes ---------------------------------------------------------
-@dataclass
-class Registry:
-    host: str  # 127.0.0.1:PORT
-    storage: Path
-
-    def blob_data(self, digest: str) -> Path:
-        hexpart = digest.split(":", 1)[1]
-        return self.storage / "docker/registry/v2/blobs/sha256" / hexpart[:2] / hexpart / "data"
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _answers(host: str) -> bool:
-    conn = http.client.HTTPConnection(host, timeout=2)
-    try:
-        conn.request("GET", "/v2/")
-        return conn.getresponse().status == 200
-    except OSError:
-        return False
-    finally:
-        conn.close()
-
-
-@pytest.fixture(scope="module")
-def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
-    if not REGISTRY_BIN.is_file():
-        pytest.fail(
-            f"{REGISTRY_BIN} is missing: the oci fetcher is tested against CNCF distribution; "
-            "install it with `apt-get install docker-registry` (install.sh does)"
-        )
-    root = tmp_path_factory.mktemp("registry")
-    host = f"127.0.0.1:{_port()}"
-    config = root / "config.yml"
-    config.write_text(
-        "version: 0.1\n"
-        "log: {level: error}\n"
-        f"storage: {{filesystem: {{rootdirectory: {root / 'data'}}}, delete: {{enabled: true}}}}\n"
-        f"http: {{addr: {host}}}\n"
-    )
-    with open(root / "registry.log", "wb") as log:
-        proc = subprocess.Popen([REGISTRY_BIN, "serve", config], stdout=log, stderr=log)
-    try:
-        deadline = time.monotonic() + 30
-        while not _answers(host):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"docker-registry did not start: {(root / 'registry.log').read_text()}")
-            time.sleep(0.1)
-        yield Registry(host=host, storage=root / "data")
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+# The registry: CNCF distribution on loopback, shared with the publish tests (tests/registry.py).
+FIXTURES = (registry,)
 
 
 @dataclass
