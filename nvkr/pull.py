@@ -166,6 +166,27 @@ def _signature_entry(desc: Mapping[str, Any], doc: Mapping[str, Any]) -> dict[st
     }
 
 
+def _check_target(target: Path) -> None:
+    """Refuse a target that is not a directory a pull may replace: a file, or a non-empty
+    directory that is not an OCI image layout (a pull must never delete someone's files).
+
+    Raises:
+        UsageError: naming ``target`` and what is there.
+    """
+    if not target.exists() and not target.is_symlink():
+        return
+    if not target.is_dir():
+        raise UsageError(
+            f"{target} exists and is not a directory", hint="give a new directory, or remove it"
+        )
+    if any(target.iterdir()) and not (target / "oci-layout").is_file():
+        raise UsageError(
+            f"{target} is a non-empty directory that is not an OCI image layout: nvkr pull "
+            "replaces its target and will not delete these files",
+            hint="give a new or empty directory, or an earlier pull's directory",
+        )
+
+
 def pull_release_set(
     ref: Reference | str,
     target: Path,
@@ -204,6 +225,7 @@ def pull_release_set(
     if ref.registry != client.registry:
         raise UsageError(f"reference {ref} is not on {client.registry}, the client's registry")
     target = Path(target)
+    _check_target(target)
     meta, top = read_remote_metadata(client, ref)
     name = str(meta.get("name") or "")
     if not name:

@@ -200,7 +200,8 @@ def command(
         console.print(f"nvkr: up to date — {len(plan.actions)} actions, no builder ran")
     else:
         console.print(
-            f"nvkr: built {len(report.built)} of {_n(len(plan.actions), 'action')}; the rest were cached"
+            f"nvkr: built {len(report.built)} of {_n(len(plan.actions), 'action')}"
+            + ("" if len(report.built) == len(plan.actions) else "; the rest were cached")
         )
     for item in written:
         console.print(

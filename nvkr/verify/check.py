@@ -184,6 +184,17 @@ class _Verifier:
         except NvkrError as e:
             report.fail("metadata", f"{self.where}: {e.message}", e.hint)
             return
+        # index.json's ref.name is not covered by any digest; the metadata's name is (the release
+        # set index pins the metadata manifest). A renamed entry must not pass as the signed set.
+        if meta.get("name") != report.name:
+            report.fail(
+                "metadata",
+                f"{self.where}: index.json names it {report.name!r}, its metadata (covered by the "
+                f"release set digest) names it {meta.get('name')!r}",
+                hint="index.json was edited: restore the ref.name annotation or rebuild",
+            )
+            report.name = str(meta.get("name"))
+            return
         kinds: dict[str, str] = {}
         meta_provenance: dict[str, str] = {}
         for art in meta.get("artifacts", []):

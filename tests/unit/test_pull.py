@@ -115,14 +115,25 @@ def test_pull_verifies_keys_before_writing(published, tmp_path):
 
 
 def test_existing_dir_untouched_on_failure(published, tmp_path):
-    out = tmp_path / "pulled"
-    out.mkdir()
-    (out / "keep").write_text("mine")
     ref = f"{published['ref']}@{published['digest']}"
-    assert run("pull", ref, str(out), "--key", str(published["other"]))[0] == 3
-    assert [p.name for p in out.iterdir()] == ["keep"]
+    out = tmp_path / "pulled"
     assert run("pull", ref, str(out), "--key", str(published["key"]))[0] == 0
-    assert not (out / "keep").exists() and (out / "index.json").is_file()
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    # A failed pull leaves an earlier pull's layout as it was.
+    assert run("pull", ref, str(out), "--key", str(published["other"]))[0] == 3
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+    # A good pull replaces it.
+    assert run("pull", ref, str(out), "--key", str(published["key"]))[0] == 0
+    # A directory that is not a layout, or a file, is never replaced, even by a good pull.
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "keep").write_text("mine")
+    assert run("pull", ref, str(mine), "--key", str(published["key"]))[0] == 2
+    assert [p.name for p in mine.iterdir()] == ["keep"]
+    file_target = tmp_path / "a-file"
+    file_target.write_text("mine")
+    assert run("pull", ref, str(file_target))[0] == 2
+    assert file_target.read_text() == "mine"
 
 
 def test_tampered_blob_exits_3_and_writes_nothing(registry, signed, tmp_path):

@@ -301,6 +301,16 @@ def test_wrong_key_fails(signed: Signed, nvkr: Any) -> None:
     assert "not signed by any given key" in res.stderr and other.keyid in res.stderr
 
 
+def test_a_renamed_index_entry_fails(signed: Signed, nvkr: Any) -> None:
+    top = _top(signed.layout)
+    old = top["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"]
+    top["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"] = "nvkr-evil"
+    (signed.layout / "index.json").write_text(json.dumps(top))
+    res = nvkr("verify", signed.layout, "--key", signed.pub)
+    assert res.code == 3
+    assert "'nvkr-evil'" in res.stderr and repr(old) in res.stderr
+
+
 def test_missing_or_bad_key_file_is_a_clear_error(signed: Signed, nvkr: Any) -> None:
     res = nvkr("verify", signed.layout, "--key", signed.root / "nope.pub")
     assert res.code == 2 and "nope.pub does not exist" in res.stderr
