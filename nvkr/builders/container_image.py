@@ -133,6 +133,20 @@ def _file_spec(
     )
 
 
+def execution_params(artifact: ContainerImageArtifact) -> dict[str, Any]:
+    """The params both backends share: the image config's execution fields (entrypoint, cmd,
+    env, user, workdir, labels; maps sorted) and the layer compression."""
+    return {
+        "entrypoint": list(artifact.entrypoint),
+        "cmd": list(artifact.cmd),
+        "env": dict(sorted(artifact.env.items())),
+        "user": artifact.user,
+        "workdir": artifact.workdir,
+        "labels": dict(sorted(artifact.labels.items())),
+        "compression": artifact.compression,
+    }
+
+
 def image_annotations(
     where: str, artifact: ContainerImageArtifact, refs: PlanRefs, base: dict[str, Any] | None
 ) -> dict[str, str]:
@@ -202,14 +216,8 @@ def plan_daemonless(
         "platform": platform_of(variant.arch),
         "base": artifact.base,
         "files": files,
-        "entrypoint": list(artifact.entrypoint),
-        "cmd": list(artifact.cmd),
-        "env": dict(sorted(artifact.env.items())),
-        "user": artifact.user,
-        "workdir": artifact.workdir,
-        "labels": dict(sorted(artifact.labels.items())),
+        **execution_params(artifact),
         "annotations": image_annotations(where, artifact, refs, base_entry),
-        "compression": artifact.compression,
     }
     return ActionSpec(
         params=params,

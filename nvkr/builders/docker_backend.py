@@ -31,7 +31,7 @@ import docker.errors
 import requests
 
 from nvkr.builders import ActionContext, ActionSpec, PlanRefs
-from nvkr.builders.container_image import image_annotations
+from nvkr.builders.container_image import execution_params, image_annotations
 from nvkr.errors import BuildError, RecipeError, ToolError
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.image import (
@@ -130,15 +130,9 @@ def plan(
         "platform": platform_of(variant.arch),
         "dockerfile": dockerfile.as_posix(),
         "buildArgs": dict(sorted(artifact.buildArgs.items())),
-        "entrypoint": list(artifact.entrypoint),
-        "cmd": list(artifact.cmd),
-        "env": dict(sorted(artifact.env.items())),
-        "user": artifact.user,
-        "workdir": artifact.workdir,
-        "labels": dict(sorted(artifact.labels.items())),
+        **execution_params(artifact),
         # the daemonless backend's rules (version, revision, source; the recipe's own win)
         "annotations": image_annotations(where, artifact, refs, None),
-        "compression": artifact.compression,
     }
     return ActionSpec(params=params, inputs={"context": src.digest}, sources={"context": src})
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,3 +148,24 @@ def make_session_plan(session: Session) -> Any:
         epoch=epoch,
         lockfile=lockfile,
     )
+
+
+def registry_password(username: str | None, password_stdin: bool, verb: str) -> str | None:
+    """The password of ``-u``/``--password-stdin`` (stdin, else ``NVKR_REGISTRY_PASSWORD``).
+
+    Raises:
+        UsageError: ``--password-stdin`` without ``--username``, or a user without a password.
+    """
+    from nvkr.errors import UsageError
+
+    if password_stdin and not username:
+        raise UsageError("--password-stdin needs --username")
+    password = sys.stdin.read().rstrip("\r\n") if password_stdin else None
+    if username and password is None:
+        password = os.environ.get("NVKR_REGISTRY_PASSWORD") or None
+        if password is None:
+            raise UsageError(
+                "--username needs --password-stdin (or NVKR_REGISTRY_PASSWORD)",
+                hint=f'pipe the password in: echo "$PASSWORD" | nvkr {verb} ... --password-stdin',
+            )
+    return password

@@ -8,14 +8,13 @@ prints one JSON object per event on stdout and a final ``result`` (the report).
 from __future__ import annotations
 
 import json
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
 from nvkr.cli import App
+from nvkr.cli.common import registry_password
 
 
 def _size(n: int) -> str:
@@ -89,16 +88,7 @@ def command(
     ref = Reference.parse(reference)  # before anything else: a bad name never reaches a registry
     for repo in mount_from:
         Reference.parse(f"{ref.registry}/{repo}")
-    if password_stdin and not username:
-        raise UsageError("--password-stdin needs --username")
-    password = sys.stdin.read().rstrip("\r\n") if password_stdin else None
-    if username and password is None:
-        password = os.environ.get("NVKR_REGISTRY_PASSWORD") or None
-        if password is None:
-            raise UsageError(
-                "--username needs --password-stdin (or NVKR_REGISTRY_PASSWORD)",
-                hint='pipe the password in: echo "$PASSWORD" | nvkr publish ... --password-stdin',
-            )
+    password = registry_password(username, password_stdin, "publish")
     if not (layout / "index.json").is_file():
         raise UsageError(
             f"{layout} is not an OCI image layout (no index.json)",

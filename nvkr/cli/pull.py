@@ -7,8 +7,6 @@ Humans get a summary on stderr; ``--json`` prints one JSON object per event on s
 from __future__ import annotations
 
 import json
-import os
-import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -16,27 +14,7 @@ from typing import Any
 import click
 
 from nvkr.cli import App
-
-
-def registry_password(username: str | None, password_stdin: bool, verb: str) -> str | None:
-    """The password of ``-u``/``--password-stdin`` (stdin, else ``NVKR_REGISTRY_PASSWORD``).
-
-    Raises:
-        UsageError: ``--password-stdin`` without ``--username``, or a user without a password.
-    """
-    from nvkr.errors import UsageError
-
-    if password_stdin and not username:
-        raise UsageError("--password-stdin needs --username")
-    password = sys.stdin.read().rstrip("\r\n") if password_stdin else None
-    if username and password is None:
-        password = os.environ.get("NVKR_REGISTRY_PASSWORD") or None
-        if password is None:
-            raise UsageError(
-                "--username needs --password-stdin (or NVKR_REGISTRY_PASSWORD)",
-                hint=f'pipe the password in: echo "$PASSWORD" | nvkr {verb} ... --password-stdin',
-            )
-    return password
+from nvkr.cli.common import registry_password
 
 
 @click.command("pull")
