@@ -138,3 +138,27 @@ class RegistryError(NvkrError):
     def __init__(self, message: str, hint: str | None = None, *, status: int | None = None) -> None:
         super().__init__(message, hint)
         self.status = status
+
+
+class AptError(NvkrError):
+    """An apt repository or package set cannot be resolved: Release signature, missing package or
+    version, unsatisfiable dependencies. The message names the repository or package."""
+
+    code = "NVKR-E-APT"
+    exit_code = 1
+
+
+class DiskError(NvkrError):
+    """A disk image cannot be assembled: tree too large for the disk size (both sizes named),
+    missing kernel or bootloader files in the tree, a disk tool failing."""
+
+    code = "NVKR-E-DISK"
+    exit_code = 1
+
+
+class BootTestError(NvkrError):
+    """A boot test failed: the image did not reach the expected console line within the time
+    limit, or printed a not-ready line; the message ends with the last console lines."""
+
+    code = "NVKR-E-BOOT"
+    exit_code = 1

@@ -107,12 +107,52 @@ class OciSource(Strict):
     )
 
 
+class AptRepository(Strict):
+    """One apt repository (``deb URL SUITE COMPONENTS``) whose Release file is signed by ``keyring``."""
+
+    url: str = Field(description="Required. repository base URL, e.g. http://deb.debian.org/debian")
+    suite: str = Field(description="Required. suite (codename), e.g. bookworm or bookworm-updates")
+    components: list[str] = Field(
+        default_factory=lambda: ["main"], min_length=1, description="Optional. default [main]"
+    )
+    keyring: str = Field(
+        default="/usr/share/keyrings/debian-archive-keyring.gpg",
+        description="Optional. OpenPGP keyring (binary or armored) that signs the Release file; "
+        "absolute or relative to the declaring recipe file; default Debian's archive keyring",
+    )
+
+
+class AptSource(Strict):
+    """A closed set of Debian packages for one architecture (``rootfs`` input).
+
+    ``packages`` names every package the recipe wants with its exact version; ``nvkr lock``
+    resolves the whole installation closure (``base`` set plus ``packages`` and their
+    dependencies) from the repositories' signed metadata and records each .deb's name, version,
+    architecture, URL, size and sha256. The build downloads exactly those files (or takes them
+    from the store) and checks each one; it never resolves a version.
+    """
+
+    apt: dict[Name, AptRepository] = Field(
+        min_length=1, description="Required. repositories by name (maps merge in overlays)"
+    )
+    arch: Literal["amd64", "arm64"] = Field(description='Required. Debian architecture, e.g. "{{ arch }}"')
+    base: Literal["minbase", "essential", "none"] = Field(
+        default="minbase",
+        description="Optional. the base set: minbase (Essential + Priority required + apt, as "
+        "mmdebstrap --variant=minbase), essential, or none",
+    )
+    packages: dict[str, str] = Field(
+        default_factory=dict,
+        description='Optional. package name -> exact Debian version, e.g. {systemd: "252.39-1~deb12u1"}',
+    )
+
+
 def _source_kind(value: Any) -> str | None:
     if isinstance(value, BaseModel):
         value = value.model_dump()
     if not isinstance(value, dict):
         return None
-    for kind in ("url", "git", "pypi", "path", "oci"):
+    for kind in ("url", "git", "pypi", "path", "oci", "apt"):
         if kind in value:
             return kind
     return None
@@ -123,11 +163,12 @@ Source = Annotated[
     | Annotated[GitSource, Tag("git")]
     | Annotated[PypiSource, Tag("pypi")]
     | Annotated[PathSource, Tag("path")]
-    | Annotated[OciSource, Tag("oci")],
+    | Annotated[OciSource, Tag("oci")]
+    | Annotated[AptSource, Tag("apt")],
     Discriminator(
         _source_kind,
         custom_error_type="source_kind",
-        custom_error_message="a source needs one of the keys url, git, pypi, path or oci",
+        custom_error_message="a source needs one of the keys url, git, pypi, path, oci or apt",
     ),
 ]
 
@@ -272,11 +313,130 @@ class HelmChartArtifact(Strict):
         return refs
 
 
+class KubeBinary(Strict):
+    """One Kubernetes node binary: a url source holding the binary, or a member of its archive."""
+
+    source: str = Field(description="Required. the source (a binary, or a .tar.gz holding it)")
+    member: str | None = Field(
+        default=None, description="Optional. path of the binary inside a .tar/.tar.gz source"
+    )
+
+
+class KubePackagesArtifact(Strict):
+    """Kubernetes node binaries (kubelet, kubeadm, kubectl, crictl, ...) staged under ``prefix``.
+
+    The output is a deterministic tar of ``<prefix>/<name>`` files (mode 0755) that the
+    ``node-image`` builder unpacks into the root filesystem.
+    """
+
+    builder: Literal["kube-packages"]
+    binaries: dict[Name, str | KubeBinary] = Field(
+        min_length=1, description="Required. file name -> source name, or {source, member}"
+    )
+    prefix: str = Field(default="/usr/bin", description="Optional. directory in the image")
+
+    def references(self) -> list[tuple[tuple[str, ...], str, str]]:
+        refs: list[tuple[tuple[str, ...], str, str]] = []
+        for name, entry in self.binaries.items():
+            if isinstance(entry, str):
+                refs.append((("binaries", name), "source", entry))
+            else:
+                refs.append((("binaries", name, "source"), "source", entry.source))
+        return refs
+
+
+class RootfsArtifact(Strict):
+    """A Debian root filesystem (tar) made by mmdebstrap from exactly the locked .debs."""
+
+    builder: Literal["rootfs"]
+    packages: str = Field(description="Required. the apt source with the package set")
+    hostname: str = Field(default="nvkr-node", description="Optional. /etc/hostname")
+
+    def references(self) -> list[tuple[tuple[str, ...], str, str]]:
+        return [(("packages",), "source", self.packages)]
+
+
+class KubeletSettings(Strict):
+    """Kubelet settings the node image writes into its KubeletConfiguration and drop-in."""
+
+    maxPods: int = Field(default=110, ge=1, description="Optional. maxPods")
+    extraLabels: dict[str, str] = Field(
+        default_factory=dict, description="Optional. node labels added to the agent's labels"
+    )
+    extraArgs: list[str] = Field(
+        default_factory=list, description="Optional. extra kubelet flags in the drop-in"
+    )
+
+
+class NodeImageArtifact(Strict):
+    """A bootable disk image (QCOW2) from a ``rootfs`` plus staged agent, runtime config and
+    Kubernetes binaries (builder ``node-image``).
+
+    Partitions (GPT): BIOS boot (amd64), EFI system partition, ext4 root; GRUB boots it by
+    itself; the root partition grows to the disk on first boot.
+    """
+
+    builder: Literal["node-image"]
+    backend: Literal["native", "diskimage-builder"] = Field(
+        default="native",
+        description="Optional. native (mkfs.ext4 -d, sfdisk, qemu-img) or diskimage-builder",
+    )
+    rootfs: str = Field(description="Required. the rootfs artifact")
+    agent: str | None = Field(
+        default=None, description="Optional. go-binary artifact staged as /usr/bin/node-agent"
+    )
+    kubePackages: str | None = Field(
+        default=None, description="Optional. kube-packages artifact staged into the tree"
+    )
+    kubernetesVersion: str = Field(description='Required. exact Kubernetes release, e.g. "1.36.3"')
+    files: dict[str, str | ImageFile] = Field(
+        default_factory=dict,
+        description="Optional. absolute path -> artifact name, or {artifact|source, path, mode}",
+    )
+    nvidiaRuntime: bool = Field(
+        default=False,
+        description="Optional. configure containerd's nvidia runtime handler (the GPU stack is in the rootfs)",
+    )
+    kubelet: KubeletSettings = Field(default_factory=KubeletSettings)
+    size: str = Field(
+        default="4GiB",
+        pattern=r"^[0-9]+(MiB|GiB)$",
+        description='Optional. virtual disk size, e.g. "4GiB" or "2048MiB"',
+    )
+    kernelArgs: list[str] = Field(
+        default_factory=list, description="Optional. extra kernel command-line arguments"
+    )
+    format: Literal["qcow2"] = "qcow2"
+    bootTest: bool = Field(
+        default=False, description="Optional. boot the image in QEMU after building it"
+    )
+
+    def references(self) -> list[tuple[tuple[str, ...], str, str]]:
+        refs: list[tuple[tuple[str, ...], str, str]] = [(("rootfs",), "artifact", self.rootfs)]
+        if self.agent is not None:
+            refs.append((("agent",), "artifact", self.agent))
+        if self.kubePackages is not None:
+            refs.append((("kubePackages",), "artifact", self.kubePackages))
+        for dest, entry in self.files.items():
+            if isinstance(entry, str):
+                refs.append((("files", dest), "artifact", entry))
+            elif entry.artifact is not None:
+                refs.append((("files", dest, "artifact"), "artifact", entry.artifact))
+            elif entry.source is not None:
+                refs.append((("files", dest, "source"), "source", entry.source))
+        return refs
+
+
 Artifact = Annotated[
-    GoBinaryArtifact | ContainerImageArtifact | HelmChartArtifact,
+    GoBinaryArtifact
+    | ContainerImageArtifact
+    | HelmChartArtifact
+    | KubePackagesArtifact
+    | RootfsArtifact
+    | NodeImageArtifact,
     Field(discriminator="builder"),
 ]
-BUILDERS = ("container-image", "go-binary", "helm-chart")
+BUILDERS = ("container-image", "go-binary", "helm-chart", "kube-packages", "node-image", "rootfs")
 
 
 # -- release set -------------------------------------------------------------------------------
