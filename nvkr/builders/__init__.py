@@ -160,6 +160,7 @@ def _registry() -> dict[str, Builder]:
     from nvkr.builders.go_binary import GoBinaryBuilder
     from nvkr.builders.helm_chart import HelmChartBuilder
     from nvkr.builders.image_index import ImageIndexBuilder
+    from nvkr.builders.kube_packages import KubePackagesBuilder
     from nvkr.builders.release_set import ReleaseSetBuilder
     from nvkr.builders.sbom import SbomBuilder
 
@@ -168,6 +169,7 @@ def _registry() -> dict[str, Builder]:
         GoBinaryBuilder(),
         HelmChartBuilder(),
         ImageIndexBuilder(),
+        KubePackagesBuilder(),
         ReleaseSetBuilder(),
         SbomBuilder(),
     )

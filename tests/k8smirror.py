@@ -1,0 +1,260 @@
+"""A loopback mirror of the Kubernetes release downloads, with the upstream URL layout.
+
+dl.k8s.io and GitHub are not reachable from the test machines, so tests serve small stand-ins on
+127.0.0.1 under the same paths and point nvkr at them with ``--mirror`` (recipes keep the real
+URLs; :meth:`K8sMirror.mirror_args` gives the options):
+
+- ``/release/v{ver}/bin/linux/{arch}/{kubelet,kubeadm,kubectl}`` with sibling ``.sha256`` and
+  ``.sha512`` files holding the bare lower-case hex digest and no newline, as dl.k8s.io
+  publishes them (the Kubernetes docs check them with ``echo "$(cat kubectl.sha256)  kubectl"``);
+- ``/kubernetes-sigs/cri-tools/releases/download/v{ver}/crictl-v{ver}-linux-{arch}.tar.gz``
+  (a GitHub release asset) with ``.sha256`` and ``.sha512`` siblings. cri-tools' release script
+  (``hack/release.sh``: ``sha256sum -b FILE | ... | awk '{print $1}' | tee FILE.sha256``) has
+  written the bare hex digest and a newline since v1.26 (older releases had ``HASH *PATH``);
+  this mirror writes that current form: ``"<hex>\\n"``;
+- ``/redirect/<path>`` answers ``302 Found`` with ``Location: /<path>`` (dl.k8s.io itself
+  redirects to its CDN), for tests of redirect handling.
+
+Payloads are tiny POSIX shell scripts (``#!/bin/sh`` ... ``echo "kubelet v1.36.3"``), different per
+arch, so they run anywhere, a VM included. The crictl archive is a deterministic tar.gz (member
+``crictl``, mode 0755, uid/gid 0, mtime 0, gzip mtime 0): the same bytes on every run.
+
+Use the ``k8s_mirror`` fixture (releases ``1.36.3``, crictl ``1.36.0``, amd64 and arm64), or
+:func:`serve_k8s_mirror` for other releases.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import hashlib
+import http.server
+import io
+import shutil
+import tarfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+KUBE_BINARIES = ("kubeadm", "kubectl", "kubelet")
+DEFAULT_RELEASES = ("1.36.3",)
+DEFAULT_CRICTL = "1.36.0"
+DEFAULT_ARCHES = ("amd64", "arm64")
+#: Upstream URL prefixes the mirror stands in for (``--mirror PREFIX=<mirror URL>/``).
+UPSTREAMS = ("https://dl.k8s.io/", "https://github.com/")
+
+
+@dataclass(frozen=True)
+class MirrorFile:
+    """One payload the mirror serves.
+
+    ``path`` is the URL path (``/release/v1.36.3/bin/linux/amd64/kubelet``); ``sha256`` and
+    ``sha512`` are lower-case hex digests of ``data`` (what the sibling checksum files hold).
+    """
+
+    path: str
+    data: bytes
+    sha256: str
+    sha512: str
+
+    @property
+    def filename(self) -> str:
+        return self.path.rsplit("/", 1)[1]
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+
+def kube_payload(name: str, version: str, arch: str) -> bytes:
+    """The stand-in for a Kubernetes binary: a shell script printing ``"<name> v<version>"``."""
+    return f'#!/bin/sh\n# {name} v{version} linux/{arch} (nvkr test payload)\necho "{name} v{version}"\n'.encode()
+
+
+def crictl_archive(version: str, arch: str) -> bytes:
+    """``crictl-v{version}-linux-{arch}.tar.gz``: a deterministic tar.gz with one member, ``crictl``
+    (a shell script printing ``"crictl version v{version}"``, mode 0755)."""
+    script = f'#!/bin/sh\n# crictl v{version} linux/{arch} (nvkr test payload)\necho "crictl version v{version}"\n'.encode()
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        info = tarfile.TarInfo("crictl")
+        info.size, info.mode, info.mtime = len(script), 0o755, 0
+        info.uid = info.gid = 0
+        info.uname = info.gname = ""
+        tar.addfile(info, io.BytesIO(script))
+    out = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0) as gz:
+        gz.write(raw.getvalue())
+    return out.getvalue()
+
+
+def kube_path(version: str, arch: str, name: str) -> str:
+    """URL path of a Kubernetes binary, e.g. ``/release/v1.36.3/bin/linux/amd64/kubelet``."""
+    return f"/release/v{version}/bin/linux/{arch}/{name}"
+
+
+def crictl_path(version: str, arch: str) -> str:
+    """URL path of a crictl release asset (GitHub's ``/OWNER/REPO/releases/download/TAG/NAME``)."""
+    return f"/kubernetes-sigs/cri-tools/releases/download/v{version}/crictl-v{version}-linux-{arch}.tar.gz"
+
+
+def _file(path: str, data: bytes) -> MirrorFile:
+    return MirrorFile(
+        path, data, hashlib.sha256(data).hexdigest(), hashlib.sha512(data).hexdigest()
+    )
+
+
+def write_k8s_tree(
+    root: Path,
+    *,
+    releases: tuple[str, ...] = DEFAULT_RELEASES,
+    arches: tuple[str, ...] = DEFAULT_ARCHES,
+    crictl_version: str = DEFAULT_CRICTL,
+) -> dict[str, MirrorFile]:
+    """Write every payload and checksum file under ``root`` (the served directory).
+
+    Returns the payloads by URL path. Checksum files: Kubernetes binaries get bare hex without a
+    newline, crictl archives bare hex with one (see the module docstring).
+    """
+    files: dict[str, MirrorFile] = {}
+    for arch in arches:
+        for version in releases:
+            for name in KUBE_BINARIES:
+                f = _file(kube_path(version, arch, name), kube_payload(name, version, arch))
+                files[f.path] = f
+        f = _file(crictl_path(crictl_version, arch), crictl_archive(crictl_version, arch))
+        files[f.path] = f
+    for f in files.values():
+        target = root / f.path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(f.data)
+        target.chmod(0o755 if not f.path.endswith(".tar.gz") else 0o644)
+        newline = "\n" if f.path.endswith(".tar.gz") else ""
+        for algo in ("sha256", "sha512"):
+            (root / f"{f.path.lstrip('/')}.{algo}").write_text(getattr(f, algo) + newline)
+    return files
+
+
+class _Handler(http.server.SimpleHTTPRequestHandler):
+    """Static files, ``/redirect/<path>`` → 302 ``/<path>``, every request path recorded."""
+
+    def __init__(self, *args: object, directory: str, requests: list[str], **kw: object) -> None:
+        self._requests = requests
+        super().__init__(*args, directory=directory, **kw)  # type: ignore[arg-type]
+
+    def send_head(self):  # type: ignore[no-untyped-def]
+        self._requests.append(self.path)
+        if self.path.startswith("/redirect/"):
+            self.send_response(302)
+            self.send_header("Location", self.path[len("/redirect") :])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return None
+        return super().send_head()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@dataclass
+class K8sMirror:
+    """A running mirror: ``url`` is ``http://127.0.0.1:<port>`` (no trailing slash).
+
+    ``files`` maps URL paths to payloads; ``requests`` lists every path asked for (in order).
+    """
+
+    root: Path
+    url: str
+    releases: tuple[str, ...]
+    arches: tuple[str, ...]
+    crictl_version: str
+    files: dict[str, MirrorFile]
+    requests: list[str] = field(default_factory=list)
+    _server: http.server.ThreadingHTTPServer | None = None
+
+    # -- what is served ----------------------------------------------------------------------
+    def kube(self, name: str, arch: str, version: str | None = None) -> MirrorFile:
+        """The payload of Kubernetes binary ``name`` (default: the first release)."""
+        return self.files[kube_path(version or self.releases[0], arch, name)]
+
+    def crictl(self, arch: str) -> MirrorFile:
+        """The crictl archive for ``arch``."""
+        return self.files[crictl_path(self.crictl_version, arch)]
+
+    def mirror_args(self) -> list[str]:
+        """``["--mirror", "https://dl.k8s.io/=<url>/", "--mirror", "https://github.com/=<url>/"]``."""
+        args: list[str] = []
+        for upstream in UPSTREAMS:
+            args += ["--mirror", f"{upstream}={self.url}/"]
+        return args
+
+    def redirect_url(self, path: str) -> str:
+        """A URL answering 302 to ``path`` on this mirror."""
+        return f"{self.url}/redirect{path}"
+
+    # -- breaking it ---------------------------------------------------------------------------
+    def tamper(self, path: str, data: bytes | None = None) -> None:
+        """Serve other bytes at ``path`` (default: the payload with one byte more) while the
+        checksum files still describe the original."""
+        original = self.files[path].data
+        (self.root / path.lstrip("/")).write_bytes(data if data is not None else original + b"#")
+
+    def write_checksum(self, path: str, algo: str, text: str) -> None:
+        """Replace the ``.{algo}`` checksum file of ``path`` with ``text``."""
+        (self.root / f"{path.lstrip('/')}.{algo}").write_text(text)
+
+    def __enter__(self) -> K8sMirror:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop serving (idempotent); the files stay under ``root``."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+
+def serve_k8s_mirror(
+    root: Path,
+    *,
+    releases: tuple[str, ...] = DEFAULT_RELEASES,
+    arches: tuple[str, ...] = DEFAULT_ARCHES,
+    crictl_version: str = DEFAULT_CRICTL,
+) -> K8sMirror:
+    """Write the tree under ``root`` (created if missing) and serve it on 127.0.0.1 (a free port,
+    a daemon thread). Close it with :meth:`K8sMirror.close` or use it as a context manager."""
+    root.mkdir(parents=True, exist_ok=True)
+    files = write_k8s_tree(root, releases=releases, arches=arches, crictl_version=crictl_version)
+    requests: list[str] = []
+    handler = functools.partial(_Handler, directory=str(root), requests=requests)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return K8sMirror(
+        root=root,
+        url=f"http://127.0.0.1:{server.server_address[1]}",
+        releases=releases,
+        arches=arches,
+        crictl_version=crictl_version,
+        files=files,
+        requests=requests,
+        _server=server,
+    )
+
+
+@pytest.fixture
+def k8s_mirror(tmp_path: Path) -> Iterator[K8sMirror]:
+    """A mirror of Kubernetes 1.36.3 (kubelet, kubeadm, kubectl) and crictl 1.36.0 for amd64 and
+    arm64, under ``tmp_path / "k8s-mirror"``; stopped at teardown."""
+    mirror = serve_k8s_mirror(tmp_path / "k8s-mirror")
+    try:
+        yield mirror
+    finally:
+        mirror.close()
+        shutil.rmtree(mirror.root, ignore_errors=True)
