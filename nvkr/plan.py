@@ -27,6 +27,11 @@ from nvkr.errors import RecipeReferenceError
 from nvkr.recipe import LoadedRecipe, Variant
 
 BINARY_ARTIFACT_TYPE = "application/vnd.nvkr.binary.v1"
+#: artifactType of the OCI artifact manifest a release set wraps around each non-image kind.
+ARTIFACT_TYPES = {
+    "binary": BINARY_ARTIFACT_TYPE,
+    "machine-image": "application/vnd.nvkr.machine-image.v1",
+}
 
 
 @dataclass(frozen=True)
@@ -304,7 +309,7 @@ def make_plan(
     by_set: dict[str, list[tuple[Variant, dict[str, Action]]]] = {}
     for variant in variants:
         recipe = variant.recipe
-        wanted = recipe.releaseSet.artifacts or list(recipe.artifacts)
+        wanted = _released(variant)
         built = {name: planner.release_action(variant, name) for name in wanted}
         by_set.setdefault(recipe.releaseSet.name, []).append((variant, built))
     actions = planner.actions
@@ -334,6 +339,31 @@ def make_plan(
         roots=list(release_sets.values()),
         release_sets=release_sets,
     )
+
+
+def _released(variant: Variant) -> list[str]:
+    """The artifacts a variant's release set holds: those listed, else every artifact whose
+    builder makes something a release set can hold (not a rootfs or staged package tar).
+
+    Raises:
+        RecipeReferenceError: a listed artifact is an intermediate one.
+    """
+    recipe = variant.recipe
+    listed = recipe.releaseSet.artifacts
+    names = listed if listed is not None else list(recipe.artifacts)
+    out = []
+    for name in names:
+        art = recipe.artifacts.get(name)
+        internal = art is not None and get_builder(art.builder).release_kind == "internal"
+        if internal and listed is not None:
+            raise RecipeReferenceError(
+                f"releaseSet.artifacts: {name!r} ({art.builder if art else '?'}) is an "
+                "intermediate artifact a release set cannot hold",
+                hint="list what is built from it (a node-image) instead",
+            )
+        if not internal:
+            out.append(name)
+    return out
 
 
 def _plan_sboms(
@@ -422,9 +452,7 @@ def _release_set_spec(
                         if builder.per_arch and builder.release_kind != "image"
                         else None
                     ),
-                    "artifactType": BINARY_ARTIFACT_TYPE
-                    if builder.release_kind == "binary"
-                    else None,
+                    "artifactType": ARTIFACT_TYPES.get(builder.release_kind),
                     "dependencies": [s.descriptor() for s in sources],
                 }
             )

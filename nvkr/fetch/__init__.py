@@ -13,7 +13,9 @@ source kind, registered in :data:`FETCHERS`; the entry shapes are documented on 
 - ``git``  (:mod:`nvkr.fetch.git`): a commit's tree as a deterministic tar;
 - ``pypi`` (:mod:`nvkr.fetch.pypi`): a wheel (or one file in it) fetched with pip;
 - ``path`` (:mod:`nvkr.fetch.path`): a directory of this repository, hashed on every run;
-- ``oci``  (:mod:`nvkr.fetch.oci`): an image or index by digest with its whole closure.
+- ``oci``  (:mod:`nvkr.fetch.oci`): an image or index by digest with its whole closure;
+- ``apt``  (:mod:`nvkr.fetch.apt`): a closed set of Debian packages resolved from signed apt
+  metadata at lock time, every .deb kept in the store.
 
 Every entry has ``"kind"`` and ``"digest"`` (``sha256:<hex>`` of the blob in the store), is
 JSON-able and holds no floats; URLs in entries are the recipe's, never a mirror's.
@@ -25,13 +27,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from nvkr.fetch import git, http, oci, path, pypi
+from nvkr.fetch import apt, git, http, oci, path, pypi
 from nvkr.fetch.checksums import parse_checksum_file
 from nvkr.fetch.context import FetchContext
 from nvkr.fetch.mirrors import Mirrors, default_config_path
-from nvkr.recipe.models import GitSource, OciSource, PathSource, PypiSource, UrlSource
+from nvkr.recipe.models import (
+    AptSource,
+    GitSource,
+    OciSource,
+    PathSource,
+    PypiSource,
+    UrlSource,
+)
 
-AnySource = UrlSource | GitSource | PypiSource | PathSource | OciSource
+AnySource = UrlSource | GitSource | PypiSource | PathSource | OciSource | AptSource
 
 __all__ = [
     "FETCHERS",
@@ -61,6 +70,7 @@ FETCHERS: dict[type[AnySource], Fetcher] = {
     PypiSource: Fetcher("pypi", pypi.resolve, pypi.ensure),
     PathSource: Fetcher("path", path.resolve, path.ensure),
     OciSource: Fetcher("oci", oci.resolve, oci.ensure),
+    AptSource: Fetcher("apt", apt.resolve, apt.ensure),
 }
 
 

@@ -75,6 +75,10 @@ HELM_PROVENANCE: Final = "application/vnd.cncf.helm.chart.provenance.v1.prov"
 # -- nvkr's own artifact types -------------------------------------------------------------------
 #: A single executable (a Go binary, ...) as an OCI artifact; its layer is ``OCTET_STREAM``.
 NVKR_BINARY: Final = "application/vnd.nvkr.binary.v1"
+#: A bootable disk image (node image) as an OCI artifact; its first layer is the disk.
+NVKR_MACHINE_IMAGE: Final = "application/vnd.nvkr.machine-image.v1"
+#: A QCOW2 (version 3) disk image, the machine image's layer.
+NVKR_QCOW2: Final = "application/vnd.nvkr.disk.qcow2"
 #: artifactType of the release set index and of its metadata manifest.
 NVKR_RELEASE_SET: Final = "application/vnd.nvkr.release-set.v1+json"
 #: Config blob of the metadata manifest: the release set's table of contents (``schemaVersion`` 1).
@@ -98,6 +102,7 @@ ANN_NVKR_VARIANT: Final = "dev.nvkr.variant"
 ANN_NVKR_GPU: Final = "dev.nvkr.gpu"
 ANN_NVKR_KUBERNETES: Final = "dev.nvkr.kubernetes"
 ANN_NVKR_ARCH: Final = "dev.nvkr.arch"
+ANN_NVKR_DISK_FORMAT: Final = "dev.nvkr.disk-format"
 ANN_NVKR_RELEASE_SET: Final = "dev.nvkr.release-set"
 
 #: Indexes: JSON documents whose ``manifests`` list further manifests (or indexes).

@@ -135,7 +135,10 @@ class AptSource(Strict):
     apt: dict[Name, AptRepository] = Field(
         min_length=1, description="Required. repositories by name (maps merge in overlays)"
     )
-    arch: Literal["amd64", "arm64"] = Field(description='Required. Debian architecture, e.g. "{{ arch }}"')
+    arch: str = Field(
+        pattern=r"^(amd64|arm64|\{\{.*\}\})$",
+        description='Required. Debian architecture: amd64, arm64 or a template such as "{{ arch }}"',
+    )
     base: Literal["minbase", "essential", "none"] = Field(
         default="minbase",
         description="Optional. the base set: minbase (Essential + Priority required + apt, as "

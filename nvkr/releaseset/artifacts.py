@@ -140,6 +140,8 @@ def _pack_binary(
     platform = first.get("platform")
     layers, primary = _layers(result, blobs, what)
     annotations = {mt.ANN_NVKR_ARTIFACT: label, mt.ANN_CREATED: created}
+    extra = (result.get("metadata") or {}).get("annotations") or {}
+    annotations.update({str(k): str(v) for k, v in sorted(extra.items())})
     arch = _arch(platform, variants)
     if arch:
         annotations[mt.ANN_NVKR_ARCH] = arch

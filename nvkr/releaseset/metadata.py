@@ -77,7 +77,7 @@ def _metadata(
             }
             if e.get("sbom") is not None:
                 item["sbom"] = _trim(e["sbom"])
-            if m["kind"] == "binary" and m.get("platform"):
+            if m["kind"] in ("binary", "machine-image") and m.get("platform"):
                 item["platform"] = m["platform"]
             arts.append(item)
     arts.sort(key=lambda a: (a["name"], order(a["variant"])))

@@ -47,7 +47,7 @@ class _VariantOrder:
 
 
 #: How a release set holds an artifact (the spec's ``kind``, from the builder's ``release_kind``).
-KINDS: Final = ("binary", "image", "chart")
+KINDS: Final = ("binary", "image", "chart", "machine-image")
 
 
 def _group_by_action(spec: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:

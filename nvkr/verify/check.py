@@ -520,6 +520,8 @@ def _kind(desc: Mapping[str, Any], doc: Mapping[str, Any], kinds: Mapping[str, s
         return "image"
     if (doc.get("config") or {}).get("mediaType") == mt.HELM_CONFIG:
         return "chart"
+    if doc.get("artifactType") == mt.NVKR_MACHINE_IMAGE:
+        return "machine-image"
     return "binary"
 
 

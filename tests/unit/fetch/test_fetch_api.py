@@ -11,7 +11,15 @@ import pytest
 
 from nvkr.canonical import DIGEST_RE, canonical_json
 from nvkr.fetch import FETCHERS, FetchContext, Mirrors, ensure, resolve
-from nvkr.recipe.models import GitSource, OciSource, PathSource, PypiSource, Source, UrlSource
+from nvkr.recipe.models import (
+    AptSource,
+    GitSource,
+    OciSource,
+    PathSource,
+    PypiSource,
+    Source,
+    UrlSource,
+)
 
 BODY = b"payload\n" * 100
 
@@ -19,9 +27,9 @@ BODY = b"payload\n" * 100
 def test_every_source_kind_has_a_fetcher() -> None:
     union = typing.get_args(typing.get_args(Source)[0])
     kinds = {typing.get_args(member)[0] for member in union}
-    assert kinds == {UrlSource, GitSource, PypiSource, PathSource, OciSource}
+    assert kinds == {UrlSource, GitSource, PypiSource, PathSource, OciSource, AptSource}
     assert set(FETCHERS) == kinds
-    assert {f.kind for f in FETCHERS.values()} == {"url", "git", "pypi", "path", "oci"}
+    assert {f.kind for f in FETCHERS.values()} == {"url", "git", "pypi", "path", "oci", "apt"}
 
 
 def test_unknown_source_type(ctx: FetchContext, tmp_path: Path) -> None:

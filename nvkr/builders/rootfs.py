@@ -1,0 +1,190 @@
+"""The ``rootfs`` builder: a Debian root filesystem made by mmdebstrap from exactly the locked .debs.
+
+Inputs: an ``apt`` source (:mod:`nvkr.fetch.apt`), whose manifest lists every .deb with its
+sha256; the executor has put every one of them in the store before :meth:`RootfsBuilder.run`.
+The builder makes a flat apt repository in its work dir from those files (hard links to the
+store, a ``Packages`` index built from each .deb's control fields), and runs::
+
+    SOURCE_DATE_EPOCH=E mmdebstrap --mode=root|unshare --variant=minbase --arch=ARCH \\
+        --include=<recipe packages> SUITE rootfs.tar "deb [trusted=yes] file:REPO ./"
+
+The repository holds nothing but the locked set, so apt has exactly one candidate per package:
+no version is resolved at build time and no network is used. A customize hook writes the image's
+own apt sources (the recipe's repositories, each with its keyring copied to
+``/etc/apt/keyrings/``), ``/etc/hostname`` and ``/etc/hosts``, so nothing of the build host or
+work dir stays in the tree. The output is mmdebstrap's tar (uncompressed, reproducible: two runs
+give the same bytes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from nvkr.builders import ActionContext, ActionSpec, PlanRefs
+from nvkr.errors import IntegrityError, RecipeError
+from nvkr.fetch.apt import keyring_path, read_manifest
+from nvkr.hosttools import package_version
+from nvkr.recipe import Variant
+from nvkr.recipe.models import AptSource, RootfsArtifact
+from nvkr.run import pinned_env, run
+
+ROOTFS_MEDIA_TYPE = "application/vnd.nvkr.rootfs.v1.tar"
+PACKAGES_MEDIA_TYPE = "application/vnd.nvkr.rootfs.packages.v1+json"
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return "sha256:" + h.hexdigest()
+
+
+class RootfsBuilder:
+    name = "rootfs"
+    version = "1"
+    per_arch = True
+    release_kind = "internal"
+
+    def plan(
+        self, artifact_name: str, artifact: Any, variant: Variant, refs: PlanRefs
+    ) -> ActionSpec:
+        assert isinstance(artifact, RootfsArtifact)
+        src = refs.source(artifact.packages)
+        spec = src.spec
+        if not isinstance(spec, AptSource):
+            raise RecipeError(
+                f"artifact {artifact_name!r}: packages {artifact.packages!r} must be an apt source",
+                hint="e.g. node-packages: {apt: {debian: {url: ..., suite: bookworm}}, arch: ...}",
+            )
+        if spec.arch != variant.arch:
+            raise RecipeError(
+                f"artifact {artifact_name!r}: apt source {artifact.packages!r} is for "
+                f"{spec.arch}, the variant is {variant.arch}",
+                hint='write arch: "{{ arch }}" in the apt source',
+            )
+        keyrings = dict(src.entry.get("keyrings") or {})
+        repos = [
+            {
+                "name": name,
+                "url": repo.url.rstrip("/"),
+                "suite": repo.suite,
+                "components": list(repo.components),
+                "keyring": keyrings.get(name, ""),
+            }
+            for name, repo in sorted(spec.apt.items())
+        ]
+        suites = [r["suite"] for r in repos]
+        params = {
+            "arch": spec.arch,
+            "base": spec.base,
+            "include": sorted(spec.packages),
+            "repositories": repos,
+            "suite": suites[0],
+            "hostname": artifact.hostname,
+        }
+        return ActionSpec(
+            params=params,
+            inputs={"packages": src.digest},
+            tools={"mmdebstrap": package_version("mmdebstrap", purpose="the rootfs builder")},
+            sources={"packages": src},
+        )
+
+    def run(self, ctx: ActionContext) -> None:
+        p = ctx.action.params
+        manifest = read_manifest(ctx.input_path("packages").read_bytes())
+        repo = ctx.workdir / "repo"
+        repo.mkdir()
+        stanzas = []
+        for pkg in manifest["packages"]:
+            blob = ctx.store.blob_path(pkg["sha256"])
+            if not blob.is_file():
+                raise IntegrityError(
+                    f"package {pkg['name']} {pkg['version']} ({pkg['sha256']}) is not in the store"
+                )
+            deb = repo / pkg["filename"]
+            try:
+                os.link(blob, deb)
+            except OSError:
+                shutil.copyfile(blob, deb)
+            control = run(["dpkg-deb", "--field", deb]).stdout.decode().rstrip("\n")
+            stanzas.append(
+                f"{control}\nFilename: ./{pkg['filename']}\nSize: {pkg['size']}\n"
+                f"SHA256: {pkg['sha256'].split(':', 1)[1]}\n"
+            )
+        (repo / "Packages").write_text("\n".join(stanzas))
+        overlay = self._overlay(ctx)
+        out = ctx.workdir / "rootfs.tar"
+        mode = "root" if os.geteuid() == 0 else "unshare"
+        argv: list[str | Path] = [
+            "mmdebstrap",
+            f"--mode={mode}",
+            f"--variant={ {'minbase': 'minbase', 'essential': 'essential', 'none': 'custom'}[p['base']] }",
+            f"--arch={p['arch']}",
+            "--format=tar",
+            "--skip=check/signed-by",
+        ]
+        if p["include"]:
+            argv.append("--include=" + ",".join(p["include"]))
+        argv += [
+            f"--customize-hook=sync-in {overlay} /",
+            p["suite"],
+            out,
+            f"deb [trusted=yes] file:{repo} ./",
+        ]
+        env = pinned_env({"SOURCE_DATE_EPOCH": str(ctx.action.epoch)}, home=ctx.workdir)
+        run(argv, env=env, log_file=ctx.log_file, cwd=ctx.workdir)
+        ctx.add_output(out, name="rootfs.tar", media_type=ROOTFS_MEDIA_TYPE)
+        ctx.metadata["packages"] = [
+            {k: pkg[k] for k in ("name", "version", "arch", "sha256", "url")}
+            for pkg in manifest["packages"]
+        ]
+        ctx.metadata["arch"] = p["arch"]
+
+    def _overlay(self, ctx: ActionContext) -> Path:
+        """Files the customize hook copies over the tree: apt sources + keyrings, host names."""
+        p = ctx.action.params
+        src = ctx.action.sources["packages"]
+        spec = src.spec
+        assert isinstance(spec, AptSource)
+        overlay = ctx.workdir / "overlay"
+        keyrings = overlay / "etc/apt/keyrings"
+        keyrings.mkdir(parents=True)
+        lines = []
+        for repo in p["repositories"]:
+            path = keyring_path(spec.apt[repo["name"]], src.base_dir)
+            if not path.is_file() or _file_sha256(path) != repo["keyring"]:
+                raise IntegrityError(
+                    f"apt repository {repo['name']!r}: keyring {path} is missing or differs from "
+                    f"the lockfile's {repo['keyring']}",
+                    hint="run `nvkr lock` after changing a keyring",
+                )
+            suffix = ".asc" if path.read_bytes()[:5] == b"-----" else ".gpg"
+            dest = keyrings / f"nvkr-{repo['name']}{suffix}"
+            shutil.copyfile(path, dest)
+            lines.append(
+                f"deb [signed-by=/etc/apt/keyrings/{dest.name}] {repo['url']} "
+                f"{repo['suite']} {' '.join(repo['components'])}"
+            )
+        (overlay / "etc/apt/sources.list").write_text(
+            "# written by nvkr from the recipe's apt repositories\n" + "\n".join(lines) + "\n"
+        )
+        (overlay / "etc/hostname").write_text(p["hostname"] + "\n")
+        (overlay / "etc/hosts").write_text(
+            f"127.0.0.1\tlocalhost\n127.0.1.1\t{p['hostname']}\n"
+            "::1\tlocalhost ip6-localhost ip6-loopback\n"
+        )
+        (overlay / "etc/resolv.conf").write_text("")
+        epoch = ctx.action.epoch
+        for root, dirs, files in os.walk(overlay):
+            for n in dirs + files:
+                path = Path(root) / n
+                os.chmod(path, 0o755 if path.is_dir() else 0o644)
+                os.utime(path, (epoch, epoch))
+        os.chmod(overlay, 0o755)
+        os.utime(overlay, (epoch, epoch))
+        return overlay

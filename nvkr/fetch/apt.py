@@ -1,0 +1,396 @@
+"""The ``apt`` source kind: a closed, locked set of Debian packages for one architecture.
+
+``nvkr lock`` resolves the set with apt itself, in a throw-away apt directory (nothing on the host
+changes): ``apt-get update`` against the recipe's repositories, each checked against its own
+keyring (``signed-by``), then ``apt-get install --print-uris`` from an empty dpkg status for the
+base set (``minbase``: every ``Essential: yes`` and ``Priority: required`` package plus ``apt``,
+as ``mmdebstrap --variant=minbase`` installs) and every recipe package at its pinned version. The
+URIs, sizes and SHA256 sums apt prints come from the signed Release → Packages chain, so the
+lockfile records each .deb's identity from apt's signed metadata. Every .deb is then downloaded,
+checked and kept in the store.
+
+``nvkr build`` (:func:`ensure`) never resolves anything: it downloads exactly the locked files
+(through mirrors) that the store lacks, checks each one's size and sha256, and fails naming the
+package when the mirror no longer serves it.
+
+The source's blob is the *package manifest*, canonical JSON of the locked package list
+(:func:`manifest_bytes`); its digest pins every .deb transitively, so it is what action keys see.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+from nvkr.canonical import canonical_json, sha256_bytes
+from nvkr.errors import AptError, FetchError, IntegrityError, LockError, ToolError
+from nvkr.fetch.context import FetchContext, check_entry
+from nvkr.fetch.http import download
+from nvkr.recipe.models import AptRepository, AptSource
+from nvkr.run import pinned_env, run
+
+MANIFEST_VERSION = 1
+
+#: apt-get output that means a Release file failed its signature check.
+_SIGNATURE_FAILURE = re.compile(
+    r"NO_PUBKEY|BADSIG|EXPKEYSIG|is not signed|signatures (?:were|couldn't be) (?:invalid|verified)"
+    r"|not signed|Signed-By|OpenPGP signature verification failed",
+)
+_PRINT_URI = re.compile(r"^'(?P<uri>[^']+)' (?P<file>\S+) (?P<size>\d+)(?: (?P<hash>\S+))?$")
+
+
+def keyring_path(repo: AptRepository, base_dir: Path) -> Path:
+    """The keyring file of ``repo``: absolute, or relative to the declaring recipe's directory."""
+    p = Path(repo.keyring)
+    return p if p.is_absolute() else base_dir / p
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return "sha256:" + h.hexdigest()
+
+
+def manifest_bytes(arch: str, packages: list[dict[str, Any]]) -> bytes:
+    """Canonical JSON ``{"aptManifest": 1, "arch": ..., "packages": [...]}``: the source's blob.
+
+    ``packages`` items: ``{"name", "version", "arch", "repository", "url", "filename", "size",
+    "sha256"}`` (``sha256`` as ``sha256:<hex>``), sorted by name then arch.
+    """
+    return canonical_json({"aptManifest": MANIFEST_VERSION, "arch": arch, "packages": packages})
+
+
+def read_manifest(data: bytes) -> dict[str, Any]:
+    """Parse a manifest blob written by :func:`manifest_bytes`.
+
+    Raises:
+        IntegrityError: not a package manifest of this version.
+    """
+    import json
+
+    doc = json.loads(data)
+    if not isinstance(doc, dict) or doc.get("aptManifest") != MANIFEST_VERSION:
+        raise IntegrityError("not an nvkr apt package manifest (aptManifest 1)")
+    return doc
+
+
+@contextmanager
+def _apt_root(ctx: FetchContext) -> Iterator[Path]:
+    root = Path(tempfile.mkdtemp(prefix="apt-", dir=ctx.store.tmp_dir))
+    try:
+        for d in (
+            "etc/apt/apt.conf.d",
+            "etc/apt/preferences.d",
+            "etc/apt/sources.list.d",
+            "var/lib/apt/lists/partial",
+            "var/cache/apt/archives/partial",
+            "var/lib/dpkg",
+            "var/log/apt",
+        ):
+            (root / d).mkdir(parents=True, exist_ok=True)
+        (root / "var/lib/dpkg/status").write_bytes(b"")
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _apt_options(root: Path, arch: str) -> list[str]:
+    opts = {
+        "Dir": str(root),
+        "Dir::Etc::TrustedParts": str(root / "etc/apt/trusted.gpg.d"),
+        "Dir::State::status": str(root / "var/lib/dpkg/status"),
+        "APT::Architecture": arch,
+        "APT::Architectures": arch,
+        "APT::Install-Recommends": "false",
+        "APT::Install-Suggests": "false",
+        "APT::Sandbox::User": "root",
+        "Acquire::Languages": "none",
+        "Debug::NoLocking": "true",
+        "pkgCacheFile::Generate": "true",
+        "Acquire::Retries": "3",
+    }
+    out: list[str] = []
+    for k, v in opts.items():
+        out += ["-o", f"{k}={v}"]
+    return out
+
+
+def _sources_list(source: AptSource, ctx: FetchContext, base_dir: Path) -> str:
+    lines = []
+    for name, repo in sorted(source.apt.items()):
+        keyring = keyring_path(repo, base_dir)
+        if not keyring.is_file():
+            raise AptError(
+                f"apt repository {name!r}: keyring {keyring} does not exist",
+                hint="install the keyring package (debian-archive-keyring) or fix 'keyring'",
+            )
+        url = ctx.mirrors.rewrite(repo.url.rstrip("/"))
+        comps = " ".join(repo.components)
+        lines.append(f"deb [signed-by={keyring} arch={source.arch}] {url} {repo.suite} {comps}")
+    return "\n".join(lines) + "\n"
+
+
+def _repo_for_uri(uri: str, source: AptSource, ctx: FetchContext) -> tuple[str, str]:
+    """(repository name, recipe URL) of a URI apt printed (which may be a mirror's)."""
+    best: tuple[int, str, str] | None = None
+    for name, repo in source.apt.items():
+        base = repo.url.rstrip("/")
+        for prefix in {ctx.mirrors.rewrite(base), base}:
+            if uri.startswith(prefix + "/") and (best is None or len(prefix) > best[0]):
+                best = (len(prefix), name, base + uri[len(prefix) :])
+    if best is None:
+        raise AptError(f"apt printed {uri!r}, which is in none of the recipe's repositories")
+    return best[1], best[2]
+
+
+def _selection(source: AptSource) -> list[str]:
+    base = {
+        "minbase": ["?essential", "?priority(required)", "apt"],
+        "essential": ["?essential"],
+        "none": [],
+    }[source.base]
+    return base + [f"{n}={v}" for n, v in sorted(source.packages.items())]
+
+
+def _parse_deb_filename(filename: str) -> tuple[str, str, str]:
+    stem = unquote(filename)
+    if not stem.endswith(".deb") or stem.count("_") != 2:
+        raise AptError(f"apt printed an unexpected archive name {filename!r}")
+    name, version, arch = stem[: -len(".deb")].split("_")
+    return name, version, arch
+
+
+def _explain_apt_failure(name: str, source: AptSource, output: str) -> AptError:
+    m = re.search(r"Version '([^']+)' for '([^']+)' was not found", output)
+    if m:
+        return AptError(
+            f"source {name!r}: package {m.group(2)} version {m.group(1)} is not in the "
+            f"repositories ({', '.join(sorted(source.apt))}) for {source.arch}",
+            hint="pick a version the mirror serves (apt-cache madison NAME on a Debian host)",
+        )
+    m = re.search(r"Unable to locate package (\S+)", output)
+    if m:
+        return AptError(
+            f"source {name!r}: package {m.group(1)} is in none of the repositories "
+            f"({', '.join(sorted(source.apt))}) for {source.arch}"
+        )
+    lines = [ln for ln in output.splitlines() if ln.startswith(("E:", " "))]
+    return AptError(
+        f"source {name!r}: apt cannot resolve the package set for {source.arch}:\n"
+        + "\n".join(lines[-15:])
+    )
+
+
+def _stanzas(text: str) -> Iterator[dict[str, str]]:
+    """deb822 stanzas (continuation lines folded) of ``apt-cache show`` output."""
+    for block in re.split(r"\n\s*\n", text):
+        fields: dict[str, str] = {}
+        key = None
+        for line in block.splitlines():
+            if line[:1] in (" ", "\t") and key is not None:
+                fields[key] += "\n" + line.strip()
+            elif ":" in line:
+                key, _, value = line.partition(":")
+                fields[key] = value.strip()
+        if fields:
+            yield fields
+
+
+def _sha256_sums(
+    name: str, opts: list[str], env: dict[str, str], picked: list[tuple[str, str, str, str, int]]
+) -> dict[tuple[str, str, str], str]:
+    """SHA256 of each picked .deb from the (signature-checked) Packages indexes."""
+    if not picked:
+        return {}
+    queries = sorted({f"{pkg}:{arch}={version}" for pkg, version, arch, _, _ in picked})
+    proc = run(["apt-cache", *opts, "show", *queries], env=env)
+    sums: dict[tuple[str, str, str], str] = {}
+    for st in _stanzas(proc.stdout.decode(errors="replace")):
+        if "SHA256" in st:
+            sums[(st.get("Package", ""), st.get("Version", ""), st.get("Architecture", ""))] = (
+                "sha256:" + st["SHA256"].lower()
+            )
+    for pkg, version, arch, _, _ in picked:
+        if (pkg, version, arch) not in sums:
+            raise AptError(
+                f"source {name!r}: the index gives {pkg} {version} ({arch}) no SHA256 sum",
+                hint="the repository's Packages index must carry SHA256 fields",
+            )
+    return sums
+
+
+def _resolve_packages(
+    name: str, source: AptSource, ctx: FetchContext, base_dir: Path
+) -> list[dict[str, Any]]:
+    with _apt_root(ctx) as root:
+        (root / "etc/apt/sources.list").write_text(_sources_list(source, ctx, base_dir))
+        opts = _apt_options(root, source.arch)
+        env = pinned_env(home=root)
+        log = root / "apt.log"
+        try:
+            run(["apt-get", *opts, "--error-on=any", "update"], env=env, log_file=log)
+        except ToolError as e:
+            text = log.read_text(errors="replace")
+            if _SIGNATURE_FAILURE.search(text):
+                bad = [ln for ln in text.splitlines() if _SIGNATURE_FAILURE.search(ln)]
+                raise IntegrityError(
+                    f"source {name!r}: an apt repository's Release signature does not verify "
+                    f"against its keyring:\n" + "\n".join(bad[:6]),
+                    hint="check the repository URL and its 'keyring'",
+                ) from e
+            errs = [ln for ln in text.splitlines() if ln.startswith(("E:", "W:", "Err:"))]
+            raise FetchError(
+                f"source {name!r}: apt-get update failed:\n" + "\n".join(errs[-10:])
+            ) from e
+        selection = _selection(source)
+        if not selection:
+            return []
+        proc = run(
+            ["apt-get", *opts, "install", "--print-uris", "-y", "-qq", *selection],
+            env=env,
+            check=False,
+        )
+        out = proc.stdout.decode(errors="replace")
+        if proc.returncode != 0:
+            raise _explain_apt_failure(name, source, out + proc.stderr.decode(errors="replace"))
+        picked: list[tuple[str, str, str, str, int]] = []
+        for line in out.splitlines():
+            m = _PRINT_URI.match(line.strip())
+            if m:
+                pkg, version, arch = _parse_deb_filename(m.group("file"))
+                picked.append((pkg, version, arch, m.group("uri"), int(m.group("size"))))
+        sums = _sha256_sums(name, opts, env, picked)
+    packages: list[dict[str, Any]] = []
+    for pkg, version, arch, uri, size in picked:
+        repo, url = _repo_for_uri(uri, source, ctx)
+        packages.append(
+            {
+                "name": pkg,
+                "version": version,
+                "arch": arch,
+                "repository": repo,
+                "url": url,
+                "filename": unquote(url.rsplit("/", 1)[-1]),
+                "size": size,
+                "sha256": sums[(pkg, version, arch)],
+            }
+        )
+    packages.sort(key=lambda p: (p["name"], p["arch"]))
+    have = {p["name"]: p["version"] for p in packages}
+    for pkg, version in sorted(source.packages.items()):
+        if have.get(pkg) != version:
+            raise AptError(
+                f"source {name!r}: apt did not select {pkg} {version} (got {have.get(pkg)})"
+            )
+    return packages
+
+
+def _fetch_debs(name: str, packages: list[dict[str, Any]], ctx: FetchContext) -> None:
+    for p in packages:
+        if ctx.store.has_blob(p["sha256"]):
+            continue
+        what = f"source {name!r}: package {p['name']} {p['version']} ({p['arch']})"
+        ctx.require_online(name, f"package {p['name']} {p['version']} ({p['url']})")
+        try:
+            download(
+                ctx.mirrors.rewrite(p["url"]),
+                ctx.store,
+                what=what,
+                expected={"sha256": p["sha256"]},
+                expected_size=p["size"],
+                origin=p["url"],
+            )
+        except FetchError as e:
+            raise FetchError(
+                f"{what} is not in the store and the mirror does not serve it: {e.message}",
+                hint="no snapshot archive is reachable: build on a machine whose store holds it "
+                "(nvkr mirror import), or update the pin with `nvkr lock`",
+            ) from e
+
+
+def _keyrings(source: AptSource, base_dir: Path) -> dict[str, str]:
+    return {
+        name: _file_sha256(keyring_path(repo, base_dir))
+        for name, repo in sorted(source.apt.items())
+        if keyring_path(repo, base_dir).is_file()
+    }
+
+
+def resolve(name: str, source: AptSource, ctx: FetchContext, *, base_dir: Path) -> dict[str, Any]:
+    """Lock an apt source: resolve its closure with apt, fetch and check every .deb.
+
+    Returns:
+        ``{"kind": "apt", "arch": "amd64", "digest": "sha256:<manifest>", "keyrings": {repo:
+        "sha256:.."}, "packages": [{"name", "version", "arch", "repository", "url", "filename",
+        "size", "sha256"}, ...]}``; ``url`` is the recipe repository's URL, never a mirror's.
+    Raises:
+        AptError: a keyring is missing, a package or version is not in the repositories, or
+            apt cannot satisfy the dependencies (apt's own lines quoted).
+        IntegrityError: a Release signature fails (exit 3).
+        FetchError: a repository is unreachable; ChecksumError: a .deb differs from its index.
+        OfflineError: ``ctx.offline``.
+    """
+    ctx.require_online(name, "the apt repositories' metadata")
+    packages = _resolve_packages(name, source, ctx, base_dir)
+    _fetch_debs(name, packages, ctx)
+    data = manifest_bytes(source.arch, packages)
+    digest = sha256_bytes(data)
+    if not ctx.store.has_blob(digest):
+        ctx.store.add_bytes(data)
+    return {
+        "kind": "apt",
+        "arch": source.arch,
+        "digest": digest,
+        "keyrings": _keyrings(source, base_dir),
+        "packages": packages,
+    }
+
+
+def ensure(
+    name: str, source: AptSource, resolved: dict[str, Any], ctx: FetchContext, *, base_dir: Path
+) -> str:
+    """Make the store hold the manifest and every locked .deb; return the manifest's digest.
+
+    Touches no network when everything is in the store. Never resolves a version.
+
+    Raises:
+        LockError: ``resolved`` is not an apt entry for this arch, lacks a recipe package or pins
+            another version of it, or its package list does not hash to its digest.
+        OfflineError: a .deb is missing and ``ctx.offline`` (names the package).
+        FetchError: the mirror no longer serves a missing .deb (names the package).
+        ChecksumError: a downloaded .deb differs from the lock (exit 3).
+    """
+    check_entry(name, resolved, "apt", arch=source.arch)
+    packages = resolved.get("packages")
+    if not isinstance(packages, list):
+        raise LockError(f"lock entry for source {name!r} has no package list")
+    locked = {p.get("name"): p.get("version") for p in packages}
+    for pkg, version in sorted(source.packages.items()):
+        if locked.get(pkg) != version:
+            raise LockError(
+                f"lock entry for source {name!r} has {pkg} {locked.get(pkg)}, the recipe says {version}",
+                hint="run `nvkr lock` to update the lockfile",
+            )
+    digest: str = resolved["digest"]
+    if ctx.store.has_blob(digest) and all(ctx.store.has_blob(p["sha256"]) for p in packages):
+        return digest
+    data = manifest_bytes(source.arch, packages)
+    if sha256_bytes(data) != digest:
+        raise LockError(
+            f"lock entry for source {name!r}: its package list hashes to {sha256_bytes(data)}, "
+            f"the entry says {digest}",
+            hint="the lockfile was edited by hand; run `nvkr lock`",
+        )
+    _fetch_debs(name, packages, ctx)
+    if not ctx.store.has_blob(digest):
+        ctx.store.add_bytes(data)
+    return digest
