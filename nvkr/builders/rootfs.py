@@ -116,7 +116,15 @@ class RootfsBuilder:
                 f"{control}\nFilename: ./{pkg['filename']}\nSize: {pkg['size']}\n"
                 f"SHA256: {pkg['sha256'].split(':', 1)[1]}\n"
             )
-        (repo / "Packages").write_text("\n".join(stanzas))
+        index = "\n".join(stanzas).encode()
+        (repo / "Packages").write_bytes(index)
+        # mmdebstrap picks the Essential and Priority: required packages of the suite by
+        # ?archive/?codename patterns, so the flat repository names the suite in a Release file.
+        (repo / "Release").write_text(
+            f"Origin: nvkr\nLabel: nvkr locked packages\nSuite: {p['suite']}\n"
+            f"Codename: {p['suite']}\nArchitectures: {p['arch']} all\n"
+            f"SHA256:\n {hashlib.sha256(index).hexdigest()} {len(index)} Packages\n"
+        )
         overlay = self._overlay(ctx)
         out = ctx.workdir / "rootfs.tar"
         mode = "root" if os.geteuid() == 0 else "unshare"
@@ -134,9 +142,13 @@ class RootfsBuilder:
             f"--customize-hook=sync-in {overlay} /",
             p["suite"],
             out,
-            f"deb [trusted=yes] file:{repo} ./",
+            f"deb [trusted=yes] copy:{repo} ./",
         ]
-        env = pinned_env({"SOURCE_DATE_EPOCH": str(ctx.action.epoch)}, home=ctx.workdir)
+        tmp = ctx.workdir / "tmp"
+        tmp.mkdir()
+        env = pinned_env(
+            {"SOURCE_DATE_EPOCH": str(ctx.action.epoch), "TMPDIR": str(tmp)}, home=ctx.workdir
+        )
         run(argv, env=env, log_file=ctx.log_file, cwd=ctx.workdir)
         ctx.add_output(out, name="rootfs.tar", media_type=ROOTFS_MEDIA_TYPE)
         ctx.metadata["packages"] = [

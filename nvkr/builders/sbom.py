@@ -31,7 +31,7 @@ from nvkr.sbom import (
 from nvkr.sbom.describe import OtherSbom, one_output
 
 #: The kinds of artifact an SBOM describes (a release set's ``kind``s).
-SBOM_KINDS = ("binary", "image", "chart")
+SBOM_KINDS = ("binary", "image", "chart", "machine-image")
 _FILE_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -154,6 +154,12 @@ class SbomBuilder:
             describes = describe_chart(
                 doc, ctx.store, result, label, {o.describes: o for o in others}
             )
+        elif kind == "machine-image":
+            from nvkr.sbom.debian import describe_machine_image
+
+            meta = result.get("metadata") or {}
+            doc = SpdxDocument(f"{label} (linux/{meta.get('arch', '?')})", label)
+            describes = describe_machine_image(doc, ctx.store, result, label)
         else:
             raise BuildError(f"{what}: no SBOM for artifacts of kind {kind!r}")
         document = doc.to_json(
