@@ -235,7 +235,9 @@ def serve_k8s_mirror(
     handler = functools.partial(_Handler, directory=str(root), requests=requests)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    ).start()
     return K8sMirror(
         root=root,
         url=f"http://127.0.0.1:{server.server_address[1]}",
