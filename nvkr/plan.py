@@ -453,7 +453,7 @@ def _release_set_spec(
                         else None
                     ),
                     "artifactType": ARTIFACT_TYPES.get(builder.release_kind),
-                    "dependencies": [s.descriptor() for s in sources],
+                    "dependencies": [d for s in sources for d in s.descriptors()],
                 }
             )
         for pool in rs.nodePoolReleases:

@@ -62,7 +62,25 @@ class ResolvedSource:
         elif kind == "oci":
             desc["uri"] = f"oci://{e['ref']}@{e['digest']}"
             desc["mediaType"] = e["mediaType"]
+        elif kind == "apt":
+            desc["annotations"] = {"kind": "apt", "arch": e["arch"]}
+            desc["mediaType"] = "application/vnd.nvkr.apt-manifest.v1+json"
         return desc
+
+    def descriptors(self) -> list[dict[str, Any]]:
+        """Every ResourceDescriptor this source stands for: :meth:`descriptor`, plus for an apt
+        source one per .deb (``uri`` its URL, ``digest.sha256``, ``name`` ``NAME_VERSION_ARCH``)."""
+        out = [self.descriptor()]
+        if self.entry.get("kind") == "apt":
+            for pkg in self.entry.get("packages") or []:
+                out.append(
+                    {
+                        "name": f"{pkg['name']}_{pkg['version']}_{pkg['arch']}",
+                        "uri": pkg["url"],
+                        "digest": {"sha256": str(pkg["sha256"]).split(":", 1)[1]},
+                    }
+                )
+        return out
 
 
 @dataclass(frozen=True)
@@ -161,7 +179,9 @@ def _registry() -> dict[str, Builder]:
     from nvkr.builders.helm_chart import HelmChartBuilder
     from nvkr.builders.image_index import ImageIndexBuilder
     from nvkr.builders.kube_packages import KubePackagesBuilder
+    from nvkr.builders.node_image import NodeImageBuilder
     from nvkr.builders.release_set import ReleaseSetBuilder
+    from nvkr.builders.rootfs import RootfsBuilder
     from nvkr.builders.sbom import SbomBuilder
 
     builders: tuple[Builder, ...] = (
@@ -170,7 +190,9 @@ def _registry() -> dict[str, Builder]:
         HelmChartBuilder(),
         ImageIndexBuilder(),
         KubePackagesBuilder(),
+        NodeImageBuilder(),
         ReleaseSetBuilder(),
+        RootfsBuilder(),
         SbomBuilder(),
     )
     return {b.name: b for b in builders}

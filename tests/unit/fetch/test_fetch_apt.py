@@ -1,0 +1,212 @@
+"""The ``apt`` source kind against a real, signed apt repository on loopback (tests/aptrepo.py):
+lock resolves the closure from the signed indexes and keeps every .deb; build never resolves,
+takes the store's copies without network and names the package when one is missing; bad
+signatures, unknown versions, replaced .debs and edited lock entries are clear errors."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nvkr.errors import AptError, ChecksumError, FetchError, IntegrityError, LockError, OfflineError
+from nvkr.fetch import FetchContext, ensure, resolve
+from nvkr.fetch.apt import read_manifest
+from nvkr.recipe.models import AptSource
+from nvkr.store import Store
+from tests import aptrepo
+from tests.aptrepo import DRIVER_VERSION, TOOLKIT_VERSION, AptRepo
+
+apt_repos = aptrepo.apt_repos
+gpu_apt_repo = aptrepo.gpu_apt_repo
+
+
+def _source(repo: AptRepo, packages: dict[str, str], arch: str = "amd64") -> AptSource:
+    assert repo.url is not None
+    return AptSource.model_validate(
+        {
+            "apt": {
+                "gpu": {
+                    "url": repo.url,
+                    "suite": repo.suite,
+                    "components": list(repo.components),
+                    "keyring": str(repo.keyring),
+                }
+            },
+            "arch": arch,
+            "base": "none",
+            "packages": packages,
+        },
+        strict=False,
+    )
+
+
+TOOLKIT = {"nvidia-container-toolkit": TOOLKIT_VERSION}
+
+
+def test_lock_resolves_closure_from_signed_indexes(
+    gpu_apt_repo: AptRepo, store: Store, tmp_path: Path
+) -> None:
+    src = _source(gpu_apt_repo, TOOLKIT)
+    entry = resolve("gpu-stack", src, FetchContext(store=store), base_dir=tmp_path)
+    names = {p["name"]: p for p in entry["packages"]}
+    # the toolkit pulls its tools and library through Depends
+    assert set(names) == {
+        "nvidia-container-toolkit",
+        "libnvidia-container-tools",
+        "libnvidia-container1",
+    }
+    for name, pkg in names.items():
+        built = gpu_apt_repo.deb(name, arch="amd64")
+        data = (gpu_apt_repo.root / built.path).read_bytes()
+        assert pkg["sha256"] == "sha256:" + hashlib.sha256(data).hexdigest()
+        assert pkg["size"] == len(data)
+        assert pkg["version"] == TOOLKIT_VERSION and pkg["arch"] == "amd64"
+        assert pkg["url"].startswith(gpu_apt_repo.url + "/pool/main/")
+        assert store.has_blob(pkg["sha256"])
+    assert entry["kind"] == "apt" and entry["arch"] == "amd64"
+    assert entry["keyrings"]["gpu"].startswith("sha256:")
+    manifest = read_manifest(store.read_blob(entry["digest"]))
+    assert manifest["packages"] == entry["packages"]
+
+
+def test_lock_is_repeatable_and_per_arch(
+    gpu_apt_repo: AptRepo, store: Store, tmp_path: Path
+) -> None:
+    ctx = FetchContext(store=store)
+    one = resolve("g", _source(gpu_apt_repo, TOOLKIT), ctx, base_dir=tmp_path)
+    two = resolve("g", _source(gpu_apt_repo, TOOLKIT), ctx, base_dir=tmp_path)
+    arm = resolve("g", _source(gpu_apt_repo, TOOLKIT, "arm64"), ctx, base_dir=tmp_path)
+    assert one == two
+    assert {p["arch"] for p in arm["packages"]} == {"arm64"}
+    assert arm["digest"] != one["digest"]
+
+
+def test_meta_package_pins_driver_exactly(
+    gpu_apt_repo: AptRepo, store: Store, tmp_path: Path
+) -> None:
+    src = _source(gpu_apt_repo, {"nvidia-driver-570": DRIVER_VERSION})
+    entry = resolve("g", src, FetchContext(store=store), base_dir=tmp_path)
+    got = {p["name"]: (p["version"], p["arch"]) for p in entry["packages"]}
+    assert got["nvidia-driver-570"] == (DRIVER_VERSION, "all")
+    assert got["nvidia-utils-570"] == (DRIVER_VERSION, "amd64")
+
+
+def test_unknown_version_names_package(gpu_apt_repo: AptRepo, store: Store, tmp_path: Path) -> None:
+    src = _source(gpu_apt_repo, {"nvidia-container-toolkit": "9.9.9-1"})
+    with pytest.raises(AptError) as err:
+        resolve("gpu-stack", src, FetchContext(store=store), base_dir=tmp_path)
+    assert (
+        "nvidia-container-toolkit version 9.9.9-1 is not in the repositories" in err.value.message
+    )
+    assert err.value.exit_code == 1
+
+
+def test_unknown_package_names_it(gpu_apt_repo: AptRepo, store: Store, tmp_path: Path) -> None:
+    src = _source(gpu_apt_repo, {"nvidia-fabricmanager-570": "1-1"})
+    with pytest.raises(AptError, match="nvidia-fabricmanager-570"):
+        resolve("gpu-stack", src, FetchContext(store=store), base_dir=tmp_path)
+
+
+def test_bad_release_signature_is_an_integrity_failure(
+    gpu_apt_repo: AptRepo, store: Store, tmp_path: Path
+) -> None:
+    gpu_apt_repo.resign_with_other_key()
+    with pytest.raises(IntegrityError) as err:
+        resolve(
+            "gpu-stack",
+            _source(gpu_apt_repo, TOOLKIT),
+            FetchContext(store=store),
+            base_dir=tmp_path,
+        )
+    assert "Release signature does not verify" in err.value.message
+    assert err.value.exit_code == 3
+
+
+def test_missing_keyring_is_named(gpu_apt_repo: AptRepo, store: Store, tmp_path: Path) -> None:
+    src = _source(gpu_apt_repo, TOOLKIT).model_copy(
+        update={
+            "apt": {
+                "gpu": _source(gpu_apt_repo, TOOLKIT)
+                .apt["gpu"]
+                .model_copy(update={"keyring": "keys/missing.gpg"})
+            }
+        }
+    )
+    with pytest.raises(AptError, match=r"keyring .*keys/missing.gpg does not exist"):
+        resolve("g", src, FetchContext(store=store), base_dir=tmp_path)
+
+
+def test_replaced_deb_fails_checksum_and_stores_nothing(
+    gpu_apt_repo: AptRepo, store: Store, tmp_path: Path
+) -> None:
+    gpu_apt_repo.replace_deb("libnvidia-container1", b"not the indexed package", arch="amd64")
+    with pytest.raises(ChecksumError) as err:
+        resolve("g", _source(gpu_apt_repo, TOOLKIT), FetchContext(store=store), base_dir=tmp_path)
+    assert "libnvidia-container1" in err.value.message
+    assert err.value.exit_code == 3
+
+
+def _locked(repo: AptRepo, store: Store, tmp_path: Path) -> tuple[AptSource, dict[str, Any]]:
+    src = _source(repo, TOOLKIT)
+    return src, resolve("g", src, FetchContext(store=store), base_dir=tmp_path)
+
+
+def test_ensure_uses_the_store_without_network(
+    gpu_apt_repo: AptRepo, store: Store, tmp_path: Path
+) -> None:
+    src, entry = _locked(gpu_apt_repo, store, tmp_path)
+    gpu_apt_repo.close()  # the repository is gone: only the store can answer
+    digest = ensure("g", src, entry, FetchContext(store=store, offline=True), base_dir=tmp_path)
+    assert digest == entry["digest"]
+
+
+def test_ensure_refetches_exactly_the_locked_files(gpu_apt_repo: AptRepo, tmp_path: Path) -> None:
+    src, entry = _locked(gpu_apt_repo, Store(tmp_path / "s1"), tmp_path)
+    fresh = Store(tmp_path / "s2")
+    before = len(gpu_apt_repo.requests)
+    digest = ensure("g", src, entry, FetchContext(store=fresh), base_dir=tmp_path)
+    assert digest == entry["digest"]
+    asked = gpu_apt_repo.requests[before:]
+    # no index is read at build time: only the three .debs
+    assert len(asked) == 3 and all(p.endswith(".deb") for p in asked)
+    assert all(fresh.has_blob(p["sha256"]) for p in entry["packages"])
+
+
+def test_ensure_offline_names_missing_package(gpu_apt_repo: AptRepo, tmp_path: Path) -> None:
+    src, entry = _locked(gpu_apt_repo, Store(tmp_path / "s1"), tmp_path)
+    with pytest.raises(OfflineError, match=r"package libnvidia-container-tools 1.17.8-1 \(http"):
+        ensure(
+            "g",
+            src,
+            entry,
+            FetchContext(store=Store(tmp_path / "s2"), offline=True),
+            base_dir=tmp_path,
+        )
+
+
+def test_ensure_names_package_the_mirror_no_longer_serves(
+    gpu_apt_repo: AptRepo, tmp_path: Path
+) -> None:
+    src, entry = _locked(gpu_apt_repo, Store(tmp_path / "s1"), tmp_path)
+    (gpu_apt_repo.root / gpu_apt_repo.deb("nvidia-container-toolkit", arch="amd64").path).unlink()
+    with pytest.raises(FetchError) as err:
+        ensure("g", src, entry, FetchContext(store=Store(tmp_path / "s2")), base_dir=tmp_path)
+    assert "package nvidia-container-toolkit 1.17.8-1 (amd64)" in err.value.message
+    assert "is not in the store and the mirror does not serve it" in err.value.message
+
+
+def test_ensure_refuses_an_edited_lock_entry(gpu_apt_repo: AptRepo, tmp_path: Path) -> None:
+    src, entry = _locked(gpu_apt_repo, Store(tmp_path / "s1"), tmp_path)
+    edited = dict(entry, packages=[dict(p) for p in entry["packages"]])
+    edited["packages"][0]["sha256"] = "sha256:" + "0" * 64
+    with pytest.raises(LockError, match="hashes to"):
+        ensure("g", src, edited, FetchContext(store=Store(tmp_path / "s2")), base_dir=tmp_path)
+    pinned = _source(gpu_apt_repo, {"nvidia-container-toolkit": "1.17.9-1"})
+    with pytest.raises(
+        LockError, match=re.escape("nvidia-container-toolkit 1.17.8-1, the recipe says 1.17.9-1")
+    ):
+        ensure("g", pinned, entry, FetchContext(store=Store(tmp_path / "s2")), base_dir=tmp_path)
