@@ -1,0 +1,441 @@
+"""The ``node-image`` builder: a bootable QCOW2 from a rootfs, the node agent and the Kubernetes
+node binaries, bit for bit the same on every machine.
+
+Phases (each timed into the action's log and its result's ``timings``):
+
+1. **rootfs**: the ``rootfs`` action's tar is unpacked into the work dir (GNU tar, numeric owners,
+   xattrs kept; the builder runs as root so owners and device nodes survive).
+2. **staging**: the agent binary (``/usr/bin/node-agent``) with its systemd unit, the
+   ``kube-packages`` tar, extra ``files``, and the configuration rendered from the Jinja2
+   templates in ``builders/node-image/`` (containerd with the systemd cgroup driver and, with
+   ``nvidiaRuntime``, the NVIDIA runtime handler; kubelet's KubeletConfiguration, unit and
+   drop-in passing ``--node-labels`` from the agent's label file; kernel modules and sysctls),
+   then ``/etc/nvkr/manifest.json`` with the sha256 of every staged binary, which the agent
+   checks at boot. Every mtime in the tree is clamped to the epoch.
+3. **filesystem / times / bootloader / disk / convert**: :mod:`nvkr.disk` (``mkfs.ext4 -d``,
+   the debugfs time pass, GPT, GRUB, ``qemu-img convert``).
+
+With ``bootTest: true`` the image is booted in QEMU (:func:`nvkr.boot.boot_test`) before it is
+stored: a failed boot fails the action and nothing is cached. ``backend: diskimage-builder``
+hands the tree to diskimage-builder instead (:mod:`nvkr.builders.dib`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tarfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import jinja2.sandbox
+
+import nvkr
+from nvkr.builders import ActionContext, ActionSpec, PlanRefs
+from nvkr.canonical import canonical_json, sha256_bytes
+from nvkr.errors import BuildError, RecipeError, ToolError
+from nvkr.hosttools import package_version
+from nvkr.oci import mediatypes as mt
+from nvkr.recipe import Variant
+from nvkr.recipe.models import ImageFile, NodeImageArtifact
+from nvkr.repro import tar_bytes
+from nvkr.run import run
+from nvkr.sbom.debian import tree_licenses
+
+#: Builder assets: the Jinja2 templates and diskimage-builder elements.
+ASSETS = Path(nvkr.__file__).resolve().parent.parent / "builders" / "node-image"
+SANDBOX_IMAGE = "registry.k8s.io/pause:3.10"
+_UNITS = "etc/systemd/system"
+_WANTS = f"{_UNITS}/multi-user.target.wants"
+
+
+def size_bytes(size: str) -> int:
+    """``"4GiB"`` → 4294967296; ``"2048MiB"`` → 2147483648 (the model checks the pattern)."""
+    unit = 1 << 30 if size.endswith("GiB") else 1 << 20
+    return int(size[:-3]) * unit
+
+
+def assets_digest() -> str:
+    """``sha256:<hex>`` of the builder's asset directory (templates enter every action key)."""
+    return sha256_bytes(tar_bytes(ASSETS, epoch=0))
+
+
+def _host_tools() -> dict[str, str]:
+    purpose = "the node-image builder"
+    tools = {
+        pkg: package_version(pkg, purpose=purpose)
+        for pkg in ("e2fsprogs", "fdisk", "qemu-utils", "grub-common", "mtools", "dosfstools")
+    }
+    tools["tar"] = package_version("tar", purpose=purpose)
+    return tools
+
+
+class NodeImageBuilder:
+    name = "node-image"
+    version = "1"
+    per_arch = True
+    release_kind = "machine-image"
+
+    def plan(
+        self, artifact_name: str, artifact: Any, variant: Variant, refs: PlanRefs
+    ) -> ActionSpec:
+        assert isinstance(artifact, NodeImageArtifact)
+        deps: dict[str, str] = {}
+        rootfs = refs.artifact(artifact.rootfs)
+        if rootfs.builder != "rootfs":
+            raise RecipeError(
+                f"artifact {artifact_name!r}: rootfs {artifact.rootfs!r} is a {rootfs.builder} "
+                "artifact, expected a rootfs artifact"
+            )
+        deps["rootfs"] = rootfs.key
+        if artifact.agent is not None:
+            agent = refs.artifact(artifact.agent)
+            if agent.builder != "go-binary":
+                raise RecipeError(
+                    f"artifact {artifact_name!r}: agent {artifact.agent!r} must be a go-binary artifact"
+                )
+            deps["agent"] = agent.key
+        if artifact.kubePackages is not None:
+            kube = refs.artifact(artifact.kubePackages)
+            if kube.builder != "kube-packages":
+                raise RecipeError(
+                    f"artifact {artifact_name!r}: kubePackages {artifact.kubePackages!r} must be "
+                    "a kube-packages artifact"
+                )
+            deps["kubePackages"] = kube.key
+        files: list[dict[str, Any]] = []
+        inputs: dict[str, str] = {"assets": assets_digest()}
+        sources = {}
+        for dest, entry in sorted(artifact.files.items()):
+            if not dest.startswith("/") or ".." in dest.split("/"):
+                raise RecipeError(
+                    f"artifact {artifact_name!r}: files: {dest!r} is not an absolute path"
+                )
+            e = ImageFile(artifact=entry) if isinstance(entry, str) else entry
+            item: dict[str, Any] = {"path": dest, "mode": e.mode}
+            if e.artifact is not None:
+                item["action"] = refs.artifact(e.artifact).key
+            else:
+                assert e.source is not None
+                src = refs.source(e.source)
+                role = f"file:{dest}"
+                inputs[role] = src.digest
+                sources[role] = src
+                item.update({"input": role, "member": e.path})
+            files.append(item)
+        params = {
+            "arch": variant.arch,
+            "gpu": variant.gpu,
+            "kubernetes": variant.kubernetes,
+            "kubernetesVersion": artifact.kubernetesVersion,
+            "nvidiaRuntime": artifact.nvidiaRuntime,
+            "kubelet": artifact.kubelet.model_dump(),
+            "sizeBytes": size_bytes(artifact.size),
+            "kernelArgs": list(artifact.kernelArgs),
+            "format": artifact.format,
+            "backend": artifact.backend,
+            "bootTest": artifact.bootTest,
+            "deps": deps,
+            "files": files,
+            "sandboxImage": SANDBOX_IMAGE,
+        }
+        action_deps = {*deps.values(), *(f["action"] for f in files if "action" in f)}
+        return ActionSpec(
+            params=params,
+            inputs=inputs,
+            tools=_host_tools(),
+            sources=sources,
+            deps=tuple(sorted(action_deps)),
+        )
+
+    def run(self, ctx: ActionContext) -> None:
+        p = ctx.action.params
+        timings: dict[str, float] = {}
+        if os.geteuid() != 0:
+            raise ToolError(
+                "the node-image builder runs as root: the tree keeps root-owned files, device "
+                "nodes and capabilities",
+                hint="run nvkr build as root (CI runners and this project's install.sh do)",
+            )
+        tree = ctx.workdir / "tree"
+        tree.mkdir(mode=0o755)
+        with _phase(ctx, timings, "rootfs"):
+            rootfs = ctx.deps[p["deps"]["rootfs"]]
+            tar = _primary(ctx, rootfs, "rootfs")
+            run(
+                [
+                    "tar",
+                    "--xattrs",
+                    "--xattrs-include=*",
+                    "--numeric-owner",
+                    "-xpf",
+                    tar,
+                    "-C",
+                    tree,
+                ],
+                log_file=ctx.log_file,
+            )
+        with _phase(ctx, timings, "staging"):
+            staged = self._stage(ctx, tree, rootfs)
+            packages = [dict(pkg) for pkg in (rootfs.get("metadata") or {}).get("packages", [])]
+            licenses = tree_licenses(tree, [pkg["name"] for pkg in packages])
+            for pkg in packages:
+                if pkg["name"] in licenses:
+                    pkg["licenses"] = licenses[pkg["name"]]
+            clamp_mtimes(tree, ctx.action.epoch)
+        out = ctx.workdir / "disk.qcow2"
+        seed = ctx.action.key.split(":", 1)[1]
+        if p["backend"] == "diskimage-builder":
+            from nvkr.builders import dib
+
+            with _phase(ctx, timings, "diskimage-builder"):
+                dib.build(ctx, tree, out, arch=p["arch"], size_bytes=p["sizeBytes"])
+            disk_meta: dict[str, Any] = {}
+        else:
+            from nvkr.disk import assemble_disk, prepare_boot_files
+
+            layout = prepare_boot_files(
+                tree,
+                arch=p["arch"],
+                seed=seed,
+                kernel_args=p["kernelArgs"],
+                epoch=ctx.action.epoch,
+            )
+            clamp_mtimes(tree, ctx.action.epoch)
+            result = assemble_disk(
+                tree,
+                out,
+                layout=layout,
+                size_bytes=p["sizeBytes"],
+                epoch=ctx.action.epoch,
+                workdir=ctx.workdir,
+                log_file=ctx.log_file,
+            )
+            timings.update({k: round(v, 3) for k, v in result.phases.items()})
+            disk_meta = {
+                "fsUuid": result.fs_uuid,
+                "rootPartuuid": result.root_partuuid,
+                "rootPartition": result.root_partition,
+                "virtualSize": p["sizeBytes"],
+            }
+        if p["bootTest"]:
+            from nvkr.boot import boot_test
+
+            with _phase(ctx, timings, "boot-test"):
+                booted = boot_test(out, arch=p["arch"], log_file=ctx.log_file)
+            _log(ctx, f"boot test: {booted.matched} ({booted.seconds:.1f} s, {booted.accel})")
+        name = f"node-image-{p['gpu']}-k8s{p['kubernetes']}-{p['arch']}.qcow2"
+        ctx.add_output(out, name=name, media_type=mt.NVKR_QCOW2)
+        ctx.metadata.update(
+            {
+                "annotations": {
+                    mt.ANN_NVKR_GPU: p["gpu"],
+                    mt.ANN_NVKR_KUBERNETES: p["kubernetesVersion"],
+                    mt.ANN_NVKR_DISK_FORMAT: p["format"],
+                },
+                "arch": p["arch"],
+                "disk": disk_meta,
+                "packages": packages,
+                "staged": staged,
+                "timings": timings,
+            }
+        )
+        _log(ctx, "timings: " + json.dumps(timings, sort_keys=True))
+
+    # -- staging ---------------------------------------------------------------------------
+    def _stage(
+        self, ctx: ActionContext, tree: Path, rootfs: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        p = ctx.action.params
+        staged: list[dict[str, Any]] = []
+
+        def put(rel: str, data: bytes, mode: int, *, binary: bool) -> None:
+            path = _inside(tree, rel)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if path.is_symlink() or path.exists():
+                path.unlink()
+            path.write_bytes(data)
+            os.chmod(path, mode)
+            if binary:
+                staged.append(
+                    {
+                        "path": "/" + rel.lstrip("/"),
+                        "sha1": hashlib.sha1(data, usedforsecurity=False).hexdigest(),
+                        "sha256": hashlib.sha256(data).hexdigest(),
+                        "size": len(data),
+                        "elf": data[:4] == b"\x7fELF",
+                    }
+                )
+
+        packages = {pkg["name"] for pkg in (rootfs.get("metadata") or {}).get("packages", [])}
+        deps = p["deps"]
+        if "agent" in deps:
+            agent = _primary(ctx, ctx.deps[deps["agent"]], "agent")
+            put("usr/bin/node-agent", agent.read_bytes(), 0o755, binary=True)
+        if "kubePackages" in deps:
+            kube_tar = _primary(ctx, ctx.deps[deps["kubePackages"]], "kube-packages")
+            with tarfile.open(kube_tar) as tf:
+                for member in tf.getmembers():
+                    if member.isfile():
+                        f = tf.extractfile(member)
+                        assert f is not None
+                        put(member.name, f.read(), 0o755, binary=True)
+        for item in p["files"]:
+            data = self._file_bytes(ctx, item)
+            mode = (
+                int(item["mode"], 8) if item.get("mode") else 0o755 if "action" in item else 0o644
+            )
+            put(item["path"].lstrip("/"), data, mode, binary=bool(mode & 0o111))
+        present = {
+            "agent": (tree / "usr/bin/node-agent").is_file(),
+            "kubelet": (tree / "usr/bin/kubelet").is_file(),
+            "containerd": "containerd" in packages,
+        }
+        env = _template_env()
+        values = {
+            "arch": p["arch"],
+            "gpu": p["gpu"],
+            "kubernetes": p["kubernetes"],
+            "kubernetesVersion": p["kubernetesVersion"],
+            "nvidiaRuntime": p["nvidiaRuntime"],
+            "kubelet": p["kubelet"],
+            "sandboxImage": p["sandboxImage"],
+            "present": present,
+        }
+        rendered: list[tuple[str, str, bool]] = []  # (template, path in tree, enable unit)
+        if present["agent"]:
+            rendered.append(
+                ("nvkr-node-agent.service.j2", f"{_UNITS}/nvkr-node-agent.service", True)
+            )
+        if present["containerd"]:
+            rendered.append(("containerd-config.toml.j2", "etc/containerd/config.toml", False))
+        if present["kubelet"]:
+            rendered += [
+                ("kubelet.service.j2", f"{_UNITS}/kubelet.service", True),
+                ("20-nvkr-kubelet.conf.j2", f"{_UNITS}/kubelet.service.d/20-nvkr.conf", False),
+                ("kubelet-config.yaml.j2", "etc/kubernetes/kubelet-config.yaml", False),
+                ("kubernetes-modules.conf.j2", "etc/modules-load.d/kubernetes.conf", False),
+                ("kubernetes-sysctl.conf.j2", "etc/sysctl.d/90-kubernetes.conf", False),
+            ]
+        for template, dest, enable in rendered:
+            text = render_template(env, template, values)
+            put(dest, text.encode(), 0o644, binary=False)
+            if enable:
+                link = _inside(tree, f"{_WANTS}/{Path(dest).name}")
+                link.parent.mkdir(parents=True, exist_ok=True)
+                if link.is_symlink() or link.exists():
+                    link.unlink()
+                link.symlink_to(f"/{dest}")
+        staged.sort(key=lambda s: s["path"])
+        if staged:
+            manifest = {"files": [{"path": s["path"], "sha256": s["sha256"]} for s in staged]}
+            put("etc/nvkr/manifest.json", canonical_json(manifest) + b"\n", 0o644, binary=False)
+        return staged
+
+    def _file_bytes(self, ctx: ActionContext, item: dict[str, Any]) -> bytes:
+        if "action" in item:
+            return _primary(ctx, ctx.deps[item["action"]], item["path"]).read_bytes()
+        blob = ctx.input_path(item["input"])
+        member = item.get("member")
+        if not member:
+            return blob.read_bytes()
+        try:
+            with tarfile.open(blob) as tf:
+                f = tf.extractfile(member.strip("/"))
+                if f is None:
+                    raise KeyError(member)
+                return f.read()
+        except (KeyError, tarfile.ReadError) as e:
+            raise BuildError(
+                f"files: {item['path']}: no file {member!r} in its source ({e})"
+            ) from e
+
+
+# -- helpers ------------------------------------------------------------------------------------
+def _log(ctx: ActionContext, line: str) -> None:
+    with open(ctx.log_file, "a") as f:
+        f.write(line + "\n")
+
+
+@contextmanager
+def _phase(ctx: ActionContext, timings: dict[str, float], name: str) -> Iterator[None]:
+    start = time.monotonic()
+    yield
+    timings[name] = round(time.monotonic() - start, 3)
+    _log(ctx, f"phase {name}: {timings[name]:.2f} s")
+
+
+def _primary(ctx: ActionContext, result: dict[str, Any], what: str) -> Path:
+    found = [o for o in result.get("outputs") or [] if o.get("role") == "primary"]
+    if len(found) != 1:
+        raise BuildError(f"{what}: its action has {len(found)} primary outputs, expected one")
+    return ctx.store.blob_path(str(found[0]["digest"]))
+
+
+def _inside(tree: Path, rel: str) -> Path:
+    """``tree/rel``, refusing paths that leave the tree (``..``) or pass through a symlink that
+    points outside (absolute symlinks in the tree are resolved against the tree)."""
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise BuildError(f"staged path {rel!r} leaves the root filesystem")
+    cur = tree
+    for part in parts[:-1]:
+        cur = cur / part
+        if cur.is_symlink():
+            target = os.readlink(cur)
+            cur = (tree / target.lstrip("/")) if target.startswith("/") else cur.parent / target
+    return cur / parts[-1] if parts else tree
+
+
+def clamp_mtimes(tree: Path, epoch: int) -> None:
+    """Set every mtime (and atime) in ``tree`` newer than ``epoch`` to ``epoch``, symlinks
+    included (SOURCE_DATE_EPOCH clamping, as mmdebstrap does for the packages' own files)."""
+    for root, dirs, files in os.walk(tree):
+        for name in dirs + files:
+            path = os.path.join(root, name)
+            st = os.lstat(path)
+            if st.st_mtime > epoch:
+                os.utime(path, (epoch, epoch), follow_symlinks=False)
+    if os.lstat(tree).st_mtime > epoch:
+        os.utime(tree, (epoch, epoch))
+
+
+def _template_env() -> jinja2.Environment:
+    return jinja2.sandbox.SandboxedEnvironment(
+        loader=jinja2.FileSystemLoader(str(ASSETS)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+def render_template(env: jinja2.Environment, name: str, values: dict[str, Any]) -> str:
+    """Render ``builders/node-image/<name>``.
+
+    Raises:
+        BuildError: a syntax error or an undefined value, naming the template file and line.
+    """
+    path = ASSETS / name
+    try:
+        return env.get_template(name).render(**values)
+    except jinja2.TemplateSyntaxError as e:
+        raise BuildError(f"{path}:{e.lineno}: template syntax error: {e.message}") from e
+    except jinja2.TemplateError as e:
+        line = _template_line(e, str(path))
+        where = f"{path}:{line}" if line else str(path)
+        raise BuildError(f"{where}: template error: {e}") from e
+
+
+def _template_line(exc: BaseException, filename: str) -> int | None:
+    tb = exc.__traceback__
+    line = None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == filename:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
