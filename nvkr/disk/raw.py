@@ -1,0 +1,86 @@
+"""Raw disk files: created sparse, filled with partition images without writing their zeros.
+
+A 4 GiB node image holds a few hundred MiB of data; the rest stays a hole in the raw file (and
+unallocated clusters in the QCOW2), so assembling costs what the data costs. Copying skips the
+source's holes (``SEEK_DATA``/``SEEK_HOLE``) and any all-zero chunk, like ``dd conv=sparse``, on a
+destination that is all zeros to begin with.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+from pathlib import Path
+
+CHUNK = 1 << 20
+_ZERO = bytes(CHUNK)
+
+
+def create_sparse(path: Path, size: int) -> None:
+    """Create (or truncate) ``path`` as a file of ``size`` bytes, all holes."""
+    with open(path, "wb") as f:
+        f.truncate(size)
+
+
+def _data_extents(fd: int, size: int) -> list[tuple[int, int]]:
+    """(start, end) byte ranges of ``fd`` that may hold data; the whole file without SEEK_DATA."""
+    extents: list[tuple[int, int]] = []
+    pos = 0
+    try:
+        while pos < size:
+            try:
+                start = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError as e:
+                if e.errno == errno.ENXIO:  # no data after pos
+                    break
+                raise
+            end = os.lseek(fd, start, os.SEEK_HOLE)
+            extents.append((start, min(end, size)))
+            pos = end
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.EOPNOTSUPP):
+            raise
+        return [(0, size)]
+    return extents
+
+
+def copy_into(src: Path, dst: Path, offset: int) -> int:
+    """Write the bytes of file ``src`` into file ``dst`` at byte ``offset``, skipping zeros.
+
+    ``dst`` must be zero (a hole) wherever ``src`` is zero. Returns the bytes actually written.
+    """
+    written = 0
+    with open(src, "rb") as fi, open(dst, "r+b") as fo:
+        size = os.fstat(fi.fileno()).st_size
+        for start, end in _data_extents(fi.fileno(), size):
+            pos = start
+            while pos < end:
+                n = min(CHUNK, end - pos)
+                chunk = os.pread(fi.fileno(), n, pos)
+                if chunk != _ZERO[: len(chunk)]:
+                    os.pwrite(fo.fileno(), chunk, offset + pos)
+                    written += len(chunk)
+                pos += len(chunk)
+    return written
+
+
+def write_at(dst: Path, data: bytes, offset: int) -> None:
+    """Overwrite ``len(data)`` bytes of ``dst`` at byte ``offset``."""
+    with open(dst, "r+b") as fo:
+        os.pwrite(fo.fileno(), data, offset)
+
+
+def read_at(src: Path, size: int, offset: int) -> bytes:
+    """``size`` bytes of ``src`` from byte ``offset``."""
+    with open(src, "rb") as fi:
+        return os.pread(fi.fileno(), size, offset)
+
+
+def sha256_file(path: Path) -> str:
+    """``sha256:<hex>`` of a file's bytes (holes read as zeros)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(CHUNK):
+            h.update(block)
+    return f"sha256:{h.hexdigest()}"
