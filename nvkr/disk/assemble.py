@@ -1,0 +1,214 @@
+"""Assembling a node image's disk from a prepared tree, phase by phase, into a QCOW2.
+
+1. **filesystem**: ``mkfs.ext4 -d`` makes the root file system image from the tree
+   (:mod:`nvkr.disk.ext4`).
+2. **times**: ``debugfs`` pins every inode's times to the epoch; ``e2fsck -fn`` checks the result.
+3. **bootloader**: GRUB images from the tree's modules (:mod:`nvkr.disk.grub`) and the EFI system
+   partition holding the UEFI ones (:mod:`nvkr.disk.fat`).
+4. **disk**: a sparse raw file with the GPT (:mod:`nvkr.disk.gpt`), the partition images written
+   at their offsets, GRUB's boot sector and core.img (BIOS).
+5. **convert**: ``qemu-img convert`` to QCOW2 and ``qemu-img check`` (:mod:`nvkr.disk.qcow2`).
+
+Intermediate files live in ``workdir/disk/`` and are removed at the end (the raw disk is kept on
+request); the QCOW2 appears at ``out`` only when complete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nvkr.disk import ext4, fat, grub, qcow2, raw
+from nvkr.disk.gpt import write_gpt
+from nvkr.disk.layout import DiskLayout, PlacedPartition, disk_layout
+from nvkr.errors import DiskError
+
+
+@dataclass(frozen=True)
+class DiskResult:
+    """What :func:`assemble_disk` made.
+
+    Attributes:
+        qcow2: the QCOW2 image (``out``).
+        raw_size: the virtual disk size in bytes.
+        qcow2_size: the QCOW2 file's size in bytes.
+        fs_uuid: the root file system's UUID.
+        root_partuuid: the root partition's unique GUID.
+        root_partition: the root partition's number.
+        phases: seconds per phase: ``filesystem``, ``times``, ``bootloader``, ``disk``,
+            ``convert``.
+        grub_platforms: the GRUB platforms installed, e.g. ``("i386-pc", "x86_64-efi")``.
+        partitions: the partitions as placed (first LBA, sectors).
+        inodes: allocated inodes in the root file system.
+        raw: the raw disk file when ``keep_raw`` was asked for, else None.
+    """
+
+    qcow2: Path
+    raw_size: int
+    qcow2_size: int
+    fs_uuid: str
+    root_partuuid: str
+    root_partition: int
+    phases: dict[str, float]
+    grub_platforms: tuple[str, ...] = ()
+    partitions: tuple[PlacedPartition, ...] = ()
+    inodes: int = 0
+    raw: Path | None = None
+
+
+@dataclass
+class _Timer:
+    phases: dict[str, float] = field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            self.phases[name] = round(self.phases.get(name, 0.0) + time.monotonic() - start, 3)
+
+
+def min_size_bytes(tree: Path, *, layout: DiskLayout | None = None) -> int:
+    """An estimate of the smallest disk (bytes, a multiple of 1 MiB) that holds ``tree`` with
+    ``layout``'s other partitions (default: the amd64 layout, the larger one). For messages."""
+    layout = layout or disk_layout("amd64", "0")
+    stats = ext4.scan_tree(tree, epoch=2**62)
+    return ext4.min_fs_bytes(stats) + layout.fixed_bytes()
+
+
+def assemble_disk(
+    tree: Path,
+    out: Path,
+    *,
+    layout: DiskLayout,
+    size_bytes: int,
+    epoch: int,
+    workdir: Path,
+    log_file: Path | None = None,
+    keep_raw: bool = False,
+) -> DiskResult:
+    """Make the bootable QCOW2 ``out`` of ``size_bytes`` virtual bytes from ``tree``.
+
+    The tree is not modified (mtimes newer than the epoch are clamped in the image, not in the
+    tree). Same tree, layout, size and epoch give the same raw and QCOW2 bytes, whatever the
+    work dir, umask, TZ or locale.
+
+    Args:
+        tree: a root file system prepared by :func:`nvkr.disk.prepare_boot_files`.
+        out: where the QCOW2 goes (replaced atomically).
+        layout: what :func:`nvkr.disk.prepare_boot_files` returned.
+        size_bytes: the virtual disk size, a multiple of 1 MiB.
+        epoch: SOURCE_DATE_EPOCH.
+        workdir: scratch space (needs room for the root file system image and the raw disk,
+            both sparse).
+        log_file: tool output is appended there.
+        keep_raw: keep ``workdir/disk/disk.raw`` and return it in :attr:`DiskResult.raw`.
+    Raises:
+        DiskError: a bad size, a tree that does not fit (both sizes named), missing GRUB
+            modules or grub.cfg, a tool output nvkr does not accept.
+        IntegrityError: e2fsck or qemu-img check reject what was made.
+        ToolError: a disk tool failed or is missing.
+    """
+    if not (tree / "boot" / "grub" / "grub.cfg").is_file():
+        raise DiskError(
+            f"{tree}/boot/grub/grub.cfg is missing",
+            hint="call nvkr.disk.prepare_boot_files on the tree first",
+        )
+    placed = layout.place(size_bytes)
+    by_role = {pp.partition.role: pp for pp in placed}
+    scratch = workdir / "disk"
+    if scratch.exists():
+        shutil.rmtree(scratch)
+    scratch.mkdir(parents=True)
+    timer = _Timer()
+    raw_path = scratch / "disk.raw"
+    try:
+        root = by_role["root"]
+        root_img = scratch / "root.ext4"
+        with timer.phase("filesystem"):
+            stats = ext4.scan_tree(tree, epoch=epoch)
+            ext4.make_ext4(
+                tree,
+                root_img,
+                size=root.size,
+                layout=layout,
+                epoch=epoch,
+                workdir=scratch,
+                stats=stats,
+                log_file=log_file,
+            )
+        with timer.phase("times"):
+            inodes = ext4.set_times(
+                root_img, epoch=epoch, newer=stats.newer, workdir=scratch, log_file=log_file
+            )
+        with timer.phase("bootloader"):
+            images = [
+                grub.mkimage(
+                    tree,
+                    platform,
+                    scratch / f"grub-{platform}.img",
+                    layout=layout,
+                    workdir=scratch,
+                    log_file=log_file,
+                )
+                for platform in grub.platforms(tree, layout.arch)
+            ]
+            esp = by_role["esp"]
+            esp_img = scratch / "esp.fat"
+            fat.make_esp(
+                esp_img,
+                size=esp.size,
+                files=grub.efi_files(images),
+                volume_id=layout.esp_volume_id,
+                label="ESP",
+                hidden_sectors=esp.start,
+                epoch=epoch,
+                workdir=scratch,
+                log_file=log_file,
+            )
+        with timer.phase("disk"):
+            raw.create_sparse(raw_path, size_bytes)
+            mbr = write_gpt(raw_path, layout, placed, log_file=log_file)
+            raw.copy_into(esp_img, raw_path, esp.offset)
+            esp_img.unlink()
+            raw.copy_into(root_img, raw_path, root.offset)
+            root_img.unlink()
+            bios = by_role.get("bios")
+            core = next((i for i in images if i.platform == "i386-pc"), None)
+            if bios is not None and core is not None:
+                grub.install_bios(
+                    raw_path,
+                    core_img=core.path,
+                    boot_img=grub.module_dir(tree, "i386-pc") / "boot.img",
+                    mbr=mbr,
+                    core_lba=bios.start,
+                    room=bios.sectors,
+                )
+        with timer.phase("convert"):
+            qcow2_size = qcow2.convert(raw_path, out, log_file=log_file)
+    finally:
+        for p in scratch.iterdir() if scratch.exists() else ():
+            if keep_raw and p == raw_path:
+                continue
+            if p.is_dir():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
+    return DiskResult(
+        qcow2=out,
+        raw_size=size_bytes,
+        qcow2_size=qcow2_size,
+        fs_uuid=layout.fs_uuid,
+        root_partuuid=layout.root_partuuid,
+        root_partition=layout.root_partition,
+        phases=timer.phases,
+        grub_platforms=tuple(i.platform for i in images),
+        partitions=tuple(placed),
+        inodes=inodes,
+        raw=raw_path if keep_raw else None,
+    )
