@@ -1,0 +1,169 @@
+"""nvkr.boot against a small image whose GRUB runs for real (SeaBIOS, TCG) and then fails to load
+its fake kernel: success, failure line, timeout, QEMU exit, interruption; no QEMU left behind."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from nvkr import boot
+from nvkr.disk import assemble_disk, prepare_boot_files
+from nvkr.disk.layout import MIB
+from nvkr.errors import BootTestError
+from tests.unit.disk.conftest import EPOCH, KVER, SEED, make_tree, needs_grub, needs_tools
+
+needs_qemu = pytest.mark.skipif(
+    shutil.which("qemu-system-x86_64", path="/usr/bin:/bin") is None,
+    reason="qemu-system-x86 missing",
+)
+LOADING = rf"nvkr: loading /boot/vmlinuz-{KVER}"
+
+
+def qemu_running(image: Path) -> list[int]:
+    """Pids of QEMU processes whose command line names ``image``."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"qemu-system" in cmdline and str(image).encode() in cmdline:
+            pids.append(int(entry))
+    return pids
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("bootimg")
+    tree = make_tree(base / "tree")
+    layout = prepare_boot_files(tree, arch="amd64", seed=SEED, kernel_args=[], epoch=EPOCH)
+    work = base / "work"
+    work.mkdir()
+    out = base / "node.qcow2"
+    assemble_disk(tree, out, layout=layout, size_bytes=96 * MIB, epoch=EPOCH, workdir=work)
+    return out
+
+
+def _boot(image: Path, **kw):
+    args = {"accel": "tcg", "timeout": 60.0, "grace": 0.0, "fail": r"Kernel panic", **kw}
+    return boot.boot_test(image, **args)
+
+
+def test_qemu_argv_is_a_throwaway_serial_boot(tmp_path):
+    argv = boot.qemu_argv(
+        tmp_path / "a,b.qcow2", arch="amd64", accel="tcg", firmware="bios", memory_mib=512,
+        smp=1, console=tmp_path / "c.sock", qmp=tmp_path / "q.sock", pidfile=tmp_path / "pid",
+        network=False,
+    )  # fmt: skip
+    assert argv[0] == "qemu-system-x86_64"
+    for flag in ("-snapshot", "-no-reboot", "-nodefaults"):
+        assert flag in argv
+    assert f"file={tmp_path}/a,,b.qcow2,if=virtio,format=qcow2" in argv
+    assert argv[argv.index("-accel") + 1] == "tcg" and "-bios" not in argv
+    assert argv[argv.index("-nic") + 1] == "none"
+
+
+def test_kvm_is_only_probed_for_amd64():
+    assert boot.kvm_works("arm64") is False
+
+
+def test_missing_image_and_bad_arch(tmp_path):
+    with pytest.raises(BootTestError, match="no image to boot"):
+        boot.boot_test(tmp_path / "none.qcow2")
+    with pytest.raises(BootTestError, match="amd64 or arm64"):
+        boot.boot_test(tmp_path / "none.qcow2", arch="s390x")
+
+
+def test_missing_qemu_or_firmware_names_the_package(tmp_path, monkeypatch):
+    img = tmp_path / "x.qcow2"
+    img.write_bytes(b"")
+    monkeypatch.setitem(boot.QEMU, "arm64", ("qemu-system-nonexistent", "qemu-system-arm"))
+    with pytest.raises(BootTestError, match="qemu-system-nonexistent is not installed") as e:
+        boot.boot_test(img, arch="arm64")
+    assert "qemu-system-arm" in (e.value.hint or "")
+    monkeypatch.setitem(boot.QEMU, "arm64", ("sh", "qemu-system-arm"))
+    monkeypatch.setattr(boot, "AAVMF", (str(tmp_path / "none.fd"),))
+    with pytest.raises(BootTestError, match="no UEFI firmware for arm64") as e:
+        boot.boot_test(img, arch="arm64", accel="tcg")
+    assert "qemu-efi-aarch64" in (e.value.hint or "")
+    with pytest.raises(BootTestError, match="UEFI only"):
+        boot.boot_test(img, arch="arm64", firmware="bios")
+
+
+@needs_tools
+@needs_grub
+@needs_qemu
+def test_grub_boots_from_the_disk_with_seabios(image, tmp_path):
+    log = tmp_path / "boot.log"
+    result = _boot(image, expect=LOADING, log_file=log)
+    assert result.matched == f"nvkr: loading /boot/vmlinuz-{KVER}"
+    assert result.accel == "tcg" and result.firmware == "bios"
+    assert any("Booting `nvkr node (6.1.0-test-amd64)'" in line for line in result.lines)
+    assert result.lines[-1] == result.matched and 0 < result.seconds < 60
+    text = log.read_text()
+    assert "$ qemu-system-x86_64" in text and f"console: {result.matched}" in text
+    assert qemu_running(image) == []
+
+
+@needs_tools
+@needs_grub
+@needs_qemu
+@pytest.mark.skipif(not Path(boot.OVMF[0]).is_file(), reason="ovmf missing")
+def test_grub_boots_from_the_esp_with_ovmf(image):
+    result = _boot(image, expect=LOADING, firmware="efi")
+    assert result.firmware == "efi" and result.matched.startswith("nvkr: loading")
+    assert qemu_running(image) == []
+
+
+@needs_tools
+@needs_grub
+@needs_qemu
+def test_a_fail_line_ends_the_test(image):
+    with pytest.raises(
+        BootTestError, match=r"failed after \d+ s: console printed 'nvkr: loading"
+    ) as e:
+        _boot(image, expect="never printed", fail="nvkr: loading")
+    assert "last console lines:\n" in e.value.message and "Booting `nvkr node" in e.value.message
+    assert qemu_running(image) == []
+
+
+@needs_tools
+@needs_grub
+@needs_qemu
+def test_timeout(image):
+    with pytest.raises(BootTestError, match="timed out after 2 s without a line matching 'never'"):
+        _boot(image, expect="never", fail="", timeout=2.0)
+    assert qemu_running(image) == []
+
+
+@needs_qemu
+def test_qemu_exiting_is_reported(tmp_path):
+    bad = tmp_path / "not-a.qcow2"
+    bad.write_bytes(b"garbage" * 100)
+    log = tmp_path / "qemu.log"
+    with pytest.raises(BootTestError, match=r"QEMU exited after .* before the amd64 image") as e:
+        _boot(bad, expect="x", log_file=log)
+    assert "qemu-system-x86_64 exited with 1" in e.value.message
+    assert e.value.hint == f"full console in {log}"
+
+
+@needs_tools
+@needs_grub
+@needs_qemu
+def test_interrupt_leaves_no_qemu(image, monkeypatch):
+    real = boot._lines
+
+    def interrupted(*args, **kwargs):
+        for item in real(*args, **kwargs):
+            yield item
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(boot, "_lines", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _boot(image, expect="never")
+    assert qemu_running(image) == []
