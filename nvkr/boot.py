@@ -30,9 +30,9 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TextIO
 
 from nvkr.errors import BootTestError, NvkrError, ToolError
 from nvkr.run import FIXED_PATH, pinned_env, run
@@ -162,15 +162,23 @@ def qemu_argv(
     ]  # fmt: skip
 
 
-@dataclass
 class _Qemu:
-    """A QEMU process started by :func:`boot_test`, and how to end it."""
+    """A QEMU process run by :func:`nvkr.run.run` in a thread, and how to end it."""
 
-    thread: threading.Thread
-    pidfile: Path
-    error: list[BaseException] = field(default_factory=list)
-    pid: int | None = None
-    qmp: socket.socket | None = None
+    def __init__(self, argv: list[str], *, pidfile: Path, log_file: Path | None, limit: float):
+        self.pidfile = pidfile
+        self.error: list[BaseException] = []
+        self.pid: int | None = None
+        self.qmp: socket.socket | None = None
+        self.thread = threading.Thread(
+            target=self._run, args=(argv, log_file, limit), name="nvkr-qemu", daemon=True
+        )
+
+    def _run(self, argv: list[str], log_file: Path | None, limit: float) -> None:
+        try:
+            run(argv, env=pinned_env(), log_file=log_file, timeout=limit)
+        except BaseException as e:  # the main thread reports it
+            self.error.append(e)
 
     def alive(self) -> bool:
         return self.thread.is_alive()
@@ -183,8 +191,7 @@ class _Qemu:
         return self.pid
 
     def _qmp(self, command: str) -> None:
-        if self.qmp is None:
-            return
+        assert self.qmp is not None
         with contextlib.suppress(OSError):
             self.qmp.settimeout(2.0)
             self.qmp.sendall(b'{"execute": "qmp_capabilities"}\n')
@@ -200,6 +207,8 @@ class _Qemu:
             if not self.alive():
                 break
             if command is not None:
+                if self.qmp is None:
+                    continue
                 self._qmp(command)
             else:
                 # Before it connected, QEMU may not have written its pid file yet: wait for it.
@@ -263,6 +272,37 @@ def _lines(conn: socket.socket, qemu: _Qemu, deadline: float) -> Iterator[tuple[
             yield _ANSI.sub("", buf.decode(errors="replace")).rstrip(), False
 
 
+def _watch(
+    console: socket.socket,
+    qemu: _Qemu,
+    *,
+    expect: re.Pattern[str],
+    fail: re.Pattern[str] | None,
+    deadline: float,
+    lines: list[str],
+    log: TextIO | None,
+) -> tuple[str, str]:
+    """Read console lines into ``lines`` (and ``log``) until one decides the test: returns
+    ``("ok" | "fail", line)``, or ``("exit" | "timeout", "")``."""
+    last_partial = ""
+    for text, complete in _lines(console, qemu, deadline):
+        if not complete and text == last_partial:
+            continue
+        last_partial = "" if complete else text
+        verdict = ""
+        if fail is not None and fail.search(text):
+            verdict = "fail"
+        elif expect.search(text):
+            verdict = "ok"
+        if complete or verdict:
+            lines.append(text)
+            if log is not None:
+                log.write(f"console: {text}\n")
+        if verdict:
+            return verdict, text
+    return ("timeout" if time.monotonic() >= deadline else "exit"), ""
+
+
 def _tail(lines: list[str]) -> str:
     return "\n".join(lines[-LAST_LINES:])
 
@@ -320,56 +360,29 @@ def boot_test(
     lines: list[str] = []
     with tempfile.TemporaryDirectory(prefix="nvkr-boot-") as tmp:
         console_path, qmp_path = Path(tmp) / "console.sock", Path(tmp) / "qmp.sock"
+        pidfile = Path(tmp) / "qemu.pid"
         console_l, qmp_l = _listener(console_path), _listener(qmp_path)
         argv = qemu_argv(
             image.resolve(), arch=arch, accel=acc, firmware=fw, memory_mib=memory_mib, smp=smp,
-            console=console_path, qmp=qmp_path, pidfile=Path(tmp) / "qemu.pid", network=network,
+            console=console_path, qmp=qmp_path, pidfile=pidfile, network=network,
         )  # fmt: skip
-        qemu_box: list[_Qemu] = []
-
-        def target() -> None:
-            try:
-                run(argv, env=pinned_env(), log_file=log_file, timeout=timeout + grace + 60)
-            except BaseException as e:  # reported by the main thread
-                qemu_box[0].error.append(e)
-
-        qemu = _Qemu(
-            thread=threading.Thread(target=target, name="nvkr-qemu", daemon=True),
-            pidfile=Path(tmp) / "qemu.pid",
-        )
-        qemu_box.append(qemu)
+        qemu = _Qemu(argv, pidfile=pidfile, log_file=log_file, limit=timeout + grace + 60)
         start = time.monotonic()
         deadline = start + timeout
         log = open(log_file, "a", errors="replace") if log_file is not None else None  # noqa: SIM115
         console: socket.socket | None = None
-        outcome = "exit"
-        matched = ""
+        outcome, matched = "exit", ""
         try:
             qemu.thread.start()
             console = _accept(console_l, qemu, deadline)
             if console is not None:
                 qemu.pid = _peer_pid(console)
                 qemu.qmp = _accept(qmp_l, qemu, deadline)
-                last_partial = ""
-                for text, complete in _lines(console, qemu, deadline):
-                    if complete:
-                        lines.append(text)
-                        if log is not None:
-                            log.write(f"console: {text}\n")
-                    elif text == last_partial:
-                        continue
-                    last_partial = "" if complete else text
-                    if fail_re is not None and fail_re.search(text):
-                        outcome, matched = "fail", text
-                        break
-                    if expect_re.search(text):
-                        outcome, matched = "ok", text
-                        if not complete:
-                            lines.append(text)
-                            if log is not None:
-                                log.write(f"console: {text}\n")
-                        break
-            if outcome == "exit" and time.monotonic() >= deadline:
+                outcome, matched = _watch(
+                    console, qemu, expect=expect_re, fail=fail_re, deadline=deadline,
+                    lines=lines, log=log,
+                )  # fmt: skip
+            elif time.monotonic() >= deadline:
                 outcome = "timeout"
         finally:
             qemu.stop(grace=grace if outcome == "ok" else 0.0)
