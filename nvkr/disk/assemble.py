@@ -9,14 +9,15 @@
    at their offsets, GRUB's boot sector and core.img (BIOS).
 5. **convert**: ``qemu-img convert`` to QCOW2 and ``qemu-img check`` (:mod:`nvkr.disk.qcow2`).
 
-Intermediate files live in ``workdir/disk/`` and are removed at the end (the raw disk is kept on
-request); the QCOW2 appears at ``out`` only when complete.
+Intermediate files live in a new ``workdir/disk-*/`` directory, removed at the end (the raw disk
+is kept on request); the QCOW2 appears at ``out`` only when complete.
 """
 
 from __future__ import annotations
 
 import contextlib
 import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from nvkr.disk import ext4, fat, grub, qcow2, raw
 from nvkr.disk.gpt import write_gpt
-from nvkr.disk.layout import DiskLayout, PlacedPartition, disk_layout
+from nvkr.disk.layout import ESP_LABEL, DiskLayout, PlacedPartition, disk_layout
 from nvkr.errors import DiskError
 
 
@@ -107,7 +108,7 @@ def assemble_disk(
         workdir: scratch space (needs room for the root file system image and the raw disk,
             both sparse).
         log_file: tool output is appended there.
-        keep_raw: keep ``workdir/disk/disk.raw`` and return it in :attr:`DiskResult.raw`.
+        keep_raw: keep the raw disk (``workdir/disk-*/disk.raw``), in :attr:`DiskResult.raw`.
     Raises:
         DiskError: a bad size, a tree that does not fit (both sizes named), missing GRUB
             modules or grub.cfg, a tool output nvkr does not accept.
@@ -121,10 +122,8 @@ def assemble_disk(
         )
     placed = layout.place(size_bytes)
     by_role = {pp.partition.role: pp for pp in placed}
-    scratch = workdir / "disk"
-    if scratch.exists():
-        shutil.rmtree(scratch)
-    scratch.mkdir(parents=True)
+    workdir.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="disk-", dir=workdir))
     timer = _Timer()
     raw_path = scratch / "disk.raw"
     try:
@@ -165,7 +164,7 @@ def assemble_disk(
                 size=esp.size,
                 files=grub.efi_files(images),
                 volume_id=layout.esp_volume_id,
-                label="ESP",
+                label=ESP_LABEL,
                 hidden_sectors=esp.start,
                 epoch=epoch,
                 workdir=scratch,
@@ -192,13 +191,14 @@ def assemble_disk(
         with timer.phase("convert"):
             qcow2_size = qcow2.convert(raw_path, out, log_file=log_file)
     finally:
-        for p in scratch.iterdir() if scratch.exists() else ():
-            if keep_raw and p == raw_path:
-                continue
-            if p.is_dir():
-                shutil.rmtree(p)
-            else:
-                p.unlink()
+        if keep_raw and raw_path.exists():
+            for p in scratch.iterdir():
+                if p.is_dir():
+                    shutil.rmtree(p)
+                elif p != raw_path:
+                    p.unlink()
+        else:
+            shutil.rmtree(scratch)
     return DiskResult(
         qcow2=out,
         raw_size=size_bytes,

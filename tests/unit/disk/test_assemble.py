@@ -192,7 +192,7 @@ def test_too_small_disk_names_both_sizes_and_leaves_nothing(tmp_path):
         assemble_disk(tree, out, layout=layout, size_bytes=100 * MIB, epoch=EPOCH, workdir=work)
     assert "make the disk at least" in (e.value.hint or "")
     assert list(out.parent.iterdir()) == []
-    assert list((work / "disk").iterdir()) == []
+    assert list(work.iterdir()) == []
     assert min_size_bytes(tree, layout=layout) > 100 * MIB
 
 
