@@ -394,6 +394,12 @@ def _plan_sboms(
                 image = planner.actions.get(image_key)
                 files = (image.params.get("files") or []) if image is not None else []
                 binaries += [f["action"] for f in files if isinstance(f.get("action"), str)]
+        elif kind == "machine-image":  # the Go binaries it stages, for their build info
+            binaries += [
+                d
+                for d in action.deps
+                if d in planner.actions and planner.actions[d].builder == "go-binary"
+            ]
         elif kind == "chart":  # its document refers to the SBOMs of the images it pins
             for dep_key in action.deps:
                 dep = planner.actions.get(dep_key)

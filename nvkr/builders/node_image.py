@@ -389,6 +389,9 @@ def _inside(tree: Path, rel: str) -> Path:
         if cur.is_symlink():
             target = os.readlink(cur)
             cur = (tree / target.lstrip("/")) if target.startswith("/") else cur.parent / target
+            cur = Path(os.path.normpath(cur))
+            if cur != tree and tree not in cur.parents:
+                raise BuildError(f"staged path {rel!r} leads out of the root filesystem")
     return cur / parts[-1] if parts else tree
 
 

@@ -117,6 +117,18 @@ class SbomBuilder:
             hint="every artifact of a release set gets its SBOM automatically",
         )
 
+    @staticmethod
+    def _binaries(ctx: ActionContext, keys: list[str]) -> dict[str, dict[str, Any]]:
+        """``{primary output digest: Go build info}`` of the binary actions ``keys``."""
+        binaries: dict[str, dict[str, Any]] = {}
+        for key in keys:
+            dep = ctx.deps[key]
+            info = _buildinfo(ctx, dep, f"artifact {dep.get('name', key[:19])}")
+            primary = [o for o in dep.get("outputs") or [] if o.get("role") == "primary"]
+            if info is not None and len(primary) == 1:
+                binaries[str(primary[0]["digest"])] = info
+        return binaries
+
     def run(self, ctx: ActionContext) -> None:
         """Write the SPDX document; metadata ``describes`` is the ``sha256:<hex>`` of what its
         root package stands for (binary, image index or chart .tgz), ``documentNamespace`` and
@@ -139,15 +151,10 @@ class SbomBuilder:
             info = _buildinfo(ctx, result, f"artifact {label}")
             describes = describe_binary(doc, ctx.store, result, label, info)
         elif kind == "image":
-            binaries: dict[str, dict[str, Any]] = {}
-            for key in p["binaries"]:
-                dep = ctx.deps[key]
-                info = _buildinfo(ctx, dep, f"artifact {dep.get('name', key[:19])}")
-                primary = [o for o in dep.get("outputs") or [] if o.get("role") == "primary"]
-                if info is not None and len(primary) == 1:
-                    binaries[str(primary[0]["digest"])] = info
             doc = SpdxDocument(label, label)
-            describes = describe_image(doc, ctx.store, result, label, binaries)
+            describes = describe_image(
+                doc, ctx.store, result, label, self._binaries(ctx, p["binaries"])
+            )
         elif kind == "chart":
             doc = SpdxDocument(label, label)
             others = [_other_sbom(ctx, key) for key in p.get("images") or []]
@@ -159,7 +166,9 @@ class SbomBuilder:
 
             meta = result.get("metadata") or {}
             doc = SpdxDocument(f"{label} (linux/{meta.get('arch', '?')})", label)
-            describes = describe_machine_image(doc, ctx.store, result, label)
+            describes = describe_machine_image(
+                doc, ctx.store, result, label, self._binaries(ctx, p["binaries"])
+            )
         else:
             raise BuildError(f"{what}: no SBOM for artifacts of kind {kind!r}")
         document = doc.to_json(

@@ -26,6 +26,7 @@ from urllib.parse import quote
 
 from nvkr.errors import IntegrityError
 from nvkr.sbom.describe import one_output
+from nvkr.sbom.golang import build_comment, link_go_binary
 from nvkr.sbom.spdx import FileDigest, SpdxDocument, hashed_id, package, spdx_id
 from nvkr.store import Store
 
@@ -51,6 +52,14 @@ DEBIAN_TO_SPDX: dict[str, str] = {
     "BSD-2-clause": "BSD-2-Clause",
     "BSD-3-clause": "BSD-3-Clause",
     "BSD-4-clause": "BSD-4-Clause",
+    "Go": "BSD-3-Clause",
+    "CC-BY-SA-4.0": "CC-BY-SA-4.0",
+    "CC-BY-4.0": "CC-BY-4.0",
+    "MIT-0": "MIT-0",
+    "Unlicense": "Unlicense",
+    "WTFPL": "WTFPL",
+    "0BSD": "0BSD",
+    "OFL-1.1": "OFL-1.1",
     "ISC": "ISC",
     "MIT": "MIT",
     "Expat": "MIT",
@@ -72,6 +81,7 @@ DEBIAN_TO_SPDX: dict[str, str] = {
     "BSL-1.0": "BSL-1.0",
     "Unicode-DFS-2016": "Unicode-DFS-2016",
 }
+_FOLDED = {k.casefold(): v for k, v in DEBIAN_TO_SPDX.items()}
 _LICENSE_LINE = re.compile(r"^License:[ \t]*(\S[^\n]*)$", re.M)
 _SPLIT = re.compile(r"\s+(?:or|and|,)\s+|\s*[|&,]\s*", re.I)
 
@@ -108,8 +118,9 @@ def tree_licenses(tree: Path, packages: Iterable[str]) -> dict[str, list[str]]:
 
 
 def spdx_license(names: list[str]) -> str | None:
-    """An SPDX licence expression (``A AND B``) when every Debian name maps, else None."""
-    mapped = [DEBIAN_TO_SPDX.get(n) for n in names]
+    """An SPDX licence expression (``A AND B``) when every Debian name maps (case-insensitively),
+    else None."""
+    mapped = [_FOLDED.get(n.casefold()) for n in names]
     if not names or any(m is None for m in mapped):
         return None
     return " AND ".join(sorted({m for m in mapped if m}))
@@ -136,7 +147,11 @@ def _stream_digest(store: Store, digest: str, what: str) -> FileDigest:
 
 
 def describe_machine_image(
-    doc: SpdxDocument, store: Store, result: Mapping[str, Any], label: str
+    doc: SpdxDocument,
+    store: Store,
+    result: Mapping[str, Any],
+    label: str,
+    binaries: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> str:
     """A machine image (module doc).
 
@@ -144,6 +159,8 @@ def describe_machine_image(
         result: the node-image action's result: one ``primary`` output (the QCOW2), metadata
             ``packages`` (``{"name", "version", "arch", "sha256", "url"[, "licenses"]}``) and
             ``staged`` (``{"path", "sha1", "sha256", "size"}``).
+        binaries: ``{"sha256:<hex>": Go build info}`` of the Go binaries the image stages; a
+            staged file with that digest gets the binary's modules (``STATIC_LINK``).
     Returns:
         the QCOW2's ``sha256:<hex>``.
     Raises:
@@ -187,10 +204,14 @@ def describe_machine_image(
         doc.relate(root, "CONTAINS", doc.add_package(element))
     for f in meta.get("staged") or []:
         path = str(f["path"])
+        info = (binaries or {}).get("sha256:" + str(f["sha256"]))
         file_id = doc.add_file(
             hashed_id("File", str(f["sha256"]), path),
             "." + path,
             FileDigest(str(f["sha1"]), str(f["sha256"]), int(f["size"]), elf=bool(f.get("elf"))),
+            comment=build_comment(info) if info else None,
         )
         doc.contains_file(root, file_id)
+        if info:
+            link_go_binary(doc, file_id, info)
     return digest

@@ -276,7 +276,7 @@ def test_every_artifact_has_an_spdx_sbom_naming_the_agent_module_and_go_version(
     reader = LayoutReader(layout)
     listed = {m["digest"] for m in reader.read_json(reader.index["manifests"][0])["manifests"]}
     meta = _metadata(layout)
-    assert {a["kind"] for a in meta["artifacts"]} == {"binary", "image", "chart"}
+    assert {a["kind"] for a in meta["artifacts"]} == {"binary", "image", "chart", "machine-image"}
     docs: dict[str, tuple[dict, bytes]] = {}
     by_artifact = []
     for art in meta["artifacts"]:
@@ -320,3 +320,18 @@ def test_every_artifact_has_an_spdx_sbom_naming_the_agent_module_and_go_version(
             assert {files[d] for d in agents} == {"./usr/bin/node-agent"}
         if art["kind"] == "chart":
             assert "./node-agent/Chart.yaml" in files.values()
+        if art["kind"] == "machine-image":
+            arch = art["platform"]["architecture"]
+            agent = next(
+                a["primary"]["digest"][7:]
+                for a in meta["artifacts"]
+                if a["kind"] == "binary" and a["platform"]["architecture"] == arch
+            )
+            assert files[agent] == "./usr/bin/node-agent"
+            assert "./usr/bin/kubectl" in files.values()
+            assert ("containerd", "1.6.20~ds1-1+deb12u3") in packages
+            debs = [p for p in doc["packages"] if p["name"] == "containerd"]
+            assert debs[0]["externalRefs"][0]["referenceLocator"].startswith(
+                "pkg:deb/debian/containerd@"
+            )
+            assert "Apache-2.0" in debs[0]["licenseDeclared"].split(" AND ")

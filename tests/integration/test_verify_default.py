@@ -9,6 +9,7 @@ test_build_default.py), signs it with a key made by ``nvkr keys generate``, and 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -92,7 +93,7 @@ def test_signed_default_release_set_verifies_with_its_key(signed: Built) -> None
     keyid = doc["keys"][0]["keyid"]
     assert doc["releaseSet"]["signatures"][0]["verifiedBy"] == [keyid]
     kinds = {a["kind"] for a in doc["artifacts"]}
-    assert kinds == {"binary", "image", "chart"}
+    assert kinds == {"binary", "image", "chart", "machine-image"}
     for art in doc["artifacts"]:
         assert art["provenance"], art
         assert [s["verifiedBy"] for s in art["signatures"]] == [[keyid]], art
@@ -103,9 +104,9 @@ def test_the_default_policy_holds(signed: Built) -> None:
     policy = signed.clone / "policy.yaml"
     policy.write_text(
         "allowedBuilderIds: [https://nvkr.dev/builders/nvkr]\n"
-        "requireProvenance: [binary, image, chart]\n"
-        "requireSbom: [binary, image, chart]\n"
-        "allowedSourcePrefixes: ['https://files.pythonhosted.org/']\n"
+        "requireProvenance: [binary, image, chart, machine-image]\n"
+        "requireSbom: [binary, image, chart, machine-image]\n"
+        "allowedSourcePrefixes: ['https://files.pythonhosted.org/', 'http://deb.debian.org/']\n"
         "minimumKeyBits: 128\n"
     )
     res = nvkr(
@@ -145,23 +146,31 @@ def test_in_toto_verifies_every_signed_provenance(signed: Built) -> None:
     assert checked >= 5
 
 
-def test_a_flipped_byte_in_the_agent_binary_fails(signed: Built, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("artifact", "kind"), [("agent", "binary"), ("node-image", "machine-image")]
+)
+def test_a_flipped_byte_in_a_released_file_fails(
+    signed: Built, tmp_path: Path, artifact: str, kind: str
+) -> None:
+    """One flipped byte in the agent binary or in a QCOW2 machine image: exit 3, naming the
+    blob and the artifact. The copy of the layout hard-links its blobs; the flipped file is
+    rewritten, never written through the link."""
     from nvkr.releaseset import read_metadata
 
-    layout = shutil.copytree(signed.layout, tmp_path / SET)
-    binary = next(
+    layout = shutil.copytree(signed.layout, tmp_path / SET, copy_function=os.link)
+    primary = next(
         a["primary"]["digest"]
         for a in read_metadata(layout, SET)["artifacts"]
-        if a["name"] == "agent"
+        if a["name"] == artifact and a["kind"] == kind
     )
-    path = layout / "blobs" / "sha256" / binary[7:]
+    path = layout / "blobs" / "sha256" / primary[7:]
     data = bytearray(path.read_bytes())
     data[len(data) // 3] ^= 0x80
     path.unlink()
     path.write_bytes(bytes(data))
     res = nvkr("verify", layout, "--key", signed.pub, cwd=signed.clone, store=signed.store)
-    assert res.code == 3
-    assert f"blob {binary}" in res.stderr and "artifact agent" in res.stderr
+    assert res.code == 3, res.stdout + res.stderr
+    assert f"blob {primary}" in res.stderr and f"artifact {artifact}" in res.stderr
 
 
 def test_rebuild_reports_every_artifact_identical(signed: Built) -> None:

@@ -1,0 +1,124 @@
+"""End to end: the default recipe's QCOW2 node images (issue: QCOW2 node images).
+
+One machine image per variant in the release set, as an OCI artifact with its annotations;
+``qemu-img check`` accepts each; each boots under QEMU (TCG, SeaBIOS on amd64, AAVMF on arm64)
+by itself to the node agent's readiness line and labels; a disk too small for the tree and a
+package pin the lockfile does not hold are clear errors that leave nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from nvkr.oci import mediatypes as mt
+from nvkr.oci.layout import LayoutReader
+from nvkr.releaseset import read_metadata
+from tests.conftest import make_clone, run_nvkr
+
+pytestmark = pytest.mark.slow
+
+SET = "nvkr-default-k8s1.36"
+
+
+@pytest.fixture(scope="module")
+def layout(default_build) -> Path:
+    return default_build.clone / "dist" / SET
+
+
+def _machine_images(layout: Path) -> list[dict]:
+    return [a for a in read_metadata(layout)["artifacts"] if a["kind"] == "machine-image"]
+
+
+def test_one_machine_image_per_variant_as_an_annotated_oci_artifact(layout: Path) -> None:
+    images = _machine_images(layout)
+    variants = {(a["variant"]["gpu"], a["variant"]["arch"]) for a in images}
+    assert variants == {(g, a) for g in ("hopper", "blackwell") for a in ("amd64", "arm64")}
+    assert len({a["primary"]["digest"] for a in images}) == 4, "each variant has its own image"
+    reader = LayoutReader(layout)
+    for art in images:
+        manifest = reader.read_json(art["manifest"])
+        assert manifest["artifactType"] == mt.NVKR_MACHINE_IMAGE
+        layer = manifest["layers"][0]
+        assert layer["mediaType"] == mt.NVKR_QCOW2 and layer["digest"] == art["primary"]["digest"]
+        ann = manifest["annotations"]
+        assert ann[mt.ANN_NVKR_ARCH] == art["variant"]["arch"]
+        assert ann[mt.ANN_NVKR_GPU] == art["variant"]["gpu"]
+        assert ann[mt.ANN_NVKR_KUBERNETES] == "1.36.3"
+        assert ann[mt.ANN_NVKR_DISK_FORMAT] == "qcow2"
+        assert art["platform"] == {"os": "linux", "architecture": art["variant"]["arch"]}
+
+
+def test_qemu_img_accepts_every_machine_image(layout: Path) -> None:
+    for art in _machine_images(layout):
+        path = layout / "blobs" / "sha256" / art["primary"]["digest"][7:]
+        check = subprocess.run(
+            ["qemu-img", "check", "--output=json", str(path)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert check.returncode == 0, check.stdout + check.stderr
+        assert json.loads(check.stdout)["check-errors"] == 0
+        info = json.loads(
+            subprocess.run(
+                ["qemu-img", "info", "--output=json", str(path)],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        )
+        assert info["format"] == "qcow2" and info["virtual-size"] == 4 << 30
+
+
+def test_every_machine_image_boots_to_the_agent_readiness_line(default_build, layout) -> None:
+    res = run_nvkr(
+        "boot-test", f"dist/{SET}", "--json", cwd=default_build.clone, store=default_build.store
+    )
+    assert res.code == 0, res.stdout + res.stderr
+    booted = [json.loads(line) for line in res.stdout.splitlines()]
+    assert len(booted) == 4 and all(b["ok"] for b in booted), booted
+    for b in booted:
+        assert "nvkr-node-agent: ready gpus=0" in b["line"]
+        assert "manifest=ok(2 files)" in b["line"], "the agent checked node-agent and kubectl"
+        assert b["labels"]["nvidia.com/gpu.present"] == "false"
+        assert b["labels"]["nvidia.com/gpu.count"] == "0"
+    assert {b["image"].split("[")[1].split()[-1].rstrip("]") for b in booted} == {
+        "amd64",
+        "arm64",
+    }
+
+
+def test_a_disk_too_small_for_the_tree_names_both_sizes(default_build, tmp_path) -> None:
+    clone = make_clone(tmp_path / "clone")
+    recipe = clone / "recipes" / "default.yaml"
+    recipe.write_text(recipe.read_text().replace("    size: 4GiB\n", "    size: 256MiB\n"))
+    res = run_nvkr(
+        "build",
+        "--variant",
+        "gpu=hopper,arch=amd64",
+        cwd=clone,
+        store=default_build.store,
+    )
+    assert res.code == 1, res.stderr
+    assert "error[NVKR-E-DISK]" in res.stderr or "NVKR-E-BUILD" in res.stderr
+    assert "does not fit the root partition" in res.stderr and "MiB" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert not (clone / "dist").exists(), "no half-written release set"
+
+
+def test_a_package_pin_the_lockfile_does_not_hold_is_refused(default_build, tmp_path) -> None:
+    clone = make_clone(tmp_path / "clone")
+    recipe = clone / "recipes" / "default.yaml"
+    recipe.write_text(
+        recipe.read_text().replace(
+            'containerd: "1.6.20~ds1-1+deb12u3"', 'containerd: "1.6.20~ds1-1+deb12u2"'
+        )
+    )
+    res = run_nvkr("build", "--locked", cwd=clone, store=default_build.store)
+    assert res.code == 2, res.stderr
+    assert "error[NVKR-E-LOCK]" in res.stderr and "node-packages" in res.stderr
+    assert not (clone / "dist").exists()

@@ -1,0 +1,130 @@
+"""The node-image builder's pieces that need no root filesystem: sizes, the builder's templates
+(rendered, and named with file and line when broken), staged paths staying in the tree, mtime
+clamping, and the machine-image SBOM's Debian licence handling."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import jinja2
+import pytest
+
+from nvkr.builders import node_image
+from nvkr.builders.node_image import _inside, clamp_mtimes, render_template, size_bytes
+from nvkr.errors import BuildError
+from nvkr.sbom.debian import copyright_licenses, deb_purl, spdx_license
+
+VALUES = {
+    "arch": "amd64",
+    "gpu": "hopper",
+    "kubernetes": "1.36",
+    "kubernetesVersion": "1.36.3",
+    "nvidiaRuntime": True,
+    "kubelet": {"maxPods": 110, "extraLabels": {"b": "2", "a": "1"}, "extraArgs": ["--v=2"]},
+    "sandboxImage": "registry.k8s.io/pause:3.10",
+    "present": {"agent": True, "kubelet": True, "containerd": True},
+}
+
+
+def test_size_bytes() -> None:
+    assert size_bytes("4GiB") == 4 << 30
+    assert size_bytes("2048MiB") == 2 << 30
+
+
+def test_templates_render() -> None:
+    env = node_image._template_env()
+    toml = render_template(env, "containerd-config.toml.j2", VALUES)
+    assert 'default_runtime_name = "nvidia"' in toml
+    assert 'BinaryName = "/usr/bin/nvidia-container-runtime"' in toml
+    assert toml.count("SystemdCgroup = true") == 2
+    plain = render_template(env, "containerd-config.toml.j2", {**VALUES, "nvidiaRuntime": False})
+    assert "nvidia" not in plain.replace("NVIDIA", "")
+    dropin = render_template(env, "20-nvkr-kubelet.conf.j2", VALUES)
+    # the agent's labels first, then the recipe's, sorted; extra args last
+    assert "--node-labels=${NVKR_NODE_LABELS},a=1,b=2 --v=2" in dropin
+    assert "EnvironmentFile=-/etc/nvkr/node-labels.env" in dropin
+    unit = render_template(env, "nvkr-node-agent.service.j2", VALUES)
+    assert "Before=kubelet.service" in unit and "StandardOutput=journal+console" in unit
+    config = render_template(env, "kubelet-config.yaml.j2", VALUES)
+    assert "cgroupDriver: systemd" in config and "maxPods: 110" in config
+
+
+def test_broken_template_names_file_and_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assets = tmp_path / "node-image"
+    shutil.copytree(node_image.ASSETS, assets)
+    (assets / "kubelet-config.yaml.j2").write_text("a: 1\nb: {{ kubelet.nosuchfield }}\n")
+    (assets / "kubelet.service.j2").write_text("ok\n{% if %}\n")
+    monkeypatch.setattr(node_image, "ASSETS", assets)
+    env = node_image._template_env()
+    with pytest.raises(BuildError) as err:
+        render_template(env, "kubelet-config.yaml.j2", VALUES)
+    assert f"{assets}/kubelet-config.yaml.j2:2: template error" in err.value.message
+    assert "nosuchfield" in err.value.message
+    with pytest.raises(BuildError, match=r"kubelet.service.j2:2: template syntax error"):
+        render_template(env, "kubelet.service.j2", VALUES)
+    assert isinstance(env, jinja2.sandbox.SandboxedEnvironment)
+
+
+def test_staged_paths_stay_in_the_tree(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    (tree / "usr" / "lib").mkdir(parents=True)
+    os.symlink("usr/lib", tree / "lib")  # merged-/usr style relative link
+    os.symlink("/usr/lib", tree / "lib64")  # an absolute link resolves inside the tree
+    assert _inside(tree, "lib/x.conf") == tree / "usr/lib/x.conf"
+    assert _inside(tree, "lib64/y.conf") == tree / "usr/lib/y.conf"
+    with pytest.raises(BuildError, match="leaves the root filesystem"):
+        _inside(tree, "etc/../../outside")
+    os.symlink("../../..", tree / "usr" / "up")
+    with pytest.raises(BuildError, match="leads out of the root filesystem"):
+        _inside(tree, "usr/up/etc/passwd")
+
+
+def test_clamp_mtimes(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    (tree / "d").mkdir(parents=True)
+    (tree / "d" / "new").write_text("x")
+    (tree / "old").write_text("y")
+    os.utime(tree / "old", (100, 100))
+    os.symlink("d/new", tree / "link")
+    clamp_mtimes(tree, 1000)
+    assert os.lstat(tree / "d" / "new").st_mtime == 1000
+    assert os.lstat(tree / "link").st_mtime == 1000
+    assert os.lstat(tree / "old").st_mtime == 100, "older files keep their time"
+    assert os.lstat(tree).st_mtime == 1000
+
+
+COPYRIGHT = """Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
+Upstream-Name: containerd
+
+Files: *
+Copyright: 2015 Docker
+License: Apache-2.0
+
+Files: vendor/golang.org/*
+License: Go
+ Redistribution and use in source and binary forms ...
+
+Files: docs/*
+License: GPL-2+ or LGPL-2.1+
+"""
+
+
+def test_copyright_licenses_and_spdx_mapping() -> None:
+    names = copyright_licenses(COPYRIGHT)
+    assert names == ["Apache-2.0", "GPL-2+", "Go", "LGPL-2.1+"]
+    assert spdx_license(names) == (
+        "Apache-2.0 AND BSD-3-Clause AND GPL-2.0-or-later AND LGPL-2.1-or-later"
+    )
+    assert spdx_license(["Apache-2.0", "Some-Vendor-License"]) is None
+    assert spdx_license([]) is None
+    assert copyright_licenses("not a DEP-5 file\nLicense: MIT\n") == []
+
+
+def test_deb_purl() -> None:
+    assert deb_purl("bsdutils", "1:2.38.1-5+deb12u3", "amd64") == (
+        "pkg:deb/debian/bsdutils@1%3A2.38.1-5%2Bdeb12u3?arch=amd64"
+    )
