@@ -148,3 +148,23 @@ def test_root_grows_to_a_larger_disk(node_image, tmp_path):
 def test_rebuild_from_another_extraction_is_bit_identical(node_image, rootfs_tar, tmp_path):
     again = _assemble(rootfs_tar, tmp_path / "again-elsewhere")
     assert _sha256(again.qcow2) == _sha256(node_image.qcow2)
+
+
+@pytest.mark.skipif(
+    not Path(os.environ.get("NVKR_TEST_ROOTFS_TAR_ARM64", "/nonexistent")).is_file(),
+    reason="set NVKR_TEST_ROOTFS_TAR_ARM64 to an arm64 mmdebstrap tar (linux-image-cloud-arm64, "
+    "grub-efi-arm64-bin, ...); building one under emulation takes about 5 minutes",
+)
+def test_arm64_boots_by_itself_with_uefi(tmp_path):
+    tar = Path(os.environ["NVKR_TEST_ROOTFS_TAR_ARM64"])
+    tree = _extract(tar, tmp_path / "tree")
+    layout = prepare_boot_files(tree, arch="arm64", seed=SEED, kernel_args=[], epoch=EPOCH)
+    work = tmp_path / "work"
+    work.mkdir()
+    result = assemble_disk(
+        tree, tmp_path / "arm64.qcow2", layout=layout, size_bytes=SIZE, epoch=EPOCH, workdir=work
+    )
+    assert result.grub_platforms == ("arm64-efi",) and result.root_partition == 2
+    booted = boot_test(result.qcow2, arch="arm64", expect=BOOTED, fail=BROKEN, timeout=600)
+    _report("boot seconds (arm64 UEFI, " + booted.accel + ")", booted.seconds)
+    assert booted.firmware == "efi"
