@@ -3,6 +3,8 @@ reproducible by a ``debugfs`` pass over its inodes. No mount, no loop device.
 
 ``mkfs.ext4 -d`` (e2fsprogs 1.47.0) copies files, directories, symlinks, hard links, device nodes,
 modes (setuid included), owners and extended attributes (``security.capability``) from the tree.
+It adds each directory's entries in ``alphasort`` (strcoll) order, which the pinned
+``LC_ALL=C.UTF-8`` makes byte order, so the host file system's readdir order does not matter.
 Everything random or time-dependent is pinned: the UUID and directory-hash seed (derived from the
 action key), the feature set (our own ``mke2fs.conf``, never the host's), ``E2FSPROGS_FAKE_TIME``
 for the superblock and the inodes mkfs creates. But mkfs also copies each source file's atime and
