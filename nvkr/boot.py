@@ -39,7 +39,9 @@ from nvkr.run import FIXED_PATH, pinned_env, run
 
 KVM_PROBE_SECONDS = 3.0
 #: Seconds the guest gets to power off after an ACPI power-down request.
-POWERDOWN_GRACE = 5.0
+POWERDOWN_GRACE = 10.0
+#: Seconds of console silence after a power-down request that mean the guest ignores it.
+POWERDOWN_IDLE = 1.5
 LAST_LINES = 40
 
 QEMU = {
@@ -197,13 +199,35 @@ class _Qemu:
             self.qmp.sendall(b'{"execute": "qmp_capabilities"}\n')
             self.qmp.sendall(b'{"execute": "%s"}\n' % command.encode())
 
-    def stop(self, *, grace: float) -> None:
-        """Power down (``grace`` seconds), then QMP quit, then SIGKILL; wait for the thread."""
-        steps: list[tuple[str | None, float]] = []
-        if grace > 0:
-            steps.append(("system_powerdown", grace))
-        steps += [("quit", 3.0), (None, 5.0)]
-        for command, wait in steps:
+    def _await_powerdown(self, grace: float, console: socket.socket | None) -> None:
+        """Wait up to ``grace`` seconds for QEMU to exit after a power-down request, giving up
+        early when the console stays quiet for :data:`POWERDOWN_IDLE` seconds: a guest without
+        an ACPI power-button handler (no logind, no acpid) never reacts."""
+        until = time.monotonic() + grace
+        idle_since = time.monotonic()
+        while self.alive() and time.monotonic() < until:
+            if console is None:
+                self.thread.join(min(0.25, max(0.0, until - time.monotonic())))
+                continue
+            try:
+                console.settimeout(0.25)
+                if console.recv(65536):
+                    idle_since = time.monotonic()
+                else:
+                    console = None  # EOF: QEMU is going away
+            except TimeoutError:
+                if time.monotonic() - idle_since > POWERDOWN_IDLE:
+                    return
+            except OSError:
+                console = None
+
+    def stop(self, *, grace: float, console: socket.socket | None = None) -> None:
+        """Power down (up to ``grace`` seconds, see :meth:`_await_powerdown`), then QMP quit,
+        then SIGKILL; wait for the thread."""
+        if grace > 0 and self.alive() and self.qmp is not None:
+            self._qmp("system_powerdown")
+            self._await_powerdown(grace, console)
+        for command, wait in (("quit", 3.0), (None, 5.0)):
             if not self.alive():
                 break
             if command is not None:
@@ -335,7 +359,8 @@ def boot_test(
             on amd64, UEFI on arm64.
         accel: ``"auto"`` (KVM when :func:`kvm_works`, else TCG), ``"kvm"`` or ``"tcg"``.
         network: give the guest a virtio NIC on QEMU's user-mode network (none by default).
-        grace: seconds the guest gets to power off after success before QEMU is quit.
+        grace: seconds the guest gets to power off after success before QEMU is quit (less
+            when its console falls silent: the guest ignores the ACPI power button).
     Returns:
         a :class:`BootResult`.
     Raises:
@@ -385,7 +410,7 @@ def boot_test(
             elif time.monotonic() >= deadline:
                 outcome = "timeout"
         finally:
-            qemu.stop(grace=grace if outcome == "ok" else 0.0)
+            qemu.stop(grace=grace if outcome == "ok" else 0.0, console=console)
             for s in (console, console_l, qmp_l):
                 if s is not None:
                     s.close()
