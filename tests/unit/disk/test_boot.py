@@ -140,8 +140,8 @@ def test_a_fail_line_ends_the_test(image):
 @needs_grub
 @needs_qemu
 def test_timeout(image):
-    with pytest.raises(BootTestError, match="timed out after 2 s without a line matching 'never'"):
-        _boot(image, expect="never", fail="", timeout=2.0)
+    with pytest.raises(BootTestError, match="timed out after 1 s without a line matching 'never'"):
+        _boot(image, expect="never", fail="", timeout=1.0)
     assert qemu_running(image) == []
 
 
