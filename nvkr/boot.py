@@ -221,6 +221,13 @@ class _Qemu:
             except OSError:
                 console = None
 
+    def kill(self) -> None:
+        """SIGKILL QEMU if it is still running, and wait for its thread."""
+        if self.alive() and (pid := self.find_pid()) is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            self.thread.join(5.0)
+
     def stop(self, *, grace: float, console: socket.socket | None = None) -> None:
         """Power down (up to ``grace`` seconds, see :meth:`_await_powerdown`), then QMP quit,
         then SIGKILL; wait for the thread."""
@@ -410,7 +417,10 @@ def boot_test(
             elif time.monotonic() >= deadline:
                 outcome = "timeout"
         finally:
-            qemu.stop(grace=grace if outcome == "ok" else 0.0, console=console)
+            try:
+                qemu.stop(grace=grace if outcome == "ok" else 0.0, console=console)
+            finally:
+                qemu.kill()  # whatever stop() met on its way, no QEMU outlives the test
             for s in (console, console_l, qmp_l):
                 if s is not None:
                     s.close()

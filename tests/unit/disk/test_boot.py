@@ -171,3 +171,21 @@ def test_interrupt_leaves_no_qemu(image, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         _boot(image, expect="never")
     assert qemu_running(image) == []
+
+
+@needs_tools
+@needs_grub
+@needs_qemu
+def test_qemu_is_killed_even_when_stopping_fails(image, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+        yield  # a generator, like the real one
+
+    def broken_stop(self, **kwargs):
+        raise RuntimeError("stop failed")
+
+    monkeypatch.setattr(boot, "_lines", interrupted)
+    monkeypatch.setattr(boot._Qemu, "stop", broken_stop)
+    with pytest.raises(RuntimeError, match="stop failed"):
+        _boot(image, expect="never")
+    assert qemu_running(image) == []
