@@ -9,7 +9,6 @@ destination that is all zeros to begin with.
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 from pathlib import Path
 
@@ -58,29 +57,10 @@ def copy_into(src: Path, dst: Path, offset: int) -> int:
             while pos < end:
                 n = min(CHUNK, end - pos)
                 chunk = os.pread(fi.fileno(), n, pos)
+                if not chunk:  # the file shrank under us
+                    return written
                 if chunk != _ZERO[: len(chunk)]:
                     os.pwrite(fo.fileno(), chunk, offset + pos)
                     written += len(chunk)
                 pos += len(chunk)
     return written
-
-
-def write_at(dst: Path, data: bytes, offset: int) -> None:
-    """Overwrite ``len(data)`` bytes of ``dst`` at byte ``offset``."""
-    with open(dst, "r+b") as fo:
-        os.pwrite(fo.fileno(), data, offset)
-
-
-def read_at(src: Path, size: int, offset: int) -> bytes:
-    """``size`` bytes of ``src`` from byte ``offset``."""
-    with open(src, "rb") as fi:
-        return os.pread(fi.fileno(), size, offset)
-
-
-def sha256_file(path: Path) -> str:
-    """``sha256:<hex>`` of a file's bytes (holes read as zeros)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(CHUNK):
-            h.update(block)
-    return f"sha256:{h.hexdigest()}"
