@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import re
 import shutil
@@ -64,6 +65,7 @@ class BootResult:
         lines: every console line up to and including it.
         accel: ``"kvm"`` or ``"tcg"``.
         firmware: ``"bios"`` (SeaBIOS) or ``"efi"`` (OVMF / AAVMF).
+        followed: the line matching ``then`` after ``matched`` (empty without ``then``).
     """
 
     seconds: float
@@ -71,6 +73,7 @@ class BootResult:
     lines: list[str]
     accel: str
     firmware: str = "bios"
+    followed: str = ""
 
 
 def _host_arch() -> str:
@@ -279,9 +282,15 @@ def _accept(listener: socket.socket, qemu: _Qemu, deadline: float) -> socket.soc
     return None
 
 
-def _lines(conn: socket.socket, qemu: _Qemu, deadline: float) -> Iterator[tuple[str, bool]]:
+#: Seconds an incomplete console line that matches must stay unchanged to count (a prompt has
+#: no newline; a log line written in two pieces gets its second piece within this time).
+SETTLE = 0.5
+
+
+def _lines(conn: socket.socket, qemu: _Qemu, deadline: float) -> Iterator[tuple[str | None, bool]]:
     """Console lines as (text, complete); an incomplete tail is yielded too (prompts have no
-    newline), and again once it grows. Ends at EOF, QEMU exit or the deadline."""
+    newline), and again once it grows; ``(None, False)`` every quarter second without output.
+    Ends at EOF, QEMU exit or the deadline."""
     conn.settimeout(0.25)
     buf = b""
     while time.monotonic() < deadline:
@@ -290,6 +299,7 @@ def _lines(conn: socket.socket, qemu: _Qemu, deadline: float) -> Iterator[tuple[
         except TimeoutError:
             if not qemu.alive():
                 return
+            yield None, False
             continue
         except OSError:
             return
@@ -316,7 +326,15 @@ def _watch(
     """Read console lines into ``lines`` (and ``log``) until one decides the test: returns
     ``("ok" | "fail", line)``, or ``("exit" | "timeout", "")``."""
     last_partial = ""
+    pending: tuple[str, float] | None = None  # an incomplete line that matched, settling
     for text, complete in _lines(console, qemu, deadline):
+        if text is None:  # no output for a while: a settled incomplete match counts
+            if pending is not None and time.monotonic() - pending[1] >= SETTLE:
+                lines.append(pending[0])
+                if log is not None:
+                    log.write(f"console: {pending[0]}\n")
+                return "ok", pending[0]
+            continue
         if not complete and text == last_partial:
             continue
         last_partial = "" if complete else text
@@ -325,6 +343,11 @@ def _watch(
             verdict = "fail"
         elif expect.search(text):
             verdict = "ok"
+        if verdict == "ok" and not complete:
+            # wait for the rest of the line (or for it to settle, a prompt)
+            pending = (text, time.monotonic())
+            continue
+        pending = None
         if complete or verdict:
             lines.append(text)
             if log is not None:
@@ -332,6 +355,61 @@ def _watch(
         if verdict:
             return verdict, text
     return ("timeout" if time.monotonic() >= deadline else "exit"), ""
+
+
+#: The last line of the agent's labels (``node-agent --print-labels``, indented JSON, run by its
+#: unit after the readiness line; journald prefixes each line with ``node-agent[PID]:``).
+AGENT_LABELS = r"node-agent\[\d+\]: \}\s*$"
+_READY_FIELDS = re.compile(r"\bgpus=(\d+)\b.*\bgeneration=(\S+)")
+_AGENT_LINE = re.compile(r"node-agent\[(\d+)\]: (.*)$")
+
+
+def _printed_json(lines: list[str]) -> str:
+    """The JSON text of the last ``node-agent[PID]:`` block from ``{`` to ``}`` in ``lines``."""
+    end = max((i for i, ln in enumerate(lines) if re.search(AGENT_LABELS, ln)), default=-1)
+    if end < 0:
+        return ""
+    m = _AGENT_LINE.search(lines[end])
+    assert m is not None
+    pid, body = m.group(1), []
+    for line in reversed(lines[: end + 1]):
+        m = _AGENT_LINE.search(line)
+        if m is None or m.group(1) != pid:
+            continue
+        body.append(m.group(2))
+        if m.group(2).strip() == "{":
+            break
+    return "\n".join(reversed(body))
+
+
+def check_agent_labels(ready: str, lines: list[str]) -> dict[str, str]:
+    """The labels the agent printed (an indented JSON object on the console ``lines``, ending
+    with the line :data:`AGENT_LABELS` matches), checked against its readiness line:
+    ``nvidia.com/gpu.count`` is its ``gpus=N``, ``nvidia.com/gpu.present`` is ``N > 0``, and
+    ``nvkr.dev/gpu-generation`` its ``generation=`` when that is not ``none``.
+
+    Raises:
+        BootTestError: no JSON object of strings was printed, or a label disagrees.
+    """
+    text = _printed_json(lines)
+    try:
+        labels = json.loads(text) if text else None
+    except ValueError:
+        labels = None
+    if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+        raise BootTestError(f"the agent printed no JSON object of labels: {text!r}")
+    m = _READY_FIELDS.search(ready)
+    if m is None:
+        raise BootTestError(f"the readiness line names no gpus=/generation=: {ready!r}")
+    gpus, generation = int(m.group(1)), m.group(2)
+    want = {"nvidia.com/gpu.count": str(gpus), "nvidia.com/gpu.present": str(gpus > 0).lower()}
+    if generation != "none":
+        want["nvkr.dev/gpu-generation"] = generation
+    wrong = {k: (labels.get(k), v) for k, v in want.items() if labels.get(k) != v}
+    if wrong:
+        detail = ", ".join(f"{k}={got!r} (expected {exp!r})" for k, (got, exp) in wrong.items())
+        raise BootTestError(f"the agent's labels disagree with its readiness line: {detail}")
+    return {str(k): str(v) for k, v in labels.items()}
 
 
 def _tail(lines: list[str]) -> str:
@@ -352,6 +430,8 @@ def boot_test(
     accel: Literal["auto", "kvm", "tcg"] = "auto",
     network: bool = False,
     grace: float = POWERDOWN_GRACE,
+    then: str | None = None,
+    then_timeout: float = 60.0,
 ) -> BootResult:
     """Boot ``image`` (QCOW2) in QEMU and wait for a console line matching ``expect``.
 
@@ -368,6 +448,8 @@ def boot_test(
         network: give the guest a virtio NIC on QEMU's user-mode network (none by default).
         grace: seconds the guest gets to power off after success before QEMU is quit (less
             when its console falls silent: the guest ignores the ACPI power button).
+        then: a regular expression for a line that must follow the ``expect`` line (e.g. the
+            agent's labels after its readiness line), within ``then_timeout`` seconds.
     Returns:
         a :class:`BootResult`.
     Raises:
@@ -403,7 +485,7 @@ def boot_test(
         deadline = start + timeout
         log = open(log_file, "a", errors="replace") if log_file is not None else None  # noqa: SIM115
         console: socket.socket | None = None
-        outcome, matched = "exit", ""
+        outcome, matched, followed = "exit", "", ""
         try:
             qemu.thread.start()
             console = _accept(console_l, qemu, deadline)
@@ -414,6 +496,13 @@ def boot_test(
                     console, qemu, expect=expect_re, fail=fail_re, deadline=deadline,
                     lines=lines, log=log,
                 )  # fmt: skip
+                if outcome == "ok" and then is not None:
+                    after, followed = _watch(
+                        console, qemu, expect=re.compile(then), fail=fail_re,
+                        deadline=time.monotonic() + then_timeout, lines=lines, log=log,
+                    )  # fmt: skip
+                    if after != "ok":
+                        outcome, matched = f"then-{after}", followed or matched
             elif time.monotonic() >= deadline:
                 outcome = "timeout"
         finally:
@@ -428,9 +517,17 @@ def boot_test(
                 log.close()
         seconds = round(time.monotonic() - start, 3)
     if outcome == "ok":
-        return BootResult(seconds=seconds, matched=matched, lines=lines, accel=acc, firmware=fw)
+        return BootResult(
+            seconds=seconds, matched=matched, lines=lines, accel=acc, firmware=fw, followed=followed
+        )
     what = f"{arch} image {image} ({fw}, {acc})"
-    if outcome == "fail":
+    if outcome.startswith("then-"):
+        got = "a failure line" if outcome == "then-fail" else "no such line"
+        msg = (
+            f"boot test of {what}: after {matched!r} the console printed {got} matching "
+            f"{then!r} within {then_timeout:.0f} s"
+        )
+    elif outcome == "fail":
         msg = f"boot test of {what} failed after {seconds:.0f} s: console printed {matched!r}"
     elif outcome == "timeout":
         msg = f"boot test of {what} timed out after {timeout:.0f} s without a line matching {expect!r}"

@@ -80,6 +80,12 @@ def _images_of_set(layout: Path, artifact: str | None, variant: str | None) -> l
     help="Seconds to wait for it, per image.",
 )
 @click.option(
+    "--labels/--no-labels",
+    default=True,
+    show_default=True,
+    help="Also wait for the agent's labels after its readiness line and check them against it.",
+)
+@click.option(
     "--memory", type=click.IntRange(min=256), default=1024, show_default=True, help="MiB."
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per image on stdout.")
@@ -92,6 +98,7 @@ def command(
     arch: str,
     expect: str,
     timeout: float,
+    labels: bool,
     memory: int,
     as_json: bool,
 ) -> None:
@@ -99,11 +106,11 @@ def command(
 
     TARGET is a QCOW2 file, or a release set directory (dist/<set>): then every machine image in
     it (or those --artifact and --variant select) is booted in turn. QEMU runs with -snapshot
-    (the image is never changed), TCG unless KVM answers, bounded by --timeout. The agent's
-    labels are checked against its readiness line. On failure the last 40 console lines are
+    (the image is never changed), TCG unless KVM answers, bounded by --timeout. With --labels
+    (the default) the labels the agent prints next are checked against its readiness line. On failure the last 40 console lines are
     printed and the exit status is 1.
     """
-    from nvkr.boot import boot_test
+    from nvkr.boot import AGENT_LABELS, boot_test, check_agent_labels
 
     if target.is_dir():
         images = _images_of_set(target, artifact, variant)
@@ -122,7 +129,9 @@ def command(
                 expect=expect,
                 timeout=timeout,
                 memory_mib=memory,
+                then=AGENT_LABELS if labels else None,
             )
+            printed = check_agent_labels(result.matched, result.lines) if labels else {}
         except BootTestError as e:
             failed += 1
             if as_json:
@@ -139,6 +148,8 @@ def command(
                         "line": result.matched,
                         "seconds": round(result.seconds, 1),
                         "accel": result.accel,
+                        "firmware": result.firmware,
+                        "labels": printed,
                     }
                 )
             )
@@ -146,5 +157,8 @@ def command(
             click.echo(
                 f"ok {image['label']}: {result.matched} ({result.seconds:.1f} s, {result.accel})"
             )
+            if printed:
+                shown = ",".join(f"{k}={v}" for k, v in sorted(printed.items()))
+                click.echo(f"   labels: {shown}")
     if failed:
         raise BootTestError(f"{failed} of {len(images)} machine images failed their boot test")

@@ -4,6 +4,7 @@ its fake kernel: success, failure line, timeout, QEMU exit, interruption; no QEM
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -189,3 +190,66 @@ def test_qemu_is_killed_even_when_stopping_fails(image, monkeypatch):
     with pytest.raises(RuntimeError, match="stop failed"):
         _boot(image, expect="never")
     assert qemu_running(image) == []
+
+
+READY = "[    9.2] node-agent[222]: nvkr-node-agent: ready gpus=0 product=none generation=none"
+LABELS = [
+    "[    9.3] node-agent[286]: {",
+    '[    9.3] node-agent[286]:   "nvidia.com/gpu.count": "0",',
+    "[    9.3] systemd[1]: interleaved line",
+    '[    9.3] node-agent[286]:   "nvidia.com/gpu.present": "false"',
+    "[    9.3] node-agent[286]: }",
+]
+
+
+def test_agent_labels_are_read_from_the_console_and_checked():
+    assert boot.check_agent_labels(READY, [READY, *LABELS]) == {
+        "nvidia.com/gpu.count": "0",
+        "nvidia.com/gpu.present": "false",
+    }
+    hopper = READY.replace("gpus=0", "gpus=8").replace("generation=none", "generation=hopper")
+    with pytest.raises(BootTestError, match=r"gpu.count='0' \(expected '8'\)"):
+        boot.check_agent_labels(hopper, [hopper, *LABELS])
+    with pytest.raises(BootTestError, match="printed no JSON object"):
+        boot.check_agent_labels(READY, [READY, "[ 9.3] node-agent[286]: }"])
+
+
+def test_a_line_written_in_two_pieces_is_matched_whole(tmp_path, monkeypatch):
+    """journald writes the readiness line to the console in pieces: the match waits for the
+    rest of the line instead of returning the first piece."""
+    import socket as socket_mod
+
+    a, b = socket_mod.socketpair()
+
+    class AliveQemu:
+        def alive(self) -> bool:
+            return True
+
+    def feed() -> None:
+        a.sendall(b"boot...\n[ 8.8] node-agent[222]: nvkr-node-agent: ready")
+        time.sleep(0.3)
+        a.sendall(b" gpus=0 product=none generation=none\nmore\n")
+
+    import threading
+
+    t = threading.Thread(target=feed)
+    t.start()
+    lines: list[str] = []
+    verdict, line = boot._watch(
+        b, AliveQemu(), expect=re.compile(r"nvkr-node-agent: ready"), fail=None,  # type: ignore[arg-type]
+        deadline=time.monotonic() + 5, lines=lines, log=None,
+    )  # fmt: skip
+    t.join()
+    a.close()
+    b.close()
+    assert verdict == "ok" and line.endswith("generation=none"), line
+    # a prompt without a newline still counts once it has settled
+    a, b = socket_mod.socketpair()
+    a.sendall(b"gpu-node login: ")
+    verdict, line = boot._watch(
+        b, AliveQemu(), expect=re.compile(r"login:"), fail=None,  # type: ignore[arg-type]
+        deadline=time.monotonic() + 5, lines=[], log=None,
+    )  # fmt: skip
+    a.close()
+    b.close()
+    assert (verdict, line) == ("ok", "gpu-node login:")
