@@ -117,6 +117,7 @@ def _machine_images(metadata: Mapping[str, Any], repository: str | None) -> list
             "arch": arch,
             "gpuGeneration": gpu,
             "mediaType": primary.get("mediaType", desc["mediaType"]),
+            "diskDigest": primary.get("digest"),
             "url": f"{repository}@{desc['digest']}" if repository else None,
         }
     return [seen[k] for k in sorted(seen)]

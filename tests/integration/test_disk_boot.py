@@ -49,11 +49,28 @@ def _report(key: str, value: object) -> None:
     print(f"\n[timing] {key}: {json.dumps(value)}")
 
 
+def _default_build_rootfs(store: Path, arch: str) -> Path | None:
+    """The rootfs tar of ``arch`` the session's default build made (its rootfs action's output)."""
+    for entry in sorted((store / "actions").glob("*.json")):
+        result = json.loads(entry.read_text())
+        meta = result.get("metadata") or {}
+        outputs = result.get("outputs") or []
+        if meta.get("arch") == arch and [o.get("name") for o in outputs] == ["rootfs.tar"]:
+            return store / "blobs" / "sha256" / outputs[0]["digest"][7:]
+    return None
+
+
 @pytest.fixture(scope="module")
-def rootfs_tar(tmp_path_factory) -> Path:
+def rootfs_tar(tmp_path_factory, request) -> Path:
+    """``$NVKR_TEST_ROOTFS_TAR``, else the amd64 rootfs of the session's default build (made
+    by nvkr's rootfs builder from the locked .debs: kernel, GRUB, cloud-guest-utils included),
+    else a fresh mmdebstrap from Debian's mirror."""
     given = os.environ.get("NVKR_TEST_ROOTFS_TAR")
     if given and Path(given).is_file():
         return Path(given)
+    built = _default_build_rootfs(request.getfixturevalue("default_build").store, "amd64")
+    if built is not None:
+        return built
     out = tmp_path_factory.mktemp("rootfs") / "rootfs.tar"
     start = time.monotonic()
     subprocess.run(
