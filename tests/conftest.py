@@ -112,26 +112,46 @@ def seed(root: Path, go_toolchain: tuple[Path, str]) -> Path:
 @dataclass
 class DefaultBuild:
     """The default recipe built once per session: ``clone`` (its ``dist/`` holds the release
-    set), ``store`` (every action cached) and the first build's ``result`` (``--json``).
+    set), ``store`` (every action cached) and the first build's ``result`` (``--json``), built
+    with umask 022, ``TZ=UTC``, ``LC_ALL=C.UTF-8`` and the default ``--jobs``.
 
-    Tests that need the built artifacts make their own clone and build it with this ``store``:
-    a no-op that writes their own ``dist/``. Built with umask 022, ``TZ=UTC``, ``LC_ALL=C.UTF-8``
-    (the reproducibility test builds again under other settings and compares)."""
+    ``twin`` and ``twin_store``: a second, independent build of the same recipe, made at the same
+    time in another clone and another store with umask 002, ``TZ=Pacific/Chatham``, the C locale
+    and ``--jobs 1`` (``twin_result``); the reproducibility test compares the two. Both run at
+    once: each build's long pole is the arm64 root filesystem under qemu-user, one core each.
+
+    Tests that need the built artifacts make their own clone and build it with ``store``: a
+    no-op that writes their own ``dist/``."""
 
     clone: Path
     store: Path
     result: Result
+    twin: Path
+    twin_store: Path
+    twin_result: Result
 
 
 @pytest.fixture(scope="session")
 def default_build(tmp_path_factory, go_toolchain) -> DefaultBuild:
     tmp = tmp_path_factory.mktemp("default-build")
-    clone = make_clone(tmp / "clone")
-    store = seed(tmp / "store", go_toolchain)
-    env = {"TZ": "UTC", "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}
-    result = run_nvkr("build", "--json", "--locked", cwd=clone, store=store, env=env, umask=0o022)
-    assert result.code == 0, result.stderr
-    return DefaultBuild(clone=clone, store=store, result=result)
+    runs = []
+    for name, umask, env, jobs in (
+        ("", 0o022, {"TZ": "UTC", "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}, []),
+        (
+            "twin-",
+            0o002,
+            {"TZ": "Pacific/Chatham", "LC_ALL": "C", "LANG": "POSIX"},
+            ["--jobs", "1"],
+        ),
+    ):
+        clone = make_clone(tmp / f"{name}clone")
+        store = seed(tmp / f"{name}store", go_toolchain)
+        args = ("build", "--json", "--locked", *jobs)
+        runs.append((clone, store, start_nvkr(*args, cwd=clone, store=store, env=env, umask=umask)))
+    (clone, store, first), (twin, twin_store, second) = [(c, s, p.result()) for c, s, p in runs]
+    assert first.code == 0, first.stderr
+    assert second.code == 0, second.stderr
+    return DefaultBuild(clone, store, first, twin, twin_store, second)
 
 
 @pytest.fixture
@@ -148,6 +168,52 @@ class Result:
 
     def json_events(self) -> list[dict]:
         return [json.loads(line) for line in self.stdout.splitlines() if line.startswith("{")]
+
+
+class Started:
+    """A ``python -m nvkr`` started by :func:`start_nvkr`; :meth:`result` waits for it."""
+
+    def __init__(self, proc: subprocess.Popen[str], timeout: float) -> None:
+        self.proc, self.timeout = proc, timeout
+
+    def result(self) -> Result:
+        try:
+            out, err = self.proc.communicate(timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, err = self.proc.communicate()
+            err += f"\n(killed after {self.timeout} s)"
+        return Result(self.proc.returncode, out, err)
+
+
+def start_nvkr(
+    *args: str,
+    cwd: Path,
+    store: Path,
+    env: dict[str, str] | None = None,
+    umask: int | None = None,
+    timeout: float = 1800,
+) -> Started:
+    """Start the real CLI (``python -m nvkr``) in a subprocess without waiting for it."""
+    full_env = {
+        **os.environ,
+        "NVKR_CACHE": str(store),
+        "NVKR_CONFIG": str(cwd / "no-config.yaml"),
+        **(env or {}),
+    }
+    if "SOURCE_DATE_EPOCH" not in (env or {}):
+        full_env.pop("SOURCE_DATE_EPOCH", None)
+    preexec = (lambda: os.umask(umask)) if umask is not None else None
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nvkr", *args],
+        cwd=cwd,
+        env=full_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=preexec,
+    )
+    return Started(proc, timeout)
 
 
 def run_nvkr(

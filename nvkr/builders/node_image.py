@@ -224,10 +224,20 @@ class NodeImageBuilder:
                 "virtualSize": p["sizeBytes"],
             }
         if p["bootTest"]:
-            from nvkr.boot import boot_test
+            from nvkr.boot import AGENT_LABELS, boot_test, check_agent_labels
 
+            agent = any(s["path"] == "/usr/bin/node-agent" for s in staged)
             with _phase(ctx, timings, "boot-test"):
-                booted = boot_test(out, arch=p["arch"], log_file=ctx.log_file)
+                # with the agent: its readiness line and labels; without: a login prompt
+                booted = boot_test(
+                    out,
+                    arch=p["arch"],
+                    log_file=ctx.log_file,
+                    expect=r"nvkr-node-agent: ready" if agent else r"login:",
+                    then=AGENT_LABELS if agent else None,
+                )
+                if agent:
+                    check_agent_labels(booted.matched, booted.lines)
             _log(ctx, f"boot test: {booted.matched} ({booted.seconds:.1f} s, {booted.accel})")
         name = f"node-image-{p['gpu']}-k8s{p['kubernetes']}-{p['arch']}.qcow2"
         ctx.add_output(out, name=name, media_type=mt.NVKR_QCOW2)
