@@ -137,6 +137,13 @@ class RootfsBuilder:
                 raise IntegrityError(
                     f"package {pkg['name']} {pkg['version']} ({pkg['sha256']}) is not in the store"
                 )
+            actual = _file_sha256(blob)
+            if actual != pkg["sha256"]:
+                raise IntegrityError(
+                    f"package {pkg['name']} {pkg['version']} ({pkg['arch']}): the store's copy "
+                    f"{blob} hashes to {actual}, the lockfile pins {pkg['sha256']}",
+                    hint="delete that blob from the store; the next build fetches it again",
+                )
             deb = repo / pkg["filename"]
             try:
                 os.link(blob, deb)
