@@ -6,10 +6,25 @@ pulled is what the digest names. The release set index, its whole closure (every
 config and layer, children of nested indexes included) and the signature manifests attached to
 the index and its members (the referrers API, else the fallback tag ``sha256-<hex>``,
 distribution-spec "Listing Referrers") are downloaded into a temp directory beside ``DIR``, each
-hashed on the way (:class:`~nvkr.oci.registry.RegistryClient`). With keys,
+hashed on the way (:class:`~nvkr.oci.registry.RegistryClient`). Manifests and indexes are
+fetched one after another, in walk order (they name what comes next); the leaf blobs they
+reference (configs, layers, QCOW2 machine images) are handed to a pool of ``workers`` threads as
+they are found, so a few large blobs download side by side while the walk goes on. Each worker
+streams its blob into its own temp file (one read block in memory at a time); the first failure
+stops the walk, cancels the downloads that have not started, aborts the running ones at their
+next block, and is the one reported. With keys,
 :func:`nvkr.verify.verify_release_set` checks the temp layout; only when everything passed is it
 written to ``DIR`` atomically (:func:`nvkr.oci.layoutdir.write_layout`). Any failure leaves
-``DIR`` as it was and no temp directory behind.
+``DIR`` as it was and no temp directory behind. What lands in ``DIR`` does not depend on the
+order downloads finish in: blobs are files named by digest and ``index.json`` is built from the
+walk, not from completions.
+
+The workers share the one :class:`~nvkr.oci.registry.RegistryClient`, as :mod:`nvkr.publish`'s
+do: its token and credential state sits behind its lock, and what its ``requests.Session`` does
+per request is safe across threads here (the headers are only read, the cookie jar locks itself,
+urllib3's pools hand each thread its own connection; a pool evicted under another thread's feet,
+psf/requests#1871, surfaces as a connection error that the client retries). Each response is
+read by the thread that asked for it.
 """
 
 from __future__ import annotations
@@ -18,11 +33,14 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import IO, Any, Final
 
 from nvkr.errors import IntegrityError, RegistryError, UsageError
 from nvkr.oci import mediatypes as mt
@@ -34,6 +52,9 @@ from nvkr.releaseset.signing import ANN_ATTACHMENT, DSSE_ENVELOPE, SIGNATURE
 from nvkr.sign import PublicKey
 
 EventSink = Callable[[str, dict[str, Any]], None]
+
+#: Blob downloads running at once by default: a default release set holds four QCOW2 images.
+WORKERS: Final = 4
 
 
 @dataclass
@@ -52,23 +73,106 @@ class PullReport:
     seconds: float = 0.0
 
 
-class _Pull:
-    """One pull into the temp layout ``tmp``: what was fetched, by digest."""
+class _Cancelled(Exception):
+    """Raised inside a worker's download once another part of the pull failed (not OSError, so
+    :meth:`RegistryClient.get_blob` does not take it for a broken connection and retry)."""
 
-    def __init__(self, client: RegistryClient, repo: str, tmp: Path, on_event: EventSink | None):
+
+class _Sink:
+    """A blob's temp file as :meth:`RegistryClient.get_blob`'s writer: stops the download at the
+    next block once the pull is cancelled."""
+
+    def __init__(self, f: IO[bytes], cancel: threading.Event) -> None:
+        self._f, self._cancel = f, cancel
+
+    def write(self, data: bytes, /) -> int:
+        if self._cancel.is_set():
+            raise _Cancelled
+        return self._f.write(data)
+
+
+class _Pull:
+    """One pull into the temp layout ``tmp``: what was fetched, by digest.
+
+    Manifests are fetched by the caller's thread; leaf blobs go to a pool of ``workers`` threads
+    (``workers`` 1: downloaded on the spot, in walk order). Use it as a context manager: leaving
+    it cancels what is still downloading and waits for the workers, so no thread writes into
+    ``tmp`` once the caller removes it.
+    """
+
+    def __init__(
+        self,
+        client: RegistryClient,
+        repo: str,
+        tmp: Path,
+        on_event: EventSink | None,
+        workers: int = 1,
+    ):
         self.client, self.repo, self.tmp = client, repo, tmp
-        self.have: dict[str, int] = {}  # digest -> size
+        self.have: dict[str, int] = {}  # digest -> size, fully fetched and checked
+        self._claimed: set[str] = set()  # digests fetched or being fetched (one file each)
         self._on_event = on_event
+        self._lock = threading.Lock()  # guards have, _claimed, _error
+        self._event_lock = threading.Lock()
+        self._cancel = threading.Event()
+        self._error: BaseException | None = None  # the first failure of a worker
+        self._futures: list[Future[None]] = []
+        self._pool = (
+            ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nvkr-pull")
+            if workers > 1
+            else None
+        )
+
+    def __enter__(self) -> _Pull:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._cancel.set()  # after wait() nothing runs; on a failure, stop the rest
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
 
     def event(self, kind: str, **fields: Any) -> None:
         if self._on_event is not None:
-            self._on_event(kind, fields)
+            with self._event_lock:  # one event at a time, whichever thread reports it
+                self._on_event(kind, fields)
 
     def _path(self, digest: str) -> Path:
+        """Where blob ``digest`` goes in ``tmp`` (its directory made; by the walk's thread)."""
         path = self.tmp / blob_name(digest)
         if not path.parent.is_dir():
             path.parent.mkdir(parents=True, mode=DIR_MODE)
         return path
+
+    def _claim(self, digest: str) -> bool:
+        """Whether ``digest`` is new to this pull (it is then this caller's to fetch)."""
+        with self._lock:
+            if digest in self._claimed:
+                return False
+            self._claimed.add(digest)
+            return True
+
+    def _done(self, digest: str, size: int) -> None:
+        with self._lock:
+            self.have[digest] = size
+        self.event("blob", digest=digest, size=size)
+
+    def check(self) -> None:
+        """Raise the first failure of a worker, if one failed."""
+        with self._lock:
+            error = self._error
+        if error is not None:
+            raise error
+
+    def wait(self) -> None:
+        """Wait for every download; raise the first failure (the others are cancelled)."""
+        if self._futures:
+            wait(self._futures, return_when=FIRST_EXCEPTION)
+        self.check()
 
     def _store(self, digest: str, data: bytes) -> None:
         path = self._path(digest)
@@ -76,8 +180,7 @@ class _Pull:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             os.fchmod(f.fileno(), BLOB_MODE)
-        self.have[digest] = len(data)
-        self.event("blob", digest=digest, size=len(data))
+        self._done(digest, len(data))
 
     def manifest(self, desc: Mapping[str, Any], what: str) -> dict[str, Any]:
         """Fetch the manifest or index ``desc`` names (checked: digest, size), store it, return
@@ -95,23 +198,46 @@ class _Pull:
             raise IntegrityError(f"{what}: {digest} is not JSON") from e
         if not isinstance(doc, dict):
             raise IntegrityError(f"{what}: {digest} is not a JSON object")
-        if actual not in self.have:
+        if self._claim(actual):
             self._store(actual, data)
         return doc
 
     def blob(self, desc: Mapping[str, Any], what: str) -> None:
+        """Download the leaf blob ``desc`` names (checked: digest, size): now with one worker,
+        else in the pool (:meth:`wait` for it)."""
         digest, size = str(desc["digest"]), desc.get("size")
         if not isinstance(size, int) or size < 0:
             raise IntegrityError(f"{what}: {digest} has no valid size")
+        if not self._claim(digest):
+            return
         path = self._path(digest)
+        if self._pool is None:
+            self._download(digest, size, path, what)
+        else:
+            self._futures.append(self._pool.submit(self._worker, digest, size, path, what))
+
+    def _download(self, digest: str, size: int, path: Path, what: str) -> None:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as f:
-            got = self.client.get_blob(self.repo, digest, f, size=size)
+            got = self.client.get_blob(self.repo, digest, _Sink(f, self._cancel), size=size)
             os.fchmod(f.fileno(), BLOB_MODE)
         if got != size:
             raise IntegrityError(f"{what}: {digest} is {got} bytes, its descriptor says {size}")
-        self.have[digest] = size
-        self.event("blob", digest=digest, size=size)
+        self._done(digest, size)
+
+    def _worker(self, digest: str, size: int, path: Path, what: str) -> None:
+        if self._cancel.is_set():
+            return
+        try:
+            self._download(digest, size, path, what)
+        except _Cancelled:
+            return
+        except BaseException as e:
+            with self._lock:
+                if self._error is None:
+                    self._error = e
+            self._cancel.set()
+            raise
 
     def closure(self, desc: Mapping[str, Any], what: str) -> dict[str, Any]:
         """Fetch ``desc`` and everything it references, depth first; return its document."""
@@ -128,8 +254,9 @@ class _Pull:
         for child, where in children:
             if not isinstance(child, dict) or not isinstance(child.get("digest"), str):
                 raise IntegrityError(f"{where}: not a descriptor")
-            if child["digest"] in self.have:
+            if child["digest"] in self._claimed:
                 continue
+            self.check()  # a failed download ends the walk
             if child.get("mediaType") in mt.MANIFEST_TYPES:
                 self.closure(child, where)
             else:
@@ -138,6 +265,7 @@ class _Pull:
 
     def referrers(self, subject: str) -> list[dict[str, Any]]:
         """The referrers of ``subject`` (API, else the fallback tag; none when neither lists)."""
+        self.check()
         index = self.client.referrers(self.repo, subject)
         if index is None:
             try:
@@ -194,6 +322,7 @@ def pull_release_set(
     *,
     keys: Sequence[PublicKey] = (),
     on_event: EventSink | None = None,
+    workers: int = WORKERS,
 ) -> PullReport:
     """Download the release set ``ref`` names into the OCI image layout ``target``.
 
@@ -203,11 +332,16 @@ def pull_release_set(
         client: the registry's client.
         keys: public keys; when given, the pulled layout must pass
             :func:`nvkr.verify.verify_release_set` with them (signatures required).
-        on_event: ``on_event(kind, fields)``: ``blob`` (``digest``, ``size`` in bytes),
-            ``signature`` (``digest``, ``subject``), ``verified``.
+        on_event: ``on_event(kind, fields)``: ``blob`` (``digest``, ``size`` in bytes; in the
+            order downloads finish), ``signature`` (``digest``, ``subject``), ``verified``.
+            Called from worker threads too, one call at a time.
+        workers: leaf blobs downloaded at once (threads sharing ``client``; keep it within the
+            client's ``pool_size``, or the extra connections are not reused); 1 downloads each
+            one where the walk finds it. The layout written is the same whatever the number.
     Returns:
         a :class:`PullReport`.
     Raises:
+        ValueError: ``workers`` below 1.
         UsageError: no digest in ``ref``, or another registry than the client's.
         IntegrityError: a digest or size mismatch, a missing blob, not a release set, or the
             verification failed (exit 3).
@@ -215,6 +349,8 @@ def pull_release_set(
         In every case ``target`` is as it was and no temp directory is left.
     """
     started = time.monotonic()
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, not {workers}")
     ref = Reference.parse(ref) if isinstance(ref, str) else ref
     if ref.digest is None:
         raise UsageError(
@@ -234,30 +370,32 @@ def pull_release_set(
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.pull-", dir=target.parent))
     try:
         os.chmod(tmp, DIR_MODE)
-        run = _Pull(client, ref.repository, tmp, on_event)
-        index = run.closure(top, f"release set {top['digest']}")
-        subjects = [top["digest"]] + [
-            str(m["digest"]) for m in index.get("manifests") or [] if isinstance(m, dict)
-        ]
-        position = {d: i - 1 for i, d in enumerate(subjects)}  # the index first, as signing does
-        signatures: list[tuple[int, dict[str, Any]]] = []
-        seen: set[str] = set()
-        for subject in dict.fromkeys(subjects):
-            for desc in run.referrers(subject):
-                if desc.get("artifactType") != DSSE_ENVELOPE or desc["digest"] in seen:
-                    continue
-                if desc.get("mediaType") not in mt.IMAGE_MANIFEST_TYPES:
-                    continue
-                seen.add(desc["digest"])
-                doc = run.closure(desc, f"signature {desc['digest']} of {subject}")
-                found = doc.get("subject")
-                if not isinstance(found, dict) or found.get("digest") != subject:
-                    raise IntegrityError(
-                        f"signature {desc['digest']} is listed as a referrer of {subject} "
-                        "but names another subject"
-                    )
-                signatures.append((position[subject], _signature_entry(desc, doc)))
-                run.event("signature", digest=desc["digest"], subject=subject)
+        with _Pull(client, ref.repository, tmp, on_event, workers) as run:
+            index = run.closure(top, f"release set {top['digest']}")
+            subjects = [top["digest"]] + [
+                str(m["digest"]) for m in index.get("manifests") or [] if isinstance(m, dict)
+            ]
+            # the index first, as signing does
+            position = {d: i - 1 for i, d in enumerate(subjects)}
+            signatures: list[tuple[int, dict[str, Any]]] = []
+            seen: set[str] = set()
+            for subject in dict.fromkeys(subjects):
+                for desc in run.referrers(subject):
+                    if desc.get("artifactType") != DSSE_ENVELOPE or desc["digest"] in seen:
+                        continue
+                    if desc.get("mediaType") not in mt.IMAGE_MANIFEST_TYPES:
+                        continue
+                    seen.add(desc["digest"])
+                    doc = run.closure(desc, f"signature {desc['digest']} of {subject}")
+                    found = doc.get("subject")
+                    if not isinstance(found, dict) or found.get("digest") != subject:
+                        raise IntegrityError(
+                            f"signature {desc['digest']} is listed as a referrer of {subject} "
+                            "but names another subject"
+                        )
+                    signatures.append((position[subject], _signature_entry(desc, doc)))
+                    run.event("signature", digest=desc["digest"], subject=subject)
+            run.wait()  # every blob downloaded and checked, or the first failure
         signatures.sort(key=lambda s: (s[0], s[1]["digest"]))
         root = {**top, "artifactType": mt.NVKR_RELEASE_SET, "annotations": {mt.ANN_REF_NAME: name}}
         data = index_bytes(image_index([root, *(s for _, s in signatures)]))
