@@ -164,6 +164,7 @@ class NodeImageBuilder:
             )
         tree = ctx.workdir / "tree"
         tree.mkdir(mode=0o755)
+        os.chmod(tree, 0o755)  # whatever the umask
         with _phase(ctx, timings, "rootfs"):
             rootfs = ctx.deps[p["deps"]["rootfs"]]
             tar = _primary(ctx, rootfs, "rootfs")
@@ -266,7 +267,7 @@ class NodeImageBuilder:
 
         def put(rel: str, data: bytes, mode: int, *, binary: bool) -> None:
             path = _inside(tree, rel)
-            path.parent.mkdir(parents=True, exist_ok=True)
+            _mkdirs(path.parent)
             if path.is_symlink() or path.exists():
                 path.unlink()
             path.write_bytes(data)
@@ -337,7 +338,7 @@ class NodeImageBuilder:
             put(dest, text.encode(), 0o644, binary=False)
             if enable:
                 link = _inside(tree, f"{_WANTS}/{Path(dest).name}")
-                link.parent.mkdir(parents=True, exist_ok=True)
+                _mkdirs(link.parent)
                 if link.is_symlink() or link.exists():
                     link.unlink()
                 link.symlink_to(f"/{dest}")
@@ -378,6 +379,18 @@ def _phase(ctx: ActionContext, timings: dict[str, int], name: str) -> Iterator[N
     yield
     timings[name] = int((time.monotonic() - start) * 1000)
     _log(ctx, f"phase {name}: {timings[name] / 1000:.2f} s")
+
+
+def _mkdirs(path: Path) -> None:
+    """Create ``path`` and its missing parents with mode 0755 whatever the process umask (it is
+    shared by the executor's threads, so it cannot be set here)."""
+    missing: list[Path] = []
+    while not path.exists():
+        missing.append(path)
+        path = path.parent
+    for d in reversed(missing):
+        d.mkdir(mode=0o755)
+        os.chmod(d, 0o755)
 
 
 def _primary(ctx: ActionContext, result: dict[str, Any], what: str) -> Path:

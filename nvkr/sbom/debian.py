@@ -5,7 +5,7 @@ version, architecture, the .deb's sha256 and URL, and the licence short names it
 ``/usr/share/doc/<package>/copyright`` file declares in machine-readable DEP-5 form) and the
 files it staged (path, sha1, sha256, size). :func:`describe_machine_image` turns them into:
 
-- the root package (the QCOW2, ``primaryPackagePurpose: OPERATING-SYSTEM``) ``CONTAINS`` one
+- the root package (the QCOW2, ``primaryPackagePurpose: OPERATING_SYSTEM``) ``CONTAINS`` one
   package per .deb (``pkg:deb/debian/NAME@VERSION?arch=ARCH`` purl, the .deb's SHA256,
   ``downloadLocation`` its URL, ``licenseDeclared`` when every licence named maps to an SPDX
   identifier, else NOASSERTION with the names in ``licenseComments``);
@@ -177,7 +177,7 @@ def describe_machine_image(
             label,
             file_name=str(primary["name"]),
             sha256=fd.sha256,
-            purpose="OPERATING-SYSTEM",
+            purpose="OPERATING_SYSTEM",
             comment=f"QCOW2 disk image, architecture {meta.get('arch', '?')}",
         )
     )

@@ -128,3 +128,13 @@ def test_deb_purl() -> None:
     assert deb_purl("bsdutils", "1:2.38.1-5+deb12u3", "amd64") == (
         "pkg:deb/debian/bsdutils@1%3A2.38.1-5%2Bdeb12u3?arch=amd64"
     )
+
+
+def test_staged_directories_are_0755_whatever_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0o002)
+    try:
+        node_image._mkdirs(tmp_path / "etc" / "kubernetes" / "kubelet.service.d")
+    finally:
+        os.umask(old)
+    for d in ("etc", "etc/kubernetes", "etc/kubernetes/kubelet.service.d"):
+        assert (tmp_path / d).stat().st_mode & 0o777 == 0o755, d
