@@ -687,3 +687,56 @@ def test_the_default_plan_has_an_sbom_per_released_action(tmp_path: Path) -> Non
     # the plan lists an sbom after every action it reads
     order = list(actions)
     assert all(order.index(d) < order.index(k) for k, s in sboms.items() for d in s["deps"])
+
+
+def test_machine_image_sbom_is_valid_spdx_with_debs_and_staged_files(
+    tmp_path: Path, validator: jsonschema.Draft201909Validator
+) -> None:
+    """A node-image result as the builder writes it: the QCOW2 as the root package, one package
+    per .deb (purl, sha256, licence mapped to SPDX or left NOASSERTION with the Debian names),
+    the staged binaries as files; valid against the official schema."""
+    import hashlib
+
+    from nvkr.sbom.debian import describe_machine_image
+    from nvkr.sbom.spdx import SpdxDocument
+    from nvkr.store import Store
+
+    store = Store(tmp_path / "store")
+    disk = store.add_bytes(b"QFI\xfb" + b"\0" * 4096)
+    agent = b"\x7fELF fake agent"
+    result = {
+        "outputs": [
+            {"name": "node.qcow2", "digest": disk.digest, "size": disk.size, "role": "primary",
+             "mediaType": "application/vnd.nvkr.disk.qcow2"},
+        ],
+        "metadata": {
+            "arch": "amd64",
+            "packages": [
+                {"name": "containerd", "version": "1.6.20~ds1-1+deb12u3", "arch": "amd64",
+                 "sha256": "sha256:" + "1" * 64, "licenses": ["Apache-2.0", "Go"],
+                 "url": "http://deb.debian.org/debian/pool/main/c/containerd/containerd_1.6.20%7eds1-1%2bdeb12u3_amd64.deb"},
+                {"name": "nvidia-driver-570", "version": "570.172.08-0ubuntu1", "arch": "all",
+                 "sha256": "sha256:" + "2" * 64, "licenses": ["NVIDIA-Proprietary"],
+                 "url": "http://127.0.0.1/pool/n/nvidia-driver-570_570.172.08-0ubuntu1_all.deb"},
+                {"name": "bsdutils", "version": "1:2.38.1-5+deb12u3", "arch": "amd64",
+                 "sha256": "sha256:" + "3" * 64, "url": "http://deb.debian.org/x.deb"},
+            ],
+            "staged": [
+                {"path": "/usr/bin/node-agent", "sha1": hashlib.sha1(agent).hexdigest(),
+                 "sha256": hashlib.sha256(agent).hexdigest(), "size": len(agent), "elf": True},
+            ],
+        },
+    }  # fmt: skip
+    doc = SpdxDocument("node-image (linux/amd64)", "node-image")
+    assert describe_machine_image(doc, store, result, "node-image") == disk.digest
+    spdx = doc.to_json(created="2025-12-01T00:00:00Z", creators=["Tool: nvkr-test"])
+    check_spdx(spdx, validator)
+    packages = {p["name"]: p for p in spdx["packages"]}
+    assert packages["node-image"]["primaryPackagePurpose"] == "OPERATING_SYSTEM"
+    assert packages["containerd"]["licenseDeclared"] == "Apache-2.0 AND BSD-3-Clause"
+    assert packages["nvidia-driver-570"]["licenseDeclared"] == "NOASSERTION"
+    assert "NVIDIA-Proprietary" in packages["nvidia-driver-570"]["licenseComments"]
+    assert packages["bsdutils"]["externalRefs"][0]["referenceLocator"] == (
+        "pkg:deb/debian/bsdutils@1%3A2.38.1-5%2Bdeb12u3?arch=amd64"
+    )
+    assert [f["fileName"] for f in spdx["files"]] == ["./usr/bin/node-agent"]
