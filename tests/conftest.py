@@ -3,11 +3,13 @@ runner for the real ``nvkr`` command in a subprocess."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -120,6 +122,10 @@ class DefaultBuild:
     and ``--jobs 1`` (``twin_result``); the reproducibility test compares the two. Both run at
     once: each build's long pole is the arm64 root filesystem under qemu-user, one core each.
 
+    ``rebuild``: ``nvkr verify dist/<set> --rebuild --json`` of the first build, started as soon
+    as both builds are done and left running while other tests go on (a full rebuild in a fresh
+    store is minutes of mostly one busy core); its test collects the result.
+
     Tests that need the built artifacts make their own clone and build it with ``store``: a
     no-op that writes their own ``dist/``."""
 
@@ -129,10 +135,11 @@ class DefaultBuild:
     twin: Path
     twin_store: Path
     twin_result: Result
+    rebuild: Started
 
 
 @pytest.fixture(scope="session")
-def default_build(tmp_path_factory, go_toolchain) -> DefaultBuild:
+def default_build(tmp_path_factory, go_toolchain) -> Iterator[DefaultBuild]:
     tmp = tmp_path_factory.mktemp("default-build")
     runs = []
     for name, umask, env, jobs in (
@@ -151,7 +158,15 @@ def default_build(tmp_path_factory, go_toolchain) -> DefaultBuild:
     (clone, store, first), (twin, twin_store, second) = [(c, s, p.result()) for c, s, p in runs]
     assert first.code == 0, first.stderr
     assert second.code == 0, second.stderr
-    return DefaultBuild(clone, store, first, twin, twin_store, second)
+    rebuild = start_nvkr(
+        "verify", "dist/nvkr-default-k8s1.36", "--rebuild", "--seed-store", str(store), "--json",
+        cwd=clone, store=store,
+    )  # fmt: skip
+    try:
+        yield DefaultBuild(clone, store, first, twin, twin_store, second, rebuild)
+    finally:
+        if rebuild.proc.poll() is None:  # its test was not selected: do not leave it running
+            rebuild.kill()
 
 
 @pytest.fixture
@@ -180,10 +195,16 @@ class Started:
         try:
             out, err = self.proc.communicate(timeout=self.timeout)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
+            self.kill()
             out, err = self.proc.communicate()
             err += f"\n(killed after {self.timeout} s)"
         return Result(self.proc.returncode, out, err)
+
+    def kill(self) -> None:
+        """Kill it and every process it started (its own session)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.communicate()
 
 
 def start_nvkr(
@@ -212,6 +233,7 @@ def start_nvkr(
         stderr=subprocess.PIPE,
         text=True,
         preexec_fn=preexec,
+        start_new_session=True,
     )
     return Started(proc, timeout)
 
