@@ -34,6 +34,13 @@ from nvkr.cli.common import registry_password
 )
 @click.option("--username", "-u", help="User name (else NVKR_REGISTRY_USERNAME, docker config).")
 @click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Blobs downloaded at once.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable events on stdout.")
 @click.pass_obj
 def command(
@@ -44,6 +51,7 @@ def command(
     insecure: bool,
     username: str | None,
     password_stdin: bool,
+    jobs: int,
     as_json: bool,
 ) -> None:
     """Pull the release set REFERENCE (REGISTRY/REPOSITORY@sha256:<hex>) into DIRECTORY.
@@ -72,7 +80,9 @@ def command(
     with RegistryClient(
         ref.registry, insecure=insecure, username=username, password=password
     ) as client:
-        report = pull_release_set(ref, directory, client, keys=public_keys, on_event=event)
+        report = pull_release_set(
+            ref, directory, client, keys=public_keys, on_event=event, workers=jobs
+        )
     if as_json:
         click.echo(json.dumps({"event": "result", **asdict(report)}, sort_keys=True))
         return
