@@ -19,7 +19,7 @@ from nvkr.cli import App
 
 
 @click.command("verify")
-@click.argument("path", type=click.Path(path_type=Path))
+@click.argument("path", metavar="PATH|REF", type=click.Path(path_type=Path))
 @click.option(
     "--key",
     "keys",
@@ -48,6 +48,11 @@ from nvkr.cli import App
 @click.option(
     "--jobs", "-j", type=click.IntRange(min=1), help="With --rebuild: actions in parallel."
 )
+@click.option("--insecure", is_flag=True, help="REF: plain HTTP to this registry.")
+@click.option(
+    "--username", "-u", help="REF: user name (else NVKR_REGISTRY_USERNAME, docker config)."
+)
+@click.option("--password-stdin", is_flag=True, help="REF: read the password from standard input.")
 @click.pass_obj
 def command(
     app: App,
@@ -59,19 +64,59 @@ def command(
     project: Path,
     seed_store: Path | None,
     jobs: int | None,
+    insecure: bool,
+    username: str | None,
+    password_stdin: bool,
 ) -> None:
-    """Verify the release set in PATH (a dist/<name> directory): every blob's digest and size,
-    provenance, signatures (--key), a policy, and optionally a bit-for-bit rebuild."""
-    from nvkr.errors import IntegrityError, UsageError
+    """Verify the release set in PATH (a dist/<name> directory) or at REF
+    (REGISTRY/REPOSITORY@sha256:<hex>, pulled into a temporary directory first): every blob's
+    digest and size, provenance, signatures (--key), a policy, and optionally a bit-for-bit
+    rebuild."""
+    import tempfile
+
+    from nvkr.errors import UsageError
     from nvkr.sign import load_public_key
+
+    public_keys = [load_public_key(k) for k in keys]
+    if path.is_dir():
+        _verify(app, path, public_keys, policy, as_json, rebuild, project, seed_store, jobs)
+        return
+    if "@sha256:" not in str(path):
+        raise UsageError(
+            f"{path} is neither a directory nor a registry reference by digest",
+            hint="give the release set's layout (dist/<name>) or REGISTRY/REPO@sha256:<hex>",
+        )
+    from nvkr.cli.common import registry_password
+    from nvkr.oci.registry import Reference, RegistryClient
+    from nvkr.pull import pull_release_set
+
+    ref = Reference.parse(str(path))
+    password = registry_password(username, password_stdin, "verify")
+    with tempfile.TemporaryDirectory(prefix="nvkr-verify-") as tmp:
+        layout = Path(tmp) / "layout"
+        with RegistryClient(
+            ref.registry, insecure=insecure, username=username, password=password
+        ) as client:
+            # every blob's digest (and with --key every signature) is checked on the way in
+            pull_release_set(ref, layout, client, keys=public_keys)
+        _verify(app, layout, public_keys, policy, as_json, rebuild, project, seed_store, jobs)
+
+
+def _verify(
+    app: App,
+    path: Path,
+    public_keys: list[Any],
+    policy: Path | None,
+    as_json: bool,
+    rebuild: bool,
+    project: Path,
+    seed_store: Path | None,
+    jobs: int | None,
+) -> None:
+    from nvkr.errors import IntegrityError
     from nvkr.verify import load_policy, verify_release_set
     from nvkr.verify import rebuild as rebuild_set
 
-    if not path.is_dir():
-        raise UsageError(
-            f"{path} is not a directory", hint="give the release set's layout, e.g. dist/<name>"
-        )
-    public_keys = [load_public_key(k) for k in keys]
     rules = load_policy(policy) if policy is not None else None
     report = verify_release_set(
         path, keys=public_keys, policy=rules, policy_path=str(policy) if policy else None

@@ -206,3 +206,19 @@ def test_show_by_reference_needs_no_payload(registry, signed, tmp_path):
         assert code == 0 and report.digest in text, text
     finally:
         shutil.move(saved, path)
+
+
+def test_verify_by_registry_reference(published):
+    """``nvkr verify REF`` pulls the set into a temporary directory (every digest checked on
+    the way) and verifies it there: the right key passes, the wrong one exits 3, a tag-only
+    reference is a usage error."""
+    ref = f"{published['ref']}@{published['digest']}"
+    code, text = run("verify", ref, "--key", str(published["key"]), "--json")
+    assert code == 0, text
+    report = json.loads(text)
+    assert report["ok"] and report["releaseSet"]["digest"] == published["digest"]
+    assert report["releaseSet"]["signatures"][0]["verifiedBy"]
+    code, text = run("verify", ref, "--key", str(published["other"]))
+    assert code == 3, text
+    code, text = run("verify", published["ref"] + ":latest")
+    assert code == 2 and "neither a directory nor a registry reference by digest" in text
