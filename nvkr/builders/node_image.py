@@ -284,6 +284,15 @@ class NodeImageBuilder:
                 )
 
         packages = {pkg["name"] for pkg in (rootfs.get("metadata") or {}).get("packages", [])}
+        toolkit = "nvidia-container-toolkit" in packages
+        nvidia = p["nvidiaRuntime"] if p["nvidiaRuntime"] is not None else toolkit
+        if nvidia and not toolkit:
+            raise BuildError(
+                "nvidiaRuntime: true, but the rootfs holds no nvidia-container-toolkit package "
+                "(containerd's nvidia handler runs its nvidia-container-runtime)",
+                hint="add nvidia-container-toolkit from NVIDIA's apt repository to the apt "
+                "source, or leave nvidiaRuntime unset",
+            )
         deps = p["deps"]
         if "agent" in deps:
             agent = _primary(ctx, ctx.deps[deps["agent"]], "agent")
@@ -313,7 +322,7 @@ class NodeImageBuilder:
             "gpu": p["gpu"],
             "kubernetes": p["kubernetes"],
             "kubernetesVersion": p["kubernetesVersion"],
-            "nvidiaRuntime": p["nvidiaRuntime"],
+            "nvidiaRuntime": nvidia,
             "kubelet": p["kubelet"],
             "sandboxImage": p["sandboxImage"],
             "present": present,

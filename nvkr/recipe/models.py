@@ -396,9 +396,10 @@ class NodeImageArtifact(Strict):
         default_factory=dict,
         description="Optional. absolute path -> artifact name, or {artifact|source, path, mode}",
     )
-    nvidiaRuntime: bool = Field(
-        default=False,
-        description="Optional. configure containerd's nvidia runtime handler (the GPU stack is in the rootfs)",
+    nvidiaRuntime: bool | None = Field(
+        default=None,
+        description="Optional. containerd's nvidia runtime handler as the default runtime; "
+        "default: when the rootfs holds nvidia-container-toolkit",
     )
     kubelet: KubeletSettings = Field(default_factory=KubeletSettings)
     size: str = Field(
