@@ -241,27 +241,9 @@ def start_nvkr(
 def run_nvkr(
     *args: str, cwd: Path, store: Path, env: dict[str, str] | None = None, umask: int | None = None
 ) -> Result:
-    """Run the real CLI (``python -m nvkr``) in a subprocess, as a user would."""
-    full_env = {
-        **os.environ,
-        "NVKR_CACHE": str(store),
-        "NVKR_CONFIG": str(cwd / "no-config.yaml"),
-        **(env or {}),
-    }
-    if "SOURCE_DATE_EPOCH" not in (env or {}):
-        full_env.pop("SOURCE_DATE_EPOCH", None)
-    preexec = (lambda: os.umask(umask)) if umask is not None else None
-    proc = subprocess.run(
-        [sys.executable, "-m", "nvkr", *args],
-        cwd=cwd,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        preexec_fn=preexec,
-        timeout=900,
-        check=False,
-    )
-    return Result(proc.returncode, proc.stdout, proc.stderr)
+    """Run the real CLI (``python -m nvkr``) in a subprocess, as a user would (see
+    :func:`start_nvkr`), and wait for it (at most 900 s)."""
+    return start_nvkr(*args, cwd=cwd, store=store, env=env, umask=umask, timeout=900).result()
 
 
 def make_clone(dest: Path) -> Path:

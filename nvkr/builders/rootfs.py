@@ -31,7 +31,7 @@ from typing import Any
 from nvkr.builders import ActionContext, ActionSpec, PlanRefs
 from nvkr.canonical import sha256_bytes
 from nvkr.errors import IntegrityError, RecipeError, ToolError
-from nvkr.fetch.apt import keyring_path, read_manifest
+from nvkr.fetch.apt import file_sha256, keyring_path, read_manifest
 from nvkr.hosttools import package_version
 from nvkr.recipe import Variant
 from nvkr.recipe.models import AptSource, RootfsArtifact
@@ -42,14 +42,6 @@ ROOTFS_MEDIA_TYPE = "application/vnd.nvkr.rootfs.v1.tar"
 #: mmdebstrap hooks (builders/rootfs/): the initramfs is built once, at the end.
 ASSETS = Path(__file__).resolve().parents[2] / "builders" / "rootfs"
 PACKAGES_MEDIA_TYPE = "application/vnd.nvkr.rootfs.packages.v1+json"
-
-
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return "sha256:" + h.hexdigest()
 
 
 _MACHINE_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
@@ -137,7 +129,7 @@ class RootfsBuilder:
                 raise IntegrityError(
                     f"package {pkg['name']} {pkg['version']} ({pkg['sha256']}) is not in the store"
                 )
-            actual = _file_sha256(blob)
+            actual = file_sha256(blob)
             if actual != pkg["sha256"]:
                 raise IntegrityError(
                     f"package {pkg['name']} {pkg['version']} ({pkg['arch']}): the store's copy "
@@ -209,7 +201,7 @@ class RootfsBuilder:
         lines = []
         for repo in p["repositories"]:
             path = keyring_path(spec.apt[repo["name"]], src.base_dir)
-            if not path.is_file() or _file_sha256(path) != repo["keyring"]:
+            if not path.is_file() or file_sha256(path) != repo["keyring"]:
                 raise IntegrityError(
                     f"apt repository {repo['name']!r}: keyring {path} is missing or differs from "
                     f"the lockfile's {repo['keyring']}",

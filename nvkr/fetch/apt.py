@@ -52,7 +52,8 @@ def keyring_path(repo: AptRepository, base_dir: Path) -> Path:
     return p if p.is_absolute() else base_dir / p
 
 
-def _file_sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """``sha256:<hex>`` of the file at ``path`` (read in 1 MiB chunks)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(1 << 20):
@@ -319,7 +320,7 @@ def _fetch_debs(name: str, packages: list[dict[str, Any]], ctx: FetchContext) ->
 
 def _keyrings(source: AptSource, base_dir: Path) -> dict[str, str]:
     return {
-        name: _file_sha256(keyring_path(repo, base_dir))
+        name: file_sha256(keyring_path(repo, base_dir))
         for name, repo in sorted(source.apt.items())
         if keyring_path(repo, base_dir).is_file()
     }

@@ -223,6 +223,19 @@ class ImageFile(Strict):
         return self
 
 
+def _file_refs(files: dict[str, str | ImageFile]) -> list[tuple[tuple[str, ...], str, str]]:
+    """The references of a ``files`` map (container images, node images)."""
+    refs: list[tuple[tuple[str, ...], str, str]] = []
+    for dest, entry in files.items():
+        if isinstance(entry, str):
+            refs.append((("files", dest), "artifact", entry))
+        elif entry.artifact is not None:
+            refs.append((("files", dest, "artifact"), "artifact", entry.artifact))
+        elif entry.source is not None:
+            refs.append((("files", dest, "source"), "source", entry.source))
+    return refs
+
+
 class ContainerImageArtifact(Strict):
     """An OCI container image per variant arch, joined across arches in an image index.
 
@@ -271,14 +284,7 @@ class ContainerImageArtifact(Strict):
             refs.append((("context",), "source", self.context))
         if self.revisionSource is not None:
             refs.append((("revisionSource",), "source", self.revisionSource))
-        for dest, entry in self.files.items():
-            if isinstance(entry, str):
-                refs.append((("files", dest), "artifact", entry))
-            elif entry.artifact is not None:
-                refs.append((("files", dest, "artifact"), "artifact", entry.artifact))
-            elif entry.source is not None:
-                refs.append((("files", dest, "source"), "source", entry.source))
-        return refs
+        return refs + _file_refs(self.files)
 
     @model_validator(mode="after")
     def _backend_fields(self) -> ContainerImageArtifact:
@@ -421,14 +427,7 @@ class NodeImageArtifact(Strict):
             refs.append((("agent",), "artifact", self.agent))
         if self.kubePackages is not None:
             refs.append((("kubePackages",), "artifact", self.kubePackages))
-        for dest, entry in self.files.items():
-            if isinstance(entry, str):
-                refs.append((("files", dest), "artifact", entry))
-            elif entry.artifact is not None:
-                refs.append((("files", dest, "artifact"), "artifact", entry.artifact))
-            elif entry.source is not None:
-                refs.append((("files", dest, "source"), "source", entry.source))
-        return refs
+        return refs + _file_refs(self.files)
 
 
 Artifact = Annotated[
