@@ -41,7 +41,7 @@ MANIFEST_VERSION = 1
 #: apt-get output that means a Release file failed its signature check.
 _SIGNATURE_FAILURE = re.compile(
     r"NO_PUBKEY|BADSIG|EXPKEYSIG|is not signed|signatures (?:were|couldn't be) (?:invalid|verified)"
-    r"|not signed|Signed-By|OpenPGP signature verification failed",
+    r"|not signed|OpenPGP signature verification failed",
 )
 _PRINT_URI = re.compile(r"^'(?P<uri>[^']+)' (?P<file>\S+) (?P<size>\d+)(?: (?P<hash>\S+))?$")
 
@@ -49,7 +49,8 @@ _PRINT_URI = re.compile(r"^'(?P<uri>[^']+)' (?P<file>\S+) (?P<size>\d+)(?: (?P<h
 def keyring_path(repo: AptRepository, base_dir: Path) -> Path:
     """The keyring file of ``repo``: absolute, or relative to the declaring recipe's directory."""
     p = Path(repo.keyring)
-    return p if p.is_absolute() else base_dir / p
+    # absolute: apt reads a relative signed-by value as a key fingerprint
+    return p if p.is_absolute() else (base_dir / p).absolute()
 
 
 def file_sha256(path: Path) -> str:

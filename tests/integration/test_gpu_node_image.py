@@ -131,10 +131,10 @@ def _read(raw: Path, path: str) -> str:
 
 
 def test_gpu_stack_from_a_signed_apt_repo_and_kube_binaries_from_a_mirror(
-    gpu_apt_repo: AptRepo, mirror: K8sMirror, default_build, tmp_path: Path
+    gpu_apt_repo: AptRepo, mirror: K8sMirror, seed_store, tmp_path: Path
 ) -> None:
     project = _project(tmp_path, gpu_apt_repo, _go_sha256())
-    store = default_build.store  # holds Debian's .debs and the Go toolchain already
+    store = seed_store(tmp_path / "store")  # Debian's .debs and the Go toolchain, fetched before
     locked = run_nvkr("lock", "gpu-node.yaml", *mirror.mirror_args(), cwd=project, store=store)
     assert locked.code == 0, locked.stderr
     lock = json.loads((project / "lockfiles" / "gpu-node.lock.json").read_text())
@@ -145,7 +145,15 @@ def test_gpu_stack_from_a_signed_apt_repo_and_kube_binaries_from_a_mirror(
     assert debs["libnvidia-container1"]["url"].startswith(str(gpu_apt_repo.url))
     assert debs["containerd"]["url"].startswith("http://deb.debian.org/debian/pool/")
 
-    built = run_nvkr("build", "--locked", *mirror.mirror_args(), "--json", cwd=project, store=store)
+    built = run_nvkr(
+        "build",
+        "gpu-node.yaml",
+        "--locked",
+        *mirror.mirror_args(),
+        "--json",
+        cwd=project,
+        store=store,
+    )
     assert built.code == 0, built.stderr
     layout = project / "dist" / "gpu-node"
     from nvkr.releaseset import read_metadata
@@ -182,11 +190,12 @@ def test_gpu_stack_from_a_signed_apt_repo_and_kube_binaries_from_a_mirror(
 
 
 def test_a_gpu_repo_whose_signature_fails_is_refused_at_lock(
-    gpu_apt_repo: AptRepo, default_build, tmp_path: Path
+    gpu_apt_repo: AptRepo, mirror: K8sMirror, seed_store, tmp_path: Path
 ) -> None:
     project = _project(tmp_path, gpu_apt_repo, _go_sha256())
     gpu_apt_repo.resign_with_other_key()
-    res = run_nvkr("lock", "gpu-node.yaml", cwd=project, store=default_build.store)
+    store = seed_store(tmp_path / "store")
+    res = run_nvkr("lock", "gpu-node.yaml", *mirror.mirror_args(), cwd=project, store=store)
     assert res.code == 3, res.stderr
     assert "error[NVKR-E-INTEGRITY]" in res.stderr and "Release signature" in res.stderr
     assert not (project / "lockfiles" / "gpu-node.lock.json").exists()
