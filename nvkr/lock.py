@@ -53,6 +53,24 @@ def _spec_key(name: str, spec: dict[str, Any]) -> bytes:
     return canonical_json([name, spec])
 
 
+def _differences(old: Any, new: Any, path: str = "") -> list[str]:
+    """``field.path: old -> new`` for every leaf that differs between two specs (maps are
+    walked, so a changed package pin reads ``packages.socat: '1.7.4.4-2' -> '1.7.4.4-3'``)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: list[str] = []
+        for k in sorted({*old, *new}):
+            if old.get(k) != new.get(k):
+                sub = f"{path}.{k}" if path else str(k)
+                if k not in old:
+                    out.append(f"{sub}: added {new[k]!r}")
+                elif k not in new:
+                    out.append(f"{sub}: removed (was {old[k]!r})")
+                else:
+                    out += _differences(old[k], new[k], sub)
+        return out
+    return [f"{path}: {old!r} -> {new!r}"]
+
+
 def read_lock(path: Path) -> dict[str, Any] | None:
     """The lock document at ``path``, or None when there is none.
 
@@ -163,9 +181,11 @@ class Resolver:
                 if key in self._entries:
                     continue
                 if name in by_name:
-                    old = by_name[name][0]["spec"]
-                    changed = sorted(k for k in {*old, *spec} if old.get(k) != spec.get(k))
-                    detail = ", ".join(f"{k}: {old.get(k)!r} -> {spec.get(k)!r}" for k in changed)
+                    # compare with the entry this variant used (the arm64 entry for an arm64
+                    # variant), else the first of that name
+                    mine = [e for e in by_name[name] if variant.id in (e.get("variants") or [])]
+                    old = (mine or by_name[name])[0]["spec"]
+                    detail = ", ".join(_differences(old, spec))
                     problem = f"source {name!r} changed since the lock: {detail}"
                 else:
                     problem = f"source {name!r} is not in the lockfile"

@@ -229,7 +229,10 @@ class _ArtifactPlanner:
             artifact = variant.recipe.artifacts[name]
             builder = get_builder(artifact.builder)
             spec = builder.plan(name, artifact, variant, _Refs(self, variant, name))
-            label = f"{name} [{variant.arch}]" if builder.per_arch else name
+            # a builder whose output differs per GPU generation names it too (node images)
+            axes = [variant.gpu] if getattr(builder, "per_gpu", False) else []
+            axes += [variant.arch] if builder.per_arch else []
+            label = f"{name} [{' '.join(axes)}]" if axes else name
             action = self._add(
                 _new_action(builder.name, builder.version, label, spec, self.epoch), variant
             )

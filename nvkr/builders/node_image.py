@@ -42,7 +42,7 @@ from nvkr.errors import BuildError, RecipeError, ToolError
 from nvkr.hosttools import package_version
 from nvkr.oci import mediatypes as mt
 from nvkr.recipe import Variant
-from nvkr.recipe.models import ImageFile, NodeImageArtifact
+from nvkr.recipe.models import ImageFile, KubeletSettings, NodeImageArtifact
 from nvkr.repro import tar_bytes
 from nvkr.run import run
 from nvkr.sbom.debian import tree_licenses
@@ -50,6 +50,16 @@ from nvkr.sbom.debian import tree_licenses
 #: Builder assets: the Jinja2 templates and diskimage-builder elements.
 ASSETS = Path(nvkr.__file__).resolve().parent.parent / "builders" / "node-image"
 SANDBOX_IMAGE = "registry.k8s.io/pause:3.10"
+#: The templates in ASSETS the builder renders (all of them on every build).
+TEMPLATES = (
+    "nvkr-node-agent.service.j2",
+    "containerd-config.toml.j2",
+    "kubelet.service.j2",
+    "20-nvkr-kubelet.conf.j2",
+    "kubelet-config.yaml.j2",
+    "kubernetes-modules.conf.j2",
+    "kubernetes-sysctl.conf.j2",
+)
 _UNITS = "etc/systemd/system"
 _WANTS = f"{_UNITS}/multi-user.target.wants"
 
@@ -79,6 +89,7 @@ class NodeImageBuilder:
     name = "node-image"
     version = "1"
     per_arch = True
+    per_gpu = True  # labels name the GPU generation: each variant has its own image
     release_kind = "machine-image"
 
     def plan(
@@ -100,6 +111,7 @@ class NodeImageBuilder:
                     f"artifact {artifact_name!r}: agent {artifact.agent!r} must be a go-binary artifact"
                 )
             deps["agent"] = agent.key
+        kubelet_staged = False
         if artifact.kubePackages is not None:
             kube = refs.artifact(artifact.kubePackages)
             if kube.builder != "kube-packages":
@@ -108,6 +120,17 @@ class NodeImageBuilder:
                     "a kube-packages artifact"
                 )
             deps["kubePackages"] = kube.key
+            kubelet_staged = any(f.get("name") == "kubelet" for f in kube.params.get("files", []))
+        if artifact.kubelet != KubeletSettings() and not (
+            kubelet_staged or _rootfs_has_kubelet(rootfs)
+        ):
+            raise RecipeError(
+                f"artifact {artifact_name!r}: kubelet settings are given but the image stages no "
+                "kubelet (neither kubePackages nor the rootfs's packages hold one), so they "
+                "would be dropped",
+                hint="add kubelet to a kube-packages artifact (or the apt source), or remove "
+                "the kubelet settings",
+            )
         files: list[dict[str, Any]] = []
         inputs: dict[str, str] = {"assets": assets_digest()}
         sources = {}
@@ -342,8 +365,11 @@ class NodeImageBuilder:
                 ("kubernetes-modules.conf.j2", "etc/modules-load.d/kubernetes.conf", False),
                 ("kubernetes-sysctl.conf.j2", "etc/sysctl.d/90-kubernetes.conf", False),
             ]
+        # every template is rendered, used or not: a broken one fails every build, not only
+        # the builds of recipes that happen to stage a kubelet
+        texts = {t: render_template(env, t, values) for t in TEMPLATES}
         for template, dest, enable in rendered:
-            text = render_template(env, template, values)
+            text = texts[template]
             put(dest, text.encode(), 0o644, binary=False)
             if enable:
                 link = _inside(tree, f"{_WANTS}/{Path(dest).name}")
@@ -388,6 +414,11 @@ def _phase(ctx: ActionContext, timings: dict[str, int], name: str) -> Iterator[N
     yield
     timings[name] = int((time.monotonic() - start) * 1000)
     _log(ctx, f"phase {name}: {timings[name] / 1000:.2f} s")
+
+
+def _rootfs_has_kubelet(rootfs: Any) -> bool:
+    """The rootfs action installs a package named ``kubelet`` (pkgs.k8s.io's)."""
+    return "kubelet" in (rootfs.params.get("include") or [])
 
 
 def _mkdirs(path: Path) -> None:

@@ -113,10 +113,19 @@ def command(
     from nvkr.boot import AGENT_LABELS, boot_test, check_agent_labels
 
     if target.is_dir():
+        from nvkr.cli.common import require_layout
+
+        require_layout(target)
         images = _images_of_set(target, artifact, variant)
     elif target.is_file():
         if artifact or variant:
             raise UsageError("--artifact and --variant select images in a release set directory")
+        with open(target, "rb") as f:
+            if f.read(4) != b"QFI\xfb":
+                raise UsageError(
+                    f"{target} is not a QCOW2 image (no QFI magic)",
+                    hint="give a .qcow2 file or a release set directory (dist/<name>)",
+                )
         images = [{"label": str(target), "path": target, "arch": arch, "digest": None}]
     else:
         raise UsageError(f"{target}: no such file or directory")

@@ -103,7 +103,11 @@ def command(
             return
         if kind == "source-fetch":
             src = fields["source"]
-            uri = src.descriptor().get("uri", src.name)
+            uri = src.descriptor().get("uri") or (
+                f"{len(src.entry.get('packages') or [])} .debs ({src.entry.get('arch')})"
+                if src.entry.get("kind") == "apt"
+                else src.name
+            )
             console.print(f"  [cyan]fetching[/] {escape(src.name)} [dim]{escape(uri)}[/]")
             return
         if action is None:

@@ -48,12 +48,15 @@ def load_release_set(
 
     layout = Path(source)
     if layout.is_dir():
+        from nvkr.cli.common import require_layout
         from nvkr.oci.layout import LayoutReader
+
+        require_layout(layout)
         from nvkr.releaseset import read_metadata
         from nvkr.releaseset.signing import release_set_entry
 
         return read_metadata(layout), release_set_entry(LayoutReader(layout))
-    if layout.exists() or "/" not in source:
+    if layout.exists() or "/" not in source or source.startswith(("/", "./", "../")):
         raise UsageError(
             f"{source} is neither a release set directory nor a registry reference",
             hint="give dist/<name> or REGISTRY/REPOSITORY:TAG",

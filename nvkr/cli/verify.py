@@ -79,6 +79,9 @@ def command(
 
     public_keys = [load_public_key(k) for k in keys]
     if path.is_dir():
+        from nvkr.cli.common import require_layout
+
+        require_layout(path)
         _verify(app, path, public_keys, policy, as_json, rebuild, project, seed_store, jobs)
         return
     if "@sha256:" not in str(path):
@@ -157,7 +160,7 @@ def _print(doc: dict[str, Any]) -> None:
         prov = "provenance" if art["provenance"] else "no provenance"
         sboms = f", {len(art['sboms'])} SBOM" if art["sboms"] else ""
         click.echo(
-            f"  {art['kind']:<7} {art['name']:<24} {art['digest'][:19]}  {prov}{sboms}, "
+            f"  {art['kind']:<13} {art['name']:<24} {art['digest'][:19]}  {prov}{sboms}, "
             f"{_signed(art['signatures'])}"
         )
     if doc["policy"] is not None:

@@ -138,3 +138,33 @@ def test_staged_directories_are_0755_whatever_the_umask(tmp_path: Path) -> None:
         os.umask(old)
     for d in ("etc", "etc/kubernetes", "etc/kubernetes/kubelet.service.d"):
         assert (tmp_path / d).stat().st_mode & 0o777 == 0o755, d
+
+
+def test_kubelet_settings_without_a_kubelet_are_refused(tmp_path: Path) -> None:
+    """The default recipe stages kubectl only: kubelet settings on its node image would be
+    dropped silently, so planning refuses them, naming the artifact."""
+    from tests.conftest import make_clone, run_nvkr
+
+    clone = make_clone(tmp_path / "clone")
+    recipe = clone / "recipes" / "default.yaml"
+    text = recipe.read_text()
+    assert "    size: 4GiB\n" in text
+    recipe.write_text(
+        text.replace("    size: 4GiB\n", "    size: 4GiB\n    kubelet: {maxPods: 50}\n")
+    )
+    res = run_nvkr("plan", "--offline", cwd=clone, store=tmp_path / "store")
+    assert res.code == 2, res.stderr
+    assert "artifact 'node-image': kubelet settings are given but the image stages no kubelet" in (
+        res.stderr
+    )
+
+
+def test_every_staging_template_is_known_and_renders() -> None:
+    """Each staging template in builders/node-image/ (the disk's own, grub.cfg and fstab, are
+    rendered by nvkr.disk) is in TEMPLATES, which the builder renders on every build."""
+    env = node_image._template_env()
+    disk_templates = {"grub.cfg.j2", "fstab.j2"}
+    on_disk = {p.name for p in node_image.ASSETS.glob("*.j2")} - disk_templates
+    assert on_disk == set(node_image.TEMPLATES)
+    for name in node_image.TEMPLATES:
+        render_template(env, name, VALUES)
