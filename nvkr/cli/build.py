@@ -141,7 +141,7 @@ def command(
         session.resolver.check_locked(session.variants, all_variants=session.all_variants)
     if not session.all_variants and not as_json:
         console.print(
-            f"[yellow]note:[/] building {len(session.variants)} selected variants: each release set in "
+            f"[yellow]note:[/] building {_n(len(session.variants), 'selected variant')}: each release set in "
             f"{out} holds only those (use another --out to keep a full build)"
         )
     with session.store.lock():

@@ -61,4 +61,4 @@ def command(
     click.echo(f"build digest {plan.build_digest}")
     for key, action in plan.actions.items():
         state = "cached" if session.store.get_action(key) is not None else "to build"
-        click.echo(f"  {key[7:19]}  {action.builder:<12} {action.name:<40} {state}")
+        click.echo(f"  {key[7:19]}  {action.builder:<15} {action.name:<40} {state}")
