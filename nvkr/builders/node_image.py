@@ -22,6 +22,7 @@ hands the tree to diskimage-builder instead (:mod:`nvkr.builders.dib`).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -70,8 +71,10 @@ def size_bytes(size: str) -> int:
     return int(size[:-3]) * unit
 
 
+@functools.cache
 def assets_digest() -> str:
-    """``sha256:<hex>`` of the builder's asset directory (templates enter every action key)."""
+    """``sha256:<hex>`` of the builder's asset directory (templates enter every action key);
+    hashed once per process, planning asks for it per variant."""
     return sha256_bytes(tar_bytes(ASSETS, epoch=0))
 
 
