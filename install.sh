@@ -11,7 +11,7 @@ cd "$(dirname "$0")"
 sudo=""
 [ "$(id -u)" = 0 ] || sudo="sudo"
 packages=(git skopeo umoci ca-certificates docker-registry podman buildah runc uidmap
-  debian-archive-keyring mmdebstrap e2fsprogs fdisk dosfstools mtools grub-common qemu-utils
+  debian-archive-keyring gnupg mmdebstrap e2fsprogs fdisk dosfstools mtools grub-common qemu-utils
   qemu-user-static binfmt-support arch-test qemu-system-x86 seabios ipxe-qemu qemu-system-arm
   qemu-efi-aarch64 ovmf grub-pc-bin grub-efi-amd64-bin)
 python3 -m venv --help >/dev/null 2>&1 && python3 -c "import ensurepip" 2>/dev/null || packages+=(python3-venv)

@@ -428,11 +428,28 @@ class AptRepo:
         self.reindex(sign=sign)
         return new
 
+    @property
+    def flat(self) -> bool:
+        """A flat repository (suite ``/``: ``Packages`` and ``Release`` at the root, as NVIDIA's
+        CUDA repositories are laid out) rather than ``dists/<suite>/<component>/...``."""
+        return self.suite == "/"
+
+    @property
+    def dist(self) -> Path:
+        """The directory holding ``Release``: ``dists/<suite>``, or the root when flat."""
+        return self.root if self.flat else self.root / "dists" / self.suite
+
     def reindex(self, *, sign: bool = True) -> None:
         """Rewrite every Packages, Packages.gz and Release from :attr:`debs`; sign with the
         repository's key (``sign=False``: drop InRelease and Release.gpg)."""
-        dist = self.root / "dists" / self.suite
+        dist = self.dist
         index_files: list[str] = []
+        if self.flat:  # one index for every arch, Filename relative to the root
+            listed = sorted(self.debs, key=lambda d: (d.spec.name, d.spec.version, d.spec.arch))
+            text = "\n".join(_stanza(d) for d in listed).encode()
+            (dist / "Packages").write_bytes(text)
+            (dist / "Packages.gz").write_bytes(_gzip(text))
+            index_files += ["Packages", "Packages.gz"]
         for component in self.components:
             for arch in self.arches:
                 rel = f"{component}/binary-{arch}"
@@ -452,11 +469,10 @@ class AptRepo:
         lines = [
             f"Origin: {ORIGIN}",
             f"Label: {ORIGIN}",
-            f"Suite: {self.suite}",
-            f"Codename: {self.suite}",
+            *([] if self.flat else [f"Suite: {self.suite}", f"Codename: {self.suite}"]),
             f"Date: {release_date(self.epoch)}",
             f"Architectures: {' '.join(self.arches)}",
-            f"Components: {' '.join(self.components)}",
+            *([] if self.flat else [f"Components: {' '.join(self.components)}"]),
             "Description: nvkr test repository",
         ]
         for title, algo in (("MD5Sum", hashlib.md5), ("SHA256", hashlib.sha256)):
@@ -475,14 +491,14 @@ class AptRepo:
         """Sign the same Release with a new key that ``keyring`` does not hold (apt: NO_PUBKEY)."""
         other = _Gpg()
         try:
-            other.sign(self.root / "dists" / self.suite / "Release")
+            other.sign(self.dist / "Release")
         finally:
             other.close()
 
     def corrupt_release(self) -> None:
         """Change a byte of the signed text of ``Release`` and ``InRelease`` after signing
         (apt: BADSIG; the hashes in it still match the indexes)."""
-        dist = self.root / "dists" / self.suite
+        dist = self.dist
         for name in ("Release", "InRelease"):
             path = dist / name
             text = path.read_text()
@@ -502,7 +518,7 @@ class AptRepo:
     def _build(self, spec: DebSpec) -> BuiltDeb:
         if spec.arch not in (*self.arches, "all"):
             raise ValueError(f"{spec.name}: arch {spec.arch} is not among {self.arches} or all")
-        if spec.component not in self.components:
+        if self.components and spec.component not in self.components:
             raise ValueError(f"{spec.name}: component {spec.component} is not {self.components}")
         out = self.root / spec.pool_path
         control = build_deb(spec, out, epoch=self.epoch)
@@ -549,7 +565,7 @@ def build_apt_repo(
     for spec in packages:
         if spec.arch not in (*arches, "all"):
             raise ValueError(f"{spec.name}: arch {spec.arch} is not among {arches} or all")
-        if spec.component not in components:
+        if components and spec.component not in components:
             raise ValueError(f"{spec.name}: component {spec.component} is not in {components}")
         if spec.pool_path in seen:
             raise ValueError(f"{spec.name} and {seen[spec.pool_path].name} share {spec.pool_path}")

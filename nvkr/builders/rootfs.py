@@ -100,7 +100,14 @@ class RootfsBuilder:
             }
             for name, repo in sorted(spec.apt.items())
         ]
-        suites = [r["suite"] for r in repos]
+        # The suite mmdebstrap installs the base set from: the first non-flat repository's
+        # (a flat vendor repository, such as NVIDIA's, has none).
+        suites = [r["suite"] for r in repos if not r["suite"].endswith("/")]
+        if not suites:
+            raise RecipeError(
+                f"artifact {artifact_name!r}: apt source {artifact.packages!r} has only flat "
+                "repositories; the base system needs a distribution suite (e.g. bookworm)"
+            )
         params = {
             "arch": spec.arch,
             "base": spec.base,
@@ -200,7 +207,11 @@ class RootfsBuilder:
         keyrings.mkdir(parents=True)
         lines = []
         for repo in p["repositories"]:
-            path = keyring_path(spec.apt[repo["name"]], src.base_dir)
+            declared = spec.apt[repo["name"]]
+            if isinstance(declared.keyring, str):
+                path = keyring_path(declared, src.base_dir)
+            else:  # fetched at lock time, kept in the store under its locked digest
+                path = ctx.store.blob_path(repo["keyring"])
             if not path.is_file() or file_sha256(path) != repo["keyring"]:
                 raise IntegrityError(
                     f"apt repository {repo['name']!r}: keyring {path} is missing or differs from "
@@ -210,10 +221,8 @@ class RootfsBuilder:
             suffix = ".asc" if path.read_bytes()[:5] == b"-----" else ".gpg"
             dest = keyrings / f"nvkr-{repo['name']}{suffix}"
             shutil.copyfile(path, dest)
-            lines.append(
-                f"deb [signed-by=/etc/apt/keyrings/{dest.name}] {repo['url']} "
-                f"{repo['suite']} {' '.join(repo['components'])}"
-            )
+            line = f"deb [signed-by=/etc/apt/keyrings/{dest.name}] {repo['url']} {repo['suite']}"
+            lines.append(" ".join([line, *repo["components"]]))
         (overlay / "etc/apt/sources.list").write_text(
             "# written by nvkr from the recipe's apt repositories\n" + "\n".join(lines) + "\n"
         )

@@ -33,7 +33,7 @@ from nvkr.canonical import canonical_json, sha256_bytes
 from nvkr.errors import AptError, FetchError, IntegrityError, LockError, ToolError
 from nvkr.fetch.context import FetchContext, check_entry
 from nvkr.fetch.http import download
-from nvkr.recipe.models import AptRepository, AptSource
+from nvkr.recipe.models import AptKeyring, AptRepository, AptSource
 from nvkr.run import pinned_env, run
 
 MANIFEST_VERSION = 1
@@ -47,10 +47,115 @@ _PRINT_URI = re.compile(r"^'(?P<uri>[^']+)' (?P<file>\S+) (?P<size>\d+)(?: (?P<h
 
 
 def keyring_path(repo: AptRepository, base_dir: Path) -> Path:
-    """The keyring file of ``repo``: absolute, or relative to the declaring recipe's directory."""
+    """The keyring file of a repository whose ``keyring`` is a path: absolute, or relative to
+    the declaring recipe's directory. (A fetched ``{url, fingerprint}`` keyring lives in the
+    store: :func:`keyring_file`.)"""
+    assert isinstance(repo.keyring, str)
     p = Path(repo.keyring)
     # absolute: apt reads a relative signed-by value as a key fingerprint
     return p if p.is_absolute() else (base_dir / p).absolute()
+
+
+def primary_fingerprints(path: Path, tmp_dir: Path) -> list[str]:
+    """The v4 fingerprints (upper-case hex) of every primary key in an OpenPGP key file.
+
+    Raises:
+        IntegrityError: gpg cannot read the file as OpenPGP keys.
+    """
+    home = Path(tempfile.mkdtemp(prefix="gpg-", dir=tmp_dir))
+    try:
+        home.chmod(0o700)
+        proc = run(
+            ["gpg", "--homedir", str(home), "--batch", "--with-colons", "--show-keys", str(path)],
+            env=pinned_env(home=home),
+            check=False,
+        )
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    fprs: list[str] = []
+    last = ""
+    for line in proc.stdout.decode(errors="replace").splitlines():
+        fields = line.split(":")
+        if fields[0] in ("pub", "sub", "sec", "ssb"):
+            last = fields[0]
+        elif fields[0] == "fpr" and last == "pub" and len(fields) > 9:
+            fprs.append(fields[9].upper())
+            last = ""
+    if proc.returncode != 0 or not fprs:
+        raise IntegrityError(
+            f"{path} holds no OpenPGP public key gpg can read: "
+            + proc.stderr.decode(errors="replace").strip()[-300:]
+        )
+    return fprs
+
+
+def _fetch_keyring(
+    name: str, repo_name: str, keyring: AptKeyring, ctx: FetchContext, locked: str | None
+) -> str:
+    """Make the store hold ``keyring``'s file; return its ``sha256:<hex>``.
+
+    With ``locked`` (a lock entry's digest) the stored or downloaded file must hash to it; without
+    (lock time) the downloaded file must hold exactly one primary key, ``keyring.fingerprint``.
+    """
+    if locked and ctx.store.has_blob(locked):
+        return locked
+    what = f"source {name!r}: apt repository {repo_name!r} keyring"
+    ctx.require_online(name, f"the keyring of apt repository {repo_name!r} ({keyring.url})")
+    blob = download(
+        ctx.mirrors.rewrite(keyring.url),
+        ctx.store,
+        what=what,
+        expected={"sha256": locked} if locked else {},
+        origin=keyring.url,
+    )
+    digest = blob.digests["sha256"]
+    if locked is None:
+        want = keyring.fingerprint.upper()
+        got = primary_fingerprints(ctx.store.blob_path(digest), ctx.store.tmp_dir)
+        if got != [want]:
+            raise IntegrityError(
+                f"{what} from {keyring.url} holds the key(s) {', '.join(got)}, "
+                f"the recipe pins exactly {want}",
+                hint="check the fingerprint the publisher lists; nothing was locked",
+            )
+    return digest
+
+
+def keyring_file(
+    name: str,
+    repo_name: str,
+    repo: AptRepository,
+    ctx: FetchContext,
+    base_dir: Path,
+    dest_dir: Path,
+    locked: str | None = None,
+) -> tuple[Path, str]:
+    """A file apt can use as ``signed-by`` for ``repo``, and its ``sha256:<hex>``.
+
+    A path keyring is used where it is; a fetched keyring is copied from the store into
+    ``dest_dir`` as ``nvkr-<repo>.asc`` (armored) or ``.gpg`` (binary), since apt tells the two
+    formats apart by the file name.
+
+    Raises:
+        AptError: a path keyring does not exist.
+        IntegrityError: a fetched key's fingerprint differs from the pin, or a stored or
+            downloaded file differs from ``locked`` (exit 3).
+    """
+    if isinstance(repo.keyring, str):
+        path = keyring_path(repo, base_dir)
+        if not path.is_file():
+            raise AptError(
+                f"apt repository {repo_name!r}: keyring {path} does not exist",
+                hint="install the keyring package (debian-archive-keyring) or fix 'keyring'",
+            )
+        return path, file_sha256(path)
+    digest = _fetch_keyring(name, repo_name, repo.keyring, ctx, locked)
+    data = ctx.store.read_blob(digest)
+    if sha256_bytes(data) != digest:
+        raise IntegrityError(f"the store's keyring blob {digest} does not hash to its name")
+    dest = dest_dir / f"nvkr-{repo_name}{'.asc' if data[:5] == b'-----' else '.gpg'}"
+    dest.write_bytes(data)
+    return dest, digest
 
 
 def file_sha256(path: Path) -> str:
@@ -126,19 +231,22 @@ def _apt_options(root: Path, arch: str) -> list[str]:
     return out
 
 
-def _sources_list(source: AptSource, ctx: FetchContext, base_dir: Path) -> str:
+def _sources_list(
+    name: str, source: AptSource, ctx: FetchContext, base_dir: Path, root: Path
+) -> tuple[str, dict[str, str]]:
+    """apt's sources.list for ``source`` and the sha256 of each repository's keyring."""
     lines = []
-    for name, repo in sorted(source.apt.items()):
-        keyring = keyring_path(repo, base_dir)
-        if not keyring.is_file():
-            raise AptError(
-                f"apt repository {name!r}: keyring {keyring} does not exist",
-                hint="install the keyring package (debian-archive-keyring) or fix 'keyring'",
-            )
+    digests: dict[str, str] = {}
+    keydir = root / "etc/apt/keyrings"
+    keydir.mkdir(parents=True, exist_ok=True)
+    for repo_name, repo in sorted(source.apt.items()):
+        keyring, digests[repo_name] = keyring_file(name, repo_name, repo, ctx, base_dir, keydir)
         url = ctx.mirrors.rewrite(repo.url.rstrip("/"))
-        comps = " ".join(repo.components)
-        lines.append(f"deb [signed-by={keyring} arch={source.arch}] {url} {repo.suite} {comps}")
-    return "\n".join(lines) + "\n"
+        if repo.flat:
+            url += "/"
+        line = f"deb [signed-by={keyring} arch={source.arch}] {url} {repo.suite}"
+        lines.append(" ".join([line, *repo.components]))
+    return "\n".join(lines) + "\n", digests
 
 
 def _repo_for_uri(uri: str, source: AptSource, ctx: FetchContext) -> tuple[str, str]:
@@ -232,9 +340,10 @@ def _sha256_sums(
 
 def _resolve_packages(
     name: str, source: AptSource, ctx: FetchContext, base_dir: Path
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], dict[str, str]]:
     with _apt_root(ctx) as root:
-        (root / "etc/apt/sources.list").write_text(_sources_list(source, ctx, base_dir))
+        sources_list, keyrings = _sources_list(name, source, ctx, base_dir, root)
+        (root / "etc/apt/sources.list").write_text(sources_list)
         opts = _apt_options(root, source.arch)
         env = pinned_env(home=root)
         log = root / "apt.log"
@@ -255,7 +364,7 @@ def _resolve_packages(
             ) from e
         selection = _selection(source)
         if not selection:
-            return []
+            return [], keyrings
         proc = run(
             ["apt-get", *opts, "install", "--print-uris", "-y", "-qq", *selection],
             env=env,
@@ -293,7 +402,7 @@ def _resolve_packages(
             raise AptError(
                 f"source {name!r}: apt did not select {pkg} {version} (got {have.get(pkg)})"
             )
-    return packages
+    return packages, keyrings
 
 
 def _fetch_debs(name: str, packages: list[dict[str, Any]], ctx: FetchContext) -> None:
@@ -319,14 +428,6 @@ def _fetch_debs(name: str, packages: list[dict[str, Any]], ctx: FetchContext) ->
             ) from e
 
 
-def _keyrings(source: AptSource, base_dir: Path) -> dict[str, str]:
-    return {
-        name: file_sha256(keyring_path(repo, base_dir))
-        for name, repo in sorted(source.apt.items())
-        if keyring_path(repo, base_dir).is_file()
-    }
-
-
 def resolve(name: str, source: AptSource, ctx: FetchContext, *, base_dir: Path) -> dict[str, Any]:
     """Lock an apt source: resolve its closure with apt, fetch and check every .deb.
 
@@ -342,7 +443,7 @@ def resolve(name: str, source: AptSource, ctx: FetchContext, *, base_dir: Path) 
         OfflineError: ``ctx.offline``.
     """
     ctx.require_online(name, "the apt repositories' metadata")
-    packages = _resolve_packages(name, source, ctx, base_dir)
+    packages, keyrings = _resolve_packages(name, source, ctx, base_dir)
     _fetch_debs(name, packages, ctx)
     data = manifest_bytes(source.arch, packages)
     digest = sha256_bytes(data)
@@ -352,7 +453,7 @@ def resolve(name: str, source: AptSource, ctx: FetchContext, *, base_dir: Path) 
         "kind": "apt",
         "arch": source.arch,
         "digest": digest,
-        "keyrings": _keyrings(source, base_dir),
+        "keyrings": keyrings,
         "packages": packages,
     }
 
@@ -383,6 +484,15 @@ def ensure(
                 hint="run `nvkr lock` to update the lockfile",
             )
     digest: str = resolved["digest"]
+    locked_keys = resolved.get("keyrings") or {}
+    for repo_name, repo in sorted(source.apt.items()):
+        if isinstance(repo.keyring, AptKeyring):
+            if repo_name not in locked_keys:
+                raise LockError(
+                    f"lock entry for source {name!r} has no keyring for repository {repo_name!r}",
+                    hint="run `nvkr lock` to update the lockfile",
+                )
+            _fetch_keyring(name, repo_name, repo.keyring, ctx, locked_keys[repo_name])
     if ctx.store.has_blob(digest) and all(ctx.store.has_blob(p["sha256"]) for p in packages):
         return digest
     data = manifest_bytes(source.arch, packages)

@@ -23,9 +23,11 @@ class FileReader:
 
     Attributes:
         files: every file read, in order, as reached (``recipes/base.yaml``), without repeats.
+        overrides: bytes to read instead of a file's, by resolved path (edits not yet written).
     """
 
     files: list[Path] = field(default_factory=list)
+    overrides: dict[Path, bytes] = field(default_factory=dict)
     _cache: dict[Path, Document] = field(default_factory=dict)
 
     def read(self, path: Path) -> Document:
@@ -33,7 +35,7 @@ class FileReader:
         key = path.resolve()
         cached = self._cache.get(key)
         if cached is None:
-            cached = read_yaml(path)
+            cached = read_yaml(path, self.overrides.get(key))
             self._cache[key] = cached
             self.files.append(path)
         return cached

@@ -13,12 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from nvkr.canonical import digest_json
+from nvkr.errors import RecipeError
 from nvkr.recipe.extends import FileReader, load_layers
 from nvkr.recipe.merge import merge_all
 from nvkr.recipe.models import Recipe
 from nvkr.recipe.overlays import OverlayLayer, build_layers, check_criteria
 from nvkr.recipe.validation import reject_floats, validate
-from nvkr.recipe.yamlsource import EMPTY, Document, LocationMap, locate
+from nvkr.recipe.yamlsource import EMPTY, Document, LocationMap, locate, where
+
+#: ``kind`` of a partial recipe file that leaf recipes ``extends`` (recipes/gpu/*.yaml, ...).
+LAYER_KIND = "RecipeLayer"
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,7 @@ class LoadedRecipe:
     overlays: tuple[OverlayLayer, ...] = field(default=(), repr=False, compare=False)
 
 
-def load_recipe(path: Path) -> LoadedRecipe:
+def load_recipe(path: Path, overrides: Mapping[Path, bytes] | None = None) -> LoadedRecipe:
     """Read the recipe at ``path`` and everything it extends; validate the merged result.
 
     ``extends`` entries are relative to the declaring file and applied in order as bases:
@@ -58,6 +62,9 @@ def load_recipe(path: Path) -> LoadedRecipe:
     ``null`` deleting the key. Base files may be partial; the merged document must be a whole
     :class:`~nvkr.recipe.models.Recipe`. Files named by criteria overlays are read too (for the
     digest and to fail early) but only applied per variant by :func:`nvkr.recipe.matrix.expand`.
+
+    ``overrides`` maps resolved file paths to bytes read instead of the files' (a recipe edit
+    checked before it is written); locations still name the files.
 
     Raises:
         RecipeError: unreadable file, YAML syntax error, duplicate key, schema errors (one
@@ -67,8 +74,16 @@ def load_recipe(path: Path) -> LoadedRecipe:
             ``extends`` cycle (naming the chain).
         UnknownBuilderError: an artifact names a builder nvkr does not have.
     """
-    reader = FileReader()
-    document = merge_all(load_layers(path, reader))
+    reader = FileReader(overrides={Path(k).resolve(): v for k, v in (overrides or {}).items()})
+    files = load_layers(path, reader)
+    own = files[-1]
+    if isinstance(own.data, Mapping) and own.data.get("kind") == LAYER_KIND:
+        raise RecipeError(
+            f"{where(own.locations, ('kind',))}: {LAYER_KIND} is a recipe layer, a "
+            "part other recipes extend; it cannot be built or locked on its own",
+            hint="use a leaf recipe that extends it (nvkr recipes list shows them)",
+        )
+    document = merge_all(files)
     recipe = validate(Recipe, document.data, document.locations)
     check_criteria(recipe, document.locations)
     layers = build_layers(recipe, document, reader)

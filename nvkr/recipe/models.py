@@ -13,8 +13,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"
-SHA256_PATTERN = r"^[0-9a-fA-F]{64}$"
-SHA512_PATTERN = r"^[0-9a-fA-F]{128}$"
+# A digest may be a template (per-arch pins held in vars); the rendered recipe is validated again,
+# where only the hex form can match.
+SHA256_PATTERN = r"^([0-9a-fA-F]{64}|\{\{.*\}\})$"
+SHA512_PATTERN = r"^([0-9a-fA-F]{128}|\{\{.*\}\})$"
 COMMIT_PATTERN = r"^([0-9a-f]{40}|[0-9a-f]{64})$"
 
 Name = Annotated[
@@ -107,19 +109,69 @@ class OciSource(Strict):
     )
 
 
+FINGERPRINT_PATTERN = r"^[0-9A-Fa-f]{40}$"
+
+
+class AptKeyring(Strict):
+    """A repository's signing key fetched from its publisher, pinned by OpenPGP fingerprint.
+
+    ``nvkr lock`` downloads ``url`` (through the mirrors), checks that the file holds exactly one
+    primary key and that its v4 fingerprint (RFC 4880 section 12.2) is ``fingerprint``, and
+    records the file's sha256 in the lockfile; builds use the stored copy, checked against it.
+    """
+
+    url: str = Field(description="Required. URL of the public key (armored or binary)")
+    fingerprint: str = Field(
+        pattern=FINGERPRINT_PATTERN,
+        description="Required. the primary key's 40-hex-digit fingerprint, as the publisher lists it",
+    )
+
+
 class AptRepository(Strict):
-    """One apt repository (``deb URL SUITE COMPONENTS``) whose Release file is signed by ``keyring``."""
+    """One apt repository (``deb URL SUITE COMPONENTS``) whose Release file is signed by ``keyring``.
+
+    A flat repository (``deb URL /``, as NVIDIA's CUDA repositories are laid out) has a suite
+    ending in ``/`` and no components.
+    """
 
     url: str = Field(description="Required. repository base URL, e.g. http://deb.debian.org/debian")
-    suite: str = Field(description="Required. suite (codename), e.g. bookworm or bookworm-updates")
+    suite: str = Field(
+        description="Required. suite (codename), e.g. bookworm or bookworm-updates; "
+        "'/' (or a path ending in '/') for a flat repository"
+    )
     components: list[str] = Field(
-        default_factory=lambda: ["main"], min_length=1, description="Optional. default [main]"
+        default_factory=lambda: ["main"],
+        description="Optional. default [main]; a flat repository (suite ending in '/') has none",
     )
-    keyring: str = Field(
+    keyring: str | AptKeyring = Field(
         default="/usr/share/keyrings/debian-archive-keyring.gpg",
-        description="Optional. OpenPGP keyring (binary or armored) that signs the Release file; "
-        "absolute or relative to the declaring recipe file; default Debian's archive keyring",
+        description="Optional. OpenPGP keyring (binary or armored) that signs the Release file: "
+        "a path, absolute or relative to the declaring recipe file (default Debian's archive "
+        "keyring), or {url, fingerprint} to fetch the publisher's key and pin it by fingerprint",
     )
+
+    @property
+    def flat(self) -> bool:
+        """True for a flat repository (``deb URL /``)."""
+        return self.suite.endswith("/")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_default(cls, data: Any) -> Any:
+        # A flat repository has no components: its default is [], not [main].
+        if isinstance(data, dict) and "components" not in data:
+            suite = data.get("suite")
+            if isinstance(suite, str) and suite.endswith("/"):
+                return {**data, "components": []}
+        return data
+
+    @model_validator(mode="after")
+    def _check_components(self) -> AptRepository:
+        if self.flat and self.components:
+            raise ValueError(f"a flat repository (suite {self.suite!r}) takes no components")
+        if not self.flat and not self.components:
+            raise ValueError("components must name at least one component (or use suite '/')")
+        return self
 
 
 class AptSource(Strict):

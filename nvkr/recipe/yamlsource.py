@@ -108,11 +108,13 @@ def locate(locations: LocationMap, path: DocPath) -> Location | None:
     return None
 
 
-def read_yaml(path: Path) -> Document:
+def read_yaml(path: Path, raw: bytes | None = None) -> Document:
     """Read one YAML file into a :class:`Document`.
 
     Args:
         path: the file; kept as given in every :class:`Location`.
+        raw: the file's bytes when the caller already holds them (an edit not yet written,
+            ``nvkr lock --update``); None reads ``path``.
     Returns:
         The document; its top level is a mapping.
     Raises:
@@ -121,7 +123,7 @@ def read_yaml(path: Path) -> Document:
             several documents in one file; a top level that is not a mapping.
     """
     try:
-        raw = path.read_bytes()
+        raw = path.read_bytes() if raw is None else raw
     except FileNotFoundError:
         raise RecipeError(
             f"{path}: file not found",

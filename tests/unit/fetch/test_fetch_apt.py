@@ -210,3 +210,103 @@ def test_ensure_refuses_an_edited_lock_entry(gpu_apt_repo: AptRepo, tmp_path: Pa
         LockError, match=re.escape("nvidia-container-toolkit 1.17.8-1, the recipe says 1.17.9-1")
     ):
         ensure("g", pinned, entry, FetchContext(store=Store(tmp_path / "s2")), base_dir=tmp_path)
+
+
+# -- flat repositories and keyrings pinned by fingerprint ------------------------------------------
+def _flat_source(repo: AptRepo, keyring: object, packages: dict[str, str]) -> AptSource:
+    assert repo.url is not None
+    return AptSource.model_validate(
+        {
+            "apt": {"cuda": {"url": repo.url + "/", "suite": "/", "keyring": keyring}},
+            "arch": "amd64",
+            "base": "none",
+            "packages": packages,
+        },
+        strict=False,
+    )
+
+
+@pytest.fixture
+def flat_repo(apt_repos: Any) -> AptRepo:
+    """NVIDIA's layout: ``deb URL /`` with Packages and a signed Release at the root, and the
+    public key published beside them (``/repo.pub``, as ``3bf863cc.pub`` is)."""
+    repo: AptRepo = apt_repos(
+        "flat", suite="/", components=(), packages=aptrepo.gpu_stack_repo_packages()
+    )
+    (repo.root / "repo.pub").write_bytes(repo.keyring.read_bytes())
+    return repo
+
+
+def _fingerprint(repo: AptRepo) -> str:
+    assert repo._gpg is not None
+    return repo._gpg.fingerprint
+
+
+def test_flat_repository_with_a_fetched_keyring_locks_and_builds_offline(
+    flat_repo: AptRepo, tmp_path: Path
+) -> None:
+    key = {"url": f"{flat_repo.url}/repo.pub", "fingerprint": _fingerprint(flat_repo).lower()}
+    src = _flat_source(flat_repo, key, TOOLKIT)
+    assert src.apt["cuda"].components == [] and src.apt["cuda"].flat
+    store = Store(tmp_path / "store")
+    entry = resolve("gpu", src, FetchContext(store=store), base_dir=tmp_path)
+    assert {p["name"] for p in entry["packages"]} == {
+        "nvidia-container-toolkit",
+        "libnvidia-container-tools",
+        "libnvidia-container1",
+    }
+    key_digest = "sha256:" + hashlib.sha256(flat_repo.keyring.read_bytes()).hexdigest()
+    assert entry["keyrings"] == {"cuda": key_digest}
+    assert store.has_blob(key_digest)
+    # a fresh store offline lacks the keyring: named
+    fresh = Store(tmp_path / "fresh")
+    with pytest.raises(OfflineError, match="keyring of apt repository 'cuda'"):
+        ensure("gpu", src, entry, FetchContext(store=fresh, offline=True), base_dir=tmp_path)
+    # online it fetches exactly the locked key and packages
+    assert (
+        ensure("gpu", src, entry, FetchContext(store=fresh), base_dir=tmp_path) == entry["digest"]
+    )
+    assert fresh.has_blob(key_digest)
+
+
+def test_keyring_with_another_fingerprint_is_refused(flat_repo: AptRepo, tmp_path: Path) -> None:
+    other = "0123456789ABCDEF0123456789ABCDEF01234567"
+    src = _flat_source(
+        flat_repo, {"url": f"{flat_repo.url}/repo.pub", "fingerprint": other}, TOOLKIT
+    )
+    with pytest.raises(IntegrityError) as err:
+        resolve("gpu", src, FetchContext(store=Store(tmp_path / "s")), base_dir=tmp_path)
+    assert err.value.exit_code == 3
+    assert other in err.value.message and _fingerprint(flat_repo).upper() in err.value.message
+
+
+def test_a_keyring_that_changed_since_the_lock_is_refused(
+    flat_repo: AptRepo, tmp_path: Path
+) -> None:
+    key = {"url": f"{flat_repo.url}/repo.pub", "fingerprint": _fingerprint(flat_repo)}
+    src = _flat_source(flat_repo, key, TOOLKIT)
+    entry = resolve("gpu", src, FetchContext(store=Store(tmp_path / "a")), base_dir=tmp_path)
+    (flat_repo.root / "repo.pub").write_bytes(flat_repo.keyring.read_bytes() + b"\x00")
+    with pytest.raises(ChecksumError):
+        ensure("gpu", src, entry, FetchContext(store=Store(tmp_path / "b")), base_dir=tmp_path)
+
+
+def test_flat_repository_takes_no_components() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="flat repository"):
+        AptSource.model_validate(
+            {
+                "apt": {"x": {"url": "http://h/", "suite": "/", "components": ["main"]}},
+                "arch": "amd64",
+            },
+            strict=False,
+        )
+    with pytest.raises(ValidationError, match="at least one component"):
+        AptSource.model_validate(
+            {
+                "apt": {"x": {"url": "http://h/", "suite": "bookworm", "components": []}},
+                "arch": "amd64",
+            },
+            strict=False,
+        )

@@ -90,17 +90,30 @@ def test_runtime_error_in_a_template(write: WriteFile) -> None:
 
 
 def test_rendered_value_is_validated_again(write: WriteFile) -> None:
+    # A digest may be a template (per-arch pins in vars); what it renders to must be a digest.
     text = (
         TEMPLATED.replace("    sha256: " + SHA, '    sha256: "{{ vars.sum }}"')
         + '  sum: "{{ arch }}"\n'
     )
     path = write("r.yaml", text)
-    # The raw document is validated first: a template is not a sha256 yet.
+    loaded = load_recipe(path)  # the raw template passes
     with pytest.raises(
         RecipeError,
-        match=r"sources\.kubelet\.sha256: expected a sha256 digest: 64 hex digits \(got '\{\{ vars\.sum \}\}'\)",
+        match=r"sources\.kubelet\.sha256: expected a sha256 digest: 64 hex digits \(got '.*'\)",
     ):
-        load_recipe(path)
+        expand(loaded)
+
+
+def test_a_templated_digest_renders_per_arch(write: WriteFile) -> None:
+    text = (
+        TEMPLATED.replace("    sha256: " + SHA, "    sha256: \"{{ vars['sum-' ~ arch] }}\"")
+        + f'  sum-amd64: "{SHA}"\n  sum-arm64: "{SHA.replace("a", "b")}"\n'
+    )
+    cells = expand(load_recipe(write("r.yaml", text)))
+    sums = {c.arch: c.recipe.sources["kubelet"].sha256 for c in cells}  # type: ignore[union-attr]
+    assert sums["amd64"] == SHA and sums.get("arm64", SHA.replace("a", "b")) == SHA.replace(
+        "a", "b"
+    )
 
 
 def test_references_are_checked_after_rendering(write: WriteFile) -> None:
