@@ -34,6 +34,22 @@ from nvkr.errors import ChecksumError, IntegrityError
 _CHUNK = 1 << 20
 
 
+def write_file_atomic(target: Path, data: bytes, *, tmp_dir: Path | None = None) -> None:
+    """Write ``data`` to ``target`` all or nothing: a temp file in ``tmp_dir`` (default: the
+    target's directory; same file system), fsync'd, then renamed over ``target``."""
+    fd, name = tempfile.mkstemp(prefix=".tmp-", dir=tmp_dir or target.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(name, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name)
+        raise
+
+
 def default_root() -> Path:
     """``$NVKR_CACHE`` if set, else ``~/.cache/nvkr``."""
     env = os.environ.get("NVKR_CACHE")
@@ -228,17 +244,7 @@ class Store:
 
     # -- helpers -----------------------------------------------------------------------------
     def write_atomic(self, target: Path, data: bytes) -> None:
-        fd, name = tempfile.mkstemp(prefix="w-", dir=self.tmp_dir)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(name, target)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(name)
-            raise
+        write_file_atomic(target, data, tmp_dir=self.tmp_dir)
 
     @contextlib.contextmanager
     def workdir(self, prefix: str = "work-") -> Iterator[Path]:

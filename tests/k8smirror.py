@@ -30,6 +30,7 @@ import gzip
 import hashlib
 import http.server
 import io
+import json
 import shutil
 import tarfile
 import threading
@@ -260,3 +261,147 @@ def k8s_mirror(tmp_path: Path) -> Iterator[K8sMirror]:
     finally:
         mirror.close()
         shutil.rmtree(mirror.root, ignore_errors=True)
+
+
+# -- upstream release listings (for `nvkr lock --update`) -------------------------------------------
+#: The GitHub API's upstream prefix; the mirror serves it under ``/api.github.com/``.
+GITHUB_API = "https://api.github.com/"
+
+
+@dataclass(frozen=True)
+class GithubRelease:
+    """One entry of a GitHub ``/repos/OWNER/REPO/releases`` listing (tag ``v{version}``)."""
+
+    version: str
+    prerelease: bool = False
+    draft: bool = False
+
+
+def stable_path(line: str) -> str:
+    """``/release/stable-1.36.txt``: dl.k8s.io's newest release of a line (``v1.36.4``)."""
+    return f"/release/stable-{line}.txt"
+
+
+def latest_path(line: str) -> str:
+    """``/release/latest-1.36.txt``: the newest build of a line, pre-releases included."""
+    return f"/release/latest-{line}.txt"
+
+
+def github_releases_path(owner: str = "kubernetes-sigs", repo: str = "cri-tools") -> str:
+    """Where the mirror serves ``https://api.github.com/repos/OWNER/REPO/releases``."""
+    return f"/api.github.com/repos/{owner}/{repo}/releases"
+
+
+def _release_key(version: str) -> tuple[tuple[int, int, int], int, str]:
+    core, _, pre = version.partition("-")
+    major, minor, patch = (int(p) for p in core.split("."))
+    return (major, minor, patch), 0 if pre else 1, pre
+
+
+def _add_files(mirror: K8sMirror, files: list[MirrorFile]) -> None:
+    for f in files:
+        mirror.files[f.path] = f
+        target = mirror.root / f.path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(f.data)
+        newline = "\n" if f.path.endswith(".tar.gz") else ""
+        for algo in ("sha256", "sha512"):
+            (mirror.root / f"{f.path.lstrip('/')}.{algo}").write_text(getattr(f, algo) + newline)
+
+
+def add_kube_release(mirror: K8sMirror, version: str) -> None:
+    """Serve kubelet, kubeadm and kubectl ``version`` for every arch of the mirror (checksum files
+    as :func:`write_k8s_tree` writes them); the listings are left as they are."""
+    _add_files(
+        mirror,
+        [
+            _file(kube_path(version, arch, name), kube_payload(name, version, arch))
+            for arch in mirror.arches
+            for name in KUBE_BINARIES
+        ],
+    )
+
+
+def add_crictl_release(mirror: K8sMirror, version: str) -> None:
+    """Serve the crictl archives of ``version`` for every arch of the mirror."""
+    _add_files(
+        mirror,
+        [
+            _file(crictl_path(version, arch), crictl_archive(version, arch))
+            for arch in mirror.arches
+        ],
+    )
+
+
+def write_listings(
+    mirror: K8sMirror,
+    kube_versions: tuple[str, ...],
+    crictl_releases: tuple[GithubRelease, ...],
+) -> None:
+    """Write dl.k8s.io's ``stable-X.Y.txt`` (the newest release of each line: ``v1.36.4``, no
+    newline, as dl.k8s.io serves it) and ``latest-X.Y.txt`` (the newest, pre-releases included)
+    for the lines of ``kube_versions``, and the cri-tools releases JSON (newest first, as GitHub
+    lists them)."""
+    lines: dict[str, list[str]] = {}
+    for version in kube_versions:
+        lines.setdefault(".".join(version.split("-")[0].split(".")[:2]), []).append(version)
+    for line, versions in lines.items():
+        ordered = sorted(versions, key=_release_key)
+        finals = [v for v in ordered if "-" not in v]
+        if finals:
+            target = mirror.root / stable_path(line).lstrip("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(f"v{finals[-1]}")
+        (mirror.root / latest_path(line).lstrip("/")).write_text(f"v{ordered[-1]}")
+    listing = [
+        {
+            "tag_name": f"v{r.version}",
+            "name": f"v{r.version}",
+            "draft": r.draft,
+            "prerelease": r.prerelease,
+            "assets": [],
+        }
+        for r in sorted(crictl_releases, key=lambda r: _release_key(r.version), reverse=True)
+    ]
+    target = mirror.root / github_releases_path().lstrip("/")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(listing, indent=1))
+
+
+def serve_k8s_upstream(
+    root: Path,
+    *,
+    releases: tuple[str, ...] = ("1.36.3", "1.36.4"),
+    prereleases: tuple[str, ...] = ("1.36.5-rc.0",),
+    crictl_releases: tuple[GithubRelease, ...] = (
+        GithubRelease("1.36.0"),
+        GithubRelease("1.36.1"),
+        GithubRelease("1.36.2-rc.1", prerelease=True),
+        GithubRelease("1.36.3", draft=True),
+        GithubRelease("1.37.0"),
+    ),
+    arches: tuple[str, ...] = DEFAULT_ARCHES,
+) -> K8sMirror:
+    """:func:`serve_k8s_mirror` of ``releases`` plus the upstream listings ``nvkr lock --update``
+    reads: every Kubernetes release and pre-release, every crictl release (drafts too, whose
+    assets a draft would not have publicly, so tests can show they are never picked) with
+    ``stable-*.txt``, ``latest-*.txt`` and the cri-tools releases JSON. Point nvkr at it with
+    :func:`upstream_mirror_args`."""
+    crictl = [r.version for r in crictl_releases]
+    mirror = serve_k8s_mirror(
+        root,
+        releases=releases,
+        arches=arches,
+        crictl_version=crictl[0] if crictl else DEFAULT_CRICTL,
+    )
+    for version in prereleases:
+        add_kube_release(mirror, version)
+    for version in crictl[1:]:
+        add_crictl_release(mirror, version)
+    write_listings(mirror, (*releases, *prereleases), crictl_releases)
+    return mirror
+
+
+def upstream_mirror_args(mirror: K8sMirror) -> list[str]:
+    """:meth:`K8sMirror.mirror_args` plus ``--mirror https://api.github.com/=<url>/api.github.com/``."""
+    return [*mirror.mirror_args(), "--mirror", f"{GITHUB_API}={mirror.url}/api.github.com/"]

@@ -340,7 +340,8 @@ class NodeImageBuilder:
         present = {
             "agent": (tree / "usr/bin/node-agent").is_file(),
             "kubelet": (tree / "usr/bin/kubelet").is_file(),
-            "containerd": "containerd" in packages,
+            # Debian's containerd, or Docker's containerd.io (containerd 2.x reads config v2)
+            "containerd": "containerd" in packages or "containerd.io" in packages,
         }
         env = _template_env()
         values = {

@@ -93,7 +93,8 @@ class RootfsBuilder:
         repos = [
             {
                 "name": name,
-                "url": repo.url.rstrip("/"),
+                # a flat repository keeps the trailing slash its publisher writes (deb URL/ /)
+                "url": repo.url.rstrip("/") + ("/" if repo.flat else ""),
                 "suite": repo.suite,
                 "components": list(repo.components),
                 "keyring": keyrings.get(name, ""),

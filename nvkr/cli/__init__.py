@@ -65,11 +65,14 @@ def _register() -> None:
     from nvkr.cli import (
         boot_test,
         build,
+        diff,
         keys,
         lock,
+        mirror,
         plan,
         publish,
         pull,
+        recipes,
         release_set,
         schema,
         validate,
@@ -87,6 +90,9 @@ def _register() -> None:
         verify,
         keys,
         release_set,
+        mirror,
+        diff,
+        recipes,
         schema,
     ):
         cli.add_command(module.command)

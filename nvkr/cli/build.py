@@ -137,6 +137,9 @@ def command(
     session = open_session(
         app, recipe, variants, mirrors=mirrors, offline=offline, locked=locked, lockfile=lockfile
     )
+    from nvkr.catalog import check_variants  # an invalid combination never builds
+
+    check_variants(recipe, session.variants)
     if locked:
         session.resolver.check_locked(session.variants, all_variants=session.all_variants)
     if not session.all_variants and not as_json:

@@ -1,29 +1,35 @@
-"""``nvkr lock``: resolve every source of every variant into the recipe's lockfile."""
+"""``nvkr lock``: resolve every source of every variant into the recipe's lockfile.
+
+With ``--update`` it first moves pins to what their upstreams publish (:mod:`nvkr.update`),
+locks the edited recipe from memory, and writes the recipe files and the lockfile only when that
+lock succeeded.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
-from nvkr.cli import App
-from nvkr.cli.common import bind_sources, fetch_options, open_session, recipe_argument
+from nvkr.cli import DEFAULT_RECIPE, App
+from nvkr.cli.common import Session, bind_sources, fetch_options, open_session
 
 
-@click.command("lock")
-@recipe_argument
-@fetch_options
-@click.pass_obj
-def command(
-    app: App, recipe: Path, mirrors: tuple[str, ...], offline: bool, lockfile: Path | None
-) -> None:
-    """Resolve and verify every source of RECIPE and write lockfiles/<recipe>.lock.json."""
+def _split_args(args: tuple[str, ...]) -> tuple[Path, tuple[str, ...]]:
+    """``[RECIPE] [SOURCE]...``: the first argument is the recipe when it looks like a file."""
+    if args and (args[0].endswith((".yaml", ".yml")) or "/" in args[0] or Path(args[0]).is_file()):
+        return Path(args[0]), args[1:]
+    return Path(DEFAULT_RECIPE), args
+
+
+def _relock(session: Session) -> tuple[dict[str, Any], list[str]]:
+    """Resolve every source afresh (a lock run verifies every pin again, it never trusts the old
+    lock); the new document and the names of the sources whose entries changed."""
     from nvkr.canonical import canonical_json
-    from nvkr.lock import Resolver, lock_digest, write_lock
+    from nvkr.lock import Resolver
 
-    session = open_session(app, recipe, (), mirrors=mirrors, offline=offline, lockfile=lockfile)
     old = session.resolver.lock
-    # Re-resolve everything: a lock run verifies every pin again, it never trusts the old lock.
     fresh = Resolver(
         loaded=session.loaded, lock_path=session.lock_path, lock=None, ctx=session.fetch
     )
@@ -39,10 +45,106 @@ def command(
         for e in doc["sources"]
         if canonical_json([e["name"], e["spec"], e["resolved"]]) not in before
     ]
-    write_lock(session.lock_path, doc)
+    return doc, changed
+
+
+def _report(session: Session, doc: dict[str, Any], changed: list[str], had_lock: bool) -> None:
+    from nvkr.lock import lock_digest
+
     click.echo(
         f"locked {len(doc['sources'])} sources of {len(session.variants)} variants into {session.lock_path}"
     )
     click.echo(f"  lockfile digest {lock_digest(doc)}")
-    if old is not None:
+    if had_lock:
         click.echo("  changed: " + (", ".join(sorted(set(changed))) if changed else "nothing"))
+
+
+@click.command("lock")
+@click.argument("args", nargs=-1, metavar="[RECIPE] [SOURCE]...")
+@fetch_options
+@click.option(
+    "--update",
+    is_flag=True,
+    help="Move pins to the newest release their upstream publishes (in the pin's MAJOR.MINOR "
+    "line; apt: the newest package), then lock. SOURCE names limit it: a source, an apt "
+    "source, or NAME:PACKAGE.",
+)
+@click.option("--to", "to", metavar="VERSION", help="With --update SOURCE: pin exactly VERSION.")
+@click.option("--pre", is_flag=True, help="With --update: pre-releases count too.")
+@click.option("--dry-run", is_flag=True, help="With --update: print the changes, write nothing.")
+@click.pass_obj
+def command(
+    app: App,
+    args: tuple[str, ...],
+    mirrors: tuple[str, ...],
+    offline: bool,
+    lockfile: Path | None,
+    update: bool,
+    to: str | None,
+    pre: bool,
+    dry_run: bool,
+) -> None:
+    """Resolve and verify every source of RECIPE and write lockfiles/<recipe>.lock.json.
+
+    With --update, first bump the pins of SOURCE (default: every source with a known upstream).
+    """
+    from nvkr.errors import UsageError
+    from nvkr.lock import write_lock
+
+    recipe, sources = _split_args(args)
+    if not update:
+        used = [f"--{n}" for n, v in (("to", to), ("pre", pre), ("dry-run", dry_run)) if v]
+        if sources or used:
+            what = ", ".join([*used, *(f"SOURCE {s!r}" for s in sources)])
+            raise UsageError(
+                f"{what}: only with --update",
+                hint="nvkr lock [RECIPE] --update [SOURCE ...] [--to VERSION] [--pre] [--dry-run]",
+            )
+    session = open_session(app, recipe, (), mirrors=mirrors, offline=offline, lockfile=lockfile)
+    had_lock = session.resolver.lock is not None
+    if not update:
+        from nvkr.catalog import check_variants  # an invalid combination is never locked
+
+        check_variants(recipe, session.variants)
+        doc, changed = _relock(session)
+        write_lock(session.lock_path, doc)
+        _report(session, doc, changed, had_lock)
+        return
+    _update(session, recipe, sources, to=to, pre=pre, dry_run=dry_run, had_lock=had_lock)
+
+
+def _update(
+    session: Session,
+    recipe: Path,
+    sources: tuple[str, ...],
+    *,
+    to: str | None,
+    pre: bool,
+    dry_run: bool,
+    had_lock: bool,
+) -> None:
+    from nvkr.canonical import canonical_json_file
+    from nvkr.catalog import check_variants
+    from nvkr.recipe import expand
+    from nvkr.update import UpdateRequest, plan_update, write_atomically
+
+    request = UpdateRequest(sources=sources, to=to, pre=pre)
+    plan = plan_update(session.loaded, session.variants, session.fetch, request)
+    for note in plan.notes:
+        click.echo(note, err=True)
+    if not plan.changes or plan.loaded is None:
+        click.echo("already up to date")
+        return
+    for change in plan.changes:
+        click.echo(str(change))
+    if dry_run:
+        click.echo("dry run: nothing written")
+        return
+    session.loaded = plan.loaded
+    session.variants = expand(plan.loaded, None)
+    check_variants(recipe, session.variants)  # the updated recipe must keep the catalog's rules
+    doc, changed = _relock(session)
+    files = dict(plan.files)
+    files[session.lock_path] = canonical_json_file(doc)
+    write_atomically(files, plan.originals)
+    _report(session, doc, changed, had_lock)

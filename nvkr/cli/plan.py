@@ -45,6 +45,9 @@ def command(
     session = open_session(
         app, recipe, variants, mirrors=mirrors, offline=offline, lockfile=lockfile
     )
+    from nvkr.catalog import check_variants  # an invalid combination never builds
+
+    check_variants(recipe, session.variants)
     plan = make_session_plan(session)
     if as_json or fmt == "json":
         doc = plan.to_json()

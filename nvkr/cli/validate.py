@@ -1,4 +1,5 @@
-"""``nvkr validate``: load a recipe, expand its matrix, render templates, check references."""
+"""``nvkr validate``: load a recipe, expand its matrix, render templates, check references and
+the compatibility rules of its catalog (:mod:`nvkr.catalog.rules`)."""
 
 from __future__ import annotations
 
@@ -14,14 +15,31 @@ from nvkr.cli.common import recipe_argument, variant_option
 @click.command("validate")
 @recipe_argument
 @variant_option
+@click.option(
+    "--rules",
+    "rules_path",
+    type=click.Path(path_type=Path),
+    help="Compatibility rules file (default: compatibility.yaml of the nearest recipes/ above RECIPE).",
+)
 @click.pass_obj
-def command(app: App, recipe: Path, variants: tuple[str, ...]) -> None:
+def command(app: App, recipe: Path, variants: tuple[str, ...], rules_path: Path | None) -> None:
     """Check RECIPE (default recipes/default.yaml) without fetching or building anything."""
+    from nvkr.catalog import check_variants
     from nvkr.recipe import expand, load_recipe, parse_variant_option
 
     loaded = load_recipe(recipe)
     cells = expand(loaded, [parse_variant_option(v) for v in variants] or None)
+    report = check_variants(recipe, cells, rules_path)
     sets = sorted({c.recipe.releaseSet.name for c in cells})
     click.echo(f"ok: {recipe}: {_n(len(cells), 'variant')}, release sets: {', '.join(sets)}")
     for cell in cells:
         click.echo(f"  {cell.id}")
+    if report.rules_path is None:
+        click.echo(f"no compatibility rules apply (no recipes/compatibility.yaml above {recipe})")
+        return
+    click.echo(
+        f"compatibility rules {report.rules_path}: {_n(len(report.applied), 'rule')} checked: "
+        + ", ".join(report.applied)
+    )
+    for rule, reason in report.not_applicable.items():
+        click.echo(f"  not applicable: {rule}: {reason}")

@@ -25,6 +25,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -241,9 +242,8 @@ def _sources_list(
     keydir.mkdir(parents=True, exist_ok=True)
     for repo_name, repo in sorted(source.apt.items()):
         keyring, digests[repo_name] = keyring_file(name, repo_name, repo, ctx, base_dir, keydir)
-        url = ctx.mirrors.rewrite(repo.url.rstrip("/"))
-        if repo.flat:
-            url += "/"
+        # a flat repository's URL keeps its trailing slash (mirror prefixes are written with it)
+        url = ctx.mirrors.rewrite(repo.url.rstrip("/") + ("/" if repo.flat else ""))
         line = f"deb [signed-by={keyring} arch={source.arch}] {url} {repo.suite}"
         lines.append(" ".join([line, *repo.components]))
     return "\n".join(lines) + "\n", digests
@@ -253,9 +253,9 @@ def _repo_for_uri(uri: str, source: AptSource, ctx: FetchContext) -> tuple[str, 
     """(repository name, recipe URL) of a URI apt printed (which may be a mirror's)."""
     best: tuple[int, str, str] | None = None
     for name, repo in source.apt.items():
-        base = repo.url.rstrip("/")
-        for prefix in {ctx.mirrors.rewrite(base), base}:
-            if uri.startswith(prefix + "/") and (best is None or len(prefix) > best[0]):
+        base = repo.url.rstrip("/") + "/"
+        for prefix in {ctx.mirrors.rewrite(base), base, ctx.mirrors.rewrite(base[:-1]) + "/"}:
+            if uri.startswith(prefix) and (best is None or len(prefix) > best[0]):
                 best = (len(prefix), name, base + uri[len(prefix) :])
     if best is None:
         raise AptError(f"apt printed {uri!r}, which is in none of the recipe's repositories")
@@ -338,9 +338,34 @@ def _sha256_sums(
     return sums
 
 
-def _resolve_packages(
+@dataclass(frozen=True)
+class AptSession:
+    """A throw-away apt directory whose indexes are up to date and signature-checked.
+
+    Attributes:
+        opts: ``-o`` options that point apt-get/apt-cache at the directory and the arch.
+        env: the environment to run them with.
+        keyrings: ``{repository: "sha256:.."}`` of each repository's keyring.
+    """
+
+    root: Path
+    opts: list[str]
+    env: dict[str, str]
+    keyrings: dict[str, str]
+
+
+@contextmanager
+def apt_session(
     name: str, source: AptSource, ctx: FetchContext, base_dir: Path
-) -> tuple[list[dict[str, Any]], dict[str, str]]:
+) -> Iterator[AptSession]:
+    """``apt-get update`` against ``source``'s repositories in a throw-away directory (nothing
+    on the host changes), each Release checked against its own keyring; removed on exit.
+
+    Raises:
+        IntegrityError: a Release signature does not verify (exit 3), or a fetched keyring's
+            fingerprint differs from its pin.
+        FetchError: a repository is unreachable; AptError: a keyring file is missing.
+    """
     with _apt_root(ctx) as root:
         sources_list, keyrings = _sources_list(name, source, ctx, base_dir, root)
         (root / "etc/apt/sources.list").write_text(sources_list)
@@ -362,6 +387,14 @@ def _resolve_packages(
             raise FetchError(
                 f"source {name!r}: apt-get update failed:\n" + "\n".join(errs[-10:])
             ) from e
+        yield AptSession(root=root, opts=opts, env=env, keyrings=keyrings)
+
+
+def _resolve_packages(
+    name: str, source: AptSource, ctx: FetchContext, base_dir: Path
+) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    with apt_session(name, source, ctx, base_dir) as session:
+        opts, env, keyrings = session.opts, session.env, session.keyrings
         selection = _selection(source)
         if not selection:
             return [], keyrings

@@ -1,0 +1,205 @@
+"""The compatibility facts of one expanded variant: what the rules of ``recipes/compatibility.yaml``
+are evaluated on (:mod:`nvkr.catalog.rules`).
+
+After matrix expansion (:func:`nvkr.recipe.expand`) a variant is concrete; this module reads from
+it, without fetching anything: its matrix cell (GPU generation, Kubernetes release line, arch),
+the cluster version (``releaseSet.clusterRelease.kubernetes``), the component versions the recipe
+declares in ``vars`` (``kubeletVersion``, ..., ``nvidiaDriverVersion``) and the containerd, runc and
+NVIDIA driver and container toolkit versions pinned in its ``apt`` sources. Each version is parsed with the parser of
+its kind (:mod:`nvkr.versions`): upstream SemVer, NVIDIA driver, Debian package (reduced to its
+upstream version). A var and a pin of the same component that disagree are recorded, not
+resolved: that is a violation of its own (rule ``pins.agree``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nvkr.recipe import Variant
+from nvkr.recipe.models import AptSource
+from nvkr.recipe.yamlsource import where
+from nvkr.versions import (
+    DriverVersion,
+    UpstreamVersion,
+    parse_debian,
+    parse_driver,
+    parse_upstream,
+)
+
+# vars.NAME -> component. Every one is an upstream (SemVer) version except the driver.
+VERSION_VARS: dict[str, str] = {
+    "kubeletVersion": "kubelet",
+    "kubeadmVersion": "kubeadm",
+    "kubectlVersion": "kubectl",
+    "crictlVersion": "crictl",
+    "containerdVersion": "containerd",
+    "runcVersion": "runc",
+    "nvidiaDriverVersion": "nvidia-driver",
+    "nvidiaContainerToolkitVersion": "nvidia-container-toolkit",
+}
+DRIVER = "nvidia-driver"
+COMPONENTS: tuple[str, ...] = tuple(VERSION_VARS.values())
+
+# NVIDIA's packaging (driver installation guide, "Kernel Modules"): nvidia-open installs the open
+# kernel modules, cuda-drivers the proprietary ones; Debian's own packages are
+# nvidia-open-kernel-dkms and nvidia-kernel-dkms.
+_OPEN_PREFIXES = ("nvidia-open", "nvidia-kernel-open")
+_PROPRIETARY_PREFIXES = ("cuda-drivers", "nvidia-kernel-dkms")
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One component version of a variant.
+
+    Attributes:
+        version: the parsed version (:class:`~nvkr.versions.DriverVersion` for the NVIDIA driver,
+            else :class:`~nvkr.versions.UpstreamVersion`).
+        text: the string as written (a Debian version for an apt pin).
+        where: ``FILE:LINE: vars.kubeletVersion`` or ``FILE:LINE: sources.S.packages.P``.
+    """
+
+    version: UpstreamVersion | DriverVersion
+    text: str
+    where: str
+
+
+@dataclass(frozen=True)
+class Disagreement:
+    """A version var and an apt pin of the same component naming different versions."""
+
+    component: str
+    var: Fact
+    pin: Fact
+
+
+@dataclass(frozen=True)
+class VariantFacts:
+    """The facts of one variant that compatibility rules read.
+
+    Attributes:
+        file: the recipe, for messages (as the user named it).
+        variant: ``gpu=...,kubernetes=...,arch=...``.
+        gpu, kubernetes, arch: the matrix cell (``kubernetes`` is a release line such as ``1.36``).
+        cluster: ``releaseSet.clusterRelease.kubernetes`` parsed, or None without a cluster release.
+        components: component name (:data:`COMPONENTS`) -> its version; from the var when there
+            is one, else from the first apt pin.
+        kernel_modules: the NVIDIA kernel module flavours the apt pins install: ``open``,
+            ``proprietary`` (both when both are pinned), empty when unknown.
+        disagreements: var/pin pairs (and pin/pin pairs) naming different versions.
+    """
+
+    file: str
+    variant: str
+    gpu: str
+    kubernetes: str
+    arch: str
+    cluster: Fact | None = None
+    components: dict[str, Fact] = field(default_factory=dict)
+    kernel_modules: frozenset[str] = frozenset()
+    disagreements: tuple[Disagreement, ...] = ()
+
+
+def pinned_component(package: str) -> str | None:
+    """The component an apt package pin stages: ``containerd`` (``containerd``,
+    ``containerd.io``), ``runc``, ``nvidia-container-toolkit``, the NVIDIA driver
+    (``nvidia-driver*``, ``cuda-drivers*``, ``nvidia-open*``), else None."""
+    if package in ("containerd", "containerd.io"):
+        return "containerd"
+    if package == "runc":
+        return "runc"
+    if package == "nvidia-container-toolkit":
+        return "nvidia-container-toolkit"
+    if package.startswith(("nvidia-driver", "cuda-drivers", "nvidia-open")):
+        return DRIVER
+    return None
+
+
+def kernel_module_flavour(package: str) -> str | None:
+    """``open``, ``proprietary`` or None for an apt package name (see the module constants)."""
+    if package.startswith(_OPEN_PREFIXES):
+        return "open"
+    if package.startswith(_PROPRIETARY_PREFIXES):
+        return "proprietary"
+    return None
+
+
+def variant_facts(variant: Variant, file: str | Path) -> VariantFacts:
+    """Read the facts of ``variant`` (of the recipe ``file``).
+
+    Returns:
+        The :class:`VariantFacts`; components the recipe does not declare are absent.
+    Raises:
+        VersionError: a version var, the cluster version or a pin that does not parse as its kind,
+            naming ``FILE:LINE: vars.NAME`` (or the field) and the expected form.
+    """
+    recipe = variant.recipe
+    locations = variant.locations
+    cluster: Fact | None = None
+    if recipe.releaseSet.clusterRelease is not None:
+        text = recipe.releaseSet.clusterRelease.kubernetes
+        place = where(locations, ("releaseSet", "clusterRelease", "kubernetes"))
+        cluster = Fact(parse_upstream(text, where=place), text, place)
+
+    from_vars: dict[str, Fact] = {}
+    for name, component in VERSION_VARS.items():
+        value = recipe.vars.get(name)
+        if value is None:
+            continue
+        place = where(locations, ("vars", name))
+        from_vars[component] = Fact(_parse(component, value, place), value, place)
+
+    pins: dict[str, list[Fact]] = {}
+    flavours: set[str] = set()
+    for source_name, source in sorted(recipe.sources.items()):
+        if not isinstance(source, AptSource):
+            continue
+        for package, pinned in sorted(source.packages.items()):
+            flavour = kernel_module_flavour(package)
+            if flavour is not None:
+                flavours.add(flavour)
+            staged = pinned_component(package)
+            if staged is None:
+                continue
+            place = where(locations, ("sources", source_name, "packages", package))
+            pins.setdefault(staged, []).append(
+                Fact(_parse_pin(staged, pinned, place), pinned, place)
+            )
+
+    components = dict(from_vars)
+    disagreements: list[Disagreement] = []
+    for component, found in pins.items():
+        reference = from_vars.get(component, found[0])
+        components.setdefault(component, reference)
+        disagreements.extend(
+            Disagreement(component, reference, pin)
+            for pin in found
+            if pin is not reference and pin.version != reference.version
+        )
+    return VariantFacts(
+        file=str(file),
+        variant=variant.id,
+        gpu=variant.gpu,
+        kubernetes=variant.kubernetes,
+        arch=variant.arch,
+        cluster=cluster,
+        components=components,
+        kernel_modules=frozenset(flavours),
+        disagreements=tuple(disagreements),
+    )
+
+
+def _parse(component: str, text: str, place: str) -> UpstreamVersion | DriverVersion:
+    if component == DRIVER:
+        return parse_driver(text, where=place)
+    return parse_upstream(text, where=place)
+
+
+def _parse_pin(component: str, text: str, place: str) -> UpstreamVersion | DriverVersion:
+    """A pinned Debian version as the component's upstream version: SemVer for containerd and
+    runc (``1.6.20~ds1-1+deb12u3`` -> ``1.6.20``), the driver version for NVIDIA driver packages
+    (``580.95.05-1`` -> ``580.95.05``)."""
+    debian = parse_debian(text, where=place)
+    if component == DRIVER:
+        return parse_driver(debian.upstream, where=f"{place}: {text!r}: upstream part")
+    return debian.upstream_semver(where=place)

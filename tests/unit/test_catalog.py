@@ -1,0 +1,90 @@
+"""The shipped catalog (recipes/base.yaml, gpu/, kubernetes/, catalog/): every leaf validates
+under recipes/compatibility.yaml, layers refuse to stand alone, `nvkr recipes list` shows the
+combinations, and `nvkr diff` between two Kubernetes releases of one GPU generation names the
+changed binaries and packages. No network: nothing here fetches."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from tests.unit.test_rules import run
+
+LEAVES = sorted((REPO / "recipes" / "catalog").glob("*.yaml"))
+
+
+@pytest.fixture(autouse=True)
+def _in_repo(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)
+
+
+def test_catalog_has_a_leaf_per_generation_and_release() -> None:
+    names = {p.stem for p in LEAVES}
+    assert names == {
+        f"{g}-k8s{k}" for g in ("ampere", "hopper", "blackwell") for k in ("1.34", "1.35", "1.36")
+    }
+
+
+@pytest.mark.parametrize("leaf", LEAVES, ids=lambda p: p.stem)
+def test_every_leaf_validates_under_the_rules(
+    leaf: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(["validate", str(leaf.relative_to(REPO))], capsys)
+    assert code == 0, err
+    assert "compatibility rules recipes/compatibility.yaml" in out
+    for rule in ("skew.kubelet", "skew.kubeadm", "containerd.kubernetes", "gpu.driver-branch"):
+        assert rule in out  # the catalog stages all of them, so every rule applies
+
+
+@pytest.mark.parametrize(
+    "layer", ["recipes/base.yaml", "recipes/gpu/hopper.yaml", "recipes/kubernetes/1.36.yaml"]
+)
+def test_a_layer_cannot_be_built_alone(layer: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _out, err = run(["validate", layer], capsys)
+    assert code == 2
+    assert re.search(rf"{re.escape(layer)}:\d+: kind: RecipeLayer is a recipe layer", err)
+
+
+def test_recipes_list_shows_every_combination(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(["recipes", "list", "--json"], capsys)
+    assert code == 0, err
+    rows = {(r["gpu"], r["kubernetes"], r["arch"]): r for r in json.loads(out)}
+    assert len(rows) == 18
+    assert {k for k, r in rows.items() if r["status"] == "unsupported"} == {
+        ("ampere", k, "arm64") for k in ("1.34", "1.35", "1.36")
+    }
+    assert all(r["status"] == "ok" for k, r in rows.items() if k[0] != "ampere" or k[2] == "amd64")
+    assert (
+        "recipes/catalog/blackwell-k8s1.36.yaml" in rows[("blackwell", "1.36", "arm64")]["recipes"]
+    )
+
+
+def test_diff_between_two_kubernetes_releases_names_binaries_and_packages(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = run(
+        [
+            "diff",
+            "recipes/catalog/hopper-k8s1.34.yaml",
+            "recipes/catalog/hopper-k8s1.36.yaml",
+            "--json",
+        ],
+        capsys,
+    )
+    assert code == 0, err
+    doc = json.loads(out)
+    # the variants pair up across the Kubernetes axis instead of all being "added/removed"
+    assert "gpu=hopper,kubernetes=1.34->1.36,arch=amd64" in doc["commonVariants"]
+    assert doc["variants"] == {"added": [], "removed": []}
+    changed: dict[str, list[str]] = {}
+    for record in doc["sources"]:  # one record per distinct change (kubelet: one per arch)
+        changed.setdefault(record["name"], []).extend(record["differences"])
+    assert {"kubelet", "kubeadm", "kubectl", "crictl", "node-packages"} <= set(changed)
+    lines = "\n".join(changed["kubelet"])
+    assert "v1.34.2/bin/linux/amd64/kubelet" in lines and "v1.36.4/bin/linux/amd64/kubelet" in lines
+    pkg = "\n".join(changed["node-packages"])
+    assert "containerd.io: '2.1.5-1~debian.12~bookworm' -> '2.2.1-1~debian.12~bookworm'" in pkg

@@ -1,0 +1,472 @@
+"""Compatibility rules (recipes/compatibility.yaml): each rule passing and failing on crafted facts,
+facts read from expanded variants (vars, apt pins, their disagreement), rules-file errors, and
+`nvkr validate` / `plan` on small recipes inside a fake catalog."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from nvkr.catalog import VariantFacts, check_variants, evaluate_all, load_rules, variant_facts
+from nvkr.catalog.facts import Disagreement, Fact
+from nvkr.catalog.rules import CompatibilityRules, evaluate_cell, find_rules
+from nvkr.cli import main
+from nvkr.errors import RecipeError
+from nvkr.recipe import expand, load_recipe
+from nvkr.versions import VersionError, parse_driver, parse_upstream
+
+REPO = Path(__file__).resolve().parents[2]
+RULES_FILE = REPO / "recipes" / "compatibility.yaml"
+
+
+@pytest.fixture(scope="module")
+def rules() -> CompatibilityRules:
+    return load_rules(RULES_FILE).rules
+
+
+def fact(text: str, place: str = "x.yaml:1: vars.v", *, driver: bool = False) -> Fact:
+    return Fact((parse_driver if driver else parse_upstream)(text), text, place)
+
+
+def facts(
+    gpu: str = "hopper",
+    kubernetes: str = "1.36",
+    arch: str = "amd64",
+    cluster: str | None = "1.36.3",
+    flavours: tuple[str, ...] = ("open",),
+    **components: str,
+) -> VariantFacts:
+    """Facts of a valid hopper/1.36/amd64 variant, with components overridden (None drops one)."""
+    base = {
+        "kubelet": "1.36.3",
+        "kubeadm": "1.36.3",
+        "kubectl": "1.36.3",
+        "crictl": "1.36.0",
+        "containerd": "2.1.4",
+        "nvidia_driver": "580.95.05",
+    }
+    base.update(components)
+    return VariantFacts(
+        file="x.yaml",
+        variant=f"gpu={gpu},kubernetes={kubernetes},arch={arch}",
+        gpu=gpu,
+        kubernetes=kubernetes,
+        arch=arch,
+        cluster=fact(cluster) if cluster else None,
+        components={
+            k.replace("_", "-"): fact(v, driver=k == "nvidia_driver")
+            for k, v in base.items()
+            if v is not None
+        },
+        kernel_modules=frozenset(flavours),
+    )
+
+
+def failures(f: VariantFacts, rules: CompatibilityRules) -> dict[str, str]:
+    return {v.rule: v.message for v in evaluate_all(f, rules).violations}
+
+
+def test_a_valid_variant_applies_every_rule(rules):
+    result = evaluate_all(facts(gpu="blackwell", arch="arm64"), rules)
+    assert result.violations == []
+    assert result.not_applicable == {}
+    assert set(result.applied) == {r.id for r in rules.rules} | {"cluster.line", "pins.agree"}
+
+
+def test_kubelet_newer_than_apiserver(rules):
+    got = failures(facts(kubelet="1.37.0", crictl="1.37.0", containerd=None), rules)
+    assert got == {
+        "skew.kubelet": "kubelet 1.37.0 is 1 minor version newer than the cluster (kube-apiserver) "
+        "1.36.3 (allowed: not newer; x.yaml:1: vars.v)"
+    }
+
+
+def test_kubelet_three_minors_older_passes_four_fails(rules):
+    assert failures(facts(kubelet="1.33.9", crictl="1.33.0", containerd=None), rules) == {}
+    got = failures(facts(kubelet="1.32.0", crictl="1.32.0", containerd=None), rules)
+    assert got == {
+        "skew.kubelet": "kubelet 1.32.0 is 4 minor versions older than the cluster (kube-apiserver) "
+        "1.36.3 (allowed: at most 3 minor versions older; x.yaml:1: vars.v)"
+    }
+
+
+def test_kubeadm_must_be_the_cluster_version(rules):
+    assert (
+        "does not match the cluster (kube-apiserver) 1.36.3 (it must be the same version"
+        in (failures(facts(kubeadm="1.36.2"), rules)["skew.kubeadm"])
+    )
+    assert failures(facts(kubeadm="1.35.3"), rules)["skew.kubeadm"].startswith(
+        "kubeadm 1.35.3 is 1 minor version older than the cluster (kube-apiserver) 1.36.3 "
+        "(allowed: the same minor"
+    )
+    assert failures(facts(kubeadm="v1.36.3"), rules) == {}
+
+
+def test_kubectl_within_one_minor(rules):
+    assert failures(facts(kubectl="1.35.0"), rules) == {}
+    assert failures(facts(kubectl="1.37.1"), rules) == {}
+    assert "2 minor versions older" in failures(facts(kubectl="1.34.0"), rules)["skew.kubectl"]
+
+
+def test_crictl_same_minor_as_kubelet(rules):
+    got = failures(facts(crictl="1.35.0"), rules)
+    assert got == {
+        "skew.crictl": "crictl 1.35.0 is 1 minor version older than kubelet 1.36.3 "
+        "(allowed: the same minor; x.yaml:1: vars.v)"
+    }
+
+
+def test_containerd_by_kubelet_line(rules):
+    got = failures(facts(containerd="1.7.28"), rules)
+    assert got == {
+        "containerd.kubernetes": "containerd 1.7.28 (x.yaml:1: vars.v) does not satisfy >=2.0.0, "
+        "required for Kubernetes 1.36 (kubelet 1.36.3)"
+    }
+    on_135 = facts(
+        kubernetes="1.35",
+        cluster="1.35.2",
+        kubelet="1.35.2",
+        kubeadm="1.35.2",
+        kubectl="1.35.2",
+        crictl="1.35.0",
+        containerd="1.7.28",
+    )
+    assert failures(on_135, rules) == {}
+    # Fail closed: a kubelet line without a containerd constraint is a violation.
+    older = failures(facts(kubelet="1.33.1", crictl="1.33.0", containerd="2.1.4"), rules)
+    assert older["containerd.kubernetes"].startswith(
+        "no containerd constraint for Kubernetes 1.33 (kubelet 1.33.1)"
+    )
+
+
+def test_driver_branch(rules):
+    got = failures(facts(gpu="blackwell", nvidia_driver="535.247.01"), rules)
+    assert got == {
+        "gpu.driver-branch": "blackwell needs NVIDIA driver branch 570 or newer, got 535.247.01 "
+        "(branch 535, x.yaml:1: vars.v)"
+    }
+    assert failures(facts(gpu="blackwell", nvidia_driver="570.195.03"), rules) == {}
+    assert failures(facts(gpu="hopper", nvidia_driver="535.247.01"), rules) == {}
+
+
+def test_gpu_architectures_is_unsupported(rules):
+    result = evaluate_all(facts(gpu="ampere", arch="arm64"), rules)
+    (violation,) = result.violations
+    assert (violation.rule, violation.message, violation.unsupported) == (
+        "gpu.architectures",
+        "ampere supports amd64, not arm64",
+        True,
+    )
+    assert violation.values == {"gpu": "ampere", "arch": "arm64", "supported": "amd64"}
+    assert evaluate_cell("ampere", "1.36", "arm64", rules) == result.violations
+    assert evaluate_cell("ampere", "1.36", "amd64", rules) == []
+
+
+def test_unknown_gpu_and_line_fail_closed(rules):
+    result = evaluate_all(facts(gpu="volta", kubernetes="1.33", cluster="1.33.1"), rules)
+    got = {v.rule: v.message for v in result.violations}
+    assert got["gpu.generations"] == (
+        "GPU generation 'volta' is not supported (supported: ampere, hopper, blackwell)"
+    )
+    assert got["kubernetes.lines"] == (
+        "Kubernetes 1.33 is not a supported release line (supported: 1.34, 1.35, 1.36)"
+    )
+    assert all(
+        v.unsupported == (v.rule in ("gpu.generations", "kubernetes.lines"))
+        for v in result.violations
+    )
+    assert result.not_applicable["gpu.driver-branch"] == "GPU generation 'volta' is unknown"
+
+
+def test_cluster_version_outside_its_line(rules):
+    got = failures(
+        facts(cluster="1.35.4", kubelet="1.35.4", kubeadm="1.35.4", crictl="1.35.0"), rules
+    )
+    assert got == {
+        "cluster.line": "cluster version 1.35.4 (x.yaml:1: vars.v) is not in the variant's "
+        "Kubernetes line 1.36"
+    }
+
+
+def test_open_kernel_modules(rules):
+    got = failures(facts(gpu="blackwell", flavours=("proprietary",)), rules)
+    assert got["gpu.open-kernel-modules"].startswith(
+        "blackwell on amd64 needs NVIDIA's open GPU kernel modules, but the apt pins install the "
+        "proprietary flavour"
+    )
+    assert failures(facts(gpu="hopper", arch="arm64", flavours=("proprietary",)), rules)
+    result = evaluate_all(facts(gpu="hopper", flavours=("proprietary",)), rules)
+    assert result.violations == []
+    assert "gpu.open-kernel-modules" in result.not_applicable
+
+
+def test_absent_facts_do_not_apply(rules):
+    bare = facts(
+        kubelet=None, kubeadm=None, kubectl=None, crictl=None, nvidia_driver=None, flavours=()
+    )
+    result = evaluate_all(bare, rules)
+    assert result.violations == []
+    assert result.not_applicable["skew.kubelet"] == "no kubelet staged (vars.kubeletVersion)"
+    assert (
+        result.not_applicable["containerd.kubernetes"] == "no kubelet staged (vars.kubeletVersion)"
+    )
+    assert "gpu.driver-branch" in result.not_applicable
+    assert "cluster.line" in result.applied
+
+
+def test_pin_disagreement_is_a_violation(rules):
+    f = facts()
+    var, pin = fact("2.1.4", "x.yaml:3: vars.containerdVersion"), fact("2.1.3", "x.yaml:9: pin")
+    broken = VariantFacts(
+        **{**f.__dict__, "disagreements": (Disagreement("containerd", var, pin),)}
+    )
+    assert failures(broken, rules) == {
+        "pins.agree": "containerd 2.1.4 (x.yaml:3: vars.containerdVersion) disagrees with the pin "
+        "2.1.3 (x.yaml:9: pin, upstream 2.1.3)"
+    }
+
+
+# -- facts from recipes ------------------------------------------------------------------------
+RECIPE = """\
+apiVersion: nvkr.dev/v1alpha1
+kind: Recipe
+metadata: {{name: t}}
+matrix: {{gpu: [{gpu}], kubernetes: ["{line}"], arch: [{arch}]}}
+vars:
+{vars}
+sources:
+  node-packages:
+    apt: {{debian: {{url: "http://deb.debian.org/debian", suite: bookworm}}}}
+    arch: "{{{{ arch }}}}"
+    packages:
+{packages}
+releaseSet:
+  name: "t-{{{{ gpu }}}}-{{{{ arch }}}}"
+  clusterRelease: {{kubernetes: "{cluster}"}}
+"""
+
+
+def write_recipe(
+    path: Path,
+    *,
+    gpu: str = "hopper",
+    line: str = "1.36",
+    arch: str = "amd64",
+    cluster: str = "1.36.3",
+    vars: dict[str, str] | None = None,
+    packages: dict[str, str] | None = None,
+) -> Path:
+    vars = {"kubeletVersion": "1.36.3", **(vars or {})}
+    packages = {"systemd-sysv": "252.39-1~deb12u2", **(packages or {})}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        RECIPE.format(
+            gpu=gpu,
+            line=line,
+            arch=arch,
+            cluster=cluster,
+            vars="\n".join(f'  {k}: "{v}"' for k, v in vars.items()),
+            packages="\n".join(f'      {k}: "{v}"' for k, v in packages.items()),
+        )
+    )
+    return path
+
+
+def test_facts_from_vars_and_pins(tmp_path):
+    path = write_recipe(
+        tmp_path / "r.yaml",
+        gpu="blackwell",
+        vars={"nvidiaDriverVersion": "580.95.05", "containerdVersion": "2.1.4"},
+        packages={
+            "containerd": "2.1.4~ds1-1",
+            "runc": "1.3.0+ds1-1",
+            "nvidia-open": "580.95.05-1",
+            "nvidia-driver-cuda": "580.95.05-1",
+        },
+    )
+    (variant,) = expand(load_recipe(path))
+    f = variant_facts(variant, "r.yaml")
+    assert {k: str(v.version) for k, v in f.components.items()} == {
+        "kubelet": "1.36.3",
+        "containerd": "2.1.4",
+        "runc": "1.3.0",
+        "nvidia-driver": "580.95.05",
+    }
+    assert f.components["runc"].where.endswith(": sources.node-packages.packages.runc")
+    assert f.components["kubelet"].where == f"{path}:6: vars.kubeletVersion"
+    assert str(f.cluster.version) == "1.36.3"  # type: ignore[union-attr]
+    assert f.kernel_modules == {"open"}
+    assert f.disagreements == ()
+
+
+def test_var_and_pin_disagreeing(tmp_path, rules):
+    path = write_recipe(
+        tmp_path / "r.yaml",
+        vars={"containerdVersion": "2.1.4"},
+        packages={"containerd.io": "2.1.3-1~debian.12~bookworm"},
+    )
+    (variant,) = expand(load_recipe(path))
+    f = variant_facts(variant, "r.yaml")
+    (d,) = f.disagreements
+    assert (d.component, d.var.text, d.pin.text) == (
+        "containerd",
+        "2.1.4",
+        "2.1.3-1~debian.12~bookworm",
+    )
+    assert failures(f, rules)["pins.agree"].startswith(
+        f"containerd 2.1.4 ({path}:7: vars.containerdVersion) disagrees with the pin "
+        "2.1.3-1~debian.12~bookworm"
+    )
+
+
+def test_a_bad_version_var_names_file_and_field(tmp_path):
+    path = write_recipe(tmp_path / "r.yaml", vars={"kubeletVersion": "1.36"})
+    (variant,) = expand(load_recipe(path))
+    with pytest.raises(VersionError) as err:
+        variant_facts(variant, "r.yaml")
+    assert err.value.message.startswith(f"{path}:6: vars.kubeletVersion: '1.36'")
+
+
+# -- the rules file ----------------------------------------------------------------------------
+def broken_rules(tmp_path: Path, old: str, new: str) -> Path:
+    text = RULES_FILE.read_text()
+    assert old in text
+    path = tmp_path / "compatibility.yaml"
+    path.write_text(text.replace(old, new, 1))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        (
+            "    newerMinors: 0\n    olderMinors: 3",
+            "    newerMinor: 0\n    olderMinors: 3",
+            "rules[6].newerMinor: unknown key 'newerMinor'",
+        ),
+        ("    olderMinors: 3", '    olderMinors: "3"', "rules[6].olderMinors: expected an integer"),
+        ("      hopper: 525\n", "", "rules[4].minimum: no entry for GPU generation 'hopper'"),
+        (
+            '"1.36": ">=2.0.0"',
+            '"1.36": "2.0.0"',
+            "rules[10].constraints.1.36: constraint '2.0.0': '2.0.0' has no operator",
+        ),
+        (
+            'lines: ["1.34", "1.35", "1.36"]',
+            'lines: ["1.34", "1.35", "1.36.1"]',
+            "rules[0].lines[2]: '1.36.1' is a patch release",
+        ),
+        ("id: skew.kubectl", "id: skew.kubelet", "duplicate rule id 'skew.kubelet'"),
+        ("check: architectures", "check: architecture", "rules[1]"),
+    ],
+)
+def test_rules_file_errors_name_file_and_field(tmp_path, old, new, expected):
+    path = broken_rules(tmp_path, old, new)
+    with pytest.raises(RecipeError) as err:
+        load_rules(path)
+    assert str(path) in err.value.message
+    assert expected in err.value.message
+
+
+def test_find_rules(tmp_path):
+    catalog = tmp_path / "recipes"
+    (catalog / "sub").mkdir(parents=True)
+    assert find_rules(catalog / "sub" / "r.yaml") is None
+    shutil.copy(RULES_FILE, catalog / "compatibility.yaml")
+    assert find_rules(catalog / "sub" / "r.yaml") == catalog / "compatibility.yaml"
+    assert find_rules(tmp_path / "r.yaml") is None
+
+
+def test_default_recipe_validates_with_the_real_rules():
+    recipe = REPO / "recipes" / "default.yaml"
+    report = check_variants(recipe, expand(load_recipe(recipe)))
+    assert report.rules_path is not None and report.rules_path.endswith(
+        "recipes/compatibility.yaml"
+    )
+    assert {"kubernetes.lines", "gpu.architectures", "cluster.line"} <= set(report.applied)
+    assert report.not_applicable["skew.kubelet"] == "no kubelet staged (vars.kubeletVersion)"
+
+
+# -- the CLI -----------------------------------------------------------------------------------
+def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    try:
+        main(args)
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def catalog(tmp_path, monkeypatch) -> Path:
+    (tmp_path / "recipes").mkdir()
+    shutil.copy(RULES_FILE, tmp_path / "recipes" / "compatibility.yaml")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("NVKR_CACHE", str(tmp_path / "store"))
+    monkeypatch.setenv("NVKR_CONFIG", str(tmp_path / "no-config.yaml"))
+    return tmp_path
+
+
+def test_validate_passes_and_lists_rules(catalog, capsys):
+    write_recipe(catalog / "recipes" / "ok.yaml", vars={"kubeadmVersion": "1.36.3"})
+    code, out, err = run(["validate", "recipes/ok.yaml"], capsys)
+    assert code == 0, err
+    assert (
+        "compatibility rules recipes/compatibility.yaml: 8 rules checked: kubernetes.lines, " in out
+    )
+    assert "gpu.architectures, skew.kubelet, skew.kubeadm, cluster.line, pins.agree\n" in out
+    assert "  not applicable: skew.kubectl: no kubectl staged (vars.kubectlVersion)\n" in out
+    assert (
+        "  not applicable: containerd.kubernetes: no containerd staged "
+        "(vars.containerdVersion or an apt pin)\n"
+    ) in out
+
+
+def test_validate_fails_with_every_violation(catalog, capsys):
+    write_recipe(
+        catalog / "recipes" / "bad.yaml",
+        gpu="ampere",
+        arch="arm64",
+        vars={"kubeadmVersion": "1.36.2"},
+    )
+    code, out, err = run(["validate", "recipes/bad.yaml"], capsys)
+    assert code == 2 and out == ""
+    assert err.startswith(
+        "error[NVKR-E-RECIPE]: recipes/bad.yaml: variant gpu=ampere,kubernetes=1.36,arch=arm64: "
+        "rule gpu.architectures: ampere supports amd64, not arm64\n"
+        "recipes/bad.yaml: variant gpu=ampere,kubernetes=1.36,arch=arm64: rule skew.kubeadm: "
+        "kubeadm 1.36.2 does not match the cluster (kube-apiserver) 1.36.3"
+    )
+    assert "hint: the rules are in recipes/compatibility.yaml" in err
+
+
+def test_plan_refuses_an_invalid_combination(catalog, capsys):
+    write_recipe(catalog / "recipes" / "bad.yaml", gpu="volta")
+    code, _, err = run(["plan", "recipes/bad.yaml", "--offline"], capsys)
+    assert code == 2
+    assert "rule gpu.generations: GPU generation 'volta' is not supported" in err
+
+
+def test_validate_outside_a_catalog_and_with_rules(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    write_recipe(tmp_path / "r.yaml", gpu="volta")
+    code, out, _ = run(["validate", "r.yaml"], capsys)
+    assert code == 0
+    assert out.endswith(
+        "no compatibility rules apply (no recipes/compatibility.yaml above r.yaml)\n"
+    )
+    code, _, err = run(["validate", "r.yaml", "--rules", str(RULES_FILE)], capsys)
+    assert code == 2 and "rule gpu.generations" in err
+
+
+def test_committed_schema_matches_the_models():
+    from nvkr.catalog.rules import json_schema_bytes
+
+    committed = (REPO / "schema" / "compatibility.schema.json").read_bytes()
+    assert committed == json_schema_bytes(), (
+        "regenerate: python -c 'from nvkr.catalog.rules import json_schema_bytes; "
+        'open("schema/compatibility.schema.json", "wb").write(json_schema_bytes())\''
+    )
