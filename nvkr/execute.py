@@ -8,12 +8,21 @@ subprocesses). Before a builder runs, the sources it reads are put in the store
 stops the scheduling of new ones; those already running finish and are cached; the build then
 fails with the failed action's log tail. Ctrl-C cancels what has not started and leaves the
 store consistent, since every store write is a verified rename.
+
+Every action record the executor writes carries ``run``: ``{"invocationId": <UUID of this
+execute() call, i.e. of one nvkr build>, "startedOn", "finishedOn"}`` (RFC 3339 UTC, to the
+second; the start is taken before the action's sources are fetched). Nothing hashes records
+(action keys come from inputs, a release set from output digests), so the times never reach an
+artifact; a cached action keeps the times of the run that built it, and the build record
+(:mod:`nvkr.releaseset.record`) reads them from there. Records written before nvkr stored times
+have no ``run``.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -23,6 +32,7 @@ from nvkr.builders import ActionContext, get_builder
 from nvkr.errors import BuildError, Interrupted, NvkrError
 from nvkr.fetch import FetchContext, ensure
 from nvkr.plan import Action, Plan
+from nvkr.provenance import timestamp
 from nvkr.run import tail
 from nvkr.store import Store
 
@@ -31,11 +41,13 @@ Event = Callable[..., None]
 
 @dataclass
 class BuildReport:
-    """What a build did: action keys ``built`` (builders ran) and ``cached``, and every result."""
+    """What a build did: action keys ``built`` (builders ran) and ``cached``, every result, and
+    ``invocation_id``: the UUID recorded in the ``run`` of every action this build ran."""
 
     built: list[str] = field(default_factory=list)
     cached: list[str] = field(default_factory=list)
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    invocation_id: str = field(default_factory=lambda: str(uuid.uuid4()))
 
     @property
     def up_to_date(self) -> bool:
@@ -88,13 +100,26 @@ def _needed(plan: Plan, store: Store) -> tuple[list[str], dict[str, dict[str, An
     return to_run, cached
 
 
-def run_action(action: Action, store: Store, deps: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def run_action(
+    action: Action,
+    store: Store,
+    deps: dict[str, dict[str, Any]],
+    *,
+    invocation_id: str | None = None,
+    started: float | None = None,
+) -> dict[str, Any]:
     """Run one action's builder in a fresh work dir and record its result in the action cache.
+
+    The result is ``{"key", "builder", "name", "outputs", "metadata"[, "log"], "run":
+    {"invocationId", "startedOn", "finishedOn"}}``: ``invocation_id`` (default: a new UUID),
+    ``started`` (seconds since 1970, default: now) and the time the builder returned, both as
+    RFC 3339 UTC (:func:`nvkr.provenance.timestamp`).
 
     Raises:
         BuildError: the builder failed; the message holds the action, its builder and log tail.
     """
     builder = get_builder(action.builder)
+    started = time.time() if started is None else started
     with store.workdir(prefix=f"act-{action.key[7:19]}-") as workdir:
         ctx = ActionContext(action, store, workdir, deps)
         try:
@@ -115,14 +140,28 @@ def run_action(action: Action, store: Store, deps: dict[str, dict[str, Any]]) ->
         }
         if ctx.log_file.exists():
             result["log"] = store.add_file(ctx.log_file, what="build log").digest
+    result["run"] = {
+        "invocationId": invocation_id or str(uuid.uuid4()),
+        "startedOn": timestamp(started),
+        "finishedOn": timestamp(max(started, time.time())),  # a clock stepped back mid-action
+    }
     store.put_action(action.key, result)
     return result
 
 
 def execute(
-    plan: Plan, store: Store, fetch: FetchContext, *, jobs: int = 2, event: Event | None = None
+    plan: Plan,
+    store: Store,
+    fetch: FetchContext,
+    *,
+    jobs: int = 2,
+    event: Event | None = None,
+    invocation_id: str | None = None,
 ) -> BuildReport:
     """Bring every root of ``plan`` into the action cache; return what was built and cached.
+
+    Each action run is recorded with ``invocation_id`` (default: a new UUID; the report's
+    ``invocation_id`` either way) and its times (module docstring).
 
     ``event(kind, **fields)`` is called for ``action-cached``, ``action-start``, ``action-done``
     (with ``seconds``), ``action-failed`` (with ``error``) and ``source-fetch`` (with ``source``,
@@ -134,6 +173,8 @@ def execute(
     """
     emit: Event = event or (lambda kind, **f: None)
     report = BuildReport()
+    if invocation_id is not None:
+        report.invocation_id = invocation_id
     to_run, cached = _needed(plan, store)
     report.cached = list(cached)
     report.results.update(cached)
@@ -148,8 +189,10 @@ def execute(
     failure: BaseException | None = None
 
     def work(action: Action) -> dict[str, Any]:
+        started = time.time()
         gate.ensure(action)
-        return run_action(action, store, {k: report.results[k] for k in action.deps})
+        deps = {k: report.results[k] for k in action.deps}
+        return run_action(action, store, deps, invocation_id=report.invocation_id, started=started)
 
     pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="nvkr-action")
     started: dict[str, float] = {}

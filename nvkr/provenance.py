@@ -11,12 +11,21 @@ rebuild, so it carries no wall-clock time at all. ``runDetails.metadata.startedO
 ``finishedOn`` are optional in SLSA v1.0 and deliberately omitted; ``invocationId`` is a
 deterministic identifier (an action key or build digest), never a random id. The build's only
 time is its epoch (SOURCE_DATE_EPOCH), recorded under ``internalParameters``.
+
+The times live in the build record instead (:mod:`nvkr.releaseset.record`): a statement of the
+same shape, written beside the release set (``dist/<name>.build-record.json``), never inside it,
+whose ``runDetails.metadata`` has a random ``invocationId`` (a UUID per ``nvkr build``) and the
+``startedOn``/``finishedOn`` the executor stored with each action (:func:`timestamp`), and whose
+``byproducts`` list every action with its own times. Both kinds of statement take their
+``buildDefinition`` parameters from :func:`external_parameters` and :func:`internal_parameters`.
 """
 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any, Final
 
 from nvkr.canonical import DIGEST_RE, canonical_json
@@ -29,8 +38,11 @@ BUILD_TYPE: Final = "https://nvkr.dev/buildtypes/recipe/v1"
 #: builder.id: nvkr itself; its version goes in builder.version {"nvkr": "<version>"}.
 BUILDER_ID: Final = "https://nvkr.dev/builders/nvkr"
 
-#: Fields that hold wall-clock times in SLSA v1.0; nvkr never writes them (module docstring).
+#: Fields that hold wall-clock times in SLSA v1.0; nvkr writes them only into build records,
+#: never into a statement of a release set (module docstring).
 TIME_FIELDS: Final = frozenset({"startedOn", "finishedOn"})
+#: RFC 3339 section 5.6 date-time (``T``/``Z`` in either case, optional fraction and offset).
+_RFC3339_RE = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
 
 _HEX_LEN = {"sha256": 64, "sha384": 96, "sha512": 128, "sha1": 40}
 _HEX_RE = re.compile(r"^[0-9a-f]+$")
@@ -50,6 +62,64 @@ def digest_set(digest: str) -> dict[str, str]:
     return {alg: hexpart}
 
 
+def timestamp(seconds: float | None = None) -> str:
+    """``seconds`` since 1970 (default: now) as an RFC 3339 UTC timestamp to the second,
+    ``YYYY-MM-DDTHH:MM:SSZ`` (the form SLSA v1.0's ``startedOn``/``finishedOn`` take)."""
+    return time.strftime(
+        "%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if seconds is None else seconds)
+    )
+
+
+def parse_timestamp(text: Any) -> datetime:
+    """An RFC 3339 date-time (section 5.6: ``2026-11-30T03:52:04Z``, a fraction and a
+    ``+HH:MM`` offset allowed) as an aware :class:`~datetime.datetime`.
+
+    Raises:
+        ValueError: not a string of that form, or no valid date or time (naming the value).
+    """
+    if not isinstance(text, str) or not _RFC3339_RE.match(text):
+        raise ValueError(f"{text!r} is no RFC 3339 timestamp (expected e.g. 2026-11-30T03:52:04Z)")
+    try:
+        return datetime.fromisoformat(text.upper().replace("Z", "+00:00"))
+    except ValueError as e:
+        raise ValueError(f"{text!r} is no valid RFC 3339 timestamp: {e}") from None
+
+
+def external_parameters(
+    spec: Mapping[str, Any],
+    variants: Sequence[Any],
+    *,
+    artifact: str | None = None,
+    release_set: str | None = None,
+) -> dict[str, Any]:
+    """SLSA ``externalParameters`` of an nvkr build: what the user controls.
+
+    ``{"recipe": {"path", "digest"}, "lockfile": {"path", "digest"}, "variants": [...]}`` from
+    the release-set spec (:func:`nvkr.releaseset.assemble`), plus ``"artifact"`` (the label of
+    one artifact's statement) or ``"releaseSet"`` (the set's name, in its build record).
+    """
+    params: dict[str, Any] = {"recipe": spec["recipe"], "lockfile": spec["lockfile"]}
+    if artifact is not None:
+        params["artifact"] = artifact
+    if release_set is not None:
+        params["releaseSet"] = release_set
+    params["variants"] = list(variants)
+    return params
+
+
+def internal_parameters(
+    spec: Mapping[str, Any], builder: str, builder_version: str, action_key: str
+) -> dict[str, Any]:
+    """SLSA ``internalParameters`` of an nvkr build: ``{"epoch": <seconds>, "builder",
+    "builderVersion", "actionKey"}`` (what nvkr set; the epoch from the release-set spec)."""
+    return {
+        "epoch": spec["epoch"],
+        "builder": builder,
+        "builderVersion": builder_version,
+        "actionKey": action_key,
+    }
+
+
 def slsa_statement(
     subjects: Sequence[Mapping[str, Any]],
     *,
@@ -59,7 +129,10 @@ def slsa_statement(
     resolved_dependencies: Sequence[Mapping[str, Any]],
     builder_id: str,
     builder_version: Mapping[str, str],
-    invocation_id: str,
+    invocation_id: str | None,
+    started_on: str | None = None,
+    finished_on: str | None = None,
+    byproducts: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """An in-toto Statement v1 with a SLSA provenance v1 predicate.
 
@@ -72,11 +145,16 @@ def slsa_statement(
         resolved_dependencies: ResourceDescriptors of every input (sources with their digests).
         builder_id: URI of the builder, normally :data:`BUILDER_ID`.
         builder_version: component → version, e.g. ``{"nvkr": "0.1.0"}``.
-        invocation_id: a deterministic id of this build (action key or build digest).
+        invocation_id: a deterministic id of this build (action key or build digest) in a
+            release set's statements; a build record's is the UUID of an ``nvkr build``
+            (None: left out).
+        started_on, finished_on: RFC 3339 times (:func:`timestamp`); only build records have
+            them (module docstring).
+        byproducts: ResourceDescriptors for ``runDetails.byproducts`` (left out when empty).
     Returns:
         ``{"_type", "subject", "predicateType", "predicate": {"buildDefinition": {...},
-        "runDetails": {"builder": {"id", "version"}, "metadata": {"invocationId"}}}}``. No
-        ``startedOn``/``finishedOn``: see the module docstring.
+        "runDetails": {"builder": {"id", "version"}, "metadata": {"invocationId"[,
+        "startedOn", "finishedOn"]}[, "byproducts"]}}}``.
     Raises:
         IntegrityError: the result would not pass :func:`validate_statement` (e.g. a subject
             without a digest, a dependency with neither uri, digest nor content).
@@ -94,10 +172,20 @@ def slsa_statement(
             },
             "runDetails": {
                 "builder": {"id": builder_id, "version": dict(builder_version)},
-                "metadata": {"invocationId": invocation_id},
+                "metadata": {},
             },
         },
     }
+    run = statement["predicate"]["runDetails"]
+    for key, value in (
+        ("invocationId", invocation_id),
+        ("startedOn", started_on),
+        ("finishedOn", finished_on),
+    ):
+        if value is not None:
+            run["metadata"][key] = value
+    if byproducts:
+        run["byproducts"] = [dict(b) for b in byproducts]
     validate_statement(statement)
     return statement
 
@@ -122,8 +210,10 @@ def validate_statement(d: Any) -> None:
     ``buildDefinition.buildType`` (string), ``buildDefinition.externalParameters`` (object),
     ``internalParameters`` (object, optional), ``resolvedDependencies`` (ResourceDescriptors,
     optional), ``runDetails.builder.id`` (string), ``builder.version`` (string map, optional),
-    ``metadata.invocationId`` (string, optional). Time fields are allowed here (statements from
-    other producers may carry them); nvkr's own never do.
+    ``metadata.invocationId`` (string, optional), ``metadata.startedOn``/``finishedOn`` (RFC 3339
+    timestamps, optional: build records and other producers' statements carry them; nvkr's
+    statements inside a release set never do), ``runDetails.byproducts`` (ResourceDescriptors,
+    optional).
 
     Raises:
         IntegrityError: listing every problem found, each with its JSON path.
@@ -191,8 +281,20 @@ def _check_slsa(predicate: Mapping[str, Any], problems: list[str]) -> None:
     meta = rd.get("metadata", {})
     if not isinstance(meta, Mapping):
         problems.append("$.predicate.runDetails.metadata must be an object")
-    elif "invocationId" in meta and not isinstance(meta["invocationId"], str):
-        problems.append("$.predicate.runDetails.metadata.invocationId must be a string")
+    else:
+        if "invocationId" in meta and not isinstance(meta["invocationId"], str):
+            problems.append("$.predicate.runDetails.metadata.invocationId must be a string")
+        for key in sorted(TIME_FIELDS & set(meta)):
+            try:
+                parse_timestamp(meta[key])
+            except ValueError as e:
+                problems.append(f"$.predicate.runDetails.metadata.{key}: {e}")
+    byproducts = rd.get("byproducts", [])
+    if not isinstance(byproducts, list):
+        problems.append("$.predicate.runDetails.byproducts must be a list")
+    else:
+        for i, b in enumerate(byproducts):
+            _check_resource(b, f"$.predicate.runDetails.byproducts[{i}]", problems)
 
 
 def _check_resource(r: Any, path: str, problems: list[str], *, need_digest: bool = False) -> None:

@@ -15,7 +15,15 @@ half-published set:
    API; else the fallback tag ``sha256-<hex>`` (distribution-spec "Referrers Tag Schema") holds an
    image index of them, read, merged and written back (:func:`update_referrers_tag`);
 5. the release set index, by digest;
-6. only then the tag (default: the release set's name, ``org.opencontainers.image.ref.name``).
+6. only then the tag (default: the release set's name, ``org.opencontainers.image.ref.name``);
+7. the build record beside the layout (``dist/<name>.build-record.json`` and its DSSE envelope,
+   :mod:`nvkr.releaseset.record`), when there is one: checked against the set first, then pushed
+   as referrers of the release set index (artifact manifests, annotation
+   ``dev.nvkr.attachment: build-record``), the referrers API or fallback tag as above.
+
+The build record is not part of the release set: the set is complete and tagged before it goes
+up, and a record that fails (a registry error, or a record of another build) fails the publish
+afterwards, saying the set is published; publishing again pushes only what is missing.
 
 So an interruption at any moment leaves the tag absent or at the previous complete set, and a
 re-run completes the set: everything is content-addressed and checked before it is sent again. A
@@ -26,6 +34,9 @@ are checked): the registry hashes every upload and refuses one whose digest diff
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import io
 import json
 import threading
 import time
@@ -53,7 +64,8 @@ EventSink = Callable[[str, dict[str, Any]], None]
 class PublishReport:
     """What :func:`publish_layout` did. Sizes in bytes, ``seconds`` wall-clock, digests
     ``sha256:<hex>``; ``referrers`` is ``api`` (the registry indexes them), ``fallback-tag`` or
-    ``none`` (no manifest in the set carries a subject)."""
+    ``none`` (no manifest in the set carries a subject); ``build_record`` the digests of the
+    build record manifests pushed or found (empty: no record beside the layout)."""
 
     reference: str
     repository: str
@@ -74,6 +86,7 @@ class PublishReport:
     referrers_tags: list[str] = field(default_factory=list)
     previous: str | None = None
     tag_moved: bool = False
+    build_record: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
@@ -345,7 +358,8 @@ def publish_layout(
         on_event: called as ``on_event(kind, fields)`` (from worker threads, one at a time):
             ``start``, ``blob-skipped``/``blob-mounted``/``blob-uploaded`` (``digest``, ``size``
             in bytes), ``manifest-skipped``/``manifest-pushed``, ``referrers-tag`` (``tag``,
-            ``subject``, ``written``), ``tagged`` (``tag``, ``digest``, ``previous``).
+            ``subject``, ``written``), ``tagged`` (``tag``, ``digest``, ``previous``),
+            ``build-record`` (``subject``, ``digests`` of its manifests).
     Returns:
         a :class:`PublishReport`.
     Raises:
@@ -354,7 +368,7 @@ def publish_layout(
         IntegrityError: the layout is damaged (missing blob, size or manifest digest mismatch),
             or the registry computed or answered another digest than sent (exit 3).
         RegistryError: the registry refused (credentials, errors) or stayed unreachable; the
-            tag is then untouched.
+            tag is then untouched (unless only the build record failed: step 7).
     """
     started = time.monotonic()
     ref = Reference.parse(ref) if isinstance(ref, str) else ref
@@ -375,10 +389,11 @@ def publish_layout(
     if root.get("mediaType") not in mt.MANIFEST_TYPES:
         raise IntegrityError(f"{layout_dir}/index.json: {root['digest']} is no manifest or index")
     root_data = reader.read_blob(root)
+    meta: dict[str, Any] | None = None
     if json.loads(root_data).get("artifactType") == mt.NVKR_RELEASE_SET:
         from nvkr.releaseset import read_metadata  # only then: it imports the whole assembler
 
-        read_metadata(reader.path, set_name)  # a release set: its metadata must check out too
+        meta = read_metadata(reader.path, set_name)  # a release set: its metadata must check out
     blobs = reader.walk(root, deep=False)
     closure = {b.digest for b in blobs}
     for attachment in _attachments(reader, root, closure):
@@ -481,5 +496,60 @@ def publish_layout(
         client.push_manifest(ref.repository, tag, root_data, root_manifest.blob.media_type)
         report.tag_moved = True
     run.event("tagged", tag=tag, digest=root["digest"], previous=report.previous)
+    # 7. the build record, after the set (module docstring)
+    if meta is not None and set_name:
+        _publish_build_record(run, Path(layout_dir), root, str(set_name), meta)
     report.seconds = time.monotonic() - started
     return report
+
+
+def _publish_build_record(
+    run: _Publish,
+    layout_dir: Path,
+    root: Mapping[str, Any],
+    set_name: str,
+    meta: Mapping[str, Any],
+) -> None:
+    """Push the build record beside ``layout_dir`` (if any) as referrers of ``root``.
+
+    Raises:
+        IntegrityError: the record does not belong to this set (or is malformed).
+        RegistryError: the registry refused. Either way the set itself is published and tagged,
+            which the message says.
+    """
+    from nvkr.releaseset.record import build_record_attachments, check_build_record
+
+    attachments = build_record_attachments(layout_dir, root, set_name)
+    if not attachments:
+        return
+    client, repo, subject = run.client, run.repo, str(root["digest"])
+    where = f"{run.report.reference} is published and tagged, but its build record is not"
+    check = check_build_record(layout_dir, meta, subject)
+    if check.problems:
+        message, hint = check.problems[0]
+        raise IntegrityError(f"{where}: {message}", hint=hint)
+    entries = []
+    try:
+        for att in attachments:
+            for digest, data in sorted(att.blobs.items()):
+                if not client.blob_exists(repo, digest):
+                    client.push_blob(repo, digest, len(data), functools.partial(io.BytesIO, data))
+            blob = LayoutBlob(
+                "sha256:" + hashlib.sha256(att.manifest).hexdigest(),
+                len(att.manifest),
+                mt.OCI_MANIFEST,
+                str(check.path),
+            )
+            if client.manifest_digest(repo, blob.digest) != blob.digest:
+                client.push_manifest(repo, blob.digest, att.manifest, mt.OCI_MANIFEST)
+            entries.append(referrer_descriptor(blob, json.loads(att.manifest)))
+        if not client.has_referrers_api(repo, subject):
+            update_referrers_tag(client, repo, subject, entries)
+    except RegistryError as e:
+        raise RegistryError(
+            f"{where}: {e.message}",
+            hint=e.hint or "publish again: only the build record is left to push",
+            status=e.status,
+        ) from e
+    run.report.build_record = [str(e["digest"]) for e in entries]
+    run.event("build-record", subject=subject, digests=run.report.build_record)

@@ -19,6 +19,13 @@ written to ``DIR`` atomically (:func:`nvkr.oci.layoutdir.write_layout`). Any fai
 order downloads finish in: blobs are files named by digest and ``index.json`` is built from the
 walk, not from completions.
 
+The build record ``nvkr publish`` attached to the release set index (a referrer with annotation
+``dev.nvkr.attachment: build-record``, :mod:`nvkr.releaseset.record`) is not part of the set: it
+is fetched beside it, checked against the set's metadata (and with keys its envelope), and
+written next to ``DIR`` as ``DIR.build-record.json`` (with ``DIR.build-record.dsse.json``) after
+``DIR`` itself; where several builds of the same set published one, the latest finished wins. A
+registry without one leaves no record beside ``DIR`` (one of an earlier pull is removed).
+
 The workers share the one :class:`~nvkr.oci.registry.RegistryClient`, as :mod:`nvkr.publish`'s
 do: its token and credential state sits behind its lock, and what its ``requests.Session`` does
 per request is safe across threads here (the headers are only read, the cookie jar locks itself,
@@ -29,6 +36,8 @@ read by the thread that asked for it.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -42,25 +51,35 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Final
 
+from nvkr.canonical import sha256_bytes
 from nvkr.errors import IntegrityError, RegistryError, UsageError
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import blob_name, image_index, index_bytes, layout_file_bytes
-from nvkr.oci.layoutdir import BLOB_MODE, DIR_MODE, write_layout
+from nvkr.oci.layoutdir import BLOB_MODE, DIR_MODE, FILE_MODE, write_layout
 from nvkr.oci.registry import Reference, RegistryClient, fallback_tag
+from nvkr.releaseset.record import (
+    BuildRecordCheck,
+    check_record_bytes,
+    is_build_record,
+    record_paths,
+)
 from nvkr.releaseset.remote import read_remote_metadata
-from nvkr.releaseset.signing import ANN_ATTACHMENT, DSSE_ENVELOPE, SIGNATURE
-from nvkr.sign import PublicKey
+from nvkr.releaseset.signing import ANN_ATTACHMENT, DSSE_ENVELOPE, SIGNATURE, _write_atomic
+from nvkr.sign import PublicKey, envelope_parts
 
 EventSink = Callable[[str, dict[str, Any]], None]
 
 #: Blob downloads running at once by default: a default release set holds four QCOW2 images.
 WORKERS: Final = 4
+#: Largest build record (or envelope) layer a pull accepts, in bytes.
+_RECORD_LIMIT: Final = 64 << 20
 
 
 @dataclass
 class PullReport:
     """What :func:`pull_release_set` did: ``blobs``/``bytes`` downloaded (bytes), ``signatures``
-    attached, ``verified`` (checked with keys), ``seconds`` wall-clock."""
+    attached, ``verified`` (checked with keys), ``build_record`` the path of the build record
+    written beside the target (None: the registry has none), ``seconds`` wall-clock."""
 
     reference: str
     digest: str
@@ -70,6 +89,7 @@ class PullReport:
     bytes: int = 0
     signatures: int = 0
     verified: bool = False
+    build_record: str | None = None
     seconds: float = 0.0
 
 
@@ -282,6 +302,95 @@ class _Pull:
         return [m for m in listed or [] if isinstance(m, dict) and isinstance(m.get("digest"), str)]
 
 
+def _fetch_attachment(
+    client: RegistryClient, repo: str, desc: Mapping[str, Any], subject: str
+) -> tuple[str, bytes]:
+    """A build record referrer's artifactType and its one layer's bytes (both checked)."""
+    what = f"build record {desc['digest']} of {subject}"
+    data, _, actual = client.get_manifest(repo, str(desc["digest"]))
+    if actual != desc["digest"]:
+        raise IntegrityError(f"{what}: the registry served {actual}")
+    try:
+        doc = json.loads(data)
+    except ValueError as e:
+        raise IntegrityError(f"{what}: not JSON") from e
+    layers = doc.get("layers") if isinstance(doc, dict) else None
+    if (doc.get("subject") or {}).get("digest") != subject or not isinstance(layers, list):
+        raise IntegrityError(f"{what}: listed as a referrer of {subject} but names another subject")
+    if len(layers) != 1 or not isinstance(layers[0], dict):
+        raise IntegrityError(f"{what}: {len(layers)} layers, expected 1")
+    size = layers[0].get("size")
+    if not isinstance(size, int) or size > _RECORD_LIMIT:
+        raise IntegrityError(f"{what}: its layer's size {size!r} is not that of a build record")
+    buf = io.BytesIO()
+    client.get_blob(repo, str(layers[0]["digest"]), buf, size=size)  # hashed on the way
+    if buf.tell() != size:
+        raise IntegrityError(f"{what}: its layer is {buf.tell()} bytes, expected {size}")
+    return str(doc.get("artifactType")), buf.getvalue()
+
+
+def _build_record(
+    client: RegistryClient,
+    repo: str,
+    referrers: Sequence[Mapping[str, Any]],
+    meta: Mapping[str, Any],
+    subject: str,
+    keys: Sequence[PublicKey],
+) -> tuple[bytes, bytes | None] | None:
+    """The build record (and its envelope) to write beside the pulled set: every one listed is
+    checked against the set (:func:`nvkr.releaseset.record.check_record_bytes`, with ``keys``);
+    the latest finished wins. None when the registry has none.
+
+    Raises:
+        IntegrityError: one fails its digests or its checks (naming it).
+    """
+    if not referrers:
+        return None
+    records: list[bytes] = []
+    envelopes: dict[bytes, bytes] = {}  # payload -> envelope
+    for desc in sorted(referrers, key=lambda d: str(d["digest"])):
+        artifact_type, data = _fetch_attachment(client, repo, desc, subject)
+        if artifact_type == mt.IN_TOTO_JSON:
+            records.append(data)
+        elif artifact_type == DSSE_ENVELOPE:
+            try:
+                payload, _, _ = envelope_parts(json.loads(data), f"build record {desc['digest']}")
+            except ValueError as e:
+                raise IntegrityError(f"build record envelope {desc['digest']}: not JSON") from e
+            envelopes[payload] = data
+    best: tuple[str, bytes] | None = None
+    for data in records:
+        check = check_record_bytes(
+            data,
+            envelopes.get(data),
+            meta,
+            subject,
+            keys,
+            check=BuildRecordCheck(path=f"{repo}@{sha256_bytes(data)}"),
+            envelope_name=f"of {repo}@{sha256_bytes(data)}",
+        )
+        if check.problems:
+            message, hint = check.problems[0]
+            raise IntegrityError(message, hint=hint)
+        finished = check.finished_on or ""
+        if best is None or (finished, data) > best:
+            best = (finished, data)
+    return None if best is None else (best[1], envelopes.get(best[1]))
+
+
+def _write_build_record(target: Path, record: tuple[bytes, bytes | None] | None) -> str | None:
+    """Put the pulled build record (and envelope) beside ``target``; remove what an earlier pull
+    left there that this one does not replace. Returns the record's path, or None."""
+    paths = record_paths(target)
+    for path, data in zip(paths, record or (None, None), strict=True):
+        if data is None:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        else:
+            _write_atomic(path, data, FILE_MODE)
+    return str(paths[0]) if record else None
+
+
 def _signature_entry(desc: Mapping[str, Any], doc: Mapping[str, Any]) -> dict[str, Any]:
     """The ``index.json`` entry of a signature manifest, as :func:`sign_release_set` writes it."""
     labels = {k: v for k, v in (doc.get("annotations") or {}).items() if k != mt.ANN_CREATED}
@@ -378,9 +487,15 @@ def pull_release_set(
             # the index first, as signing does
             position = {d: i - 1 for i, d in enumerate(subjects)}
             signatures: list[tuple[int, dict[str, Any]]] = []
+            records: list[dict[str, Any]] = []
             seen: set[str] = set()
             for subject in dict.fromkeys(subjects):
                 for desc in run.referrers(subject):
+                    if is_build_record(desc):  # beside the set, not in it (module docstring)
+                        if subject == top["digest"] and desc["digest"] not in seen:
+                            seen.add(desc["digest"])
+                            records.append(desc)
+                        continue
                     if desc.get("artifactType") != DSSE_ENVELOPE or desc["digest"] in seen:
                         continue
                     if desc.get("mediaType") not in mt.IMAGE_MANIFEST_TYPES:
@@ -396,6 +511,7 @@ def pull_release_set(
                     signatures.append((position[subject], _signature_entry(desc, doc)))
                     run.event("signature", digest=desc["digest"], subject=subject)
             run.wait()  # every blob downloaded and checked, or the first failure
+            record = _build_record(client, ref.repository, records, meta, top["digest"], keys)
         signatures.sort(key=lambda s: (s[0], s[1]["digest"]))
         root = {**top, "artifactType": mt.NVKR_RELEASE_SET, "annotations": {mt.ANN_REF_NAME: name}}
         data = index_bytes(image_index([root, *(s for _, s in signatures)]))
@@ -425,6 +541,7 @@ def pull_release_set(
             report.verified = True
             run.event("verified")
         write_layout(target, data, sorted(run.have.items()), lambda d: tmp / blob_name(d))
+        report.build_record = _write_build_record(target, record)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     report.seconds = time.monotonic() - started

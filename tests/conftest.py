@@ -169,6 +169,32 @@ def default_build(tmp_path_factory, go_toolchain) -> Iterator[DefaultBuild]:
             rebuild.kill()
 
 
+def seed_from_build(root: Path, built: Path) -> Path:
+    """A fresh store at ``root`` holding everything the store ``built`` holds: blobs hard-linked,
+    action records copied, unpacked toolchains hard-linked, tool caches (Go's build cache) copied.
+    A build of the default recipe from it runs only the actions whose inputs a test changed."""
+    from nvkr.store import Store
+
+    src, store = Store(built), Store(root)
+    for blob in src.blobs_dir.iterdir():
+        dst = store.blob_path("sha256:" + blob.name)
+        if not dst.exists():
+            os.link(blob, dst)
+    for record in (built / "actions").glob("*.json"):
+        shutil.copyfile(record, root / "actions" / record.name)
+    for part, flags in (("tools", "-al"), ("cache", "-a")):
+        if (built / part).is_dir():
+            (root / part).mkdir(exist_ok=True)
+            subprocess.run(["cp", flags, f"{built / part}/.", str(root / part)], check=True)
+    return root
+
+
+@pytest.fixture
+def seed_built(default_build):
+    """``seed_built(root)``: see :func:`seed_from_build` (from the session's default build)."""
+    return functools.partial(seed_from_build, built=default_build.store)
+
+
 @pytest.fixture
 def seed_store(go_toolchain):
     """``seed_store(root)``: see :func:`seed`."""

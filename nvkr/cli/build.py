@@ -2,6 +2,9 @@
 
 Humans get one line per action on stderr; ``--json`` prints one JSON object per event on stdout
 (``action-cached``, ``action-start``, ``action-done``, ``action-failed``) and a final ``result``.
+Beside each release set ``dist/<name>/`` goes its build record, ``dist/<name>.build-record.json``
+(with ``--sign`` also ``.build-record.dsse.json``): the times of the actions, which the set itself
+never holds (:mod:`nvkr.releaseset.record`).
 """
 
 from __future__ import annotations
@@ -83,6 +86,7 @@ def command(
 
     from nvkr.execute import execute
     from nvkr.releaseset import materialize
+    from nvkr.releaseset.record import plan_build_record, write_build_record
 
     console = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -168,8 +172,15 @@ def command(
                 from nvkr.releaseset.signing import sign_release_set
 
                 sign_release_set(path, signing_key)
+            record = plan_build_record(plan, report, name, path, session.store)
+            record_path, _ = write_build_record(path, record, signing_key)
             written.append(
-                {"name": name, "path": str(path), "digest": result["metadata"]["releaseSetDigest"]}
+                {
+                    "name": name,
+                    "path": str(path),
+                    "digest": result["metadata"]["releaseSetDigest"],
+                    "buildRecord": str(record_path),
+                }
             )
     if push_ref is not None:
         if push_ref.tag is not None and len(written) > 1:

@@ -112,6 +112,10 @@ def command(
             console.print(f"  [cyan]pushed[/]    manifest {digest} [dim]{escape(str(what))}[/]")
         elif kind == "referrers-tag" and fields["written"]:
             console.print(f"  [cyan]referrers[/] {fields['tag'][:19]} [dim](fallback tag)[/]")
+        elif kind == "build-record":
+            console.print(
+                f"  [cyan]attached[/]  build record [dim]({len(fields['digests'])} manifests)[/]"
+            )
 
     with RegistryClient(
         ref.registry,

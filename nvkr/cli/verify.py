@@ -1,7 +1,7 @@
 """``nvkr verify``: check a release set on disk; exit 3 when anything fails.
 
 Runs :func:`nvkr.verify.verify_release_set` (closure, metadata, provenance, signatures with the
-``--key`` keys, ``--policy``), then with ``--rebuild`` :func:`nvkr.verify.rebuild`. Humans get a
+``--key`` keys, the build record beside the layout when there is one, ``--policy``), then with ``--rebuild`` :func:`nvkr.verify.rebuild`. Humans get a
 summary on stdout; ``--json`` prints the report (:meth:`nvkr.verify.VerifyReport.to_json`)
 instead. Any problem raises an :class:`~nvkr.errors.IntegrityError` naming the first one (exit 3)
 after the report is printed.
@@ -162,6 +162,27 @@ def _print(doc: dict[str, Any]) -> None:
         click.echo(
             f"  {art['kind']:<13} {art['name']:<24} {art['digest'][:19]}  {prov}{sboms}, "
             f"{_signed(art['signatures'])}"
+        )
+    record = doc.get("buildRecord") or {}
+    if record.get("checked"):
+        signed = ""
+        if record.get("signed"):
+            verified = sorted(k[:12] for k in record.get("verifiedBy") or [])
+            signed = (
+                ", signed, verified by key " + ", ".join(verified)
+                if verified
+                else ", signed (not checked: no --key)"
+            )
+        span = (
+            f"; ran {record['startedOn']} .. {record['finishedOn']}"
+            if record.get("startedOn") and record.get("finishedOn")
+            else ""
+        )
+        click.echo(f"  build record {record['path']}: {record['actions']} actions{span}{signed}")
+    elif record:
+        click.echo(
+            f"  build record {record['path']}: "
+            + ("not checked" if record.get("present") else "none beside the set, not checked")
         )
     if doc["policy"] is not None:
         policy = doc["policy"]

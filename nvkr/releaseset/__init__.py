@@ -10,8 +10,9 @@ The modules, in the order the data flows through them: :mod:`.spec` (the action'
 name, the artifacts grouped by action, the variants' order), :mod:`.artifacts` (the layout's
 blobs; a binary or an image as the set holds it), :mod:`.chart` (a Helm chart manifest as
 ``helm push`` makes it), :mod:`.assemble` (provenance, the release set index, ``index.json``),
-:mod:`.metadata` (the metadata JSON and :func:`read_metadata`) and :mod:`.materialize` (the
-layout on disk).
+:mod:`.metadata` (the metadata JSON and :func:`read_metadata`), :mod:`.materialize` (the
+layout on disk) and :mod:`.record` (the build record written beside the layout: the times of
+the set's actions, which the layout never holds).
 
 Shape of the layout (image-spec v1.1.0 image-layout.md)::
 

@@ -29,6 +29,8 @@ from nvkr.oci.layout import (
 from nvkr.provenance import (
     BUILD_TYPE,
     BUILDER_ID,
+    external_parameters,
+    internal_parameters,
     slsa_statement,
     statement_bytes,
 )
@@ -209,18 +211,10 @@ def _provenance(
         statement = slsa_statement(
             packed.subjects,
             build_type=BUILD_TYPE,
-            external_parameters={
-                "recipe": spec["recipe"],
-                "lockfile": spec["lockfile"],
-                "artifact": label,
-                "variants": variants,
-            },
-            internal_parameters={
-                "epoch": spec["epoch"],
-                "builder": first["builder"],
-                "builderVersion": first["builderVersion"],
-                "actionKey": key,
-            },
+            external_parameters=external_parameters(spec, variants, artifact=label),
+            internal_parameters=internal_parameters(
+                spec, first["builder"], first["builderVersion"], key
+            ),
             resolved_dependencies=first.get("dependencies", []),
             builder_id=BUILDER_ID,
             builder_version={"nvkr": spec["nvkrVersion"]},

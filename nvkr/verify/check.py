@@ -18,7 +18,13 @@ step only when the one before passed (a corrupt blob would only make every later
    statement naming the index's digest); with keys, every signature by a given key must verify
    and the release set and every artifact with provenance need one that does. The index pins
    every member by digest, so a member replaced by an older, validly signed one shows as a digest
-   mismatch or as a release set signature naming another index.
+   mismatch or as a release set signature naming another index;
+5. the build record beside the layout (``<dir>.build-record.json``,
+   :func:`nvkr.releaseset.record.check_build_record`), when there is one: a valid statement
+   naming exactly this set's index and artifacts by digest (a record of another build or set
+   fails, naming the artifact), RFC 3339 times in order, and its DSSE envelope (when present)
+   signing its exact bytes, verified with the keys. A set without one (pulled, or built by an
+   older nvkr) passes; the report says whether a record was checked.
 
 Problems are collected in a :class:`nvkr.verify.report.VerifyReport`, not raised, so one run
 reports all of them; the CLI turns any into exit 3.
@@ -40,6 +46,7 @@ from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import LayoutBlob, LayoutReader
 from nvkr.provenance import validate_statement
 from nvkr.releaseset.metadata import read_metadata
+from nvkr.releaseset.record import check_build_record, record_paths
 from nvkr.releaseset.signing import (
     ANN_KEYID,
     DSSE_ENVELOPE,
@@ -84,8 +91,13 @@ def verify_release_set(
         if report.ok:
             verifier.provenance()
             verifier.signatures()
+        if report.ok:
+            verifier.build_record()
         if report.ok and policy is not None:
             apply_policy(policy, report, path=policy_path)
+    if report.build_record is None:  # an earlier step failed: say whether there is one
+        record = record_paths(path)[0]
+        report.build_record = {"path": str(record), "present": record.is_file(), "checked": False}
     report.seconds = time.perf_counter() - started
     return report
 
@@ -111,6 +123,7 @@ class _Verifier:
         self.signature_manifests: list[_Attachment] = []
         self.sboms: list[_Attachment] = []
         self.failed_provenance: set[str] = set()
+        self.metadata: dict[str, Any] = {}
 
     def doc(self, desc: Mapping[str, Any], referrer: str = "index.json") -> dict[str, Any]:
         """A manifest or index of the layout, read (and its digest checked) once."""
@@ -202,6 +215,7 @@ class _Verifier:
             )
             report.name = str(meta.get("name"))
             return
+        self.metadata = meta
         kinds: dict[str, str] = {}
         meta_provenance: dict[str, str] = {}
         for art in meta.get("artifacts", []):
@@ -455,6 +469,20 @@ class _Verifier:
                 f"{what} is not signed by any given key (signed by key id {signers}; given "
                 f"{given})",
                 hint="pass the public key of the key that signed it with --key",
+            )
+
+    # -- 5. the build record -------------------------------------------------------------------
+    def build_record(self) -> None:
+        """The build record beside the layout, when there is one (module docstring)."""
+        check = check_build_record(
+            self.reader.path, self.metadata, str(self.entry["digest"]), self.keys
+        )
+        self.report.build_record = check.to_json()
+        for message, hint in check.problems:
+            self.report.fail("build-record", message, hint)
+        if check.present and self.keys and not check.signed:
+            self.report.warnings.append(
+                f"build record {check.path} is not signed (no {record_paths(self.reader.path)[1].name})"
             )
 
 

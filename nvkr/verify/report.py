@@ -15,7 +15,7 @@ from typing import Any
 @dataclass
 class Problem:
     """One failed check: ``check`` (``closure``, ``metadata``, ``provenance``, ``signature``,
-    ``policy`` or ``rebuild``), a ``message`` naming what and where, and an optional ``hint``."""
+    ``build-record``, ``policy`` or ``rebuild``), a ``message`` naming what and where, and an optional ``hint``."""
 
     check: str
     message: str
@@ -88,7 +88,10 @@ class VerifyReport:
 
     ``blobs``/``bytes`` count the closure (each blob once), ``seconds`` the wall time of the
     checks (rebuild excluded), ``keys`` the given public keys (``{"keyid", "algorithm",
-    "keyBits", "securityBits"}``), ``rebuild`` the :func:`nvkr.verify.rebuild` result or None.
+    "keyBits", "securityBits"}``), ``rebuild`` the :func:`nvkr.verify.rebuild` result or None,
+    ``build_record`` what :func:`nvkr.releaseset.record.check_build_record` found (``{"path",
+    "present", "checked"[, "signed", "verifiedBy", "invocationId", "startedOn", "finishedOn",
+    "actions"]}``; ``checked`` False when there is none or an earlier check failed).
     """
 
     path: str
@@ -103,6 +106,7 @@ class VerifyReport:
     problems: list[Problem] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     rebuild: dict[str, Any] | None = None
+    build_record: dict[str, Any] | None = None
     seconds: float = 0.0
 
     @property
@@ -134,5 +138,6 @@ class VerifyReport:
             "problems": [p.to_json() for p in self.problems],
             "warnings": self.warnings,
             "rebuild": self.rebuild,
+            "buildRecord": self.build_record,
             "seconds": round(self.seconds, 3),
         }

@@ -28,11 +28,12 @@ def _store_is_consistent(store):
             )
 
 
-def test_compile_error_fails_with_the_compiler_output(tmp_path, seed_store):
+def test_compile_error_fails_with_the_compiler_output(tmp_path, seed_built):
     clone = make_clone(tmp_path / "clone")
     main = clone / "agents" / "node-agent" / "cmd" / "node-agent" / "main.go"
     main.write_text(main.read_text() + "\nfunc broken() { undefinedThing() }\n")
-    store = seed_store(tmp_path / "store")
+    # every other action is cached: only the agent (its source changed) builds, and fails
+    store = seed_built(tmp_path / "store")
     res = run_nvkr("build", "--variant", "arch=amd64", cwd=clone, store=store)
     assert res.code == 1
     assert "error[NVKR-E-BUILD]" in res.stderr and "agent [amd64]" in res.stderr
@@ -42,13 +43,16 @@ def test_compile_error_fails_with_the_compiler_output(tmp_path, seed_store):
     _store_is_consistent(store)
 
 
-def test_ctrl_c_mid_build_exits_130_and_the_next_build_completes(tmp_path, seed_store):
+def test_ctrl_c_mid_build_exits_130_and_the_next_build_completes(tmp_path, seed_built):
     clone = make_clone(tmp_path / "clone")
-    store = seed_store(tmp_path / "store")
+    # a changed agent source: the agent and what embeds it build again, the rest is cached
+    main = clone / "agents" / "node-agent" / "cmd" / "node-agent" / "main.go"
+    main.write_text(main.read_text() + "\n// changed by the test\n")
+    store = seed_built(tmp_path / "store")
     env = {**os.environ, "NVKR_CACHE": str(store), "NVKR_CONFIG": str(clone / "none.yaml")}
     proc = subprocess.Popen(
-        # one arch: the completing build below then needs no arm64 root filesystem (minutes
-        # under qemu-user); the interrupt lands in the Go build either way
+        # one arch: the completing build below rebuilds less; the interrupt lands in the Go
+        # build either way
         [sys.executable, "-m", "nvkr", "build", "--variant", "arch=amd64"],
         cwd=clone,
         env=env,
