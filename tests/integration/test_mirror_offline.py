@@ -29,12 +29,14 @@ def _sets(stdout: str) -> dict[str, str]:
 
 
 def _by_variant(layout) -> dict[tuple[str, str], str]:
+    """``{(artifact name, variant as JSON): digest of its manifest or image index}``."""
     from nvkr.releaseset import read_metadata
 
-    return {
-        (a["name"], json.dumps(a["variant"], sort_keys=True)): a["manifest"]["digest"]
-        for a in read_metadata(layout)["artifacts"]
-    }
+    digests = {}
+    for a in read_metadata(layout)["artifacts"]:
+        top = a.get("manifest") or a["index"]  # multi-arch images have an index
+        digests[(a["name"], json.dumps(a["variant"], sort_keys=True))] = top["digest"]
+    return digests
 
 
 @pytest.mark.slow
