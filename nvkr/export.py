@@ -8,6 +8,15 @@ ReleaseSet``, ``schemaVersion`` :data:`EXPORT_SCHEMA_VERSION`); :func:`export_ca
 API v1beta1 resources (KubeadmControlPlane, one MachineDeployment and one KubeadmConfigTemplate per
 node-pool release) and :func:`dump_yaml` writes them as multi-document YAML. Both are pure
 functions of their inputs: same release set, same bytes out.
+
+With ``infrastructure="metal3"`` :func:`export_capi` also writes the infrastructure templates
+that boot the machine images on bare metal through Metal3 (CAPM3, https://book.metal3.io): one
+``Metal3MachineTemplate`` (``infrastructure.cluster.x-k8s.io/v1beta1``) per node-pool release,
+named like its MachineDeployment, and one for the control plane, named like the
+KubeadmControlPlane; each ``spec.template.spec.image`` is ``{url, checksum: <sha256 hex of the
+QCOW2 disk>, checksumType: sha256, format: qcow2}``. The URL comes from :class:`ImageUrls`: a
+web server's base (``{base}/{hex}.qcow2``) or the registry's blob endpoint. Same release set and
+options, same bytes: nothing is read from the clock, the environment or the network.
 """
 
 from __future__ import annotations
@@ -15,12 +24,15 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 import yaml
 
 from nvkr.canonical import canonical_json
 from nvkr.errors import IntegrityError, UsageError
+from nvkr.oci import mediatypes as mt
 
 #: Version of the export JSON shape; bumped on any change a reader must know about.
 EXPORT_SCHEMA_VERSION: Final = 1
@@ -32,6 +44,13 @@ CAPI_BOOTSTRAP: Final = "bootstrap.cluster.x-k8s.io/v1beta1"
 #: Default infrastructure machine template (Metal3: bare metal booting the QCOW2 machine image).
 DEFAULT_INFRASTRUCTURE_KIND: Final = "Metal3MachineTemplate"
 DEFAULT_INFRASTRUCTURE_API_VERSION: Final = "infrastructure.cluster.x-k8s.io/v1beta1"
+#: Infrastructure providers whose machine templates :func:`export_capi` writes itself.
+INFRASTRUCTURES: Final = ("metal3",)
+METAL3_API_VERSION: Final = "infrastructure.cluster.x-k8s.io/v1beta1"
+METAL3_MACHINE_TEMPLATE: Final = "Metal3MachineTemplate"
+#: Machine image disk media type → Metal3 ``image.format`` (CAPM3 enum raw;qcow2;vdi;vmdk;live-iso).
+_METAL3_FORMATS: Final = {mt.NVKR_QCOW2: "qcow2"}
+_SHA256: Final = re.compile(r"^sha256:([0-9a-f]{64})$")
 
 ANN_MACHINE_IMAGE: Final = "nvkr.dev/machine-image"
 ANN_MACHINE_IMAGE_REF: Final = "nvkr.dev/machine-image-ref"
@@ -255,6 +274,135 @@ def _pool_names(pools: Sequence[Mapping[str, Any]]) -> list[str]:
     return names
 
 
+@dataclass(frozen=True)
+class ImageUrls:
+    """Where Ironic downloads a machine image's disk: ``prefix + <sha256 hex> + suffix``.
+
+    Build it with :meth:`from_base_url` or :meth:`from_registry`; :meth:`url` maps a disk digest.
+    """
+
+    prefix: str
+    suffix: str = ""
+
+    @classmethod
+    def from_base_url(cls, base: str) -> ImageUrls:
+        """``{base}/{hex}.qcow2``: a web server holding the QCOW2 disks under their sha256.
+
+        Raises:
+            UsageError: ``base`` is not an absolute ``http://`` or ``https://`` URL, or has a
+                query or fragment (the file name is appended to the path).
+        """
+        parts = urlsplit(base)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise UsageError(
+                f"image base URL {base!r} is not an absolute http:// or https:// URL",
+                hint="e.g. --image-base-url https://images.example/nvkr (Ironic downloads "
+                "{base}/<sha256 hex>.qcow2)",
+            )
+        if parts.query or parts.fragment:
+            raise UsageError(
+                f"image base URL {base!r} has a query or fragment; <hex>.qcow2 is appended to "
+                "its path",
+                hint="give the directory URL only",
+            )
+        return cls(prefix=base.rstrip("/") + "/", suffix=".qcow2")
+
+    @classmethod
+    def from_registry(cls, registry: str, repository: str, *, insecure: bool = False) -> ImageUrls:
+        """The registry's blob endpoint, ``https://REGISTRY/v2/REPO/blobs/sha256:<hex>``
+        (distribution-spec v1.1 "Pulling blobs": ``GET /v2/<name>/blobs/<digest>``).
+
+        Plain ``http://`` for ``insecure`` and loopback registries, as
+        :class:`nvkr.oci.registry.RegistryClient` talks to them. Ironic sends no credentials and
+        does no token handshake: this only works on registries that serve blobs anonymously.
+        """
+        from nvkr.oci.registry import LOOPBACK
+
+        host = urlsplit("//" + registry).hostname or registry
+        scheme = "http" if insecure or host in LOOPBACK else "https"
+        return cls(prefix=f"{scheme}://{registry}/v2/{repository}/blobs/sha256:")
+
+    def url(self, disk_digest: str) -> str:
+        """The URL of the disk with digest ``sha256:<hex>``.
+
+        Raises:
+            IntegrityError: ``disk_digest`` is not ``sha256:<64 hex>``.
+        """
+        return f"{self.prefix}{_sha256_hex(disk_digest, 'disk digest')}{self.suffix}"
+
+
+def _sha256_hex(digest: Any, what: str) -> str:
+    match = _SHA256.match(digest) if isinstance(digest, str) else None
+    if match is None:
+        raise IntegrityError(
+            f"release set metadata: {what} {digest!r} is not sha256:<64 hex>",
+            hint="the metadata is damaged or from another tool; rebuild the release set",
+        )
+    return match.group(1)
+
+
+def _metal3_image(
+    metadata: Mapping[str, Any], pool: Mapping[str, Any], label: str, urls: ImageUrls
+) -> dict[str, str]:
+    """Metal3 ``image`` of a node-pool release's machine image (CAPM3 ``Image``, see below).
+
+    Raises:
+        UsageError: the machine image's disk is not a format Metal3 boots here (QCOW2).
+        IntegrityError: the metadata names an artifact it does not hold, or a bad digest.
+    """
+    art = _find(metadata, pool["machineImage"], pool.get("variant"))
+    primary = art.get("primary") or {}
+    media_type = primary.get("mediaType")
+    fmt = _METAL3_FORMATS.get(str(media_type))
+    if fmt is None:
+        raise UsageError(
+            f"node-pool release {label}: machine image {art['name']!r} has disk media type "
+            f"{media_type!r}; Metal3 export expects a QCOW2 disk ({mt.NVKR_QCOW2})",
+            hint="name a node-image artifact as the pool's machineImage in the recipe",
+        )
+    hexdigest = _sha256_hex(primary.get("digest"), f"machine image {art['name']!r} disk digest")
+    # cluster-api-provider-metal3 api/v1beta1/common_types.go, type Image: url; checksum "a
+    # md5sum value or a URL to retrieve one" (the value itself here: the webhook parses it as a
+    # URL only when it starts with http:// or https://); checksumType enum md5;sha256;sha512
+    # (baremetal-operator: "If missing, MD5 is used", so it is always set); format (json tag of
+    # DiskFormat) enum raw;qcow2;vdi;vmdk;live-iso.
+    return {
+        "url": urls.url(primary["digest"]),
+        "checksum": hexdigest,
+        "checksumType": "sha256",
+        "format": fmt,
+    }
+
+
+def _control_plane_pool(
+    pools: Sequence[Mapping[str, Any]], labels: Sequence[str], wanted: str | None
+) -> int:
+    """Index of the node-pool release whose machine image the control plane boots: ``wanted``
+    (an exported pool name such as ``blackwell-amd64``, or a recipe pool name, amd64 first when
+    it names several), else the first amd64 pool, else the first pool."""
+    if not pools:
+        raise UsageError(
+            "the release set has no node-pool releases, so no machine image for the control plane"
+        )
+    if wanted is None:
+        return next((i for i, p in enumerate(pools) if p["arch"] == "amd64"), 0)
+    if wanted in labels:
+        return labels.index(wanted)
+    named = [i for i, p in enumerate(pools) if p["name"] == wanted]
+    amd64 = [i for i in named if pools[i]["arch"] == "amd64"]
+    if len(named) == 1 or len(amd64) == 1:
+        return (amd64 or named)[0]
+    if named:
+        raise UsageError(
+            f"control-plane pool {wanted!r} names {len(named)} node-pool releases",
+            hint="give one of " + ", ".join(labels[i] for i in named),
+        )
+    raise UsageError(
+        f"control-plane pool {wanted!r} is not a node-pool release of this release set",
+        hint="give one of " + ", ".join(labels),
+    )
+
+
 def export_capi(
     metadata: Mapping[str, Any],
     index_digest: str,
@@ -266,6 +414,9 @@ def export_capi(
     infrastructure_api_version: str = DEFAULT_INFRASTRUCTURE_API_VERSION,
     control_plane_replicas: int = 1,
     replicas: int = 1,
+    infrastructure: str | None = None,
+    image_urls: ImageUrls | None = None,
+    control_plane_pool: str | None = None,
 ) -> list[dict[str, Any]]:
     """Cluster API v1beta1 resources for the release set (cluster-api book, "Cluster API types").
 
@@ -273,19 +424,35 @@ def export_capi(
     release, a KubeadmConfigTemplate (``joinConfiguration.nodeRegistration.kubeletExtraArgs``
     ``node-labels`` = ``nvkr.dev/gpu-generation``, ``kubernetes.io/arch``, ``nvkr.dev/node-pool``)
     and a MachineDeployment pointing at it and at an infrastructure machine template named
-    after the node pool (``infrastructure_kind``/``infrastructure_api_version``; the templates
-    themselves are provider-specific and not written). Every resource is annotated
+    after the node pool (``infrastructure_kind``/``infrastructure_api_version``; without
+    ``infrastructure`` the templates themselves are not written). Every resource is annotated
     ``nvkr.dev/release-set: <index_digest>``; node-pool resources also ``nvkr.dev/machine-image``
     (the machine image digest, or ``none`` when the pool has none) and, with ``repository``,
     ``nvkr.dev/machine-image-ref: REPO@digest``.
+
+    ``infrastructure="metal3"`` (needs ``image_urls``) also writes a Metal3MachineTemplate per
+    node-pool release (before its MachineDeployment, same name and annotations) booting the
+    pool's QCOW2 machine image, and one for the control plane (first, named like the
+    KubeadmControlPlane) booting the machine image of ``control_plane_pool`` (an exported pool
+    name such as ``blackwell-amd64`` or a recipe pool name; default the first amd64 pool).
 
     Returns:
         the resources, keys in a fixed order (apiVersion, kind, metadata, spec), names DNS-1123.
     Raises:
         UsageError: the set has no cluster release (no Kubernetes version), or a name that cannot
-            become a DNS-1123 label.
-        IntegrityError: the metadata names an artifact it does not hold.
+            become a DNS-1123 label; with ``infrastructure``: an unknown provider, no
+            ``image_urls``, another infrastructure kind/apiVersion, a pool without a machine
+            image or with a non-QCOW2 one, an unknown ``control_plane_pool``; ``image_urls`` or
+            ``control_plane_pool`` without ``infrastructure``.
+        IntegrityError: the metadata names an artifact it does not hold, or a malformed digest.
     """
+    urls = _check_infrastructure(
+        infrastructure,
+        image_urls,
+        control_plane_pool,
+        infrastructure_kind,
+        infrastructure_api_version,
+    )
     doc = export_json(metadata, index_digest, repository=repository)
     cluster = doc["clusterRelease"]
     if cluster is None:
@@ -323,12 +490,34 @@ def export_capi(
         }
     ]
     pools = doc["nodePoolReleases"]
-    for pool, pool_label in zip(pools, _pool_names(pools), strict=True):
+    pool_labels = _pool_names(pools)
+    images: list[dict[str, str]] = []
+    if urls is not None:
+        missing = [
+            label for p, label in zip(pools, pool_labels, strict=True) if not p["machineImage"]
+        ]
+        if missing:
+            raise UsageError(
+                f"Metal3 boots each node pool from its machine image, and node-pool release(s) "
+                f"{', '.join(missing)} of {doc['name']} have none",
+                hint="set machineImage on every releaseSet.nodePoolReleases entry, or export "
+                "without --infrastructure",
+            )
+        images = [
+            _metal3_image(metadata, p, label, urls)
+            for p, label in zip(metadata["nodePoolReleases"], pool_labels, strict=True)
+        ]
+        cp_pool = _control_plane_pool(pools, pool_labels, control_plane_pool)
+        resources.insert(
+            0,
+            _metal3_template(
+                meta(cp_name, _image_annotations(pools[cp_pool]["machineImage"], repository)),
+                images[cp_pool],
+            ),
+        )
+    for i, (pool, pool_label) in enumerate(zip(pools, pool_labels, strict=True)):
         name = dns_label(f"{cluster_label}-{pool_label}")
-        image = pool["machineImage"]
-        annotations = {ANN_MACHINE_IMAGE: image or "none"}
-        if image and repository:
-            annotations[ANN_MACHINE_IMAGE_REF] = f"{repository}@{image}"
+        annotations = _image_annotations(pool["machineImage"], repository)
         version = pool["kubernetes"] or cluster["kubernetesVersion"]
         node_labels = {
             LABEL_GPU: pool["gpuGeneration"],
@@ -357,6 +546,8 @@ def export_capi(
                 },
             }
         )
+        if urls is not None:
+            resources.append(_metal3_template(meta(name, annotations), images[i]))
         selector = {LABEL_CLUSTER: cluster_label, LABEL_POOL: pool_label}
         resources.append(
             {
@@ -386,6 +577,61 @@ def export_capi(
             }
         )
     return resources
+
+
+def _image_annotations(image: str | None, repository: str | None) -> dict[str, str]:
+    annotations = {ANN_MACHINE_IMAGE: image or "none"}
+    if image and repository:
+        annotations[ANN_MACHINE_IMAGE_REF] = f"{repository}@{image}"
+    return annotations
+
+
+def _metal3_template(metadata: dict[str, Any], image: dict[str, str]) -> dict[str, Any]:
+    # cluster-api-provider-metal3 api/v1beta1: Metal3MachineTemplate spec.template.spec is a
+    # Metal3MachineSpec, whose `image` is the Image type (see _metal3_image).
+    return {
+        "apiVersion": METAL3_API_VERSION,
+        "kind": METAL3_MACHINE_TEMPLATE,
+        "metadata": metadata,
+        "spec": {"template": {"spec": {"image": dict(image)}}},
+    }
+
+
+def _check_infrastructure(
+    infrastructure: str | None,
+    image_urls: ImageUrls | None,
+    control_plane_pool: str | None,
+    kind: str,
+    api_version: str,
+) -> ImageUrls | None:
+    """``image_urls`` when Metal3 templates are written, else None; rejects what
+    :func:`export_capi` says it rejects."""
+    if infrastructure is None:
+        if image_urls is not None or control_plane_pool is not None:
+            raise UsageError(
+                "image URLs and the control-plane pool are for the infrastructure templates, "
+                "which only --infrastructure writes",
+                hint="add --infrastructure metal3",
+            )
+        return None
+    if infrastructure not in INFRASTRUCTURES:
+        raise UsageError(
+            f"infrastructure {infrastructure!r} is not one nvkr writes templates for",
+            hint="one of: " + ", ".join(INFRASTRUCTURES),
+        )
+    if (kind, api_version) != (METAL3_MACHINE_TEMPLATE, METAL3_API_VERSION):
+        raise UsageError(
+            f"--infrastructure metal3 writes {METAL3_MACHINE_TEMPLATE} "
+            f"({METAL3_API_VERSION}), not {kind} ({api_version})",
+            hint="leave out --infrastructure-kind and --infrastructure-api-version",
+        )
+    if image_urls is None:
+        raise UsageError(
+            "--infrastructure metal3 needs a URL Ironic downloads each machine image from",
+            hint="give --image-base-url URL (a web server with <sha256 hex>.qcow2 files) or "
+            "--image-url-from-registry (the registry's blob URLs; anonymous registries only)",
+        )
+    return image_urls
 
 
 class _NoAliasDumper(yaml.SafeDumper):

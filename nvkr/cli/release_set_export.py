@@ -1,19 +1,25 @@
 """``nvkr release-set export``: a release set as JSON for management systems, or Cluster API YAML.
 
 Reads the release set in a ``dist/<name>`` directory through its metadata only (as ``show``
-does) and writes :func:`nvkr.export.export_json` (``--format json``) or
-:func:`nvkr.export.export_capi` (``--format capi``) to stdout or ``--out``. Registry references
-are not read yet: ``nvkr/releaseset/remote.py`` (``read_remote_metadata``) does not exist.
+does; a registry reference: its index and metadata only) and writes
+:func:`nvkr.export.export_json` (``--format json``) or :func:`nvkr.export.export_capi`
+(``--format capi``; ``--infrastructure metal3`` adds Metal3MachineTemplates booting the machine
+images, their URLs from :class:`nvkr.export.ImageUrls`) to stdout or ``--out``.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from nvkr.cli import App
+from nvkr.errors import UsageError
+
+if TYPE_CHECKING:
+    from nvkr.export import ImageUrls
 
 
 @click.command("export")
@@ -45,6 +51,39 @@ from nvkr.cli import App
     help="REGISTRY/REPO the set is published to; machine images get REGISTRY/REPO@digest URLs.",
 )
 @click.option(
+    "--infrastructure",
+    type=click.Choice(["metal3"]),
+    help="capi: also write the infrastructure machine templates: metal3 writes a "
+    "Metal3MachineTemplate per node-pool release and one for the control plane, each booting "
+    "the pool's QCOW2 machine image (checksum: its sha256). Every pool needs a machine image.",
+)
+@click.option(
+    "--image-base-url",
+    metavar="URL",
+    help="metal3: Ironic downloads each disk from URL/<sha256 hex>.qcow2 (copy the QCOW2 "
+    "blobs there under those names).",
+)
+@click.option(
+    "--image-url-from-registry",
+    is_flag=True,
+    help="metal3: Ironic downloads each disk straight from the registry the set is read from "
+    "(REF, else --repository): https://REGISTRY/v2/REPO/blobs/sha256:<hex>. Ironic sends no "
+    "credentials: only for registries that serve blobs anonymously, without a token "
+    "handshake (not ghcr.io or Docker Hub).",
+)
+@click.option(
+    "--control-plane-pool",
+    metavar="NAME",
+    help="metal3: the node-pool release whose machine image the control plane boots "
+    "(default: the first amd64 one).",
+)
+@click.option(
+    "--insecure",
+    is_flag=True,
+    help="REF: plain HTTP to this registry (127.0.0.1 and localhost always are); registry "
+    "image URLs are then http:// too.",
+)
+@click.option(
     "--out",
     type=click.Path(path_type=Path, dir_okay=False),
     help="Write here instead of stdout.",
@@ -59,6 +98,11 @@ def command(
     infrastructure_kind: str,
     infrastructure_api_version: str,
     repository: str | None,
+    infrastructure: str | None,
+    image_base_url: str | None,
+    image_url_from_registry: bool,
+    control_plane_pool: str | None,
+    insecure: bool,
     out: Path | None,
 ) -> None:
     """Export the release set in PATH (a dist/<name> directory) or at REF (a registry reference)
@@ -66,7 +110,12 @@ def command(
     from nvkr import export
     from nvkr.cli.release_set import load_release_set
 
-    meta, top = load_release_set(source)
+    if fmt == "json" and infrastructure is not None:
+        raise UsageError(
+            "--infrastructure writes Cluster API templates", hint="use it with --format capi"
+        )
+    urls = _image_urls(source, repository, image_base_url, image_url_from_registry, insecure)
+    meta, top = load_release_set(source, insecure=insecure)
     digest = str(top["digest"])
     if fmt == "json":
         doc = export.export_json(meta, digest, repository=repository)
@@ -80,6 +129,9 @@ def command(
             repository=repository,
             infrastructure_kind=infrastructure_kind,
             infrastructure_api_version=infrastructure_api_version,
+            infrastructure=infrastructure,
+            image_urls=urls,
+            control_plane_pool=control_plane_pool,
         )
         without = [
             p["name"] for p in meta.get("nodePoolReleases") or [] if not p.get("machineImage")
@@ -97,3 +149,41 @@ def command(
     tmp = out.with_name(f".{out.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(out)
+
+
+def _image_urls(
+    source: str,
+    repository: str | None,
+    base_url: str | None,
+    from_registry: bool,
+    insecure: bool,
+) -> ImageUrls | None:
+    """The image URL option given, as :class:`nvkr.export.ImageUrls` (None when neither is).
+
+    Raises:
+        UsageError: both are given, or ``--image-url-from-registry`` has no registry (SOURCE is
+            a directory and there is no ``--repository``), or a malformed URL or reference.
+    """
+    from nvkr.export import ImageUrls
+    from nvkr.oci.reference import Reference
+
+    if base_url is not None and from_registry:
+        raise UsageError(
+            "--image-base-url and --image-url-from-registry both give the image URLs",
+            hint="give one of them",
+        )
+    if base_url is not None:
+        return ImageUrls.from_base_url(base_url)
+    if not from_registry:
+        return None
+    if Path(source).is_dir():
+        if repository is None:
+            raise UsageError(
+                f"--image-url-from-registry: {source} is a directory, so no registry to point at",
+                hint="export from the registry reference (REGISTRY/REPO:TAG), or name where the "
+                "set is published with --repository REGISTRY/REPO",
+            )
+        ref = Reference.parse(repository)
+    else:
+        ref = Reference.parse(source)
+    return ImageUrls.from_registry(ref.registry, ref.repository, insecure=insecure)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -15,7 +16,8 @@ import yaml
 from nvkr import export
 from nvkr.cli import main, release_set_export
 from nvkr.cli import release_set as release_set_cli
-from nvkr.errors import UsageError
+from nvkr.errors import IntegrityError, UsageError
+from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import LayoutReader
 from nvkr.releaseset import read_metadata
 from nvkr.releaseset.signing import release_set_entry
@@ -235,3 +237,322 @@ def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         ["release-set", "export", str(tmp_path / "missing"), "--format", "json"], capsys
     )
     assert code == 2
+
+
+# -- Metal3 infrastructure templates -------------------------------------------------------------
+BASE = "https://images.example/nvkr/"
+
+
+def _disk(variant: dict[str, str]) -> str:
+    return (
+        "sha256:" + hashlib.sha256(f"disk {variant['gpu']} {variant['arch']}".encode()).hexdigest()
+    )
+
+
+def with_node_image(meta: dict[str, Any], media_type: str = mt.NVKR_QCOW2) -> dict[str, Any]:
+    """The metadata with a ``node-image`` machine image per variant (a QCOW2 disk per GPU and
+    arch, as ``assemble`` records a machine-image artifact) named by every node pool."""
+    meta = copy.deepcopy(meta)
+    for variant in meta["variants"]:
+        disk = _disk(variant)
+        manifest = "sha256:" + hashlib.sha256(disk.encode()).hexdigest()
+        meta["artifacts"].append(
+            {
+                "name": "node-image",
+                "kind": "machine-image",
+                "variant": dict(variant),
+                "artifactType": mt.NVKR_MACHINE_IMAGE,
+                "platform": {"os": "linux", "architecture": variant["arch"]},
+                "manifest": {"mediaType": mt.OCI_MANIFEST, "digest": manifest, "size": 512},
+                "primary": {
+                    "name": "disk.qcow2",
+                    "mediaType": media_type,
+                    "digest": disk,
+                    "size": 4096,
+                },
+            }
+        )
+    meta["machineImages"] = ["node-image"]
+    for pool in meta["nodePoolReleases"]:
+        pool["machineImage"] = "node-image"
+    return meta
+
+
+def _by_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
+
+
+def test_metal3_templates(loaded: tuple[dict[str, Any], str]) -> None:
+    meta, digest = loaded
+    meta = with_node_image(meta)
+    docs = _capi(
+        meta, digest, infrastructure="metal3", image_urls=export.ImageUrls.from_base_url(BASE)
+    )
+    for d in docs:
+        assert isinstance(d["apiVersion"], str) and isinstance(d["kind"], str)
+        assert DNS_LABEL.match(d["metadata"]["name"])
+    templates = _by_kind(docs, "Metal3MachineTemplate")
+    pools = meta["nodePoolReleases"]
+    assert len(templates) == len(pools) + 1
+    order = [(d["kind"], d["metadata"]["name"]) for d in docs]
+    for t in templates.values():
+        assert t["apiVersion"] == "infrastructure.cluster.x-k8s.io/v1beta1"
+        assert t["metadata"]["namespace"] == "fleet"
+        assert t["metadata"]["annotations"]["nvkr.dev/release-set"] == digest
+    # each MachineDeployment boots its own pool's disk, from a template written before it
+    mds = _by_kind(docs, "MachineDeployment")
+    disks = set()
+    for name, md in mds.items():
+        ref = md["spec"]["template"]["spec"]["infrastructureRef"]
+        assert ref == {
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+            "kind": "Metal3MachineTemplate",
+            "name": name,
+        }
+        assert order.index(("Metal3MachineTemplate", name)) < order.index(
+            ("MachineDeployment", name)
+        )
+        gpu, arch = (
+            dict(kv.split("=") for kv in _node_labels(docs, name).split(","))[k]
+            for k in ("nvkr.dev/gpu-generation", "kubernetes.io/arch")
+        )
+        hexdigest = _disk({"gpu": gpu, "arch": arch}).removeprefix("sha256:")
+        assert templates[name]["spec"] == {
+            "template": {
+                "spec": {
+                    "image": {
+                        "url": f"https://images.example/nvkr/{hexdigest}.qcow2",
+                        "checksum": hexdigest,
+                        "checksumType": "sha256",
+                        "format": "qcow2",
+                    }
+                }
+            }
+        }
+        assert templates[name]["metadata"]["annotations"] == md["metadata"]["annotations"]
+        disks.add(hexdigest)
+    assert len(disks) == len(pools)
+    # the control plane boots the first amd64 pool's image (hopper, amd64)
+    [kcp] = _by_kind(docs, "KubeadmControlPlane").values()
+    cp_ref = kcp["spec"]["machineTemplate"]["infrastructureRef"]
+    assert cp_ref["kind"] == "Metal3MachineTemplate" and order[0] == (
+        cp_ref["kind"],
+        cp_ref["name"],
+    )
+    cp_image = templates[cp_ref["name"]]["spec"]["template"]["spec"]["image"]
+    assert cp_image["checksum"] == _disk({"gpu": "hopper", "arch": "amd64"})[7:]
+
+
+def _node_labels(docs: list[dict[str, Any]], name: str) -> str:
+    tmpl = _by_kind(docs, "KubeadmConfigTemplate")[name]["spec"]["template"]["spec"]
+    labels: str = tmpl["joinConfiguration"]["nodeRegistration"]["kubeletExtraArgs"]["node-labels"]
+    return labels
+
+
+def test_metal3_adds_only_templates_and_is_deterministic(
+    loaded: tuple[dict[str, Any], str],
+) -> None:
+    meta, digest = loaded
+    meta = with_node_image(meta)
+    kw: dict[str, Any] = {"cluster_name": "c", "namespace": "n"}
+    urls = export.ImageUrls.from_registry("reg.example:5000", "gpu/sets")
+    first = export.dump_yaml(
+        export.export_capi(meta, digest, infrastructure="metal3", image_urls=urls, **kw)
+    )
+    again = export.dump_yaml(
+        export.export_capi(
+            copy.deepcopy(meta),
+            digest,
+            infrastructure="metal3",
+            image_urls=export.ImageUrls.from_registry("reg.example:5000", "gpu/sets"),
+            **kw,
+        )
+    )
+    assert first == again
+    plain = export.dump_yaml(export.export_capi(meta, digest, **kw))
+    docs = list(yaml.safe_load_all(first))
+    assert [d for d in docs if d["kind"] != "Metal3MachineTemplate"] == list(
+        yaml.safe_load_all(plain)
+    )
+    for d in docs:
+        if d["kind"] == "Metal3MachineTemplate":
+            image = d["spec"]["template"]["spec"]["image"]
+            assert image["url"] == (
+                f"https://reg.example:5000/v2/gpu/sets/blobs/sha256:{image['checksum']}"
+            )
+
+
+def test_image_urls() -> None:
+    hexdigest = "ab" * 32
+    digest = "sha256:" + hexdigest
+    assert export.ImageUrls.from_base_url("http://10.0.0.1:8080/img").url(digest) == (
+        f"http://10.0.0.1:8080/img/{hexdigest}.qcow2"
+    )
+    assert export.ImageUrls.from_registry("reg.example", "a/b").url(digest) == (
+        f"https://reg.example/v2/a/b/blobs/sha256:{hexdigest}"
+    )
+    assert (
+        export.ImageUrls.from_registry("localhost:5000", "a")
+        .url(digest)
+        .startswith("http://localhost:5000/v2/a/blobs/")
+    )
+    assert (
+        export.ImageUrls.from_registry("reg.lan", "a", insecure=True)
+        .url(digest)
+        .startswith("http://reg.lan/")
+    )
+    for bad in ("ftp://host/x", "images/nvkr", "https:///x", "https://h/x?sig=1"):
+        with pytest.raises(UsageError, match="image base URL"):
+            export.ImageUrls.from_base_url(bad)
+    with pytest.raises(IntegrityError, match="not sha256"):
+        export.ImageUrls.from_base_url(BASE).url("sha256:" + "AB" * 32)
+
+
+def test_metal3_control_plane_pool(loaded: tuple[dict[str, Any], str]) -> None:
+    meta, digest = loaded
+    meta = with_node_image(meta)
+
+    def cp_image(pool: str | None, metadata: dict[str, Any] = meta) -> str:
+        docs = export.export_capi(
+            metadata,
+            digest,
+            cluster_name="c",
+            namespace="n",
+            infrastructure="metal3",
+            image_urls=export.ImageUrls.from_base_url(BASE),
+            control_plane_pool=pool,
+        )
+        [kcp] = [d for d in docs if d["kind"] == "KubeadmControlPlane"]
+        name = kcp["spec"]["machineTemplate"]["infrastructureRef"]["name"]
+        [tmpl] = [
+            d
+            for d in docs
+            if d["kind"] == "Metal3MachineTemplate" and d["metadata"]["name"] == name
+        ]
+        checksum: str = tmpl["spec"]["template"]["spec"]["image"]["checksum"]
+        return checksum
+
+    # default: the first amd64 pool, also when an arm64 pool comes first
+    arm64_first = {**meta, "nodePoolReleases": meta["nodePoolReleases"][::-1]}
+    assert arm64_first["nodePoolReleases"][0]["variant"]["arch"] == "arm64"
+    assert cp_image(None, arm64_first) == _disk({"gpu": "blackwell", "arch": "amd64"})[7:]
+    assert cp_image(None) == _disk({"gpu": "hopper", "arch": "amd64"})[7:]
+    assert cp_image("blackwell-arm64") == _disk({"gpu": "blackwell", "arch": "arm64"})[7:]
+    # a recipe pool name shared across arches: its amd64 release
+    assert cp_image("blackwell") == _disk({"gpu": "blackwell", "arch": "amd64"})[7:]
+    with pytest.raises(UsageError, match="not a node-pool release") as err:
+        cp_image("volta")
+    assert err.value.hint is not None and "blackwell-arm64" in err.value.hint
+
+
+def test_metal3_errors(loaded: tuple[dict[str, Any], str]) -> None:
+    meta, digest = loaded
+    urls = export.ImageUrls.from_base_url(BASE)
+    kw: dict[str, Any] = {"cluster_name": "c", "namespace": "n"}
+    with pytest.raises(UsageError, match="have none") as err:
+        export.export_capi(meta, digest, infrastructure="metal3", image_urls=urls, **kw)
+    assert "hopper" in err.value.message and "blackwell-arm64" in err.value.message
+    imaged = with_node_image(meta)
+    with pytest.raises(UsageError, match="needs a URL"):
+        export.export_capi(imaged, digest, infrastructure="metal3", **kw)
+    with pytest.raises(UsageError, match="only --infrastructure writes"):
+        export.export_capi(imaged, digest, image_urls=urls, **kw)
+    with pytest.raises(UsageError, match="only --infrastructure writes"):
+        export.export_capi(imaged, digest, control_plane_pool="hopper", **kw)
+    with pytest.raises(UsageError, match="'aws' is not one"):
+        export.export_capi(imaged, digest, infrastructure="aws", image_urls=urls, **kw)
+    with pytest.raises(UsageError, match="not AWSMachineTemplate"):
+        export.export_capi(
+            imaged,
+            digest,
+            infrastructure="metal3",
+            image_urls=urls,
+            infrastructure_kind="AWSMachineTemplate",
+            **kw,
+        )
+    # a machine image whose disk is not QCOW2 (here: the agent binary)
+    with pytest.raises(UsageError, match="QCOW2"):
+        export.export_capi(
+            with_machine_image(meta), digest, infrastructure="metal3", image_urls=urls, **kw
+        )
+    raw = with_node_image(meta, media_type="application/vnd.nvkr.disk.raw")
+    with pytest.raises(UsageError, match=r"disk\.raw"):
+        export.export_capi(raw, digest, infrastructure="metal3", image_urls=urls, **kw)
+    broken = with_node_image(meta)
+    for art in broken["artifacts"]:
+        if art["name"] == "node-image":
+            art["primary"]["digest"] = "sha256:1234"
+    with pytest.raises(IntegrityError, match="disk digest"):
+        export.export_capi(broken, digest, infrastructure="metal3", image_urls=urls, **kw)
+
+
+def test_cli_metal3(
+    loaded: tuple[dict[str, Any], str],
+    layout: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    path = str(layout)
+    metal3 = ["--format", "capi", "--infrastructure", "metal3"]
+    for extra, want in [
+        (["--image-base-url", BASE], "have none"),  # the fixture's pools have no machine image
+        ([], "needs a URL"),
+        (["--image-base-url", BASE, "--image-url-from-registry"], "both give"),
+        (["--image-url-from-registry"], "is a directory"),
+        (["--image-base-url", "images/"], "image base URL"),
+    ]:
+        code, _, err = _run(["release-set", "export", path, *metal3, *extra], capsys)
+        assert code == 2 and want in err, (extra, err)
+    code, _, err = _run(
+        ["release-set", "export", path, "--format", "json", "--infrastructure", "metal3"], capsys
+    )
+    assert code == 2 and "--format capi" in err
+    # a registry reference: the blob URLs of its repository (the loader is stubbed, no network)
+    meta, digest = loaded
+    seen: list[tuple[str, bool]] = []
+
+    def fake_load(source: str, *, insecure: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+        seen.append((source, insecure))
+        return with_node_image(meta), {"digest": digest}
+
+    monkeypatch.setattr(release_set_cli, "load_release_set", fake_load)
+    target = tmp_path / "metal3.yaml"
+    ref = "reg.example/gpu/sets:v1"
+    argv = [
+        "release-set",
+        "export",
+        ref,
+        *metal3,
+        "--image-url-from-registry",
+        "--out",
+        str(target),
+    ]
+    code, out, err = _run(argv, capsys)
+    assert code == 0 and out == "" and err == "", err
+    assert seen == [(ref, False)]
+    docs = [d for d in yaml.safe_load_all(target.read_text()) if d is not None]
+    urls = {
+        d["spec"]["template"]["spec"]["image"]["url"]
+        for d in docs
+        if d["kind"] == "Metal3MachineTemplate"
+    }
+    assert urls == {f"https://reg.example/v2/gpu/sets/blobs/{_disk(v)}" for v in meta["variants"]}
+    first = target.read_bytes()
+    assert _run(argv, capsys)[0] == 0 and target.read_bytes() == first
+    # a directory exported with --repository: that registry's blobs
+    code, out, _ = _run(
+        [
+            "release-set",
+            "export",
+            path,
+            *metal3,
+            "--image-url-from-registry",
+            "--repository",
+            "localhost:5000/sets",
+            "--control-plane-pool",
+            "blackwell-arm64",
+        ],
+        capsys,
+    )
+    assert code == 0 and "http://localhost:5000/v2/sets/blobs/sha256:" in out
