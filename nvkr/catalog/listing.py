@@ -36,8 +36,9 @@ class Combination:
 
     Attributes:
         gpu, kubernetes, arch: the cell.
-        status: ``ok`` (a leaf covers it, every rule holds), ``invalid`` (a leaf covers it, a rule
-            fails), ``unsupported`` (the rules exclude the cell) or ``no recipe``.
+        status: ``ok`` (a covering leaf passes every rule; other covering leaves may not, their
+            violations are listed), ``invalid`` (every covering leaf breaks a rule),
+            ``unsupported`` (the rules exclude the cell) or ``no recipe``.
         recipes: the leaf recipes whose matrix covers the cell (display paths).
         violations: ``(recipe, violation)``; recipe is ``""`` for the cell's own (unsupported).
     """
@@ -131,8 +132,9 @@ def list_catalog(directory: Path, rules: LoadedRules) -> Listing:
             combo.violations = [("", v) for v in unsupported]
         elif not combo.recipes:
             combo.status = "no recipe"
-        else:
-            combo.status = "invalid" if combo.violations else "ok"
+        else:  # ok when one covering leaf passes; the others' violations stay listed
+            failing = {recipe for recipe, _ in combo.violations}
+            combo.status = "ok" if any(r not in failing for r in combo.recipes) else "invalid"
     return Listing(rules=rules.path, combinations=list(cells.values()), broken=broken)
 
 

@@ -58,6 +58,8 @@ def cli(ctx: click.Context, debug: bool, store_root: Path | None, config: Path |
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.WARNING, format="%(name)s: %(message)s"
     )
+    if not debug:  # urllib3 warns of each retry; nvkr's own error names the failure once
+        logging.getLogger("urllib3").setLevel(logging.ERROR)
     ctx.obj = App(debug=debug, store_root=store_root, config=config)
 
 

@@ -151,6 +151,11 @@ def command(
             f"[yellow]note:[/] building {_n(len(session.variants), 'selected variant')}: each release set in "
             f"{out} holds only those (use another --out to keep a full build)"
         )
+    if session.resolver.lock is None and not as_json:
+        console.print(
+            f"[yellow]warning:[/] no lockfile {session.lock_path}: every source is resolved "
+            "(fetched and checked) now; `nvkr lock` pins them first"
+        )
     with session.store.lock():
         plan = make_session_plan(session)
         if session.resolver.resolved_now and not as_json:

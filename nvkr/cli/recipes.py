@@ -4,6 +4,7 @@ recipes covering it and its status (:mod:`nvkr.catalog.listing`)."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import click
@@ -11,7 +12,7 @@ import click
 from nvkr.cli import App
 from nvkr.cli.common import n as _n
 
-_STYLE = {"ok": "green", "invalid": "red", "unsupported": "yellow", "no recipe": "dim"}
+_STYLE = {"ok": "green", "invalid": "red", "unsupported": "yellow", "no recipe": "white"}
 
 
 @click.group("recipes")
@@ -38,8 +39,9 @@ def command() -> None:
 @click.pass_obj
 def list_command(app: App, as_json: bool, directory: Path, rules_path: Path | None) -> None:
     """Every GPU generation x Kubernetes line x arch of the rules, the leaf recipes covering it,
-    and its status: ok, invalid (a rule fails), unsupported (the rules exclude it), no recipe.
-    Files that fail to load are listed as broken."""
+    and its status: ok (a covering leaf passes every rule), invalid (every covering leaf breaks
+    a rule), unsupported (the rules exclude it), no recipe. Files that fail to load are listed
+    as broken. Exit 0 whatever the statuses (a listing); `nvkr validate` fails on a bad leaf."""
     from nvkr.catalog.listing import list_catalog
     from nvkr.catalog.rules import RULES_FILE, load_rules
     from nvkr.errors import UsageError
@@ -59,34 +61,37 @@ def list_command(app: App, as_json: bool, directory: Path, rules_path: Path | No
         click.echo(json.dumps(listing.to_json(), indent=2, sort_keys=True))
         return
 
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
-    console = Console(highlight=False, soft_wrap=False)
-    table = Table("gpu", "kubernetes", "arch", "status", "recipe", "detail")
+    # One line per combination, its violations indented below: readable at any width and
+    # when piped (a table would crop recipe paths and rule messages).
+    color = sys.stdout.isatty()
+    widths = [
+        max([len(h), *(len(getattr(c, h)) for c in listing.combinations)])
+        for h in ("gpu", "kubernetes", "arch")
+    ]
+    status_width = max(len(s) for s in _STYLE)
+    head = "  ".join(
+        h.upper().ljust(w) for h, w in zip(("gpu", "kubernetes", "arch"), widths, strict=True)
+    )
+    click.echo(f"{head}  {'STATUS'.ljust(status_width)}  RECIPES")
     for combo in listing.combinations:
-        details = [
-            f"{escape(recipe) + ': ' if recipe and len(combo.recipes) > 1 else ''}"
-            f"rule {escape(v.rule)}: {escape(v.message)}"
-            for recipe, v in combo.violations
-        ]
-        table.add_row(
-            combo.gpu,
-            combo.kubernetes,
-            combo.arch,
-            f"[{_STYLE[combo.status]}]{combo.status}[/]",
-            escape("\n".join(combo.recipes)),
-            "\n".join(details),
+        cells = "  ".join(
+            getattr(combo, h).ljust(w)
+            for h, w in zip(("gpu", "kubernetes", "arch"), widths, strict=True)
         )
-    console.print(table)
+        status = combo.status.ljust(status_width)
+        if color:
+            status = click.style(status, fg=_STYLE[combo.status])
+        click.echo(f"{cells}  {status}  {', '.join(combo.recipes)}".rstrip())
+        for recipe, v in combo.violations:
+            where = f"{recipe}: " if recipe else ""
+            click.echo(f"    {where}rule {v.rule}: {v.message}")
     counts = {s: sum(1 for c in listing.combinations if c.status == s) for s in _STYLE}
-    console.print(
-        f"{_n(len(listing.combinations), 'combination')} under {escape(listing.rules)}: "
+    click.echo(
+        f"{_n(len(listing.combinations), 'combination')} under {listing.rules}: "
         + ", ".join(f"{count} {status}" for status, count in counts.items())
     )
     for broken in listing.broken:
         first, *rest = broken.error.splitlines() or [""]
-        console.print(f"[red]broken[/] {escape(broken.recipe)}: {escape(first)}")
+        click.echo(f"broken {broken.recipe}: {first}")
         for line in rest:
-            console.print(f"  {escape(line)}")
+            click.echo(f"  {line}")

@@ -128,6 +128,7 @@ def test_wrong_digest_exits_3_and_stores_nothing(project, tmp_path):
     write_recipe(proj, http.url, readme_sha=wrong)
     res = run_nvkr("build", "recipes/small.yaml", cwd=proj, store=store)
     assert res.code == 3, res.stderr
+    assert "warning: no lockfile" in res.stdout + res.stderr  # said before anything is fetched
     assert "NVKR-E-CHECKSUM" in res.stderr and f"{http.url}/README" in res.stderr
     assert f"sha256:{wrong}" in res.stderr and hashlib.sha256(b"readme\n").hexdigest() in res.stderr
     assert hashlib.sha256(b"readme\n").hexdigest() not in blobs(store)

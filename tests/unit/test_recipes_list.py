@@ -109,10 +109,15 @@ def test_list_table(catalog, capsys):
     lines = out.splitlines()
 
     def row(*cells: str) -> str:
-        (found,) = [
-            line for line in lines if [c.strip() for c in line.split("│")[1:5]] == list(cells)
-        ]
-        return found
+        """The combination's line and its indented violation lines."""
+        (at,) = [i for i, line in enumerate(lines) if line.split()[:4] == list(cells)]
+        following = lines[at + 1 :]
+        block = [lines[at]]
+        for x in following:
+            if not x.startswith("    "):
+                break
+            block.append(x)
+        return "\n".join(block)
 
     assert "recipes/catalog/hopper.yaml" in row("hopper", "1.36", "amd64", "ok")
     assert "rule gpu.driver-branch: blackwell needs NVIDIA driver branch 570 or newer" in row(
@@ -124,7 +129,7 @@ def test_list_table(catalog, capsys):
     assert "rule gpu.generations: GPU generation 'volta' is not supported" in row(
         "volta", "1.36", "amd64", "unsupported"
     )
-    row("hopper", "1.34", "arm64", "no recipe")
+    assert row("hopper", "1.34", "arm64", "no").endswith("no recipe")
     assert (
         "19 combinations under recipes/compatibility.yaml: 2 ok, 1 invalid, 4 unsupported, "
         "12 no recipe"
@@ -140,3 +145,21 @@ def test_list_needs_rules(tmp_path, monkeypatch, capsys):
     code, _, err = run(["recipes", "list"], capsys)
     assert code == 2
     assert "recipes/compatibility.yaml: no compatibility rules file" in err
+
+
+def test_a_combination_is_ok_when_one_covering_leaf_passes(catalog, capsys):
+    # a second Hopper 1.36 leaf whose kubelet is newer than the cluster: the cell stays ok
+    write_recipe(
+        catalog / "recipes" / "catalog" / "hopper-bad.yaml",
+        vars={"kubeletVersion": "1.37.0"},
+    )
+    code, out, err = run(["recipes", "list", "--json"], capsys)
+    assert code == 0, err
+    rows = {(r["gpu"], r["kubernetes"], r["arch"]): r for r in json.loads(out) if r["gpu"]}
+    cell = rows[("hopper", "1.36", "amd64")]
+    assert cell["status"] == "ok"
+    assert sorted(cell["recipes"]) == [
+        "recipes/catalog/hopper-bad.yaml",
+        "recipes/catalog/hopper.yaml",
+    ]
+    assert {v["recipe"] for v in cell["violations"]} == {"recipes/catalog/hopper-bad.yaml"}
