@@ -130,6 +130,29 @@ class Plan:
         return "\n".join(lines) + "\n"
 
 
+def project_root(recipe_path: Path) -> Path:
+    """The directory a recipe's recorded paths are relative to: the parent of the ``recipes``
+    directory the recipe lies in (the project checkout), else the recipe's own directory (the
+    same rule as :func:`nvkr.lock.default_lock_path`)."""
+    p = Path(os.path.abspath(recipe_path))
+    for parent in p.parents:
+        if parent.name == "recipes":
+            return parent.parent
+    return p.parent
+
+
+def recorded_path(path: Path, root: Path) -> str:
+    """``path`` as release sets and provenance record it: relative to ``root``
+    (:func:`project_root`), so the same checkout gives the same bytes whatever the working
+    directory or the checkout's location; an absolute path only for a file outside it (an
+    explicit ``--lockfile`` elsewhere)."""
+    p = Path(os.path.abspath(path))
+    try:
+        return p.relative_to(root).as_posix()
+    except ValueError:
+        return p.as_posix()
+
+
 def display_path(path: Path) -> str:
     """``path`` relative to the working directory when it lies below it (stable across clones)."""
     p = Path(os.path.abspath(path))
@@ -480,7 +503,10 @@ def _release_set_spec(
     return {
         "name": name,
         "epoch": epoch,
-        "recipe": {"path": display_path(loaded.path), "digest": loaded.digest},
+        "recipe": {
+            "path": recorded_path(loaded.path, project_root(loaded.path)),
+            "digest": loaded.digest,
+        },
         "lockfile": lockfile,
         "nvkrVersion": nvkr.__version__,
         "variants": [v.axes for v, _ in members],

@@ -122,7 +122,7 @@ def bind_sources(session: Session) -> None:
 def make_session_plan(session: Session) -> Any:
     """Plan the session's variants; the epoch falls back to the newest git commit time."""
     from nvkr.lock import lock_digest
-    from nvkr.plan import display_path, make_plan
+    from nvkr.plan import make_plan, project_root, recorded_path
     from nvkr.repro import source_date_epoch
 
     bind_sources(session)
@@ -140,7 +140,8 @@ def make_session_plan(session: Session) -> Any:
         if session.resolver.lock is not None and not session.resolver.resolved_now
         else doc
     )
-    lockfile = {"path": display_path(session.lock_path), "digest": lock_digest(used)}
+    root = project_root(session.loaded.path)
+    lockfile = {"path": recorded_path(session.lock_path, root), "digest": lock_digest(used)}
     return make_plan(
         session.loaded,
         session.variants,

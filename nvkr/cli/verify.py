@@ -38,7 +38,7 @@ from nvkr.cli import App
     "--project",
     type=click.Path(path_type=Path, file_okay=False),
     default=Path("."),
-    help="With --rebuild: the directory the build ran in (default: here).",
+    help="With --rebuild: the project checkout the set was built from (the directory holding its recipes/; default: here).",
 )
 @click.option(
     "--seed-store",

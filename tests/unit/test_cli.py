@@ -381,3 +381,26 @@ def test_build_sign_then_verify_and_show(project, tmp_path):
         "build", "recipes/small.yaml", "--sign", str(tmp_path / "nope.key"), cwd=proj, store=store
     )
     assert missing.code == 2 and "nope.key" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_the_release_set_does_not_depend_on_the_working_directory(project, tmp_path):
+    # Release sets record the recipe and lockfile relative to the project (the directory that
+    # holds recipes/), never to the working directory or the checkout's location.
+    proj, _ = project
+    store = tmp_path / "store"
+    assert run_nvkr("lock", "recipes/small.yaml", cwd=proj, store=store).code == 0
+    here = run_nvkr("build", "recipes/small.yaml", "--locked", cwd=proj, store=store)
+    assert here.code == 0, here.stderr
+    below = run_nvkr(
+        "build", "small.yaml", "--locked", "--out", "../dist-b", cwd=proj / "recipes", store=store
+    )
+    assert below.code == 0, below.stderr
+    absolute = run_nvkr(
+        "build", str(proj / "recipes" / "small.yaml"), "--locked", "--out", str(tmp_path / "c"),
+        cwd=tmp_path, store=store,
+    )  # fmt: skip
+    assert absolute.code == 0, absolute.stderr
+    index = (proj / "dist" / "small-1.36" / "index.json").read_bytes()
+    assert (proj / "dist-b" / "small-1.36" / "index.json").read_bytes() == index
+    assert (tmp_path / "c" / "small-1.36" / "index.json").read_bytes() == index
+    assert "up to date" in below.stdout + below.stderr  # the release-set action too
