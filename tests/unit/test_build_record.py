@@ -47,6 +47,9 @@ from tests.conftest import run_nvkr
 from tests.registry import Registry, fast_retries, registry
 from tests.unit.test_execute import Recorder
 from tests.unit.test_releaseset import DEPS, EPOCH, NAME, VARIANTS
+from tests.unit.test_verify import Run, nvkr  # the in-process CLI fixture
+
+FIXTURES = (nvkr,)  # used by name as a parameter
 
 HOPPER = "agent (gpu=hopper,kubernetes=1.36,arch=amd64)"
 FIXTURES = (fast_retries, registry)  # used by name as parameters
@@ -356,35 +359,6 @@ def test_build_record_is_a_function_of_its_inputs() -> None:
 
 
 # -- verify --------------------------------------------------------------------------------------
-@dataclass
-class Run:
-    code: int
-    stdout: str
-    stderr: str
-
-
-@pytest.fixture
-def nvkr(capsys: pytest.CaptureFixture[str]) -> Callable[..., Run]:
-    """The real CLI entry point, in-process."""
-    from nvkr.cli import cli, main
-    from nvkr.cli import verify as verify_cli
-
-    if verify_cli.command.name not in cli.commands:
-        cli.add_command(verify_cli.command)
-
-    def run(*args: Any) -> Run:
-        capsys.readouterr()
-        try:
-            main([str(a) for a in args])
-            code = 0
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else 1
-        out, err = capsys.readouterr()
-        return Run(code, out, err)
-
-    return run
-
-
 def _problems(report_json: str) -> list[dict[str, Any]]:
     return [p for p in json.loads(report_json)["problems"] if p["check"] == "build-record"]
 
