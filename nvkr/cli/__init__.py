@@ -2,12 +2,16 @@
 
 Errors are handled once, here: an :class:`~nvkr.errors.NvkrError` prints ``error[CODE]: ...`` and
 its hint on stderr and exits with its exit code (2 usage or invalid recipe, 3 integrity, 1 build,
-130 interrupted); ``--debug`` adds the traceback before that line and changes no exit code. Verb modules import their heavy
-dependencies inside the command so ``nvkr --version`` stays fast.
+130 interrupted); ``--debug`` adds the traceback before that line and changes no exit code.
+
+Start-up is part of every command's time (``nvkr publish`` of a small set is compared with
+``skopeo copy``, a Go binary): the group imports a verb's module only when that verb runs
+(:class:`LazyGroup`), and verb modules import their heavy dependencies inside the command.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 import traceback
@@ -31,7 +35,48 @@ class App:
     config: Path | None
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "NVKR"})
+#: Verb → the module (under nvkr.cli) whose ``command`` it is, in the order ``--help`` lists them.
+VERBS: dict[str, str] = {
+    "validate": "validate",
+    "plan": "plan",
+    "lock": "lock",
+    "build": "build",
+    "boot-test": "boot_test",
+    "publish": "publish",
+    "pull": "pull",
+    "verify": "verify",
+    "keys": "keys",
+    "release-set": "release_set",
+    "mirror": "mirror",
+    "diff": "diff",
+    "recipes": "recipes",
+    "schema": "schema",
+}
+
+
+class LazyGroup(click.Group):
+    """A group that imports a verb's module only when that verb runs (or ``--help`` lists them),
+    so ``nvkr publish`` does not pay for the imports of ``build``, ``verify``... (click's
+    "Lazily Loading Subcommands" pattern). Commands added with ``add_command`` still work."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(VERBS) + [c for c in super().list_commands(ctx) if c not in VERBS]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.commands or cmd_name not in VERBS:
+            return super().get_command(ctx, cmd_name)
+        module = importlib.import_module(f"nvkr.cli.{VERBS[cmd_name]}")
+        command: click.Command = module.command
+        if command.name != cmd_name:
+            raise AssertionError(f"nvkr.cli.{VERBS[cmd_name]} defines {command.name!r}")
+        self.add_command(command)
+        return command
+
+
+@click.group(
+    cls=LazyGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "NVKR"},
+)
 @click.version_option(nvkr.__version__, "--version", prog_name="nvkr")
 @click.option(
     "--debug",
@@ -61,46 +106,6 @@ def cli(ctx: click.Context, debug: bool, store_root: Path | None, config: Path |
     if not debug:  # urllib3 warns of each retry; nvkr's own error names the failure once
         logging.getLogger("urllib3").setLevel(logging.ERROR)
     ctx.obj = App(debug=debug, store_root=store_root, config=config)
-
-
-def _register() -> None:
-    from nvkr.cli import (
-        boot_test,
-        build,
-        diff,
-        keys,
-        lock,
-        mirror,
-        plan,
-        publish,
-        pull,
-        recipes,
-        release_set,
-        schema,
-        validate,
-        verify,
-    )
-
-    for module in (
-        validate,
-        plan,
-        lock,
-        build,
-        boot_test,
-        publish,
-        pull,
-        verify,
-        keys,
-        release_set,
-        mirror,
-        diff,
-        recipes,
-        schema,
-    ):
-        cli.add_command(module.command)
-
-
-_register()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -26,6 +26,16 @@ def _size(n: int) -> str:
     raise AssertionError("unreachable")
 
 
+def _verb(word: str, colour: str = "cyan") -> str:
+    """``word`` in colour, padded to the column the digests start at (ANSI only on a terminal:
+    click.echo strips it elsewhere)."""
+    return "  " + click.style(word, fg=colour) + " " * (10 - len(word))
+
+
+def _dim(text: str) -> str:
+    return click.style(text, dim=True)
+
+
 @click.command("publish")
 @click.argument("layout", type=click.Path(path_type=Path))
 @click.argument("reference")
@@ -78,9 +88,6 @@ def command(
     Blobs the repository holds are skipped, everything is pushed before the release set index,
     and the tag (default: the release set's name) is written last.
     """
-    from rich.console import Console
-    from rich.markup import escape
-
     from nvkr.errors import UsageError
     from nvkr.oci.registry import Reference, RegistryClient
     from nvkr.publish import publish_layout
@@ -94,7 +101,9 @@ def command(
             f"{layout} is not an OCI image layout (no index.json)",
             hint="publish a release set directory, e.g. dist/<name>/ as nvkr build writes it",
         )
-    console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+    def say(*parts: str) -> None:
+        click.echo("".join(parts), err=True)
 
     def event(kind: str, fields: dict[str, Any]) -> None:
         if as_json:
@@ -102,20 +111,18 @@ def command(
             return
         digest = str(fields.get("digest", ""))[:19]
         if kind == "start":
-            console.print(f"nvkr: publishing {escape(str(fields['reference']))}")
+            say(f"nvkr: publishing {fields['reference']}")
         elif kind == "blob-uploaded":
-            console.print(f"  [cyan]uploaded[/]  blob {digest} [dim]{_size(fields['size'])}[/]")
+            say(_verb("uploaded"), f"blob {digest} ", _dim(_size(fields["size"])))
         elif kind == "blob-mounted":
-            console.print(f"  [cyan]mounted[/]   blob {digest} from {escape(fields['source'])}")
+            say(_verb("mounted"), f"blob {digest} from {fields['source']}")
         elif kind == "manifest-pushed":
             what = fields.get("artifactType") or fields["mediaType"]
-            console.print(f"  [cyan]pushed[/]    manifest {digest} [dim]{escape(str(what))}[/]")
+            say(_verb("pushed"), f"manifest {digest} ", _dim(str(what)))
         elif kind == "referrers-tag" and fields["written"]:
-            console.print(f"  [cyan]referrers[/] {fields['tag'][:19]} [dim](fallback tag)[/]")
+            say(_verb("referrers"), f"{fields['tag'][:19]} ", _dim("(fallback tag)"))
         elif kind == "build-record":
-            console.print(
-                f"  [cyan]attached[/]  build record [dim]({len(fields['digests'])} manifests)[/]"
-            )
+            say(_verb("attached"), "build record ", _dim(f"({len(fields['digests'])} manifests)"))
 
     with RegistryClient(
         ref.registry,
@@ -133,16 +140,16 @@ def command(
         return
     target = f"{ref.registry}/{ref.repository}:{report.tag}"
     if report.tag_moved:
-        was = f" [dim](was {report.previous[:19]})[/]" if report.previous else ""
-        console.print(f"  [green]tagged[/]    {escape(target)} → {report.digest}{was}")
+        was = " " + _dim(f"(was {report.previous[:19]})") if report.previous else ""
+        say(_verb("tagged", "green"), f"{target} → {report.digest}{was}")
     else:
-        console.print(f"  [green]tag[/]       {escape(target)} already at {report.digest}")
+        say(_verb("tag", "green"), f"{target} already at {report.digest}")
     uploaded = f"{report.blobs_uploaded} blobs, {_size(report.bytes_uploaded)} uploaded"
     if report.bytes_uploaded == 0:
         uploaded = "0 bytes uploaded"
-    console.print(
+    say(
         f"nvkr: {uploaded}; {report.blobs_skipped} blobs already there "
         f"({_size(report.bytes_skipped)}), {report.blobs_mounted} mounted; "
-        f"{report.manifests_pushed} manifests pushed, {report.manifests_skipped} already there "
-        f"[dim]({report.seconds:.1f} s)[/]"
+        f"{report.manifests_pushed} manifests pushed, {report.manifests_skipped} already there ",
+        _dim(f"({report.seconds:.1f} s)"),
     )

@@ -404,3 +404,36 @@ def test_the_release_set_does_not_depend_on_the_working_directory(project, tmp_p
     assert (proj / "dist-b" / "small-1.36" / "index.json").read_bytes() == index
     assert (tmp_path / "c" / "small-1.36" / "index.json").read_bytes() == index
     assert "up to date" in below.stdout + below.stderr  # the release-set action too
+
+
+def test_verbs_load_lazily_and_help_lists_them_all(repo_root, tmp_path):
+    """`nvkr publish` imports only its own verb module (start-up is part of its benchmark), while
+    `nvkr --help` still lists every verb, and every verb module is in the table."""
+    import subprocess
+    import sys
+
+    from nvkr.cli import VERBS
+
+    modules = {
+        p.stem
+        for p in (repo_root / "nvkr" / "cli").glob("*.py")
+        if "\ncommand = " in p.read_text() or "\ndef command(" in p.read_text()
+    }
+    assert modules - {"release_set_export"} == set(VERBS.values())  # export hangs off release-set
+    probe = (
+        "import sys\n"
+        "from nvkr.cli import cli\n"
+        "import click\n"
+        "ctx = click.Context(cli)\n"
+        "assert cli.get_command(ctx, 'publish').name == 'publish'\n"
+        "print(sorted(m for m in sys.modules if m.startswith('nvkr.cli.')))\n"
+        "print(cli.list_commands(ctx))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=repo_root
+    ).stdout.splitlines()
+    assert out[0] == "['nvkr.cli.common', 'nvkr.cli.publish']"
+    assert out[1] == str(list(VERBS))
+    help_text = run_nvkr("--help", cwd=repo_root, store=tmp_path / "store").stdout
+    for verb in VERBS:
+        assert f"\n  {verb} " in help_text
