@@ -417,6 +417,7 @@ def export_capi(
     infrastructure: str | None = None,
     image_urls: ImageUrls | None = None,
     control_plane_pool: str | None = None,
+    host_arch_label: str | None = None,
 ) -> list[dict[str, Any]]:
     """Cluster API v1beta1 resources for the release set (cluster-api book, "Cluster API types").
 
@@ -435,6 +436,10 @@ def export_capi(
     pool's QCOW2 machine image, and one for the control plane (first, named like the
     KubeadmControlPlane) booting the machine image of ``control_plane_pool`` (an exported pool
     name such as ``blackwell-amd64`` or a recipe pool name; default the first amd64 pool).
+    Metal3 picks a BareMetalHost by its labels only (``hostSelector``), so with
+    ``host_arch_label`` each template selects hosts labelled ``<host_arch_label>: <arch>``
+    (``amd64``, ``arm64``: the arch of the machine image it boots); without it any free host
+    matches.
 
     Returns:
         the resources, keys in a fixed order (apiVersion, kind, metadata, spec), names DNS-1123.
@@ -443,7 +448,8 @@ def export_capi(
             become a DNS-1123 label; with ``infrastructure``: an unknown provider, no
             ``image_urls``, another infrastructure kind/apiVersion, a pool without a machine
             image or with a non-QCOW2 one, an unknown ``control_plane_pool``; ``image_urls`` or
-            ``control_plane_pool`` without ``infrastructure``.
+            ``control_plane_pool`` or ``host_arch_label`` without ``infrastructure``; a
+            ``host_arch_label`` that is not a Kubernetes label key.
         IntegrityError: the metadata names an artifact it does not hold, or a malformed digest.
     """
     urls = _check_infrastructure(
@@ -453,6 +459,18 @@ def export_capi(
         infrastructure_kind,
         infrastructure_api_version,
     )
+    if host_arch_label is not None:
+        check_label_key(host_arch_label, "--host-arch-label")
+        if urls is None:
+            raise UsageError(
+                "--host-arch-label selects the hosts of Metal3 templates",
+                hint="add --infrastructure metal3",
+            )
+
+    def host_labels(pool: Mapping[str, Any]) -> dict[str, str] | None:
+        arch = pool.get("arch")
+        return {host_arch_label: str(arch)} if host_arch_label and arch else None
+
     doc = export_json(metadata, index_digest, repository=repository)
     cluster = doc["clusterRelease"]
     if cluster is None:
@@ -513,6 +531,7 @@ def export_capi(
             _metal3_template(
                 meta(cp_name, _image_annotations(pools[cp_pool]["machineImage"], repository)),
                 images[cp_pool],
+                host_labels(pools[cp_pool]),
             ),
         )
     for i, (pool, pool_label) in enumerate(zip(pools, pool_labels, strict=True)):
@@ -547,7 +566,9 @@ def export_capi(
             }
         )
         if urls is not None:
-            resources.append(_metal3_template(meta(name, annotations), images[i]))
+            resources.append(
+                _metal3_template(meta(name, annotations), images[i], host_labels(pool))
+            )
         selector = {LABEL_CLUSTER: cluster_label, LABEL_POOL: pool_label}
         resources.append(
             {
@@ -586,15 +607,42 @@ def _image_annotations(image: str | None, repository: str | None) -> dict[str, s
     return annotations
 
 
-def _metal3_template(metadata: dict[str, Any], image: dict[str, str]) -> dict[str, Any]:
+def _metal3_template(
+    metadata: dict[str, Any], image: dict[str, str], match_labels: dict[str, str] | None
+) -> dict[str, Any]:
     # cluster-api-provider-metal3 api/v1beta1: Metal3MachineTemplate spec.template.spec is a
-    # Metal3MachineSpec, whose `image` is the Image type (see _metal3_image).
+    # Metal3MachineSpec, whose `image` is the Image type (see _metal3_image) and whose
+    # `hostSelector` (HostSelector: matchLabels, matchExpressions) filters BareMetalHosts by label.
+    spec: dict[str, Any] = {"image": dict(image)}
+    if match_labels:
+        spec["hostSelector"] = {"matchLabels": dict(match_labels)}
     return {
         "apiVersion": METAL3_API_VERSION,
         "kind": METAL3_MACHINE_TEMPLATE,
         "metadata": metadata,
-        "spec": {"template": {"spec": {"image": dict(image)}}},
+        "spec": {"template": {"spec": spec}},
     }
+
+
+#: Kubernetes label key: optional DNS-subdomain prefix and "/", then a name of at most 63
+#: characters, alphanumeric at both ends, "-", "_", "." inside (k8s.io/apimachinery
+#: validation.IsQualifiedName).
+_LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def check_label_key(key: str, what: str) -> None:
+    """Raise :class:`UsageError` unless ``key`` is a Kubernetes label key (``[prefix/]name``)."""
+    prefix, slash, name = key.rpartition("/")
+    if _LABEL_NAME.fullmatch(name) and (
+        not slash or (len(prefix) <= 253 and _DNS_SUBDOMAIN.fullmatch(prefix))
+    ):
+        return
+    raise UsageError(
+        f"{what} {key!r} is not a Kubernetes label key",
+        hint="[DNS subdomain prefix/]name, the name at most 63 characters of [A-Za-z0-9-_.] "
+        "starting and ending alphanumeric, e.g. kubernetes.io/arch",
+    )
 
 
 def _check_infrastructure(

@@ -78,6 +78,12 @@ if TYPE_CHECKING:
     "(default: the first amd64 one).",
 )
 @click.option(
+    "--host-arch-label",
+    metavar="KEY",
+    help="metal3: each template selects BareMetalHosts labelled KEY=<arch of its machine image> "
+    "(amd64, arm64), e.g. kubernetes.io/arch; without it Metal3 may put any image on any host.",
+)
+@click.option(
     "--insecure",
     is_flag=True,
     help="REF: plain HTTP to this registry (127.0.0.1 and localhost always are); registry "
@@ -102,6 +108,7 @@ def command(
     image_base_url: str | None,
     image_url_from_registry: bool,
     control_plane_pool: str | None,
+    host_arch_label: str | None,
     insecure: bool,
     out: Path | None,
 ) -> None:
@@ -132,7 +139,17 @@ def command(
             infrastructure=infrastructure,
             image_urls=urls,
             control_plane_pool=control_plane_pool,
+            host_arch_label=host_arch_label,
         )
+        pools = export.export_json(meta, digest)["nodePoolReleases"]
+        arches = {p["arch"] for p in pools} - {None}
+        if infrastructure is not None and host_arch_label is None and len(arches) > 1:
+            click.echo(
+                f"warning: the machine images are for {', '.join(sorted(arches))} and the "
+                f"{export.METAL3_MACHINE_TEMPLATE}s select any host; label the BareMetalHosts "
+                "by arch and pass --host-arch-label KEY",
+                err=True,
+            )
         without = [
             p["name"] for p in meta.get("nodePoolReleases") or [] if not p.get("machineImage")
         ]

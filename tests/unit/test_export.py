@@ -445,6 +445,46 @@ def test_metal3_control_plane_pool(loaded: tuple[dict[str, Any], str]) -> None:
     assert err.value.hint is not None and "blackwell-arm64" in err.value.hint
 
 
+def test_metal3_host_arch_label(loaded: tuple[dict[str, Any], str]) -> None:
+    """Metal3 matches hosts by label only: each template asks for hosts of its image's arch."""
+    meta, digest = loaded
+    meta = with_node_image(meta)
+    kw: dict[str, Any] = {
+        "cluster_name": "c",
+        "namespace": "n",
+        "infrastructure": "metal3",
+        "image_urls": export.ImageUrls.from_base_url(BASE),
+    }
+    plain = _by_kind(export.export_capi(meta, digest, **kw), "Metal3MachineTemplate")
+    assert all("hostSelector" not in t["spec"]["template"]["spec"] for t in plain.values())
+    docs = export.export_capi(meta, digest, host_arch_label="example.com/cpu", **kw)
+    templates = _by_kind(docs, "Metal3MachineTemplate")
+    arch_of_disk = {_disk(v)[7:]: v["arch"] for v in meta["variants"]}
+    assert len(templates) == len(meta["nodePoolReleases"]) + 1
+    for name, t in templates.items():
+        spec = t["spec"]["template"]["spec"]
+        # each template asks for hosts of the arch of the disk it boots
+        want = arch_of_disk[spec["image"]["checksum"]]
+        assert spec["hostSelector"] == {"matchLabels": {"example.com/cpu": want}}, name
+    assert {
+        t["spec"]["template"]["spec"]["hostSelector"]["matchLabels"]["example.com/cpu"]
+        for t in templates.values()
+    } == {"amd64", "arm64"}
+    # the rest is unchanged
+    for name, t in templates.items():
+        del t["spec"]["template"]["spec"]["hostSelector"]
+        assert t == plain[name]
+    for good in ("Arch", "kubernetes.io/arch", "a.b-c/x_y.z", "x" * 63):
+        export.check_label_key(good, "k")
+    for bad in ("-arch", "a/b/c", "UPPER.example/arch", "x" * 64, "example.com/", "a b"):
+        with pytest.raises(UsageError, match="not a Kubernetes label key"):
+            export.export_capi(meta, digest, host_arch_label=bad, **kw)
+    kw.pop("infrastructure"), kw.pop("image_urls")
+    with pytest.raises(UsageError, match="hosts of Metal3 templates") as err:
+        export.export_capi(meta, digest, host_arch_label="kubernetes.io/arch", **kw)
+    assert err.value.hint == "add --infrastructure metal3"
+
+
 def test_metal3_errors(loaded: tuple[dict[str, Any], str]) -> None:
     meta, digest = loaded
     urls = export.ImageUrls.from_base_url(BASE)
@@ -528,9 +568,13 @@ def test_cli_metal3(
         "--out",
         str(target),
     ]
+    # amd64 and arm64 machine images, and templates that select any host: said on stderr
+    code, out, err = _run(argv, capsys)
+    assert code == 0 and out == "" and "--host-arch-label" in err and "amd64, arm64" in err
+    argv += ["--host-arch-label", "kubernetes.io/arch"]
     code, out, err = _run(argv, capsys)
     assert code == 0 and out == "" and err == "", err
-    assert seen == [(ref, False)]
+    assert seen == [(ref, False)] * 2
     docs = [d for d in yaml.safe_load_all(target.read_text()) if d is not None]
     urls = {
         d["spec"]["template"]["spec"]["image"]["url"]
