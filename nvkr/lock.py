@@ -26,9 +26,13 @@ from typing import Any
 
 from nvkr.builders import ResolvedSource
 from nvkr.canonical import canonical_json, canonical_json_file, sha256_bytes
-from nvkr.errors import LockError
+from nvkr.errors import ChecksumError, LockError
 from nvkr.fetch import FetchContext, resolve
 from nvkr.recipe import LoadedRecipe, Variant
+from nvkr.recipe.yamlsource import where
+
+#: The fields of a source that pin its bytes, in the order a checksum error points at them.
+PIN_FIELDS = ("sha256", "sha512", "digest", "commit", "checksumUrl", "packages", "version")
 
 LOCK_VERSION = 1
 
@@ -142,7 +146,7 @@ class Resolver:
         if entry is None:
             locked_entry = self._entries.get(key)
             if "path" in spec:  # the repository's own files: hashed afresh on every build
-                resolved = resolve(name, source, self.ctx, base_dir=base)
+                resolved = self._resolve(variant, name, base)
             elif locked_entry is not None:
                 resolved = locked_entry["resolved"]
             elif self.locked:
@@ -150,13 +154,28 @@ class Resolver:
                     f"source {name!r} of variant {variant.id} is not in the lockfile {self.lock_path}"
                 )
             else:
-                resolved = resolve(name, source, self.ctx, base_dir=base)
+                resolved = self._resolve(variant, name, base)
                 self.resolved_now.append(name)
             entry = {"name": name, "spec": spec, "variants": [], "resolved": resolved}
             self._used[key] = entry
         if variant.id not in entry["variants"]:
             entry["variants"].append(variant.id)
         return ResolvedSource(name=name, spec=source, entry=entry["resolved"], base_dir=base)
+
+    def _resolve(self, variant: Variant, name: str, base: Path) -> dict[str, Any]:
+        """:func:`nvkr.fetch.resolve`; a checksum failure also names where the pin was written
+        (``FILE:LINE: sources.NAME.sha256``), the place to fix a wrong pin."""
+        source = variant.recipe.sources[name]
+        try:
+            return resolve(name, source, self.ctx, base_dir=base)
+        except ChecksumError as e:
+            locations = variant.locations or self.loaded.locations
+            written = _spec(source)
+            pin = next((f for f in PIN_FIELDS if f in written), None)
+            path: tuple[str, ...] = ("sources", name) + ((pin,) if pin else ())
+            e.message = f"{e.message} (pinned at {where(locations, path)})"
+            e.args = (e.message,)
+            raise
 
     def drift(self, variants: list[Variant], *, all_variants: bool = True) -> list[str]:
         """Every difference between the recipe and the lockfile, one line each (empty: none).

@@ -131,6 +131,10 @@ def test_wrong_digest_exits_3_and_stores_nothing(project, tmp_path):
     assert "warning: no lockfile" in res.stdout + res.stderr  # said before anything is fetched
     assert "NVKR-E-CHECKSUM" in res.stderr and f"{http.url}/README" in res.stderr
     assert f"sha256:{wrong}" in res.stderr and hashlib.sha256(b"readme\n").hexdigest() in res.stderr
+    # and where the wrong pin is written
+    lines = (proj / "recipes" / "small.yaml").read_text().splitlines()
+    line = next(n for n, text in enumerate(lines, 1) if wrong in text)
+    assert f"(pinned at recipes/small.yaml:{line}: sources.readme.sha256)" in res.stderr
     assert hashlib.sha256(b"readme\n").hexdigest() not in blobs(store)
     assert os.listdir(store / "tmp") == []
     assert not (proj / "dist").exists()
