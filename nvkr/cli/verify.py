@@ -156,12 +156,20 @@ def _print(doc: dict[str, Any]) -> None:
     )
     if rs["signatures"]:
         click.echo(f"  release set index: {_signed(rs['signatures'])}")
+    every = {tuple(sorted(v.items())) for a in doc["artifacts"] for v in a["variants"]}
+    # the axes whose value differs between the set's variants name a variant here
+    axes = [k for k in ("gpu", "kubernetes", "arch") if len({dict(v).get(k) for v in every}) > 1]
     for art in doc["artifacts"]:
         prov = "provenance" if art["provenance"] else "no provenance"
         sboms = f", {len(art['sboms'])} SBOM" if art["sboms"] else ""
+        mine = {tuple(sorted(v.items())) for v in art["variants"]}
+        where = ""
+        if mine and axes:
+            labels = ["/".join(v[k] for k in axes) for v in art["variants"]]
+            where = "  (all variants)" if mine == every else f"  ({', '.join(labels)})"
         click.echo(
             f"  {art['kind']:<13} {art['name']:<24} {art['digest'][:19]}  {prov}{sboms}, "
-            f"{_signed(art['signatures'])}"
+            f"{_signed(art['signatures'])}{where}"
         )
     record = doc.get("buildRecord") or {}
     if record.get("checked"):

@@ -217,10 +217,15 @@ class _Verifier:
             return
         self.metadata = meta
         kinds: dict[str, str] = {}
+        variants: dict[str, list[dict[str, str]]] = {}
         meta_provenance: dict[str, str] = {}
         for art in meta.get("artifacts", []):
             digest = str((art.get("index") or art.get("manifest") or {}).get("digest"))
             kinds[digest] = str(art.get("kind"))
+            if isinstance(art.get("variant"), dict):
+                variants.setdefault(digest, []).append(
+                    {str(k): str(v) for k, v in sorted(art["variant"].items())}
+                )
             if art.get("provenance"):
                 meta_provenance[digest] = str(art["provenance"]["digest"])
         members = self.members[1:]  # [0] is the metadata manifest
@@ -246,6 +251,7 @@ class _Verifier:
                         digest=str(desc["digest"]),
                         media_type=str(desc["mediaType"]),
                         subjects=_primary_digests(doc, desc),
+                        variants=variants.get(str(desc["digest"]), []),
                     )
                 )
             else:

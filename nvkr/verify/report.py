@@ -54,7 +54,8 @@ class ArtifactReport:
     ``digest`` is its manifest or index (``sha256:<hex>``), ``subjects`` the digests its
     provenance statement may name (the primary blob, or the index itself), ``provenance`` the
     provenance manifest's digest (None when it has none), ``builder_id`` and ``dependencies``
-    (``{"name", "uri", "digest"}``) from the statement, ``sboms`` the SBOM manifests' digests.
+    (``{"name", "uri", "digest"}``) from the statement, ``sboms`` the SBOM manifests' digests,
+    ``variants`` the matrix cells (``{"gpu", "kubernetes", "arch"}``) the metadata lists it for.
     """
 
     name: str
@@ -68,11 +69,13 @@ class ArtifactReport:
     dependencies: list[dict[str, Any]] = field(default_factory=list)
     sboms: list[str] = field(default_factory=list)
     signatures: list[SignatureReport] = field(default_factory=list)
+    variants: list[dict[str, str]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "kind": self.kind,
+            "variants": self.variants,
             "digest": self.digest,
             "mediaType": self.media_type,
             "provenance": self.provenance,

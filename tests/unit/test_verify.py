@@ -255,7 +255,16 @@ def test_unsigned_set_verifies_without_key(tmp_path: Path, nvkr: Any) -> None:
     res = nvkr("verify", layout)
     assert res.code == 0, res.stderr
     assert "unsigned" in res.stdout and "verified in" in res.stdout
+    # each artifact line names the variants it is for (the axes that differ: gpu and arch)
+    lines = {line.split()[2]: line for line in res.stdout.splitlines() if "sha256:" in line[30:]}
+    chart = _member(layout, "agent-chart")["digest"][:19]
+    amd64 = _member(layout, "agent", "amd64")["digest"][:19]
+    assert lines[chart].endswith("(all variants)")
+    assert lines[amd64].endswith("(hopper/amd64, blackwell/amd64)")
     report = verify_release_set(layout)
+    assert next(a for a in report.artifacts if a.digest.startswith(amd64)).variants == [
+        {"arch": "amd64", "gpu": gpu, "kubernetes": "1.36"} for gpu in ("hopper", "blackwell")
+    ]
     assert report.ok and report.digest == result["metadata"]["releaseSetDigest"]
     assert {a.kind for a in report.artifacts} == {"binary", "image", "chart"}
     assert all(a.provenance for a in report.artifacts)
