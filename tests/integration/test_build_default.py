@@ -232,7 +232,7 @@ def test_the_chart_pins_the_image_index_and_passes_helm(built, tmp_path):
     assert charts and images
     index_digest = images[0]["index"]["digest"]
     cluster = meta["clusterRelease"]
-    assert cluster["kubernetes"] == "1.36.3"
+    assert cluster["kubernetes"] == "1.36.4"
     assert {c["name"] for c in cluster["charts"]} == {"agent-chart"}
     assert {i["digest"] for i in cluster["images"]} == {index_digest}
     tgz = tmp_path / charts[0]["primary"]["name"]

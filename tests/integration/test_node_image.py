@@ -47,7 +47,7 @@ def test_one_machine_image_per_variant_as_an_annotated_oci_artifact(layout: Path
         ann = manifest["annotations"]
         assert ann[mt.ANN_NVKR_ARCH] == art["variant"]["arch"]
         assert ann[mt.ANN_NVKR_GPU] == art["variant"]["gpu"]
-        assert ann[mt.ANN_NVKR_KUBERNETES] == "1.36.3"
+        assert ann[mt.ANN_NVKR_KUBERNETES] == "1.36.4"
         assert ann[mt.ANN_NVKR_DISK_FORMAT] == "qcow2"
         assert art["platform"] == {"os": "linux", "architecture": art["variant"]["arch"]}
 

@@ -145,4 +145,4 @@ def test_build_sign_and_push_publishes_the_signatures(registry, built, tmp_path)
     )
     assert exported.code == 0, exported.stderr
     doc = json.loads(exported.stdout)
-    assert doc["digest"] == unsigned and doc["clusterRelease"]["kubernetesVersion"] == "1.36.3"
+    assert doc["digest"] == unsigned and doc["clusterRelease"]["kubernetesVersion"] == "1.36.4"
