@@ -64,8 +64,9 @@ EventSink = Callable[[str, dict[str, Any]], None]
 class PublishReport:
     """What :func:`publish_layout` did. Sizes in bytes, ``seconds`` wall-clock, digests
     ``sha256:<hex>``; ``referrers`` is ``api`` (the registry indexes them), ``fallback-tag`` or
-    ``none`` (no manifest in the set carries a subject); ``build_record`` the digests of the
-    build record manifests pushed or found (empty: no record beside the layout)."""
+    ``none`` (nothing published carries a subject), ``referrers_tags`` the fallback tags
+    written or found (the build record's included); ``build_record`` the digests of the build
+    record manifests pushed or found (empty: no record beside the layout)."""
 
     reference: str
     repository: str
@@ -529,11 +530,13 @@ def _publish_build_record(
         message, hint = check.problems[0]
         raise IntegrityError(f"{where}: {message}", hint=hint)
     entries = []
+    pushed = False  # anything sent: a re-publish finds the record there already
     try:
         for att in attachments:
             for digest, data in sorted(att.blobs.items()):
                 if not client.blob_exists(repo, digest):
                     client.push_blob(repo, digest, len(data), functools.partial(io.BytesIO, data))
+                    pushed = True
             blob = LayoutBlob(
                 "sha256:" + hashlib.sha256(att.manifest).hexdigest(),
                 len(att.manifest),
@@ -542,9 +545,16 @@ def _publish_build_record(
             )
             if client.manifest_digest(repo, blob.digest) != blob.digest:
                 client.push_manifest(repo, blob.digest, att.manifest, mt.OCI_MANIFEST)
+                pushed = True
             entries.append(referrer_descriptor(blob, json.loads(att.manifest)))
         if not client.has_referrers_api(repo, subject):
-            update_referrers_tag(client, repo, subject, entries)
+            pushed = update_referrers_tag(client, repo, subject, entries) or pushed
+            tag = fallback_tag(subject)
+            if tag not in run.report.referrers_tags:
+                run.report.referrers_tags = sorted([*run.report.referrers_tags, tag])
+            run.report.referrers = "fallback-tag"
+        elif run.report.referrers == "none":
+            run.report.referrers = "api"
     except RegistryError as e:
         raise RegistryError(
             f"{where}: {e.message}",
@@ -552,4 +562,4 @@ def _publish_build_record(
             status=e.status,
         ) from e
     run.report.build_record = [str(e["digest"]) for e in entries]
-    run.event("build-record", subject=subject, digests=run.report.build_record)
+    run.event("build-record", subject=subject, digests=run.report.build_record, pushed=pushed)

@@ -121,8 +121,20 @@ def command(
             say(_verb("pushed"), f"manifest {digest} ", _dim(str(what)))
         elif kind == "referrers-tag" and fields["written"]:
             say(_verb("referrers"), f"{fields['tag'][:19]} ", _dim("(fallback tag)"))
+        elif kind == "tagged":  # when it happens: the build record goes up after it
+            target = f"{ref.registry}/{ref.repository}:{fields['tag']}"
+            if fields["previous"] != fields["digest"]:
+                previous = fields["previous"]
+                was = " " + _dim(f"(was {previous[:19]})") if previous else ""
+                say(_verb("tagged", "green"), f"{target} → {fields['digest']}{was}")
+            else:
+                say(_verb("tag", "green"), f"{target} already at {fields['digest']}")
         elif kind == "build-record":
-            say(_verb("attached"), "build record ", _dim(f"({len(fields['digests'])} manifests)"))
+            n = _dim(f"({len(fields['digests'])} manifests)")
+            if fields.get("pushed", True):
+                say(_verb("attached"), "build record ", n)
+            else:
+                say(_verb("attached"), "build record already there ", n)
 
     with RegistryClient(
         ref.registry,
@@ -138,12 +150,6 @@ def command(
     if as_json:
         click.echo(json.dumps({"event": "result", **report.to_json()}, sort_keys=True))
         return
-    target = f"{ref.registry}/{ref.repository}:{report.tag}"
-    if report.tag_moved:
-        was = " " + _dim(f"(was {report.previous[:19]})") if report.previous else ""
-        say(_verb("tagged", "green"), f"{target} → {report.digest}{was}")
-    else:
-        say(_verb("tag", "green"), f"{target} already at {report.digest}")
     uploaded = f"{report.blobs_uploaded} blobs, {_size(report.bytes_uploaded)} uploaded"
     if report.bytes_uploaded == 0:
         uploaded = "0 bytes uploaded"

@@ -582,8 +582,21 @@ def test_publish_attaches_the_record_and_pull_brings_it_back(
         doc = json.loads(client.get_manifest(repo, d)[0])
         assert doc["subject"]["digest"] == report.digest
         assert doc["annotations"][ANN_ATTACHMENT] == "build-record"
-    again = publish_layout(signed.layout, f"{registry.host}/{repo}", client)
+    # the fallback tag that lists the record is in the report
+    assert fallback_tag(report.digest) in report.referrers_tags
+    assert report.referrers == "fallback-tag"
+    events: list[tuple[str, dict[str, Any]]] = []
+    again = publish_layout(
+        signed.layout,
+        f"{registry.host}/{repo}",
+        client,
+        on_event=lambda k, f: events.append((k, f)),
+    )
     assert again.build_record == report.build_record and again.bytes_uploaded == 0
+    # a re-publish says the record was there already, and the tag came before it
+    kinds = [k for k, _ in events]
+    assert kinds.index("tagged") < kinds.index("build-record")
+    assert dict(events)["build-record"]["pushed"] is False
 
     target = tmp_path / "pulled" / "set"
     pub = load_public_key(keys["a.pub"])
