@@ -117,6 +117,15 @@ def command(
     from nvkr import export
     from nvkr.cli.release_set import load_release_set
 
+    if repository is not None:
+        from nvkr.oci.reference import Reference
+
+        repo_ref = Reference.parse(repository)
+        if repo_ref.tag or repo_ref.digest:
+            raise UsageError(
+                f"--repository {repository!r} names a tag or digest",
+                hint="give REGISTRY/REPO: the machine images in it are addressed by digest",
+            )
     if fmt == "json" and infrastructure is not None:
         raise UsageError(
             "--infrastructure writes Cluster API templates", hint="use it with --format capi"

@@ -61,8 +61,9 @@ class Reference:
         if ":" in rest.rsplit("/", 1)[-1]:
             rest, tag = rest.rsplit(":", 1)
             if not _TAG.fullmatch(tag):
+                why = f" ({len(tag)} characters, at most 128)" if len(tag) > 128 else ""
                 raise UsageError(
-                    f"reference {text!r}: tag {tag!r} is not valid",
+                    f"reference {text!r}: tag {tag!r} is not valid{why}",
                     hint="a tag is 1 to 128 of A-Z a-z 0-9 _ . - and starts with a letter, "
                     "digit or _ (distribution-spec)",
                 )

@@ -237,6 +237,15 @@ def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         ["release-set", "export", str(tmp_path / "missing"), "--format", "json"], capsys
     )
     assert code == 2
+    # --repository is checked before anything is read
+    for repository, want in [
+        ("not a ref!", "names no repository"),
+        ("127.0.0.1:5000/GPU", "lower case: 'gpu'"),
+        ("reg.example/sets:v1", "names a tag or digest"),
+    ]:
+        argv = ["release-set", "export", str(tmp_path), "--format", "json"]
+        code, out, err = _run([*argv, "--repository", repository], capsys)
+        assert code == 2 and want in err and out == "", (repository, err)
 
 
 # -- Metal3 infrastructure templates -------------------------------------------------------------

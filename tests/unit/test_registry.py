@@ -94,7 +94,10 @@ def test_reference_parse(text, parsed):
         ),
         ("reg.example/team/app:-v1", r"tag '-v1' is not valid"),
         ("reg.example/team/app:.v1", r"tag '\.v1' is not valid"),
-        ("reg.example/team/app:" + "a" * 129, r"tag 'a+' is not valid"),
+        (
+            "reg.example/team/app:" + "a" * 129,
+            r"tag 'a+' is not valid \(129 characters, at most 128\)",
+        ),
         ("reg.example/team//app", r"repository component '' is not valid"),
         ("reg.example/team/app_", r"repository component 'app_' is not valid"),
         ("reg.example/a@sha256:abc", r"'sha256:abc' is not a sha256:<64 hex> digest"),
