@@ -151,9 +151,13 @@ def _print(doc: dict[str, Any]) -> None:
     rs = doc["releaseSet"]
     click.echo(f"release set {rs['name']} {rs['digest']}")
     blobs = doc["blobs"]
-    click.echo(
-        f"  closure: {blobs['count']} blobs, {blobs['bytes']} bytes, digests and sizes checked"
-    )
+    damaged = sum(1 for p in doc["problems"] if p["check"] == "closure")
+    if damaged:
+        click.echo(f"  closure: FAILED, {damaged} damaged part(s), listed below")
+    else:
+        click.echo(
+            f"  closure: {blobs['count']} blobs, {blobs['bytes']} bytes, digests and sizes checked"
+        )
     if rs["signatures"]:
         click.echo(f"  release set index: {_signed(rs['signatures'])}")
     every = {tuple(sorted(v.items())) for a in doc["artifacts"] for v in a["variants"]}

@@ -362,7 +362,8 @@ class LayoutReader:
             data = path.read_bytes()
         except OSError as e:
             raise IntegrityError(
-                f"blob {digest} (referenced by {referrer}) is missing from {self.path}"
+                f"blob {digest} (referenced by {referrer}) is missing from {self.path}",
+                hint="rebuild or pull the release set again",
             ) from e
         _check_bytes(data, digest, size, referrer, where=str(path))
         return data
@@ -443,7 +444,8 @@ class LayoutReader:
         path = self.blob_path(digest)
         if not path.is_file():
             raise IntegrityError(
-                f"blob {digest} (referenced by {referrer}) is missing from {self.path}"
+                f"blob {digest} (referenced by {referrer}) is missing from {self.path}",
+                hint="rebuild or pull the release set again",
             )
         if deep:
             actual, actual_size = _hash_file(path, digest.split(":", 1)[0])
@@ -452,12 +454,12 @@ class LayoutReader:
         if actual_size != size:
             raise IntegrityError(
                 f"blob {digest} (referenced by {referrer}) is {actual_size} bytes, expected {size}",
-                hint=f"{path} was truncated or replaced; rebuild the release set",
+                hint=f"{path} was truncated or replaced; rebuild or pull the release set again",
             )
         if actual != digest:
             raise IntegrityError(
                 f"blob {digest} (referenced by {referrer}) is corrupt: its content hashes to {actual}",
-                hint=f"{path} was modified; rebuild the release set",
+                hint=f"{path} was modified; rebuild or pull the release set again",
             )
 
 

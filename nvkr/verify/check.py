@@ -135,8 +135,9 @@ class _Verifier:
     # -- 1. closure ------------------------------------------------------------------------------
     def closure(self) -> bool:
         """Walk every root (the release set's members, then the other ``index.json`` entries),
-        then hash every other blob once. Stops at the first failure: later ones would repeat it.
-        """
+        then hash every other blob once. Every damaged root and blob is reported (a root's walk
+        stops at its first failure: what lies below a damaged manifest cannot be trusted).
+        Returns whether all of it checked out."""
         report, reader = self.report, self.reader
         try:
             self.index = self.doc(self.entry, f"index.json ({self.where})")
@@ -153,6 +154,7 @@ class _Verifier:
         reached = [LayoutBlob(self.entry["digest"], self.entry["size"], mt.OCI_INDEX, "index.json")]
         seen = {self.entry["digest"]}
         leaves: list[tuple[LayoutBlob, str]] = []
+        damaged: set[str] = set()
         for desc, referrer in roots:
             try:
                 doc = self.doc(desc, referrer) if desc.get("mediaType") in mt.MANIFEST_TYPES else {}
@@ -165,12 +167,13 @@ class _Verifier:
                     if blob.media_type not in mt.MANIFEST_TYPES:
                         leaves.append((blob, label))
             except IntegrityError as e:
-                report.fail("closure", f"{referrer}: {e.message}", e.hint)
-                return False
+                if e.message not in damaged:  # a blob shared by several roots: named once
+                    damaged.add(e.message)
+                    report.fail("closure", f"{referrer}: {e.message}", e.hint)
         report.blobs = len(reached)
         report.bytes = sum(b.size for b in reached)
         # Leaves are hashed in parallel (hashlib releases the GIL): machine images are hundreds
-        # of MiB each. The first failure in walk order is reported, as a sequential walk would.
+        # of MiB each. Failures are reported in walk order, as a sequential walk would.
         with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
             problems = list(
                 pool.map(lambda leaf: _hash_leaf(reader.blob_path(leaf[0].digest), leaf[0]), leaves)
@@ -184,7 +187,8 @@ class _Verifier:
                     hint=f"{reader.blob_path(blob.digest)} was modified or replaced; rebuild or "
                     "pull the release set again",
                 )
-                return False
+        if not report.ok:
+            return False
         unreferenced = reader.unreferenced(reached)
         if unreferenced:
             report.warnings.append(

@@ -438,6 +438,27 @@ def test_missing_blob_fails_naming_it(signed: Signed, nvkr: Any) -> None:
     assert res.code == 3 and f"blob {digest}" in res.stderr and "missing" in res.stderr
 
 
+def test_every_damaged_blob_is_reported_once(signed: Signed, nvkr: Any) -> None:
+    """Several damaged blobs: each is named once (a layer shared by several roots too), and the
+    closure line says it failed instead of counting what was checked."""
+    targets = _flip_targets(signed.layout)
+    flip(signed.layout, targets["binary"])
+    flip(signed.layout, targets["layer"])
+    (signed.layout / blob_name(targets["chart"])).unlink()
+    res = nvkr("verify", signed.layout)
+    assert res.code == 3
+    failed = [line for line in res.stdout.splitlines() if line.startswith("  FAILED (closure)")]
+    for what in ("binary", "layer", "chart"):
+        assert sum(f"blob {targets[what]}" in line for line in failed) == 1, (what, failed)
+    assert len(failed) == 3
+    assert "closure: FAILED, 3 damaged part(s)" in res.stdout and "digests and sizes" not in (
+        res.stdout
+    )
+    assert "(and 2 more problems)" in res.stderr
+    report = json.loads(nvkr("verify", signed.layout, "--json").stdout)
+    assert [p["check"] for p in report["problems"]] == ["closure"] * 3
+
+
 def test_statement_copied_from_another_artifact_fails_naming_both(
     signed: Signed, nvkr: Any
 ) -> None:
