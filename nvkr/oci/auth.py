@@ -25,6 +25,13 @@ CREDENTIALS_HINT: Final = (
 _CHALLENGE_PARAM = re.compile(r'(\w+)\s*=\s*(?:"([^"]*)"|([^\s,]+))')
 
 
+def docker_config_label() -> str:
+    """The Docker config file credentials come from, as messages name it:
+    ``$DOCKER_CONFIG/config.json`` spelled out when set, else ``~/.docker/config.json``."""
+    config_dir = os.environ.get("DOCKER_CONFIG")
+    return os.path.join(config_dir, "config.json") if config_dir else "~/.docker/config.json"
+
+
 def docker_credentials(host: str) -> tuple[str, str] | None:
     """``(username, password)`` for registry ``host`` (``name[:port]``) from the ``auths`` of
     ``$DOCKER_CONFIG/config.json`` (default ``~/.docker/config.json``), or None.

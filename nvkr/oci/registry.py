@@ -42,6 +42,7 @@ from nvkr import __version__
 from nvkr.errors import IntegrityError, RegistryError
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.auth import CREDENTIALS_HINT as CREDENTIALS_HINT
+from nvkr.oci.auth import docker_config_label
 from nvkr.oci.auth import docker_credentials as docker_credentials
 from nvkr.oci.auth import parse_challenge as parse_challenge
 from nvkr.oci.reference import _DIGEST
@@ -63,7 +64,8 @@ LOOPBACK: Final = frozenset({"127.0.0.1", "localhost", "::1"})
 MANIFEST_ACCEPT: Final = ", ".join(
     [mt.OCI_MANIFEST, mt.OCI_INDEX, mt.DOCKER_MANIFEST, mt.DOCKER_MANIFEST_LIST]
 )
-_UNREACHABLE_HINT = "is the registry running and reachable? a plain-HTTP registry needs --insecure"
+_UNREACHABLE_HINT = "is the registry running and reachable?"
+_PLAIN_HTTP_HINT = " a plain-HTTP registry needs --insecure"
 _TRANSIENT = frozenset({429, 500, 502, 503, 504})
 
 
@@ -168,6 +170,7 @@ class RegistryClient:
         scheme = "http" if insecure or host in LOOPBACK else "https"
         self.registry = registry
         self.origin = f"{scheme}://{registry}/"
+        self._unreachable_hint = _UNREACHABLE_HINT + (_PLAIN_HTTP_HINT if scheme == "https" else "")
         self.base = base_url or (
             f"{scheme}://registry-1.docker.io/" if registry == "docker.io" else self.origin
         )
@@ -179,7 +182,7 @@ class RegistryClient:
             self._creds_from = "the command line"
         self._creds = (username, password or "") if username else None
         if self._creds is None and (found := docker_credentials(registry)) is not None:
-            self._creds, self._creds_from = found, "~/.docker/config.json"
+            self._creds, self._creds_from = found, docker_config_label()
         self.chunk_size = max(1, chunk_size)
         self.retries = RETRIES if retries is None else retries
         self.backoff = backoff
@@ -269,7 +272,7 @@ class RegistryClient:
                     self._sleep(attempt)
                     attempt += 1
                     continue
-                hint = _UNREACHABLE_HINT
+                hint = self._unreachable_hint
                 if isinstance(e, requests.exceptions.SSLError):
                     hint = (
                         "the registry does not speak TLS here: pass --insecure if it is plain HTTP"
@@ -335,7 +338,7 @@ class RegistryClient:
         except requests.exceptions.RequestException as e:
             raise RegistryError(
                 f"{what}: cannot reach the token service {params['realm']}: {_reason(e)}",
-                hint=_UNREACHABLE_HINT,
+                hint=self._unreachable_hint,
             ) from e
         with answer:
             if answer.status_code >= 400:
@@ -526,10 +529,10 @@ class RegistryClient:
                 stalled += 1
                 if stalled > self.retries:
                     if resp is not None:
-                        raise self._fail(what, resp, hint=_UNREACHABLE_HINT)
+                        raise self._fail(what, resp, hint=self._unreachable_hint)
                     raise RegistryError(
                         f"{what}: no progress after {stalled} failures at byte {offset}",
-                        hint=_UNREACHABLE_HINT,
+                        hint=self._unreachable_hint,
                     )
                 self._sleep(stalled - 1, resp)
                 if self.blob_exists(repo, digest):
@@ -583,7 +586,7 @@ class RegistryClient:
             if failures > self.retries:
                 raise RegistryError(
                     f"{what}: the download from {url} broke off after {got} bytes: {_reason(broken)}",
-                    hint=_UNREACHABLE_HINT,
+                    hint=self._unreachable_hint,
                 )
             self._sleep(failures - 1)
         actual = f"{alg}:{h.hexdigest()}"

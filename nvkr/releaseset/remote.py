@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from nvkr.errors import IntegrityError
+from nvkr.errors import IntegrityError, RegistryError
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.registry import Reference, RegistryClient
 from nvkr.releaseset.metadata import METADATA_SCHEMA_VERSION
@@ -65,7 +65,21 @@ def read_remote_metadata(
     """
     repo = ref.repository
     where = f"{ref.registry}/{repo}"
-    data, media_type, digest = client.get_manifest(repo, ref.digest or str(ref.tag or "latest"))
+    try:
+        data, media_type, digest = client.get_manifest(repo, ref.digest or str(ref.tag or "latest"))
+    except RegistryError as e:
+        if e.status != 404:
+            raise
+        if ref.digest:
+            hint = f"{where} holds no manifest {ref.digest}: check the digest (nvkr publish "
+            hint += "prints it) and the repository"
+        elif ref.tag:
+            hint = f"{where} has no tag {ref.tag!r}: nvkr publish tags a release set with its "
+            hint += "name unless told otherwise, and prints the tag it wrote"
+        else:
+            hint = "no tag given, so 'latest' was looked up: nvkr publish tags a release set "
+            hint += f"with its name, e.g. {where}:<release set name>"
+        raise RegistryError(e.message, hint=hint, status=404) from e
     index = _json(data, f"{where}@{digest}")
     members = index.get("manifests")
     if (

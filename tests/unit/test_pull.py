@@ -170,6 +170,19 @@ def test_tag_only_reference_is_a_usage_error(published, tmp_path):
     assert not (tmp_path / "x").exists()
 
 
+def test_unknown_tag_or_digest_says_what_was_looked_up(published, tmp_path):
+    ref, missing = published["ref"], "sha256:" + "0" * 64
+    code, text = run("pull", f"{ref}@{missing}", str(tmp_path / "x"))
+    assert code == 1 and "404" in text and f"holds no manifest {missing}" in text
+    assert not (tmp_path / "x").exists()
+    code, text = run("release-set", "show", ref)  # no tag: 'latest', which publish never writes
+    assert code == 1 and "no tag given, so 'latest' was looked up" in text
+    assert f"e.g. {ref}:<release set name>" in text
+    code, text = run("release-set", "show", f"{ref}:nope")
+    assert code == 1 and "has no tag 'nope'" in text
+    assert run("release-set", "show", f"{ref}:{NAME}")[0] == 0
+
+
 def test_show_reads_only_index_and_metadata(registry, proxy, published):
     ref = f"{proxy.host}/{published['repo']}:{NAME}"
     code, text = run("release-set", "show", ref, "--json")

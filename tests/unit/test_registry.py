@@ -274,8 +274,15 @@ def test_persistent_failure_is_bounded(registry, proxy, repo):
 
 def test_unreachable_registry():
     client = RegistryClient(f"127.0.0.1:{free_port()}", retries=0)
-    with pytest.raises(RegistryError, match=r"cannot reach .*Connection refused"):
+    with pytest.raises(RegistryError, match=r"cannot reach .*Connection refused") as e:
         client.manifest_digest("a", "latest")
+    # loopback is plain HTTP already: no advice to pass --insecure
+    assert e.value.hint == "is the registry running and reachable?"
+    # another host is HTTPS unless --insecure: said when it cannot be reached
+    https = RegistryClient(f"127.0.0.2:{free_port()}", retries=0)
+    with pytest.raises(RegistryError, match=r"cannot reach https://127\.0\.0\.2") as e:
+        https.manifest_digest("a", "latest")
+    assert "needs --insecure" in (e.value.hint or "")
 
 
 def test_mount_blob(registry, tmp_path, repo):
@@ -416,6 +423,12 @@ def test_basic_auth_from_docker_config(auth_registry, docker_config, repo):
     token = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
     docker_config.write_text(json.dumps({"auths": {auth_registry.host: {"auth": token}}}))
     assert RegistryClient(auth_registry.host).tags(repo) == []
+    # refused credentials name the config file they came from ($DOCKER_CONFIG here)
+    token = base64.b64encode(f"{USER}:wrong".encode()).decode()
+    docker_config.write_text(json.dumps({"auths": {auth_registry.host: {"auth": token}}}))
+    with pytest.raises(RegistryError, match="refused access") as e:
+        RegistryClient(auth_registry.host).tags(repo)
+    assert f"(from {docker_config}): HTTP 401" in e.value.message
 
 
 def test_no_credentials(auth_registry, docker_config, repo):
