@@ -14,16 +14,8 @@ from typing import Any
 import click
 
 from nvkr.cli import App
+from nvkr.cli.common import human_size as _size
 from nvkr.cli.common import registry_password
-
-
-def _size(n: int) -> str:
-    size = float(n)
-    for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{n} bytes" if unit == "bytes" else f"{size:.1f} {unit}"
-        size /= 1024
-    raise AssertionError("unreachable")
 
 
 def _verb(word: str, colour: str = "cyan") -> str:

@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from nvkr.cli import App
+from nvkr.cli.common import human_size
 
 
 @click.command("verify")
@@ -156,7 +157,8 @@ def _print(doc: dict[str, Any]) -> None:
         click.echo(f"  closure: FAILED, {damaged} damaged part(s), listed below")
     else:
         click.echo(
-            f"  closure: {blobs['count']} blobs, {blobs['bytes']} bytes, digests and sizes checked"
+            f"  closure: {blobs['count']} blobs ({human_size(blobs['bytes'])}), digests and "
+            "sizes checked"
         )
     if rs["signatures"]:
         click.echo(f"  release set index: {_signed(rs['signatures'])}")
