@@ -142,6 +142,38 @@ def _machine_images(metadata: Mapping[str, Any], repository: str | None) -> list
     return [seen[k] for k in sorted(seen)]
 
 
+#: What a node needs for the Kubeadm* resources of ``--format capi`` to bootstrap it.
+KUBEADM_NEEDS: Final = ("kubeadm", "kubelet")
+
+
+def machine_image_sboms(metadata: Mapping[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
+    """``{SBOM manifest digest: (label, descriptor)}`` of each machine image node pools boot
+    (label ``node-image [hopper amd64]``), for :func:`missing_for_kubeadm`; images without an
+    SBOM are left out."""
+    used = {p["machineImage"] for p in metadata.get("nodePoolReleases") or []}
+    out: dict[str, tuple[str, dict[str, Any]]] = {}
+    for art in metadata.get("artifacts") or []:
+        sbom = art.get("sbom")
+        if art.get("name") in used and isinstance(sbom, dict) and "digest" in sbom:
+            variant = art.get("variant") or {}
+            axes = " ".join(str(variant[k]) for k in ("gpu", "arch") if k in variant)
+            out.setdefault(str(sbom["digest"]), (f"{art['name']} [{axes}]", dict(sbom)))
+    return out
+
+
+def missing_for_kubeadm(spdx: Mapping[str, Any]) -> list[str]:
+    """Which of :data:`KUBEADM_NEEDS` a machine image's SPDX 2.3 SBOM shows neither as a
+    package (``packages[].name``, the Debian packages) nor as a staged file
+    (``files[].fileName`` ending in ``/kubeadm``...). Empty: it can bootstrap."""
+    names = {str(p.get("name")) for p in spdx.get("packages") or [] if isinstance(p, dict)}
+    names |= {
+        str(f.get("fileName", "")).rsplit("/", 1)[-1]
+        for f in spdx.get("files") or []
+        if isinstance(f, dict)
+    }
+    return [tool for tool in KUBEADM_NEEDS if tool not in names]
+
+
 def _artifacts(metadata: Mapping[str, Any]) -> list[dict[str, Any]]:
     """``artifacts`` deduplicated by digest, with every variant each one serves."""
     merged: dict[tuple[str, str], dict[str, Any]] = {}

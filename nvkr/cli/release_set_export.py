@@ -4,14 +4,17 @@ Reads the release set in a ``dist/<name>`` directory through its metadata only (
 does; a registry reference: its index and metadata only) and writes
 :func:`nvkr.export.export_json` (``--format json``) or :func:`nvkr.export.export_capi`
 (``--format capi``; ``--infrastructure metal3`` adds Metal3MachineTemplates booting the machine
-images, their URLs from :class:`nvkr.export.ImageUrls`) to stdout or ``--out``.
+images, their URLs from :class:`nvkr.export.ImageUrls`) to stdout or ``--out``. ``capi`` also
+reads the SBOM of each node-pool machine image and warns when it shows no kubeadm or kubelet:
+the Kubeadm* resources could not bootstrap such nodes.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -159,6 +162,16 @@ def command(
                 "by arch and pass --host-arch-label KEY",
                 err=True,
             )
+        gaps: dict[str, list[str]] = {}
+        for label, tools in _kubeadm_gaps(source, meta, insecure):
+            gaps.setdefault(" or ".join(tools), []).append(label)
+        for lacking, labels in gaps.items():
+            click.echo(
+                f"warning: the SBOMs show no {lacking} in machine image(s) {', '.join(labels)}: "
+                "the KubeadmControlPlane and KubeadmConfigTemplates cannot bootstrap nodes "
+                "from them; build from a recipe that installs them (recipes/catalog/)",
+                err=True,
+            )
         without = [
             p["name"] for p in meta.get("nodePoolReleases") or [] if not p.get("machineImage")
         ]
@@ -213,3 +226,49 @@ def _image_urls(
     else:
         ref = Reference.parse(source)
     return ImageUrls.from_registry(ref.registry, ref.repository, insecure=insecure)
+
+
+def _kubeadm_gaps(source: str, meta: dict[str, Any], insecure: bool) -> list[tuple[str, list[str]]]:
+    """``(label, missing)`` for each node-pool machine image whose SBOM lacks kubeadm or
+    kubelet (:func:`nvkr.export.missing_for_kubeadm`): read from the layout, or from the
+    registry (one manifest and one SBOM blob each)."""
+    import io
+
+    from nvkr import export
+    from nvkr.oci.layout import LayoutReader
+
+    sboms = export.machine_image_sboms(meta)
+    if not sboms:
+        return []
+
+    Read = Callable[[Mapping[str, Any]], bytes]
+
+    def spdx_docs(read_manifest: Read, read_blob: Read) -> list[tuple[str, list[str]]]:
+        gaps = []
+        for label, desc in sboms.values():
+            manifest = json.loads(read_manifest(desc))
+            layers = [la for la in manifest.get("layers") or [] if isinstance(la, dict)]
+            if layers:
+                missing = export.missing_for_kubeadm(json.loads(read_blob(layers[0])))
+                if missing:
+                    gaps.append((label, missing))
+        return gaps
+
+    if Path(source).is_dir():
+        reader = LayoutReader(Path(source))
+        return spdx_docs(reader.read_blob, reader.read_blob)
+    from nvkr.oci.reference import Reference
+    from nvkr.oci.registry import RegistryClient
+
+    ref = Reference.parse(source)
+    with RegistryClient(ref.registry, insecure=insecure) as client:
+
+        def manifest(desc: Mapping[str, Any]) -> bytes:
+            return client.get_manifest(ref.repository, str(desc["digest"]))[0]
+
+        def blob(desc: Mapping[str, Any]) -> bytes:
+            buf = io.BytesIO()
+            client.get_blob(ref.repository, str(desc["digest"]), buf, size=int(desc["size"]))
+            return buf.getvalue()
+
+        return spdx_docs(manifest, blob)

@@ -146,3 +146,18 @@ def test_build_sign_and_push_publishes_the_signatures(registry, built, tmp_path)
     assert exported.code == 0, exported.stderr
     doc = json.loads(exported.stdout)
     assert doc["digest"] == unsigned and doc["clusterRelease"]["kubernetesVersion"] == "1.36.4"
+    # Cluster API from the registry: the default images install no kubeadm or kubelet (the
+    # recipe stages kubectl only), which their SBOMs show and the export says
+    capi = run_nvkr(
+        "release-set",
+        "export",
+        f"{registry.host}/nvkr/signed:{SET}",
+        "--format",
+        "capi",
+        cwd=clone,
+        store=store,
+    )
+    assert capi.code == 0, capi.stderr
+    assert "KubeadmControlPlane" in capi.stdout and "version: v1.36.4" in capi.stdout
+    assert "the SBOMs show no kubeadm or kubelet in machine image(s) node-image [" in capi.stderr
+    assert capi.stderr.count("node-image [") == 4

@@ -494,6 +494,33 @@ def test_metal3_host_arch_label(loaded: tuple[dict[str, Any], str]) -> None:
     assert err.value.hint == "add --infrastructure metal3"
 
 
+def test_kubeadm_needs_from_the_sbom() -> None:
+    """A machine image can bootstrap through kubeadm when its SBOM shows kubeadm and kubelet,
+    as Debian packages or as staged files."""
+    pkgs = {"packages": [{"name": "kubelet"}, {"name": "kubeadm"}, {"name": "containerd"}]}
+    assert export.missing_for_kubeadm(pkgs) == []
+    files = {"files": [{"fileName": "./usr/bin/kubeadm"}, {"fileName": "./usr/bin/kubelet"}]}
+    assert export.missing_for_kubeadm(files) == []
+    staged_cli = {"packages": [{"name": "coreutils"}], "files": [{"fileName": "./usr/bin/kubectl"}]}
+    assert export.missing_for_kubeadm(staged_cli) == ["kubeadm", "kubelet"]
+    assert export.missing_for_kubeadm({"files": [{"fileName": "./opt/bin/kubeadm"}]}) == ["kubelet"]
+
+
+def test_machine_image_sboms_of_the_pools(loaded: tuple[dict[str, Any], str]) -> None:
+    meta, _ = loaded
+    meta = with_node_image(meta)
+    assert export.machine_image_sboms(meta) == {}  # the sample's images carry no SBOM
+    for i, art in enumerate(a for a in meta["artifacts"] if a["name"] == "node-image"):
+        art["sbom"] = {"mediaType": mt.OCI_MANIFEST, "digest": f"sha256:{i:064x}", "size": 9}
+    found = export.machine_image_sboms(meta)
+    labels = sorted(label for label, _ in found.values())
+    want = sorted(f"node-image [{v['gpu']} {v['arch']}]" for v in meta["variants"])
+    assert labels == want and len(found) == len(meta["variants"])
+    # an image no node pool boots is not checked
+    meta["nodePoolReleases"] = []
+    assert export.machine_image_sboms(meta) == {}
+
+
 def test_metal3_errors(loaded: tuple[dict[str, Any], str]) -> None:
     meta, digest = loaded
     urls = export.ImageUrls.from_base_url(BASE)
