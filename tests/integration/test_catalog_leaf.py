@@ -173,6 +173,18 @@ def test_catalog_leaf_locks_and_builds_against_loopback_upstreams(
     }
     assert staged["/usr/bin/kubelet"] == k8s.kube("kubelet", "amd64").sha256
     assert set(staged) >= {"/usr/bin/kubeadm", "/usr/bin/kubectl", "/usr/bin/crictl"}
+    # the image's SBOM shows what kubeadm needs, so a Cluster API export does not warn
+    from nvkr.export import missing_for_kubeadm
+    from nvkr.oci.layout import LayoutReader
+
+    reader = LayoutReader(layout)
+    sbom = reader.read_json(image["sbom"])
+    assert missing_for_kubeadm(json.loads(reader.read_blob(sbom["layers"][0]))) == []
+    capi = run_nvkr(
+        "release-set", "export", str(layout), "--format", "capi", cwd=project, store=store
+    )
+    assert capi.code == 0 and "KubeadmControlPlane" in capi.stdout, capi.stderr
+    assert "kubeadm" not in capi.stderr, capi.stderr
 
     # Air-gapped: export what the lock pins, import it into an empty store, build offline:
     # the same release set, byte for byte.
