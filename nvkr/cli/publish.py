@@ -15,7 +15,7 @@ import click
 
 from nvkr.cli import App
 from nvkr.cli.common import human_size as _size
-from nvkr.cli.common import registry_password
+from nvkr.cli.common import n, registry_password
 
 
 def _verb(word: str, colour: str = "cyan") -> str:
@@ -122,11 +122,11 @@ def command(
             else:
                 say(_verb("tag", "green"), f"{target} already at {fields['digest']}")
         elif kind == "build-record":
-            n = _dim(f"({len(fields['digests'])} manifests)")
+            count = _dim(f"({n(len(fields['digests']), 'manifest')})")
             if fields.get("pushed", True):
-                say(_verb("attached"), "build record ", n)
+                say(_verb("attached"), "build record ", count)
             else:
-                say(_verb("attached"), "build record already there ", n)
+                say(_verb("attached"), "build record already there ", count)
 
     with RegistryClient(
         ref.registry,

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from nvkr.cli import App
-from nvkr.cli.common import registry_password
+from nvkr.cli.common import human_size, registry_password
 
 
 @click.command("pull")
@@ -89,7 +89,7 @@ def command(
     checked = "signatures verified" if report.verified else "signatures not checked (no --key)"
     click.echo(
         f"nvkr: pulled {report.name} {report.digest} into {directory}: {report.blobs} blobs, "
-        f"{report.bytes} bytes, {report.signatures} signatures; digests checked, {checked} "
+        f"{human_size(report.bytes)}, {report.signatures} signatures; digests checked, {checked} "
         f"({report.seconds:.1f} s)",
         err=True,
     )

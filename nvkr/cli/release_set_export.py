@@ -129,6 +129,11 @@ def command(
                 f"--repository {repository!r} names a tag or digest",
                 hint="give REGISTRY/REPO: the machine images in it are addressed by digest",
             )
+    if fmt == "json" and host_arch_label is not None:
+        raise UsageError(
+            "--host-arch-label selects the hosts of Metal3 templates",
+            hint="use it with --format capi --infrastructure metal3",
+        )
     if fmt == "json" and infrastructure is not None:
         raise UsageError(
             "--infrastructure writes Cluster API templates", hint="use it with --format capi"

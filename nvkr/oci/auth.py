@@ -22,6 +22,13 @@ CREDENTIALS_HINT: Final = (
     "pass --username and --password-stdin, set NVKR_REGISTRY_USERNAME and "
     "NVKR_REGISTRY_PASSWORD, or add the registry to ~/.docker/config.json (docker login)"
 )
+
+
+def credentials_hint() -> str:
+    """:data:`CREDENTIALS_HINT` naming the Docker config file in use ($DOCKER_CONFIG's)."""
+    return CREDENTIALS_HINT.replace("~/.docker/config.json", docker_config_label())
+
+
 _CHALLENGE_PARAM = re.compile(r'(\w+)\s*=\s*(?:"([^"]*)"|([^\s,]+))')
 
 

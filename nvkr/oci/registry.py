@@ -42,7 +42,7 @@ from nvkr import __version__
 from nvkr.errors import IntegrityError, RegistryError
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.auth import CREDENTIALS_HINT as CREDENTIALS_HINT
-from nvkr.oci.auth import docker_config_label
+from nvkr.oci.auth import credentials_hint, docker_config_label
 from nvkr.oci.auth import docker_credentials as docker_credentials
 from nvkr.oci.auth import parse_challenge as parse_challenge
 from nvkr.oci.reference import _DIGEST
@@ -274,9 +274,14 @@ class RegistryClient:
                     continue
                 hint = self._unreachable_hint
                 if isinstance(e, requests.exceptions.SSLError):
-                    hint = (
-                        "the registry does not speak TLS here: pass --insecure if it is plain HTTP"
-                    )
+                    if "CERTIFICATE_VERIFY_FAILED" in str(e):
+                        hint = (
+                            "the registry's TLS certificate does not verify for this name: fix "
+                            "the certificate or trust its CA (REQUESTS_CA_BUNDLE)"
+                        )
+                    else:
+                        hint = "the registry does not speak TLS here: pass --insecure if it is "
+                        hint += "plain HTTP"
                 raise RegistryError(f"{what}: cannot reach {url}: {_reason(e)}", hint=hint) from e
             if resp.status_code == 401 and not fresh_auth:
                 resp.close()
@@ -298,7 +303,7 @@ class RegistryClient:
         return RegistryError(
             f"{what}: {self.registry} refused access for {who}: HTTP {resp.status_code}"
             f"{_error_detail(resp)}",
-            hint="check the user name and password; " + CREDENTIALS_HINT,
+            hint="check the user name and password; " + credentials_hint(),
             status=resp.status_code,
         )
 
@@ -313,7 +318,7 @@ class RegistryClient:
             if self._creds is None:
                 raise RegistryError(
                     f"{what}: {self.registry} asks for a user name and password",
-                    hint=CREDENTIALS_HINT,
+                    hint=credentials_hint(),
                     status=401,
                 )
             if sent and sent.startswith("Basic "):
@@ -345,7 +350,7 @@ class RegistryClient:
                 raise RegistryError(
                     f"{what}: the token service {params['realm']} answered HTTP "
                     f"{answer.status_code}" + (" to the credentials" if self._creds else ""),
-                    hint=CREDENTIALS_HINT,
+                    hint=credentials_hint(),
                     status=answer.status_code,
                 )
             token: Any = None

@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from nvkr.errors import IntegrityError, RegistryError
+from nvkr.errors import IntegrityError, RegistryError, UsageError
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.registry import Reference, RegistryClient
 from nvkr.releaseset.metadata import METADATA_SCHEMA_VERSION
@@ -58,8 +58,8 @@ def read_remote_metadata(
         :data:`~nvkr.releaseset.metadata.METADATA_SCHEMA_VERSION`) and
         ``{"mediaType", "digest": "sha256:<hex>", "size" (bytes)}`` of the release set index.
     Raises:
-        IntegrityError: a digest mismatch, or the reference names something else than an nvkr
-            release set (exit 3).
+        UsageError: the reference names another manifest than a release set index (exit 2).
+        IntegrityError: a digest mismatch, or a malformed release set (exit 3).
         RegistryError: no such tag or manifest (``status`` 404), refused credentials, or
             unreachable.
     """
@@ -82,17 +82,15 @@ def read_remote_metadata(
         raise RegistryError(e.message, hint=hint, status=404) from e
     index = _json(data, f"{where}@{digest}")
     members = index.get("manifests")
-    if (
-        media_type != mt.OCI_INDEX
-        or index.get("artifactType") != mt.NVKR_RELEASE_SET
-        or not isinstance(members, list)
-        or not members
-        or not isinstance(members[0], dict)
-    ):
-        raise IntegrityError(
-            f"{where}@{digest} is not an nvkr release set index ({media_type})",
+    if media_type != mt.OCI_INDEX or index.get("artifactType") != mt.NVKR_RELEASE_SET:
+        # another manifest of the repository (an artifact, a signature): the wrong name given
+        kind = index.get("artifactType") or media_type
+        raise UsageError(
+            f"{where}@{digest} is not an nvkr release set index but a {kind}",
             hint="name the release set's tag or digest, as nvkr publish printed it",
         )
+    if not isinstance(members, list) or not members or not isinstance(members[0], dict):
+        raise IntegrityError(f"{where}@{digest}: the release set index lists no metadata manifest")
     top = {"mediaType": media_type, "digest": digest, "size": len(data)}
     meta_desc = members[0]
     what = f"release set {digest} manifests[0]"

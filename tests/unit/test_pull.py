@@ -181,6 +181,13 @@ def test_unknown_tag_or_digest_says_what_was_looked_up(published, tmp_path):
     code, text = run("release-set", "show", f"{ref}:nope")
     assert code == 1 and "has no tag 'nope'" in text
     assert run("release-set", "show", f"{ref}:{NAME}")[0] == 0
+    # a digest of the repository that is no release set: a usage mistake, not tampering
+    top = json.loads((published["layout"] / "index.json").read_bytes())["manifests"][0]
+    index = json.loads((published["layout"] / "blobs" / "sha256" / top["digest"][7:]).read_bytes())
+    member = index["manifests"][1]["digest"]
+    code, text = run("pull", f"{ref}@{member}", str(tmp_path / "y"))
+    assert code == 2 and "is not an nvkr release set index but a" in text, text
+    assert not (tmp_path / "y").exists()
 
 
 def test_show_reads_only_index_and_metadata(registry, proxy, published):

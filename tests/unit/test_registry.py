@@ -10,6 +10,7 @@ import io
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -429,6 +430,7 @@ def test_basic_auth_from_docker_config(auth_registry, docker_config, repo):
     with pytest.raises(RegistryError, match="refused access") as e:
         RegistryClient(auth_registry.host).tags(repo)
     assert f"(from {docker_config}): HTTP 401" in e.value.message
+    assert f"add the registry to {docker_config}" in (e.value.hint or "")
 
 
 def test_no_credentials(auth_registry, docker_config, repo):
@@ -465,3 +467,71 @@ def test_bearer_token_for_push(registry, tmp_path, docker_config, repo):
 
 def test_no_proxy_for_loopback_is_set():
     assert "127.0.0.1" in os.environ.get("NO_PROXY", "")
+
+
+def _tls_server(tmp_path: Path, host: str) -> Any:
+    """An HTTPS server on ``host`` (an address outside LOOPBACK, so the client uses TLS) whose
+    self-signed certificate names another host: its verification fails."""
+    import datetime
+    import ssl
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "registry.example")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
+    (tmp_path / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "key.pem").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    server = ThreadingHTTPServer((host, 0), BaseHTTPRequestHandler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_tls_failures_get_the_hint_that_fits(tmp_path):
+    """A certificate that does not verify is not a plain-HTTP registry: no --insecure advice."""
+    server = _tls_server(tmp_path, "127.0.0.2")
+    try:
+        client = RegistryClient(f"127.0.0.2:{server.server_address[1]}", retries=0)
+        with pytest.raises(RegistryError, match="CERTIFICATE_VERIFY_FAILED") as e:
+            client.manifest_digest("a", "latest")
+        assert "certificate does not verify" in (e.value.hint or "")
+        assert "--insecure" not in (e.value.hint or "")
+    finally:
+        server.shutdown()
+    # a plain-HTTP server spoken to over TLS: that is what --insecure is for
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    http_server = ThreadingHTTPServer(("127.0.0.2", 0), BaseHTTPRequestHandler)
+    threading.Thread(target=http_server.serve_forever, daemon=True).start()
+    try:
+        plain = RegistryClient(f"127.0.0.2:{http_server.server_address[1]}", retries=0)
+        with pytest.raises(RegistryError) as e:
+            plain.manifest_digest("a", "latest")
+        assert "pass --insecure if it is plain HTTP" in (e.value.hint or "")
+    finally:
+        http_server.shutdown()
