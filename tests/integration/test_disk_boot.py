@@ -39,7 +39,10 @@ MIRRORS = [
     "deb http://deb.debian.org/debian bookworm-updates main",
     "deb http://deb.debian.org/debian-security bookworm-security main",
 ]
-BOOTED = r"login:"
+# Booted: multi-user.target reached. A target is ordered after the units it wants, so the
+# growroot service has finished by then; the getty's "login:" may come earlier, and under load
+# it did, before growroot's "Finished" line (the console was read only up to the prompt).
+BOOTED = r"Reached target multi-user"
 BROKEN = r"Kernel panic|emergency mode|Failed to start|nvkr-growroot: .*failed"
 TIMINGS: dict[str, object] = {}
 
