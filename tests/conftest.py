@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -226,9 +227,19 @@ class Started:
             err += f"\n(killed after {self.timeout} s)"
         return Result(self.proc.returncode, out, err)
 
-    def kill(self) -> None:
-        """Kill it and every process it started (its own session)."""
+    def kill(self, grace: float = 60.0) -> None:
+        """Stop it and every process it started (its own session): SIGTERM first, so a running
+        mmdebstrap unmounts the proc, sys and dev it mounted in its chroot (SIGKILL left them
+        mounted under the test's tmp dir, which then could not be deleted), then SIGKILL
+        whatever is left after ``grace`` seconds."""
         with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        with contextlib.suppress(ProcessLookupError):
+            while time.monotonic() < deadline:
+                self.proc.poll()  # reap the leader, so the group empties
+                os.killpg(self.proc.pid, 0)  # raises once no process of the group is left
+                time.sleep(0.2)
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.communicate()
 
