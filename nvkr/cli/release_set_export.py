@@ -264,12 +264,13 @@ def _kubeadm_gaps(source: str, meta: dict[str, Any], insecure: bool) -> list[tup
         return spdx_docs(reader.read_blob, reader.read_blob)
     from nvkr.oci.reference import Reference
     from nvkr.oci.registry import RegistryClient
+    from nvkr.releaseset.remote import fetch_manifest
 
     ref = Reference.parse(source)
     with RegistryClient(ref.registry, insecure=insecure) as client:
 
         def manifest(desc: Mapping[str, Any]) -> bytes:
-            return client.get_manifest(ref.repository, str(desc["digest"]))[0]
+            return fetch_manifest(client, ref.repository, desc, f"SBOM manifest {desc['digest']}")
 
         def blob(desc: Mapping[str, Any]) -> bytes:
             buf = io.BytesIO()

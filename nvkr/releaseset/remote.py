@@ -33,7 +33,13 @@ def _json(data: bytes, what: str) -> dict[str, Any]:
     return doc
 
 
-def _manifest(client: RegistryClient, repo: str, desc: Mapping[str, Any], what: str) -> bytes:
+def fetch_manifest(client: RegistryClient, repo: str, desc: Mapping[str, Any], what: str) -> bytes:
+    """The bytes of the manifest ``desc`` names in ``repo``, checked against its digest and size.
+
+    Raises:
+        IntegrityError: another digest or size than ``desc`` gives (``what`` names it).
+        RegistryError: as :meth:`RegistryClient.get_manifest`.
+    """
     data, _, digest = client.get_manifest(repo, str(desc["digest"]))
     if digest != desc["digest"] or len(data) != desc.get("size"):
         raise IntegrityError(
@@ -94,7 +100,7 @@ def read_remote_metadata(
     top = {"mediaType": media_type, "digest": digest, "size": len(data)}
     meta_desc = members[0]
     what = f"release set {digest} manifests[0]"
-    meta_manifest = _json(_manifest(client, repo, meta_desc, what), what)
+    meta_manifest = _json(fetch_manifest(client, repo, meta_desc, what), what)
     config = meta_manifest.get("config")
     if meta_manifest.get("artifactType") != mt.NVKR_RELEASE_SET or not isinstance(config, dict):
         raise IntegrityError(
