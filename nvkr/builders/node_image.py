@@ -441,7 +441,7 @@ def _primary(ctx: ActionContext, result: dict[str, Any], what: str) -> Path:
     found = [o for o in result.get("outputs") or [] if o.get("role") == "primary"]
     if len(found) != 1:
         raise BuildError(f"{what}: its action has {len(found)} primary outputs, expected one")
-    return ctx.store.blob_path(str(found[0]["digest"]))
+    return ctx.store.checked_path(str(found[0]["digest"]))
 
 
 def _inside(tree: Path, rel: str) -> Path:

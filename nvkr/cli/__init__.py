@@ -48,6 +48,7 @@ VERBS: dict[str, str] = {
     "keys": "keys",
     "release-set": "release_set",
     "mirror": "mirror",
+    "store": "store",
     "diff": "diff",
     "recipes": "recipes",
     "schema": "schema",

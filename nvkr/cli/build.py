@@ -103,7 +103,16 @@ def command(
             if "source" in fields:
                 doc["source"] = fields["source"].name
                 doc["digest"] = fields["source"].digest
+            if kind == "blob-corrupt":
+                doc.update(digest=fields["digest"], reason=fields["reason"])
             click.echo(json.dumps(doc, sort_keys=True))
+            return
+        if kind == "blob-corrupt":
+            from nvkr.store import corrupt_line
+
+            console.print(
+                f"[yellow]warning:[/] {escape(corrupt_line(fields['digest'], fields['reason']))}"
+            )
             return
         if kind == "source-fetch":
             src = fields["source"]
@@ -140,6 +149,9 @@ def command(
 
     session = open_session(
         app, recipe, variants, mirrors=mirrors, offline=offline, locked=locked, lockfile=lockfile
+    )
+    session.store.notice = lambda digest, reason: event(
+        "blob-corrupt", digest=digest, reason=reason
     )
     from nvkr.catalog import check_variants  # an invalid combination never builds
 

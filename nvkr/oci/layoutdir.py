@@ -17,7 +17,7 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -67,7 +67,9 @@ def write_layout(
             existing ``target`` is left as it was.
     """
     target = Path(target)
-    if up_to_date(target, index_json, blobs):
+    if up_to_date(target, index_json, blobs) and links_current(
+        target, {digest: blob_source(digest) for digest, _ in blobs}
+    ):
         log.debug("%s is up to date", target)
         return False
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -96,6 +98,30 @@ def up_to_date(target: Path, index_json: bytes, blobs: Sequence[tuple[str, int]]
         return all((target / blob_name(d)).stat().st_size == size for d, size in blobs)
     except OSError:
         return False
+
+
+def links_current(target: Path, sources: Mapping[str, Path]) -> bool:
+    """False when a blob of layout ``target`` is a hard link to another inode than its source
+    on the same file system (the source was replaced, e.g. a corrupt store blob fetched or built
+    again, so the layout still holds the old bytes); True otherwise, and for copies.
+
+    Args:
+        sources: digest (``sha256:<hex>``) -> the path the layout's blob was linked from.
+    """
+    for digest, source in sources.items():
+        try:
+            have, want = (target / blob_name(digest)).stat(), source.stat()
+        except OSError:
+            return False
+        # link_or_copy links whenever it can: on one file system, another inode means the
+        # source was replaced after the layout was written
+        if (
+            have.st_dev == want.st_dev
+            and have.st_ino != want.st_ino
+            and want.st_mode & 0o7777 == BLOB_MODE
+        ):
+            return False
+    return True
 
 
 def _mkdir(path: Path) -> None:

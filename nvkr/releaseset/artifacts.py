@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nvkr.canonical import canonical_json, sha256_bytes
+from nvkr.canonical import canonical_json
 from nvkr.errors import BuildError, IntegrityError
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import artifact_manifest, descriptor, manifest_bytes, store_closure
@@ -37,14 +37,12 @@ class _Blobs:
         return info.digest
 
     def reference(self, digest: str, size: int, media_type: str, what: str) -> None:
-        path = self.store.blob_path(digest)
-        try:
-            actual = path.stat().st_size
-        except OSError as e:
+        if not self.store.has_blob(digest):  # missing, or corrupt (then deleted and reported)
             raise IntegrityError(
                 f"{what}: blob {digest} is not in the store {self.store.root}",
                 hint="the cache entry is stale; run the build again to re-create it",
-            ) from e
+            )
+        actual = self.store.blob_path(digest).stat().st_size
         if actual != size:
             raise IntegrityError(
                 f"{what}: store blob {digest} is {actual} bytes, the action result says {size}"
@@ -59,13 +57,10 @@ class _Blobs:
         return found
 
     def read_checked(self, digest: str, what: str) -> bytes:
-        data = self.store.read_blob(digest)
-        if sha256_bytes(data) != digest:
-            raise IntegrityError(
-                f"{what}: store blob {digest} is corrupt",
-                hint="delete it from the store and build again",
-            )
-        return data
+        try:
+            return self.store.read_blob(digest)  # hashed as it is read
+        except IntegrityError as e:
+            raise IntegrityError(f"{what}: {e.message}", hint=e.hint) from e
 
 
 def _trim(desc: Mapping[str, Any]) -> dict[str, Any]:

@@ -10,9 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nvkr.canonical import sha256_bytes
 from nvkr.errors import BuildError, IntegrityError
-from nvkr.oci.layoutdir import write_layout
+from nvkr.oci.layoutdir import links_current, write_layout
 from nvkr.releaseset.signing import keep_signed_layout
 from nvkr.releaseset.spec import check_name
 from nvkr.store import Store
@@ -29,11 +28,16 @@ def materialize(result: dict[str, Any], store: Store, out_dir: Path) -> Path:
     its signatures still hold, so an unchanged rebuild keeps them). Modes do
     not depend on the umask: directories 0755, ``index.json``/``oci-layout`` 0644, blobs 0444.
 
+    Every blob is checked against its store seal first (:meth:`nvkr.store.Store.checked_path`),
+    and a layout whose blob is a hard link to another inode than the store's (the store's copy
+    was found corrupt and replaced) is rewritten.
+
     Returns:
         ``out_dir/<name>``.
     Raises:
         BuildError: the result has a bad name or not exactly one ``index.json`` output.
-        IntegrityError: a blob is missing from the store or differs from its digest.
+        IntegrityError: a blob is missing from the store or differs from its digest (a corrupt
+            one is deleted: the next build makes it again).
         OSError: the file system refused. On any failure no temp dir is left and an existing
             ``out_dir/<name>`` is as it was.
     """
@@ -46,19 +50,22 @@ def materialize(result: dict[str, Any], store: Store, out_dir: Path) -> Path:
         )
     index_digest = index_out[0]["digest"]
     try:
-        index_data = store.read_blob(index_digest)
+        index_data = store.read_blob(index_digest)  # hashed as it is read
     except OSError as e:
         raise IntegrityError(
             f"release set {name}: index.json ({index_digest}) is not in the store",
             hint="build again",
         ) from e
-    if sha256_bytes(index_data) != index_digest:
-        raise IntegrityError(
-            f"release set {name}: store blob {index_digest} (index.json) is corrupt"
-        )
+    except IntegrityError as e:
+        raise IntegrityError(f"release set {name}: index.json: {e.message}", hint=e.hint) from e
     blobs = [(o["digest"], o["size"]) for o in outputs if o.get("role") == "blob"]
+    # Every blob is checked against its seal before it is linked or left linked: a blob
+    # written after it was stored is never (re)published in dist/.
+    paths = {digest: store.checked_path(digest) for digest, _ in blobs}
     target = Path(out_dir) / name
-    if keep_signed_layout(target, index_data):
+    if links_current(target, paths) and keep_signed_layout(target, index_data):
         return target
-    write_layout(target, index_data, blobs, store.blob_path)
+    if write_layout(target, index_data, blobs, paths.__getitem__):
+        for digest in paths:  # new links (and the old layout's removal) changed their ctime
+            store.refresh_seal(digest)
     return target

@@ -92,3 +92,96 @@ def test_verify_blob_detects_corruption(tmp_path):
     path.write_bytes(b"dat4")
     with pytest.raises(IntegrityError, match="corrupt"):
         store.verify_blob(info.digest)
+
+
+def _no_hashing(monkeypatch, store):
+    def refuse(digest):
+        raise AssertionError(f"{digest} was hashed in full")
+
+    monkeypatch.setattr(store, "hash_blob", refuse)
+
+
+def test_a_sealed_blob_is_checked_without_hashing(tmp_path, monkeypatch):
+    store = Store(tmp_path / "s")
+    info = store.add_bytes(b"sealed" * 1000)
+    assert (store.seals_dir / info.digest.split(":")[1]).is_file()
+    _no_hashing(monkeypatch, store)
+    assert store.has_blob(info.digest)
+    assert store.checked_path(info.digest) == store.blob_path(info.digest)
+    # a hard link (as into dist/) changes the ctime and the link count: no write, no hash
+    os.link(store.blob_path(info.digest), tmp_path / "linked")
+    assert store.has_blob(info.digest)
+    (tmp_path / "linked").unlink()
+    assert store.has_blob(info.digest)
+
+
+def test_a_blob_without_a_seal_is_hashed_once_then_sealed(tmp_path, monkeypatch):
+    store = Store(tmp_path / "s")
+    info = store.add_bytes(b"from an older nvkr")
+    (store.seals_dir / info.digest.split(":")[1]).unlink()
+    calls = []
+    real = store.hash_blob
+    monkeypatch.setattr(store, "hash_blob", lambda d: calls.append(d) or real(d))
+    assert store.has_blob(info.digest) and store.has_blob(info.digest)
+    assert calls == [info.digest]
+
+
+@pytest.mark.parametrize("change", ["chmod", "touch"])
+def test_a_metadata_change_is_hashed_and_an_intact_blob_kept(tmp_path, change):
+    store = Store(tmp_path / "s")
+    info = store.add_bytes(b"kept")
+    path = store.blob_path(info.digest)
+    if change == "chmod":
+        os.chmod(path, 0o444)  # same mode, but ctime moves
+        os.chmod(path, 0o644)
+        os.chmod(path, 0o444)
+    else:
+        os.utime(path, (1, 1))
+    notices = []
+    store.notice = lambda d, r: notices.append(d)
+    assert store.has_blob(info.digest) and notices == []
+
+
+@pytest.mark.parametrize("utime_back", [False, True])
+def test_a_write_after_commit_is_caught_deleted_and_reported(tmp_path, utime_back):
+    store = Store(tmp_path / "s")
+    info = store.add_bytes(b"original bytes")
+    path = store.blob_path(info.digest)
+    st = path.stat()
+    os.chmod(path, 0o644)
+    path.write_bytes(b"tampered bytes")
+    os.chmod(path, 0o444)
+    if utime_back:
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    notices = []
+    store.notice = lambda d, r: notices.append((d, r))
+    with pytest.raises(IntegrityError, match="corrupt"):
+        store.checked_path(info.digest)
+    assert not path.exists() and notices[0][0] == info.digest
+    assert "written after it was stored" in notices[0][1]
+    assert not store.has_blob(info.digest) and len(notices) == 1
+    assert store.add_bytes(b"original bytes") == info and store.has_blob(info.digest)
+
+
+def test_committing_over_a_corrupt_blob_replaces_it(tmp_path):
+    store = Store(tmp_path / "s")
+    info = store.add_bytes(b"payload")
+    path = store.blob_path(info.digest)
+    os.chmod(path, 0o644)
+    path.write_bytes(b"paYload")
+    store.notice = lambda d, r: None
+    assert store.add_bytes(b"payload") == info
+    assert path.read_bytes() == b"payload"
+
+
+def test_read_blob_hashes_what_it_reads(tmp_path):
+    store = Store(tmp_path / "s")
+    info = store.add_bytes(b"manifest")
+    path = store.blob_path(info.digest)
+    os.chmod(path, 0o644)
+    path.write_bytes(b"manifesT")
+    store.seal(info.digest)  # a seal cannot see it; a full read does
+    store.notice = lambda d, r: None
+    with pytest.raises(IntegrityError, match="corrupt"):
+        store.read_blob(info.digest)
+    assert not path.exists()

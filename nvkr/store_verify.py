@@ -1,0 +1,128 @@
+"""``nvkr store verify``: hash every blob of the store in full, for what a seal cannot see.
+
+Builds check a blob against its seal where they use it (:mod:`nvkr.store`): a write after the
+blob was committed is caught there, bit rot is not. This walks the whole store instead: every
+``blobs/sha256/<hex>`` is hashed (on a thread pool: hashlib releases the GIL on large reads),
+every action record parsed, every seal matched to a blob. With ``repair`` it deletes what is
+wrong (corrupt blobs, files that are no blob, unreadable action records, seals of no blob) under
+the store lock, so no build is using them meanwhile; the next build fetches or rebuilds what it
+needs of it. Without ``repair`` nothing is changed but the seals of intact blobs, refreshed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import shutil
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nvkr.errors import IntegrityError
+from nvkr.store import Store
+
+_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass
+class StoreReport:
+    """What :func:`verify_store` found: ``blobs`` hashed (``bytes`` in all), ``corrupt`` blob
+    digests (``sha256:<hex>``), ``stray`` files in ``blobs/sha256/`` that are no blob's name,
+    ``actions`` records read and ``unreadable_actions`` (file names), and whether it repaired."""
+
+    root: Path
+    blobs: int = 0
+    bytes: int = 0
+    corrupt: list[str] = field(default_factory=list)
+    stray: list[str] = field(default_factory=list)
+    actions: int = 0
+    unreadable_actions: list[str] = field(default_factory=list)
+    orphan_seals: int = 0
+    repaired: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not (self.corrupt or self.stray or self.unreadable_actions)
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "store": str(self.root),
+            "blobs": self.blobs,
+            "bytes": self.bytes,
+            "corrupt": self.corrupt,
+            "stray": self.stray,
+            "actions": self.actions,
+            "unreadableActions": self.unreadable_actions,
+            "orphanSeals": self.orphan_seals,
+            "repaired": self.repaired,
+            "ok": self.ok,
+        }
+
+
+def verify_store(store: Store, *, repair: bool = False, jobs: int = 2) -> StoreReport:
+    """Hash every blob of ``store`` and read every action record; see the module docstring.
+
+    Returns:
+        the report; ``repaired`` is True when ``repair`` deleted what was wrong (corrupt and
+        stray blobs, unreadable action records, orphan seals).
+    """
+    report = StoreReport(root=store.root)
+    with store.lock() if repair else contextlib.nullcontext():
+        digests: list[str] = []
+        for path in sorted(store.blobs_dir.iterdir()):
+            if _HEX.fullmatch(path.name) and path.is_file():
+                digests.append("sha256:" + path.name)
+            else:
+                report.stray.append(path.name)
+
+        def check(digest: str) -> tuple[str, int, bool]:
+            try:
+                store.verify_blob(digest)  # a full hash; seals an intact blob again
+                return digest, store.blob_path(digest).stat().st_size, True
+            except IntegrityError:
+                return digest, store.blob_path(digest).stat().st_size, False
+            except FileNotFoundError:  # removed meanwhile (by gc, or a repair elsewhere)
+                return digest, 0, True
+
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            for digest, size, intact in pool.map(check, digests):
+                report.blobs += 1
+                report.bytes += size
+                if not intact:
+                    report.corrupt.append(digest)
+        for record in _records(store):
+            report.actions += 1
+            try:
+                doc = json.loads(record.read_bytes())
+                if not isinstance(doc, dict) or not isinstance(doc.get("outputs", []), list):
+                    raise ValueError("not an action record")
+            except (ValueError, UnicodeDecodeError):
+                report.unreadable_actions.append(record.name)
+        blob_names = {d.split(":", 1)[1] for d in digests}
+        orphans = [p for p in store.seals_dir.iterdir() if p.name not in blob_names]
+        report.orphan_seals = len(orphans)
+        if repair:
+            for digest in report.corrupt:
+                store.discard_blob(digest, "found by store verify")
+            for name in report.stray:
+                _remove(store.blobs_dir / name)
+            for name in report.unreadable_actions:
+                _remove(store.actions_dir / name)
+            for seal in orphans:
+                _remove(seal)
+            report.repaired = True
+    return report
+
+
+def _records(store: Store) -> Iterator[Path]:
+    yield from sorted(p for p in store.actions_dir.iterdir() if p.suffix == ".json")
+
+
+def _remove(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()

@@ -1,0 +1,178 @@
+"""Bytes are verified where they are used: a store blob changed after it was committed is never
+built into an artifact nor linked into dist/ (hardening issue, item 1).
+
+The small project below builds a daemonless container image whose one file is a url source from
+a loopback server, so a build exercises the whole path a node image takes (source blob -> builder
+-> output blobs -> release set assembly -> dist/) in about a second, without root or a toolchain.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from nvkr.store import Store
+from tests.conftest import run_nvkr
+
+RECIPE = """\
+apiVersion: nvkr.dev/v1alpha1
+kind: Recipe
+metadata: {{name: sealed}}
+epoch: "1700000000"
+matrix:
+  gpu: [hopper]
+  kubernetes: ["1.36"]
+  arch: [amd64]
+sources:
+  tool:
+    url: "{base}/tool"
+    sha256: "{sha}"
+artifacts:
+  image:
+    builder: container-image
+    base: scratch
+    files: {{/usr/bin/tool: {{source: tool, mode: "0755"}}}}
+    entrypoint: ["/usr/bin/tool"]
+releaseSet:
+  name: sealed
+  clusterRelease: {{kubernetes: "1.36.4", images: [image]}}
+"""
+
+TOOL = b"#!/bin/sh\necho the pinned tool\n" + b"x" * 4096
+
+
+@pytest.fixture
+def project(tmp_path, http_dir):
+    (http_dir.root / "tool").write_bytes(TOOL)
+    proj = tmp_path / "proj"
+    (proj / "recipes").mkdir(parents=True)
+    (proj / "recipes" / "sealed.yaml").write_text(
+        RECIPE.format(base=http_dir.url, sha=hashlib.sha256(TOOL).hexdigest())
+    )
+    return proj
+
+
+def _build(proj: Path, store: Path, *args: str):
+    if not (proj / "lockfiles" / "sealed.lock.json").exists():
+        locked = run_nvkr("lock", "recipes/sealed.yaml", cwd=proj, store=store)
+        assert locked.code == 0, locked.stderr
+    res = run_nvkr("build", "recipes/sealed.yaml", "--json", *args, cwd=proj, store=store)
+    assert res.code == 0, res.stderr
+    result = res.json_events()[-1]
+    assert result["event"] == "result"
+    return res, result
+
+
+def _flip(path: Path, keep_times: bool = False) -> None:
+    """Flip one byte of a (read-only) store blob in place, as a stray write would."""
+    st = path.stat()
+    os.chmod(path, 0o644)
+    with open(path, "r+b") as f:
+        f.seek(st.st_size // 2)
+        byte = f.read(1)
+        f.seek(st.st_size // 2)
+        f.write(bytes([byte[0] ^ 0x01]))
+    os.chmod(path, 0o444)
+    if keep_times:  # mtime put back: only the ctime (which no one can set) still tells
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _layout_blobs(dist: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in (dist / "blobs" / "sha256").iterdir()}
+
+
+def _assert_layout_sound(dist: Path) -> None:
+    for name, data in _layout_blobs(dist).items():
+        assert hashlib.sha256(data).hexdigest() == name, f"dist blob {name} is corrupt"
+
+
+@pytest.mark.parametrize("keep_times", [False, True], ids=["write", "write-then-utime"])
+def test_a_corrupt_source_blob_is_fetched_again_not_built_in(project, tmp_path, keep_times):
+    store = tmp_path / "store"
+    _, first = _build(project, store)
+    digest = first["releaseSets"][0]["digest"]
+    for record in (store / "actions").glob("*.json"):
+        record.unlink()  # every action must run again from its sources
+    tool_blob = Store(store).blob_path("sha256:" + hashlib.sha256(TOOL).hexdigest())
+    _flip(tool_blob, keep_times=keep_times)
+    res, again = _build(project, store)
+    assert again["releaseSets"][0]["digest"] == digest
+    events = res.json_events()
+    corrupt = [e for e in events if e["event"] == "blob-corrupt"]
+    assert [e["digest"] for e in corrupt] == ["sha256:" + hashlib.sha256(TOOL).hexdigest()]
+    assert any(e["event"] == "source-fetch" and e["source"] == "tool" for e in events)
+    assert tool_blob.read_bytes() == TOOL
+    _assert_layout_sound(project / "dist" / "sealed")
+
+
+def test_a_corrupt_source_blob_says_why_it_is_fetched_again(project, tmp_path):
+    store = tmp_path / "store"
+    _build(project, store)
+    for record in (store / "actions").glob("*.json"):
+        record.unlink()
+    _flip(Store(store).blob_path("sha256:" + hashlib.sha256(TOOL).hexdigest()))
+    res = run_nvkr("build", "recipes/sealed.yaml", cwd=project, store=store)
+    assert res.code == 0, res.stderr
+    line = next(x for x in res.stderr.splitlines() if " is corrupt " in x)
+    assert hashlib.sha256(TOOL).hexdigest()[:12] in line and "deleted" in line, line
+
+
+@pytest.mark.parametrize("keep_times", [False, True], ids=["write", "write-then-utime"])
+def test_a_noop_build_never_links_a_corrupt_output_into_dist(project, tmp_path, keep_times):
+    store = tmp_path / "store"
+    _, first = _build(project, store)
+    dist = project / "dist" / "sealed"
+    good = _layout_blobs(dist)
+    layer = max(good, key=lambda name: len(good[name]))  # the image layer holding the tool
+    _flip(Store(store).blob_path("sha256:" + layer), keep_times=keep_times)
+    res, again = _build(project, store)
+    assert again["releaseSets"][0]["digest"] == first["releaseSets"][0]["digest"]
+    assert again["built"], "the action whose output was corrupt must run again"
+    assert any(e["event"] == "blob-corrupt" for e in res.json_events())
+    assert _layout_blobs(dist) == good
+    _assert_layout_sound(dist)
+    # and the rebuilt store is sound again: the next build is a no-op
+    _, third = _build(project, store)
+    assert third["upToDate"] and not third["built"]
+
+
+def test_every_blob_is_sealed_after_a_build(project, tmp_path):
+    """What a no-op checks is each blob's seal (tests/unit/test_store.py: no hashing then)."""
+    store = tmp_path / "store"
+    _build(project, store)
+    _, again = _build(project, store)
+    assert again["upToDate"]
+    seals = Store(store).root / "seals" / "sha256"
+    assert sorted(p.name for p in seals.iterdir()) == sorted(
+        p.name for p in Store(store).blobs_dir.iterdir()
+    )
+
+
+def test_store_verify_finds_what_a_seal_cannot_see_and_repair_refetches(project, tmp_path):
+    store = tmp_path / "store"
+    _, first = _build(project, store)
+    s = Store(store)
+    digest = "sha256:" + hashlib.sha256(TOOL).hexdigest()
+    path = s.blob_path(digest)
+    _flip(path)
+    s.seal(digest)  # bit rot: the bytes changed, the seal (size, mtime, ctime) still matches
+    ok = run_nvkr("store", "verify", cwd=project, store=store)
+    assert ok.code == 3, ok.stdout + ok.stderr
+    assert hashlib.sha256(TOOL).hexdigest() in ok.stdout + ok.stderr
+    assert path.exists(), "store verify without --repair deletes nothing"
+    rep = run_nvkr("store", "verify", "--repair", "--json", cwd=project, store=store)
+    assert rep.code == 0, rep.stderr
+    report = json.loads(rep.stdout)
+    assert report["corrupt"] == [digest] and report["repaired"] is True
+    assert report["blobs"] == len(list(s.blobs_dir.iterdir())) + 1
+    assert not path.exists()
+    for record in (store / "actions").glob("*.json"):
+        record.unlink()
+    _, again = _build(project, store)
+    assert again["releaseSets"][0]["digest"] == first["releaseSets"][0]["digest"]
+    assert path.read_bytes() == TOOL
+    assert run_nvkr("store", "verify", cwd=project, store=store).code == 0
