@@ -119,7 +119,9 @@ def _check_recipe(artifact_name: str, artifact: HelmChartArtifact) -> str | None
 
 class HelmChartBuilder:
     name = "helm-chart"
-    version = "1"
+    # 2: values.yaml edited in place (ruamel.yaml re-dumped it, re-indenting sequences); Chart.yaml
+    # quotes what YAML 1.2 or go-yaml would read as a number (appVersion "1e3")
+    version = "2"
     per_arch = False
     release_kind = "chart"
 
