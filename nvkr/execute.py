@@ -110,7 +110,7 @@ def run_action(
 ) -> dict[str, Any]:
     """Run one action's builder in a fresh work dir and record its result in the action cache.
 
-    The result is ``{"key", "builder", "name", "outputs", "metadata"[, "log"], "run":
+    The result is ``{"key", "builder", "name", "outputs", "metadata"[, "warnings"][, "log"], "run":
     {"invocationId", "startedOn", "finishedOn"}}``: ``invocation_id`` (default: a new UUID),
     ``started`` (seconds since 1970, default: now) and the time the builder returned, both as
     RFC 3339 UTC (:func:`nvkr.provenance.timestamp`).
@@ -138,6 +138,8 @@ def run_action(
             "outputs": ctx.outputs,
             "metadata": ctx.metadata,
         }
+        if ctx.warnings:
+            result["warnings"] = list(ctx.warnings)
         if ctx.log_file.exists():
             result["log"] = store.add_file(ctx.log_file, what="build log").digest
     result["run"] = {
@@ -147,6 +149,11 @@ def run_action(
     }
     store.put_action(action.key, result)
     return result
+
+
+def _warnings(emit: Event, action: Action, result: dict[str, Any]) -> None:
+    for message in result.get("warnings") or []:
+        emit("action-warning", action=action, message=str(message))
 
 
 def execute(
@@ -164,8 +171,12 @@ def execute(
     ``invocation_id`` either way) and its times (module docstring).
 
     ``event(kind, **fields)`` is called for ``action-cached``, ``action-start``, ``action-done``
-    (with ``seconds``), ``action-failed`` (with ``error``) and ``source-fetch`` (with ``source``,
-    a :class:`~nvkr.builders.ResolvedSource` about to be downloaded; from a worker thread).
+    (with ``seconds``), ``action-failed`` (with ``error``), ``action-warning`` (with
+    ``message``: one per warning of the action's result, after its ``action-done`` or
+    ``action-cached``, and for the stored results below cached actions too, so a cached output
+    warns on every build) and ``source-fetch`` (with
+    ``source``, a :class:`~nvkr.builders.ResolvedSource` about to be downloaded; from a worker
+    thread).
 
     Raises:
         BuildError: an action failed (after running ones have finished and been cached).
@@ -180,6 +191,13 @@ def execute(
     report.results.update(cached)
     for key in cached:
         emit("action-cached", action=plan.actions[key])
+        _warnings(emit, plan.actions[key], cached[key])
+    for key, action in plan.actions.items():
+        # below a cached action nothing is visited, yet its warnings still hold
+        if key not in cached and key not in to_run:
+            below = store.get_action(key)
+            if below is not None:
+                _warnings(emit, action, below)
     if not to_run:
         return report
 
@@ -222,6 +240,7 @@ def execute(
                         action=plan.actions[key],
                         seconds=time.monotonic() - started[key],
                     )
+                    _warnings(emit, plan.actions[key], report.results[key])
                 except BaseException as e:
                     emit("action-failed", action=plan.actions[key], error=e)
                     if failure is None:

@@ -33,6 +33,7 @@ import yaml
 from nvkr.canonical import canonical_json
 from nvkr.errors import IntegrityError, UsageError
 from nvkr.oci import mediatypes as mt
+from nvkr.yamlemit import Dumper
 
 #: Version of the export JSON shape; bumped on any change a reader must know about.
 EXPORT_SCHEMA_VERSION: Final = 1
@@ -714,7 +715,7 @@ def _check_infrastructure(
     return image_urls
 
 
-class _NoAliasDumper(yaml.SafeDumper):
+class _NoAliasDumper(Dumper):
     # kubectl and kustomize read anchors, but people diff and patch this output: no &id001.
     def ignore_aliases(self, data: Any) -> bool:
         return True

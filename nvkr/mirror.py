@@ -58,6 +58,7 @@ from nvkr.oci import mediatypes as mt
 from nvkr.oci.registry import LOOPBACK
 from nvkr.recipe.models import AptKeyring
 from nvkr.store import Store, write_file_atomic
+from nvkr.yamlemit import double_quoted
 
 MIRROR_VERSION = 1
 INDEX = "index.json"
@@ -590,7 +591,7 @@ def config_snippet(prefixes: list[str], base_url: str) -> str:
     lines = ["mirrors:"]
     for p in prefixes:
         rep = f"{base_url}/{urlsplit(p).netloc}/"
-        lines.append(f'  - {{prefix: "{p}", replacement: "{rep}"}}')
+        lines.append(f"  - {{prefix: {double_quoted(p)}, replacement: {double_quoted(rep)}}}")
     return "\n".join(lines) + "\n"
 
 

@@ -100,7 +100,11 @@ class ActionSpec:
 
 
 class ActionContext:
-    """What :meth:`Builder.run` gets: its action, the store, a private work dir and a log file."""
+    """What :meth:`Builder.run` gets: its action, the store, a private work dir and a log file.
+
+    ``warnings`` (:meth:`warn`) are things the user should know about an output that is still
+    built: they go into the action's result and are shown on every build, cached or not.
+    """
 
     def __init__(
         self, action: Action, store: Store, workdir: Path, deps: dict[str, dict[str, Any]]
@@ -112,6 +116,13 @@ class ActionContext:
         self.deps = deps
         self.outputs: list[dict[str, Any]] = []
         self.metadata: dict[str, Any] = {}
+        self.warnings: list[str] = []
+
+    def warn(self, message: str) -> None:
+        """Record a warning about this action's output (also written to its log)."""
+        self.warnings.append(message)
+        with open(self.log_file, "a", encoding="utf-8") as f:
+            f.write(f"warning: {message}\n")
 
     def input_path(self, role: str) -> Path:
         """Store path of the blob bound to input ``role``, checked against its seal first

@@ -8,8 +8,9 @@ OCI registries both accept, sets ``version`` and ``appVersion`` from the recipe,
 image's repository and index digest into ``values.yaml`` (:mod:`nvkr.helm.values`), checks the
 packaged subcharts against ``Chart.lock`` (:mod:`nvkr.helm.dependencies`) and writes
 ``<name>-<version>.tgz`` with Helm's layout and fixed bytes (:mod:`nvkr.helm.package`). Helm
-itself then lints the archive strictly and renders it with its default values
-(:mod:`nvkr.helm.check`).
+itself then lints the archive strictly and renders it, in the namespace and with the values of
+the recipe's ``check`` (default: ``default`` and the chart's own values; :mod:`nvkr.helm.check`);
+a pinned digest that no rendered manifest holds is a warning (the chart ignores the pin).
 
 Outputs: the archive (role ``primary``, ``application/vnd.cncf.helm.chart.content.v1.tar+gzip``)
 and the config blob Helm pushes with it (role ``config``, ``application/vnd.cncf.helm.config.v1+json``,
@@ -114,12 +115,33 @@ def _check_recipe(artifact_name: str, artifact: HelmChartArtifact) -> str | None
                 "image repository without tag or digest",
                 hint="e.g. repository: ghcr.io/nvkr/node-agent (the digest is set by the build)",
             )
+    if artifact.check is not None:
+        _check_no_floats(artifact.check.values, f"{where}: field 'check.values")
     return subdir
+
+
+def _check_no_floats(value: Any, field: str) -> None:
+    """Action keys are canonical JSON, which has no floats (:mod:`nvkr.canonical`)."""
+    if isinstance(value, float):
+        raise RecipeError(
+            f"{field}' is the float {value!r}: the check's values enter the action key, which "
+            "holds no floats",
+            hint=f'quote it ("{value!r}"; Helm charts take quantities such as cpu as strings) '
+            "or write an integer",
+        )
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_no_floats(v, f"{field}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_no_floats(v, f"{field}[{i}]")
 
 
 class HelmChartBuilder:
     name = "helm-chart"
-    version = "1"
+    # 2: values.yaml edited in place (ruamel.yaml re-dumped it, re-indenting sequences); Chart.yaml
+    # quotes what YAML 1.2 or go-yaml would read as a number (appVersion "1e3")
+    version = "2"
     per_arch = False
     release_kind = "chart"
 
@@ -127,13 +149,14 @@ class HelmChartBuilder:
         self, artifact_name: str, artifact: Any, variant: Variant, refs: PlanRefs
     ) -> ActionSpec:
         """Params ``{"version", "appVersion", "subdir", "images": {KEY: {"repository",
-        "index": <image-index action key>}}}``, input ``chart`` (the source's digest), the
+        "index": <image-index action key>}}[, "check": {"namespace", "values"}]}`` (``check``
+        only when the recipe sets it), input ``chart`` (the source's digest), the
         image-index actions as deps, and as tools the YAML emitters whose output ships in the
         archive (``{"pyyaml": ..., "ruamel.yaml": ...}``).
 
         Raises:
             RecipeError: a version that is not SemVer 2, a bad appVersion, subdir, images key or
-                repository (naming the field).
+                repository, a float in check.values (naming the field).
             RecipeReferenceError: an unknown source or image artifact.
         """
         assert isinstance(artifact, HelmChartArtifact)
@@ -143,12 +166,17 @@ class HelmChartBuilder:
         for key, image in sorted(artifact.images.items()):
             index = refs.image_index(image.artifact)
             images[key] = {"repository": image.repository, "index": index.key}
-        params = {
+        params: dict[str, Any] = {
             "version": artifact.version,
             "appVersion": artifact.appVersion,
             "subdir": subdir,
             "images": images,
         }
+        if artifact.check is not None:  # absent, not null: recipes without one keep their keys
+            params["check"] = {
+                "namespace": artifact.check.namespace,
+                "values": artifact.check.values,
+            }
         return ActionSpec(
             params=params,
             inputs={"chart": src.digest},
@@ -200,7 +228,17 @@ class HelmChartBuilder:
         out.mkdir()
         archive = out / archive_name(chart)
         archive.write_bytes(package_bytes(chart, epoch=ctx.action.epoch))
-        log += helm_check(archive, where=where, release=chart.name[:53])  # release name limit
+        check = p.get("check") or {}
+        checked, rendered = helm_check(
+            archive,
+            where=where,
+            release=chart.name[:53],  # Helm's release name limit
+            namespace=check.get("namespace", "default"),
+            values=check.get("values"),
+        )
+        log += checked
+        for warning in _unused_pins(chart.name, images, rendered):
+            ctx.warn(warning)
         config = out / "config.json"
         config.write_bytes(metadata_json(meta))
         with open(ctx.log_file, "a", encoding="utf-8") as f:
@@ -222,6 +260,21 @@ class HelmChartBuilder:
                 "images": {k: f"{r}@{d}" for k, (r, d) in sorted(images.items())},
             }
         )
+
+
+def _unused_pins(
+    chart: str, images: dict[str, tuple[str, str]], rendered: dict[str, str]
+) -> list[str]:
+    """A warning for each pinned digest that no rendered manifest holds: the chart ignores the
+    pin (a hard-coded image, another values key), so installing it runs something else than
+    the image nvkr built. NOTES.txt is text for the user, not a manifest."""
+    manifests = [text for name, text in rendered.items() if not name.endswith("NOTES.txt")]
+    return [
+        f"chart {chart}: the image digest pinned at {key}.digest ({digest}) is in none of the "
+        "rendered manifests: the chart ignores the pin (a hard-coded image, or another values key)"
+        for key, (_, digest) in sorted(images.items())
+        if not any(digest in text for text in manifests)
+    ]
 
 
 def _chart_label(ctx: ActionContext) -> str:

@@ -1,7 +1,8 @@
 """``nvkr build``: plan, execute against the store, and write each release set to ``--out``.
 
 Humans get one line per action on stderr; ``--json`` prints one JSON object per event on stdout
-(``action-cached``, ``action-start``, ``action-done``, ``action-failed``) and a final ``result``.
+(``action-cached``, ``action-start``, ``action-done``, ``action-failed``, ``action-warning`` with
+its ``message``) and a final ``result``.
 Beside each release set ``dist/<name>/`` goes its build record, ``dist/<name>.build-record.json``
 (with ``--sign`` also ``.build-record.dsse.json``): the times of the actions, which the set itself
 never holds (:mod:`nvkr.releaseset.record`).
@@ -100,6 +101,8 @@ def command(
                 doc["milliseconds"] = round(fields["seconds"] * 1000)
             if "error" in fields:
                 doc["error"] = str(fields["error"])
+            if "message" in fields:
+                doc["message"] = fields["message"]
             if "source" in fields:
                 doc["source"] = fields["source"].name
                 doc["digest"] = fields["source"].digest
@@ -134,6 +137,8 @@ def command(
             console.print(f"  [green]built[/]    {name} [dim]{fields['seconds']:.1f} s[/]")
         elif kind == "action-failed":
             console.print(f"  [red]failed[/]   {name}")
+        elif kind == "action-warning":
+            console.print(f"  [yellow]warning:[/] {name}: {escape(fields['message'])}")
 
     # Bad push references and unreadable keys fail before anything is built.
     push_ref = None

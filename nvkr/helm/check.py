@@ -2,8 +2,9 @@
 
 The helm-chart builder runs both on the archive it wrote, through helm-python-sdk (Helm v4 as a
 library, no ``helm`` binary): a chart nvkr publishes loads, lints clean with warnings treated as
-errors, and renders with its default values. Helm's messages name the file and line
-(``node-agent/templates/daemonset.yaml:12:3``); they become one BuildError.
+errors, and renders as a user installs it: in the namespace and with the values the recipe's
+``check`` gives (default: namespace ``default``, the chart's own values). Helm's messages name the
+file and line (``node-agent/templates/daemonset.yaml:12:3``); they become one BuildError.
 """
 
 from __future__ import annotations
@@ -28,9 +29,18 @@ def _helm() -> Any:
     return helm_python
 
 
-def helm_check(archive: Path, *, where: str, release: str) -> list[str]:
-    """Lint (strict) and render ``archive`` with its default values, as release ``release`` in
-    namespace ``default``; return log lines (Helm's version, info findings, rendered files).
+def helm_check(
+    archive: Path,
+    *,
+    where: str,
+    release: str,
+    namespace: str = "default",
+    values: dict[str, Any] | None = None,
+) -> tuple[list[str], dict[str, str]]:
+    """Lint (strict) and render ``archive`` as release ``release`` in ``namespace``, with
+    ``values`` over the chart's own (``helm lint --strict`` and ``helm template --namespace NS
+    -f values``); return log lines (Helm's version, info findings, rendered files) and the
+    rendered files (``{"<chart>/templates/x.yaml": text}``).
 
     Raises:
         BuildError: a lint warning or error, or a template that does not render (Helm's text,
@@ -38,9 +48,13 @@ def helm_check(archive: Path, *, where: str, release: str) -> list[str]:
         ToolError: helm-python-sdk is missing.
     """
     helm = _helm()
-    log = [f"helm {helm.helm_sdk_version()} (helm-python-sdk {helm.__version__})"]
+    given = "the recipe's check values" if values else "the chart's default values"
+    log = [
+        f"helm {helm.helm_sdk_version()} (helm-python-sdk {helm.__version__})",
+        f"check: release {release}, namespace {namespace}, {given}",
+    ]
     try:
-        report = helm.lint(str(archive), strict=True)
+        report = helm.lint(str(archive), values or None, strict=True, namespace=namespace)
     except helm.HelmError as e:
         raise BuildError(f"{where}: helm lint could not read the chart: {e.detail}") from None
     problems = [m for m in report.get("messages", []) if int(m.get("severity", 0)) >= _WARNING]
@@ -56,11 +70,15 @@ def helm_check(archive: Path, *, where: str, release: str) -> list[str]:
     ]
     try:
         with helm.Chart.load(str(archive)) as chart:
-            rendered = chart.render(name=release, namespace="default", is_install=True)
+            rendered = chart.render(
+                values or None, name=release, namespace=namespace, is_install=True
+            )
     except helm.HelmError as e:
         raise BuildError(
-            f"{where}: helm template failed with the chart's default values:\n  {e.detail}",
-            hint="every template must render with values.yaml alone",
+            f"{where}: helm template failed in namespace {namespace!r} with {given}:\n  {e.detail}",
+            hint="every template must render with values.yaml alone, or with what the recipe "
+            "gives the check: check: {namespace: NAME, values: {...}} on the helm-chart artifact "
+            "(charts that refuse the default namespace or need a value)",
         ) from None
     log += [f"rendered {name} ({len(text)} bytes)" for name, text in sorted(rendered.items())]
-    return log
+    return log, dict(rendered)

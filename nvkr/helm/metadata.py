@@ -27,6 +27,7 @@ from typing import Any, cast
 import yaml
 
 from nvkr.errors import BuildError
+from nvkr.yamlemit import Dumper
 
 API_VERSION_V2 = "v2"
 CHART_TYPES = ("", "application", "library")
@@ -384,11 +385,12 @@ def metadata_json(meta: dict[str, Any]) -> bytes:
     return go_json(metadata_json_value(meta))
 
 
-class _GoYamlDumper(yaml.SafeDumper):
+class _GoYamlDumper(Dumper):
     """Emits strings as go-yaml v2 does (sigs.k8s.io/yaml's encoder, a libyaml port like
     PyYAML's emitter): double quotes for a string that would read back as another type
-    (``"1.0"``, ``"true"``, a timestamp), literal blocks for multi-line strings, plain or single
-    quotes otherwise, lines folded at 80 columns."""
+    (``"1.0"``, ``"true"``, a timestamp; and, beyond go-yaml, whatever a YAML 1.2 reader would
+    take for one, such as ``"1e3"``: :func:`nvkr.yamlemit.plain_is_str`), literal blocks for
+    multi-line strings, plain or single quotes otherwise, lines folded at 80 columns."""
 
 
 def _represent_str(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:

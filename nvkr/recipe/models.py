@@ -354,6 +354,26 @@ class ChartImage(Strict):
     repository: str = Field(description="Required. image repository, e.g. ghcr.io/nvkr/node-agent")
 
 
+#: A Kubernetes namespace name: an RFC 1123 label (lower-case alphanumerics and '-', at most 63).
+NAMESPACE_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+
+
+class ChartCheck(Strict):
+    """How the helm-chart builder checks a chart: the namespace and values ``helm lint`` and
+    ``helm template`` get, as a user would install it (``--namespace NS -f values``). Only the
+    check sees them; the packaged values.yaml is the chart's own (with the image pins)."""
+
+    namespace: str = Field(
+        default="default",
+        pattern=NAMESPACE_PATTERN,
+        description="Optional. namespace to render the chart in (an RFC 1123 label); default: default",
+    )
+    values: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Optional. values for the check, over the chart's values.yaml (no floats: quote them)",
+    )
+
+
 class HelmChartArtifact(Strict):
     """A Helm chart packaged reproducibly (``<name>-<version>.tgz``) with Helm's OCI media types."""
 
@@ -365,6 +385,11 @@ class HelmChartArtifact(Strict):
     images: dict[str, ChartImage] = Field(
         default_factory=dict,
         description="Optional. values.yaml key (dotted) -> image; sets KEY.repository and KEY.digest",
+    )
+    check: ChartCheck | None = Field(
+        default=None,
+        description="Optional. {namespace, values} Helm lints and renders the chart with; default: "
+        "namespace default, the chart's own values",
     )
 
     def references(self) -> list[tuple[tuple[str, ...], str, str]]:

@@ -3,23 +3,22 @@
 ``nvkr lock --update`` rewrites pins where they are written: the recipe loader's location map
 (:mod:`nvkr.recipe.yamlsource`) gives the file, line and column of each scalar and its text, and
 an :class:`Edit` replaces exactly that scalar, in the style it was written (plain, ``"double"``
-or ``'single'`` quoted). Comments, key order, indentation and flow mappings stay as they are,
-which a YAML round-trip cannot promise. Block scalars (``|``, ``>``), multi-line and escaped
-scalars are refused: a pin is never written that way.
+or ``'single'`` quoted) unless the new value needs quotes to read back as itself in YAML 1.1 and
+1.2 (:func:`nvkr.yamlemit.scalar`: ``1e3`` or ``yes`` get them). Comments, key order,
+indentation and flow mappings stay as they are, which a YAML round-trip cannot promise. Block
+scalars (``|``, ``>``), multi-line and escaped scalars are refused: a pin is never written that
+way.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from nvkr.errors import RecipeError
 from nvkr.recipe.yamlsource import Location
-
-# A plain scalar that YAML reads back as this very string (no indicators, no spaces, no '#').
-_PLAIN_SAFE = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_.~+:/-]*$")
+from nvkr.yamlemit import scalar
 
 
 @dataclass(frozen=True)
@@ -47,36 +46,15 @@ class Edit:
         return f"{self.location.file}:{self.location.line}: {self.field}"
 
 
-def _plain_ok(value: str) -> bool:
-    import yaml
-
-    if not _PLAIN_SAFE.match(value):
-        return False
-    try:
-        return bool(yaml.safe_load(value) == value)
-    except yaml.YAMLError:
-        return False
-
-
-def _quoted(value: str) -> str:
-    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{escaped}"'
-
-
 def _replace_one(line: str, edit: Edit) -> str:
     """``line`` with ``edit``'s scalar replaced (its column is 1-based, in characters)."""
     col = edit.location.column - 1
     rest = line[col:]
     old, new = edit.old, edit.new
-    if rest.startswith('"'):
-        written = f'"{old}"'
-        replacement = _quoted(new)
-    elif rest.startswith("'"):
-        written = f"'{old}'"
-        replacement = "'" + new.replace("'", "''") + "'" if "\n" not in new else _quoted(new)
-    else:
-        written = old
-        replacement = new if _plain_ok(new) else _quoted(new)
+    style = rest[:1] if rest[:1] in ('"', "'") else ""
+    written = f"{style}{old}{style}"
+    # flow=True: the scalar may sit in a flow mapping; quoting a ':' costs nothing in a block one
+    replacement = scalar(new, flow=True, style=style)
     if not rest.startswith(written) or "\\" in old or "'" in old or '"' in old:
         raise RecipeError(
             f"{edit}: cannot rewrite {old!r} in place (written as {rest.strip()[:60]!r})",

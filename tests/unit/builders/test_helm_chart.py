@@ -81,11 +81,12 @@ def plan_chart(store: Store, root: Path, **fields: Any) -> tuple[ActionSpec, Act
     )
     refs = FakeRefs(src)
     spec = HelmChartBuilder().plan("chart", artifact, None, refs)  # type: ignore[arg-type]
-    key = action_key("helm-chart", "1", spec.params, spec.inputs, spec.tools, EPOCH, spec.deps)
+    version = HelmChartBuilder.version
+    key = action_key("helm-chart", version, spec.params, spec.inputs, spec.tools, EPOCH, spec.deps)
     action = Action(
         key=key,
         builder="helm-chart",
-        builder_version="1",
+        builder_version=version,
         name="chart",
         params=spec.params,
         inputs=spec.inputs,
