@@ -55,6 +55,60 @@ VERBS: dict[str, str] = {
 }
 
 
+def _after_verb_debug(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        ctx.find_object(App).debug = True  # type: ignore[union-attr]
+        logging.getLogger().setLevel(logging.DEBUG)
+        logging.getLogger("urllib3").setLevel(logging.DEBUG)
+
+
+def _after_verb_path(ctx: click.Context, param: click.Parameter, value: Path | None) -> None:
+    if value is not None:
+        setattr(ctx.find_object(App), str(param.name), value)
+
+
+def _global_options() -> list[click.Parameter]:
+    """The group's global options, once more for a verb's own option list: ``nvkr build
+    --store DIR`` means ``nvkr --store DIR build`` (users put options after the verb; CI
+    templates add them at the end). They set the same :class:`App` fields, so the last one
+    given wins. No environment variable here: the group's options already read them."""
+    return [
+        click.Option(
+            ["--debug"],
+            is_flag=True,
+            expose_value=False,
+            allow_from_autoenv=False,
+            callback=_after_verb_debug,
+            help="Show tracebacks and the argv of every tool run (also before the verb).",
+        ),
+        click.Option(
+            ["--store", "store_root"],
+            type=click.Path(path_type=Path),
+            expose_value=False,
+            allow_from_autoenv=False,
+            callback=_after_verb_path,
+            help="Store directory (also before the verb; env NVKR_CACHE).",
+        ),
+        click.Option(
+            ["--config"],
+            type=click.Path(path_type=Path),
+            expose_value=False,
+            allow_from_autoenv=False,
+            callback=_after_verb_path,
+            help="Config file (also before the verb; env NVKR_CONFIG).",
+        ),
+    ]
+
+
+def _add_global_options(command: click.Command) -> None:
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _add_global_options(sub)
+        return
+    have = {opt for p in command.params for opt in getattr(p, "opts", [])}
+    command.params.extend(p for p in _global_options() if not have & set(p.opts))
+
+
 class LazyGroup(click.Group):
     """A group that imports a verb's module only when that verb runs (or ``--help`` lists them),
     so ``nvkr publish`` does not pay for the imports of ``build``, ``verify``... (click's
@@ -70,6 +124,7 @@ class LazyGroup(click.Group):
         command: click.Command = module.command
         if command.name != cmd_name:
             raise AssertionError(f"nvkr.cli.{VERBS[cmd_name]} defines {command.name!r}")
+        _add_global_options(command)
         self.add_command(command)
         return command
 

@@ -20,6 +20,7 @@ import click
 from nvkr.cli import App
 from nvkr.cli.common import (
     fetch_options,
+    make_console,
     make_session_plan,
     open_session,
     recipe_argument,
@@ -82,14 +83,13 @@ def command(
     insecure: bool,
 ) -> None:
     """Build RECIPE (default recipes/default.yaml) into release sets under --out."""
-    from rich.console import Console
     from rich.markup import escape
 
     from nvkr.execute import execute
     from nvkr.releaseset import materialize
     from nvkr.releaseset.record import plan_build_record, write_build_record
 
-    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    console = make_console(stderr=True)
 
     def event(kind: str, **fields: Any) -> None:
         action = fields.get("action")

@@ -49,6 +49,21 @@ def fetch_options(f: F) -> F:
     return f
 
 
+#: Columns a table may take when its output is no terminal (a CI log, a pipe, a file): rich would
+#: assume 80 and cut digests and names to fit; nothing reads such output at a width.
+PIPE_WIDTH = 10_000
+
+
+def make_console(*, stderr: bool = False) -> Any:
+    """A rich Console for human output: the terminal's width on a terminal, else
+    :data:`PIPE_WIDTH`, so no table cell is cut when stdout is a pipe."""
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() else PIPE_WIDTH
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, width=width)
+
+
 def human_size(n: int) -> str:
     """``512 bytes``, ``6.0 MiB``, ``2.5 GiB`` (binary units, one decimal)."""
     size = float(n)

@@ -25,16 +25,34 @@ def _split_args(args: tuple[str, ...]) -> tuple[Path, tuple[str, ...]]:
 
 def _relock(session: Session) -> tuple[dict[str, Any], list[str]]:
     """Resolve every source afresh (a lock run verifies every pin again, it never trusts the old
-    lock); the new document and the names of the sources whose entries changed."""
+    lock); the new document and the names of the sources whose entries changed.
+
+    ``--offline`` can ask no upstream (a checksum file, a Release file, PyPI's index), so what
+    the old lock pins for an unchanged source is checked against the store instead, exactly as
+    ``build --offline`` takes it (every blob present and intact, else OfflineError naming the
+    source); a new or changed source is resolved from the store where its pin allows."""
     from nvkr.canonical import canonical_json
+    from nvkr.fetch import ensure
     from nvkr.lock import Resolver
 
     old = session.resolver.lock
+    offline = session.fetch.offline
     fresh = Resolver(
-        loaded=session.loaded, lock_path=session.lock_path, lock=None, ctx=session.fetch
+        loaded=session.loaded,
+        lock_path=session.lock_path,
+        lock=old if offline else None,
+        ctx=session.fetch,
     )
     session.resolver = fresh
     bind_sources(session)
+    if offline:
+        checked: set[str] = set()
+        for variant in session.variants:
+            for name in sorted(variant.recipe.sources):
+                src = fresh.source_for(variant, name)
+                if src.digest not in checked:
+                    ensure(name, src.spec, src.entry, session.fetch, base_dir=src.base_dir)
+                    checked.add(src.digest)
     doc = fresh.document()
     before = {
         canonical_json([e["name"], e["spec"], e["resolved"]])

@@ -82,9 +82,10 @@ def show(app: App, source: str, as_json: bool, insecure: bool) -> None:
     """Show the release set in PATH (a dist/<name> directory) or at REF
     (REGISTRY/REPOSITORY:TAG or @sha256:<hex>; only its index and metadata are fetched):
     artifacts, cluster release, node-pool releases."""
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
+
+    from nvkr.cli.common import make_console
 
     meta, top = load_release_set(source, insecure=insecure)
     if as_json:
@@ -92,7 +93,7 @@ def show(app: App, source: str, as_json: bool, insecure: bool) -> None:
             json.dumps({"digest": top["digest"], "metadata": meta}, indent=2, sort_keys=True)
         )
         return
-    console = Console(highlight=False, soft_wrap=True)
+    console = make_console()
     console.print(f"[bold]{escape(meta['name'])}[/] {top['digest']}")
     console.print(
         f"  created {meta['created']}, recipe {escape(meta['recipe']['path'])} {meta['recipe']['digest'][:19]}"

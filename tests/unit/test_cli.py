@@ -441,3 +441,84 @@ def test_verbs_load_lazily_and_help_lists_them_all(repo_root, tmp_path):
     help_text = run_nvkr("--help", cwd=repo_root, store=tmp_path / "store").stdout
     for verb in VERBS:
         assert f"\n  {verb} " in help_text
+
+
+def test_lock_offline_works_from_the_store_when_build_offline_does(project, tmp_path):
+    """Item 12 of the hardening issue: `lock --offline` failed for checksumUrl sources
+    (the checksum file is not in the store) although `build --offline` worked."""
+    proj, http = project
+    store = tmp_path / "store"
+    assert run_nvkr("lock", "recipes/small.yaml", cwd=proj, store=store).code == 0
+    assert run_nvkr("build", "recipes/small.yaml", cwd=proj, store=store).code == 0
+    lockfile = proj / "lockfiles" / "small.lock.json"
+    before = lockfile.read_bytes()
+    for f in http.root.rglob("*"):  # the upstream is gone
+        if f.is_file():
+            f.unlink()
+    assert run_nvkr("build", "recipes/small.yaml", "--offline", cwd=proj, store=store).code == 0
+    res = run_nvkr("lock", "recipes/small.yaml", "--offline", cwd=proj, store=store)
+    assert res.code == 0, res.stderr
+    assert lockfile.read_bytes() == before
+    assert "changed: nothing" in res.stdout
+    # what the store lacks is named, as build --offline names it
+    empty = run_nvkr("lock", "recipes/small.yaml", "--offline", cwd=proj, store=tmp_path / "s2")
+    assert empty.code == 1 and "NVKR-E-OFFLINE" in empty.stderr, empty.stderr
+    assert "source 'readme'" in empty.stderr or "source 'tool'" in empty.stderr
+
+
+def test_global_options_are_accepted_after_the_verb(project, tmp_path):
+    proj, _ = project
+    store = tmp_path / "store"
+    res = run_nvkr(
+        "lock", "recipes/small.yaml", "--store", str(store), "--debug",
+        cwd=proj, store=tmp_path / "not-this-one",
+    )  # fmt: skip
+    assert res.code == 0, res.stderr
+    assert (store / "blobs" / "sha256").is_dir()
+    assert not (tmp_path / "not-this-one").exists()
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("mirrors: [{prefix: 'https://nowhere.invalid/', replacement: 'http://x/'}]\n")
+    plan = run_nvkr(
+        "plan", "recipes/small.yaml", "--json", "--config", str(cfg), "--store", str(store),
+        cwd=proj, store=tmp_path / "not-this-one",
+    )  # fmt: skip
+    assert plan.code == 0, plan.stderr
+    assert not (tmp_path / "not-this-one").exists()
+
+
+IMAGE_RECIPE = """\
+apiVersion: nvkr.dev/v1alpha1
+kind: Recipe
+metadata: {{name: img}}
+epoch: "1700000000"
+matrix: {{gpu: [hopper], kubernetes: ["1.36"], arch: [amd64]}}
+sources:
+  readme: {{url: "{base}/README", sha256: "{sha}"}}
+artifacts:
+  a-container-image-with-a-long-name:
+    builder: container-image
+    base: scratch
+    files: {{/README: {{source: readme}}}}
+releaseSet:
+  name: img
+  clusterRelease: {{kubernetes: "1.36.4", images: [a-container-image-with-a-long-name]}}
+"""
+
+
+def test_tables_are_not_cut_to_80_columns_when_stdout_is_not_a_terminal(project, tmp_path):
+    proj, http = project
+    (proj / "recipes" / "img.yaml").write_text(
+        IMAGE_RECIPE.format(base=http.url, sha=hashlib.sha256(b"readme\n").hexdigest())
+    )
+    store = tmp_path / "store"
+    built = run_nvkr("build", "recipes/img.yaml", cwd=proj, store=store)
+    assert built.code == 0, built.stderr
+    meta = json.loads(
+        run_nvkr("release-set", "show", "dist/img", "--json", cwd=proj, store=store).stdout
+    )["metadata"]
+    digest = meta["artifacts"][0]["index"]["digest"]
+    shown = run_nvkr("release-set", "show", "dist/img", cwd=proj, store=store, env={"COLUMNS": ""})
+    assert shown.code == 0, shown.stderr
+    rows = [line for line in shown.stdout.splitlines() if "hopper/amd64" in line]
+    assert len(rows) == 1, shown.stdout  # the table's one row, whole on one line
+    assert "a-container-image-with-a-long-name" in rows[0] and digest in rows[0], shown.stdout
