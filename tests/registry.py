@@ -464,7 +464,9 @@ def fast_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("nvkr.oci.registry.BACKOFF", 0.0)
     for var in ("no_proxy", "NO_PROXY"):
         current = os.environ.get(var, "")
-        monkeypatch.setenv(var, ",".join(filter(None, [current, "127.0.0.1", "localhost"])))
+        monkeypatch.setenv(
+            var, ",".join(filter(None, [current, "127.0.0.1", "127.0.0.2", "localhost"]))
+        )
 
 
 @pytest.fixture
