@@ -1,7 +1,8 @@
 """``nvkr pull``: a release set from a registry, by digest, into a layout dir (:mod:`nvkr.pull`).
 
-Humans get a summary on stderr; ``--json`` prints one JSON object per event on stdout and a final
-``result``. A failed digest or signature check exits 3 and leaves DIR as it was.
+Humans get a summary on stderr (with the bytes downloaded and reused when blobs of an earlier pull
+into DIR, or of the store, were reused); ``--json`` prints one JSON object per event on stdout and
+a final ``result``. A failed digest or signature check exits 3 and leaves DIR as it was.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ def command(
     from nvkr.oci.registry import Reference, RegistryClient
     from nvkr.pull import pull_release_set
     from nvkr.sign import load_public_key
+    from nvkr.store import default_root
 
     ref = Reference.parse(reference)
     if ref.digest is None:
@@ -77,19 +79,26 @@ def command(
         if as_json:
             click.echo(json.dumps({"event": kind, **fields}, sort_keys=True))
 
+    store = app.store_root or default_root()  # its blobs are reused, never written
     with RegistryClient(
         ref.registry, insecure=insecure, username=username, password=password
     ) as client:
         report = pull_release_set(
-            ref, directory, client, keys=public_keys, on_event=event, workers=jobs
+            ref, directory, client, keys=public_keys, on_event=event, workers=jobs, reuse=[store]
         )
     if as_json:
         click.echo(json.dumps({"event": "result", **asdict(report)}, sort_keys=True))
         return
     checked = "signatures verified" if report.verified else "signatures not checked (no --key)"
+    reused = ""
+    if report.reused_blobs:
+        reused = (
+            f" ({human_size(report.downloaded_bytes)} downloaded, {report.reused_blobs} blobs "
+            f"of {human_size(report.reused_bytes)} reused from {directory} or the store)"
+        )
     click.echo(
         f"nvkr: pulled {report.name} {report.digest} into {directory}: {report.blobs} blobs, "
-        f"{human_size(report.bytes)}, {report.signatures} signatures; digests checked, {checked} "
-        f"({report.seconds:.1f} s)",
+        f"{human_size(report.bytes)}{reused}, {report.signatures} signatures; digests checked, "
+        f"{checked} ({report.seconds:.1f} s)",
         err=True,
     )
