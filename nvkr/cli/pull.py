@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from nvkr.cli import App
-from nvkr.cli.common import human_size, registry_password
+from nvkr.cli.common import RegistryAccess, human_size, registry_options
 
 
 @click.command("pull")
@@ -28,13 +28,7 @@ from nvkr.cli.common import human_size, registry_password
     metavar="PUB",
     help="Public key (PEM file or env://VAR), repeatable; verified before DIR is written.",
 )
-@click.option(
-    "--insecure",
-    is_flag=True,
-    help="Plain HTTP to this registry (127.0.0.1 and localhost always are).",
-)
-@click.option("--username", "-u", help="User name (else NVKR_REGISTRY_USERNAME, docker config).")
-@click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
+@registry_options()
 @click.option(
     "--jobs",
     type=click.IntRange(min=1),
@@ -49,9 +43,7 @@ def command(
     reference: str,
     directory: Path,
     keys: tuple[str, ...],
-    insecure: bool,
-    username: str | None,
-    password_stdin: bool,
+    registry: RegistryAccess,
     jobs: int,
     as_json: bool,
 ) -> None:
@@ -61,7 +53,7 @@ def command(
     is written (atomically; an existing one is replaced only when every check passed).
     """
     from nvkr.errors import UsageError
-    from nvkr.oci.registry import Reference, RegistryClient
+    from nvkr.oci.registry import Reference
     from nvkr.pull import pull_release_set
     from nvkr.sign import load_public_key
     from nvkr.store import default_root
@@ -72,7 +64,6 @@ def command(
             f"reference {ref} names no digest: nvkr pull fetches by digest only",
             hint=f"pull by digest: {ref}@sha256:<hex> (`nvkr release-set show {ref}` prints it)",
         )
-    password = registry_password(username, password_stdin, "pull")
     public_keys = [load_public_key(k) for k in keys]
 
     def event(kind: str, fields: dict[str, Any]) -> None:
@@ -80,9 +71,7 @@ def command(
             click.echo(json.dumps({"event": kind, **fields}, sort_keys=True))
 
     store = app.store_root or default_root()  # its blobs are reused, never written
-    with RegistryClient(
-        ref.registry, insecure=insecure, username=username, password=password
-    ) as client:
+    with registry.client(ref.registry) as client:
         report = pull_release_set(
             ref, directory, client, keys=public_keys, on_event=event, workers=jobs, reuse=[store]
         )
