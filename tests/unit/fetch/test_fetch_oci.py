@@ -478,3 +478,31 @@ def test_a_mirror_gets_its_own_credentials_not_the_upstreams(
         assert mirror.log and {e.authorization for e in mirror.log} == {
             "Basic " + base64.b64encode(b"mirror-user:mirror-pw").decode()
         }
+
+
+def test_a_blob_redirected_from_https_to_http_is_refused(registry, tmp_path, request, monkeypatch):
+    """An oci source read over https whose blobs the registry hands to a plain-HTTP storage
+    host: refused as a downgrade (exit 3), naming the source, not taken for tampered bytes."""
+    from nvkr.errors import DowngradeError
+    from tests.registry import run_proxy
+    from tests.tls import self_signed
+
+    image = make_layout(tmp_path / "layout", salt=request.node.name)
+    push(image, registry, "downgraded")
+    cert, key = self_signed(tmp_path / "tls")
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(cert))
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker"))
+    with run_proxy(registry.host) as storage, run_proxy(registry.host, tls=(cert, key)) as front:
+        front.storage, front.redirect_blobs = f"http://{storage.host}", True
+        upstream = "registry.example.invalid"
+        ctx = FetchContext(
+            store=Store(tmp_path / "store"),
+            mirrors=Mirrors(((f"https://{upstream}/", f"https://{front.host}/"),)),
+        )
+        src = OciSource(oci=f"{upstream}/downgraded", digest=image.digest)
+        with pytest.raises(DowngradeError) as e:
+            resolve("base", src, ctx, base_dir=tmp_path)
+        assert e.value.exit_code == 3 and "source 'base'" in e.value.message
+        assert f"https://{front.host}/v2/downgraded/blobs/" in e.value.message
+        assert f"http://{storage.host}/v2/downgraded/blobs/" in e.value.message
+        assert storage.log == []
