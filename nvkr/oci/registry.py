@@ -51,7 +51,7 @@ from typing import IO, TYPE_CHECKING, Any, Final, Protocol
 from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
 
 from nvkr import __version__
-from nvkr.errors import IntegrityError, RegistryError
+from nvkr.errors import DowngradeError, IntegrityError, RegistryError
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.auth import CREDENTIALS_HINT as CREDENTIALS_HINT
 from nvkr.oci.auth import credentials_hint, docker_config_label
@@ -279,7 +279,8 @@ class RegistryClient:
         Raises:
             RegistryError: unreachable after the retries (``status`` None), refused
                 credentials (``status`` 401), or too many redirects.
-            IntegrityError: a redirect from https to http.
+            DowngradeError: a redirect from https to http, or an https registry's token
+                service on plain http.
         """
         import requests
 
@@ -324,7 +325,10 @@ class RegistryClient:
             target = redirect_target(resp) if method in ("GET", "HEAD") else None
             if target is not None:
                 resp.close()
-                refuse_downgrade(first, resp.url, target, what, hint=_DOWNGRADE_HINT)
+                shown = self._shown
+                refuse_downgrade(
+                    shown(first), shown(resp.url), shown(target), what, hint=_DOWNGRADE_HINT
+                )
                 hops += 1
                 if hops > MAX_REDIRECTS:
                     raise RegistryError(
@@ -385,7 +389,7 @@ class RegistryClient:
         query += [("scope", s) for s in wanted]
         realm = params["realm"]
         if self._api[0] == "https" and origin_of(realm)[0] != "https":
-            raise IntegrityError(
+            raise DowngradeError(
                 f"{what}: the registry {self.base} names the token service {realm}: the "
                 "credentials would go over plain HTTP",
                 hint="the registry's token realm must be https; nothing was sent",
