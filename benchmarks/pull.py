@@ -9,7 +9,9 @@ the way the tests do (:func:`tests.registry.run_registry`), publishes the set wi
 ``workers=1`` and ``workers=--workers`` (alternating who goes first), each pull in a fresh Python
 process into a fresh directory. Prints the median pull time of each (the report's ``seconds``:
 the whole pull, from the first manifest to the layout in place), the ratio, and the peak RSS of
-the pulling process (downloads stream to temp files: it must not grow with the blobs).
+the pulling process (downloads stream to temp files: it must not grow with the blobs), and a
+pull into an earlier pull's directory (every blob reused after hashing: how long that takes and
+how many bytes it still downloads).
 
 On loopback the registry, the hashing and the disk share the machine's cores, so the gain is
 bounded by CPU. ``--throttle MIB_S`` puts a proxy in front of the registry that serves each
@@ -54,6 +56,7 @@ with RegistryClient(ref.split("/", 1)[0]) as client:
 with open("/proc/self/status") as f:
     peak = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))  # KiB
 print(json.dumps({"seconds": report.seconds, "blobs": report.blobs, "bytes": report.bytes,
+                  "downloaded": report.downloaded_bytes, "reused": report.reused_bytes,
                   "maxrss_kib": peak}))
 """
 
@@ -114,7 +117,7 @@ def throttled(upstream: str, mib_s: float) -> Iterator[str]:
         server.server_close()
 
 
-def pull(ref: str, target: Path, workers: int) -> dict[str, float]:
+def pull(ref: str, target: Path, workers: int, keep: bool = False) -> dict[str, float]:
     env = {**os.environ, "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
     proc = subprocess.run(
         [sys.executable, "-c", _CHILD, ref, str(target), str(workers)],
@@ -127,7 +130,8 @@ def pull(ref: str, target: Path, workers: int) -> dict[str, float]:
     if proc.returncode != 0:
         sys.exit(f"pull with workers={workers} failed ({proc.returncode}):\n{proc.stderr}")
     result: dict[str, float] = json.loads(proc.stdout.strip().splitlines()[-1])
-    shutil.rmtree(target)
+    if not keep:
+        shutil.rmtree(target)
     return result
 
 
@@ -174,6 +178,9 @@ def main() -> None:
                         result = pull(ref, base / f"pulled-{n}-{workers}", workers)
                         times[workers].append(round(result["seconds"], 3))
                         peaks[workers] = max(peaks[workers], int(result["maxrss_kib"]))
+                # a second pull into an earlier pull's DIR: every blob reused, each re-hashed
+                pull(ref, base / "again", args.workers, keep=True)
+                again = pull(ref, base / "again", args.workers)
     one, many = statistics.median(times[1]), statistics.median(times[args.workers])
     mib = result["bytes"] / (1 << 20)
     where = f"throttled to {args.throttle:g} MiB/s per connection" if args.throttle else "direct"
@@ -189,6 +196,11 @@ def main() -> None:
             f"{peaks[workers] / 1024:.0f} MiB"
         )
     print(f"speed-up           workers=1 / workers={args.workers}: {one / many:.2f}x")
+    print(
+        f"pull into its DIR  again, workers={args.workers}: {again['seconds']:.2f} s, "
+        f"{again['downloaded'] / (1 << 20):.1f} MiB downloaded, "
+        f"{again['reused'] / (1 << 20):.1f} MiB reused (hashed, hard-linked)"
+    )
 
 
 if __name__ == "__main__":

@@ -90,6 +90,11 @@ class IntegrityError(NvkrError):
     exit_code = 3
 
 
+class DowngradeError(IntegrityError):
+    """An https URL redirected to plain http (:mod:`nvkr.origin`): refused before anything was
+    sent there. The message names the URL asked for and the http one."""
+
+
 class FetchError(NvkrError):
     """A source could not be downloaded (unreachable URL, HTTP error, empty body, HTML error page)."""
 

@@ -19,6 +19,14 @@ written to ``DIR`` atomically (:func:`nvkr.oci.layoutdir.write_layout`). Any fai
 order downloads finish in: blobs are files named by digest and ``index.json`` is built from the
 walk, not from completions.
 
+Blobs already at hand are not downloaded: before asking the registry for a manifest or a blob,
+the pull looks for ``blobs/sha256/<hex>`` in ``DIR`` (an earlier pull's layout) and in the other
+directories it is given (the store, for ``nvkr pull``). A copy of the right size is hard-linked
+(read-only blobs, as a build's layout links the store's) or copied into the temp layout and
+hashed there before it counts; one that hashes to anything else is left alone, logged, and the
+blob is downloaded as if it were not there. The report says how many bytes came from the
+registry and how many were reused.
+
 The build record ``nvkr publish`` attached to the release set index (a referrer with annotation
 ``dev.nvkr.attachment: build-record``, :mod:`nvkr.releaseset.record`) is not part of the set: it
 is fetched beside it, checked against the set's metadata (and with keys its envelope), and
@@ -37,14 +45,17 @@ read by the thread that asked for it.
 from __future__ import annotations
 
 import contextlib
+import errno
+import hashlib
 import io
 import json
+import logging
 import os
 import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,18 +79,22 @@ from nvkr.releaseset.signing import ANN_ATTACHMENT, DSSE_ENVELOPE, SIGNATURE, _w
 from nvkr.sign import PublicKey, envelope_parts
 
 EventSink = Callable[[str, dict[str, Any]], None]
+log = logging.getLogger("nvkr.pull")
 
 #: Blob downloads running at once by default: a default release set holds four QCOW2 images.
 WORKERS: Final = 4
 #: Largest build record (or envelope) layer a pull accepts, in bytes.
 _RECORD_LIMIT: Final = 64 << 20
+_BLOCK: Final = 1 << 20  # bytes read at a time when hashing a local copy
 
 
 @dataclass
 class PullReport:
-    """What :func:`pull_release_set` did: ``blobs``/``bytes`` downloaded (bytes), ``signatures``
-    attached, ``verified`` (checked with keys), ``build_record`` the path of the build record
-    written beside the target (None: the registry has none), ``seconds`` wall-clock."""
+    """What :func:`pull_release_set` did: ``blobs``/``bytes`` in the layout (bytes), of which
+    ``reused_blobs``/``reused_bytes`` came from local copies (checked) and ``downloaded_bytes``
+    from the registry, ``signatures`` attached, ``verified`` (checked with keys),
+    ``build_record`` the path of the build record written beside the target (None: the
+    registry has none), ``seconds`` wall-clock."""
 
     reference: str
     digest: str
@@ -87,6 +102,9 @@ class PullReport:
     target: str
     blobs: int = 0
     bytes: int = 0
+    reused_blobs: int = 0
+    reused_bytes: int = 0
+    downloaded_bytes: int = 0
     signatures: int = 0
     verified: bool = False
     build_record: str | None = None
@@ -111,6 +129,41 @@ class _Sink:
         return self._f.write(data)
 
 
+_NO_LINK = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES})
+
+
+def _link(src: Path, dst: Path) -> bool:
+    """Hard-link ``src`` to ``dst`` when ``src`` is read-only (:data:`BLOB_MODE`: the layout's
+    mode, so no chmod ever touches the shared inode) and the file system allows; else False."""
+    if src.stat().st_mode & 0o7777 != BLOB_MODE:
+        return False
+    try:
+        os.link(src, dst)
+    except OSError as e:
+        if e.errno in _NO_LINK:
+            return False
+        raise
+    return True
+
+
+def _place(src: Path, dst: Path, alg: str) -> str:
+    """Put ``src`` at ``dst`` (new; mode :data:`BLOB_MODE`): a hard link when :func:`_link`
+    can, else a copy. Returns the ``alg:<hex>`` digest of what is at ``dst``, read there."""
+    h = hashlib.new(alg)
+    if _link(src, dst):
+        with open(dst, "rb") as f:
+            while block := f.read(_BLOCK):
+                h.update(block)
+    else:
+        fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as out, open(src, "rb") as f:
+            while block := f.read(_BLOCK):
+                h.update(block)
+                out.write(block)
+            os.fchmod(out.fileno(), BLOB_MODE)
+    return f"{alg}:{h.hexdigest()}"
+
+
 class _Pull:
     """One pull into the temp layout ``tmp``: what was fetched, by digest.
 
@@ -127,9 +180,12 @@ class _Pull:
         tmp: Path,
         on_event: EventSink | None,
         workers: int = 1,
+        reuse: Sequence[Path] = (),
     ):
         self.client, self.repo, self.tmp = client, repo, tmp
+        self.reuse = tuple(reuse)  # directories holding blobs/sha256/<hex> to take copies from
         self.have: dict[str, int] = {}  # digest -> size, fully fetched and checked
+        self.reused: dict[str, int] = {}  # digest -> size, of those taken from a local copy
         self._claimed: set[str] = set()  # digests fetched or being fetched (one file each)
         self._on_event = on_event
         self._lock = threading.Lock()  # guards have, _claimed, _error
@@ -176,10 +232,54 @@ class _Pull:
             self._claimed.add(digest)
             return True
 
-    def _done(self, digest: str, size: int) -> None:
+    def _done(self, digest: str, size: int, reused: bool = False) -> None:
         with self._lock:
             self.have[digest] = size
-        self.event("blob", digest=digest, size=size)
+            if reused:
+                self.reused[digest] = size
+        self.event("blob", digest=digest, size=size, reused=reused)
+
+    def _copies(self, digest: str, size: int) -> Iterator[Path]:
+        """Local files named ``digest`` of ``size`` bytes, in :attr:`reuse` order."""
+        for root in self.reuse:
+            candidate = root / blob_name(digest)
+            with contextlib.suppress(OSError):
+                if candidate.stat().st_size == size and candidate.is_file():
+                    yield candidate
+
+    def _reuse(self, digest: str, size: int, path: Path) -> bool:
+        """Put a local copy of ``digest`` at ``path``, hashed there; False (and nothing at
+        ``path``) when no copy hashes to ``digest``."""
+        alg = digest.split(":", 1)[0]
+        for candidate in self._copies(digest, size):
+            try:
+                actual = _place(candidate, path, alg)
+            except OSError as e:
+                log.debug("%s: cannot reuse %s: %s", digest, candidate, e)
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+                continue
+            if actual == digest:
+                return True
+            path.unlink()
+            log.warning(
+                "%s: the local copy %s hashes to %s; downloading the blob instead",
+                digest,
+                candidate,
+                actual,
+            )
+        return False
+
+    def _reuse_manifest(self, digest: str, size: int) -> bytes | None:
+        """The bytes of a local copy of manifest ``digest`` that hash right, or None."""
+        alg = digest.split(":", 1)[0]
+        for candidate in self._copies(digest, size):
+            with contextlib.suppress(OSError):
+                data = candidate.read_bytes()
+                if f"{alg}:{hashlib.new(alg, data).hexdigest()}" == digest:
+                    return data
+                log.warning("%s: the local copy %s is corrupt; downloading it", digest, candidate)
+        return None
 
     def check(self) -> None:
         """Raise the first failure of a worker, if one failed."""
@@ -194,19 +294,25 @@ class _Pull:
             wait(self._futures, return_when=FIRST_EXCEPTION)
         self.check()
 
-    def _store(self, digest: str, data: bytes) -> None:
+    def _store(self, digest: str, data: bytes, reused: bool = False) -> None:
         path = self._path(digest)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             os.fchmod(f.fileno(), BLOB_MODE)
-        self._done(digest, len(data))
+        self._done(digest, len(data), reused)
 
     def manifest(self, desc: Mapping[str, Any], what: str) -> dict[str, Any]:
         """Fetch the manifest or index ``desc`` names (checked: digest, size), store it, return
-        it parsed; its children are fetched by :meth:`closure`."""
+        it parsed; its children are fetched by :meth:`closure`. A local copy that hashes to
+        the digest is used instead of the registry's."""
         digest = str(desc["digest"])
-        data, _, actual = self.client.get_manifest(self.repo, digest)
+        size = desc.get("size")
+        local = self._reuse_manifest(digest, size) if isinstance(size, int) else None
+        if local is not None:
+            data, actual = local, digest
+        else:
+            data, _, actual = self.client.get_manifest(self.repo, digest)
         if len(data) != desc.get("size"):
             raise IntegrityError(
                 f"{what}: {digest} is {len(data)} bytes, its descriptor says {desc.get('size')}",
@@ -219,7 +325,7 @@ class _Pull:
         if not isinstance(doc, dict):
             raise IntegrityError(f"{what}: {digest} is not a JSON object")
         if self._claim(actual):
-            self._store(actual, data)
+            self._store(actual, data, reused=local is not None)
         return doc
 
     def blob(self, desc: Mapping[str, Any], what: str) -> None:
@@ -237,6 +343,9 @@ class _Pull:
             self._futures.append(self._pool.submit(self._worker, digest, size, path, what))
 
     def _download(self, digest: str, size: int, path: Path, what: str) -> None:
+        if self._reuse(digest, size, path):
+            self._done(digest, size, reused=True)
+            return
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as f:
             got = self.client.get_blob(self.repo, digest, _Sink(f, self._cancel), size=size)
@@ -432,6 +541,7 @@ def pull_release_set(
     keys: Sequence[PublicKey] = (),
     on_event: EventSink | None = None,
     workers: int = WORKERS,
+    reuse: Sequence[Path] = (),
 ) -> PullReport:
     """Download the release set ``ref`` names into the OCI image layout ``target``.
 
@@ -441,12 +551,16 @@ def pull_release_set(
         client: the registry's client.
         keys: public keys; when given, the pulled layout must pass
             :func:`nvkr.verify.verify_release_set` with them (signatures required).
-        on_event: ``on_event(kind, fields)``: ``blob`` (``digest``, ``size`` in bytes; in the
-            order downloads finish), ``signature`` (``digest``, ``subject``), ``verified``.
+        on_event: ``on_event(kind, fields)``: ``blob`` (``digest``, ``size`` in bytes,
+            ``reused``: from a local copy; in the order downloads finish), ``signature``
+            (``digest``, ``subject``), ``verified``.
             Called from worker threads too, one call at a time.
         workers: leaf blobs downloaded at once (threads sharing ``client``; keep it within the
             client's ``pool_size``, or the extra connections are not reused); 1 downloads each
             one where the walk finds it. The layout written is the same whatever the number.
+        reuse: more directories holding ``blobs/sha256/<hex>`` (a store's root) whose copies
+            are used, once hashed, instead of downloading; ``target`` (an earlier pull's
+            layout) is always looked in first.
     Returns:
         a :class:`PullReport`.
     Raises:
@@ -479,7 +593,7 @@ def pull_release_set(
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.pull-", dir=target.parent))
     try:
         os.chmod(tmp, DIR_MODE)
-        with _Pull(client, ref.repository, tmp, on_event, workers) as run:
+        with _Pull(client, ref.repository, tmp, on_event, workers, (target, *reuse)) as run:
             index = run.closure(top, f"release set {top['digest']}")
             subjects = [top["digest"]] + [
                 str(m["digest"]) for m in index.get("manifests") or [] if isinstance(m, dict)
@@ -524,6 +638,9 @@ def pull_release_set(
             target=str(target),
             blobs=len(run.have),
             bytes=sum(run.have.values()),
+            reused_blobs=len(run.reused),
+            reused_bytes=sum(run.reused.values()),
+            downloaded_bytes=sum(run.have.values()) - sum(run.reused.values()),
             signatures=len(signatures),
         )
         if keys:
@@ -540,7 +657,11 @@ def pull_release_set(
                 )
             report.verified = True
             run.event("verified")
-        write_layout(target, data, sorted(run.have.items()), lambda d: tmp / blob_name(d))
+        # forced: an earlier pull's DIR may hold a damaged blob of the right size (the one
+        # just downloaded again), which write_layout's size check would keep
+        write_layout(
+            target, data, sorted(run.have.items()), lambda d: tmp / blob_name(d), force=True
+        )
         report.build_record = _write_build_record(target, record)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -12,11 +12,16 @@ except that :class:`Fault` rules make it drop the connection before forwarding, 
 through the request body (the registry gets half a chunk), answer a status itself (500, 429,
 412), forward but drop the response, truncate the response body, or rewrite the
 ``Docker-Content-Digest`` the registry answered. It can also rewrite ``Location`` headers to
-relative ones and play a bearer-token gate. Test modules import the fixtures they use by name.
+relative ones, play a bearer-token gate (its own ``/token``, or a ``realm`` elsewhere) or a basic
+auth gate, and play a registry whose blobs live on a storage host: upload ``Location`` headers
+name another proxy, blob reads answer 307 to it. It logs the ``Authorization`` each request
+carried, and serves TLS when given a certificate (:mod:`tests.tls`). Test modules import the
+fixtures they use by name.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import http.client
 import json
@@ -173,8 +178,9 @@ class Fault:
 class Logged:
     method: str
     path: str
-    action: str  # "forward" or the fault's action
+    action: str  # "forward", "redirect" or the fault's action
     status: int | None = None
+    authorization: str | None = None  # the request's Authorization header
 
 
 _HOP = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te"})
@@ -220,11 +226,17 @@ class _Handler(BaseHTTPRequestHandler):
         proxy = self.server.proxy
         method, path = self.command, self.path
         length = int(self.headers.get("Content-Length") or 0)
-        if proxy.bearer and self._gate(path, length):
+        if (proxy.bearer or proxy.basic) and self._gate(path, length):
             return
         fault = proxy.match(method, path)
         action = fault.action if fault else "forward"
-        entry = Logged(method, path, action)
+        entry = Logged(method, path, action, authorization=self.headers.get("Authorization"))
+        blob_read = method in ("GET", "HEAD") and re.match(r"/v2/.+/blobs/sha256:\w{64}$", path)
+        if proxy.storage and proxy.redirect_blobs and fault is None and blob_read:
+            entry.action, entry.status = "redirect", 307
+            proxy.log_request(entry)
+            self._answer(307, b"", {"Location": proxy.storage + path})
+            return
         proxy.log_request(entry)
         if proxy.hook is not None:
             proxy.hook(entry)
@@ -260,8 +272,9 @@ class _Handler(BaseHTTPRequestHandler):
     ) -> tuple[http.client.HTTPResponse | None, bytes]:
         proxy = self.server.proxy
         upstream.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+        gated = proxy.bearer or proxy.basic is not None
         for k, v in self.headers.items():
-            if k.lower() not in _HOP and not (proxy.bearer and k.lower() == "authorization"):
+            if k.lower() not in _HOP and not (gated and k.lower() == "authorization"):
                 upstream.putheader(k, v)
         upstream.endheaders()
         left = length
@@ -290,6 +303,12 @@ class _Handler(BaseHTTPRequestHandler):
         if proxy.relative_locations and "Location" in headers:
             parts = urlsplit(headers["Location"])
             headers["Location"] = parts.path + (f"?{parts.query}" if parts.query else "")
+        if proxy.storage and self.command == "POST" and "Location" in headers:
+            # an upload the registry opened goes on at the storage host (another origin)
+            parts = urlsplit(headers["Location"])
+            headers["Location"] = (
+                proxy.storage + parts.path + (f"?{parts.query}" if parts.query else "")
+            )
         if action == "truncate" and self.command != "HEAD":
             self.send_response(resp.status)
             for k, v in headers.items():
@@ -310,20 +329,35 @@ class _Handler(BaseHTTPRequestHandler):
         self._answer(resp.status, body, headers)
 
     def _gate(self, path: str, length: int) -> bool:
-        """Bearer mode: serve ``/token`` and refuse requests without the token. True: answered."""
+        """Bearer mode: serve ``/token`` and refuse requests without the token; basic mode:
+        refuse requests without the credentials. True: answered."""
         proxy = self.server.proxy
         url = urlsplit(path)
-        if url.path == "/token":
+        given = self.headers.get("Authorization")
+        if proxy.bearer and url.path == "/token":
             with proxy.lock:
                 proxy.token_requests.append(parse_qs(url.query))
+                proxy.token_auth.append(given)
             self._answer(200, json.dumps({"token": "t0ken"}).encode(), {})
             return True
-        if self.headers.get("Authorization") == "Bearer t0ken":
+        if proxy.basic is not None:
+            pair = base64.b64encode(":".join(proxy.basic).encode()).decode()
+            if given == f"Basic {pair}":
+                return False
+            with proxy.lock:
+                proxy.challenged.append(given)
+            self._read_body(length)
+            self._answer(401, b'{"errors":[]}', {"WWW-Authenticate": 'Basic realm="nvkr-test"'})
+            return True
+        if given == "Bearer t0ken":
             return False
+        with proxy.lock:
+            proxy.challenged.append(given)
         self._read_body(length)
         m = re.match(r"/v2/(.+)/(?:blobs|manifests|tags|referrers)/", url.path)
         scope = f"repository:{m.group(1)}:pull,push" if m else ""
-        challenge = f'Bearer realm="http://{proxy.host}/token",service="nvkr-test"'
+        realm = proxy.realm or f"{proxy.scheme}://{proxy.host}/token"
+        challenge = f'Bearer realm="{realm}",service="nvkr-test"'
         if scope:
             challenge += f',scope="{scope}"'
         self._answer(401, b'{"errors":[]}', {"WWW-Authenticate": challenge})
@@ -341,11 +375,23 @@ class FaultProxy:
 
     upstream: str
     host: str = ""
+    scheme: str = "http"  # "https" when run_proxy was given a certificate
     faults: list[Fault] = field(default_factory=list)
     log: list[Logged] = field(default_factory=list)
     relative_locations: bool = False
+    #: a bearer-token gate: 401 with a challenge naming ``realm`` (default: this proxy's
+    #: ``/token``, which hands out ``t0ken`` to anyone) until a request carries that token
     bearer: bool = False
+    realm: str | None = None
+    #: a basic auth gate: 401 until a request carries these (user, password)
+    basic: tuple[str, str] | None = None
     token_requests: list[dict[str, list[str]]] = field(default_factory=list)
+    token_auth: list[str | None] = field(default_factory=list)  # each /token request's
+    challenged: list[str | None] = field(default_factory=list)  # what each refused one carried
+    #: ``scheme://host:port`` of a storage host (another proxy in front of the same registry):
+    #: upload Locations are rewritten to it, and with ``redirect_blobs`` blob reads answer 307
+    storage: str | None = None
+    redirect_blobs: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
     #: called with each request's log entry before it is handled (e.g. to kill a client)
     hook: Callable[[Logged], None] | None = None
@@ -387,9 +433,16 @@ class FaultProxy:
 
 
 @contextlib.contextmanager
-def run_proxy(upstream: str) -> Iterator[FaultProxy]:
+def run_proxy(upstream: str, *, tls: tuple[Path, Path] | None = None) -> Iterator[FaultProxy]:
+    """A :class:`FaultProxy` on a free loopback port in front of ``upstream``; with ``tls``
+    (cert, key from :func:`tests.tls.self_signed`) it speaks HTTPS."""
     server = _ProxyServer(("127.0.0.1", 0), _Handler)
     proxy = FaultProxy(upstream=upstream, host=f"127.0.0.1:{server.server_address[1]}")
+    if tls is not None:
+        from tests.tls import serve_tls
+
+        serve_tls(server, *tls)
+        proxy.scheme = "https"
     server.proxy = proxy
     thread = threading.Thread(
         target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
@@ -411,7 +464,9 @@ def fast_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("nvkr.oci.registry.BACKOFF", 0.0)
     for var in ("no_proxy", "NO_PROXY"):
         current = os.environ.get(var, "")
-        monkeypatch.setenv(var, ",".join(filter(None, [current, "127.0.0.1", "localhost"])))
+        monkeypatch.setenv(
+            var, ",".join(filter(None, [current, "127.0.0.1", "127.0.0.2", "localhost"]))
+        )
 
 
 @pytest.fixture

@@ -19,11 +19,13 @@ import click
 
 from nvkr.cli import App
 from nvkr.cli.common import (
+    RegistryAccess,
     fetch_options,
     make_console,
     make_session_plan,
     open_session,
     recipe_argument,
+    registry_options,
     variant_option,
 )
 from nvkr.cli.common import n as _n
@@ -65,7 +67,7 @@ from nvkr.errors import UsageError
     metavar="REGISTRY/REPOSITORY[:TAG]",
     help="Publish each release set there after the build (tag default: the release set name).",
 )
-@click.option("--insecure", is_flag=True, help="With --push: plain HTTP to that registry.")
+@registry_options("With --push")
 @click.pass_obj
 def command(
     app: App,
@@ -80,7 +82,7 @@ def command(
     as_json: bool,
     sign_key: str | None,
     push: str | None,
-    insecure: bool,
+    registry: RegistryAccess,
 ) -> None:
     """Build RECIPE (default recipes/default.yaml) into release sets under --out."""
     from rich.markup import escape
@@ -210,10 +212,9 @@ def command(
                 f"--push {push} names one tag but the build wrote {len(written)} release sets",
                 hint="leave the tag out: each release set is tagged with its own name",
             )
-        from nvkr.oci.registry import RegistryClient
         from nvkr.publish import publish_layout
 
-        with RegistryClient(push_ref.registry, insecure=insecure) as client:
+        with registry.client(push_ref.registry) as client:
             for item in written:
                 pushed = publish_layout(Path(item["path"]), push_ref, client)
                 item["pushed"] = f"{push_ref.registry}/{push_ref.repository}:{pushed.tag}"

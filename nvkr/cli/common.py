@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Callable
@@ -176,8 +177,9 @@ def make_session_plan(session: Session) -> Any:
     )
 
 
-def registry_password(username: str | None, password_stdin: bool, verb: str) -> str | None:
-    """The password of ``-u``/``--password-stdin`` (stdin, else ``NVKR_REGISTRY_PASSWORD``).
+def registry_password(username: str | None, password_stdin: bool, command: str) -> str | None:
+    """The password of ``-u``/``--password-stdin`` (stdin, else ``NVKR_REGISTRY_PASSWORD``);
+    ``command`` is the command's path for the hint (``nvkr release-set show``).
 
     Raises:
         UsageError: ``--password-stdin`` without ``--username``, or a user without a password.
@@ -192,9 +194,85 @@ def registry_password(username: str | None, password_stdin: bool, verb: str) -> 
         if password is None:
             raise UsageError(
                 "--username needs --password-stdin (or NVKR_REGISTRY_PASSWORD)",
-                hint=f'pipe the password in: echo "$PASSWORD" | nvkr {verb} ... --password-stdin',
+                hint=f'pipe the password in: echo "$PASSWORD" | {command} ... --password-stdin',
             )
     return password
+
+
+@dataclass(frozen=True)
+class RegistryAccess:
+    """How a verb reaches the registry its argument names: ``--insecure`` and the credentials of
+    ``-u``/``--password-stdin`` (None: the client's own defaults, NVKR_REGISTRY_* or the Docker
+    config)."""
+
+    insecure: bool = False
+    username: str | None = None
+    password: str | None = None
+
+    def client(self, registry: str, **options: Any) -> Any:
+        """A :class:`~nvkr.oci.registry.RegistryClient` for ``registry`` (``host[:port]``) with
+        these settings; ``options`` go to it as they are (``chunk_size``, ``pool_size``)."""
+        from nvkr.oci.registry import RegistryClient
+
+        return RegistryClient(
+            registry,
+            insecure=self.insecure,
+            username=self.username,
+            password=self.password,
+            **options,
+        )
+
+
+def registry_options(scope: str = "", insecure_note: str = "") -> Callable[[F], F]:
+    """``--insecure``, ``-u/--username`` and ``--password-stdin`` for a verb that talks to a
+    registry, as one ``registry:`` :class:`RegistryAccess` argument of the command. The password
+    is read (and the pair checked) before the command body runs.
+
+    Args:
+        scope: when the options apply, prefixed to their help (``REF``: only with a registry
+            reference; ``With --push``).
+        insecure_note: more words for ``--insecure``'s help.
+    Raises (when the command runs):
+        UsageError: see :func:`registry_password`.
+    """
+
+    def say(text: str) -> str:
+        return f"{scope}: {text}" if scope else text[0].upper() + text[1:]
+
+    def decorate(f: F) -> F:
+        @functools.wraps(f)
+        def command(
+            *args: Any, insecure: bool, username: str | None, password_stdin: bool, **kwargs: Any
+        ) -> Any:
+            # "nvkr release-set show", whatever name the program was started under
+            verbs = click.get_current_context().command_path.split()[1:]
+            password = registry_password(username, password_stdin, " ".join(["nvkr", *verbs]))
+            access = RegistryAccess(insecure=insecure, username=username, password=password)
+            return f(*args, registry=access, **kwargs)
+
+        note = f"; {insecure_note}" if insecure_note else ""
+        options = [
+            click.option(
+                "--insecure",
+                is_flag=True,
+                help=say(
+                    f"plain HTTP to this registry (127.0.0.1 and localhost always are){note}."
+                ),
+            ),
+            click.option(
+                "--username",
+                "-u",
+                help=say("user name (else NVKR_REGISTRY_USERNAME, the Docker config)."),
+            ),
+            click.option(
+                "--password-stdin", is_flag=True, help=say("read the password from standard input.")
+            ),
+        ]
+        for option in reversed(options):
+            command = option(command)
+        return command  # type: ignore[return-value]
+
+    return decorate
 
 
 def require_layout(path: Path) -> None:

@@ -14,8 +14,8 @@ from typing import Any
 import click
 
 from nvkr.cli import App
+from nvkr.cli.common import RegistryAccess, n, registry_options
 from nvkr.cli.common import human_size as _size
-from nvkr.cli.common import n, registry_password
 
 
 def _verb(word: str, colour: str = "cyan") -> str:
@@ -31,13 +31,7 @@ def _dim(text: str) -> str:
 @click.command("publish")
 @click.argument("layout", type=click.Path(path_type=Path))
 @click.argument("reference")
-@click.option(
-    "--insecure",
-    is_flag=True,
-    help="Plain HTTP to this registry (127.0.0.1 and localhost always are).",
-)
-@click.option("--username", "-u", help="User name (else NVKR_REGISTRY_USERNAME, docker config).")
-@click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
+@registry_options()
 @click.option("--name", help="Which ref.name of the layout's index.json (default: its only one).")
 @click.option(
     "--mount-from",
@@ -66,9 +60,7 @@ def command(
     app: App,
     layout: Path,
     reference: str,
-    insecure: bool,
-    username: str | None,
-    password_stdin: bool,
+    registry: RegistryAccess,
     name: str | None,
     mount_from: tuple[str, ...],
     jobs: int,
@@ -81,13 +73,12 @@ def command(
     and the tag (default: the release set's name) is written last.
     """
     from nvkr.errors import UsageError
-    from nvkr.oci.registry import Reference, RegistryClient
+    from nvkr.oci.registry import Reference
     from nvkr.publish import publish_layout
 
     ref = Reference.parse(reference)  # before anything else: a bad name never reaches a registry
     for repo in mount_from:
         Reference.parse(f"{ref.registry}/{repo}")
-    password = registry_password(username, password_stdin, "publish")
     if not (layout / "index.json").is_file():
         raise UsageError(
             f"{layout} is not an OCI image layout (no index.json)",
@@ -128,13 +119,8 @@ def command(
             else:
                 say(_verb("attached"), "build record already there ", count)
 
-    with RegistryClient(
-        ref.registry,
-        insecure=insecure,
-        username=username,
-        password=password,
-        chunk_size=chunk_size << 20,
-        pool_size=max(10, jobs),
+    with registry.client(
+        ref.registry, chunk_size=chunk_size << 20, pool_size=max(10, jobs)
     ) as client:
         report = publish_layout(
             layout, ref, client, name=name, mount_from=mount_from, jobs=jobs, on_event=event

@@ -1,7 +1,8 @@
 """``nvkr pull``: a release set from a registry, by digest, into a layout dir (:mod:`nvkr.pull`).
 
-Humans get a summary on stderr; ``--json`` prints one JSON object per event on stdout and a final
-``result``. A failed digest or signature check exits 3 and leaves DIR as it was.
+Humans get a summary on stderr (with the bytes downloaded and reused when blobs of an earlier pull
+into DIR, or of the store, were reused); ``--json`` prints one JSON object per event on stdout and
+a final ``result``. A failed digest or signature check exits 3 and leaves DIR as it was.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 import click
 
 from nvkr.cli import App
-from nvkr.cli.common import human_size, registry_password
+from nvkr.cli.common import RegistryAccess, human_size, registry_options
 
 
 @click.command("pull")
@@ -27,13 +28,7 @@ from nvkr.cli.common import human_size, registry_password
     metavar="PUB",
     help="Public key (PEM file or env://VAR), repeatable; verified before DIR is written.",
 )
-@click.option(
-    "--insecure",
-    is_flag=True,
-    help="Plain HTTP to this registry (127.0.0.1 and localhost always are).",
-)
-@click.option("--username", "-u", help="User name (else NVKR_REGISTRY_USERNAME, docker config).")
-@click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
+@registry_options()
 @click.option(
     "--jobs",
     type=click.IntRange(min=1),
@@ -48,9 +43,7 @@ def command(
     reference: str,
     directory: Path,
     keys: tuple[str, ...],
-    insecure: bool,
-    username: str | None,
-    password_stdin: bool,
+    registry: RegistryAccess,
     jobs: int,
     as_json: bool,
 ) -> None:
@@ -60,9 +53,10 @@ def command(
     is written (atomically; an existing one is replaced only when every check passed).
     """
     from nvkr.errors import UsageError
-    from nvkr.oci.registry import Reference, RegistryClient
+    from nvkr.oci.registry import Reference
     from nvkr.pull import pull_release_set
     from nvkr.sign import load_public_key
+    from nvkr.store import default_root
 
     ref = Reference.parse(reference)
     if ref.digest is None:
@@ -70,26 +64,30 @@ def command(
             f"reference {ref} names no digest: nvkr pull fetches by digest only",
             hint=f"pull by digest: {ref}@sha256:<hex> (`nvkr release-set show {ref}` prints it)",
         )
-    password = registry_password(username, password_stdin, "pull")
     public_keys = [load_public_key(k) for k in keys]
 
     def event(kind: str, fields: dict[str, Any]) -> None:
         if as_json:
             click.echo(json.dumps({"event": kind, **fields}, sort_keys=True))
 
-    with RegistryClient(
-        ref.registry, insecure=insecure, username=username, password=password
-    ) as client:
+    store = app.store_root or default_root()  # its blobs are reused, never written
+    with registry.client(ref.registry) as client:
         report = pull_release_set(
-            ref, directory, client, keys=public_keys, on_event=event, workers=jobs
+            ref, directory, client, keys=public_keys, on_event=event, workers=jobs, reuse=[store]
         )
     if as_json:
         click.echo(json.dumps({"event": "result", **asdict(report)}, sort_keys=True))
         return
     checked = "signatures verified" if report.verified else "signatures not checked (no --key)"
+    reused = ""
+    if report.reused_blobs:
+        reused = (
+            f" ({human_size(report.downloaded_bytes)} downloaded, {report.reused_blobs} blobs "
+            f"of {human_size(report.reused_bytes)} reused from {directory} or the store)"
+        )
     click.echo(
         f"nvkr: pulled {report.name} {report.digest} into {directory}: {report.blobs} blobs, "
-        f"{human_size(report.bytes)}, {report.signatures} signatures; digests checked, {checked} "
-        f"({report.seconds:.1f} s)",
+        f"{human_size(report.bytes)}{reused}, {report.signatures} signatures; digests checked, "
+        f"{checked} ({report.seconds:.1f} s)",
         err=True,
     )

@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from nvkr.cli import App
+from nvkr.cli.common import RegistryAccess, registry_options
 
 
 @click.group("release-set")
@@ -36,10 +37,11 @@ def _digest(art: dict[str, Any]) -> str:
 
 
 def load_release_set(
-    source: str, *, insecure: bool = False
+    source: str, *, registry: RegistryAccess | None = None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(metadata, release set index descriptor)`` of a dist/<name> directory or a registry
-    reference (only the index, the metadata manifest and its config are fetched).
+    reference (only the index, the metadata manifest and its config are fetched, through
+    ``registry``'s settings).
 
     Raises:
         UsageError: ``source`` is neither; IntegrityError: a digest does not match.
@@ -61,24 +63,20 @@ def load_release_set(
             f"{source} is neither a release set directory nor a registry reference",
             hint="give dist/<name> or REGISTRY/REPOSITORY:TAG",
         )
-    from nvkr.oci.registry import Reference, RegistryClient
+    from nvkr.oci.registry import Reference
     from nvkr.releaseset.remote import read_remote_metadata
 
     ref = Reference.parse(source)
-    with RegistryClient(ref.registry, insecure=insecure) as client:
+    with (registry or RegistryAccess()).client(ref.registry) as client:
         return read_remote_metadata(client, ref)
 
 
 @command.command("show")
 @click.argument("source", metavar="PATH|REF")
 @click.option("--json", "as_json", is_flag=True, help="Print the release set metadata as JSON.")
-@click.option(
-    "--insecure",
-    is_flag=True,
-    help="REF: plain HTTP to this registry (127.0.0.1 and localhost always are).",
-)
+@registry_options("REF")
 @click.pass_obj
-def show(app: App, source: str, as_json: bool, insecure: bool) -> None:
+def show(app: App, source: str, as_json: bool, registry: RegistryAccess) -> None:
     """Show the release set in PATH (a dist/<name> directory) or at REF
     (REGISTRY/REPOSITORY:TAG or @sha256:<hex>; only its index and metadata are fetched):
     artifacts, cluster release, node-pool releases."""
@@ -87,7 +85,7 @@ def show(app: App, source: str, as_json: bool, insecure: bool) -> None:
 
     from nvkr.cli.common import make_console
 
-    meta, top = load_release_set(source, insecure=insecure)
+    meta, top = load_release_set(source, registry=registry)
     if as_json:
         click.echo(
             json.dumps({"digest": top["digest"], "metadata": meta}, indent=2, sort_keys=True)

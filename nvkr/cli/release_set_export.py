@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from nvkr.cli import App
+from nvkr.cli.common import RegistryAccess, registry_options
 from nvkr.errors import UsageError
 
 if TYPE_CHECKING:
@@ -86,12 +87,7 @@ if TYPE_CHECKING:
     help="metal3: each template selects BareMetalHosts labelled KEY=<arch of its machine image> "
     "(amd64, arm64), e.g. kubernetes.io/arch; without it Metal3 may put any image on any host.",
 )
-@click.option(
-    "--insecure",
-    is_flag=True,
-    help="REF: plain HTTP to this registry (127.0.0.1 and localhost always are); registry "
-    "image URLs are then http:// too.",
-)
+@registry_options("REF", insecure_note="registry image URLs are then http:// too")
 @click.option(
     "--out",
     type=click.Path(path_type=Path, dir_okay=False),
@@ -112,7 +108,7 @@ def command(
     image_url_from_registry: bool,
     control_plane_pool: str | None,
     host_arch_label: str | None,
-    insecure: bool,
+    registry: RegistryAccess,
     out: Path | None,
 ) -> None:
     """Export the release set in PATH (a dist/<name> directory) or at REF (a registry reference)
@@ -138,8 +134,10 @@ def command(
         raise UsageError(
             "--infrastructure writes Cluster API templates", hint="use it with --format capi"
         )
-    urls = _image_urls(source, repository, image_base_url, image_url_from_registry, insecure)
-    meta, top = load_release_set(source, insecure=insecure)
+    urls = _image_urls(
+        source, repository, image_base_url, image_url_from_registry, registry.insecure
+    )
+    meta, top = load_release_set(source, registry=registry)
     digest = str(top["digest"])
     if fmt == "json":
         doc = export.export_json(meta, digest, repository=repository)
@@ -168,7 +166,7 @@ def command(
                 err=True,
             )
         gaps: dict[str, list[str]] = {}
-        for label, tools in _kubeadm_gaps(source, meta, insecure):
+        for label, tools in _kubeadm_gaps(source, meta, registry):
             gaps.setdefault(" or ".join(tools), []).append(label)
         for lacking, labels in gaps.items():
             click.echo(
@@ -233,7 +231,9 @@ def _image_urls(
     return ImageUrls.from_registry(ref.registry, ref.repository, insecure=insecure)
 
 
-def _kubeadm_gaps(source: str, meta: dict[str, Any], insecure: bool) -> list[tuple[str, list[str]]]:
+def _kubeadm_gaps(
+    source: str, meta: dict[str, Any], registry: RegistryAccess
+) -> list[tuple[str, list[str]]]:
     """``(label, missing)`` for each node-pool machine image whose SBOM lacks kubeadm or
     kubelet (:func:`nvkr.export.missing_for_kubeadm`): read from the layout, or from the
     registry (one manifest and one SBOM blob each)."""
@@ -263,11 +263,10 @@ def _kubeadm_gaps(source: str, meta: dict[str, Any], insecure: bool) -> list[tup
         reader = LayoutReader(Path(source))
         return spdx_docs(reader.read_blob, reader.read_blob)
     from nvkr.oci.reference import Reference
-    from nvkr.oci.registry import RegistryClient
     from nvkr.releaseset.remote import fetch_manifest
 
     ref = Reference.parse(source)
-    with RegistryClient(ref.registry, insecure=insecure) as client:
+    with registry.client(ref.registry) as client:
 
         def manifest(desc: Mapping[str, Any]) -> bytes:
             return fetch_manifest(client, ref.repository, desc, f"SBOM manifest {desc['digest']}")

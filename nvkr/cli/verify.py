@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from nvkr.cli import App
-from nvkr.cli.common import human_size
+from nvkr.cli.common import RegistryAccess, human_size, registry_options
 
 
 @click.command("verify")
@@ -49,11 +49,7 @@ from nvkr.cli.common import human_size
 @click.option(
     "--jobs", "-j", type=click.IntRange(min=1), help="With --rebuild: actions in parallel."
 )
-@click.option("--insecure", is_flag=True, help="REF: plain HTTP to this registry.")
-@click.option(
-    "--username", "-u", help="REF: user name (else NVKR_REGISTRY_USERNAME, docker config)."
-)
-@click.option("--password-stdin", is_flag=True, help="REF: read the password from standard input.")
+@registry_options("REF")
 @click.pass_obj
 def command(
     app: App,
@@ -65,9 +61,7 @@ def command(
     project: Path,
     seed_store: Path | None,
     jobs: int | None,
-    insecure: bool,
-    username: str | None,
-    password_stdin: bool,
+    registry: RegistryAccess,
 ) -> None:
     """Verify the release set in PATH (a dist/<name> directory) or at REF
     (REGISTRY/REPOSITORY@sha256:<hex>, pulled into a temporary directory first): every blob's
@@ -90,17 +84,13 @@ def command(
             f"{path} is neither a directory nor a registry reference by digest",
             hint="give the release set's layout (dist/<name>) or REGISTRY/REPO@sha256:<hex>",
         )
-    from nvkr.cli.common import registry_password
-    from nvkr.oci.registry import Reference, RegistryClient
+    from nvkr.oci.registry import Reference
     from nvkr.pull import pull_release_set
 
     ref = Reference.parse(str(path))
-    password = registry_password(username, password_stdin, "verify")
     with tempfile.TemporaryDirectory(prefix="nvkr-verify-") as tmp:
         layout = Path(tmp) / "layout"
-        with RegistryClient(
-            ref.registry, insecure=insecure, username=username, password=password
-        ) as client:
+        with registry.client(ref.registry) as client:
             # every blob's digest (and with --key every signature) is checked on the way in
             pull_release_set(ref, layout, client, keys=public_keys)
         _verify(app, layout, public_keys, policy, as_json, rebuild, project, seed_store, jobs)

@@ -94,6 +94,8 @@ def resolve(name: str, source: AnySource, ctx: FetchContext, *, base_dir: Path) 
         :mod:`~nvkr.fetch.pypi` and :mod:`~nvkr.fetch.path`.
     Raises:
         ChecksumError: the content does not match its pin (exit 3); nothing is stored.
+        DowngradeError: an https URL (a file, a checksum file, a registry's blob) redirected
+            to plain http (exit 3, :mod:`nvkr.origin`); nothing is fetched from the http URL.
         FetchError: the source cannot be fetched (unreachable, HTTP error, HTML page, empty body,
             unknown commit, no matching wheel, missing directory, bad checksum file).
         OfflineError: ``ctx.offline`` and the network would be needed.
@@ -114,6 +116,6 @@ def ensure(
     Raises:
         LockError: ``resolved`` does not describe ``source`` (another kind, URL, commit or pin).
         OfflineError: the blob is missing and ``ctx.offline``; names the source and what is missing.
-        ChecksumError, FetchError: as :func:`resolve`.
+        ChecksumError, DowngradeError, FetchError: as :func:`resolve`.
     """
     return _fetcher(source).ensure(name, source, resolved, ctx, base_dir=base_dir)

@@ -8,12 +8,19 @@ the clone's timestamps or the machine's umask. The git CLI does the fetching, th
 ``git fetch --depth 1 <url> <commit>``; when the server refuses to serve an unadvertised object
 (protocol v0 servers, some hosts), a full fetch of every ref. After checkout, ``HEAD`` must equal
 the pin: the commit id is the integrity check, as the sha256 is for a url source.
+
+A fetch that fails is reported in git's own words (its ``fatal:``/``error:`` lines and the
+server's ``remote:`` lines, e.g. GitHub's "remote: Repository not found."), with a hint that fits
+what they say: only a failure of the network itself (no route, refused, timed out, name not
+resolved) says to check the network; a repository that is not there, that wants credentials, or
+whose certificate does not verify says that instead, and is not fetched a second time by refs.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
@@ -54,17 +61,68 @@ def _env(home: Path) -> dict[str, str]:
     return pinned_env(extra, home=home)
 
 
+# What git, curl and ssh say when the network failed, not the repository or the request.
+_NETWORK = re.compile(
+    r"could not resolve (host|hostname|proxy)|couldn't resolve|failed to connect|couldn't connect"
+    r"|connection refused|connection timed out|connection reset|network is unreachable"
+    r"|no route to host|operation timed out|operation too slow|timed out after"
+    r"|unable to connect to|temporary failure in name resolution|name or service not known",
+    re.IGNORECASE,
+)
+_NOT_FOUND = re.compile(
+    r"repository '.*' not found|does not appear to be a git repository|repository not found"
+    r"|returned error: (404|410)",
+    re.IGNORECASE,
+)
+_CREDENTIALS = re.compile(
+    r"could not read (username|password)|authentication failed|permission denied"
+    r"|returned error: (401|403)|access denied",
+    re.IGNORECASE,
+)
+_TLS = re.compile(r"ssl certificate problem|certificate verification failed", re.IGNORECASE)
+# progress the server reports on its side band: not what went wrong
+_PROGRESS = ("remote: Enumerating", "remote: Counting", "remote: Compressing", "remote: Total")
+
+
 def _git_says(err: ToolError) -> str:
-    """git's own ``fatal:``/``error:`` lines from a failed command (else the whole message)."""
+    """git's own ``fatal:``/``error:`` lines and the server's ``remote:`` lines from a failed
+    command, in order (else the whole message)."""
     lines = [ln.strip() for ln in err.message.splitlines()]
     said: list[str] = []
     for i, ln in enumerate(lines):
-        if ln.startswith(("fatal:", "error:")):
+        if ln.startswith("remote:") and not ln.startswith(_PROGRESS) and ln != "remote:":
+            said.append(ln)
+        elif ln.startswith(("fatal:", "error:")):
             # "fatal: unable to connect to HOST:" puts the reason on the next line
             if ln.endswith(":") and i + 1 < len(lines):
                 ln = f"{ln} {lines[i + 1]}"
             said.append(ln)
     return "; ".join(dict.fromkeys(said)) if said else err.message
+
+
+def _failure_hint(said: str) -> tuple[str, bool]:
+    """The hint for a failed fetch whose git output is ``said``, and whether fetching every
+    ref instead could help (not when the network, the URL or the credentials are the
+    problem)."""
+    if _NOT_FOUND.search(said):
+        return (
+            "check the URL: the server says there is no such repository (a private one answers "
+            "the same to anyone who may not read it); --mirror PREFIX=REPLACEMENT fetches from "
+            "a copy",
+            False,
+        )
+    if _CREDENTIALS.search(said):
+        return (
+            "the repository wants credentials, and nvkr runs git without prompts or credential "
+            "helpers: use an ssh:// URL (SSH_AUTH_SOCK is passed through), or --mirror to a "
+            "copy it can read",
+            False,
+        )
+    if _TLS.search(said):
+        return "the server's TLS certificate does not verify for this name: fix it", False
+    if _NETWORK.search(said):
+        return NET_HINT, False
+    return "check the URL, and that the repository still holds the pinned commit", True
 
 
 def _store_checkout(
@@ -96,15 +154,20 @@ def _store_checkout(
         try:
             git("fetch", "-q", "--depth", "1", fetch_url, commit)
         except ToolError as first:
-            log.info(
-                "%s: fetch by commit id refused (%s); fetching all refs", where, _git_says(first)
-            )
+            said = _git_says(first)
+            hint, by_refs = _failure_hint(said)
+            if not by_refs:
+                raise FetchError(
+                    f"{what}: cannot fetch git repository {where}: {said}", hint=hint
+                ) from first
+            log.info("%s: fetch by commit id refused (%s); fetching all refs", where, said)
             try:
                 git("fetch", "-q", fetch_url, "+refs/*:refs/remotes/origin/*")
             except ToolError as e:
+                said = _git_says(e)
                 raise FetchError(
-                    f"{what}: cannot fetch git repository {where}: {_git_says(e)}",
-                    hint=NET_HINT,
+                    f"{what}: cannot fetch git repository {where}: {said}",
+                    hint=_failure_hint(said)[0],
                 ) from e
         if not git("cat-file", "-t", f"{commit}^{{commit}}", check=False):
             raise FetchError(

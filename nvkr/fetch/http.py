@@ -6,6 +6,13 @@ checksum file (``checksumUrl``, parsed by :mod:`nvkr.fetch.checksums`); at build
 straight into a :class:`~nvkr.store.BlobWriter`, which hashes while writing and only renames the
 temp file into ``blobs/sha256/`` once size and digests match, so a bad download leaves nothing.
 
+Redirects are followed here, one hop at a time (:mod:`nvkr.origin`): a hop from https to http is
+refused before the plain-HTTP request is made (:class:`~nvkr.errors.DowngradeError`, exit 3), for
+sources and checksum files alike, at lock and at build. nvkr sends no credentials of its own;
+requests derives each hop's ``Authorization`` from that hop's URL alone (user info in it, or the
+``~/.netrc`` entry of its host), so none follows a redirect to another host. Messages name the
+URL a redirect led to beside the one asked for.
+
 Transport rules: a few retries with exponential backoff on connection errors, resets, 429 and
 5xx (urllib3 ``Retry``; a ``Retry-After`` is honoured up to :data:`MAX_RETRY_AFTER` seconds), a
 whole-download retry when the body breaks off, bounded connect/read timeouts, ``Accept-Encoding:
@@ -32,6 +39,7 @@ from nvkr.errors import ChecksumError, FetchError
 from nvkr.fetch.checksums import algorithm_for, is_html, parse_checksum_file
 from nvkr.fetch.context import NET_HINT, FetchContext, check_entry
 from nvkr.fetch.mirrors import mirror_label
+from nvkr.origin import MAX_REDIRECTS, redirect_target, refuse_downgrade
 from nvkr.recipe.models import UrlSource
 from nvkr.store import BlobInfo, BlobWriter, Store
 
@@ -48,6 +56,11 @@ BACKOFF = 0.5  # seconds; urllib3 2 sleeps 0, 2*BACKOFF, 4*BACKOFF between retri
 MAX_RETRY_AFTER = 30  # seconds; a longer Retry-After would stall a build for no gain
 ATTEMPTS = 3  # whole downloads, when the body breaks off after the headers
 MAX_TEXT = 16 << 20  # bytes; checksum files larger than this are not checksum files
+_DOWNGRADE_HINT = (
+    "the server sends an https request to plain HTTP: ask its owner to fix the redirect; if plain "
+    "HTTP is acceptable, name the http:// URL in the recipe or with --mirror (a choice nvkr "
+    "never makes for you)"
+)
 
 
 class _BrokenBody(Exception):
@@ -158,16 +171,15 @@ def _open_file(url: str, what: str) -> BinaryIO:
         raise FetchError(f"{what}: cannot read {path}: {e.strerror}") from e
 
 
-def _get(
-    session: requests.Session, url: str, what: str, label: str | None = None
-) -> requests.Response:
-    """GET ``url`` (streaming) and check the status; transport failures become FetchError
-    naming ``label`` (the URL, or "mirror (mirror of original)")."""
+def _send(session: requests.Session, url: str, what: str, label: str) -> requests.Response:
+    """One GET of ``url`` (streaming, redirects not followed); transport failures become
+    FetchError naming ``label``."""
     import requests
 
-    label = label or url
     try:
-        resp = session.get(url, stream=True, timeout=(CONNECT_TIMEOUT, READ_TIMEOUT))
+        return session.get(
+            url, stream=True, allow_redirects=False, timeout=(CONNECT_TIMEOUT, READ_TIMEOUT)
+        )
     except requests.exceptions.SSLError as e:
         raise FetchError(
             f"{what}: TLS failure talking to {label}: {_reason(e)}", hint=NET_HINT
@@ -178,6 +190,37 @@ def _get(
         raise FetchError(f"{what}: cannot reach {label}: {_reason(e)}", hint=NET_HINT) from e
     except requests.exceptions.RequestException as e:
         raise FetchError(f"{what}: cannot fetch {label}: {e}") from e
+
+
+def _get(
+    session: requests.Session, url: str, what: str, label: str | None = None
+) -> tuple[requests.Response, str]:
+    """GET ``url`` (streaming), following redirects hop by hop, and check the status.
+
+    Returns:
+        ``(response, where)``: ``where`` names ``label`` (the URL, or "mirror (mirror of
+        original)") and, when redirects led elsewhere, the URL that answered.
+    Raises:
+        DowngradeError: a redirect from https to http (nothing is sent to the http URL).
+        FetchError: transport failure, an error status, too many redirects, an HTML page.
+    """
+    label = label or url
+    current, hops = url, 0
+    while True:
+        resp = _send(session, current, what, label if current == url else f"{label} -> {current}")
+        target = redirect_target(resp)
+        if target is None:
+            break
+        resp.close()
+        refuse_downgrade(url, current, target, what, hint=_DOWNGRADE_HINT)
+        hops += 1
+        if hops > MAX_REDIRECTS:
+            raise FetchError(
+                f"{what}: {label} redirects more than {MAX_REDIRECTS} times (last to {target})",
+                hint="check the URL; the server sends it round in circles",
+            )
+        current = target
+    where = label if current == url else f"{label} (redirected to {current})"
     if resp.status_code >= 400:
         resp.close()
         hint = (
@@ -185,12 +228,12 @@ def _get(
             if resp.status_code in (403, 404, 410)
             else NET_HINT
         )
-        raise FetchError(f"{what}: HTTP {resp.status_code} {resp.reason} from {label}", hint=hint)
+        raise FetchError(f"{what}: HTTP {resp.status_code} {resp.reason} from {where}", hint=hint)
     content_type = resp.headers.get("Content-Type", "").split(";")[0].strip().lower()
-    if content_type in ("text/html", "application/xhtml+xml") and not _is_html_url(url):
+    if content_type in ("text/html", "application/xhtml+xml") and not _is_html_url(current):
         resp.close()
-        raise _html_error(what, label)
-    return resp
+        raise _html_error(what, where)
+    return resp, where
 
 
 def _content_length(resp: requests.Response) -> int | None:
@@ -210,10 +253,11 @@ def _download_http_once(
 ) -> BlobInfo:
     from urllib3.exceptions import HTTPError as Urllib3Error
 
-    with _get(session, url, what, label) as resp:
+    resp, where = _get(session, url, what, label)
+    with resp:
         length = _content_length(resp)
         size = expected_size if expected_size is not None else length
-        with store.writer(expected=expected, expected_size=size, what=what, url=label) as writer:
+        with store.writer(expected=expected, expected_size=size, what=what, url=where) as writer:
             try:
                 # raw + decode_content=False: a server that gzips a .tar.gz on the fly must not
                 # change the bytes we hash
@@ -244,9 +288,11 @@ def download(
     Returns:
         the stored blob (its ``digests`` holds every algorithm of ``expected`` plus sha256).
     Raises:
-        ChecksumError: size or digest differ from ``expected``; nothing is stored.
+        ChecksumError: size or digest differ from ``expected`` (the message names the URL a
+            redirect led to as well); nothing is stored.
+        DowngradeError: a redirect from https to http.
         FetchError: unreachable host, HTTP error status (after retries), body broken off,
-            empty body, HTML page, missing file.
+            empty body, HTML page, missing file, too many redirects.
     """
     label = mirror_label(url, origin)
     scheme = urlsplit(url).scheme.lower()
@@ -295,23 +341,34 @@ def fetch_text(url: str, *, what: str, limit: int = MAX_TEXT, origin: str | None
     ``origin``: the recipe's URL when ``url`` is a mirror of it (for messages).
 
     Raises:
+        DowngradeError: a redirect from https to http.
         FetchError: as :func:`download`, or the body exceeds ``limit`` bytes.
     """
+    return _fetch_text(url, what=what, limit=limit, origin=origin)[0]
+
+
+def _fetch_text(
+    url: str, *, what: str, limit: int = MAX_TEXT, origin: str | None = None
+) -> tuple[str, str]:
+    """:func:`fetch_text`, and where the text came from (the label, with the URL a redirect
+    led to)."""
     label = mirror_label(url, origin)
     log.info("fetching %s", label)
     scheme = urlsplit(url).scheme.lower()
+    where = label
     if scheme == "file":
         with _open_file(url, what) as f:
             data = f.read(limit + 1)
     elif scheme in ("http", "https"):
         session = new_session()
         try:
-            with _get(session, url, what, label) as resp:
+            resp, where = _get(session, url, what, label)
+            with resp:
                 try:
                     data = resp.raw.read(limit + 1, decode_content=False)
                 except Exception as e:  # urllib3 and socket errors alike: nothing to salvage
                     raise FetchError(
-                        f"{what}: the download of {label} broke off: {_reason(e)}", hint=NET_HINT
+                        f"{what}: the download of {where} broke off: {_reason(e)}", hint=NET_HINT
                     ) from e
         finally:
             session.close()
@@ -319,9 +376,9 @@ def fetch_text(url: str, *, what: str, limit: int = MAX_TEXT, origin: str | None
         raise FetchError(f"{what}: unsupported URL {url!r}: expected http://, https:// or file://")
     if len(data) > limit:
         raise FetchError(
-            f"{what}: {label} is larger than {limit} bytes; expected a small text file"
+            f"{what}: {where} is larger than {limit} bytes; expected a small text file"
         )
-    return data.decode("utf-8", errors="replace")
+    return data.decode("utf-8", errors="replace"), where
 
 
 def url_filename(url: str) -> str:
@@ -375,28 +432,38 @@ def resolve(name: str, source: UrlSource, ctx: FetchContext, *, base_dir: Path) 
     """
     what = f"source {name!r}"
     expected = _pins(source)
+    pinned_by = ""  # where the pin came from, when not from the recipe
     if not expected:
         assert source.checksumUrl is not None  # the model requires a pin or a checksum URL
         ctx.require_online(name, f"the checksum file {source.checksumUrl}")
         checksum_url = ctx.mirrors.rewrite(source.checksumUrl)
-        text = fetch_text(checksum_url, what=f"{what}: checksum file", origin=source.checksumUrl)
+        text, pinned_by = _fetch_text(
+            checksum_url, what=f"{what}: checksum file", origin=source.checksumUrl
+        )
         algo, hexdigest = parse_checksum_file(
             text,
             source.filename or url_filename(source.url),
             algorithm_for(source.checksumUrl, source.checksumAlgorithm),
-            url=mirror_label(checksum_url, source.checksumUrl),
+            url=pinned_by,
         )
         expected[algo] = f"{algo}:{hexdigest}"
     info = _from_store(ctx.store, expected, what)
     if info is None:
         ctx.require_online(name, f"{source.url} ({', '.join(sorted(expected.values()))})")
-        info = download(
-            ctx.mirrors.rewrite(source.url),
-            ctx.store,
-            what=what,
-            expected=expected,
-            origin=source.url,
-        )
+        try:
+            info = download(
+                ctx.mirrors.rewrite(source.url),
+                ctx.store,
+                what=what,
+                expected=expected,
+                origin=source.url,
+            )
+        except ChecksumError as e:
+            if not pinned_by:
+                raise
+            raise ChecksumError(
+                f"{e.message} (the pin is from the checksum file {pinned_by})", hint=e.hint
+            ) from e
     entry: dict[str, Any] = {
         "kind": "url",
         "url": source.url,

@@ -30,7 +30,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from nvkr.errors import ChecksumError, FetchError, IntegrityError, LockError, RegistryError
+from nvkr.errors import (
+    ChecksumError,
+    DowngradeError,
+    FetchError,
+    IntegrityError,
+    LockError,
+    RegistryError,
+)
 from nvkr.fetch import http as fetch_http
 from nvkr.fetch.context import NET_HINT, FetchContext, check_entry
 from nvkr.fetch.http import CHUNK
@@ -157,9 +164,13 @@ class _Registry(_Origin):
         if self._client is not None:
             self._client.close()
 
-    def _error(self, e: RegistryError | IntegrityError) -> FetchError | ChecksumError:
+    def _error(
+        self, e: RegistryError | IntegrityError
+    ) -> FetchError | ChecksumError | DowngradeError:
         what = f"source {self.name!r} ({self.label})"
         mirror = f" (mirror of {self.origin_base})" if self.base != self.origin_base else ""
+        if isinstance(e, DowngradeError):
+            return DowngradeError(f"{what}: {e.message}{mirror}", hint=e.hint)
         if isinstance(e, IntegrityError):
             return ChecksumError(
                 f"{what}: {e.message}{mirror}",

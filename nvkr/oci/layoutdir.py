@@ -42,6 +42,8 @@ def write_layout(
     index_json: bytes,
     blobs: Sequence[tuple[str, int]],
     blob_source: Callable[[str], Path],
+    *,
+    force: bool = False,
 ) -> bool:
     """Make ``target`` an OCI image layout with ``index_json`` and ``blobs``, atomically.
 
@@ -57,9 +59,13 @@ def write_layout(
         index_json: the exact bytes of ``index.json``.
         blobs: ``(digest "sha256:<hex>", size in bytes)`` of every blob the layout holds.
         blob_source: where the bytes of a digest are (e.g. :meth:`nvkr.store.Store.blob_path`).
+        force: rewrite even a ``target`` that looks up to date. Its blobs are compared by size
+            only; a caller that hashed every blob it hands over (``nvkr pull``) must not keep a
+            damaged file of the same size.
     Returns:
         False when ``target`` already had these ``index.json`` bytes, the ``oci-layout`` file and
-        every blob at its size (nothing is touched), True when it was (re)written.
+        every blob at its size (nothing is touched; never with ``force``), True when it was
+        (re)written.
     Raises:
         IntegrityError: a source blob is missing, has another size or (when copied) another
             digest, or the new layout's closure is incomplete.
@@ -67,8 +73,10 @@ def write_layout(
             existing ``target`` is left as it was.
     """
     target = Path(target)
-    if up_to_date(target, index_json, blobs) and links_current(
-        target, {digest: blob_source(digest) for digest, _ in blobs}
+    if (
+        not force
+        and up_to_date(target, index_json, blobs)
+        and links_current(target, {digest: blob_source(digest) for digest, _ in blobs})
     ):
         log.debug("%s is up to date", target)
         return False

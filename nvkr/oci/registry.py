@@ -14,6 +14,18 @@ importable from here as well. Authentication follows the registry's challenge: `
 user's credentials, or ``Bearer`` with a token from the realm it names (anonymous, or bought with
 the credentials) for the scopes an operation needs.
 
+Credentials stay with the registry's origin (:mod:`nvkr.origin`): the Basic credentials and every
+Bearer token go only to the scheme, host and port of the registry's API; a request anywhere else
+(an upload ``Location`` or a blob read that the registry hands to a storage host; containerd's
+pusher strips its authorizer the same way) carries no ``Authorization``, and a 401 from another
+origin is an error, never answered with credentials. The one other place the user's credentials
+go is the token service a Bearer challenge *of the registry* names as its ``realm`` (the Docker
+token flow, distribution ``docs/spec/auth/token.md`` "Requesting a Token": the client
+authenticates to the token server with Basic), and only over https when the registry itself is
+https; the token it answers goes to the registry alone. ``~/.netrc`` is never read: requests
+would apply its ``default`` entry to any host. Redirects (GET and HEAD) are followed here, one
+hop at a time, each hop checked first: a redirect from https to http is refused.
+
 Transport: https, or plain http for a registry the user marks ``insecure`` and for loopback hosts
 (never a silent downgrade). Connection errors, resets, 429 and 5xx are retried with exponential
 backoff (:data:`RETRIES`, :data:`BACKOFF`; a ``Retry-After`` is honoured up to
@@ -39,7 +51,7 @@ from typing import IO, TYPE_CHECKING, Any, Final, Protocol
 from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
 
 from nvkr import __version__
-from nvkr.errors import IntegrityError, RegistryError
+from nvkr.errors import DowngradeError, IntegrityError, RegistryError
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.auth import CREDENTIALS_HINT as CREDENTIALS_HINT
 from nvkr.oci.auth import credentials_hint, docker_config_label
@@ -48,6 +60,7 @@ from nvkr.oci.auth import parse_challenge as parse_challenge
 from nvkr.oci.reference import _DIGEST
 from nvkr.oci.reference import Reference as Reference
 from nvkr.oci.reference import fallback_tag as fallback_tag
+from nvkr.origin import MAX_REDIRECTS, origin_of, redirect_target, refuse_downgrade
 
 if TYPE_CHECKING:
     import requests
@@ -66,6 +79,10 @@ MANIFEST_ACCEPT: Final = ", ".join(
 )
 _UNREACHABLE_HINT = "is the registry running and reachable?"
 _PLAIN_HTTP_HINT = " a plain-HTTP registry needs --insecure"
+_DOWNGRADE_HINT = (
+    "the registry (or the storage it hands blobs to) sends an https request to plain HTTP: "
+    "fix its configuration; --insecure is for registries that are plain HTTP throughout"
+)
 _TRANSIENT = frozenset({429, 500, 502, 503, 504})
 
 
@@ -134,6 +151,15 @@ class _Window:
             yield data
 
 
+class _NoNetrc:
+    """The session's default auth: adds nothing. Its presence keeps requests from applying
+    ``~/.netrc`` (whose ``default`` entry matches every host) to registry and storage requests;
+    registry credentials come from the caller, the environment or the Docker config only."""
+
+    def __call__(self, r: requests.PreparedRequest) -> requests.PreparedRequest:
+        return r
+
+
 # -- the client ----------------------------------------------------------------------------------
 class RegistryClient:
     """One registry, over the OCI distribution API; thread-safe for concurrent blob transfers.
@@ -143,7 +169,8 @@ class RegistryClient:
         insecure: plain http (the user named this registry as insecure); loopback hosts
             (127.0.0.1, localhost, ::1) always use http.
         username, password: credentials; default ``NVKR_REGISTRY_USERNAME``/``_PASSWORD`` (when
-            ``credentials_from_env``), else ``~/.docker/config.json``.
+            ``credentials_from_env``), else ``~/.docker/config.json``'s entry for the host of
+            ``base_url``.
         base_url: the URL the API lives under (a mirror), default ``http(s)://registry/``.
         chunk_size: bytes per ``PATCH``; blobs up to this size go in one ``PUT``.
         retries, backoff: per request (default :data:`RETRIES`, :data:`BACKOFF` seconds).
@@ -181,17 +208,22 @@ class RegistryClient:
         else:
             self._creds_from = "the command line"
         self._creds = (username, password or "") if username else None
-        if self._creds is None and (found := docker_credentials(registry)) is not None:
+        # the Docker config's entry for the host the API is on: a mirror has its own, and never
+        # gets the upstream registry's
+        api_host = urlsplit(self.base).netloc
+        if self._creds is None and (found := docker_credentials(api_host)) is not None:
             self._creds, self._creds_from = found, docker_config_label()
         self.chunk_size = max(1, chunk_size)
         self.retries = RETRIES if retries is None else retries
         self.backoff = backoff
         self.session = requests.Session()
+        self.session.auth = _NoNetrc()
         adapter = HTTPAdapter(max_retries=0, pool_connections=2, pool_maxsize=pool_size)
         self.session.mount("http://", adapter)
         self.session.mount("https://", adapter)
         self.session.headers["User-Agent"] = f"nvkr/{__version__}"
         self.session.headers["Accept-Encoding"] = "identity"
+        self._api = origin_of(self.base)  # the one origin credentials and tokens go to
         self._basic: str | None = None
         self._tokens: dict[str, str] = {}
         self._lock = threading.Lock()
@@ -241,16 +273,21 @@ class RegistryClient:
 
         ``scopes`` are the token scopes it needs (``repository:<repo>:pull[,push]``). 429 and 5xx
         answers and connection failures are retried (when ``retry``; a ``_Window`` body never is).
+        Credentials go only with a ``url`` on the registry's origin; a 401 from elsewhere is
+        returned as it is. GET and HEAD follow redirects (up to :data:`MAX_REDIRECTS` hops).
 
         Raises:
-            RegistryError: unreachable after the retries (``status`` None), or refused
-                credentials (``status`` 401).
+            RegistryError: unreachable after the retries (``status`` None), refused
+                credentials (``status`` 401), or too many redirects.
+            DowngradeError: a redirect from https to http, or an https registry's token
+                service on plain http.
         """
         import requests
 
-        attempt, fresh_auth = 0, False
+        attempt, fresh_auth, hops, first = 0, False, 0, url
         while True:
-            sent = self._auth(scopes)
+            own = origin_of(url) == self._api
+            sent = self._auth(scopes) if own else None
             if isinstance(data, _Window):
                 data.rewind()
             h = dict(headers or {})
@@ -264,7 +301,7 @@ class RegistryClient:
                     data=data,
                     params=params,
                     stream=stream,
-                    allow_redirects=method in ("GET", "HEAD"),
+                    allow_redirects=False,  # followed below, each hop checked first
                     timeout=(CONNECT_TIMEOUT, READ_TIMEOUT),
                 )
             except requests.exceptions.RequestException as e:
@@ -282,7 +319,26 @@ class RegistryClient:
                     else:
                         hint = "the registry does not speak TLS here: pass --insecure if it is "
                         hint += "plain HTTP"
-                raise RegistryError(f"{what}: cannot reach {url}: {_reason(e)}", hint=hint) from e
+                raise RegistryError(
+                    f"{what}: cannot reach {self._shown(url)}: {_reason(e)}", hint=hint
+                ) from e
+            target = redirect_target(resp) if method in ("GET", "HEAD") else None
+            if target is not None:
+                resp.close()
+                shown = self._shown
+                refuse_downgrade(
+                    shown(first), shown(resp.url), shown(target), what, hint=_DOWNGRADE_HINT
+                )
+                hops += 1
+                if hops > MAX_REDIRECTS:
+                    raise RegistryError(
+                        f"{what}: {first} redirects more than {MAX_REDIRECTS} times "
+                        f"(last to {self._shown(target)})"
+                    )
+                url, params = target, None  # the target carries its own query
+                continue
+            if resp.status_code == 401 and not own:
+                return resp  # another origin's challenge is never answered with credentials
             if resp.status_code == 401 and not fresh_auth:
                 resp.close()
                 self._authorize(resp, scopes, sent, what)
@@ -311,8 +367,6 @@ class RegistryClient:
         self, resp: requests.Response, scopes: tuple[str, ...], sent: str | None, what: str
     ) -> None:
         """Answer a 401 challenge: Basic credentials, or a Bearer token for ``scopes``."""
-        import requests
-
         scheme, params = parse_challenge(resp.headers.get("WWW-Authenticate", ""))
         if scheme == "basic":
             if self._creds is None:
@@ -333,18 +387,14 @@ class RegistryClient:
         wanted += [s for s in scopes if s not in wanted]
         query = [("service", params["service"])] if "service" in params else []
         query += [("scope", s) for s in wanted]
-        try:
-            answer = self.session.get(
-                params["realm"],
-                params=query,
-                auth=self._creds,
-                timeout=(CONNECT_TIMEOUT, READ_TIMEOUT),
+        realm = params["realm"]
+        if self._api[0] == "https" and origin_of(realm)[0] != "https":
+            raise DowngradeError(
+                f"{what}: the registry {self.base} names the token service {realm}: the "
+                "credentials would go over plain HTTP",
+                hint="the registry's token realm must be https; nothing was sent",
             )
-        except requests.exceptions.RequestException as e:
-            raise RegistryError(
-                f"{what}: cannot reach the token service {params['realm']}: {_reason(e)}",
-                hint=self._unreachable_hint,
-            ) from e
+        answer = self._token_answer(realm, query, what)
         with answer:
             if answer.status_code >= 400:
                 raise RegistryError(
@@ -362,11 +412,54 @@ class RegistryClient:
         with self._lock:
             self._tokens[" ".join(scopes)] = f"Bearer {token}"
 
+    def _token_answer(
+        self, realm: str, query: list[tuple[str, str]], what: str
+    ) -> requests.Response:
+        """GET the token service ``realm``: the user's credentials (Basic) to the realm's origin
+        only, redirects followed hop by hop (none from https to http, no credentials to
+        another origin), never the registry's token."""
+        import requests
+
+        url, params, hops = realm, query, 0
+        while True:
+            auth = self._creds if origin_of(url) == origin_of(realm) else None
+            try:
+                answer = self.session.get(
+                    url,
+                    params=params,
+                    auth=auth,
+                    allow_redirects=False,
+                    timeout=(CONNECT_TIMEOUT, READ_TIMEOUT),
+                )
+            except requests.exceptions.RequestException as e:
+                raise RegistryError(
+                    f"{what}: cannot reach the token service {realm}: {_reason(e)}",
+                    hint=self._unreachable_hint,
+                ) from e
+            target = redirect_target(answer)
+            if target is None:
+                return answer
+            answer.close()
+            refuse_downgrade(realm, answer.url, target, what, hint=_DOWNGRADE_HINT)
+            hops += 1
+            if hops > MAX_REDIRECTS:
+                raise RegistryError(
+                    f"{what}: the token service {realm} redirects more than {MAX_REDIRECTS} times"
+                )
+            url, params = target, []
+
+    def _shown(self, url: str) -> str:
+        """``url`` for messages: on another origin without its query, which for a storage host
+        is often a signed, short-lived credential (S3 and GCS pre-signed URLs)."""
+        if origin_of(url) == self._api or "?" not in url:
+            return url
+        return url.split("?", 1)[0] + "?..."
+
     def _fail(self, what: str, resp: requests.Response, hint: str | None = None) -> RegistryError:
         detail = _error_detail(resp)  # before close: a streamed body is gone after it
         resp.close()
         return RegistryError(
-            f"{what}: HTTP {resp.status_code} {resp.reason} from {resp.url}{detail}",
+            f"{what}: HTTP {resp.status_code} {resp.reason} from {self._shown(resp.url)}{detail}",
             hint=hint,
             status=resp.status_code,
         )

@@ -588,8 +588,8 @@ def test_cli_metal3(
     meta, digest = loaded
     seen: list[tuple[str, bool]] = []
 
-    def fake_load(source: str, *, insecure: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
-        seen.append((source, insecure))
+    def fake_load(source: str, *, registry: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
+        seen.append((source, registry.insecure))
         return with_node_image(meta), {"digest": digest}
 
     monkeypatch.setattr(release_set_cli, "load_release_set", fake_load)

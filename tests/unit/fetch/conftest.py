@@ -1,5 +1,6 @@
-"""Fixtures for the fetch tests: a store, a loopback HTTP server with misbehaving routes, git
-repositories made with the git CLI, and wheels for a PEP 503 index served over loopback.
+"""Fixtures for the fetch tests: a store, loopback HTTP(S) servers with misbehaving and redirecting
+routes (one on 127.0.0.2, another host), git repositories made with the git CLI, and wheels for
+a PEP 503 index served over loopback.
 
 Nothing here touches the outside network. Helpers are handed out as fixtures (not imported by
 the test modules), so the tests work under any pytest import mode.
@@ -7,6 +8,7 @@ the test modules), so the tests work under any pytest import mode.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -24,6 +26,7 @@ import pytest
 
 from nvkr.fetch import FetchContext
 from nvkr.store import Store
+from tests.tls import self_signed, serve_tls
 
 
 @pytest.fixture(autouse=True)
@@ -33,7 +36,9 @@ def _fast_retries_no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("nvkr.fetch.http.BACKOFF", 0.0)
     for var in ("no_proxy", "NO_PROXY"):
         current = os.environ.get(var, "")
-        monkeypatch.setenv(var, ",".join(filter(None, [current, "127.0.0.1", "localhost"])))
+        monkeypatch.setenv(
+            var, ",".join(filter(None, [current, "127.0.0.1", "127.0.0.2", "localhost"]))
+        )
 
 
 @pytest.fixture
@@ -81,17 +86,21 @@ class Route:
     fail_status: int = 500
     fail_headers: dict[str, str] = field(default_factory=dict)
     claim_length: int | None = None  # a Content-Length larger than the body: a truncated download
+    redirect: str | None = None  # answer ``status`` (default 302) with this Location instead
     hits: int = 0
+    auth: list[str | None] = field(default_factory=list)  # each hit's Authorization header
 
 
 @dataclass
 class Server:
     port: int
     routes: dict[str, Route] = field(default_factory=dict)
+    host: str = "127.0.0.1"
+    scheme: str = "http"
 
     @property
     def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://{self.host}:{self.port}"
 
     def url(self, path: str) -> str:
         return self.base + path
@@ -99,6 +108,10 @@ class Server:
     def add(self, path: str, body: bytes = b"", **kw: Any) -> str:
         self.routes[path] = Route(body=body, **kw)
         return self.url(path)
+
+    def redirect(self, path: str, location: str, status: int = 302) -> str:
+        """A route answering ``status`` with ``Location: location``; its URL."""
+        return self.add(path, redirect=location, status=status)
 
     @property
     def total_hits(self) -> int:
@@ -115,6 +128,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(404, b"not found\n", "text/plain")
             return
         route.hits += 1
+        route.auth.append(self.headers.get("Authorization"))
+        if route.redirect is not None:
+            status = route.status if 300 <= route.status < 400 else 302
+            self._answer(status, b"", "text/plain", headers={"Location": route.redirect})
+            return
         if route.hits <= route.fail_first:
             self._answer(
                 route.fail_status, b"try again\n", "text/plain", headers=route.fail_headers
@@ -150,10 +168,13 @@ class _HTTPServer(ThreadingHTTPServer):
     spec: Server
 
 
-@pytest.fixture
-def http_server() -> Iterator[Server]:
-    httpd = _HTTPServer(("127.0.0.1", 0), _Handler)
-    httpd.spec = Server(port=httpd.server_address[1])
+@contextlib.contextmanager
+def _serve(host: str = "127.0.0.1", tls: tuple[Path, Path] | None = None) -> Iterator[Server]:
+    httpd = _HTTPServer((host, 0), _Handler)
+    httpd.spec = Server(port=httpd.server_address[1], host=host)
+    if tls is not None:
+        serve_tls(httpd, *tls)
+        httpd.spec.scheme = "https"
     thread = threading.Thread(
         target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
     )
@@ -163,6 +184,48 @@ def http_server() -> Iterator[Server]:
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+@pytest.fixture
+def http_server() -> Iterator[Server]:
+    with _serve() as server:
+        yield server
+
+
+@pytest.fixture
+def other_port() -> Iterator[Server]:
+    """A second HTTP server on 127.0.0.1: the same host as :func:`http_server`, another port."""
+    with _serve() as server:
+        yield server
+
+
+@pytest.fixture
+def other_host() -> Iterator[Server]:
+    """An HTTP server on 127.0.0.2: another host than :func:`http_server`'s 127.0.0.1."""
+    with _serve("127.0.0.2") as server:
+        yield server
+
+
+@pytest.fixture
+def tls_cert(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and 127.0.0.2 that requests trusts (REQUESTS_CA_BUNDLE)."""
+    cert, key = self_signed(tmp_path / "tls")
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(cert))
+    return cert, key
+
+
+@pytest.fixture
+def https_server(tls_cert: tuple[Path, Path]) -> Iterator[Server]:
+    """An HTTPS server on 127.0.0.1 whose certificate requests trusts."""
+    with _serve(tls=tls_cert) as server:
+        yield server
+
+
+@pytest.fixture
+def https_other_host(tls_cert: tuple[Path, Path]) -> Iterator[Server]:
+    """An HTTPS server on 127.0.0.2."""
+    with _serve("127.0.0.2", tls=tls_cert) as server:
+        yield server
 
 
 # -- git ---------------------------------------------------------------------------------------

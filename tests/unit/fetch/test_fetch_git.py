@@ -17,6 +17,7 @@ import pytest
 from nvkr.canonical import sha256_bytes
 from nvkr.errors import ChecksumError, FetchError, LockError, OfflineError
 from nvkr.fetch import FetchContext, Mirrors, ensure, resolve
+from nvkr.fetch.context import NET_HINT
 from nvkr.recipe.models import GitSource
 from nvkr.repro import tar_bytes
 from nvkr.store import Store
@@ -281,3 +282,73 @@ def test_git_daemon(git_daemon: str, git_repo, ctx: FetchContext, tmp_path: Path
     assert entry["digest"] == local["digest"]
     with pytest.raises(FetchError, match="not found"):
         resolve("a", GitSource(git=url, commit="f" * 40), ctx, base_dir=tmp_path)
+
+
+# -- what a failed fetch says -------------------------------------------------------------------
+def _fetch_error(url: str, ctx: FetchContext, tmp_path: Path) -> FetchError:
+    with pytest.raises(FetchError) as exc:
+        resolve("agent", GitSource(git=url, commit="a" * 40), ctx, base_dir=tmp_path)
+    return exc.value
+
+
+def test_a_404_keeps_the_servers_words_and_does_not_blame_the_network(
+    http_server, ctx: FetchContext, tmp_path: Path
+) -> None:
+    # what GitHub answers for a repository that does not exist (or that the user may not see)
+    http_server.add(
+        "/org/repo.git/info/refs", b"Repository not found.\n", status=404, content_type="text/plain"
+    )
+    err = _fetch_error(http_server.url("/org/repo.git"), ctx, tmp_path)
+    assert "remote: Repository not found." in err.message
+    assert "fatal: repository 'http://127.0.0.1:" in err.message
+    assert err.hint != NET_HINT and "network" not in (err.hint or "")
+    assert "check the URL" in (err.hint or "")
+
+
+def test_a_refused_connection_blames_the_network(
+    ctx: FetchContext, tmp_path: Path, free_port: int
+) -> None:
+    err = _fetch_error(f"http://127.0.0.1:{free_port}/org/repo.git", ctx, tmp_path)
+    assert "Couldn't connect to server" in err.message or "Connection refused" in err.message
+    assert err.hint == NET_HINT
+
+
+def test_a_server_asking_for_credentials_says_so(
+    http_server, ctx: FetchContext, tmp_path: Path
+) -> None:
+    http_server.add(
+        "/private.git/info/refs",
+        fail_first=10,
+        fail_status=401,
+        fail_headers={"WWW-Authenticate": 'Basic realm="git"'},
+    )
+    err = _fetch_error(http_server.url("/private.git"), ctx, tmp_path)
+    assert "could not read Username" in err.message
+    assert "credentials" in (err.hint or "") and err.hint != NET_HINT
+
+
+def test_a_path_that_is_no_repository_is_not_a_network_failure(
+    ctx: FetchContext, tmp_path: Path
+) -> None:
+    err = _fetch_error((tmp_path / "not-a-repo").as_uri(), ctx, tmp_path)
+    assert "does not appear to be a git repository" in err.message
+    assert err.hint != NET_HINT
+
+
+def test_a_network_failure_is_not_fetched_again_by_refs(
+    ctx: FetchContext, tmp_path: Path, free_port: int, monkeypatch
+) -> None:
+    """The full-fetch fallback is for servers refusing an unadvertised commit; an unreachable
+    server would only fail (or time out) a second time."""
+    import nvkr.fetch.git as fetch_git
+
+    calls: list[list[str]] = []
+    real_run = fetch_git.run
+
+    def counting(argv: list[Any], **kw: Any) -> Any:
+        calls.append([str(a) for a in argv])
+        return real_run(argv, **kw)
+
+    monkeypatch.setattr(fetch_git, "run", counting)
+    _fetch_error(f"http://127.0.0.1:{free_port}/org/repo.git", ctx, tmp_path)
+    assert len([c for c in calls if c[:2] == ["git", "fetch"]]) == 1

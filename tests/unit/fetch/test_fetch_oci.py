@@ -442,3 +442,67 @@ def test_docker_credentials(docker_config):
     assert docker_credentials("elsewhere.example") is None
     docker_config.write_text("not json")
     assert docker_credentials("registry-1.docker.io") is None
+
+
+def test_a_mirror_gets_its_own_credentials_not_the_upstreams(
+    registry, docker_config, tmp_path, request
+):
+    """Credentials are looked up for the host a request goes to: a mirror of a registry never
+    sees the upstream registry's password (containerd asks its credential function per host)."""
+    from tests.registry import run_proxy
+
+    image = make_layout(tmp_path / "layout", salt=request.node.name)
+    push(image, registry, "mirrored")
+    upstream = "registry.example.invalid"
+    with run_proxy(registry.host) as mirror:
+        mirror.basic = ("mirror-user", "mirror-pw")
+        docker_config.write_text(
+            json.dumps(
+                {
+                    "auths": {
+                        upstream: {"username": "upstream-user", "password": "upstream-pw"},
+                        mirror.host: {"username": "mirror-user", "password": "mirror-pw"},
+                    }
+                }
+            )
+        )
+        ctx = FetchContext(
+            store=Store(tmp_path / "store"),
+            mirrors=Mirrors(((f"https://{upstream}/", f"http://{mirror.host}/"),)),
+        )
+        src = OciSource(oci=f"{upstream}/mirrored", digest=image.digest)
+        entry = resolve("base", src, ctx, base_dir=tmp_path)
+        assert entry["blobs"] == image.blobs
+        upstream_basic = "Basic " + base64.b64encode(b"upstream-user:upstream-pw").decode()
+        assert upstream_basic not in mirror.challenged
+        assert mirror.log and {e.authorization for e in mirror.log} == {
+            "Basic " + base64.b64encode(b"mirror-user:mirror-pw").decode()
+        }
+
+
+def test_a_blob_redirected_from_https_to_http_is_refused(registry, tmp_path, request, monkeypatch):
+    """An oci source read over https whose blobs the registry hands to a plain-HTTP storage
+    host: refused as a downgrade (exit 3), naming the source, not taken for tampered bytes."""
+    from nvkr.errors import DowngradeError
+    from tests.registry import run_proxy
+    from tests.tls import self_signed
+
+    image = make_layout(tmp_path / "layout", salt=request.node.name)
+    push(image, registry, "downgraded")
+    cert, key = self_signed(tmp_path / "tls")
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(cert))
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker"))
+    with run_proxy(registry.host) as storage, run_proxy(registry.host, tls=(cert, key)) as front:
+        front.storage, front.redirect_blobs = f"http://{storage.host}", True
+        upstream = "registry.example.invalid"
+        ctx = FetchContext(
+            store=Store(tmp_path / "store"),
+            mirrors=Mirrors(((f"https://{upstream}/", f"https://{front.host}/"),)),
+        )
+        src = OciSource(oci=f"{upstream}/downgraded", digest=image.digest)
+        with pytest.raises(DowngradeError) as e:
+            resolve("base", src, ctx, base_dir=tmp_path)
+        assert e.value.exit_code == 3 and "source 'base'" in e.value.message
+        assert f"https://{front.host}/v2/downgraded/blobs/" in e.value.message
+        assert f"http://{storage.host}/v2/downgraded/blobs/" in e.value.message
+        assert storage.log == []

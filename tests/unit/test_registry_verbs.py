@@ -1,0 +1,125 @@
+"""Every verb that talks to a registry takes the same ``--insecure``, ``-u/--username`` and
+``--password-stdin``: publish, pull, verify REF, release-set show/export REF, build --push. Run
+in-process against CNCF distribution 2.8 behind htpasswd (:mod:`tests.registry`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from nvkr.cli import cli
+from nvkr.errors import NvkrError
+from nvkr.oci.registry import RegistryClient
+from nvkr.publish import publish_layout
+from tests.registry import PASSWORD, USER, auth_registry, fast_retries
+from tests.unit.test_publish import NAME, make_set
+
+FIXTURES = (auth_registry, fast_retries)  # used by name as parameters
+
+
+def run(*args: str, stdin: str | None = None) -> tuple[int, str]:
+    """The CLI in-process, as ``nvkr.cli.main`` runs it: (exit code, output or error)."""
+    try:
+        result = CliRunner().invoke(
+            cli, list(args), input=stdin, catch_exceptions=False, standalone_mode=False
+        )
+    except NvkrError as e:
+        return e.exit_code, e.render()
+    except click.UsageError as e:
+        return 2, e.format_message()
+    return result.exit_code, result.output
+
+
+def commands(group: click.Group, path: str = "nvkr") -> Iterator[tuple[str, click.Command]]:
+    ctx = click.Context(group)
+    for name in sorted(group.list_commands(ctx)):  # the lazy group loads each verb's module
+        command = group.get_command(ctx, name)
+        assert command is not None, name
+        if isinstance(command, click.Group):
+            yield from commands(command, f"{path} {name}")
+        else:
+            yield f"{path} {name}", command
+
+
+def test_every_verb_with_insecure_takes_the_credentials_options():
+    """A verb that reaches a registry (it has --insecure) takes -u and --password-stdin too."""
+    found = []
+    for path, command in commands(cli):
+        names = {p.name: p for p in command.params}
+        if "insecure" not in names:
+            continue
+        found.append(path)
+        assert {"username", "password_stdin"} <= set(names), path
+        assert "-u" in names["username"].opts, path
+    assert set(found) >= {
+        "nvkr build",
+        "nvkr publish",
+        "nvkr pull",
+        "nvkr verify",
+        "nvkr release-set show",
+        "nvkr release-set export",
+    }
+
+
+@pytest.fixture(scope="module")
+def published(auth_registry, tmp_path_factory) -> dict[str, Any]:
+    layout = make_set(tmp_path_factory.mktemp("verbs") / "set")
+    client = RegistryClient(auth_registry.host, username=USER, password=PASSWORD)
+    report = publish_layout(layout, f"{auth_registry.host}/verbs/set", client)
+    return {"ref": f"{auth_registry.host}/verbs/set", "digest": report.digest}
+
+
+@pytest.fixture
+def no_credentials(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker"))
+    monkeypatch.delenv("NVKR_REGISTRY_USERNAME", raising=False)
+    monkeypatch.delenv("NVKR_REGISTRY_PASSWORD", raising=False)
+
+
+@pytest.mark.parametrize(
+    "verb",
+    [
+        ("pull", "{ref}@{digest}", "{tmp}/pulled"),
+        ("verify", "{ref}@{digest}"),
+        ("release-set", "show", "{ref}:" + NAME, "--json"),
+        ("release-set", "export", "{ref}:" + NAME, "--format", "json"),
+    ],
+    ids=["pull", "verify", "show", "export"],
+)
+def test_registry_verbs_read_a_registry_that_wants_credentials(
+    published, tmp_path, no_credentials, verb
+):
+    args = [a.format(ref=published["ref"], digest=published["digest"], tmp=tmp_path) for a in verb]
+    code, text = run("--store", str(tmp_path / "store"), *args)
+    assert code == 1 and "asks for a user name and password" in text, text
+    code, text = run(
+        "--store", str(tmp_path / "store"), *args, "-u", USER, "--password-stdin", stdin=PASSWORD
+    )
+    assert code == 0, text
+    assert published["digest"] in text or (tmp_path / "pulled" / "index.json").is_file()
+    code, text = run(*args, "--username", USER, "--password-stdin", stdin="wrong\n")
+    assert code == 1 and f"refused access for user {USER!r}" in text, text
+
+
+def test_build_push_reads_the_password_before_building(tmp_path, no_credentials):
+    code, text = run(
+        "build", str(tmp_path / "none.yaml"), "--push", "r.example/x", "--password-stdin"
+    )
+    assert code == 2 and "--password-stdin needs --username" in text, text
+
+
+def test_password_stdin_needs_a_user_everywhere(published, tmp_path, no_credentials):
+    ref = f"{published['ref']}:{NAME}"
+    code, text = run("release-set", "show", ref, "--password-stdin", stdin="x")
+    assert code == 2 and "--password-stdin needs --username" in text
+    code, text = run("release-set", "show", ref, "-u", USER)
+    assert code == 2 and "nvkr release-set show ... --password-stdin" in text
+    doc = json.loads(
+        run("release-set", "show", ref, "--json", "-u", USER, "--password-stdin", stdin=PASSWORD)[1]
+    )
+    assert doc["digest"] == published["digest"]
