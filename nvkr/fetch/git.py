@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
-from nvkr.errors import ChecksumError, FetchError, ToolError
+from nvkr.errors import ChecksumError, DowngradeError, FetchError, ToolError
 from nvkr.fetch.context import NET_HINT, FetchContext, check_entry
 from nvkr.fetch.mirrors import mirror_label
 from nvkr.recipe.models import GitSource
@@ -69,6 +69,8 @@ _NETWORK = re.compile(
     r"|unable to connect to|temporary failure in name resolution|name or service not known",
     re.IGNORECASE,
 )
+# what curl says (through git) when a redirect names a protocol protocol.*.allow forbids
+_DOWNGRADE = re.compile(r'protocol "?http"? not supported or disabled', re.IGNORECASE)
 _NOT_FOUND = re.compile(
     r"repository '.*' not found|does not appear to be a git repository|repository not found"
     r"|returned error: (404|410)",
@@ -142,8 +144,13 @@ def _store_checkout(
         repo = work / "repo"
         env = _env(home)
 
+        # git talks to the remote itself: an https remote must never be followed to plain
+        # HTTP (curl's redirect protocols follow git's protocol.*.allow)
+        no_downgrade = ["-c", "protocol.http.allow=never"] if fetch_url.startswith("https:") else []
+
         def git(*args: str, check: bool = True) -> str:
-            proc = run(["git", *args], cwd=repo, env=env, timeout=_TIMEOUT, check=check)
+            argv = ["git", *no_downgrade, *args]
+            proc = run(argv, cwd=repo, env=env, timeout=_TIMEOUT, check=check)
             return proc.stdout.decode(errors="replace").strip() if proc.returncode == 0 else ""
 
         # a 64-hex pin names a SHA-256 repository, which a SHA-1 repository cannot fetch from
@@ -155,6 +162,13 @@ def _store_checkout(
             git("fetch", "-q", "--depth", "1", fetch_url, commit)
         except ToolError as first:
             said = _git_says(first)
+            if no_downgrade and _DOWNGRADE.search(said):
+                raise DowngradeError(
+                    f"{what}: {where} redirected git to plain http, which nvkr never follows "
+                    f"from an https URL: {said}",
+                    hint="fix the URL or the server's redirect: bytes read over plain HTTP are "
+                    "not what the https URL names",
+                ) from first
             hint, by_refs = _failure_hint(said)
             if not by_refs:
                 raise FetchError(

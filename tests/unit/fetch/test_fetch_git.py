@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from nvkr.canonical import sha256_bytes
-from nvkr.errors import ChecksumError, FetchError, LockError, OfflineError
+from nvkr.errors import ChecksumError, DowngradeError, FetchError, LockError, OfflineError
 from nvkr.fetch import FetchContext, Mirrors, ensure, resolve
 from nvkr.fetch.context import NET_HINT
 from nvkr.recipe.models import GitSource
@@ -352,3 +352,30 @@ def test_a_network_failure_is_not_fetched_again_by_refs(
     monkeypatch.setattr(fetch_git, "run", counting)
     _fetch_error(f"http://127.0.0.1:{free_port}/org/repo.git", ctx, tmp_path)
     assert len([c for c in calls if c[:2] == ["git", "fetch"]]) == 1
+
+
+def test_an_https_repository_redirected_to_plain_http_is_refused(
+    https_server, http_server, tls_cert, ctx: FetchContext, tmp_path: Path, monkeypatch
+) -> None:
+    """git does its own transport: an https remote whose server redirects to http must never
+    be asked over plain HTTP (no downgrade; the hardening issue's item 3)."""
+    import nvkr.fetch.git as fetch_git
+
+    refs = "/org/repo.git/info/refs"
+    http_server.add(refs, b"# never to be asked\n", content_type="text/plain")
+    https_server.redirect(refs, http_server.url(refs) + "?service=git-upload-pack")
+    env = fetch_git._env
+    monkeypatch.setattr(
+        fetch_git, "_env", lambda home: {**env(home), "GIT_SSL_CAINFO": str(tls_cert[0])}
+    )
+    with pytest.raises(DowngradeError) as exc:
+        resolve(
+            "agent",
+            GitSource(git=https_server.url("/org/repo.git"), commit="a" * 40),
+            ctx,
+            base_dir=tmp_path,
+        )
+    assert http_server.total_hits == 0, exc.value.message
+    assert https_server.total_hits == 1, "refused at once, not fetched again by refs"
+    assert exc.value.exit_code == 3 and "plain http" in exc.value.message
+    assert https_server.url("/org/repo.git") in exc.value.message
