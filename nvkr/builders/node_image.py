@@ -251,7 +251,8 @@ class NodeImageBuilder:
                 "virtualSize": p["sizeBytes"],
             }
         if p["bootTest"]:
-            from nvkr.boot import AGENT_LABELS, boot_test, check_agent_labels
+            from nvkr.agent_labels import AGENT_LABELS, check_agent_labels
+            from nvkr.boot import boot_test
 
             agent = any(s["path"] == "/usr/bin/node-agent" for s in staged)
             with _phase(ctx, timings, "boot-test"):

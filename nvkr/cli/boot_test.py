@@ -110,7 +110,8 @@ def command(
     (the default) the labels the agent prints next are checked against its readiness line. On failure the last 40 console lines are
     printed and the exit status is 1.
     """
-    from nvkr.boot import AGENT_LABELS, boot_test, check_agent_labels
+    from nvkr.agent_labels import AGENT_LABELS, check_agent_labels
+    from nvkr.boot import boot_test
 
     if target.is_dir():
         from nvkr.cli.common import require_layout
