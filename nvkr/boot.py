@@ -29,6 +29,7 @@ Each attempt is reported through ``event(kind, fields)`` (``start``, ``stall``; 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -62,6 +63,8 @@ KVM_STALL_SECONDS: Final = 30.0
 KERNEL_LINE: Final = re.compile(r"^\[\s*\d+\.\d+\] |\bLinux version \d")
 #: Seconds the guest gets to power off after an ACPI power-down request.
 POWERDOWN_GRACE: Final = 10.0
+#: Where console logs are kept, under the store root (``<store>/logs/boot-test``).
+CONSOLE_LOGS: Final = Path("logs") / "boot-test"
 LAST_LINES: Final = 40  # console lines a failure message ends with
 
 #: Escape sequences (CSI, and ESC + one byte such as SeaBIOS's terminal reset ``ESC c``) and
@@ -216,16 +219,46 @@ def accel_from_env() -> Accel:
 _KVM_HANGS: set[str] = set()
 
 
+def event_line(kind: str, fields: dict[str, Any], image: str | None = None) -> str:
+    """A boot-test event (see :func:`boot_test`) as a line for people, naming the image as
+    ``image`` (default: its path and arch): ``booting X (amd64) under kvm, timeout 300 s,
+    console log PATH`` or ``X: no console output for 30 s ...; booting it again under tcg``."""
+    name = image or f"{fields['image']} ({fields.get('arch', '?')})"
+    if kind == "start":
+        why = f" ({fields['why']})" if fields["why"] else ""
+        return (
+            f"booting {name} under {fields['accel']}, timeout {fields['timeout']:.0f} s, "
+            f"console log {fields['log'] or '(none)'}{why}"
+        )
+    retry = f"; booting it again under {fields['retry']}" if fields.get("retry") else ""
+    return f"{image or fields['image']}: {fields['reason']}{retry}"
+
+
 def _log_event(kind: str, fields: dict[str, Any]) -> None:
     """The default ``event``: the ``nvkr.boot`` logger (a stall as a warning)."""
-    if kind == "start":
-        log.info(
-            "booting %s (%s) under %s, timeout %.0f s, console log %s",
-            fields["image"], fields["arch"], fields["accel"], fields["timeout"], fields["log"],
-        )  # fmt: skip
-    elif kind == "stall":
-        retry = f"; booting it again under {fields['retry']}" if fields["retry"] else ""
-        log.warning("boot test of %s: %s%s", fields["image"], fields["reason"], retry)
+    (log.warning if kind == "stall" else log.info)("%s", event_line(kind, fields))
+
+
+def new_console_log(directory: Path, name: str) -> Path:
+    """A new, empty file for one boot test's console in ``directory`` (made if missing):
+    ``<UTC time>-<name>.log``, ``-2``... when taken; ``name`` is cut to safe characters.
+    :data:`CONSOLE_LOGS` under the store is where the CLI and the node-image builder keep them.
+
+    Raises:
+        UsageError: the directory cannot be made or written.
+    """
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", name)[:100]
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        for n in range(1, 1000):
+            path = directory / (f"{stamp}-{safe}.log" if n == 1 else f"{stamp}-{safe}-{n}.log")
+            with contextlib.suppress(FileExistsError):
+                path.open("x").close()
+                return path
+    except OSError as e:
+        raise UsageError(f"cannot write a console log in {directory}: {e.strerror}") from e
+    raise UsageError(f"{directory} holds 999 console logs of {safe!r} from {stamp}")
 
 
 def _no_progress(after: str, seconds: float) -> str:
