@@ -13,8 +13,8 @@ Acceleration (``accel``, default ``$NVKR_BOOT_ACCEL``, else ``auto``): ``tcg`` n
 ``kvm`` always does; ``auto`` uses KVM when it really runs a guest here. ``/dev/kvm`` being there
 is not enough (nested or broken KVM accepts ioctls and then hangs), so a 512-byte boot sector that
 exits QEMU through ``isa-debug-exit`` must finish under KVM within :data:`KVM_PROBE_SECONDS`. Even
-that is not enough: nested KVM can run the boot sector, the firmware and GRUB and then hang the
-Linux kernel before its first message. So a KVM boot **makes no progress** when its console
+that is not enough: nested KVM can run the boot sector and then hang the guest, before SeaBIOS
+prints a byte or after GRUB hands over to the Linux kernel. So a KVM boot **makes no progress** when its console
 prints no byte for :data:`KVM_STALL_SECONDS` before the guest's kernel printed its first line
 (:data:`KERNEL_LINE`; QEMU not connecting counts as no byte). Under ``auto`` that boot is stopped
 and the image booted again under TCG with the whole ``timeout`` (TCG is many times slower than
@@ -57,7 +57,8 @@ BootEvent = Callable[[str, dict[str, Any]], None]
 
 #: Seconds without a console byte under KVM, before the guest's kernel printed its first line,
 #: that mean KVM hangs the guest: a KVM guest's kernel speaks within a few seconds of its boot
-#: loader's last line; nested KVM was seen silent after GRUB's ``loading`` line for 300 s.
+#: loader's last line; nested KVM was seen silent after GRUB's ``loading`` line for 300 s, and
+#: silent from the start (no SeaBIOS, no GRUB) for 120 s where TCG printed GRUB's menu in 3 s.
 KVM_STALL_SECONDS: Final = 30.0
 #: The Linux kernel's console lines: printk's time stamp (Debian's kernels), else its banner.
 KERNEL_LINE: Final = re.compile(r"^\[\s*\d+\.\d+\] |\bLinux version \d")
@@ -503,8 +504,9 @@ def _failure(
     elif outcome == "stall":
         msg = f"boot test of {what} made no progress: {_no_progress(matched, KVM_STALL_SECONDS)}"
         advice = (
-            "nested KVM can run the firmware and boot loader yet hang a Linux guest: --accel tcg "
-            f"(or {ACCEL_ENV}=tcg) never uses KVM, --accel auto boots again under TCG"
+            "nested KVM can pass the probe yet hang the guest (before its firmware speaks, or "
+            f"after its boot loader): --accel tcg (or {ACCEL_ENV}=tcg) never uses KVM, --accel "
+            "auto boots again under TCG"
         )
     else:
         why = ""
@@ -515,4 +517,5 @@ def _failure(
     hint = "; ".join(
         part for part in (advice, f"full console in {log_file}" if log_file else "") if part
     )
-    return BootTestError(f"{msg}\nlast console lines:\n{_tail(result.lines)}", hint=hint or None)
+    shown = _tail(result.lines) or "(none)"
+    return BootTestError(f"{msg}\nlast console lines:\n{shown}", hint=hint or None)
