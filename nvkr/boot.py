@@ -12,16 +12,17 @@ go to ``log_file`` with the console lines.
 Acceleration (``accel``, default ``$NVKR_BOOT_ACCEL``, else ``auto``): ``tcg`` never uses KVM;
 ``kvm`` always does; ``auto`` uses KVM when it really runs a guest here. ``/dev/kvm`` being there
 is not enough (nested or broken KVM accepts ioctls and then hangs), so a 512-byte boot sector that
-exits QEMU through ``isa-debug-exit`` must finish under KVM within :data:`KVM_PROBE_SECONDS`. Even
-that is not enough: nested KVM can run the boot sector and then hang the guest, before SeaBIOS
-prints a byte or after GRUB hands over to the Linux kernel. So a KVM boot **makes no progress** when its console
-prints no byte for :data:`KVM_STALL_SECONDS` before the guest's kernel printed its first line
-(:data:`KERNEL_LINE`; QEMU not connecting counts as no byte). Under ``auto`` that boot is stopped
-and the image booted again under TCG with the whole ``timeout`` (TCG is many times slower than
-KVM; the KVM attempt cost at most the firmware's time plus :data:`KVM_STALL_SECONDS`), and KVM is
-not tried again in this process; under ``kvm`` it is a :class:`~nvkr.errors.BootTestError`. Once
-the kernel has spoken KVM runs the guest, and only ``timeout`` limits the boot. TCG has no stall
-limit (a slow guest is not a hung one).
+exits QEMU through ``isa-debug-exit`` must finish under KVM within
+:data:`~nvkr.qemu.KVM_PROBE_SECONDS`. Even that is not enough: nested KVM can run the boot sector
+and then hang the guest, before SeaBIOS prints a byte or after GRUB hands over to the Linux
+kernel. So a KVM boot **makes no progress** when its console prints no byte for
+:data:`KVM_STALL_SECONDS` before the guest's kernel printed its first line (:data:`KERNEL_LINE`;
+QEMU not connecting within that time counts as no byte). Under ``auto`` that boot is stopped and
+the image booted again under TCG with the whole ``timeout`` (TCG is many times slower than KVM;
+the KVM attempt cost at most the firmware's time plus :data:`KVM_STALL_SECONDS`), and KVM is not
+tried again in this process; under ``kvm`` it is a :class:`~nvkr.errors.BootTestError`. Once the
+kernel has spoken KVM runs the guest, and only ``timeout`` limits the boot. TCG has no stall limit
+(a slow guest is not a hung one).
 
 Each attempt is reported through ``event(kind, fields)`` (``start``, ``stall``; default: the
 ``nvkr.boot`` logger) and written, whole, to ``log_file``.
