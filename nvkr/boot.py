@@ -1,58 +1,77 @@
 """Boot tests: start a node image in QEMU and watch its serial console for a line.
 
 The image boots by itself (GRUB from the disk, SeaBIOS or UEFI firmware), on a throw-away overlay
-(``-snapshot``: the image file is never written). nvkr listens on two Unix sockets in a private
-temp dir and QEMU connects to them as a client: the serial console (so not a byte is lost before
-nvkr reads) and QMP (to power the guest down). The console is read line by line: the first line
-matching ``expect`` ends the test with success, a line matching ``fail``, QEMU exiting or the time
-limit ends it with :class:`~nvkr.errors.BootTestError`. QEMU is then stopped (ACPI power-down with
-a short grace period, QMP ``quit``, then SIGKILL to its pid) on every path, Ctrl-C included.
+(``-snapshot``: the image file is never written), started by :mod:`nvkr.qemu` with its serial
+console and QMP connected to Unix sockets nvkr listens on in a private temp dir (so not a byte is
+lost before nvkr reads). The console is read line by line: the first line matching ``expect``
+ends the test with success, a line matching ``fail``, QEMU exiting or the time limit ends it with
+:class:`~nvkr.errors.BootTestError`. QEMU is then stopped (ACPI power-down with a short grace
+period, QMP ``quit``, then SIGKILL to its pid) on every path, Ctrl-C included; its own messages
+go to ``log_file`` with the console lines.
 
-QEMU runs through :func:`nvkr.run.run` (in a thread, since it blocks until QEMU exits), with the
-pinned environment; its own messages go to ``log_file`` with the console lines.
+Acceleration (``accel``, default ``$NVKR_BOOT_ACCEL``, else ``auto``): ``tcg`` never uses KVM;
+``kvm`` always does; ``auto`` uses KVM when it really runs a guest here. ``/dev/kvm`` being there
+is not enough (nested or broken KVM accepts ioctls and then hangs), so a 512-byte boot sector that
+exits QEMU through ``isa-debug-exit`` must finish under KVM within
+:data:`~nvkr.qemu.KVM_PROBE_SECONDS`. Even that is not enough: nested KVM can run the boot sector
+and then hang the guest, before SeaBIOS prints a byte or after GRUB hands over to the Linux
+kernel. So a KVM boot **makes no progress** when its console prints no byte for
+:data:`KVM_STALL_SECONDS` before the guest's kernel printed its first line (:data:`KERNEL_LINE`;
+QEMU not connecting within that time counts as no byte). Under ``auto`` that boot is stopped and
+the image booted again under TCG with the whole ``timeout`` (TCG is many times slower than KVM;
+the KVM attempt cost at most the firmware's time plus :data:`KVM_STALL_SECONDS`), and KVM is not
+tried again in this process; under ``kvm`` it is a :class:`~nvkr.errors.BootTestError`. Once the
+kernel has spoken KVM runs the guest, and only ``timeout`` limits the boot. TCG has no stall limit
+(a slow guest is not a hung one).
 
-Acceleration: TCG unless KVM really runs a guest here: ``/dev/kvm`` being there is not enough
-(nested or broken KVM accepts ioctls and then hangs), so a 512-byte boot sector that exits QEMU
-through ``isa-debug-exit`` must finish under KVM within :data:`KVM_PROBE_SECONDS`.
+Each attempt is reported through ``event(kind, fields)`` (``start``, ``stall``; default: the
+``nvkr.boot`` logger) and written, whole, to ``log_file``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import json
+import logging
 import os
 import re
 import shutil
-import signal
 import socket
-import struct
 import tempfile
-import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, TextIO
+from typing import Any, Final, Literal, TextIO, get_args
 
-from nvkr.errors import BootTestError, NvkrError, ToolError
-from nvkr.run import FIXED_PATH, pinned_env, run
+from nvkr.errors import BootTestError, NvkrError, UsageError
+from nvkr.qemu import QEMU, QemuProcess, accept, kvm_works, listen, peer_pid, qemu_argv
+from nvkr.run import FIXED_PATH
 
-KVM_PROBE_SECONDS = 3.0
+log = logging.getLogger("nvkr.boot")
+
+Accel = Literal["auto", "kvm", "tcg"]
+ACCELS: Final[tuple[Accel, ...]] = get_args(Accel)
+#: The environment variable that gives ``accel`` when the caller does not (CLI, builder, tests).
+ACCEL_ENV: Final = "NVKR_BOOT_ACCEL"
+#: An event of a boot test: ``event(kind, fields)`` (see :func:`boot_test`).
+BootEvent = Callable[[str, dict[str, Any]], None]
+
+#: Seconds without a console byte under KVM, before the guest's kernel printed its first line,
+#: that mean KVM hangs the guest: a KVM guest's kernel speaks within a few seconds of its boot
+#: loader's last line; nested KVM was seen silent after GRUB's ``loading`` line for 300 s, and
+#: silent from the start (no SeaBIOS, no GRUB) for 120 s where TCG printed GRUB's menu in 3 s.
+KVM_STALL_SECONDS: Final = 30.0
+#: The Linux kernel's console lines: printk's time stamp (Debian's kernels), else its banner.
+KERNEL_LINE: Final = re.compile(r"^\[\s*\d+\.\d+\] |\bLinux version \d")
 #: Seconds the guest gets to power off after an ACPI power-down request.
-POWERDOWN_GRACE = 10.0
-#: Seconds of console silence after a power-down request that mean the guest ignores it.
-POWERDOWN_IDLE = 1.5
-LAST_LINES = 40
+POWERDOWN_GRACE: Final = 10.0
+#: Where console logs are kept, under the store root (``<store>/logs/boot-test``).
+CONSOLE_LOGS: Final = Path("logs") / "boot-test"
+LAST_LINES: Final = 40  # console lines a failure message ends with
 
-QEMU = {
-    "amd64": ("qemu-system-x86_64", "qemu-system-x86"),
-    "arm64": ("qemu-system-aarch64", "qemu-system-arm"),
-}
-OVMF = ("/usr/share/ovmf/OVMF.fd", "/usr/share/qemu/OVMF.fd")
-AAVMF = ("/usr/share/qemu-efi-aarch64/QEMU_EFI.fd", "/usr/share/AAVMF/AAVMF_CODE.fd")
-
-_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|[@-Z\\-_])|[\x00-\x08\x0b-\x1f\x7f]")
+#: Escape sequences (CSI, and ESC + one byte such as SeaBIOS's terminal reset ``ESC c``) and
+#: control characters, removed from console lines.
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|[@-~])|[\x00-\x08\x0b-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
@@ -66,6 +85,8 @@ class BootResult:
         accel: ``"kvm"`` or ``"tcg"``.
         firmware: ``"bios"`` (SeaBIOS) or ``"efi"`` (OVMF / AAVMF).
         followed: the line matching ``then`` after ``matched`` (empty without ``then``).
+        fallback: why ``accel="auto"`` booted under TCG although KVM answered the probe (KVM
+            made no progress in this boot, or in an earlier one of this process); else empty.
     """
 
     seconds: float
@@ -74,212 +95,7 @@ class BootResult:
     accel: str
     firmware: str = "bios"
     followed: str = ""
-
-
-def _host_arch() -> str:
-    return {"x86_64": "amd64", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
-
-
-@functools.cache
-def kvm_works(arch: str = "amd64") -> bool:
-    """Whether KVM runs a guest for ``arch`` on this host (cached per process).
-
-    Only amd64 is probed (a boot sector under SeaBIOS); elsewhere KVM is used only when asked.
-    """
-    if arch != "amd64" or _host_arch() != "amd64":
-        return False
-    if (
-        not os.access("/dev/kvm", os.R_OK | os.W_OK)
-        or shutil.which(QEMU[arch][0], path=FIXED_PATH) is None
-    ):
-        return False
-    # mov al, 1; out 0xf4, al; hlt -> isa-debug-exit ends QEMU with status (1 << 1) | 1 = 3.
-    sector = bytes([0xB0, 0x01, 0xE6, 0xF4, 0xF4]).ljust(510, b"\0") + b"\x55\xaa"
-    with tempfile.TemporaryDirectory(prefix="nvkr-kvm-") as d:
-        img = Path(d) / "probe.img"
-        img.write_bytes(sector)
-        argv = [
-            QEMU[arch][0], "-accel", "kvm", "-machine", "pc", "-nodefaults", "-display", "none",
-            "-no-reboot", "-m", "32", "-device", "isa-debug-exit,iobase=0xf4,iosize=0x04",
-            "-drive", f"file={_drive_path(img)},format=raw,if=ide,snapshot=on",
-        ]  # fmt: skip
-        try:
-            proc = run(argv, env=pinned_env(), check=False, timeout=KVM_PROBE_SECONDS)
-        except ToolError:
-            return False
-    return proc.returncode == 3
-
-
-def _drive_path(path: Path) -> str:
-    """A file name for QEMU's option syntax (a comma is written as two)."""
-    return str(path).replace(",", ",,")
-
-
-def _firmware(arch: str, firmware: str) -> list[str]:
-    if firmware == "bios":
-        return []
-    candidates, package = (OVMF, "ovmf") if arch == "amd64" else (AAVMF, "qemu-efi-aarch64")
-    for path in candidates:
-        if Path(path).is_file():
-            if path.endswith("_CODE.fd"):
-                return [
-                    "-drive",
-                    f"if=pflash,format=raw,readonly=on,file={_drive_path(Path(path))}",
-                ]
-            return ["-bios", path]
-    raise BootTestError(
-        f"no UEFI firmware for {arch} (looked for {', '.join(candidates)})",
-        hint=f"install Debian package {package}",
-    )
-
-
-def qemu_argv(
-    image: Path,
-    *,
-    arch: str,
-    accel: str,
-    firmware: str,
-    memory_mib: int,
-    smp: int,
-    console: Path,
-    qmp: Path,
-    pidfile: Path,
-    network: bool,
-) -> list[str]:
-    """The QEMU command line for a boot test (console and QMP as clients of nvkr's sockets)."""
-    binary = QEMU[arch][0]
-    machine = (
-        ["-machine", "pc"]
-        if arch == "amd64"
-        else ["-machine", "virt", "-cpu", "max" if accel == "tcg" else "host"]
-    )
-    return [
-        binary, *machine, "-accel", accel, "-m", str(memory_mib), "-smp", str(smp),
-        *_firmware(arch, firmware),
-        "-nodefaults", "-display", "none", "-no-user-config", "-no-reboot", "-snapshot",
-        "-pidfile", str(pidfile),
-        "-drive", f"file={_drive_path(image)},if=virtio,format=qcow2",
-        "-chardev", f"socket,id=console,path={_drive_path(console)}",
-        "-serial", "chardev:console",
-        "-chardev", f"socket,id=qmp,path={_drive_path(qmp)}",
-        "-mon", "chardev=qmp,mode=control",
-        *(["-nic", "user,model=virtio-net-pci"] if network else ["-nic", "none"]),
-    ]  # fmt: skip
-
-
-class _Qemu:
-    """A QEMU process run by :func:`nvkr.run.run` in a thread, and how to end it."""
-
-    def __init__(self, argv: list[str], *, pidfile: Path, log_file: Path | None, limit: float):
-        self.pidfile = pidfile
-        self.error: list[BaseException] = []
-        self.pid: int | None = None
-        self.qmp: socket.socket | None = None
-        self.thread = threading.Thread(
-            target=self._run, args=(argv, log_file, limit), name="nvkr-qemu", daemon=True
-        )
-
-    def _run(self, argv: list[str], log_file: Path | None, limit: float) -> None:
-        try:
-            run(argv, env=pinned_env(), log_file=log_file, timeout=limit)
-        except BaseException as e:  # the main thread reports it
-            self.error.append(e)
-
-    def alive(self) -> bool:
-        return self.thread.is_alive()
-
-    def find_pid(self) -> int | None:
-        """QEMU's pid: from the console connection, else from its ``-pidfile``."""
-        if self.pid is None:
-            with contextlib.suppress(OSError, ValueError):
-                self.pid = int(self.pidfile.read_text().strip())
-        return self.pid
-
-    def _qmp(self, command: str) -> None:
-        assert self.qmp is not None
-        with contextlib.suppress(OSError):
-            self.qmp.settimeout(2.0)
-            self.qmp.sendall(b'{"execute": "qmp_capabilities"}\n')
-            self.qmp.sendall(b'{"execute": "%s"}\n' % command.encode())
-
-    def _await_powerdown(self, grace: float, console: socket.socket | None) -> None:
-        """Wait up to ``grace`` seconds for QEMU to exit after a power-down request, giving up
-        early when the console stays quiet for :data:`POWERDOWN_IDLE` seconds: a guest without
-        an ACPI power-button handler (no logind, no acpid) never reacts."""
-        until = time.monotonic() + grace
-        idle_since = time.monotonic()
-        while self.alive() and time.monotonic() < until:
-            if console is None:
-                self.thread.join(min(0.25, max(0.0, until - time.monotonic())))
-                continue
-            try:
-                console.settimeout(0.25)
-                if console.recv(65536):
-                    idle_since = time.monotonic()
-                else:
-                    console = None  # EOF: QEMU is going away
-            except TimeoutError:
-                if time.monotonic() - idle_since > POWERDOWN_IDLE:
-                    return
-            except OSError:
-                console = None
-
-    def kill(self) -> None:
-        """SIGKILL QEMU if it is still running, and wait for its thread."""
-        if self.alive() and (pid := self.find_pid()) is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            self.thread.join(5.0)
-
-    def stop(self, *, grace: float, console: socket.socket | None = None) -> None:
-        """Power down (up to ``grace`` seconds, see :meth:`_await_powerdown`), then QMP quit,
-        then SIGKILL; wait for the thread."""
-        if grace > 0 and self.alive() and self.qmp is not None:
-            self._qmp("system_powerdown")
-            self._await_powerdown(grace, console)
-        for command, wait in (("quit", 3.0), (None, 5.0)):
-            if not self.alive():
-                break
-            if command is not None:
-                if self.qmp is None:
-                    continue
-                self._qmp(command)
-            else:
-                # Before it connected, QEMU may not have written its pid file yet: wait for it.
-                until = time.monotonic() + wait
-                while self.alive() and self.find_pid() is None and time.monotonic() < until:
-                    time.sleep(0.05)
-                if (pid := self.find_pid()) is not None:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
-            self.thread.join(wait)
-        if self.qmp is not None:
-            with contextlib.suppress(OSError):
-                self.qmp.close()
-
-
-def _listener(path: Path) -> socket.socket:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.bind(str(path))
-    s.listen(1)
-    s.settimeout(0.2)
-    return s
-
-
-def _peer_pid(conn: socket.socket) -> int:
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    pid: int = struct.unpack("3i", creds)[0]
-    return pid
-
-
-def _accept(listener: socket.socket, qemu: _Qemu, deadline: float) -> socket.socket | None:
-    while time.monotonic() < deadline and qemu.alive():
-        try:
-            conn, _ = listener.accept()
-        except TimeoutError:
-            continue
-        return conn
-    return None
+    fallback: str = ""
 
 
 #: Seconds an incomplete console line that matches must stay unchanged to count (a prompt has
@@ -287,7 +103,9 @@ def _accept(listener: socket.socket, qemu: _Qemu, deadline: float) -> socket.soc
 SETTLE = 0.5
 
 
-def _lines(conn: socket.socket, qemu: _Qemu, deadline: float) -> Iterator[tuple[str | None, bool]]:
+def _lines(
+    conn: socket.socket, qemu: QemuProcess, deadline: float
+) -> Iterator[tuple[str | None, bool]]:
     """Console lines as (text, complete); an incomplete tail is yielded too (prompts have no
     newline), and again once it grows; ``(None, False)`` every quarter second without output.
     Ends at EOF, QEMU exit or the deadline."""
@@ -315,26 +133,40 @@ def _lines(conn: socket.socket, qemu: _Qemu, deadline: float) -> Iterator[tuple[
 
 def _watch(
     console: socket.socket,
-    qemu: _Qemu,
+    qemu: QemuProcess,
     *,
     expect: re.Pattern[str],
     fail: re.Pattern[str] | None,
     deadline: float,
     lines: list[str],
     log: TextIO | None,
+    stall: float | None = None,
 ) -> tuple[str, str]:
     """Read console lines into ``lines`` (and ``log``) until one decides the test: returns
-    ``("ok" | "fail", line)``, or ``("exit" | "timeout", "")``."""
+    ``("ok" | "fail", line)``, ``("exit" | "timeout", "")``, or with ``stall`` (seconds)
+    ``("stall", last text)`` when no byte came for that long before a :data:`KERNEL_LINE`.
+    An incomplete last line is kept in ``lines`` and ``log`` too."""
     last_partial = ""
     pending: tuple[str, float] | None = None  # an incomplete line that matched, settling
+    last_byte = time.monotonic()
+    last_text = ""
+    outcome = ""
     for text, complete in _lines(console, qemu, deadline):
+        now = time.monotonic()
         if text is None:  # no output for a while: a settled incomplete match counts
-            if pending is not None and time.monotonic() - pending[1] >= SETTLE:
+            if pending is not None and now - pending[1] >= SETTLE:
                 lines.append(pending[0])
                 if log is not None:
                     log.write(f"console: {pending[0]}\n")
                 return "ok", pending[0]
+            if stall is not None and now - last_byte >= stall:
+                outcome = "stall"
+                break
             continue
+        last_byte = now  # new bytes, if only escape sequences
+        if stall is not None and KERNEL_LINE.search(text):
+            stall = None  # the kernel runs: KVM works, only the deadline limits the boot now
+        last_text = text or last_text
         if not complete and text == last_partial:
             continue
         last_partial = "" if complete else text
@@ -354,66 +186,179 @@ def _watch(
                 log.write(f"console: {text}\n")
         if verdict:
             return verdict, text
+    if last_partial:
+        lines.append(last_partial)
+        if log is not None:
+            log.write(f"console: {last_partial}\n")
+    if outcome == "stall":
+        return outcome, last_text
     return ("timeout" if time.monotonic() >= deadline else "exit"), ""
-
-
-#: The last line of the agent's labels (``node-agent --print-labels``, indented JSON, run by its
-#: unit after the readiness line; journald prefixes each line with ``node-agent[PID]:``).
-AGENT_LABELS = r"node-agent\[\d+\]: \}\s*$"
-_READY_FIELDS = re.compile(r"\bgpus=(\d+)\b.*\bgeneration=(\S+)")
-_AGENT_LINE = re.compile(r"node-agent\[(\d+)\]: (.*)$")
-
-
-def _printed_json(lines: list[str]) -> str:
-    """The JSON text of the last ``node-agent[PID]:`` block from ``{`` to ``}`` in ``lines``."""
-    end = max((i for i, ln in enumerate(lines) if re.search(AGENT_LABELS, ln)), default=-1)
-    if end < 0:
-        return ""
-    m = _AGENT_LINE.search(lines[end])
-    assert m is not None
-    pid, body = m.group(1), []
-    for line in reversed(lines[: end + 1]):
-        m = _AGENT_LINE.search(line)
-        if m is None or m.group(1) != pid:
-            continue
-        body.append(m.group(2))
-        if m.group(2).strip() == "{":
-            break
-    return "\n".join(reversed(body))
-
-
-def check_agent_labels(ready: str, lines: list[str]) -> dict[str, str]:
-    """The labels the agent printed (an indented JSON object on the console ``lines``, ending
-    with the line :data:`AGENT_LABELS` matches), checked against its readiness line:
-    ``nvidia.com/gpu.count`` is its ``gpus=N``, ``nvidia.com/gpu.present`` is ``N > 0``, and
-    ``nvkr.dev/gpu-generation`` its ``generation=`` when that is not ``none``.
-
-    Raises:
-        BootTestError: no JSON object of strings was printed, or a label disagrees.
-    """
-    text = _printed_json(lines)
-    try:
-        labels = json.loads(text) if text else None
-    except ValueError:
-        labels = None
-    if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
-        raise BootTestError(f"the agent printed no JSON object of labels: {text!r}")
-    m = _READY_FIELDS.search(ready)
-    if m is None:
-        raise BootTestError(f"the readiness line names no gpus=/generation=: {ready!r}")
-    gpus, generation = int(m.group(1)), m.group(2)
-    want = {"nvidia.com/gpu.count": str(gpus), "nvidia.com/gpu.present": str(gpus > 0).lower()}
-    if generation != "none":
-        want["nvkr.dev/gpu-generation"] = generation
-    wrong = {k: (labels.get(k), v) for k, v in want.items() if labels.get(k) != v}
-    if wrong:
-        detail = ", ".join(f"{k}={got!r} (expected {exp!r})" for k, (got, exp) in wrong.items())
-        raise BootTestError(f"the agent's labels disagree with its readiness line: {detail}")
-    return {str(k): str(v) for k, v in labels.items()}
 
 
 def _tail(lines: list[str]) -> str:
     return "\n".join(lines[-LAST_LINES:])
+
+
+def accel_from_env() -> Accel:
+    """``$NVKR_BOOT_ACCEL`` (:data:`ACCEL_ENV`), or ``"auto"`` when it is unset or empty.
+
+    Raises:
+        UsageError: it holds anything but ``auto``, ``kvm`` or ``tcg``.
+    """
+    value = os.environ.get(ACCEL_ENV, "").strip()
+    if not value:
+        return "auto"
+    if value not in ACCELS:
+        raise UsageError(
+            f"{ACCEL_ENV}={value!r} names no accelerator: expected auto, kvm or tcg",
+            hint=f"unset {ACCEL_ENV} for auto (KVM when it runs a guest here, else TCG)",
+        )
+    return value
+
+
+#: Architectures whose KVM made no progress in a boot test of this process: ``auto`` boots them
+#: under TCG from then on, so a release set of several images pays the stall once.
+_KVM_HANGS: set[str] = set()
+
+
+def event_line(kind: str, fields: dict[str, Any], image: str | None = None) -> str:
+    """A boot-test event (see :func:`boot_test`) as a line for people, naming the image as
+    ``image`` (default: its path and arch): ``booting X (amd64) under kvm, timeout 300 s,
+    console log PATH`` or ``X: no console output for 30 s ...; booting it again under tcg``."""
+    name = image or f"{fields['image']} ({fields.get('arch', '?')})"
+    if kind == "start":
+        why = f" ({fields['why']})" if fields["why"] else ""
+        return (
+            f"booting {name} under {fields['accel']}, timeout {fields['timeout']:.0f} s, "
+            f"console log {fields['log'] or '(none)'}{why}"
+        )
+    retry = f"; booting it again under {fields['retry']}" if fields.get("retry") else ""
+    return f"{image or fields['image']}: {fields['reason']}{retry}"
+
+
+def _log_event(kind: str, fields: dict[str, Any]) -> None:
+    """The default ``event``: the ``nvkr.boot`` logger (a stall as a warning)."""
+    (log.warning if kind == "stall" else log.info)("%s", event_line(kind, fields))
+
+
+def new_console_log(directory: Path, name: str) -> Path:
+    """A new, empty file for one boot test's console in ``directory`` (made if missing):
+    ``<UTC time>-<name>.log``, ``-2``... when taken; ``name`` is cut to safe characters.
+    :data:`CONSOLE_LOGS` under the store is where the CLI and the node-image builder keep them.
+
+    Raises:
+        UsageError: the directory cannot be made or written.
+    """
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", name)[:100]
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        for n in range(1, 1000):
+            path = directory / (f"{stamp}-{safe}.log" if n == 1 else f"{stamp}-{safe}-{n}.log")
+            with contextlib.suppress(FileExistsError):
+                path.open("x").close()
+                return path
+    except OSError as e:
+        raise UsageError(f"cannot write a console log in {directory}: {e.strerror}") from e
+    raise UsageError(f"{directory} holds 999 console logs of {safe!r} from {stamp}")
+
+
+def _no_progress(after: str, seconds: float) -> str:
+    """What a stalled KVM boot showed: ``no console output for 30 s under kvm after '...'``."""
+    if not after:
+        return f"no console output at all for {seconds:.0f} s under kvm"
+    return (
+        f"no console output for {seconds:.0f} s under kvm after {after!r}, before any line of "
+        "the guest's kernel"
+    )
+
+
+@dataclass
+class _Attempt:
+    """One QEMU run of a boot test: ``outcome`` is ``ok``, ``fail``, ``exit``, ``timeout``,
+    ``stall`` (``matched`` is then the last text) or ``then-<outcome of the then line>``."""
+
+    outcome: str
+    matched: str
+    followed: str
+    lines: list[str]
+    seconds: float
+    errors: list[BaseException]
+
+
+def _attempt(
+    image: Path,
+    *,
+    arch: str,
+    accel: str,
+    firmware: str,
+    memory_mib: int,
+    smp: int,
+    network: bool,
+    timeout: float,
+    grace: float,
+    expect: re.Pattern[str],
+    fail: re.Pattern[str] | None,
+    then: str | None,
+    then_timeout: float,
+    log_file: Path | None,
+    stall: float | None,
+    header: str,
+) -> _Attempt:
+    """Run QEMU once under ``accel`` and watch its console (``stall``: see :func:`_watch`; QEMU
+    not connecting within it counts too); ``header`` starts this attempt in ``log_file``."""
+    lines: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="nvkr-boot-") as tmp:
+        console_path, qmp_path = Path(tmp) / "console.sock", Path(tmp) / "qmp.sock"
+        pidfile = Path(tmp) / "qemu.pid"
+        console_l, qmp_l = listen(console_path), listen(qmp_path)
+        argv = qemu_argv(
+            image.resolve(), arch=arch, accel=accel, firmware=firmware, memory_mib=memory_mib,
+            smp=smp, console=console_path, qmp=qmp_path, pidfile=pidfile, network=network,
+        )  # fmt: skip
+        qemu = QemuProcess(argv, pidfile=pidfile, log_file=log_file, limit=timeout + grace + 60)
+        # line-buffered: the log can be followed while the guest boots
+        log = open(log_file, "a", buffering=1, errors="replace") if log_file else None  # noqa: SIM115
+        if log is not None:
+            log.write(header + "\n")
+        start = time.monotonic()
+        deadline = start + timeout
+        console: socket.socket | None = None
+        outcome, matched, followed = "exit", "", ""
+        try:
+            qemu.thread.start()
+            accept_until = deadline if stall is None else min(deadline, start + stall)
+            console = accept(console_l, qemu, accept_until)
+            if console is not None:
+                qemu.pid = peer_pid(console)
+                qemu.qmp = accept(qmp_l, qemu, deadline)
+                outcome, matched = _watch(
+                    console, qemu, expect=expect, fail=fail, deadline=deadline, lines=lines,
+                    log=log, stall=stall,
+                )  # fmt: skip
+                if outcome == "ok" and then is not None:
+                    after, followed = _watch(
+                        console, qemu, expect=re.compile(then), fail=fail,
+                        deadline=time.monotonic() + then_timeout, lines=lines, log=log,
+                    )  # fmt: skip
+                    if after != "ok":
+                        outcome, matched = f"then-{after}", followed or matched
+            elif time.monotonic() >= deadline:
+                outcome = "timeout"
+            elif qemu.alive():
+                outcome = "stall"  # QEMU has not connected to the console within ``stall``
+        finally:
+            try:
+                qemu.stop(grace=grace if outcome == "ok" else 0.0, console=console)
+            finally:
+                qemu.kill()  # whatever stop() met on its way, no QEMU outlives the test
+            for s in (console, console_l, qmp_l):
+                if s is not None:
+                    s.close()
+            if log is not None:
+                log.close()
+        seconds = round(time.monotonic() - start, 3)
+    return _Attempt(outcome, matched, followed, lines, seconds, qemu.error)
 
 
 def boot_test(
@@ -427,11 +372,12 @@ def boot_test(
     smp: int = 2,
     log_file: Path | None = None,
     firmware: Literal["auto", "bios", "efi"] = "auto",
-    accel: Literal["auto", "kvm", "tcg"] = "auto",
+    accel: Accel | None = None,
     network: bool = False,
     grace: float = POWERDOWN_GRACE,
     then: str | None = None,
     then_timeout: float = 60.0,
+    event: BootEvent | None = None,
 ) -> BootResult:
     """Boot ``image`` (QCOW2) in QEMU and wait for a console line matching ``expect``.
 
@@ -439,23 +385,35 @@ def boot_test(
         arch: ``"amd64"`` (qemu-system-x86_64) or ``"arm64"`` (qemu-system-aarch64, UEFI).
         expect: regular expression (``re.search``) for the line that means "booted".
         fail: regular expression for a line that means "failed"; empty for none.
-        timeout: seconds from QEMU's start to the ``expect`` line.
+        timeout: seconds from QEMU's start to the ``expect`` line, per attempt (a TCG retry
+            after a KVM stall gets the whole of it again).
         memory_mib, smp: the guest's memory (MiB) and CPUs.
-        log_file: QEMU's argv and messages, and every console line, are appended to it.
+        log_file: every attempt's header line, QEMU's argv and messages, and every console
+            line (escape sequences removed, an incomplete last one too) are appended to it.
         firmware: ``"bios"`` (SeaBIOS, amd64 only), ``"efi"`` (OVMF / AAVMF), ``"auto"``: BIOS
             on amd64, UEFI on arm64.
-        accel: ``"auto"`` (KVM when :func:`kvm_works`, else TCG), ``"kvm"`` or ``"tcg"``.
+        accel: ``"auto"`` (KVM when :func:`kvm_works`, then TCG if KVM makes no progress),
+            ``"kvm"`` (a stall fails) or ``"tcg"``; ``None``: :func:`accel_from_env`.
         network: give the guest a virtio NIC on QEMU's user-mode network (none by default).
         grace: seconds the guest gets to power off after success before QEMU is quit (less
             when its console falls silent: the guest ignores the ACPI power button).
         then: a regular expression for a line that must follow the ``expect`` line (e.g. the
             agent's labels after its readiness line), within ``then_timeout`` seconds.
+        event: ``event(kind, fields)`` is called with ``"start"`` before each attempt
+            (fields ``image``, ``arch``, ``firmware``, ``accel``, ``timeout`` in seconds,
+            ``log`` (``log_file`` or None), ``attempt`` (1, 2), ``why`` (why TCG after a stall,
+            else empty)) and ``"stall"`` when KVM made no progress (``image``, ``accel``,
+            ``seconds`` of silence, ``after`` (the last console text, maybe empty), ``reason``
+            (a sentence), ``retry`` (``"tcg"``, or None under ``"kvm"``), ``log``). Default:
+            the ``nvkr.boot`` logger.
     Returns:
         a :class:`BootResult`.
     Raises:
-        BootTestError: a ``fail`` line, QEMU exiting, or the time limit; the message says which
-            and ends with the last 40 console lines. Also: QEMU or the firmware not installed
-            (the hint names the Debian package).
+        BootTestError: a ``fail`` line, QEMU exiting, the time limit, or a stall under
+            ``"kvm"``; the message says which and ends with the last 40 console lines, the hint
+            names ``log_file``. Also: QEMU or the firmware not installed (the hint names the
+            Debian package).
+        UsageError: ``$NVKR_BOOT_ACCEL`` holds no accelerator (``accel`` None).
     """
     if arch not in QEMU:
         raise BootTestError(f"boot tests run amd64 or arm64 images, not {arch!r}")
@@ -467,60 +425,73 @@ def boot_test(
     fw = firmware if firmware != "auto" else ("bios" if arch == "amd64" else "efi")
     if fw == "bios" and arch != "amd64":
         raise BootTestError(f"{arch} images boot with UEFI only")
-    acc = accel if accel != "auto" else ("kvm" if kvm_works(arch) else "tcg")
-    expect_re = re.compile(expect)
-    fail_re = re.compile(fail) if fail else None
+    mode = accel if accel is not None else accel_from_env()
+    emit = event or _log_event
+    fallback = ""
+    if mode == "auto" and arch in _KVM_HANGS:
+        acc, fallback = "tcg", "KVM stalled an earlier guest of this process"
+    elif mode == "auto":
+        acc = "kvm" if kvm_works(arch) else "tcg"
+    else:
+        acc = mode
+    logged = str(log_file) if log_file is not None else None
 
-    lines: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="nvkr-boot-") as tmp:
-        console_path, qmp_path = Path(tmp) / "console.sock", Path(tmp) / "qmp.sock"
-        pidfile = Path(tmp) / "qemu.pid"
-        console_l, qmp_l = _listener(console_path), _listener(qmp_path)
-        argv = qemu_argv(
-            image.resolve(), arch=arch, accel=acc, firmware=fw, memory_mib=memory_mib, smp=smp,
-            console=console_path, qmp=qmp_path, pidfile=pidfile, network=network,
+    def attempt(number: int, why: str) -> _Attempt:
+        emit(
+            "start",
+            {"image": str(image), "arch": arch, "firmware": fw, "accel": acc,
+             "timeout": timeout, "log": logged, "attempt": number, "why": why},
         )  # fmt: skip
-        qemu = _Qemu(argv, pidfile=pidfile, log_file=log_file, limit=timeout + grace + 60)
-        start = time.monotonic()
-        deadline = start + timeout
-        log = open(log_file, "a", errors="replace") if log_file is not None else None  # noqa: SIM115
-        console: socket.socket | None = None
-        outcome, matched, followed = "exit", "", ""
-        try:
-            qemu.thread.start()
-            console = _accept(console_l, qemu, deadline)
-            if console is not None:
-                qemu.pid = _peer_pid(console)
-                qemu.qmp = _accept(qmp_l, qemu, deadline)
-                outcome, matched = _watch(
-                    console, qemu, expect=expect_re, fail=fail_re, deadline=deadline,
-                    lines=lines, log=log,
-                )  # fmt: skip
-                if outcome == "ok" and then is not None:
-                    after, followed = _watch(
-                        console, qemu, expect=re.compile(then), fail=fail_re,
-                        deadline=time.monotonic() + then_timeout, lines=lines, log=log,
-                    )  # fmt: skip
-                    if after != "ok":
-                        outcome, matched = f"then-{after}", followed or matched
-            elif time.monotonic() >= deadline:
-                outcome = "timeout"
-        finally:
-            try:
-                qemu.stop(grace=grace if outcome == "ok" else 0.0, console=console)
-            finally:
-                qemu.kill()  # whatever stop() met on its way, no QEMU outlives the test
-            for s in (console, console_l, qmp_l):
-                if s is not None:
-                    s.close()
-            if log is not None:
-                log.close()
-        seconds = round(time.monotonic() - start, 3)
-    if outcome == "ok":
-        return BootResult(
-            seconds=seconds, matched=matched, lines=lines, accel=acc, firmware=fw, followed=followed
+        header = (
+            f"boot-test: attempt {number}: {arch} image {image} under {acc} ({fw}), timeout "
+            f"{timeout:.0f} s" + (f" ({why})" if why else "")
         )
-    what = f"{arch} image {image} ({fw}, {acc})"
+        return _attempt(
+            image, arch=arch, accel=acc, firmware=fw, memory_mib=memory_mib, smp=smp,
+            network=network, timeout=timeout, grace=grace, expect=re.compile(expect),
+            fail=re.compile(fail) if fail else None, then=then, then_timeout=then_timeout,
+            log_file=log_file, stall=KVM_STALL_SECONDS if acc == "kvm" else None,
+            header=header,
+        )  # fmt: skip
+
+    result = attempt(1, fallback)
+    if result.outcome == "stall":
+        reason = _no_progress(result.matched, KVM_STALL_SECONDS)
+        retry = "tcg" if mode == "auto" else None
+        emit(
+            "stall",
+            {"image": str(image), "accel": acc, "seconds": KVM_STALL_SECONDS,
+             "after": result.matched, "reason": reason, "retry": retry, "log": logged},
+        )  # fmt: skip
+        if retry is not None:
+            _KVM_HANGS.add(arch)
+            fallback = f"{reason}; booted again under tcg"
+            acc = "tcg"
+            result = attempt(2, "KVM made no progress")
+    if result.outcome == "ok":
+        return BootResult(
+            seconds=result.seconds, matched=result.matched, lines=result.lines, accel=acc,
+            firmware=fw, followed=result.followed, fallback=fallback,
+        )  # fmt: skip
+    raise _failure(
+        result, what=f"{arch} image {image} ({fw}, {acc})", expect=expect, then=then,
+        then_timeout=then_timeout, timeout=timeout, log_file=log_file,
+    )  # fmt: skip
+
+
+def _failure(
+    result: _Attempt,
+    *,
+    what: str,
+    expect: str,
+    then: str | None,
+    then_timeout: float,
+    timeout: float,
+    log_file: Path | None,
+) -> BootTestError:
+    """The error for a failed attempt: what ended it, the last console lines, the log."""
+    outcome, matched, seconds = result.outcome, result.matched, result.seconds
+    advice = ""
     if outcome.startswith("then-"):
         got = "a failure line" if outcome == "then-fail" else "no such line"
         msg = (
@@ -531,13 +502,21 @@ def boot_test(
         msg = f"boot test of {what} failed after {seconds:.0f} s: console printed {matched!r}"
     elif outcome == "timeout":
         msg = f"boot test of {what} timed out after {timeout:.0f} s without a line matching {expect!r}"
+    elif outcome == "stall":
+        msg = f"boot test of {what} made no progress: {_no_progress(matched, KVM_STALL_SECONDS)}"
+        advice = (
+            "nested KVM can pass the probe yet hang the guest (before its firmware speaks, or "
+            f"after its boot loader): --accel tcg (or {ACCEL_ENV}=tcg) never uses KVM, --accel "
+            "auto boots again under TCG"
+        )
     else:
         why = ""
-        if qemu.error:
-            err = qemu.error[0]
+        if result.errors:
+            err = result.errors[0]
             why = f": {err.message if isinstance(err, NvkrError) else err}"
         msg = f"QEMU exited after {seconds:.0f} s before the {what} printed a line matching {expect!r}{why}"
-    raise BootTestError(
-        f"{msg}\nlast console lines:\n{_tail(lines)}",
-        hint=f"full console in {log_file}" if log_file is not None else None,
+    hint = "; ".join(
+        part for part in (advice, f"full console in {log_file}" if log_file else "") if part
     )
+    shown = _tail(result.lines) or "(none)"
+    return BootTestError(f"{msg}\nlast console lines:\n{shown}", hint=hint or None)

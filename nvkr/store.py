@@ -8,6 +8,7 @@ Everything a build fetches or produces lands here before anything else sees it::
       actions/<hex>.json    one action's outputs, keyed by its action key
       tools/<hex>/          toolchains unpacked from a blob (e.g. the Go wheel), keyed by its digest
       cache/                tool caches that never affect outputs (Go's build cache)
+      logs/boot-test/       boot-test consoles, one file per boot (nvkr.boot.CONSOLE_LOGS); never read
       tmp/                  work dirs and in-flight downloads, same filesystem as blobs/
       lock                  flock(2) guard for concurrent builds
 

@@ -15,8 +15,9 @@ Phases (each timed into the action's log and its result's ``timings``, in millis
 3. **filesystem / times / bootloader / disk / convert**: :mod:`nvkr.disk` (``mkfs.ext4 -d``,
    the debugfs time pass, GPT, GRUB, ``qemu-img convert``).
 
-With ``bootTest: true`` the image is booted in QEMU (:func:`nvkr.boot.boot_test`) before it is
-stored: a failed boot fails the action and nothing is cached. ``backend: diskimage-builder``
+With ``bootTest: true`` the image is booted in QEMU (:func:`boot_check`, through
+:func:`nvkr.boot.boot_test` as ``nvkr boot-test`` does) before it is stored: a failed boot fails
+the action and nothing is cached; the console is kept under the store's ``logs/boot-test``. ``backend: diskimage-builder``
 hands the tree to diskimage-builder instead (:mod:`nvkr.builders.dib`).
 """
 
@@ -31,7 +32,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 import jinja2.sandbox
@@ -47,6 +48,9 @@ from nvkr.recipe.models import ImageFile, KubeletSettings, NodeImageArtifact
 from nvkr.repro import tar_bytes
 from nvkr.run import run
 from nvkr.sbom.debian import tree_licenses
+
+if TYPE_CHECKING:
+    from nvkr.boot import BootResult
 
 #: Builder assets: the Jinja2 templates and diskimage-builder elements.
 ASSETS = Path(nvkr.__file__).resolve().parent.parent / "builders" / "node-image"
@@ -251,20 +255,12 @@ class NodeImageBuilder:
                 "virtualSize": p["sizeBytes"],
             }
         if p["bootTest"]:
-            from nvkr.boot import AGENT_LABELS, boot_test, check_agent_labels
-
             agent = any(s["path"] == "/usr/bin/node-agent" for s in staged)
             with _phase(ctx, timings, "boot-test"):
-                # with the agent: its readiness line and labels; without: a login prompt
-                booted = boot_test(
-                    out,
-                    arch=p["arch"],
-                    log_file=ctx.log_file,
-                    expect=r"nvkr-node-agent: ready" if agent else r"login:",
-                    then=AGENT_LABELS if agent else None,
-                )
-                if agent:
-                    check_agent_labels(booted.matched, booted.lines)
+                booted = boot_check(
+                    out, arch=p["arch"], agent=agent, build_log=ctx.log_file,
+                    store_root=ctx.store.root, name=f"{ctx.action.name}-{ctx.action.key[7:19]}",
+                )  # fmt: skip
             _log(ctx, f"boot test: {booted.matched} ({booted.seconds:.1f} s, {booted.accel})")
         name = f"node-image-{p['gpu']}-k8s{p['kubernetes']}-{p['arch']}.qcow2"
         ctx.add_output(out, name=name, media_type=mt.NVKR_QCOW2)
@@ -410,6 +406,43 @@ class NodeImageBuilder:
 def _log(ctx: ActionContext, line: str) -> None:
     with open(ctx.log_file, "a") as f:
         f.write(line + "\n")
+
+
+def boot_check(
+    image: Path, *, arch: str, agent: bool, build_log: Path, store_root: Path, name: str
+) -> BootResult:
+    """``bootTest``: boot ``image`` as ``nvkr boot-test`` does (accelerator from
+    ``$NVKR_BOOT_ACCEL``, a stalled KVM guest booted again under TCG) until the agent's readiness
+    line and labels (``agent``), else a login prompt. Its whole console goes to a new file in
+    ``<store_root>/logs/boot-test`` (the work dir, with the build log, is gone after a failure),
+    named with each attempt in ``build_log``; a stall is also a warning on the ``nvkr.boot``
+    logger.
+
+    Raises:
+        BootTestError: the boot failed (the hint names the console log).
+    """
+    from nvkr.agent_labels import AGENT_LABELS, check_agent_labels
+    from nvkr.boot import CONSOLE_LOGS, boot_test, event_line, new_console_log
+    from nvkr.boot import log as boot_log
+
+    def event(kind: str, fields: dict[str, Any]) -> None:
+        line = event_line(kind, fields)
+        with open(build_log, "a") as f:
+            f.write(f"boot test: {'warning: ' if kind == 'stall' else ''}{line}\n")
+        if kind == "stall":
+            boot_log.warning("%s", line)
+
+    booted = boot_test(
+        image,
+        arch=arch,
+        log_file=new_console_log(store_root / CONSOLE_LOGS, name),
+        expect=r"nvkr-node-agent: ready" if agent else r"login:",
+        then=AGENT_LABELS if agent else None,
+        event=event,
+    )
+    if agent:
+        check_agent_labels(booted.matched, booted.lines)
+    return booted
 
 
 @contextmanager

@@ -185,7 +185,8 @@ def test_gpu_stack_from_a_signed_apt_repo_and_kube_binaries_from_a_mirror(
 
     booted = run_nvkr("boot-test", "dist/gpu-node", "--json", cwd=project, store=store)
     assert booted.code == 0, booted.stdout + booted.stderr
-    (result,) = [json.loads(line) for line in booted.stdout.splitlines()]
+    events = [json.loads(line) for line in booted.stdout.splitlines()]
+    (result,) = [e for e in events if e["event"] == "result"]
     assert "manifest=ok(4 files)" in result["line"], result
 
 

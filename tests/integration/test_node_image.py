@@ -79,8 +79,12 @@ def test_every_machine_image_boots_to_the_agent_readiness_line(default_build, la
         "boot-test", f"dist/{SET}", "--json", cwd=default_build.clone, store=default_build.store
     )
     assert res.code == 0, res.stdout + res.stderr
-    booted = [json.loads(line) for line in res.stdout.splitlines()]
+    events = [json.loads(line) for line in res.stdout.splitlines()]
+    booted = [e for e in events if e["event"] == "result"]
     assert len(booted) == 4 and all(b["ok"] for b in booted), booted
+    for b in booted:  # the whole console of each image stays in the store's logs/boot-test
+        assert b["accel"] in ("kvm", "tcg") and b["log"].startswith(f"{default_build.store}/")
+        assert "console: " in Path(b["log"]).read_text()
     for b in booted:
         assert "nvkr-node-agent: ready gpus=0" in b["line"]
         assert "manifest=ok(2 files)" in b["line"], "the agent checked node-agent and kubectl"

@@ -13,7 +13,7 @@ import pytest
 
 from nvkr.builders import node_image
 from nvkr.builders.node_image import _inside, clamp_mtimes, render_template, size_bytes
-from nvkr.errors import BuildError
+from nvkr.errors import BootTestError, BuildError
 from nvkr.sbom.debian import copyright_licenses, deb_purl, spdx_license
 
 VALUES = {
@@ -168,3 +168,47 @@ def test_every_staging_template_is_known_and_renders() -> None:
     assert on_disk == set(node_image.TEMPLATES)
     for name in node_image.TEMPLATES:
         render_template(env, name, VALUES)
+
+
+def test_the_builders_boot_test_falls_back_to_tcg_and_keeps_the_console(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``bootTest: true`` boots through nvkr.boot like ``nvkr boot-test``: a KVM guest silent
+    after GRUB is booted again under TCG, the build log says so and names the console log kept
+    under the store; under ``NVKR_BOOT_ACCEL=kvm`` the stall fails, naming that log."""
+    from nvkr import boot, qemu
+    from tests.fake_qemu import accels, fake_qemu
+
+    grub = [("say", "nvkr: loading /boot/vmlinuz-6.1.0-test-amd64\r\n")]
+    fake = fake_qemu(tmp_path / "q", {"kvm": grub, "tcg": [*grub, ("say", "node login: ")]})
+    monkeypatch.setitem(qemu.QEMU, "amd64", (str(fake), "qemu-system-x86"))
+    monkeypatch.setattr(boot, "kvm_works", lambda arch="amd64": True)
+    monkeypatch.setattr(boot, "KVM_STALL_SECONDS", 2.0)
+    monkeypatch.setattr(boot, "_KVM_HANGS", set())
+    monkeypatch.delenv(boot.ACCEL_ENV, raising=False)
+    image = tmp_path / "disk.qcow2"
+    image.write_bytes(b"QFI\xfb" + bytes(508))
+    build_log, store = tmp_path / "build.log", tmp_path / "store"
+
+    booted = node_image.boot_check(
+        image, arch="amd64", agent=False, build_log=build_log, store_root=store, name="ni"
+    )
+    assert booted.accel == "tcg" and booted.matched == "node login:"
+    assert accels(fake) == ["kvm", "tcg"]
+    (console,) = (store / "logs" / "boot-test").iterdir()
+    text = build_log.read_text()
+    assert (
+        f"boot test: booting {image} (amd64) under kvm, timeout 300 s, console log {console}"
+        in text
+    )
+    assert "boot test: warning: " in text and "booting it again under tcg" in text
+    assert "console: nvkr: loading /boot/vmlinuz" in console.read_text()
+
+    monkeypatch.setenv(boot.ACCEL_ENV, "kvm")
+    with pytest.raises(BootTestError, match=r"\(bios, kvm\) made no progress") as e:
+        node_image.boot_check(
+            image, arch="amd64", agent=False, build_log=build_log, store_root=store, name="ni"
+        )
+    (second,) = set((store / "logs" / "boot-test").iterdir()) - {console}
+    assert f"full console in {second}" in (e.value.hint or "")
+    assert accels(fake) == ["kvm", "tcg", "kvm"]

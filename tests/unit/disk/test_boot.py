@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nvkr import boot
+from nvkr import boot, qemu
 from nvkr.disk import assemble_disk, prepare_boot_files
 from nvkr.disk.layout import MIB
 from nvkr.errors import BootTestError
@@ -39,9 +39,9 @@ def qemu_running(image: Path) -> list[int]:
     return pids
 
 
-@pytest.fixture(scope="module")
-def image(tmp_path_factory) -> Path:
-    base = tmp_path_factory.mktemp("bootimg")
+def build_image(base: Path) -> Path:
+    """A 96 MiB disk under ``base`` whose GRUB boots for real and then fails to load its fake
+    kernel after printing :data:`LOADING`."""
     tree = make_tree(base / "tree")
     layout = prepare_boot_files(tree, arch="amd64", seed=SEED, kernel_args=[], epoch=EPOCH)
     work = base / "work"
@@ -51,13 +51,18 @@ def image(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def image(tmp_path_factory) -> Path:
+    return build_image(tmp_path_factory.mktemp("bootimg"))
+
+
 def _boot(image: Path, **kw):
     args = {"accel": "tcg", "timeout": 60.0, "grace": 0.0, "fail": r"Kernel panic", **kw}
     return boot.boot_test(image, **args)
 
 
 def test_qemu_argv_is_a_throwaway_serial_boot(tmp_path):
-    argv = boot.qemu_argv(
+    argv = qemu.qemu_argv(
         tmp_path / "a,b.qcow2", arch="amd64", accel="tcg", firmware="bios", memory_mib=512,
         smp=1, console=tmp_path / "c.sock", qmp=tmp_path / "q.sock", pidfile=tmp_path / "pid",
         network=False,
@@ -71,7 +76,7 @@ def test_qemu_argv_is_a_throwaway_serial_boot(tmp_path):
 
 
 def test_kvm_is_only_probed_for_amd64():
-    assert boot.kvm_works("arm64") is False
+    assert qemu.kvm_works("arm64") is False
 
 
 def test_missing_image_and_bad_arch(tmp_path):
@@ -84,12 +89,12 @@ def test_missing_image_and_bad_arch(tmp_path):
 def test_missing_qemu_or_firmware_names_the_package(tmp_path, monkeypatch):
     img = tmp_path / "x.qcow2"
     img.write_bytes(b"")
-    monkeypatch.setitem(boot.QEMU, "arm64", ("qemu-system-nonexistent", "qemu-system-arm"))
+    monkeypatch.setitem(qemu.QEMU, "arm64", ("qemu-system-nonexistent", "qemu-system-arm"))
     with pytest.raises(BootTestError, match="qemu-system-nonexistent is not installed") as e:
         boot.boot_test(img, arch="arm64")
     assert "qemu-system-arm" in (e.value.hint or "")
-    monkeypatch.setitem(boot.QEMU, "arm64", ("sh", "qemu-system-arm"))
-    monkeypatch.setattr(boot, "AAVMF", (str(tmp_path / "none.fd"),))
+    monkeypatch.setitem(qemu.QEMU, "arm64", ("sh", "qemu-system-arm"))
+    monkeypatch.setattr(qemu, "AAVMF", (str(tmp_path / "none.fd"),))
     with pytest.raises(BootTestError, match="no UEFI firmware for arm64") as e:
         boot.boot_test(img, arch="arm64", accel="tcg")
     assert "qemu-efi-aarch64" in (e.value.hint or "")
@@ -118,7 +123,7 @@ def test_grub_boots_from_the_disk_with_seabios(image, tmp_path):
 @needs_tools
 @needs_grub
 @needs_qemu
-@pytest.mark.skipif(not Path(boot.OVMF[0]).is_file(), reason="ovmf missing")
+@pytest.mark.skipif(not Path(qemu.OVMF[0]).is_file(), reason="ovmf missing")
 def test_grub_boots_from_the_esp_with_ovmf(image):
     result = _boot(image, expect=LOADING, firmware="efi")
     assert result.firmware == "efi" and result.matched.startswith("nvkr: loading")
@@ -186,32 +191,10 @@ def test_qemu_is_killed_even_when_stopping_fails(image, monkeypatch):
         raise RuntimeError("stop failed")
 
     monkeypatch.setattr(boot, "_lines", interrupted)
-    monkeypatch.setattr(boot._Qemu, "stop", broken_stop)
+    monkeypatch.setattr(qemu.QemuProcess, "stop", broken_stop)
     with pytest.raises(RuntimeError, match="stop failed"):
         _boot(image, expect="never")
     assert qemu_running(image) == []
-
-
-READY = "[    9.2] node-agent[222]: nvkr-node-agent: ready gpus=0 product=none generation=none"
-LABELS = [
-    "[    9.3] node-agent[286]: {",
-    '[    9.3] node-agent[286]:   "nvidia.com/gpu.count": "0",',
-    "[    9.3] systemd[1]: interleaved line",
-    '[    9.3] node-agent[286]:   "nvidia.com/gpu.present": "false"',
-    "[    9.3] node-agent[286]: }",
-]
-
-
-def test_agent_labels_are_read_from_the_console_and_checked():
-    assert boot.check_agent_labels(READY, [READY, *LABELS]) == {
-        "nvidia.com/gpu.count": "0",
-        "nvidia.com/gpu.present": "false",
-    }
-    hopper = READY.replace("gpus=0", "gpus=8").replace("generation=none", "generation=hopper")
-    with pytest.raises(BootTestError, match=r"gpu.count='0' \(expected '8'\)"):
-        boot.check_agent_labels(hopper, [hopper, *LABELS])
-    with pytest.raises(BootTestError, match="printed no JSON object"):
-        boot.check_agent_labels(READY, [READY, "[ 9.3] node-agent[286]: }"])
 
 
 def test_a_line_written_in_two_pieces_is_matched_whole(tmp_path, monkeypatch):

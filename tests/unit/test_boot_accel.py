@@ -1,0 +1,180 @@
+"""nvkr.boot's accelerator choice: a KVM guest that makes no progress on its console is given up
+after :data:`nvkr.boot.KVM_STALL_SECONDS` and booted again under TCG (``accel="auto"``), or fails
+naming KVM (``"kvm"``); ``"tcg"`` never runs KVM; ``$NVKR_BOOT_ACCEL`` is the default.
+
+Fake QEMUs (tests/fake_qemu.py) play scripted consoles, fast; the last test injects the hang into
+the real QEMU (``-S`` under ``-accel kvm``) and sees the TCG retry reach GRUB's line."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nvkr import boot, qemu
+from nvkr.errors import BootTestError, UsageError
+from tests.fake_qemu import accels, fake_qemu, hanging_kvm_qemu
+from tests.unit.disk.conftest import needs_grub, needs_tools
+from tests.unit.disk.test_boot import LOADING, build_image, needs_qemu
+
+FIRMWARE = [
+    ("say", "\x1bc\x1b[?7l\x1b[2J\x1b[0mSeaBIOS (version 1.16.2-debian-1.16.2-1)\r\n"),
+    ("say", "Booting from Hard Disk...\r\n"),
+    ("say", "nvkr: loading /boot/vmlinuz-6.1.0-test-amd64\r\n"),
+]
+KERNEL = [("say", "[    0.000000] Linux version 6.1.0-test-amd64 (gcc 12)\r\n")]
+READY = [("say", "[    4.2] node-agent[9]: nvkr-node-agent: ready gpus=0 generation=none\r\n")]
+STALL = 2.0  # seconds: KVM_STALL_SECONDS in these tests
+
+
+@pytest.fixture
+def image(tmp_path: Path) -> Path:
+    path = tmp_path / "node.qcow2"
+    path.write_bytes(b"QFI\xfb" + bytes(508))
+    return path
+
+
+@pytest.fixture
+def kvm_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host whose KVM passes the boot-sector probe; no stall seen yet in this process."""
+    monkeypatch.setattr(boot, "kvm_works", lambda arch="amd64": True)
+    monkeypatch.setattr(boot, "KVM_STALL_SECONDS", STALL)
+    monkeypatch.setattr(boot, "_KVM_HANGS", set())
+    monkeypatch.delenv(boot.ACCEL_ENV, raising=False)
+
+
+def _use(monkeypatch: pytest.MonkeyPatch, binary: Path) -> Path:
+    """Boot tests of amd64 images run ``binary`` as QEMU."""
+    monkeypatch.setitem(qemu.QEMU, "amd64", (str(binary), "qemu-system-x86"))
+    return binary
+
+
+def _boot(image: Path, events: list[tuple[str, dict[str, Any]]] | None = None, **kw: Any):
+    args: dict[str, Any] = {"timeout": 20.0, "grace": 0.0, "expect": "nvkr-node-agent: ready"}
+    args.update(kw)
+    if events is not None:
+        args["event"] = lambda kind, fields: events.append((kind, fields))
+    return boot.boot_test(image, **args)
+
+
+def test_a_kvm_guest_silent_after_the_firmware_is_booted_again_under_tcg(
+    image, tmp_path, kvm_host, monkeypatch
+):
+    # TCG needs 3 s to the ready line: more than the 5 s timeout leaves after the KVM attempt,
+    # so the retry must get the whole timeout again
+    fake = _use(
+        monkeypatch,
+        fake_qemu(
+            tmp_path / "q", {"kvm": FIRMWARE, "tcg": [*FIRMWARE, ("sleep", 3.0), *KERNEL, *READY]}
+        ),
+    )
+    events: list[tuple[str, dict[str, Any]]] = []
+    log = tmp_path / "console.log"
+    start = time.monotonic()
+    result = _boot(image, events, accel="auto", timeout=5.0, log_file=log)
+    assert time.monotonic() - start < 5.0 + STALL + 3.0
+    assert accels(fake) == ["kvm", "tcg"]
+    assert result.accel == "tcg" and "nvkr-node-agent: ready" in result.matched
+    assert "no console output for 2 s under kvm" in result.fallback
+    assert [k for k, _ in events] == ["start", "stall", "start"]
+    assert [f["accel"] for k, f in events if k == "start"] == ["kvm", "tcg"]
+    assert all(f["log"] == str(log) and f["timeout"] == 5.0 for k, f in events if k == "start")
+    stall = events[1][1]
+    assert stall["after"] == "nvkr: loading /boot/vmlinuz-6.1.0-test-amd64"
+    assert stall["retry"] == "tcg" and stall["seconds"] == STALL
+    text = log.read_text()
+    assert text.count("console: nvkr: loading /boot/vmlinuz") == 2
+    assert "under tcg" in text and "console: [    0.000000] Linux version" in text
+
+
+def test_kvm_only_a_stall_fails_naming_kvm_and_the_log(image, tmp_path, kvm_host, monkeypatch):
+    partial = ("say", "Probing EDD (edd=off to disable)... ok")  # no newline: kept all the same
+    fake = _use(monkeypatch, fake_qemu(tmp_path / "q", {"kvm": [*FIRMWARE, partial]}))
+    log = tmp_path / "console.log"
+    with pytest.raises(BootTestError) as e:
+        _boot(image, accel="kvm", log_file=log)
+    assert accels(fake) == ["kvm"]
+    msg = e.value.message
+    assert "\nSeaBIOS (version 1.16.2" in msg, "escape sequences (ESC c too) are removed"
+    assert "(bios, kvm) made no progress: no console output for 2 s under kvm" in msg
+    assert "after 'Probing EDD (edd=off to disable)... ok'" in msg
+    assert msg.endswith(
+        "nvkr: loading /boot/vmlinuz-6.1.0-test-amd64\nProbing EDD (edd=off to disable)... ok"
+    )
+    assert f"full console in {log}" in (e.value.hint or "")
+    assert "--accel tcg" in (e.value.hint or "")
+    assert "console: Probing EDD (edd=off to disable)... ok" in log.read_text()
+
+
+def test_no_console_output_at_all_counts_as_a_stall(image, tmp_path, kvm_host, monkeypatch):
+    _use(monkeypatch, fake_qemu(tmp_path / "q", {"kvm": []}))
+    with pytest.raises(BootTestError, match="no console output at all for 2 s under kvm") as e:
+        _boot(image, accel="kvm")
+    assert e.value.message.endswith("last console lines:\n(none)")
+
+
+def test_a_kvm_guest_whose_kernel_has_spoken_is_not_cut_short(
+    image, tmp_path, kvm_host, monkeypatch
+):
+    script = {"kvm": [*FIRMWARE, *KERNEL, ("sleep", STALL + 1.5), *READY]}
+    fake = _use(monkeypatch, fake_qemu(tmp_path / "q", script))
+    result = _boot(image, accel="auto")
+    assert result.accel == "kvm" and result.fallback == ""
+    assert accels(fake) == ["kvm"]
+
+
+def test_tcg_never_runs_kvm_and_is_never_cut_short(image, tmp_path, kvm_host, monkeypatch):
+    script = {"kvm": [*FIRMWARE, *KERNEL, *READY], "tcg": [("sleep", STALL + 1.5), *READY]}
+    fake = _use(monkeypatch, fake_qemu(tmp_path / "q", script))
+    assert _boot(image, accel="tcg").accel == "tcg"
+    assert accels(fake) == ["tcg"]
+
+
+def test_after_a_stall_the_process_boots_under_tcg_at_once(image, tmp_path, kvm_host, monkeypatch):
+    script = {"kvm": FIRMWARE, "tcg": [*FIRMWARE, *KERNEL, *READY]}
+    fake = _use(monkeypatch, fake_qemu(tmp_path / "q", script))
+    assert _boot(image, accel="auto").accel == "tcg"
+    events: list[tuple[str, dict[str, Any]]] = []
+    second = _boot(image, events, accel="auto")
+    assert accels(fake) == ["kvm", "tcg", "tcg"]
+    assert second.accel == "tcg" and "stalled" in second.fallback
+    assert [k for k, _ in events] == ["start"] and "stalled" in events[0][1]["why"]
+
+
+def test_the_accelerator_defaults_to_nvkr_boot_accel(image, tmp_path, kvm_host, monkeypatch):
+    script = {"kvm": [*FIRMWARE, *KERNEL, *READY], "tcg": [*FIRMWARE, *KERNEL, *READY]}
+    fake = _use(monkeypatch, fake_qemu(tmp_path / "q", script))
+    monkeypatch.setenv("NVKR_BOOT_ACCEL", "tcg")
+    assert _boot(image).accel == "tcg"
+    monkeypatch.setenv("NVKR_BOOT_ACCEL", "kvm")
+    assert _boot(image).accel == "kvm"
+    monkeypatch.delenv("NVKR_BOOT_ACCEL")
+    assert _boot(image).accel == "kvm"  # auto, and KVM answers
+    assert accels(fake) == ["tcg", "kvm", "kvm"]
+    monkeypatch.setenv("NVKR_BOOT_ACCEL", "fast")
+    with pytest.raises(UsageError, match=r"NVKR_BOOT_ACCEL='fast'.*auto, kvm or tcg"):
+        _boot(image)
+
+
+@needs_tools
+@needs_grub
+@needs_qemu
+def test_real_qemu_hung_under_kvm_is_booted_again_under_tcg(kvm_host, tmp_path, monkeypatch):
+    """The real QEMU, stopped before its first instruction when given ``-accel kvm``: the
+    console stays silent, the boot test gives KVM up and GRUB prints its line under TCG."""
+    wrapper = _use(monkeypatch, hanging_kvm_qemu(tmp_path / "q"))
+    image = build_image(tmp_path / "img")
+    events: list[tuple[str, dict[str, Any]]] = []
+    log = tmp_path / "console.log"
+    result = _boot(image, events, accel="auto", expect=LOADING, fail="Kernel panic", log_file=log)
+    assert len((wrapper.parent / "kvm-calls").read_text().splitlines()) == 1
+    assert result.accel == "tcg" and result.matched.startswith("nvkr: loading /boot/vmlinuz")
+    assert [(k, f.get("accel")) for k, f in events] == [
+        ("start", "kvm"),
+        ("stall", "kvm"),
+        ("start", "tcg"),
+    ]
+    assert events[1][1]["after"] == ""
+    assert "console: nvkr: loading /boot/vmlinuz" in log.read_text()

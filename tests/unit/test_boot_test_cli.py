@@ -1,0 +1,158 @@
+"""``nvkr boot-test`` with fake QEMUs (tests/fake_qemu.py): the start line, the stall warning and
+the TCG retry, ``--accel`` and ``$NVKR_BOOT_ACCEL``, the console log (``--console-log``, by default
+under the store) named on failure, and ``--json`` events that carry the accelerator and the log."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from nvkr import boot, qemu
+from nvkr.cli import main
+from tests.fake_qemu import accels, fake_qemu
+
+FIRMWARE = [
+    ("say", "SeaBIOS (version 1.16.2-debian-1.16.2-1)\r\n"),
+    ("say", "nvkr: loading /boot/vmlinuz-6.1.0-test-amd64\r\n"),
+]
+BOOTS = [
+    *FIRMWARE,
+    ("say", "[    0.000000] Linux version 6.1.0-test-amd64\r\n"),
+    ("say", "[    4.2] node-agent[9]: nvkr-node-agent: ready gpus=0 generation=none\r\n"),
+]
+HANGS_UNDER_KVM = {"kvm": FIRMWARE, "tcg": BOOTS}
+
+
+@pytest.fixture
+def image(tmp_path: Path) -> Path:
+    path = tmp_path / "node.qcow2"
+    path.write_bytes(b"QFI\xfb" + bytes(508))
+    return path
+
+
+@pytest.fixture
+def kvm_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host whose KVM passes the boot-sector probe; no stall seen yet in this process."""
+    monkeypatch.setattr(boot, "kvm_works", lambda arch="amd64": True)
+    monkeypatch.setattr(boot, "KVM_STALL_SECONDS", 2.0)
+    monkeypatch.setattr(boot, "_KVM_HANGS", set())
+    monkeypatch.delenv(boot.ACCEL_ENV, raising=False)
+
+
+def _fake(monkeypatch: pytest.MonkeyPatch, directory: Path, script: dict[str, Any]) -> Path:
+    binary = fake_qemu(directory, script)
+    monkeypatch.setitem(qemu.QEMU, "amd64", (str(binary), "qemu-system-x86"))
+    return binary
+
+
+def _run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """``nvkr.cli.main`` in-process, errors rendered as the console script renders them:
+    (exit code, stdout, stderr)."""
+    with CliRunner().isolation(env=env) as (out, err, _):
+        try:
+            main(list(args))
+            code = 0
+        except SystemExit as e:
+            code = int(e.code or 0)
+        return code, out.getvalue().decode(), err.getvalue().decode()
+
+
+def test_a_start_line_then_a_warning_and_the_tcg_retry(image, tmp_path, kvm_host, monkeypatch):
+    fake = _fake(monkeypatch, tmp_path / "q", HANGS_UNDER_KVM)
+    logs = tmp_path / "logs"
+    code, out, err = _run(
+        "boot-test", str(image), "--no-labels", "--timeout", "20", "--console-log", str(logs)
+    )
+    assert code == 0, err
+    assert accels(fake) == ["kvm", "tcg"]
+    (log,) = logs.iterdir()
+    starts = re.findall(r"^boot-test: booting (.*)$", err, re.M)
+    assert starts == [
+        f"{image} (amd64) under kvm, timeout 20 s, console log {log}",
+        f"{image} (amd64) under tcg, timeout 20 s, console log {log} (KVM made no progress)",
+    ]
+    assert (
+        f"warning: boot-test: {image}: no console output for 2 s under kvm after "
+        "'nvkr: loading /boot/vmlinuz-6.1.0-test-amd64', before any line of the guest's kernel; "
+        "booting it again under tcg" in err
+    )
+    assert re.search(
+        r"^ok .*: .*nvkr-node-agent: ready .*\(\d+\.\d s, tcg after a KVM stall\)$", out, re.M
+    )
+    text = log.read_text()
+    assert "attempt 1" in text and "attempt 2" in text and "nvkr-node-agent: ready" in text
+
+
+def test_accel_option_and_nvkr_boot_accel(image, tmp_path, kvm_host, monkeypatch):
+    fake = _fake(monkeypatch, tmp_path / "q", {"kvm": BOOTS, "tcg": BOOTS})
+    base = ["boot-test", str(image), "--no-labels", "--console-log", str(tmp_path / "logs")]
+    assert _run(*base, "--accel", "tcg")[0] == 0
+    assert _run(*base, env={"NVKR_BOOT_ACCEL": "tcg"})[0] == 0
+    assert _run(*base, "--accel", "kvm", env={"NVKR_BOOT_ACCEL": "tcg"})[0] == 0
+    assert _run(*base)[0] == 0  # auto: KVM answers
+    assert accels(fake) == ["tcg", "tcg", "kvm", "kvm"]
+    code, _, err = _run(*base, env={"NVKR_BOOT_ACCEL": "fast"})
+    assert code == 2 and "NVKR_BOOT_ACCEL" in err and "'fast'" in err
+    assert len(accels(fake)) == 4
+
+
+def test_a_kvm_stall_under_accel_kvm_fails_naming_the_console_log(
+    image, tmp_path, kvm_host, monkeypatch
+):
+    fake = _fake(monkeypatch, tmp_path / "q", HANGS_UNDER_KVM)
+    logs = tmp_path / "logs"
+    code, _, err = _run(
+        "boot-test", str(image), "--no-labels", "--accel", "kvm", "--console-log", str(logs)
+    )
+    assert code == 1
+    assert accels(fake) == ["kvm"]
+    (log,) = logs.iterdir()
+    assert "(bios, kvm) made no progress: no console output for 2 s under kvm" in err
+    assert f"full console in {log}" in err
+    assert "console: nvkr: loading /boot/vmlinuz-6.1.0-test-amd64" in log.read_text()
+
+
+def test_json_events_carry_the_accelerator_and_the_log(image, tmp_path, kvm_host, monkeypatch):
+    _fake(monkeypatch, tmp_path / "q", HANGS_UNDER_KVM)
+    store = tmp_path / "store"
+    code, out, err = _run("--store", str(store), "boot-test", str(image), "--no-labels", "--json")
+    assert code == 0, err
+    events = [json.loads(line) for line in out.splitlines()]
+    assert [(e["event"], e["accel"]) for e in events] == [
+        ("start", "kvm"),
+        ("stall", "kvm"),
+        ("start", "tcg"),
+        ("result", "tcg"),
+    ]
+    (log,) = (store / "logs" / "boot-test").iterdir()  # the default: under the store
+    assert all(e["log"] == str(log) and e["image"] == str(image) for e in events)
+    assert events[1]["retry"] == "tcg" and events[1]["seconds"] == 2.0
+    assert events[-1]["ok"] is True and "2 s under kvm" in events[-1]["fallback"]
+
+
+def test_a_failure_in_json_names_the_accelerator_and_the_log(
+    image, tmp_path, kvm_host, monkeypatch
+):
+    _fake(monkeypatch, tmp_path / "q", {"tcg": [*FIRMWARE, ("exit", 1)]})
+    logs = tmp_path / "logs"
+    code, out, _ = _run(
+        "boot-test",
+        str(image),
+        "--no-labels",
+        "--json",
+        "--accel",
+        "tcg",
+        "--console-log",
+        str(logs),
+    )
+    assert code == 1
+    result = json.loads(out.splitlines()[-1])
+    (log,) = logs.iterdir()
+    assert result["event"] == "result" and result["ok"] is False
+    assert result["accel"] == "tcg" and result["log"] == str(log)
+    assert "QEMU exited" in result["error"]
