@@ -10,7 +10,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    model_validator,
+)
+
+from nvkr.recipe.versionfields import exact_release
 
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"
 # A digest may be a template (per-arch pins held in vars); the rendered recipe is validated again,
@@ -22,6 +32,9 @@ COMMIT_PATTERN = r"^([0-9a-f]{40}|[0-9a-f]{64})$"
 Name = Annotated[
     str, Field(pattern=NAME_PATTERN, description="lower-case name: a-z, 0-9, '.', '_', '-'")
 ]
+#: An exact Kubernetes release, stored as ``X.Y.Z`` (a leading ``v`` dropped; see
+#: :mod:`nvkr.recipe.versionfields`).
+ExactRelease = Annotated[str, AfterValidator(exact_release)]
 
 
 class Strict(BaseModel):
@@ -449,7 +462,10 @@ class NodeImageArtifact(Strict):
     kubePackages: str | None = Field(
         default=None, description="Optional. kube-packages artifact staged into the tree"
     )
-    kubernetesVersion: str = Field(description='Required. exact Kubernetes release, e.g. "1.36.3"')
+    kubernetesVersion: ExactRelease = Field(
+        description='Required. exact Kubernetes release MAJOR.MINOR.PATCH, e.g. "1.36.3" '
+        "(a leading v is dropped)"
+    )
     files: dict[str, str | ImageFile] = Field(
         default_factory=dict,
         description="Optional. absolute path -> artifact name, or {artifact|source, path, mode}",
@@ -496,7 +512,10 @@ BUILDERS = ("container-image", "go-binary", "helm-chart", "kube-packages", "node
 
 # -- release set -------------------------------------------------------------------------------
 class ClusterRelease(Strict):
-    kubernetes: str = Field(description='Required. exact Kubernetes release, e.g. "1.36.3"')
+    kubernetes: ExactRelease = Field(
+        description='Required. exact Kubernetes release MAJOR.MINOR.PATCH, e.g. "1.36.3" '
+        "(a leading v is dropped)"
+    )
     charts: list[str] = Field(default_factory=list, description="Optional. artifact names")
     images: list[str] = Field(default_factory=list, description="Optional. artifact names")
 

@@ -189,10 +189,10 @@ def _line(model: type[BaseModel], error: ErrorDetails, locations: LocationMap) -
             False,
         )
     if kind == "value_error":
-        return (
-            f"{where(locations, path)}: {_lower_first(error['msg'].removeprefix('Value error, '))}",
-            False,
-        )
+        message = _lower_first(error["msg"].removeprefix("Value error, "))
+        if isinstance(value, str) and location is not None and location.text not in ("", value):
+            message += f" (rendered from '{_clip(location.text)}')"
+        return f"{where(locations, path)}: {message}", False
     return f"{where(locations, path)}: {_expected(error)}{got}", False
 
 

@@ -232,6 +232,14 @@ def test_variant_selection_errors_are_usage_errors(project, tmp_path):
             ["nope"],
         ),
         (lambda t: t + "  oops: [\n", "NVKR-E-RECIPE", ["small.yaml:"]),
+        (  # no compatibility rules apply to this recipe: the version is checked all the same
+            lambda t: t + "  clusterRelease: {kubernetes: vv1.36.4}\n",
+            "NVKR-E-RECIPE",
+            [
+                "small.yaml:21: releaseSet.clusterRelease.kubernetes:",
+                "'vv1.36.4' is not an exact Kubernetes release",
+            ],
+        ),
         (
             lambda t: t.replace(
                 "artifacts: {}",
