@@ -111,7 +111,7 @@ class GoBinaryBuilder:
         src = ctx.workdir / "src"
         src.mkdir()
         with open(ctx.input_path("source"), "rb") as f:
-            extract_tar(f, src)
+            extract_tar(f, src, what=f"go-binary {ctx.action.name!r}: source")
         home = ctx.workdir / "home"
         home.mkdir()
         env = pinned_env(

@@ -161,9 +161,9 @@ class HelmChartBuilder:
         p = ctx.action.params
         src = ctx.workdir / "src"
         src.mkdir()
-        with open(ctx.input_path("chart"), "rb") as f:
-            extract_tar(f, src)
         where = _chart_label(ctx)
+        with open(ctx.input_path("chart"), "rb") as f:
+            extract_tar(f, src, what=f"chart {where}", under=p["subdir"] or "")
         chart_dir = src / p["subdir"] if p["subdir"] else src
         if not chart_dir.is_dir():
             raise BuildError(

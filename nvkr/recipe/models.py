@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from nvkr.recipe.versionfields import exact_release
+from nvkr.repro import epoch_problem
 
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"
 # A digest may be a template (per-arch pins held in vars); the rendered recipe is validated again,
@@ -442,6 +443,23 @@ class KubeletSettings(Strict):
     )
 
 
+#: The largest node image disk, in bytes: the raw disk is a sparse file in the store, and ext4
+#: (Debian's default file system, 4 KiB blocks) holds files of less than 16 TiB (`truncate -s
+#: 16T` fails there with EFBIG, 16 TiB less 1 MiB works); qcow2 and GPT allow more.
+DISK_SIZE_MAX = (16 << 40) - (1 << 20)
+
+
+def _disk_size(value: str) -> str:
+    if not value.endswith(("MiB", "GiB")) or not value[:-3].isdigit():
+        return value  # the pattern reports it
+    size = int(value[:-3]) << (30 if value.endswith("GiB") else 20)
+    if not 0 < size <= DISK_SIZE_MAX:
+        raise ValueError(
+            f"{value!r}: a disk size is 1MiB .. {DISK_SIZE_MAX >> 20}MiB (16 TiB less 1 MiB)"
+        )
+    return value
+
+
 class NodeImageArtifact(Strict):
     """A bootable disk image (QCOW2) from a ``rootfs`` plus staged agent, runtime config and
     Kubernetes binaries (builder ``node-image``).
@@ -476,10 +494,11 @@ class NodeImageArtifact(Strict):
         "default: when the rootfs holds nvidia-container-toolkit",
     )
     kubelet: KubeletSettings = Field(default_factory=KubeletSettings)
-    size: str = Field(
+    size: Annotated[str, AfterValidator(_disk_size)] = Field(
         default="4GiB",
         pattern=r"^[0-9]+(MiB|GiB)$",
-        description='Optional. virtual disk size, e.g. "4GiB" or "2048MiB"',
+        description='Optional. virtual disk size, e.g. "4GiB" or "2048MiB"; at most 16777215MiB '
+        "(16 TiB less 1 MiB)",
     )
     kernelArgs: list[str] = Field(
         default_factory=list, description="Optional. extra kernel command-line arguments"
@@ -575,6 +594,13 @@ class Overlay(Strict):
     releaseSet: dict[str, Any] | None = None
 
 
+def _epoch(value: str) -> str:
+    problem = epoch_problem(value)
+    if problem is not None:
+        raise ValueError(f"{value!r}: {problem}")
+    return value
+
+
 class Recipe(Strict):
     """A fully merged recipe (after ``extends``; overlays listed, not yet applied)."""
 
@@ -584,8 +610,11 @@ class Recipe(Strict):
     extends: list[str] = Field(
         default_factory=list, description="Optional. base files, applied in order"
     )
-    epoch: str | None = Field(
-        default=None, pattern=r"^[0-9]+$", description="Optional. default SOURCE_DATE_EPOCH"
+    epoch: Annotated[str, AfterValidator(_epoch)] | None = Field(
+        default=None,
+        pattern=r"^[0-9]+$",
+        description="Optional. default SOURCE_DATE_EPOCH: decimal seconds since 1970-01-01 UTC, "
+        "0 .. 4294967295",
     )
     matrix: Matrix
     overlays: list[Overlay] = Field(default_factory=list)

@@ -25,7 +25,7 @@ helm = pytest.importorskip("helm_python")
 from nvkr import builders  # noqa: E402
 from nvkr.builders import ActionSpec, ResolvedSource  # noqa: E402
 from nvkr.builders.helm_chart import HelmChartBuilder, oci_tag  # noqa: E402
-from nvkr.errors import BuildError, RecipeError  # noqa: E402
+from nvkr.errors import BuildError, RecipeError, ToolError  # noqa: E402
 from nvkr.execute import run_action  # noqa: E402
 from nvkr.helm.ignore import HelmIgnore  # noqa: E402
 from nvkr.helm.metadata import go_float, go_json, go_time, hash_req, read_lock, read_metadata  # noqa: E402
@@ -363,6 +363,25 @@ def test_bad_recipe_fields_are_recipe_errors(store: Store, demo: Path) -> None:
 
 
 # -- bad charts ----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("target", "problem"),
+    [("/etc/passwd", "an absolute path"), ("../../../outside", "which leads out of the source")],
+)
+def test_a_link_out_of_the_chart_names_the_link_and_its_target(
+    store: Store, demo: Path, target: str, problem: str
+) -> None:
+    """A link's target is not part of the source's digest: refused, as the recipe's problem
+    (exit 2), naming the link inside the chart and its target as written, no store path."""
+    os.symlink(target, demo / "templates" / "linked.yaml")
+    with pytest.raises(RecipeError) as e:
+        build_chart(store, demo)
+    assert e.value.exit_code == 2
+    assert e.value.message.endswith(
+        f"failed: chart charts/demo: templates/linked.yaml is a link to {target!r}, {problem}"
+    )
+    assert str(store.root) not in e.value.message and "internal" not in e.value.message
+
+
 @pytest.mark.parametrize("name", ["Demo", "my_chart", "my.chart", "-demo", "a/b", "x" * 251])
 def test_invalid_chart_name(store: Store, demo: Path, name: str) -> None:
     text = (demo / "Chart.yaml").read_text().replace("name: demo", f"name: {json.dumps(name)}")
@@ -424,7 +443,7 @@ def test_without_helm_python_the_build_fails_with_a_hint(
     store: Store, demo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(__import__("sys").modules, "helm_python", None)
-    with pytest.raises(BuildError, match="helm-python-sdk is not installed") as e:
+    with pytest.raises(ToolError, match="helm-python-sdk is not installed") as e:
         build_chart(store, demo)
     assert e.value.hint and "pip install helm-python-sdk" in e.value.hint
 

@@ -6,7 +6,7 @@ import pydantic
 import pytest
 
 from nvkr.recipe import load_recipe
-from nvkr.recipe.models import GoBinaryArtifact, Matrix, Recipe
+from nvkr.recipe.models import GoBinaryArtifact, Matrix, NodeImageArtifact, Recipe
 
 from .conftest import FIXTURES
 
@@ -33,3 +33,19 @@ def test_models_are_strict_and_closed() -> None:
 def test_json_round_trip() -> None:
     recipe = load_recipe(FIXTURES / "gpu-node" / "gpu-node.yaml").recipe
     assert Recipe.model_validate_json(recipe.model_dump_json()) == recipe
+
+
+@pytest.mark.parametrize("size", ["0MiB", "0GiB", "16384GiB", "99999999999999999999GiB"])
+def test_a_node_image_size_out_of_range_is_refused(size: str) -> None:
+    with pytest.raises(pydantic.ValidationError, match=r"a disk size is 1MiB \.\. 16777215MiB"):
+        NodeImageArtifact.model_validate(
+            {"builder": "node-image", "rootfs": "r", "kubernetesVersion": "1.36.4", "size": size}
+        )
+
+
+def test_the_largest_node_image_size_is_accepted() -> None:
+    for size in ("16383GiB", "16777215MiB", "1MiB"):
+        artifact = NodeImageArtifact.model_validate(
+            {"builder": "node-image", "rootfs": "r", "kubernetesVersion": "1.36.4", "size": size}
+        )
+        assert artifact.size == size
