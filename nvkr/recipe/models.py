@@ -10,18 +10,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Discriminator,
-    Field,
-    Tag,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
-from nvkr.recipe.versionfields import exact_release
-from nvkr.repro import epoch_problem
+from nvkr.recipe import fieldchecks as fc
+from nvkr.recipe.versionfields import ExactRelease
 
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"
 # A digest may be a template (per-arch pins held in vars); the rendered recipe is validated again,
@@ -33,9 +25,6 @@ COMMIT_PATTERN = r"^([0-9a-f]{40}|[0-9a-f]{64})$"
 Name = Annotated[
     str, Field(pattern=NAME_PATTERN, description="lower-case name: a-z, 0-9, '.', '_', '-'")
 ]
-#: An exact Kubernetes release, stored as ``X.Y.Z`` (a leading ``v`` dropped; see
-#: :mod:`nvkr.recipe.versionfields`).
-ExactRelease = Annotated[str, AfterValidator(exact_release)]
 
 
 class Strict(BaseModel):
@@ -227,6 +216,15 @@ def _source_kind(value: Any) -> str | None:
     return None
 
 
+def source_kind(source: BaseModel) -> str:
+    """``url``, ``git``, ``pypi``, ``path``, ``oci`` or ``apt``: the kind of a source model (the
+    ``kind`` of its lockfile entry)."""
+    kind = _source_kind(source)
+    if kind is None:
+        raise TypeError(f"not a source model: {type(source).__name__}")
+    return kind
+
+
 Source = Annotated[
     Annotated[UrlSource, Tag("url")]
     | Annotated[GitSource, Tag("git")]
@@ -273,7 +271,7 @@ class ImageFile(Strict):
 
     artifact: str | None = Field(default=None, description="an artifact of the same variant")
     source: str | None = Field(default=None, description="a source (file, or directory tree)")
-    path: str | None = Field(
+    path: fc.InnerPath | None = Field(
         default=None, description="Optional. a file or directory inside the source"
     )
     mode: str | None = Field(
@@ -286,6 +284,10 @@ class ImageFile(Strict):
     def _one_origin(self) -> ImageFile:
         if (self.artifact is None) == (self.source is None):
             raise ValueError("an image file needs exactly one of artifact or source")
+        if self.artifact is not None and self.path is not None:
+            raise ValueError(
+                "'path' selects inside a source; an artifact's file is its primary output"
+            )
         return self
 
 
@@ -315,14 +317,16 @@ class ContainerImageArtifact(Strict):
     base: str = Field(
         default="scratch", description='Optional. "scratch" or the name of an oci source'
     )
-    files: dict[str, str | ImageFile] = Field(
+    files: dict[fc.ImagePath, str | ImageFile] = Field(
         default_factory=dict,
         description="Optional. absolute path in the image -> artifact name, or {artifact|source, path, mode}",
     )
     context: str | None = Field(
         default=None, description="docker backend: the build context source"
     )
-    dockerfile: str = Field(default="Dockerfile", description="docker backend: path in the context")
+    dockerfile: fc.DockerfilePath = Field(
+        default="Dockerfile", description="docker backend: path in the context"
+    )
     buildArgs: dict[str, str] = Field(
         default_factory=dict, description="docker backend: build args"
     )
@@ -365,7 +369,10 @@ class ChartImage(Strict):
     """Where a container-image artifact goes in a chart's values.yaml."""
 
     artifact: str = Field(description="Required. a container-image artifact")
-    repository: str = Field(description="Required. image repository, e.g. ghcr.io/nvkr/node-agent")
+    repository: fc.ImageRepository = Field(
+        description="Required. image repository in lower case, without tag or digest, e.g. "
+        "ghcr.io/nvkr/node-agent"
+    )
 
 
 class HelmChartArtifact(Strict):
@@ -373,10 +380,14 @@ class HelmChartArtifact(Strict):
 
     builder: Literal["helm-chart"]
     source: str = Field(description="Required. the source holding the chart directory")
-    subdir: str | None = Field(default=None, description="Optional. chart directory in the source")
-    version: str = Field(description='Required. chart version (SemVer 2), e.g. "0.1.0"')
-    appVersion: str | None = Field(default=None, description="Optional. appVersion, a string")
-    images: dict[str, ChartImage] = Field(
+    subdir: fc.RelativeDir | None = Field(
+        default=None, description="Optional. chart directory in the source"
+    )
+    version: fc.ChartVersion = Field(description='Required. chart version (SemVer 2), e.g. "0.1.0"')
+    appVersion: fc.AppVersion | None = Field(
+        default=None, description="Optional. appVersion, a non-empty printable string"
+    )
+    images: dict[fc.ValuesKey, ChartImage] = Field(
         default_factory=dict,
         description="Optional. values.yaml key (dotted) -> image; sets KEY.repository and KEY.digest",
     )
@@ -392,7 +403,7 @@ class KubeBinary(Strict):
     """One Kubernetes node binary: a url source holding the binary, or a member of its archive."""
 
     source: str = Field(description="Required. the source (a binary, or a .tar.gz holding it)")
-    member: str | None = Field(
+    member: fc.ArchiveMember | None = Field(
         default=None, description="Optional. path of the binary inside a .tar/.tar.gz source"
     )
 
@@ -408,7 +419,7 @@ class KubePackagesArtifact(Strict):
     binaries: dict[Name, str | KubeBinary] = Field(
         min_length=1, description="Required. file name -> source name, or {source, member}"
     )
-    prefix: str = Field(default="/usr/bin", description="Optional. directory in the image")
+    prefix: fc.ImagePath = Field(default="/usr/bin", description="Optional. directory in the image")
 
     def references(self) -> list[tuple[tuple[str, ...], str, str]]:
         refs: list[tuple[tuple[str, ...], str, str]] = []
@@ -443,23 +454,6 @@ class KubeletSettings(Strict):
     )
 
 
-#: The largest node image disk, in bytes: the raw disk is a sparse file in the store, and ext4
-#: (Debian's default file system, 4 KiB blocks) holds files of less than 16 TiB (`truncate -s
-#: 16T` fails there with EFBIG, 16 TiB less 1 MiB works); qcow2 and GPT allow more.
-DISK_SIZE_MAX = (16 << 40) - (1 << 20)
-
-
-def _disk_size(value: str) -> str:
-    if not value.endswith(("MiB", "GiB")) or not value[:-3].isdigit():
-        return value  # the pattern reports it
-    size = int(value[:-3]) << (30 if value.endswith("GiB") else 20)
-    if not 0 < size <= DISK_SIZE_MAX:
-        raise ValueError(
-            f"{value!r}: a disk size is 1MiB .. {DISK_SIZE_MAX >> 20}MiB (16 TiB less 1 MiB)"
-        )
-    return value
-
-
 class NodeImageArtifact(Strict):
     """A bootable disk image (QCOW2) from a ``rootfs`` plus staged agent, runtime config and
     Kubernetes binaries (builder ``node-image``).
@@ -484,7 +478,7 @@ class NodeImageArtifact(Strict):
         description='Required. exact Kubernetes release MAJOR.MINOR.PATCH, e.g. "1.36.3" '
         "(a leading v is dropped)"
     )
-    files: dict[str, str | ImageFile] = Field(
+    files: dict[fc.ImagePath, str | ImageFile] = Field(
         default_factory=dict,
         description="Optional. absolute path -> artifact name, or {artifact|source, path, mode}",
     )
@@ -494,7 +488,7 @@ class NodeImageArtifact(Strict):
         "default: when the rootfs holds nvidia-container-toolkit",
     )
     kubelet: KubeletSettings = Field(default_factory=KubeletSettings)
-    size: Annotated[str, AfterValidator(_disk_size)] = Field(
+    size: fc.DiskSize = Field(
         default="4GiB",
         pattern=r"^[0-9]+(MiB|GiB)$",
         description='Optional. virtual disk size, e.g. "4GiB" or "2048MiB"; at most 16777215MiB '
@@ -594,13 +588,6 @@ class Overlay(Strict):
     releaseSet: dict[str, Any] | None = None
 
 
-def _epoch(value: str) -> str:
-    problem = epoch_problem(value)
-    if problem is not None:
-        raise ValueError(f"{value!r}: {problem}")
-    return value
-
-
 class Recipe(Strict):
     """A fully merged recipe (after ``extends``; overlays listed, not yet applied)."""
 
@@ -610,7 +597,7 @@ class Recipe(Strict):
     extends: list[str] = Field(
         default_factory=list, description="Optional. base files, applied in order"
     )
-    epoch: Annotated[str, AfterValidator(_epoch)] | None = Field(
+    epoch: fc.Epoch | None = Field(
         default=None,
         pattern=r"^[0-9]+$",
         description="Optional. default SOURCE_DATE_EPOCH: decimal seconds since 1970-01-01 UTC, "

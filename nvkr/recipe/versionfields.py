@@ -19,7 +19,9 @@ is what URLs are rendered from, so it is checked (:mod:`nvkr.catalog.facts`) but
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import AfterValidator
 
 from nvkr.recipe.templates import is_template
 
@@ -55,6 +57,10 @@ def exact_release(text: str) -> str:
         f"{text!r} is a release line, not an exact Kubernetes release: expected "
         f"MAJOR.MINOR.PATCH, e.g. {line}.0"
     )
+
+
+#: An exact Kubernetes release, stored as ``X.Y.Z`` (the type of the fields above).
+ExactRelease = Annotated[str, AfterValidator(exact_release)]
 
 
 def canonical_document(data: Any) -> Any:

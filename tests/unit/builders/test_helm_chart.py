@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pydantic
 import pytest
 import yaml
 
@@ -345,21 +346,28 @@ def test_plus_in_version_becomes_underscore_in_the_oci_tag(store: Store, demo: P
 
 
 @pytest.mark.parametrize("version", ["1.0", "v1.0.0", "01.2.3", "1.2.3-", "latest", ""])
-def test_non_semver_version_is_a_recipe_error(store: Store, demo: Path, version: str) -> None:
-    with pytest.raises(RecipeError, match="field 'version'") as e:
-        plan_chart(store, demo, version=version)
-    assert e.value.exit_code == 2 and "SemVer" in e.value.message
+def test_non_semver_version_is_refused_by_the_model(version: str) -> None:
+    with pytest.raises(pydantic.ValidationError, match="is not a SemVer 2 version"):
+        _chart_model(version=version)
 
 
-def test_bad_recipe_fields_are_recipe_errors(store: Store, demo: Path) -> None:
-    with pytest.raises(RecipeError, match="'appVersion'"):
-        plan_chart(store, demo, appVersion="two\nlines")
-    with pytest.raises(RecipeError, match="'subdir'"):
-        plan_chart(store, demo, subdir="../elsewhere")
-    with pytest.raises(RecipeError, match="images key"):
-        plan_chart(store, demo, images={"a..b": {"artifact": "x", "repository": "r/x"}})
-    with pytest.raises(RecipeError, match="repository"):
-        plan_chart(store, demo, images={"image": {"artifact": "x", "repository": "r/x:1.0"}})
+def _chart_model(**fields: Any) -> HelmChartArtifact:
+    return HelmChartArtifact.model_validate(
+        {"builder": "helm-chart", "source": "s", "version": "0.1.0", **fields}
+    )
+
+
+def test_bad_recipe_fields_are_refused_by_the_model() -> None:
+    with pytest.raises(pydantic.ValidationError, match="non-empty printable string"):
+        _chart_model(appVersion="two\nlines")
+    with pytest.raises(pydantic.ValidationError, match="relative path inside the source"):
+        _chart_model(subdir="../elsewhere")
+    with pytest.raises(pydantic.ValidationError, match=r"images key 'a\.\.b'"):
+        _chart_model(images={"a..b": {"artifact": "x", "repository": "r/x"}})
+    with pytest.raises(pydantic.ValidationError, match="without tag or digest"):
+        _chart_model(images={"image": {"artifact": "x", "repository": "r/x:1.0"}})
+    with pytest.raises(pydantic.ValidationError, match="in lower case"):
+        _chart_model(images={"image": {"artifact": "x", "repository": "example.org/Img"}})
 
 
 # -- bad charts ----------------------------------------------------------------------------------
