@@ -445,7 +445,9 @@ class RootfsArtifact(Strict):
 class KubeletSettings(Strict):
     """Kubelet settings the node image writes into its KubeletConfiguration and drop-in."""
 
-    maxPods: int = Field(default=110, ge=1, description="Optional. maxPods")
+    maxPods: int = Field(
+        default=110, ge=1, le=2**31 - 1, description="Optional. maxPods (an int32 for kubelet)"
+    )
     extraLabels: dict[str, str] = Field(
         default_factory=dict, description="Optional. node labels added to the agent's labels"
     )

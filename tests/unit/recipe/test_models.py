@@ -49,3 +49,27 @@ def test_the_largest_node_image_size_is_accepted() -> None:
             {"builder": "node-image", "rootfs": "r", "kubernetesVersion": "1.36.4", "size": size}
         )
         assert artifact.size == size
+
+
+def test_max_pods_is_an_int32_as_kubelet_reads_it(tmp_path) -> None:
+    """KubeletConfiguration's maxPods is an int32: a larger one would give a node image whose
+    kubelet refuses its configuration at boot."""
+    from nvkr.errors import RecipeError
+
+    from .conftest import MINIMAL
+
+    path = tmp_path / "r.yaml"
+    path.write_text(
+        MINIMAL.replace(
+            "  agent: {builder: go-binary, source: app}\n",
+            "  agent: {builder: go-binary, source: app}\n"
+            "  node: {builder: node-image, rootfs: r, kubernetesVersion: 1.36.4,"
+            " kubelet: {maxPods: 99999999999999999999}}\n",
+        )
+    )
+    with pytest.raises(
+        RecipeError,
+        match=r"r\.yaml:13: artifacts\.node\.kubelet\.maxPods: "
+        r"expected less than or equal to 2147483647",
+    ):
+        load_recipe(path)
