@@ -71,9 +71,10 @@ class _SourceGate:
                 if src.entry.get("kind") != "path" and not self.ctx.store.has_blob(src.digest):
                     self.emit("source-fetch", source=src)
                 got = ensure(src.name, src.spec, src.entry, self.ctx, base_dir=src.base_dir)
-            if got != src.digest:
-                raise NvkrError(
-                    f"source {src.name!r}: the store holds {got}, the plan expects {src.digest}"
+            if got != src.digest:  # a path source edited since the plan was made
+                raise BuildError(
+                    f"source {src.name!r}: the store holds {got}, the plan expects {src.digest}",
+                    hint="the source changed during the build; run the same command again",
                 )
 
 
@@ -116,7 +117,10 @@ def run_action(
     RFC 3339 UTC (:func:`nvkr.provenance.timestamp`).
 
     Raises:
-        BuildError: the builder failed; the message holds the action, its builder and log tail.
+        NvkrError: the builder failed: the same class (so the same code and exit code, e.g. an
+            IntegrityError exits 3), its message prefixed with the action, its builder and key,
+            and followed by the log's tail.
+        BuildError: the builder hit an OSError (disk full, permissions), named likewise.
     """
     builder = get_builder(action.builder)
     started = time.time() if started is None else started
@@ -125,11 +129,18 @@ def run_action(
         try:
             builder.run(ctx)
         except NvkrError as e:
-            log = ctx.log_file.read_text(errors="replace") if ctx.log_file.exists() else ""
-            detail = f"\n{tail(log)}" if log and tail(log) not in e.message else ""
+            # The error keeps its class, code and exit code (an integrity failure exits 3, a
+            # recipe error 2); its message gains the action and the tail of its log.
+            e.message = f"{_failed(action)}: {e.message}{_log_tail(ctx, e.message)}"
+            e.args = (e.message,)
+            raise
+        except OSError as e:
+            # The machine, not nvkr: a full disk, a permission, a file that went away.
+            where = f" ({e.filename})" if e.filename else ""
+            message = f"{_failed(action)}: {e.strerror or e}{where}"
             raise BuildError(
-                f"action {action.name!r} (builder {action.builder}, key {action.key[:19]}) failed: {e.message}{detail}",
-                hint=e.hint,
+                message + _log_tail(ctx, message),
+                hint="free space in the store's file system, or check its permissions",
             ) from e
         result: dict[str, Any] = {
             "key": action.key,
@@ -154,6 +165,16 @@ def run_action(
 def _warnings(emit: Event, action: Action, result: dict[str, Any]) -> None:
     for message in result.get("warnings") or []:
         emit("action-warning", action=action, message=str(message))
+
+
+def _failed(action: Action) -> str:
+    return f"action {action.name!r} (builder {action.builder}, key {action.key[:19]}) failed"
+
+
+def _log_tail(ctx: ActionContext, message: str) -> str:
+    """The tail of the action's log on a line of its own, unless ``message`` already holds it."""
+    log = ctx.log_file.read_text(errors="replace") if ctx.log_file.exists() else ""
+    return f"\n{tail(log)}" if log and tail(log) not in message else ""
 
 
 def execute(
@@ -205,6 +226,7 @@ def execute(
     pending = list(to_run)
     running: dict[Future[dict[str, Any]], str] = {}
     failure: BaseException | None = None
+    failed: Action | None = None
 
     def work(action: Action) -> dict[str, Any]:
         started = time.time()
@@ -244,7 +266,7 @@ def execute(
                 except BaseException as e:
                     emit("action-failed", action=plan.actions[key], error=e)
                     if failure is None:
-                        failure = e
+                        failure, failed = e, plan.actions[key]
     except KeyboardInterrupt:
         pool.shutdown(wait=True, cancel_futures=True)
         raise Interrupted(
@@ -254,7 +276,18 @@ def execute(
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
     if failure is not None:
+        assert failed is not None
         if isinstance(failure, NvkrError):
             raise failure
-        raise BuildError(f"internal error in an action: {failure!r}") from failure
+        if isinstance(failure, OSError):  # fetching its sources: the disk, the permissions
+            where = f" ({failure.filename})" if failure.filename else ""
+            raise BuildError(
+                f"{_failed(failed)}: {failure.strerror or failure}{where}",
+                hint="free space in the store's file system, or check its permissions",
+            ) from failure
+        # Anything else is a bug in nvkr (a builder's own exception), reported as one.
+        raise NvkrError(
+            f"internal error in {_failed(failed)}: {failure!r}",
+            hint="run again with --debug for a traceback, and report it",
+        ) from failure
     return report

@@ -85,8 +85,20 @@ def read_lock(path: Path) -> dict[str, Any] | None:
         data = path.read_bytes()
     except FileNotFoundError:
         return None
+    except OSError as e:
+        raise LockError(
+            f"{path}: cannot read the lockfile: {_os_reason(e)}",
+            hint="name a lockfile with --lockfile, or remove what is there and run `nvkr lock`",
+        ) from None
     try:
-        doc: dict[str, Any] = json.loads(data)
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise LockError(
+            f"{path}: not UTF-8 (byte {e.start}), so not a lockfile",
+            hint="regenerate it with `nvkr lock`",
+        ) from None
+    try:
+        doc: dict[str, Any] = json.loads(text)
     except json.JSONDecodeError as e:
         raise LockError(
             f"{path}:{e.lineno}: not valid JSON: {e.msg}", hint="regenerate it with `nvkr lock`"
@@ -101,6 +113,12 @@ def read_lock(path: Path) -> dict[str, Any] | None:
             hint="regenerate it with `nvkr lock`",
         )
     return doc
+
+
+def _os_reason(e: OSError) -> str:
+    if isinstance(e, IsADirectoryError):
+        return "it is a directory"
+    return (e.strerror or str(e)).lower()
 
 
 def lock_digest(doc: dict[str, Any]) -> str:

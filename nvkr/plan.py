@@ -24,6 +24,7 @@ from nvkr.builders.release_set import ReleaseSetBuilder
 from nvkr.builders.sbom import SbomBuilder, sbom_spec
 from nvkr.canonical import digest_json
 from nvkr.errors import RecipeReferenceError
+from nvkr.plancheck import check_variant, released_artifacts
 from nvkr.recipe import LoadedRecipe, Variant
 
 BINARY_ARTIFACT_TYPE = "application/vnd.nvkr.binary.v1"
@@ -238,10 +239,9 @@ class _ArtifactPlanner:
             chain = " -> ".join(
                 n for v, n in self._stack[self._stack.index(cell) :] if v == variant.id
             )
-            raise RecipeReferenceError(
-                f"artifacts refer to each other in a cycle: {chain} -> {name}",
-                hint="an artifact cannot use itself, directly or through others",
-            )
+            # check_variant refused every cycle of the recipe's references: a builder asked
+            # for an artifact its model does not list among them.
+            raise AssertionError(f"planning {variant.id}: {chain} -> {name} is a cycle")
         if name not in variant.recipe.artifacts:
             raise RecipeReferenceError(
                 f"no artifact named {name!r}",
@@ -328,14 +328,16 @@ def make_plan(
         source_for: returns the locked source ``name`` of a variant (see :mod:`nvkr.lock`).
         lockfile: ``{"path": ..., "digest": "sha256:.."}`` of the lock the sources came from.
     Raises:
-        RecipeReferenceError: an artifact refers to a source that does not exist.
+        RecipeError, RecipeReferenceError: what :func:`nvkr.plancheck.check_variant` finds.
         UnknownBuilderError: an artifact names a builder nvkr does not have.
     """
+    for variant in variants:  # what needs no source is refused before any is read
+        check_variant(variant)
     planner = _ArtifactPlanner(variants, source_for, epoch)
     by_set: dict[str, list[tuple[Variant, dict[str, Action]]]] = {}
     for variant in variants:
         recipe = variant.recipe
-        wanted = _released(variant)
+        wanted = released_artifacts(variant.recipe)
         built = {name: planner.release_action(variant, name) for name in wanted}
         by_set.setdefault(recipe.releaseSet.name, []).append((variant, built))
     actions = planner.actions
@@ -365,31 +367,6 @@ def make_plan(
         roots=list(release_sets.values()),
         release_sets=release_sets,
     )
-
-
-def _released(variant: Variant) -> list[str]:
-    """The artifacts a variant's release set holds: those listed, else every artifact whose
-    builder makes something a release set can hold (not a rootfs or staged package tar).
-
-    Raises:
-        RecipeReferenceError: a listed artifact is an intermediate one.
-    """
-    recipe = variant.recipe
-    listed = recipe.releaseSet.artifacts
-    names = listed if listed is not None else list(recipe.artifacts)
-    out = []
-    for name in names:
-        art = recipe.artifacts.get(name)
-        internal = art is not None and get_builder(art.builder).release_kind == "internal"
-        if internal and listed is not None:
-            raise RecipeReferenceError(
-                f"releaseSet.artifacts: {name!r} ({art.builder if art else '?'}) is an "
-                "intermediate artifact a release set cannot hold",
-                hint="list what is built from it (a node-image) instead",
-            )
-        if not internal:
-            out.append(name)
-    return out
 
 
 def _plan_sboms(

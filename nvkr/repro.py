@@ -20,30 +20,62 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-from nvkr.errors import RecipeError
+from nvkr.errors import RecipeError, UsageError
 
 GZIP_LEVEL = 9
+#: The largest epoch (seconds since 1970-01-01 UTC, 2106-02-07T06:28:15Z) that every consumer
+#: of the epoch stores: 32-bit unsigned seconds, as the initramfs's cpio newc headers (8 hex
+#: digits) and gzip's MTIME field (RFC 1952) hold them, within FAT's 2107 limit (the ESP). tar's
+#: 11 octal digits (2242), ext4's 34-bit times (2446) and Python's datetime (9999) allow more.
+EPOCH_MAX = 2**32 - 1
+EPOCH_RANGE = f"0 .. {EPOCH_MAX} (1970-01-01 .. 2106-02-07 UTC)"
+
+
+def epoch_problem(value: str) -> str | None:
+    """What is wrong with ``value`` as an epoch (decimal seconds in ``0 .. EPOCH_MAX``), or None.
+
+    The recipe model (field ``epoch``) and :func:`source_date_epoch` both ask this."""
+    if not value.isascii() or not value.isdigit():
+        return f"expected decimal seconds since 1970-01-01 UTC in {EPOCH_RANGE}"
+    if int(value) > EPOCH_MAX:
+        return f"out of range: expected {EPOCH_RANGE}"
+    return None
 
 
 def source_date_epoch(recipe_epoch: str | None, *, fallback: int | None = None) -> int:
-    """The build's epoch in seconds since 1970-01-01 UTC.
+    """The build's epoch in seconds since 1970-01-01 UTC, in ``0 .. EPOCH_MAX``.
 
     Order: ``$SOURCE_DATE_EPOCH``, else the recipe's ``epoch``, else ``fallback`` (the newest git
     commit time among sources), else 0 (reproducible-builds.org "SOURCE_DATE_EPOCH" spec).
 
     Raises:
-        RecipeError: a value is not a non-negative decimal integer.
+        UsageError: ``$SOURCE_DATE_EPOCH`` is not decimal seconds in range (naming the variable
+            and the range).
+        RecipeError: the recipe's ``epoch``, or the newest commit time, is out of range.
     """
     env = os.environ.get("SOURCE_DATE_EPOCH")
-    for where, value in (("SOURCE_DATE_EPOCH", env), ("recipe field 'epoch'", recipe_epoch)):
-        if value is None:
-            continue
-        if not value.isdigit() or not value.isascii():
+    if env is not None:
+        problem = epoch_problem(env)
+        if problem is not None:
+            raise UsageError(
+                f"SOURCE_DATE_EPOCH is {env!r}: {problem}",
+                hint="unset it to use the recipe's epoch, or e.g. SOURCE_DATE_EPOCH=1764547200",
+            )
+        return int(env)
+    if recipe_epoch is not None:
+        problem = epoch_problem(recipe_epoch)
+        if problem is not None:
             raise RecipeError(
-                f"{where} is {value!r}: expected a non-negative integer (seconds since 1970-01-01 UTC)",
+                f"recipe field 'epoch' is {recipe_epoch!r}: {problem}",
                 hint='e.g. epoch: "1764547200"',
             )
-        return int(value)
+        return int(recipe_epoch)
+    if fallback is not None and not 0 <= fallback <= EPOCH_MAX:
+        raise RecipeError(
+            f"the newest git commit time among the sources is {fallback}: out of range for the "
+            f"build's epoch, expected {EPOCH_RANGE}",
+            hint='set the recipe\'s epoch (e.g. epoch: "1764547200") or SOURCE_DATE_EPOCH',
+        )
     return fallback if fallback is not None else 0
 
 
@@ -126,7 +158,38 @@ def gzip_bytes(data: bytes, level: int = GZIP_LEVEL) -> bytes:
     return buf.getvalue()
 
 
-def extract_tar(data: BinaryIO, dest: Path) -> None:
-    """Extract a tar nvkr wrote (or any tar) into ``dest`` with the ``data`` filter (no escapes)."""
+def extract_tar(data: BinaryIO, dest: Path, *, what: str = "source", under: str = "") -> None:
+    """Extract a tar nvkr wrote (or any tar) into ``dest`` with the ``data`` filter (no escapes).
+
+    Args:
+        what: how messages name the tree, e.g. ``chart ../charts/node-agent``.
+        under: the directory inside the tar that ``what`` names (a chart's ``subdir``); member
+            names in messages are relative to it.
+    Raises:
+        RecipeError: a member is a link to an absolute path or out of the tree, would be written
+            outside ``dest``, or is a device: naming the member and the link's target as
+            written (a link's target is outside the source's digest, so it is never followed).
+    """
     with tarfile.open(fileobj=data, mode="r:*") as tar:
-        tar.extractall(dest, filter="data")
+        try:
+            tar.extractall(dest, filter="data")
+        except tarfile.FilterError as e:
+            raise RecipeError(
+                _filter_message(e, what, under),
+                hint="make the link relative and inside the tree, or replace it with the file "
+                "it points to",
+            ) from None
+
+
+def _filter_message(error: tarfile.FilterError, what: str, under: str) -> str:
+    member = error.tarinfo
+    name = member.name
+    if under and name.startswith(under.rstrip("/") + "/"):
+        name = name[len(under.rstrip("/")) + 1 :]
+    if isinstance(error, tarfile.AbsoluteLinkError):
+        return f"{what}: {name} is a link to {member.linkname!r}, an absolute path"
+    if isinstance(error, tarfile.LinkOutsideDestinationError):
+        return f"{what}: {name} is a link to {member.linkname!r}, which leads out of the source"
+    if isinstance(error, tarfile.SpecialFileError):
+        return f"{what}: {name} is a device or other special file"
+    return f"{what}: member {name!r} would be written outside the source"

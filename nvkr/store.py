@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from nvkr.canonical import canonical_json, hex_of
-from nvkr.errors import ChecksumError, IntegrityError
+from nvkr.errors import ChecksumError, IntegrityError, UsageError
 
 _CHUNK = 1 << 20
 
@@ -220,7 +220,18 @@ class Store:
             self.cache_dir,
             self.tmp_dir,
         ):
-            d.mkdir(parents=True, exist_ok=True)
+            try:
+                d.mkdir(parents=True, exist_ok=True)
+            except (FileExistsError, NotADirectoryError):
+                raise UsageError(
+                    f"store {self.root}: {d} or a directory above it is not a directory",
+                    hint="point --store (or $NVKR_CACHE) at a directory nvkr may use as its store",
+                ) from None
+            except PermissionError:
+                raise UsageError(
+                    f"store {self.root}: cannot create {d}: permission denied",
+                    hint="point --store (or $NVKR_CACHE) at a directory you can write",
+                ) from None
 
     # -- blobs -------------------------------------------------------------------------------
     def blob_path(self, digest: str) -> Path:

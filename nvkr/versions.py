@@ -211,14 +211,14 @@ def parse_upstream(text: str, *, where: str | None = None) -> UpstreamVersion:
             raise VersionError(
                 text,
                 "is a release line (MAJOR.MINOR), not a version; expected a patch release "
-                f"such as {body}.0 (parse_release_line reads release lines)",
+                f"such as {body}.0",
                 where=where,
             )
         if _DRIVER_RE.fullmatch(text) and _UPSTREAM_CORE_RE.fullmatch(text):
             raise VersionError(
                 text,
                 "has a leading zero, which SemVer forbids; expected MAJOR.MINOR.PATCH without "
-                "leading zeros (an NVIDIA driver version is read by parse_driver)",
+                "leading zeros (NVIDIA driver versions such as 580.95.05 are not SemVer)",
                 where=where,
             )
         if _has_leading_zero(body):
@@ -238,7 +238,7 @@ def parse_upstream(text: str, *, where: str | None = None) -> UpstreamVersion:
         raise VersionError(
             text,
             f"is ambiguous: its pre-release {sv.prerelease!r} is only numbers, which looks like "
-            "a Debian revision; upstream versions follow SemVer, packages use parse_debian",
+            "a Debian revision; upstream versions follow SemVer (Debian versions belong in apt pins)",
             where=where,
         )
     return UpstreamVersion(sv.major, sv.minor, sv.patch, sv.prerelease, sv.build)
@@ -307,7 +307,7 @@ def parse_driver(text: str, *, where: str | None = None) -> DriverVersion:
         raise VersionError(
             text,
             "is not an NVIDIA driver version; expected BRANCH.MINOR[.PATCH] numbers such as "
-            "580.95.05 (package versions are read by parse_debian)",
+            "580.95.05 (a Debian package version belongs in an apt pin)",
             where=where,
         )
     return DriverVersion(text, tuple(int(p) for p in m.groups() if p is not None))

@@ -1,6 +1,7 @@
 """Builders: the code that runs one kind of action, registered in one table.
 
-A builder turns an artifact of a variant into an :class:`~nvkr.plan.Action` at plan time
+A builder checks an artifact of a variant from the recipe alone (:meth:`Builder.check`, which
+``nvkr validate`` runs too), turns it into an :class:`~nvkr.plan.Action` at plan time
 (:meth:`Builder.plan`: params, inputs and tool versions, everything that goes into the action key)
 and produces its outputs at build time (:meth:`Builder.run`, which writes only to its work dir and
 hands files to the store through :class:`ActionContext`). The engine never special-cases one of
@@ -164,6 +165,32 @@ class PlanRefs(Protocol):
     def image_index(self, name: str) -> Action: ...
 
 
+#: One thing wrong with a variant's recipe, found without reading any source: the document path
+#: it concerns (``("artifacts", "node", "rootfs")``), the message (``'kube' is a kube-packages
+#: artifact, not a rootfs``) and a hint, or None (see :mod:`nvkr.plancheck`).
+Problem = tuple[tuple[str | int, ...], str, str | None]
+
+
+def source_kind_of(variant: Variant, name: str) -> str | None:
+    """The kind (``url``, ``path``, ...) of ``variant``'s source ``name``; None when it has none
+    (:mod:`nvkr.recipe.references` reports that)."""
+    from nvkr.recipe.models import source_kind
+
+    source = variant.recipe.sources.get(name)
+    return None if source is None else source_kind(source)
+
+
+def builder_of(variant: Variant, name: str) -> str | None:
+    """The builder of ``variant``'s artifact ``name``; None when it has none."""
+    artifact = variant.recipe.artifacts.get(name)
+    return None if artifact is None else str(artifact.builder)
+
+
+def a_kind(kind: str) -> str:
+    """``a url source``/``an oci source``: the article for a kind or builder name."""
+    return ("an " if kind[:1] in "aeio" else "a ") + kind  # a url, an oci
+
+
 class Builder(Protocol):
     """A builder: ``name`` and ``version`` enter every action key it makes.
 
@@ -177,6 +204,12 @@ class Builder(Protocol):
     version: str
     per_arch: bool
     release_kind: str
+
+    def check(self, artifact_name: str, artifact: Any, variant: Variant) -> list[Problem]:
+        """What is wrong with the artifact in ``variant``'s recipe, from the recipe alone (the
+        kinds of the sources and artifacts it names): run by ``nvkr validate`` and before every
+        plan (:func:`nvkr.plancheck.check_variant`), so :meth:`plan` may take it as checked."""
+        ...
 
     def plan(
         self, artifact_name: str, artifact: Any, variant: Variant, refs: PlanRefs

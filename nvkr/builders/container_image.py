@@ -20,8 +20,16 @@ import tarfile
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from nvkr.builders import ActionContext, ActionSpec, PlanRefs
-from nvkr.errors import BuildError, RecipeError
+from nvkr.builders import (
+    ActionContext,
+    ActionSpec,
+    PlanRefs,
+    Problem,
+    a_kind,
+    builder_of,
+    source_kind_of,
+)
+from nvkr.errors import BuildError
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.image import (
     Layer,
@@ -35,6 +43,7 @@ from nvkr.oci.image import (
 )
 from nvkr.oci.layout import rfc3339
 from nvkr.recipe import Variant
+from nvkr.recipe import fieldchecks as fc
 from nvkr.recipe.models import ContainerImageArtifact, ImageFile
 
 ANN_REVISION = "org.opencontainers.image.revision"
@@ -46,52 +55,21 @@ TREE_KINDS = frozenset({"path", "git"})
 FILE_KINDS = frozenset({"url", "pypi"})
 #: Builders whose results have no single primary output to put in an image.
 NOT_FILES = frozenset({"container-image", "image-index", "release-set"})
+#: Source kinds whose lockfile entry names a revision (a commit) or a URL.
+REVISION_KINDS = frozenset({"git", "url", "pypi"})
 _SUFFIX = {
     mt.OCI_LAYER_TAR_GZIP: ".tar.gz",
     "application/vnd.oci.image.layer.v1.tar+zstd": ".tar.zst",
 }
 
 
-def _image_path(where: str, value: str, *, root_ok: bool) -> str:
-    """``value`` (an absolute path in the image) as a relative POSIX path (``""`` for ``/``)."""
-    path = PurePosixPath(value)
-    if not path.is_absolute() or ".." in path.parts or value not in (str(path), f"{path}/"):
-        raise RecipeError(
-            f"{where}: {value!r} must be a normalised absolute path in the image",
-            hint="e.g. /usr/bin/node-agent (no '..', no '//')",
-        )
-    rel = str(path.relative_to("/")) if str(path) != "/" else ""
-    if not rel and not root_ok:
-        raise RecipeError(f"{where}: only a directory tree can go to '/'")
-    return rel
-
-
-def _inner_path(where: str, value: str) -> str:
-    path = PurePosixPath(value)
-    if path.is_absolute() or ".." in path.parts:
-        raise RecipeError(
-            f"{where}: path {value!r} must be relative to the source's root, without '..'"
-        )
-    return "" if str(path) == "." else str(path)
-
-
-def _file_spec(
-    where: str, dest: str, entry: ImageFile, refs: PlanRefs, spec: dict[str, Any]
-) -> dict[str, Any]:
-    """One ``files`` entry as params; adds its source or dependency to ``spec``."""
+def _file_spec(dest: str, entry: ImageFile, refs: PlanRefs, spec: dict[str, Any]) -> dict[str, Any]:
+    """One ``files`` entry as params (checked by :func:`check_files`); adds its source or
+    dependency to ``spec``."""
+    rel = fc.image_path(dest)
     if entry.artifact is not None:
-        if entry.path is not None:
-            raise RecipeError(
-                f"{where}: 'path' selects inside a source; an artifact's file is its primary output"
-            )
         action = refs.artifact(entry.artifact)
-        if action.builder in NOT_FILES:
-            raise RecipeError(
-                f"{where}: artifact {entry.artifact!r} is a {action.builder}, not a file",
-                hint="files take artifacts with one primary output (a go-binary, ...)",
-            )
         spec["deps"].append(action.key)
-        rel = _image_path(where, dest, root_ok=False)
         return {
             "path": rel,
             "artifact": entry.artifact,
@@ -100,13 +78,11 @@ def _file_spec(
         }
     assert entry.source is not None
     src = refs.source(entry.source)
-    kind = src.entry.get("kind")
     role = f"file:{dest}"
     spec["inputs"][role] = src.digest
     spec["sources"][role] = src
-    if kind in TREE_KINDS:
-        select = _inner_path(where, entry.path) if entry.path is not None else ""
-        rel = _image_path(where, dest, root_ok=True)
+    if src.entry.get("kind") in TREE_KINDS:
+        select = fc.inner_path(entry.path) if entry.path is not None else ""
         return {
             "path": rel,
             "source": entry.source,
@@ -115,22 +91,82 @@ def _file_spec(
             "select": select,
             "mode": entry.mode,
         }
-    if kind in FILE_KINDS:
-        if entry.path is not None:
-            raise RecipeError(f"{where}: source {entry.source!r} is a single file; drop 'path'")
-        rel = _image_path(where, dest, root_ok=False)
-        return {
-            "path": rel,
-            "source": entry.source,
-            "input": role,
-            "tree": False,
-            "select": "",
-            "mode": entry.mode or "0644",
-        }
-    raise RecipeError(
-        f"{where}: source {entry.source!r} is a {kind} source, which cannot be a file in an image",
-        hint="files come from url, pypi, path or git sources and from artifacts (an oci source is a base)",
-    )
+    return {
+        "path": rel,
+        "source": entry.source,
+        "input": role,
+        "tree": False,
+        "select": "",
+        "mode": entry.mode or "0644",
+    }
+
+
+def check_files(
+    artifact_name: str, artifact: ContainerImageArtifact, variant: Variant
+) -> list[Problem]:
+    """The kinds ``files``, ``base`` and ``revisionSource`` name: a file is another artifact's
+    primary output (not an image), a file source (url, pypi; no ``path``) or a tree source
+    (path, git; the only kind that can go to ``/``); the base is an oci source; the revision
+    comes from a git or url source (its commit, its URL)."""
+    problems: list[Problem] = []
+    at: tuple[str, ...] = ("artifacts", artifact_name)
+    if artifact.base != "scratch":
+        kind = source_kind_of(variant, artifact.base)
+        if kind is not None and kind != "oci":
+            problems.append(
+                (
+                    (*at, "base"),
+                    f"{artifact.base!r} is {a_kind(kind)} source, not an oci image",
+                    'base is "scratch" or an oci source: {oci: REGISTRY/REPO, digest: sha256:...}',
+                )
+            )
+    for dest, raw in sorted(artifact.files.items()):
+        entry = ImageFile(artifact=raw) if isinstance(raw, str) else raw
+        here = (*at, "files", dest)
+        if entry.artifact is not None:
+            builder = builder_of(variant, entry.artifact)
+            if builder in NOT_FILES:
+                problems.append(
+                    (
+                        here if isinstance(raw, str) else (*here, "artifact"),
+                        f"artifact {entry.artifact!r} is {a_kind(str(builder))}, not a file",
+                        "files take artifacts with one primary output (a go-binary, ...)",
+                    )
+                )
+            elif dest == "/":
+                problems.append((here, "only a directory tree can go to '/'", None))
+            continue
+        assert entry.source is not None
+        kind = source_kind_of(variant, entry.source)
+        if kind is None or kind in TREE_KINDS:
+            continue
+        if kind not in FILE_KINDS:
+            problems.append(
+                (
+                    (*here, "source"),
+                    f"{entry.source!r} is {a_kind(kind)} source, which cannot be a file in an image",
+                    "files come from url, pypi, path or git sources and from artifacts (an oci "
+                    "source is a base)",
+                )
+            )
+        elif entry.path is not None:
+            problems.append(
+                ((*here, "path"), f"{entry.source!r} is a single file; drop 'path'", None)
+            )
+        elif dest == "/":
+            problems.append((here, "only a directory tree can go to '/'", None))
+    if artifact.revisionSource is not None:
+        kind = source_kind_of(variant, artifact.revisionSource)
+        if kind is not None and kind not in REVISION_KINDS:
+            problems.append(
+                (
+                    (*at, "revisionSource"),
+                    f"{artifact.revisionSource!r} is {a_kind(kind)} source, which has no commit or "
+                    "URL",
+                    "name a git source (its commit and URL) or a url source",
+                )
+            )
+    return problems
 
 
 def execution_params(artifact: ContainerImageArtifact) -> dict[str, Any]:
@@ -160,12 +196,6 @@ def image_annotations(
         derived[mt.ANN_VERSION] = artifact.version
     if artifact.revisionSource is not None:
         entry = refs.source(artifact.revisionSource).entry
-        if not entry.get("commit") and not entry.get("url"):
-            raise RecipeError(
-                f"{where}: revisionSource {artifact.revisionSource!r} is a {entry.get('kind')} "
-                "source, which has no commit or URL",
-                hint="name a git source (its commit and URL) or a url source",
-            )
         if entry.get("commit"):
             derived[ANN_REVISION] = str(entry["commit"])
         if entry.get("url"):
@@ -189,28 +219,21 @@ def plan_daemonless(
     ``labels``), ``annotations`` and ``compression``.
 
     Raises:
-        RecipeError: a base that is not an oci source, a file from an oci source or from an
-            image artifact, a bad destination or ``path``.
-        RecipeReferenceError: an unknown source or artifact (from ``refs``).
+        RecipeReferenceError: an unknown source or artifact (from ``refs``); the kinds named are
+            checked by :func:`check_files`, the paths by the model.
     """
     where = f"artifact {artifact_name!r}"
     spec: dict[str, Any] = {"inputs": {}, "sources": {}, "deps": []}
     base_entry: dict[str, Any] | None = None
     if artifact.base != "scratch":
         base = refs.source(artifact.base)
-        if base.entry.get("kind") != "oci":
-            raise RecipeError(
-                f"{where}: base {artifact.base!r} is a {base.entry.get('kind')} source, not an "
-                "oci image",
-                hint='base is "scratch" or an oci source: {oci: REGISTRY/REPO, digest: sha256:...}',
-            )
         spec["inputs"]["base"] = base.digest
         spec["sources"]["base"] = base
         base_entry = base.entry
     files = []
     for dest, raw in sorted(artifact.files.items()):
         entry = ImageFile(artifact=raw) if isinstance(raw, str) else raw
-        files.append(_file_spec(f"{where}: files[{dest!r}]", dest, entry, refs, spec))
+        files.append(_file_spec(dest, entry, refs, spec))
     params: dict[str, Any] = {
         "backend": "daemonless",
         "platform": platform_of(variant.arch),
@@ -433,6 +456,16 @@ class ContainerImageBuilder:
     version = "1"
     per_arch = True
     release_kind = "image"
+
+    def check(self, artifact_name: str, artifact: Any, variant: Variant) -> list[Problem]:
+        """See :func:`check_files`, and for ``backend: docker`` the context's kind."""
+        assert isinstance(artifact, ContainerImageArtifact)
+        problems = check_files(artifact_name, artifact, variant)
+        if artifact.backend == "docker":
+            from nvkr.builders import docker_backend
+
+            problems += docker_backend.check(artifact_name, artifact, variant)
+        return problems
 
     def plan(
         self, artifact_name: str, artifact: Any, variant: Variant, refs: PlanRefs

@@ -30,9 +30,9 @@ import docker
 import docker.errors
 import requests
 
-from nvkr.builders import ActionContext, ActionSpec, PlanRefs
+from nvkr.builders import ActionContext, ActionSpec, PlanRefs, Problem, a_kind, source_kind_of
 from nvkr.builders.container_image import execution_params, image_annotations
-from nvkr.errors import BuildError, RecipeError, ToolError
+from nvkr.errors import BuildError, ToolError
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.image import (
     OCI_LAYER_TAR_ZSTD,
@@ -44,6 +44,7 @@ from nvkr.oci.image import (
 )
 from nvkr.oci.layout import rfc3339
 from nvkr.recipe import Variant
+from nvkr.recipe import fieldchecks as fc
 from nvkr.recipe.models import ContainerImageArtifact
 from nvkr.repro import extract_tar
 from nvkr.run import tail
@@ -90,6 +91,20 @@ _BUILT = re.compile(r"^Successfully built ([0-9a-f]{12,64})\s*$")
 _STEP_IMAGE = re.compile(r"^\s*-+> ([0-9a-f]{11,64})\s*$")
 
 
+def check(artifact_name: str, artifact: ContainerImageArtifact, variant: Variant) -> list[Problem]:
+    """The build context is a tree: a path or git source, or a url source of a tar."""
+    kind = source_kind_of(variant, artifact.context) if artifact.context is not None else None
+    if kind is None or kind in CONTEXT_KINDS:
+        return []
+    return [
+        (
+            ("artifacts", artifact_name, "context"),
+            f"{artifact.context!r} is {a_kind(kind)} source, not a directory tree",
+            "a build context is a path or git source (or a url source of a tar)",
+        )
+    ]
+
+
 def plan(
     artifact_name: str, artifact: ContainerImageArtifact, variant: Variant, refs: PlanRefs
 ) -> ActionSpec:
@@ -104,27 +119,13 @@ def plan(
     ``revisionSource``); the epoch is already part of every action.
 
     Raises:
-        RecipeError: no context, a context source that is not a directory tree (a pypi wheel,
-            an OCI image), a Dockerfile path that leaves the context, or a revisionSource with
-            neither commit nor URL.
-        RecipeReferenceError: the context or revision source does not exist (from ``refs``).
+        RecipeReferenceError: the context or revision source does not exist (from ``refs``);
+            the context's kind is :func:`check`'s, the Dockerfile path the model's.
     """
     where = f"artifact {artifact_name!r}"
-    if artifact.context is None:
-        raise RecipeError(f"{where}: backend docker needs a context source")
+    assert artifact.context is not None  # the model requires one for backend docker
     src = refs.source(artifact.context)
-    kind = src.entry.get("kind")
-    if kind not in CONTEXT_KINDS:
-        raise RecipeError(
-            f"{where}: context {artifact.context!r} is a {kind} source, not a directory tree",
-            hint="a build context is a path or git source (or a url source of a tar)",
-        )
-    dockerfile = PurePosixPath(artifact.dockerfile)
-    if dockerfile.is_absolute() or ".." in dockerfile.parts or not dockerfile.parts:
-        raise RecipeError(
-            f"{where}: dockerfile {artifact.dockerfile!r} must be a relative path inside the context",
-            hint="e.g. dockerfile: Dockerfile or dockerfile: images/agent/Dockerfile",
-        )
+    dockerfile = PurePosixPath(fc.dockerfile_path(artifact.dockerfile))
     params: dict[str, Any] = {
         "backend": "docker",
         "platform": platform_of(variant.arch),
@@ -174,7 +175,8 @@ def run(ctx: ActionContext) -> None:
     context = ctx.workdir / "context"
     context.mkdir()
     with open(ctx.input_path("context"), "rb") as f:
-        extract_tar(f, context)
+        src = ctx.action.sources.get("context")
+        extract_tar(f, context, what=f"build context {src.name if src else 'source'!r}")
     if not (context / p["dockerfile"]).is_file():
         raise BuildError(
             f"{ctx.action.name}: the build context has no {p['dockerfile']!r}",

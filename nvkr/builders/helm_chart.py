@@ -24,11 +24,17 @@ import posixpath
 import re
 from typing import Any
 
-import semver
-
-from nvkr.builders import ActionContext, ActionSpec, PlanRefs
+from nvkr.builders import (
+    ActionContext,
+    ActionSpec,
+    PlanRefs,
+    Problem,
+    a_kind,
+    builder_of,
+    source_kind_of,
+)
 from nvkr.canonical import DIGEST_RE
-from nvkr.errors import BuildError, RecipeError
+from nvkr.errors import BuildError
 from nvkr.helm.chart import ChartFile, load_dir
 from nvkr.helm.check import helm_check
 from nvkr.helm.dependencies import verify_dependencies
@@ -37,6 +43,7 @@ from nvkr.helm.package import archive_name, oci_tag, package_bytes
 from nvkr.helm.values import emitter_versions, set_images
 from nvkr.oci.mediatypes import HELM_CHART_CONTENT, HELM_CONFIG
 from nvkr.recipe import Variant
+from nvkr.recipe import fieldchecks as fc
 from nvkr.recipe.models import HelmChartArtifact
 from nvkr.repro import extract_tar
 
@@ -47,12 +54,8 @@ __all__ = ["CHART_NAME_RE", "HelmChartBuilder", "check_chart_name", "oci_tag"]
 CHART_NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 #: Helm's ``chartutil`` refuses longer names (``maxChartNameLength``).
 CHART_NAME_MAX = 250
-_VALUES_KEY_RE = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
-# distribution/reference: optional registry host[:port]/, then lower-case path components
-_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_REPOSITORY_RE = re.compile(
-    rf"^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::[0-9]+)?/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*$"
-)
+#: Source kinds a chart can come from: a tree, or a url source of a tar (a packaged chart).
+CHART_SOURCE_KINDS = frozenset({"path", "git", "url"})
 
 
 def check_chart_name(name: str, where: str) -> None:
@@ -76,67 +79,6 @@ def check_chart_name(name: str, where: str) -> None:
     )
 
 
-def _check_recipe(artifact_name: str, artifact: HelmChartArtifact) -> str | None:
-    """Plan-time checks of the recipe fields; returns the normalised ``subdir``."""
-    where = f"artifact {artifact_name!r}"
-    if not semver.Version.is_valid(artifact.version):
-        raise RecipeError(
-            f"{where}: field 'version' is {artifact.version!r}, not a SemVer 2 version",
-            hint='e.g. version: "0.1.0" or "1.2.3-rc.1+build.5" (MAJOR.MINOR.PATCH, no leading v)',
-        )
-    try:
-        oci_tag(artifact.version)
-    except BuildError as e:
-        raise RecipeError(f"{where}: field 'version': {e.message}", hint=e.hint) from None
-    app = artifact.appVersion
-    if app is not None and (not app.strip() or not app.isprintable()):
-        raise RecipeError(
-            f"{where}: field 'appVersion' is {app!r}: expected a non-empty printable string",
-            hint='e.g. appVersion: "0.1.0"',
-        )
-    subdir = artifact.subdir
-    if subdir is not None:
-        norm = posixpath.normpath(subdir)
-        if subdir.startswith("/") or norm == ".." or norm.startswith("../"):
-            raise RecipeError(
-                f"{where}: field 'subdir' is {subdir!r}: expected a relative path inside the source",
-                hint="e.g. subdir: charts/node-agent",
-            )
-        subdir = None if norm == "." else norm
-    for key, image in artifact.images.items():
-        if not _VALUES_KEY_RE.match(key):
-            raise RecipeError(
-                f"{where}: images key {key!r} is not a dotted values path",
-                hint="e.g. images: {image: ...} or {agent.image: ...}",
-            )
-        if not _REPOSITORY_RE.match(image.repository):
-            raise RecipeError(
-                f"{where}: field 'images.{key}.repository' is {image.repository!r}: expected an "
-                "image repository without tag or digest",
-                hint="e.g. repository: ghcr.io/nvkr/node-agent (the digest is set by the build)",
-            )
-    if artifact.check is not None:
-        _check_no_floats(artifact.check.values, f"{where}: field 'check.values")
-    return subdir
-
-
-def _check_no_floats(value: Any, field: str) -> None:
-    """Action keys are canonical JSON, which has no floats (:mod:`nvkr.canonical`)."""
-    if isinstance(value, float):
-        raise RecipeError(
-            f"{field}' is the float {value!r}: the check's values enter the action key, which "
-            "holds no floats",
-            hint=f'quote it ("{value!r}"; Helm charts take quantities such as cpu as strings) '
-            "or write an integer",
-        )
-    if isinstance(value, dict):
-        for k, v in value.items():
-            _check_no_floats(v, f"{field}.{k}")
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            _check_no_floats(v, f"{field}[{i}]")
-
-
 class HelmChartBuilder:
     name = "helm-chart"
     # 2: values.yaml edited in place (ruamel.yaml re-dumped it, re-indenting sequences); Chart.yaml
@@ -144,6 +86,33 @@ class HelmChartBuilder:
     version = "2"
     per_arch = False
     release_kind = "chart"
+
+    def check(self, artifact_name: str, artifact: Any, variant: Variant) -> list[Problem]:
+        """The chart's source is a tree (a path or git source, or a url source of a tar); each
+        ``images`` entry names a container-image artifact."""
+        assert isinstance(artifact, HelmChartArtifact)
+        problems: list[Problem] = []
+        kind = source_kind_of(variant, artifact.source)
+        if kind is not None and kind not in CHART_SOURCE_KINDS:
+            problems.append(
+                (
+                    ("artifacts", artifact_name, "source"),
+                    f"{artifact.source!r} is {a_kind(kind)} source; a chart is a directory (a path "
+                    "or git source, or a url source of a tar)",
+                    None,
+                )
+            )
+        for key, image in sorted(artifact.images.items()):
+            builder = builder_of(variant, image.artifact)
+            if builder is not None and builder != "container-image":
+                problems.append(
+                    (
+                        ("artifacts", artifact_name, "images", key, "artifact"),
+                        f"{image.artifact!r} is {a_kind(builder)} artifact, not a container-image",
+                        "a chart pins the digests of container-image artifacts",
+                    )
+                )
+        return problems
 
     def plan(
         self, artifact_name: str, artifact: Any, variant: Variant, refs: PlanRefs
@@ -155,12 +124,11 @@ class HelmChartBuilder:
         archive (``{"pyyaml": ..., "ruamel.yaml": ...}``).
 
         Raises:
-            RecipeError: a version that is not SemVer 2, a bad appVersion, subdir, images key or
-                repository, a float in check.values (naming the field).
-            RecipeReferenceError: an unknown source or image artifact.
+            RecipeReferenceError: an unknown source or image artifact (the fields are checked by
+                the model, the kinds they name by :meth:`check`).
         """
         assert isinstance(artifact, HelmChartArtifact)
-        subdir = _check_recipe(artifact_name, artifact)
+        subdir = fc.relative_dir(artifact.subdir) if artifact.subdir is not None else None
         src = refs.source(artifact.source)
         images: dict[str, dict[str, str]] = {}
         for key, image in sorted(artifact.images.items()):
@@ -189,9 +157,9 @@ class HelmChartBuilder:
         p = ctx.action.params
         src = ctx.workdir / "src"
         src.mkdir()
-        with open(ctx.input_path("chart"), "rb") as f:
-            extract_tar(f, src)
         where = _chart_label(ctx)
+        with open(ctx.input_path("chart"), "rb") as f:
+            extract_tar(f, src, what=f"chart {where}", under=p["subdir"] or "")
         chart_dir = src / p["subdir"] if p["subdir"] else src
         if not chart_dir.is_dir():
             raise BuildError(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nvkr.builders import ActionContext, ActionSpec, PlanRefs
+from nvkr.builders import ActionContext, ActionSpec, PlanRefs, Problem
 from nvkr.canonical import canonical_json
 from nvkr.errors import BuildError, RecipeError
 
@@ -23,6 +23,9 @@ class ImageIndexBuilder:
     version = "1"
     per_arch = False
     release_kind = "internal"
+
+    def check(self, artifact_name: str, artifact: Any, variant: Any) -> list[Problem]:
+        return []  # made by the planner, never named in a recipe
 
     def plan(self, artifact_name: str, artifact: Any, variant: Any, refs: PlanRefs) -> ActionSpec:
         raise RecipeError(

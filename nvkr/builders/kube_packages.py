@@ -23,9 +23,18 @@ import zlib
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
-from nvkr.builders import ActionContext, ActionSpec, PlanRefs, ResolvedSource
-from nvkr.errors import BuildError, RecipeError
+from nvkr.builders import (
+    ActionContext,
+    ActionSpec,
+    PlanRefs,
+    Problem,
+    ResolvedSource,
+    a_kind,
+    source_kind_of,
+)
+from nvkr.errors import BuildError
 from nvkr.recipe import Variant
+from nvkr.recipe import fieldchecks as fc
 from nvkr.recipe.models import KubeBinary, KubePackagesArtifact
 
 MEDIA_TYPE = "application/vnd.nvkr.kube-packages.v1.tar"
@@ -37,33 +46,38 @@ DIR_MODE = 0o755
 CHUNK = 1 << 20
 
 
-def _prefix(where: str, value: str) -> str:
-    """``value`` (a normalised absolute directory) relative to ``/`` (``""`` for ``/``)."""
-    path = PurePosixPath(value)
-    if not path.is_absolute() or ".." in path.parts or value not in (str(path), f"{path}/"):
-        raise RecipeError(
-            f"{where}: prefix {value!r} must be a normalised absolute directory",
-            hint="e.g. /usr/bin or /usr/local/bin (no '..', no '//')",
-        )
-    return "" if str(path) == "/" else str(path.relative_to("/"))
-
-
-def _member(where: str, value: str) -> str:
-    """A member path as written in archives (relative, no ``./``, no ``..``)."""
-    path = PurePosixPath(value)
-    if path.is_absolute() or ".." in path.parts or str(path) in ("", "."):
-        raise RecipeError(
-            f"{where}: member {value!r} must be a path relative to the archive's root, without '..'",
-            hint="e.g. member: crictl",
-        )
-    return str(path)
-
-
 class KubePackagesBuilder:
     name = "kube-packages"
     version = "1"
     per_arch = True
     release_kind = "internal"
+
+    def check(self, artifact_name: str, artifact: Any, variant: Variant) -> list[Problem]:
+        """Each binary comes from a file source (url, pypi), or a tree source with ``member``."""
+        assert isinstance(artifact, KubePackagesArtifact)
+        problems: list[Problem] = []
+        for name, entry in sorted(artifact.binaries.items()):
+            binary = entry if isinstance(entry, KubeBinary) else KubeBinary(source=entry)
+            path = ("artifacts", artifact_name, "binaries", name)
+            kind = source_kind_of(variant, binary.source)
+            if kind in TREE_KINDS and binary.member is None:
+                problems.append(
+                    (
+                        path,
+                        f"{binary.source!r} is {a_kind(kind)} source (a directory tree); name the "
+                        "binary in it with 'member'",
+                        f"{name}: {{source: {binary.source}, member: bin/{name}}}",
+                    )
+                )
+            elif kind is not None and kind not in FILE_KINDS | TREE_KINDS:
+                problems.append(
+                    (
+                        path,
+                        f"{binary.source!r} is {a_kind(kind)} source, which holds no binary",
+                        "binaries come from url or pypi sources (a file, or a .tar.gz with member)",
+                    )
+                )
+        return problems
 
     def plan(
         self, artifact_name: str, artifact: Any, variant: Variant, refs: PlanRefs
@@ -77,33 +91,18 @@ class KubePackagesBuilder:
         per binary, bound to its source's blob.
 
         Raises:
-            RecipeError: a bad prefix or member; a source that is not a file (oci), or a tree
-                source (path, git) without ``member``.
-            RecipeReferenceError: an unknown source (from ``refs``).
+            RecipeReferenceError: an unknown source (from ``refs``); the rest is
+                :meth:`check`'s and the model's.
         """
         assert isinstance(artifact, KubePackagesArtifact)
-        where = f"artifact {artifact_name!r}"
-        prefix = _prefix(where, artifact.prefix)
+        prefix = fc.image_path(artifact.prefix)
         files: list[dict[str, Any]] = []
         inputs: dict[str, str] = {}
         sources: dict[str, ResolvedSource] = {}
         for name, entry in sorted(artifact.binaries.items()):
             binary = entry if isinstance(entry, KubeBinary) else KubeBinary(source=entry)
-            here = f"{where}: binary {name!r}"
             src = refs.source(binary.source)
-            kind = src.entry.get("kind")
-            member = _member(here, binary.member) if binary.member is not None else None
-            if kind in TREE_KINDS and member is None:
-                raise RecipeError(
-                    f"{here}: source {binary.source!r} is a {kind} source (a directory tree); "
-                    "name the binary in it with 'member'",
-                    hint=f"{name}: {{source: {binary.source}, member: bin/{name}}}",
-                )
-            if kind not in FILE_KINDS | TREE_KINDS:
-                raise RecipeError(
-                    f"{here}: source {binary.source!r} is a {kind} source, which holds no binary",
-                    hint="binaries come from url or pypi sources (a file, or a .tar.gz with member)",
-                )
+            member = fc.archive_member(binary.member) if binary.member is not None else None
             role = f"binary:{name}"
             inputs[role] = src.digest
             sources[role] = src

@@ -38,13 +38,21 @@ import jinja2
 import jinja2.sandbox
 
 import nvkr
-from nvkr.builders import ActionContext, ActionSpec, PlanRefs
+from nvkr.builders import ActionContext, ActionSpec, PlanRefs, Problem, a_kind, builder_of
 from nvkr.canonical import canonical_json, sha256_bytes
-from nvkr.errors import BuildError, RecipeError, ToolError
+from nvkr.errors import BuildError, ToolError
 from nvkr.hosttools import package_version
 from nvkr.oci import mediatypes as mt
 from nvkr.recipe import Variant
-from nvkr.recipe.models import ImageFile, KubeletSettings, NodeImageArtifact
+from nvkr.recipe import fieldchecks as fc
+from nvkr.recipe.models import (
+    AptSource,
+    ImageFile,
+    KubeletSettings,
+    KubePackagesArtifact,
+    NodeImageArtifact,
+    RootfsArtifact,
+)
 from nvkr.repro import tar_bytes
 from nvkr.run import run
 from nvkr.sbom.debian import tree_licenses
@@ -67,12 +75,6 @@ TEMPLATES = (
 )
 _UNITS = "etc/systemd/system"
 _WANTS = f"{_UNITS}/multi-user.target.wants"
-
-
-def size_bytes(size: str) -> int:
-    """``"4GiB"`` → 4294967296; ``"2048MiB"`` → 2147483648 (the model checks the pattern)."""
-    unit = 1 << 30 if size.endswith("GiB") else 1 << 20
-    return int(size[:-3]) * unit
 
 
 @functools.cache
@@ -99,53 +101,52 @@ class NodeImageBuilder:
     per_gpu = True  # labels name the GPU generation: each variant has its own image
     release_kind = "machine-image"
 
+    def check(self, artifact_name: str, artifact: Any, variant: Variant) -> list[Problem]:
+        """``rootfs``, ``agent`` and ``kubePackages`` name artifacts of those builders, and
+        kubelet settings come with a kubelet to apply them to (staged by ``kubePackages`` or
+        installed from the rootfs's packages)."""
+        assert isinstance(artifact, NodeImageArtifact)
+        problems: list[Problem] = []
+        for field, wanted in (
+            ("rootfs", "rootfs"),
+            ("agent", "go-binary"),
+            ("kubePackages", "kube-packages"),
+        ):
+            name = getattr(artifact, field)
+            builder = builder_of(variant, name) if name is not None else None
+            if builder is not None and builder != wanted:
+                problems.append(
+                    (
+                        ("artifacts", artifact_name, field),
+                        f"{name!r} is {a_kind(builder)} artifact, not {a_kind(wanted)}",
+                        None,
+                    )
+                )
+        if artifact.kubelet != KubeletSettings() and not _stages_kubelet(artifact, variant):
+            problems.append(
+                (
+                    ("artifacts", artifact_name, "kubelet"),
+                    "kubelet settings are given but the image stages no kubelet (neither "
+                    "kubePackages nor the rootfs's packages hold one), so they would be dropped",
+                    "add kubelet to a kube-packages artifact (or the apt source), or remove the "
+                    "kubelet settings",
+                )
+            )
+        return problems
+
     def plan(
         self, artifact_name: str, artifact: Any, variant: Variant, refs: PlanRefs
     ) -> ActionSpec:
         assert isinstance(artifact, NodeImageArtifact)
-        deps: dict[str, str] = {}
-        rootfs = refs.artifact(artifact.rootfs)
-        if rootfs.builder != "rootfs":
-            raise RecipeError(
-                f"artifact {artifact_name!r}: rootfs {artifact.rootfs!r} is a {rootfs.builder} "
-                "artifact, expected a rootfs artifact"
-            )
-        deps["rootfs"] = rootfs.key
+        deps: dict[str, str] = {"rootfs": refs.artifact(artifact.rootfs).key}
         if artifact.agent is not None:
-            agent = refs.artifact(artifact.agent)
-            if agent.builder != "go-binary":
-                raise RecipeError(
-                    f"artifact {artifact_name!r}: agent {artifact.agent!r} must be a go-binary artifact"
-                )
-            deps["agent"] = agent.key
-        kubelet_staged = False
+            deps["agent"] = refs.artifact(artifact.agent).key
         if artifact.kubePackages is not None:
-            kube = refs.artifact(artifact.kubePackages)
-            if kube.builder != "kube-packages":
-                raise RecipeError(
-                    f"artifact {artifact_name!r}: kubePackages {artifact.kubePackages!r} must be "
-                    "a kube-packages artifact"
-                )
-            deps["kubePackages"] = kube.key
-            kubelet_staged = any(f.get("name") == "kubelet" for f in kube.params.get("files", []))
-        if artifact.kubelet != KubeletSettings() and not (
-            kubelet_staged or _rootfs_has_kubelet(rootfs)
-        ):
-            raise RecipeError(
-                f"artifact {artifact_name!r}: kubelet settings are given but the image stages no "
-                "kubelet (neither kubePackages nor the rootfs's packages hold one), so they "
-                "would be dropped",
-                hint="add kubelet to a kube-packages artifact (or the apt source), or remove "
-                "the kubelet settings",
-            )
+            deps["kubePackages"] = refs.artifact(artifact.kubePackages).key
         files: list[dict[str, Any]] = []
         inputs: dict[str, str] = {"assets": assets_digest()}
         sources = {}
         for dest, entry in sorted(artifact.files.items()):
-            if not dest.startswith("/") or ".." in dest.split("/"):
-                raise RecipeError(
-                    f"artifact {artifact_name!r}: files: {dest!r} is not an absolute path"
-                )
             e = ImageFile(artifact=entry) if isinstance(entry, str) else entry
             item: dict[str, Any] = {"path": dest, "mode": e.mode}
             if e.artifact is not None:
@@ -165,7 +166,7 @@ class NodeImageBuilder:
             "kubernetesVersion": artifact.kubernetesVersion,
             "nvidiaRuntime": artifact.nvidiaRuntime,
             "kubelet": artifact.kubelet.model_dump(),
-            "sizeBytes": size_bytes(artifact.size),
+            "sizeBytes": fc.size_bytes(artifact.size),
             "kernelArgs": list(artifact.kernelArgs),
             "format": artifact.format,
             "backend": artifact.backend,
@@ -453,9 +454,18 @@ def _phase(ctx: ActionContext, timings: dict[str, int], name: str) -> Iterator[N
     _log(ctx, f"phase {name}: {timings[name] / 1000:.2f} s")
 
 
-def _rootfs_has_kubelet(rootfs: Any) -> bool:
-    """The rootfs action installs a package named ``kubelet`` (pkgs.k8s.io's)."""
-    return "kubelet" in (rootfs.params.get("include") or [])
+def _stages_kubelet(artifact: NodeImageArtifact, variant: Variant) -> bool:
+    """The image gets a kubelet: a ``kubelet`` binary of its kube-packages artifact, or a
+    package named ``kubelet`` (pkgs.k8s.io's) in its rootfs's apt source."""
+    recipe = variant.recipe
+    kube = recipe.artifacts.get(artifact.kubePackages or "")
+    if isinstance(kube, KubePackagesArtifact) and "kubelet" in kube.binaries:
+        return True
+    rootfs = recipe.artifacts.get(artifact.rootfs)
+    if not isinstance(rootfs, RootfsArtifact):
+        return False
+    packages = recipe.sources.get(rootfs.packages)
+    return isinstance(packages, AptSource) and "kubelet" in packages.packages
 
 
 def _mkdirs(path: Path) -> None:

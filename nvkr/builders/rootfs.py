@@ -28,9 +28,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from nvkr.builders import ActionContext, ActionSpec, PlanRefs
+from nvkr.builders import ActionContext, ActionSpec, PlanRefs, Problem, a_kind, source_kind_of
 from nvkr.canonical import sha256_bytes
-from nvkr.errors import IntegrityError, RecipeError, ToolError
+from nvkr.errors import IntegrityError, ToolError
 from nvkr.fetch.apt import file_sha256, keyring_path, read_manifest
 from nvkr.hosttools import package_version
 from nvkr.recipe import Variant
@@ -72,23 +72,50 @@ class RootfsBuilder:
     per_arch = True
     release_kind = "internal"
 
+    def check(self, artifact_name: str, artifact: Any, variant: Variant) -> list[Problem]:
+        """``packages`` is an apt source for the variant's arch with a distribution suite."""
+        assert isinstance(artifact, RootfsArtifact)
+        path = ("artifacts", artifact_name, "packages")
+        spec = variant.recipe.sources.get(artifact.packages)
+        if spec is None:
+            return []
+        if not isinstance(spec, AptSource):
+            kind = source_kind_of(variant, artifact.packages) or "?"
+            return [
+                (
+                    path,
+                    f"{artifact.packages!r} is {a_kind(kind)} source; the packages are an apt "
+                    "source",
+                    "e.g. node-packages: {apt: {debian: {url: ..., suite: bookworm}}, arch: ...}",
+                )
+            ]
+        if spec.arch != variant.arch:
+            return [
+                (
+                    path,
+                    f"apt source {artifact.packages!r} is for {spec.arch}, the variant is "
+                    f"{variant.arch}",
+                    'write arch: "{{ arch }}" in the apt source',
+                )
+            ]
+        if all(repo.flat for repo in spec.apt.values()):
+            return [
+                (
+                    path,
+                    f"apt source {artifact.packages!r} has only flat repositories; the base "
+                    "system needs a distribution suite (e.g. bookworm)",
+                    None,
+                )
+            ]
+        return []
+
     def plan(
         self, artifact_name: str, artifact: Any, variant: Variant, refs: PlanRefs
     ) -> ActionSpec:
         assert isinstance(artifact, RootfsArtifact)
         src = refs.source(artifact.packages)
         spec = src.spec
-        if not isinstance(spec, AptSource):
-            raise RecipeError(
-                f"artifact {artifact_name!r}: packages {artifact.packages!r} must be an apt source",
-                hint="e.g. node-packages: {apt: {debian: {url: ..., suite: bookworm}}, arch: ...}",
-            )
-        if spec.arch != variant.arch:
-            raise RecipeError(
-                f"artifact {artifact_name!r}: apt source {artifact.packages!r} is for "
-                f"{spec.arch}, the variant is {variant.arch}",
-                hint='write arch: "{{ arch }}" in the apt source',
-            )
+        assert isinstance(spec, AptSource)  # check() ran
         keyrings = dict(src.entry.get("keyrings") or {})
         repos = [
             {
@@ -104,11 +131,6 @@ class RootfsBuilder:
         # The suite mmdebstrap installs the base set from: the first non-flat repository's
         # (a flat vendor repository, such as NVIDIA's, has none).
         suites = [r["suite"] for r in repos if not r["suite"].endswith("/")]
-        if not suites:
-            raise RecipeError(
-                f"artifact {artifact_name!r}: apt source {artifact.packages!r} has only flat "
-                "repositories; the base system needs a distribution suite (e.g. bookworm)"
-            )
         params = {
             "arch": spec.arch,
             "base": spec.base,

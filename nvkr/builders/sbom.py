@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from nvkr.builders import ActionContext, ActionSpec, PlanRefs
+from nvkr.builders import ActionContext, ActionSpec, PlanRefs, Problem
 from nvkr.canonical import canonical_json
 from nvkr.errors import BuildError, RecipeError
 from nvkr.oci.layout import rfc3339
@@ -110,6 +110,9 @@ class SbomBuilder:
     version = "1"
     per_arch = False
     release_kind = "internal"
+
+    def check(self, artifact_name: str, artifact: Any, variant: Any) -> list[Problem]:
+        return []  # made by the planner, never named in a recipe
 
     def plan(self, artifact_name: str, artifact: Any, variant: Any, refs: PlanRefs) -> ActionSpec:
         raise RecipeError(

@@ -2,7 +2,8 @@
 
 Errors are handled once, here: an :class:`~nvkr.errors.NvkrError` prints ``error[CODE]: ...`` and
 its hint on stderr and exits with its exit code (2 usage or invalid recipe, 3 integrity, 1 build,
-130 interrupted); ``--debug`` adds the traceback before that line and changes no exit code.
+130 interrupted); ``--debug`` (or ``NVKR_DEBUG=1``) adds the traceback before that line and
+changes no exit code.
 
 Start-up is part of every command's time (``nvkr publish`` of a small set is compared with
 ``skopeo copy``, a Go binary): the group imports a verb's module only when that verb runs
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import sys
 import traceback
 from dataclasses import dataclass
@@ -21,7 +23,7 @@ from pathlib import Path
 import click
 
 import nvkr
-from nvkr.errors import NvkrError
+from nvkr.errors import NvkrError, UsageError
 
 DEFAULT_RECIPE = "recipes/default.yaml"
 
@@ -164,9 +166,46 @@ def cli(ctx: click.Context, debug: bool, store_root: Path | None, config: Path |
     ctx.obj = App(debug=debug, store_root=store_root, config=config)
 
 
+def file_system_error(e: OSError) -> UsageError:
+    """An OSError that reached the top as a usage error naming the path(s) and the reason."""
+    paths = " -> ".join(str(p) for p in (e.filename, e.filename2) if p is not None)
+    reason = e.strerror or type(e).__name__
+    return UsageError(
+        f"{paths}: {reason}" if paths else reason,
+        hint="check the path: a missing parent directory, a file where a directory is "
+        "expected (or the other way), permissions, free space",
+    )
+
+
+#: Global options that take a value (the word after them is no verb).
+_VALUE_OPTIONS = frozenset({"--store", "--config"})
+
+
+def debug_requested(argv: list[str]) -> bool:
+    """Whether ``--debug`` (before the verb) or ``$NVKR_DEBUG`` asks for tracebacks: the same
+    switch the group's ``--debug`` option reads, known here before click has parsed anything
+    (an error may come first). ``NVKR_DEBUG`` is a boolean as click reads one (1, true, yes, on;
+    0, false, no, off, empty); another value turns nothing on here and is refused by click."""
+    args = iter(argv)
+    for arg in args:
+        if arg == "--debug":
+            return True
+        if arg in _VALUE_OPTIONS:
+            next(args, None)
+        elif not arg.startswith("-"):
+            break  # the verb: its own arguments are not global options
+    value = os.environ.get("NVKR_DEBUG")
+    if value is None:
+        return False
+    try:
+        return bool(click.BOOL.convert(value, None, None))
+    except click.BadParameter:
+        return False
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: run the CLI and map errors to exit codes."""
-    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    debug = debug_requested(argv if argv is not None else sys.argv[1:])
     try:
         cli.main(args=argv, prog_name="nvkr", standalone_mode=False)
     except NvkrError as e:
@@ -188,9 +227,16 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         click.echo("error[NVKR-E-INTERRUPTED]: interrupted", err=True)
         sys.exit(130)
+    except OSError as e:
+        # A path the user named (an output directory whose parent is missing, a file where a
+        # directory is expected), or the machine (a full disk): never nvkr's own logic.
+        if debug:
+            traceback.print_exc()
+        click.echo(file_system_error(e).render(), err=True)
+        sys.exit(UsageError.exit_code)
     except Exception as e:
         if debug:
-            raise
+            traceback.print_exc()
         click.echo(f"error[NVKR-E-INTERNAL]: {type(e).__name__}: {e}", err=True)
         click.echo("  hint: run again with --debug for a traceback, and report it", err=True)
         sys.exit(1)

@@ -110,6 +110,7 @@ def open_session(
     """
     from nvkr.fetch import FetchContext, Mirrors
     from nvkr.lock import Resolver, default_lock_path, read_lock
+    from nvkr.plancheck import check_variant
     from nvkr.recipe import expand, load_recipe, parse_variant_option
     from nvkr.store import Store
 
@@ -117,6 +118,8 @@ def open_session(
     selections = [parse_variant_option(v) for v in variants] or None
     cells = expand(loaded, selections)
     all_cells = cells if selections is None else expand(loaded, None)
+    for cell in cells:  # what needs no source is refused before any is read
+        check_variant(cell)
     store = Store(app.store_root)
     config = (
         app.config if app.config is not None else Path.home() / ".config" / "nvkr" / "config.yaml"

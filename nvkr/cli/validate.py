@@ -1,5 +1,6 @@
-"""``nvkr validate``: load a recipe, expand its matrix, render templates, check references and
-the compatibility rules of its catalog (:mod:`nvkr.catalog.rules`)."""
+"""``nvkr validate``: load a recipe, expand its matrix, render templates, check references,
+everything the planner checks without sources (:mod:`nvkr.plancheck`) and the compatibility
+rules of its catalog (:mod:`nvkr.catalog.rules`)."""
 
 from __future__ import annotations
 
@@ -25,10 +26,13 @@ from nvkr.cli.common import recipe_argument, variant_option
 def command(app: App, recipe: Path, variants: tuple[str, ...], rules_path: Path | None) -> None:
     """Check RECIPE (default recipes/default.yaml) without fetching or building anything."""
     from nvkr.catalog import check_variants
+    from nvkr.plancheck import check_variant
     from nvkr.recipe import expand, load_recipe, parse_variant_option
 
     loaded = load_recipe(recipe)
     cells = expand(loaded, [parse_variant_option(v) for v in variants] or None)
+    for cell in cells:  # what plan checks before reading any source
+        check_variant(cell)
     report = check_variants(recipe, cells, rules_path)
     sets = sorted({c.recipe.releaseSet.name for c in cells})
     click.echo(f"ok: {recipe}: {_n(len(cells), 'variant')}, release sets: {', '.join(sets)}")

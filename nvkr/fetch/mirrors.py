@@ -80,6 +80,10 @@ class Mirrors:
             return cls()
         except OSError as e:
             raise UsageError(f"cannot read nvkr config {path}: {e.strerror}") from e
+        except UnicodeDecodeError as e:
+            raise UsageError(
+                f"nvkr config {path} is not UTF-8 (byte {e.start})", hint="save the file as UTF-8"
+            ) from None
         try:
             data: Any = yaml.safe_load(text)
         except yaml.YAMLError as e:

@@ -19,6 +19,7 @@ from nvkr.recipe.merge import merge_all
 from nvkr.recipe.models import Recipe
 from nvkr.recipe.overlays import OverlayLayer, build_layers, check_criteria
 from nvkr.recipe.validation import reject_floats, validate
+from nvkr.recipe.versionfields import canonical_document
 from nvkr.recipe.yamlsource import EMPTY, Document, LocationMap, locate, where
 
 #: ``kind`` of a partial recipe file that leaf recipes ``extends`` (recipes/gpu/*.yaml, ...).
@@ -35,7 +36,8 @@ class LoadedRecipe:
         digest: ``sha256:<hex>`` of the canonical JSON of the merged raw document; when criteria
             overlays extend files, of ``{"recipe": <merged document>, "overlayFiles": [[<each
             file an overlay applies, as written>, ...], ...]}``. Comments, formatting, key order and how values are split
-            across files do not change it; any value change does.
+            across files do not change it, nor the spelling of an exact Kubernetes release
+            (``v1.36.4`` is ``1.36.4``, :mod:`nvkr.recipe.versionfields`); any value change does.
         files: every file read, in the order first read (the recipe first), without repeats.
         locations: ``{path tuple: Location}`` of the merged document.
         source_dirs: per source name, the directory of the file that declared its winning value
@@ -115,9 +117,11 @@ def declaring_dirs(source_names: Iterable[str], locations: LocationMap) -> dict[
 
 
 def _digest(document: Document, layers: tuple[OverlayLayer, ...]) -> str:
+    # One version, one digest: `v1.36.4` and `1.36.4` are the same recipe (versionfields).
     overlay_files: list[list[Mapping[str, Any]]] = [
-        [f.data for f in layer.files] for layer in layers
+        [canonical_document(f.data) for f in layer.files] for layer in layers
     ]
+    data = canonical_document(document.data)
     if not any(overlay_files):
-        return digest_json(document.data)
-    return digest_json({"recipe": document.data, "overlayFiles": overlay_files})
+        return digest_json(data)
+    return digest_json({"recipe": data, "overlayFiles": overlay_files})

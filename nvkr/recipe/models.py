@@ -12,6 +12,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
+from nvkr.recipe import fieldchecks as fc
+from nvkr.recipe.versionfields import ExactRelease
+
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"
 # A digest may be a template (per-arch pins held in vars); the rendered recipe is validated again,
 # where only the hex form can match.
@@ -213,6 +216,15 @@ def _source_kind(value: Any) -> str | None:
     return None
 
 
+def source_kind(source: BaseModel) -> str:
+    """``url``, ``git``, ``pypi``, ``path``, ``oci`` or ``apt``: the kind of a source model (the
+    ``kind`` of its lockfile entry)."""
+    kind = _source_kind(source)
+    if kind is None:
+        raise TypeError(f"not a source model: {type(source).__name__}")
+    return kind
+
+
 Source = Annotated[
     Annotated[UrlSource, Tag("url")]
     | Annotated[GitSource, Tag("git")]
@@ -259,7 +271,7 @@ class ImageFile(Strict):
 
     artifact: str | None = Field(default=None, description="an artifact of the same variant")
     source: str | None = Field(default=None, description="a source (file, or directory tree)")
-    path: str | None = Field(
+    path: fc.InnerPath | None = Field(
         default=None, description="Optional. a file or directory inside the source"
     )
     mode: str | None = Field(
@@ -272,6 +284,10 @@ class ImageFile(Strict):
     def _one_origin(self) -> ImageFile:
         if (self.artifact is None) == (self.source is None):
             raise ValueError("an image file needs exactly one of artifact or source")
+        if self.artifact is not None and self.path is not None:
+            raise ValueError(
+                "'path' selects inside a source; an artifact's file is its primary output"
+            )
         return self
 
 
@@ -301,14 +317,16 @@ class ContainerImageArtifact(Strict):
     base: str = Field(
         default="scratch", description='Optional. "scratch" or the name of an oci source'
     )
-    files: dict[str, str | ImageFile] = Field(
+    files: dict[fc.ImagePath, str | ImageFile] = Field(
         default_factory=dict,
         description="Optional. absolute path in the image -> artifact name, or {artifact|source, path, mode}",
     )
     context: str | None = Field(
         default=None, description="docker backend: the build context source"
     )
-    dockerfile: str = Field(default="Dockerfile", description="docker backend: path in the context")
+    dockerfile: fc.DockerfilePath = Field(
+        default="Dockerfile", description="docker backend: path in the context"
+    )
     buildArgs: dict[str, str] = Field(
         default_factory=dict, description="docker backend: build args"
     )
@@ -351,7 +369,10 @@ class ChartImage(Strict):
     """Where a container-image artifact goes in a chart's values.yaml."""
 
     artifact: str = Field(description="Required. a container-image artifact")
-    repository: str = Field(description="Required. image repository, e.g. ghcr.io/nvkr/node-agent")
+    repository: fc.ImageRepository = Field(
+        description="Required. image repository in lower case, without tag or digest, e.g. "
+        "ghcr.io/nvkr/node-agent"
+    )
 
 
 #: A Kubernetes namespace name: an RFC 1123 label (lower-case alphanumerics and '-', at most 63).
@@ -368,7 +389,7 @@ class ChartCheck(Strict):
         pattern=NAMESPACE_PATTERN,
         description="Optional. namespace to render the chart in (an RFC 1123 label); default: default",
     )
-    values: dict[str, Any] = Field(
+    values: fc.NoFloats = Field(
         default_factory=dict,
         description="Optional. values for the check, over the chart's values.yaml (no floats: quote them)",
     )
@@ -379,10 +400,14 @@ class HelmChartArtifact(Strict):
 
     builder: Literal["helm-chart"]
     source: str = Field(description="Required. the source holding the chart directory")
-    subdir: str | None = Field(default=None, description="Optional. chart directory in the source")
-    version: str = Field(description='Required. chart version (SemVer 2), e.g. "0.1.0"')
-    appVersion: str | None = Field(default=None, description="Optional. appVersion, a string")
-    images: dict[str, ChartImage] = Field(
+    subdir: fc.RelativeDir | None = Field(
+        default=None, description="Optional. chart directory in the source"
+    )
+    version: fc.ChartVersion = Field(description='Required. chart version (SemVer 2), e.g. "0.1.0"')
+    appVersion: fc.AppVersion | None = Field(
+        default=None, description="Optional. appVersion, a non-empty printable string"
+    )
+    images: dict[fc.ValuesKey, ChartImage] = Field(
         default_factory=dict,
         description="Optional. values.yaml key (dotted) -> image; sets KEY.repository and KEY.digest",
     )
@@ -403,7 +428,7 @@ class KubeBinary(Strict):
     """One Kubernetes node binary: a url source holding the binary, or a member of its archive."""
 
     source: str = Field(description="Required. the source (a binary, or a .tar.gz holding it)")
-    member: str | None = Field(
+    member: fc.ArchiveMember | None = Field(
         default=None, description="Optional. path of the binary inside a .tar/.tar.gz source"
     )
 
@@ -419,7 +444,7 @@ class KubePackagesArtifact(Strict):
     binaries: dict[Name, str | KubeBinary] = Field(
         min_length=1, description="Required. file name -> source name, or {source, member}"
     )
-    prefix: str = Field(default="/usr/bin", description="Optional. directory in the image")
+    prefix: fc.ImagePath = Field(default="/usr/bin", description="Optional. directory in the image")
 
     def references(self) -> list[tuple[tuple[str, ...], str, str]]:
         refs: list[tuple[tuple[str, ...], str, str]] = []
@@ -445,7 +470,9 @@ class RootfsArtifact(Strict):
 class KubeletSettings(Strict):
     """Kubelet settings the node image writes into its KubeletConfiguration and drop-in."""
 
-    maxPods: int = Field(default=110, ge=1, description="Optional. maxPods")
+    maxPods: int = Field(
+        default=110, ge=1, le=2**31 - 1, description="Optional. maxPods (an int32 for kubelet)"
+    )
     extraLabels: dict[str, str] = Field(
         default_factory=dict, description="Optional. node labels added to the agent's labels"
     )
@@ -474,8 +501,11 @@ class NodeImageArtifact(Strict):
     kubePackages: str | None = Field(
         default=None, description="Optional. kube-packages artifact staged into the tree"
     )
-    kubernetesVersion: str = Field(description='Required. exact Kubernetes release, e.g. "1.36.3"')
-    files: dict[str, str | ImageFile] = Field(
+    kubernetesVersion: ExactRelease = Field(
+        description='Required. exact Kubernetes release MAJOR.MINOR.PATCH, e.g. "1.36.3" '
+        "(a leading v is dropped)"
+    )
+    files: dict[fc.ImagePath, str | ImageFile] = Field(
         default_factory=dict,
         description="Optional. absolute path -> artifact name, or {artifact|source, path, mode}",
     )
@@ -485,10 +515,11 @@ class NodeImageArtifact(Strict):
         "default: when the rootfs holds nvidia-container-toolkit",
     )
     kubelet: KubeletSettings = Field(default_factory=KubeletSettings)
-    size: str = Field(
+    size: fc.DiskSize = Field(
         default="4GiB",
         pattern=r"^[0-9]+(MiB|GiB)$",
-        description='Optional. virtual disk size, e.g. "4GiB" or "2048MiB"',
+        description='Optional. virtual disk size, e.g. "4GiB" or "2048MiB"; at most 16777215MiB '
+        "(16 TiB less 1 MiB)",
     )
     kernelArgs: list[str] = Field(
         default_factory=list, description="Optional. extra kernel command-line arguments"
@@ -521,7 +552,10 @@ BUILDERS = ("container-image", "go-binary", "helm-chart", "kube-packages", "node
 
 # -- release set -------------------------------------------------------------------------------
 class ClusterRelease(Strict):
-    kubernetes: str = Field(description='Required. exact Kubernetes release, e.g. "1.36.3"')
+    kubernetes: ExactRelease = Field(
+        description='Required. exact Kubernetes release MAJOR.MINOR.PATCH, e.g. "1.36.3" '
+        "(a leading v is dropped)"
+    )
     charts: list[str] = Field(default_factory=list, description="Optional. artifact names")
     images: list[str] = Field(default_factory=list, description="Optional. artifact names")
 
@@ -590,8 +624,11 @@ class Recipe(Strict):
     extends: list[str] = Field(
         default_factory=list, description="Optional. base files, applied in order"
     )
-    epoch: str | None = Field(
-        default=None, pattern=r"^[0-9]+$", description="Optional. default SOURCE_DATE_EPOCH"
+    epoch: fc.Epoch | None = Field(
+        default=None,
+        pattern=r"^[0-9]+$",
+        description="Optional. default SOURCE_DATE_EPOCH: decimal seconds since 1970-01-01 UTC, "
+        "0 .. 4294967295",
     )
     matrix: Matrix
     overlays: list[Overlay] = Field(default_factory=list)

@@ -20,12 +20,13 @@ from collections.abc import Sequence
 from types import UnionType
 from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
-from pydantic import BaseModel, Discriminator, Tag, ValidationError
+from pydantic import BaseModel, Discriminator, Tag, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
 from nvkr.errors import RecipeError, UnknownBuilderError
 from nvkr.recipe import models
+from nvkr.recipe.fieldchecks import semver_suggestion
 from nvkr.recipe.yamlsource import DocPath, Location, LocationMap, where
 
 M = TypeVar("M", bound=BaseModel)
@@ -140,10 +141,41 @@ def _clip(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _quote_hint(value: Any, location: Location | None) -> str:
+def _quote_hint(value: Any, location: Location | None, field: FieldInfo | None = None) -> str:
+    """``expected a string; YAML read 1.30 as a float: quote it: "1.30"``, suggesting only a
+    string the field's own checks accept (``version: 0.20`` is quoted as ``"0.20.0"``, since a
+    chart version is SemVer); when none does, what the field expects."""
     text = location.text if location is not None and location.text else describe_value(value)
     kind = _YAML_KINDS.get(type(value), "a non-string")
-    return f'expected a string; YAML read {text} as {kind}: quote it: "{text}"'
+    read = f"expected a string; YAML read {text} as {kind}"
+    problem = _field_problem(field, text)
+    if problem is None:
+        return f'{read}: quote it: "{text}"'
+    suggestion = semver_suggestion(text)
+    if suggestion is not None and _field_problem(field, suggestion) is None:
+        return f'{read}: quote it as a SemVer version: "{suggestion}"'
+    return f'{read}, and "{text}" would not do either: {problem}'
+
+
+def _field_problem(field: FieldInfo | None, text: str) -> str | None:
+    """What ``field``'s checks say about the string ``text``, or None when they accept it."""
+    if field is None:
+        return None
+    try:
+        annotated: Any = Annotated[field.annotation, *field.metadata]
+        TypeAdapter(annotated).validate_python(text)
+    except ValidationError as e:
+        first = e.errors(include_url=False)[0]
+        return _lower_first(first["msg"].removeprefix("Value error, "))
+    return None
+
+
+def _field_of(owner: type[BaseModel] | None, path: DocPath) -> FieldInfo | None:
+    """The field of ``owner`` the last segment of ``path`` names (None for a list item or a
+    mapping value, whose checks are their container's)."""
+    if owner is None or not path or not isinstance(path[-1], str):
+        return None
+    return owner.model_fields.get(path[-1])
 
 
 def _line(model: type[BaseModel], error: ErrorDetails, locations: LocationMap) -> tuple[str, bool]:
@@ -163,7 +195,8 @@ def _line(model: type[BaseModel], error: ErrorDetails, locations: LocationMap) -
         allowed = ", ".join(owner.model_fields) if owner is not None else "see the schema"
         return f"{where(locations, path)}: unknown key '{path[-1]}' (allowed: {allowed})", False
     if kind == "string_type" and isinstance(value, bool | int | float):
-        return f"{where(locations, path)}: {_quote_hint(value, location)}", False
+        hint = _quote_hint(value, location, _field_of(owner, path))
+        return f"{where(locations, path)}: {hint}", False
     if kind == "union_tag_invalid" and ctx.get("discriminator") == "'builder'":
         builder_path = (*path, "builder")
         known = ", ".join(models.BUILDERS)
@@ -189,10 +222,10 @@ def _line(model: type[BaseModel], error: ErrorDetails, locations: LocationMap) -
             False,
         )
     if kind == "value_error":
-        return (
-            f"{where(locations, path)}: {_lower_first(error['msg'].removeprefix('Value error, '))}",
-            False,
-        )
+        message = _lower_first(error["msg"].removeprefix("Value error, "))
+        if isinstance(value, str) and location is not None and location.text not in ("", value):
+            message += f" (rendered from '{_clip(location.text)}')"
+        return f"{where(locations, path)}: {message}", False
     return f"{where(locations, path)}: {_expected(error)}{got}", False
 
 
@@ -217,7 +250,7 @@ def _expected(error: ErrorDetails) -> str:
         return "expected true or false"
     if kind == "int_type":
         return "expected an integer"
-    message = error["msg"]
+    message = error["msg"].removeprefix("Value error, ")
     message = re.sub(r"^Input should be ", "expected ", message)
     return _lower_first(message)
 

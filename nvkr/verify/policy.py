@@ -60,9 +60,13 @@ def load_policy(path: Path) -> Policy:
             of the wrong type; the message names the file and the field.
     """
     try:
-        doc: Any = yaml.safe_load(Path(path).read_text())
+        doc: Any = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except OSError as e:
         raise UsageError(f"policy {path}: cannot read it: {e.strerror}") from e
+    except UnicodeDecodeError as e:
+        raise UsageError(
+            f"policy {path}: not UTF-8 (byte {e.start})", hint="save the file as UTF-8"
+        ) from None
     except yaml.YAMLError as e:
         raise UsageError(f"policy {path}: not valid YAML: {e}") from e
     if doc is None:

@@ -232,6 +232,14 @@ def test_variant_selection_errors_are_usage_errors(project, tmp_path):
             ["nope"],
         ),
         (lambda t: t + "  oops: [\n", "NVKR-E-RECIPE", ["small.yaml:"]),
+        (  # no compatibility rules apply to this recipe: the version is checked all the same
+            lambda t: t + "  clusterRelease: {kubernetes: vv1.36.4}\n",
+            "NVKR-E-RECIPE",
+            [
+                "small.yaml:21: releaseSet.clusterRelease.kubernetes:",
+                "'vv1.36.4' is not an exact Kubernetes release",
+            ],
+        ),
         (
             lambda t: t.replace(
                 "artifacts: {}",
@@ -522,3 +530,117 @@ def test_tables_are_not_cut_to_80_columns_when_stdout_is_not_a_terminal(project,
     rows = [line for line in shown.stdout.splitlines() if "hopper/amd64" in line]
     assert len(rows) == 1, shown.stdout  # the table's one row, whole on one line
     assert "a-container-image-with-a-long-name" in rows[0] and digest in rows[0], shown.stdout
+
+
+def test_nvkr_debug_in_the_environment_shows_the_traceback_and_the_argv(project, tmp_path):
+    proj, _ = project
+    res = run_nvkr(
+        "build",
+        "recipes/small.yaml",
+        "--variant",
+        "gpu=ampere",
+        cwd=proj,
+        store=tmp_path / "s",
+        env={"NVKR_DEBUG": "1"},
+    )
+    assert res.code == 2
+    assert "Traceback" in res.stderr and "error[NVKR-E-USAGE]" in res.stderr
+    ok = run_nvkr(
+        "lock", "recipes/small.yaml", cwd=proj, store=tmp_path / "s", env={"NVKR_DEBUG": "1"}
+    )
+    assert ok.code == 0, ok.stderr
+    assert "DEBUG" in ok.stderr or "nvkr." in ok.stderr, "debug logging is on"
+    quiet = run_nvkr(
+        "build",
+        "recipes/small.yaml",
+        "--variant",
+        "gpu=ampere",
+        cwd=proj,
+        store=tmp_path / "s",
+        env={"NVKR_DEBUG": "0"},
+    )
+    assert quiet.code == 2 and "Traceback" not in quiet.stderr
+
+
+@pytest.mark.parametrize(
+    ("env", "edit", "needles"),
+    [
+        (
+            {"SOURCE_DATE_EPOCH": "99999999999999999999"},
+            None,
+            ["error[NVKR-E-USAGE]: SOURCE_DATE_EPOCH is '99999999999999999999'", "0 .. 4294967295"],
+        ),
+        (
+            {},
+            lambda t: t.replace('epoch: "1700000000"', 'epoch: "4294967296"'),
+            ["error[NVKR-E-RECIPE]: recipes/small.yaml:4: epoch:", "0 .. 4294967295"],
+        ),
+    ],
+)
+def test_an_epoch_out_of_range_is_a_usage_or_recipe_error(project, tmp_path, env, edit, needles):
+    proj, _ = project
+    path = proj / "recipes" / "small.yaml"
+    if edit is not None:
+        path.write_text(edit(path.read_text()))
+    res = run_nvkr("build", "recipes/small.yaml", cwd=proj, store=tmp_path / "s", env=env)
+    assert res.code == 2, res.stderr
+    for needle in needles:
+        assert needle in res.stderr
+    assert "Overflow" not in res.stderr and "INTERNAL" not in res.stderr
+
+
+@pytest.mark.parametrize(
+    ("setup", "args", "code", "needles"),
+    [
+        (  # a lockfile path that is a directory
+            lambda proj: (proj / "lockfiles" / "small.lock.json").mkdir(parents=True),
+            ["plan", "recipes/small.yaml"],
+            "NVKR-E-LOCK",
+            ["lockfiles/small.lock.json", "is a directory"],
+        ),
+        (  # a lockfile that is not UTF-8
+            lambda proj: (
+                (proj / "lockfiles").mkdir(),
+                (proj / "lockfiles" / "small.lock.json").write_bytes(b'{"a": "\xff"}'),
+            ),
+            ["plan", "recipes/small.yaml"],
+            "NVKR-E-LOCK",
+            ["lockfiles/small.lock.json", "not UTF-8"],
+        ),
+        (  # a store path that is a file
+            lambda proj: (proj / "store-file").write_text("x"),
+            ["--store", "store-file", "plan", "recipes/small.yaml"],
+            "NVKR-E-USAGE",
+            ["store-file", "not a directory"],
+        ),
+        (  # a config file that is not UTF-8
+            lambda proj: (proj / "cfg.yaml").write_bytes(b"mirrors: \xff\n"),
+            ["--config", "cfg.yaml", "plan", "recipes/small.yaml"],
+            "NVKR-E-USAGE",
+            ["cfg.yaml", "not UTF-8"],
+        ),
+        (  # an output file in a directory that does not exist
+            lambda proj: None,
+            ["schema", "--out", "no-such-dir/recipe.schema.json"],
+            "NVKR-E-USAGE",
+            ["no-such-dir/recipe.schema.json: No such file or directory"],
+        ),
+        (  # an output directory that is a file
+            lambda proj: (proj / "out-file").write_text("x"),
+            ["build", "recipes/small.yaml", "--out", "out-file"],
+            "NVKR-E-USAGE",
+            ["out-file: File exists"],
+        ),
+    ],
+)
+def test_unusable_files_are_nvkr_errors_not_internal_ones(
+    project, tmp_path, setup, args, code, needles
+):
+    proj, _ = project
+    setup(proj)
+    res = run_nvkr(*args, cwd=proj, store=tmp_path / "s")
+    assert res.code == 2, res.stderr
+    assert f"error[{code}]: " in res.stderr, res.stderr
+    for needle in needles:
+        assert needle in res.stderr
+    assert "INTERNAL" not in res.stderr

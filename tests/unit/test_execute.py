@@ -8,7 +8,15 @@ import threading
 import pytest
 
 from nvkr import builders
-from nvkr.errors import BuildError, Interrupted, ToolError
+from nvkr.errors import (
+    BuildError,
+    ChecksumError,
+    IntegrityError,
+    Interrupted,
+    NvkrError,
+    RecipeError,
+    ToolError,
+)
 from nvkr.execute import execute
 from nvkr.fetch import FetchContext
 from nvkr.plan import Action, Plan, action_key
@@ -119,7 +127,7 @@ def test_failure_reports_log_tail_and_keeps_finished_actions(recorder, store):
     recorder.hooks = {"a": fail, "b": lambda ctx: b_started.set()}
     a, b = _action("a"), _action("b")
     top = _action("top", deps=[a.key, b.key])
-    with pytest.raises(BuildError) as e:
+    with pytest.raises(ToolError) as e:  # the failed tool's own error, named by the action
         execute(_plan(a, b, top, roots=[top]), store, FetchContext(store=store), jobs=2)
     assert e.value.exit_code == 1
     assert "'a'" in e.value.message and "undefined: frob" in e.value.message
@@ -132,8 +140,43 @@ def test_failure_reports_log_tail_and_keeps_finished_actions(recorder, store):
 def test_tool_error_is_wrapped_with_action_name(recorder, store):
     recorder.hooks = {"a": lambda ctx: (_ for _ in ()).throw(ToolError("tool 'mkfs' not found"))}
     a = _action("a")
-    with pytest.raises(BuildError, match=r"action 'a'.*tool 'mkfs' not found"):
+    with pytest.raises(ToolError, match=r"action 'a'.*tool 'mkfs' not found"):
         execute(_plan(a, roots=[a]), store, FetchContext(store=store), jobs=1)
+
+
+@pytest.mark.parametrize(
+    ("error", "code", "exit_code"),
+    [
+        (IntegrityError("store blob sha256:ab is corrupt"), "NVKR-E-INTEGRITY", 3),
+        (ChecksumError("sha256 mismatch"), "NVKR-E-CHECKSUM", 3),
+        (RecipeError("a link out of the source", hint="fix it"), "NVKR-E-RECIPE", 2),
+    ],
+)
+def test_an_error_raised_in_a_builder_keeps_its_code_and_exit_code(
+    recorder, store, error, code, exit_code
+):
+    def fail(ctx):
+        raise error
+
+    recorder.hooks = {"a": fail}
+    a = _action("a")
+    with pytest.raises(NvkrError) as e:
+        execute(_plan(a, roots=[a]), store, FetchContext(store=store), jobs=1)
+    assert (e.value.code, e.value.exit_code) == (code, exit_code)
+    assert e.value.message.startswith("action 'a' (builder test-echo, key sha256:")
+    assert e.value.message.endswith(str(error)) and e.value.hint == error.hint
+
+
+def test_an_os_error_in_a_builder_is_a_build_error_not_an_internal_one(recorder, store):
+    def fail(ctx):
+        raise OSError(28, "No space left on device", str(ctx.workdir / "disk.raw"))
+
+    recorder.hooks = {"a": fail}
+    a = _action("a")
+    with pytest.raises(BuildError) as e:
+        execute(_plan(a, roots=[a]), store, FetchContext(store=store), jobs=1)
+    assert "internal" not in e.value.message
+    assert "action 'a'" in e.value.message and "No space left on device" in e.value.message
 
 
 def test_ctrl_c_cancels_pending_and_leaves_store_consistent(recorder, store):

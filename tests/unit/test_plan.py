@@ -60,6 +60,9 @@ class Fake:
             params=params, inputs={"src": src.digest}, sources={"src": src}, deps=tuple(deps)
         )
 
+    def check(self, artifact_name, artifact, variant):
+        return []  # the real builders' checks are tests/unit/test_plancheck.py's
+
     def run(self, ctx):  # pragma: no cover - plans only
         raise AssertionError
 
@@ -132,3 +135,34 @@ def test_plan_is_stable(fakes, tmp_path):
 def test_artifact_cycle_is_a_reference_error(fakes, tmp_path):
     with pytest.raises(RecipeReferenceError, match="cycle: img -> img"):
         _plan(tmp_path, img_file="img", wanted="img")
+
+
+def test_a_leading_v_gives_the_same_release_set(fakes, tmp_path):
+    """`kubernetes: v1.36.4` and `1.36.4` are one version: the same action keys, release set
+    included (its metadata records the cluster version and the recipe digest)."""
+    digests = set()
+    for spelling in ("1.36.4", "v1.36.4"):
+        project = tmp_path / spelling  # the same recipe path in each (it is recorded too)
+        (project / "code").mkdir(parents=True)
+        (project / "code" / "main.go").write_text("package main\n")
+        path = project / "planned.yaml"
+        path.write_text(
+            RECIPE % {"img_file": "bin", "wanted": "bin, img, chart"}
+            + f"  clusterRelease: {{kubernetes: {spelling}, charts: [chart], images: [img]}}\n"
+        )
+        loaded = load_recipe(path)
+        store = Store(tmp_path / "store")
+        resolver = Resolver(
+            loaded=loaded, lock_path=tmp_path / "x.lock.json", lock=None, ctx=FetchContext(store)
+        )
+        plan = make_plan(
+            loaded,
+            expand(loaded, None),
+            resolver.source_for,
+            epoch=0,
+            lockfile={"path": "x", "digest": "sha256:" + "0" * 64},
+        )
+        (key,) = plan.release_sets.values()
+        assert plan.actions[key].params["clusterRelease"]["kubernetes"] == "1.36.4"
+        digests.add(plan.build_digest)
+    assert len(digests) == 1

@@ -9,8 +9,8 @@ import tarfile
 
 import pytest
 
-from nvkr.errors import RecipeError
-from nvkr.repro import gzip_bytes, source_date_epoch, tar_bytes
+from nvkr.errors import RecipeError, UsageError
+from nvkr.repro import EPOCH_MAX, extract_tar, gzip_bytes, source_date_epoch, tar_bytes
 
 
 def _tree(root, umask):
@@ -58,5 +58,47 @@ def test_epoch_order_and_validation(monkeypatch):
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "42")
     assert source_date_epoch("100") == 42
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1.5")
-    with pytest.raises(RecipeError, match="SOURCE_DATE_EPOCH"):
+    with pytest.raises(UsageError, match="SOURCE_DATE_EPOCH"):
         source_date_epoch("100")
+
+
+@pytest.mark.parametrize("value", ["99999999999999999999", str(EPOCH_MAX + 1), "-1", "1e9", ""])
+def test_an_epoch_out_of_range_names_the_variable_and_the_range(monkeypatch, value):
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", value)
+    with pytest.raises(UsageError) as e:
+        source_date_epoch("100")
+    assert e.value.exit_code == 2
+    assert "SOURCE_DATE_EPOCH" in e.value.message and f"0 .. {EPOCH_MAX}" in e.value.message
+
+
+def test_the_largest_epoch_is_accepted_and_the_fallback_is_checked(monkeypatch):
+    assert EPOCH_MAX == 2**32 - 1, "cpio newc (initramfs), gzip MTIME: 32-bit unsigned seconds"
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", str(EPOCH_MAX))
+    assert source_date_epoch(None) == EPOCH_MAX
+    monkeypatch.delenv("SOURCE_DATE_EPOCH")
+    with pytest.raises(RecipeError, match="newest git commit time"):
+        source_date_epoch(None, fallback=EPOCH_MAX + 1)
+
+
+def _tar_with_link(tmp_path, name, target):
+    tree = tmp_path / "tree"
+    (tree / "chart" / "templates").mkdir(parents=True)
+    (tree / "chart" / "Chart.yaml").write_text("name: x\n")
+    os.symlink(target, tree / "chart" / "templates" / name)
+    return io.BytesIO(tar_bytes(tree, epoch=0))
+
+
+@pytest.mark.parametrize(
+    ("target", "problem"),
+    [("/etc/passwd", "an absolute path"), ("../../../outside", "which leads out of the source")],
+)
+def test_a_link_out_of_the_tree_names_the_link_and_its_target(tmp_path, target, problem):
+    data = _tar_with_link(tmp_path, "cm.yaml", target)
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    with pytest.raises(RecipeError) as e:
+        extract_tar(data, dest, what="chart ../charts/x", under="chart")
+    assert e.value.message == (
+        f"chart ../charts/x: templates/cm.yaml is a link to {target!r}, {problem}"
+    )
+    assert str(dest) not in e.value.message and str(tmp_path) not in e.value.message

@@ -449,10 +449,10 @@ def test_a_corrupt_layer_is_an_integrity_error(tmp_path: Path) -> None:
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF
     path.write_bytes(bytes(data))
-    # the executor reports every failed action as a BuildError, with the cause kept
-    with pytest.raises(BuildError, match=r"layers\[1\]: store blob .* is corrupt") as caught:
+    # the executor names the action and keeps the error's class: an integrity failure (exit 3)
+    with pytest.raises(IntegrityError, match=r"layers\[1\]: store blob .* is corrupt") as caught:
         run_sbom(store, "agent-image", "image", KEY_INDEX, deps, list(KEY_BIN.values()))
-    assert isinstance(caught.value.__cause__, IntegrityError)
+    assert caught.value.exit_code == 3 and "action 'sbom agent-image'" in caught.value.message
 
 
 def test_a_layer_that_is_no_tar_is_a_build_error(tmp_path: Path) -> None:

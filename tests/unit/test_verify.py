@@ -736,3 +736,12 @@ def test_rebuild_of_a_drifted_recipe_fails_with_the_build_error(
     res = nvkr("verify", proj / "dist" / "small-1.36", "--rebuild", "--project", proj)
     assert res.code == 1
     assert "the rebuild of recipes/small.yaml" in res.stderr and "NVKR-E-LOCK" in res.stderr
+
+
+def test_a_policy_that_is_not_utf8_is_a_usage_error(tmp_path: Path) -> None:
+    from nvkr.errors import UsageError
+
+    path = tmp_path / "policy.yaml"
+    path.write_bytes(b"requireSbom: [\xff]\n")
+    with pytest.raises(UsageError, match=r"policy .*policy.yaml: not UTF-8 \(byte 14\)"):
+        load_policy(path)

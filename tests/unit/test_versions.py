@@ -89,12 +89,12 @@ def test_build_metadata_ignored_for_precedence_but_kept() -> None:
     [
         ("1.36", "is a release line (MAJOR.MINOR), not a version; expected a patch release"),
         ("v1.36", "is a release line"),
-        ("1.36.0-1.1", "looks like a Debian revision; upstream versions follow SemVer, packages"),
+        ("1.36.0-1.1", "looks like a Debian revision; upstream versions follow SemVer (Debian"),
         ("1.36.0-1", "is ambiguous: its pre-release '1' is only numbers"),
         ("1.036.0", "has a numeric part with a leading zero, which SemVer forbids"),
         ("01.36.0", "leading zero"),
         ("1.0.0-rc.01", "leading zero"),
-        ("580.95.05", "an NVIDIA driver version is read by parse_driver"),
+        ("580.95.05", "NVIDIA driver versions such as 580.95.05 are not SemVer"),
         ("", "is empty; expected a SemVer version"),
         ("   ", "is empty"),
         ("garbage", "is not a SemVer version; expected [v]MAJOR.MINOR.PATCH"),
@@ -170,7 +170,7 @@ def test_driver_errors(text: str) -> None:
         D(text, where="recipes/gpu.yaml: driver")
     assert info.value.message == (
         f"recipes/gpu.yaml: driver: {text!r} is not an NVIDIA driver version; expected "
-        "BRANCH.MINOR[.PATCH] numbers such as 580.95.05 (package versions are read by parse_debian)"
+        "BRANCH.MINOR[.PATCH] numbers such as 580.95.05 (a Debian package version belongs in an apt pin)"
     )
 
 

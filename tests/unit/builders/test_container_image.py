@@ -19,6 +19,7 @@ import types
 from pathlib import Path
 from typing import Any
 
+import pydantic
 import pytest
 
 import nvkr.builders
@@ -26,7 +27,7 @@ from nvkr import builders
 from nvkr.builders import ActionSpec, ResolvedSource
 from nvkr.builders.container_image import ContainerImageBuilder
 from nvkr.canonical import canonical_json
-from nvkr.errors import BuildError, RecipeError
+from nvkr.errors import BuildError
 from nvkr.execute import execute, run_action
 from nvkr.fetch import FetchContext, resolve
 from nvkr.lock import Resolver
@@ -473,24 +474,17 @@ def test_plan_params_and_inputs(world):
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"base": "data"}, "base 'data' is a url source, not an oci image"),
-        ({"files": {"/x": {"source": "data", "path": "a"}}}, "single file; drop 'path'"),
         ({"files": {"/x": {"artifact": "agent", "path": "a"}}}, "'path' selects inside a source"),
         ({"files": {"relative/x": "agent"}}, "normalised absolute path"),
         ({"files": {"/a/../b": "agent"}}, "normalised absolute path"),
-        ({"files": {"/": "agent"}}, "only a directory tree can go to '/'"),
         ({"files": {"/x": {"source": "app", "path": "../up"}}}, "without '..'"),
     ],
 )
-def test_plan_errors(world, fields, message):
-    with pytest.raises(RecipeError, match=re.escape(message)):
-        world.plan(**fields)
-
-
-def test_oci_source_cannot_be_a_file(world):
-    world.add_base("debian")
-    with pytest.raises(RecipeError, match="oci source, which cannot be a file"):
-        world.plan(files={"/x": {"source": "debian"}})
+def test_bad_fields_are_refused_by_the_model(fields, message):
+    """The kinds files name (an oci source as a file, a path in a file source, '/' for a
+    file) are checked before planning: tests/unit/test_plancheck.py."""
+    with pytest.raises(pydantic.ValidationError, match=re.escape(message)):
+        ContainerImageArtifact(builder="container-image", **fields)
 
 
 def test_missing_path_in_a_source_is_a_build_error(world):

@@ -21,11 +21,12 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 import docker
+import pydantic
 import pytest
 
 from nvkr.builders import ActionContext, ResolvedSource
 from nvkr.builders import docker_backend as backend
-from nvkr.errors import BuildError, RecipeError, ToolError
+from nvkr.errors import BuildError, ToolError
 from nvkr.oci import mediatypes as mt
 from nvkr.plan import Action, action_key
 from nvkr.recipe import Variant
@@ -176,15 +177,12 @@ def test_plan_annotates_the_revision_of_a_git_source(tmp_path: Path) -> None:
     assert spec.params["annotations"]["org.opencontainers.image.source"] == url
 
 
-def test_plan_refuses_a_context_that_is_no_tree_and_a_dockerfile_outside(tmp_path: Path) -> None:
-    store = Store(tmp_path)
-    src = _context_source(store)
-    wheel = ResolvedSource("wheel", None, {"kind": "pypi", "digest": src.digest}, tmp_path)
-    refs = Refs({src.name: src, "wheel": wheel})
-    with pytest.raises(RecipeError, match="'wheel' is a pypi source"):
-        backend.plan("greeter", _artifact(context="wheel"), _variant("amd64"), refs)
-    with pytest.raises(RecipeError, match="inside the context"):
-        backend.plan("greeter", _artifact(dockerfile="../Dockerfile"), _variant("amd64"), refs)
+def test_a_dockerfile_outside_the_context_is_refused_by_the_model() -> None:
+    """(A context that is no tree is checked before planning: tests/unit/test_plancheck.py.)"""
+    with pytest.raises(pydantic.ValidationError, match="relative to the source's root"):
+        _artifact(dockerfile="../Dockerfile")
+    with pytest.raises(pydantic.ValidationError, match="must name a file inside the context"):
+        _artifact(dockerfile=".")
 
 
 # -- no daemon --------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pydantic
 import pytest
 import yaml
 
@@ -25,7 +26,7 @@ helm = pytest.importorskip("helm_python")
 from nvkr import builders  # noqa: E402
 from nvkr.builders import ActionSpec, ResolvedSource  # noqa: E402
 from nvkr.builders.helm_chart import HelmChartBuilder, oci_tag  # noqa: E402
-from nvkr.errors import BuildError, RecipeError  # noqa: E402
+from nvkr.errors import BuildError, RecipeError, ToolError  # noqa: E402
 from nvkr.execute import run_action  # noqa: E402
 from nvkr.helm.ignore import HelmIgnore  # noqa: E402
 from nvkr.helm.metadata import go_float, go_json, go_time, hash_req, read_lock, read_metadata  # noqa: E402
@@ -346,24 +347,50 @@ def test_plus_in_version_becomes_underscore_in_the_oci_tag(store: Store, demo: P
 
 
 @pytest.mark.parametrize("version", ["1.0", "v1.0.0", "01.2.3", "1.2.3-", "latest", ""])
-def test_non_semver_version_is_a_recipe_error(store: Store, demo: Path, version: str) -> None:
-    with pytest.raises(RecipeError, match="field 'version'") as e:
-        plan_chart(store, demo, version=version)
-    assert e.value.exit_code == 2 and "SemVer" in e.value.message
+def test_non_semver_version_is_refused_by_the_model(version: str) -> None:
+    with pytest.raises(pydantic.ValidationError, match="is not a SemVer 2 version"):
+        _chart_model(version=version)
 
 
-def test_bad_recipe_fields_are_recipe_errors(store: Store, demo: Path) -> None:
-    with pytest.raises(RecipeError, match="'appVersion'"):
-        plan_chart(store, demo, appVersion="two\nlines")
-    with pytest.raises(RecipeError, match="'subdir'"):
-        plan_chart(store, demo, subdir="../elsewhere")
-    with pytest.raises(RecipeError, match="images key"):
-        plan_chart(store, demo, images={"a..b": {"artifact": "x", "repository": "r/x"}})
-    with pytest.raises(RecipeError, match="repository"):
-        plan_chart(store, demo, images={"image": {"artifact": "x", "repository": "r/x:1.0"}})
+def _chart_model(**fields: Any) -> HelmChartArtifact:
+    return HelmChartArtifact.model_validate(
+        {"builder": "helm-chart", "source": "s", "version": "0.1.0", **fields}
+    )
+
+
+def test_bad_recipe_fields_are_refused_by_the_model() -> None:
+    with pytest.raises(pydantic.ValidationError, match="non-empty printable string"):
+        _chart_model(appVersion="two\nlines")
+    with pytest.raises(pydantic.ValidationError, match="relative path inside the source"):
+        _chart_model(subdir="../elsewhere")
+    with pytest.raises(pydantic.ValidationError, match=r"images key 'a\.\.b'"):
+        _chart_model(images={"a..b": {"artifact": "x", "repository": "r/x"}})
+    with pytest.raises(pydantic.ValidationError, match="without tag or digest"):
+        _chart_model(images={"image": {"artifact": "x", "repository": "r/x:1.0"}})
+    with pytest.raises(pydantic.ValidationError, match="in lower case"):
+        _chart_model(images={"image": {"artifact": "x", "repository": "example.org/Img"}})
 
 
 # -- bad charts ----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("target", "problem"),
+    [("/etc/passwd", "an absolute path"), ("../../../outside", "which leads out of the source")],
+)
+def test_a_link_out_of_the_chart_names_the_link_and_its_target(
+    store: Store, demo: Path, target: str, problem: str
+) -> None:
+    """A link's target is not part of the source's digest: refused, as the recipe's problem
+    (exit 2), naming the link inside the chart and its target as written, no store path."""
+    os.symlink(target, demo / "templates" / "linked.yaml")
+    with pytest.raises(RecipeError) as e:
+        build_chart(store, demo)
+    assert e.value.exit_code == 2
+    assert e.value.message.endswith(
+        f"failed: chart charts/demo: templates/linked.yaml is a link to {target!r}, {problem}"
+    )
+    assert str(store.root) not in e.value.message and "internal" not in e.value.message
+
+
 @pytest.mark.parametrize("name", ["Demo", "my_chart", "my.chart", "-demo", "a/b", "x" * 251])
 def test_invalid_chart_name(store: Store, demo: Path, name: str) -> None:
     text = (demo / "Chart.yaml").read_text().replace("name: demo", f"name: {json.dumps(name)}")
@@ -425,7 +452,7 @@ def test_without_helm_python_the_build_fails_with_a_hint(
     store: Store, demo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(__import__("sys").modules, "helm_python", None)
-    with pytest.raises(BuildError, match="helm-python-sdk is not installed") as e:
+    with pytest.raises(ToolError, match="helm-python-sdk is not installed") as e:
         build_chart(store, demo)
     assert e.value.hint and "pip install helm-python-sdk" in e.value.hint
 

@@ -18,7 +18,7 @@ pytest.importorskip("helm_python")
 
 from nvkr import builders
 from nvkr.builders.helm_chart import HelmChartBuilder
-from nvkr.errors import BuildError, RecipeError
+from nvkr.errors import BuildError
 from nvkr.execute import execute
 from nvkr.fetch import FetchContext
 from nvkr.plan import Plan
@@ -127,11 +127,16 @@ def test_check_fields_are_validated_strictly(check: dict[str, Any]) -> None:
         )
 
 
-def test_a_float_in_the_checks_values_is_a_recipe_error(store: Store, tmp_path: Path) -> None:
-    chart = write_chart(tmp_path / "guarded", OWN_NAMESPACE)
-    with pytest.raises(RecipeError, match=r"check.values.limits.cpu.*0.5") as e:
-        plan_chart(store, chart, check={"values": {"limits": {"cpu": 0.5}}})
-    assert e.value.hint and '"0.5"' in e.value.hint
+def test_a_float_in_the_checks_values_is_refused_by_the_model() -> None:
+    with pytest.raises(ValidationError, match=r"limits.cpu is the float 0.5.*\"0.5\""):
+        HelmChartArtifact.model_validate(
+            {
+                "builder": "helm-chart",
+                "source": "s",
+                "version": "0.1.0",
+                "check": {"values": {"limits": {"cpu": 0.5}}},
+            }
+        )
 
 
 def test_a_chart_ignoring_the_pinned_digest_builds_with_a_warning(

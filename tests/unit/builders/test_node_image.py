@@ -12,8 +12,9 @@ import jinja2
 import pytest
 
 from nvkr.builders import node_image
-from nvkr.builders.node_image import _inside, clamp_mtimes, render_template, size_bytes
+from nvkr.builders.node_image import _inside, clamp_mtimes, render_template
 from nvkr.errors import BootTestError, BuildError
+from nvkr.recipe.fieldchecks import size_bytes
 from nvkr.sbom.debian import copyright_licenses, deb_purl, spdx_license
 
 VALUES = {
@@ -154,9 +155,10 @@ def test_kubelet_settings_without_a_kubelet_are_refused(tmp_path: Path) -> None:
     )
     res = run_nvkr("plan", "--offline", cwd=clone, store=tmp_path / "store")
     assert res.code == 2, res.stderr
-    assert "artifact 'node-image': kubelet settings are given but the image stages no kubelet" in (
-        res.stderr
-    )
+    assert (
+        "recipes/default.yaml:132: artifacts.node-image.kubelet: kubelet settings are given but "
+        "the image stages no kubelet"
+    ) in res.stderr
 
 
 def test_every_staging_template_is_known_and_renders() -> None:

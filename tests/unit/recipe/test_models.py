@@ -6,7 +6,7 @@ import pydantic
 import pytest
 
 from nvkr.recipe import load_recipe
-from nvkr.recipe.models import GoBinaryArtifact, Matrix, Recipe
+from nvkr.recipe.models import GoBinaryArtifact, Matrix, NodeImageArtifact, Recipe
 
 from .conftest import FIXTURES
 
@@ -33,3 +33,43 @@ def test_models_are_strict_and_closed() -> None:
 def test_json_round_trip() -> None:
     recipe = load_recipe(FIXTURES / "gpu-node" / "gpu-node.yaml").recipe
     assert Recipe.model_validate_json(recipe.model_dump_json()) == recipe
+
+
+@pytest.mark.parametrize("size", ["0MiB", "0GiB", "16384GiB", "99999999999999999999GiB"])
+def test_a_node_image_size_out_of_range_is_refused(size: str) -> None:
+    with pytest.raises(pydantic.ValidationError, match=r"a disk size is 1MiB \.\. 16777215MiB"):
+        NodeImageArtifact.model_validate(
+            {"builder": "node-image", "rootfs": "r", "kubernetesVersion": "1.36.4", "size": size}
+        )
+
+
+def test_the_largest_node_image_size_is_accepted() -> None:
+    for size in ("16383GiB", "16777215MiB", "1MiB"):
+        artifact = NodeImageArtifact.model_validate(
+            {"builder": "node-image", "rootfs": "r", "kubernetesVersion": "1.36.4", "size": size}
+        )
+        assert artifact.size == size
+
+
+def test_max_pods_is_an_int32_as_kubelet_reads_it(tmp_path) -> None:
+    """KubeletConfiguration's maxPods is an int32: a larger one would give a node image whose
+    kubelet refuses its configuration at boot."""
+    from nvkr.errors import RecipeError
+
+    from .conftest import MINIMAL
+
+    path = tmp_path / "r.yaml"
+    path.write_text(
+        MINIMAL.replace(
+            "  agent: {builder: go-binary, source: app}\n",
+            "  agent: {builder: go-binary, source: app}\n"
+            "  node: {builder: node-image, rootfs: r, kubernetesVersion: 1.36.4,"
+            " kubelet: {maxPods: 99999999999999999999}}\n",
+        )
+    )
+    with pytest.raises(
+        RecipeError,
+        match=r"r\.yaml:13: artifacts\.node\.kubelet\.maxPods: "
+        r"expected less than or equal to 2147483647",
+    ):
+        load_recipe(path)

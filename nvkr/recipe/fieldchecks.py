@@ -1,0 +1,215 @@
+"""Checks of single recipe values, run by the models (:mod:`nvkr.recipe.models`) as validators.
+
+A value that is wrong on its own (a chart version that is not SemVer, an image repository with
+upper-case letters, a path that leaves its tree, a disk size beyond what the store's file system
+holds) is refused where the recipe is validated, with the file and line (:mod:`nvkr.recipe.
+validation`), by every command: ``validate`` as much as ``plan``. Each check raises ValueError
+with what was expected; a value holding a template is left for the check after rendering, when
+the variant is validated again. The builders that need a value normalised (a relative path for
+an absolute one) call the same function, so the rule lives here once.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Callable
+from pathlib import PurePosixPath
+from typing import Annotated, Any
+
+from pydantic import AfterValidator
+
+from nvkr.recipe.templates import is_template
+
+#: Helm values keys the chart's ``images`` may name: a dotted path of simple keys.
+VALUES_KEY_RE = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
+# distribution/reference: optional registry host[:port]/, then lower-case path components
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+REPOSITORY_RE = re.compile(
+    rf"^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::[0-9]+)?/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*$"
+)
+#: An OCI tag holds at most 128 characters (distribution spec); a chart is pushed under its
+#: version with ``+`` as ``_``, which leaves every other SemVer character valid in a tag.
+_TAG_MAX = 128
+
+#: The largest node image disk, in bytes: the raw disk is a sparse file in the store, and ext4
+#: (Debian's default file system, 4 KiB blocks) holds files of less than 16 TiB (``truncate -s
+#: 16T`` fails there with EFBIG, 16 TiB less 1 MiB works); qcow2 and GPT allow more.
+DISK_SIZE_MAX = (16 << 40) - (1 << 20)
+
+SEMVER_EXPECTED = "a SemVer 2 version MAJOR.MINOR.PATCH[-PRERELEASE][+BUILD], no leading v"
+
+
+def chart_version(value: str) -> str:
+    """A chart ``version``: SemVer 2 (Helm's rule), short enough to be an OCI tag."""
+    if is_template(value):
+        return value
+    import semver
+
+    if not semver.Version.is_valid(value):
+        raise ValueError(f"{value!r} is not {SEMVER_EXPECTED}, e.g. 0.1.0")
+    if len(value) > _TAG_MAX:
+        raise ValueError(
+            f"{value[:20]!r}... has {len(value)} characters; a chart is pushed under its version "
+            f"as an OCI tag of at most {_TAG_MAX}"
+        )
+    return value
+
+
+def semver_suggestion(text: str) -> str | None:
+    """The SemVer version a YAML number was most likely meant as (``0.20`` -> ``0.20.0``,
+    ``2`` -> ``2.0.0``), or None."""
+    parts = text.split(".")
+    if not 1 <= len(parts) <= 3 or not all(p.isdigit() for p in parts):
+        return None
+    parts = [str(int(p)) for p in parts] + ["0"] * (3 - len(parts))
+    return ".".join(parts)
+
+
+def app_version(value: str) -> str:
+    """A chart ``appVersion``: any non-empty printable string (Helm's rule)."""
+    if not value.strip() or not value.isprintable():
+        raise ValueError(f"{value!r}: expected a non-empty printable string, e.g. 0.1.0")
+    return value
+
+
+def relative_dir(value: str) -> str | None:
+    """A directory inside a source (a chart's ``subdir``), normalised; None for the source's
+    root."""
+    norm = posixpath.normpath(value)
+    if value.startswith("/") or norm == ".." or norm.startswith("../"):
+        raise ValueError(f"{value!r}: expected a relative path inside the source, e.g. charts/x")
+    return None if norm == "." else norm
+
+
+def values_key(value: str) -> str:
+    """A key of a chart's ``images``: a dotted values path."""
+    if not VALUES_KEY_RE.match(value):
+        raise ValueError(
+            f"images key {value!r} is not a dotted values path, e.g. image or agent.image"
+        )
+    return value
+
+
+def image_repository(value: str) -> str:
+    """An image repository ``[HOST[:PORT]/]PATH`` with lower-case path components, no tag or
+    digest (distribution/reference)."""
+    if is_template(value) or REPOSITORY_RE.match(value):
+        return value
+    raise ValueError(
+        f"{value!r}: expected an image repository without tag or digest, in lower case "
+        "(e.g. ghcr.io/nvkr/node-agent; the digest is set by the build)"
+    )
+
+
+def image_path(value: str) -> str:
+    """An absolute path in an image or a root file system, normalised (no ``..``, no ``//``);
+    returns it relative to ``/`` (``""`` for ``/``)."""
+    path = PurePosixPath(value)
+    if not path.is_absolute() or ".." in path.parts or value not in (str(path), f"{path}/"):
+        raise ValueError(
+            f"{value!r} must be a normalised absolute path, e.g. /usr/bin/node-agent "
+            "(no '..', no '//')"
+        )
+    return str(path.relative_to("/")) if str(path) != "/" else ""
+
+
+def inner_path(value: str) -> str:
+    """A path inside a source's tree (``path`` of a file entry, a Dockerfile), relative and
+    without ``..``; returns it normalised (``""`` for the root)."""
+    path = PurePosixPath(value)
+    if path.is_absolute() or ".." in path.parts:
+        raise ValueError(f"path {value!r} must be relative to the source's root, without '..'")
+    return "" if str(path) == "." else str(path)
+
+
+def dockerfile_path(value: str) -> str:
+    """A Dockerfile's path in its build context: relative, inside it, not the context itself."""
+    rel = inner_path(value)
+    if not rel:
+        raise ValueError(f"dockerfile {value!r} must name a file inside the context")
+    return rel
+
+
+def archive_member(value: str) -> str:
+    """A member path as written in archives (relative, no ``./``, no ``..``)."""
+    path = PurePosixPath(value)
+    if path.is_absolute() or ".." in path.parts or str(path) in ("", "."):
+        raise ValueError(
+            f"member {value!r} must be a path relative to the archive's root, without '..', "
+            "e.g. crictl"
+        )
+    return str(path)
+
+
+def disk_size(value: str) -> str:
+    """A node image's virtual size, ``<N>MiB`` or ``<N>GiB`` (the field's pattern), in
+    ``1MiB .. DISK_SIZE_MAX``."""
+    if not value.endswith(("MiB", "GiB")) or not value[:-3].isdigit():
+        return value  # the pattern reports it
+    size = int(value[:-3]) << (30 if value.endswith("GiB") else 20)
+    if not 0 < size <= DISK_SIZE_MAX:
+        raise ValueError(
+            f"{value!r}: a disk size is 1MiB .. {DISK_SIZE_MAX >> 20}MiB (16 TiB less 1 MiB)"
+        )
+    return value
+
+
+def size_bytes(size: str) -> int:
+    """``"4GiB"`` -> 4294967296; ``"2048MiB"`` -> 2147483648 (checked by :func:`disk_size`)."""
+    unit = 1 << 30 if size.endswith("GiB") else 1 << 20
+    return int(size[:-3]) * unit
+
+
+def epoch(value: str) -> str:
+    """The recipe's ``epoch``: decimal seconds in the range :func:`nvkr.repro.epoch_problem`
+    allows."""
+    from nvkr.repro import epoch_problem
+
+    problem = epoch_problem(value)
+    if problem is not None:
+        raise ValueError(f"{value!r}: {problem}")
+    return value
+
+
+def no_floats(value: Any, path: str = "") -> Any:
+    """``value`` unchanged when it holds no float anywhere: values that enter an action key are
+    canonical JSON, which has no floats (:mod:`nvkr.canonical`)."""
+    if isinstance(value, float):
+        raise ValueError(
+            f"{path.lstrip('.') or 'the value'} is the float {value!r}: it enters the action "
+            f'key, which holds no floats; quote it ("{value!r}"; Helm charts take quantities '
+            "such as cpu as strings) or write an integer"
+        )
+    if isinstance(value, dict):
+        for k, v in value.items():
+            no_floats(v, f"{path}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            no_floats(v, f"{path}[{i}]")
+    return value
+
+
+# -- the checked types the models declare ------------------------------------------------------
+def _keep(check: Callable[[str], object]) -> AfterValidator:
+    """A validator running ``check`` (one that also normalises) and keeping the value as written."""
+
+    def validate(value: str) -> str:
+        check(value)
+        return value
+
+    return AfterValidator(validate)
+
+
+ImagePath = Annotated[str, _keep(image_path)]
+InnerPath = Annotated[str, _keep(inner_path)]
+RelativeDir = Annotated[str, _keep(relative_dir)]
+DockerfilePath = Annotated[str, _keep(dockerfile_path)]
+ArchiveMember = Annotated[str, _keep(archive_member)]
+ChartVersion = Annotated[str, AfterValidator(chart_version)]
+AppVersion = Annotated[str, AfterValidator(app_version)]
+ValuesKey = Annotated[str, AfterValidator(values_key)]
+ImageRepository = Annotated[str, AfterValidator(image_repository)]
+DiskSize = Annotated[str, AfterValidator(disk_size)]
+Epoch = Annotated[str, AfterValidator(epoch)]
+NoFloats = Annotated[dict[str, Any], AfterValidator(no_floats)]
