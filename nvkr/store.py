@@ -161,10 +161,14 @@ class BlobWriter:
 
 
 class Store:
-    """A content-addressed store rooted at ``root`` (created on first use)."""
+    """A content-addressed store rooted at ``root`` (created on first use).
+
+    ``root`` is made absolute here, once: tools run with their working directory inside the
+    store (pip, git, mmdebstrap), where a path relative to nvkr's own would point elsewhere.
+    """
 
     def __init__(self, root: Path | None = None) -> None:
-        self.root = Path(root) if root is not None else default_root()
+        self.root = Path(os.path.abspath(root if root is not None else default_root()))
         self.blobs_dir = self.root / "blobs" / "sha256"
         self.actions_dir = self.root / "actions"
         self.tools_dir = self.root / "tools"

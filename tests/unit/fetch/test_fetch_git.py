@@ -281,3 +281,13 @@ def test_git_daemon(git_daemon: str, git_repo, ctx: FetchContext, tmp_path: Path
     assert entry["digest"] == local["digest"]
     with pytest.raises(FetchError, match="not found"):
         resolve("a", GitSource(git=url, commit="f" * 40), ctx, base_dir=tmp_path)
+
+
+def test_a_relative_store_root(git_repo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # git runs in work dirs inside the store: a store root relative to the working directory
+    # nvkr started in must not be read relative to those
+    monkeypatch.chdir(tmp_path)
+    store = Store(Path("rel") / "store")
+    source = GitSource(git=git_repo.url, commit=git_repo.commits[0])
+    entry = resolve("agent", source, FetchContext(store=store), base_dir=tmp_path)
+    assert (tmp_path / "rel" / "store" / "blobs" / "sha256" / entry["digest"][7:]).is_file()
