@@ -8,10 +8,13 @@ Everything a build fetches or produces lands here before anything else sees it::
       tools/<hex>/          toolchains unpacked from a blob (e.g. the Go wheel), keyed by its digest
       cache/                tool caches that never affect outputs (Go's build cache)
       tmp/                  work dirs and in-flight downloads, same filesystem as blobs/
+      tmp.lock              flock(2) taken while a tmp/ entry is made and claimed (nvkr.scratch)
       lock                  flock(2) guard for concurrent builds
 
 Every write goes to a temp file in ``tmp/``, is checked (length, digest), then renamed into place,
-so a crash, a Ctrl-C or a checksum mismatch never leaves a partial blob or action entry.
+so a crash, a Ctrl-C or a checksum mismatch never leaves a partial blob or action entry. Each
+entry of ``tmp/`` is claimed by the process using it (:mod:`nvkr.scratch`): what a killed process
+left there is removed by the next holder of the store lock (:meth:`Store.lock`).
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ import fcntl
 import hashlib
 import json
 import os
-import shutil
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,7 +31,9 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from nvkr.canonical import canonical_json, hex_of
-from nvkr.errors import ChecksumError, IntegrityError
+from nvkr.errors import ChecksumError, IntegrityError, Interrupted
+from nvkr.run import stop_requested
+from nvkr.scratch import Cleanup, claimed_dir, claimed_file, remove_leftovers, remove_tree
 
 _CHUNK = 1 << 20
 
@@ -95,12 +99,21 @@ class BlobWriter:
         algos = {"sha256", *self._expected}
         self._hashers = {a: hashlib.new(a) for a in sorted(algos)}
         self.size = 0
-        fd, name = tempfile.mkstemp(prefix="blob-", dir=store.tmp_dir)
-        self._path = Path(name)
+        # The descriptor holds the temp file's claim: it stays open until the file is renamed
+        # away or deleted (nvkr.scratch).
+        fd, self._path = store.claimed_file("blob-")
         self._file: BinaryIO = os.fdopen(fd, "wb")
         self._done = False
 
     def write(self, chunk: bytes) -> None:
+        """Append ``chunk``.
+
+        Raises:
+            Interrupted: nvkr is stopping (Ctrl-C, SIGTERM): a download in a worker thread ends
+                at its next chunk instead of running to its end.
+        """
+        if stop_requested() is not None:
+            raise Interrupted(f"stopping: {self._what} not stored")
         self._file.write(chunk)
         self.size += len(chunk)
         for h in self._hashers.values():
@@ -118,7 +131,6 @@ class BlobWriter:
         """
         self._file.flush()
         os.fsync(self._file.fileno())
-        self._file.close()
         actual = {a: f"{a}:{h.hexdigest()}" for a, h in self._hashers.items()}
         where = f" from {self._url}" if self._url else ""
         if self._expected_size is not None and self.size != self._expected_size:
@@ -137,19 +149,20 @@ class BlobWriter:
                 )
         info = BlobInfo(digest=actual["sha256"], size=self.size, digests=actual)
         target = self._store.blob_path(info.digest)
-        os.chmod(self._path, 0o444)
+        os.fchmod(self._file.fileno(), 0o444)
         if target.exists():
             self._path.unlink()
         else:
             os.replace(self._path, target)
+        self._file.close()
         self._done = True
         return info
 
     def abort(self) -> None:
-        if not self._file.closed:
-            self._file.close()
         with contextlib.suppress(FileNotFoundError):
             self._path.unlink()
+        if not self._file.closed:
+            self._file.close()
         self._done = True
 
     def __enter__(self) -> BlobWriter:
@@ -176,6 +189,8 @@ class Store:
         self.tmp_dir = self.root / "tmp"
         for d in (self.blobs_dir, self.actions_dir, self.tools_dir, self.cache_dir, self.tmp_dir):
             d.mkdir(parents=True, exist_ok=True)
+        self._tmp_guard = self.root / "tmp.lock"
+        self._tmp_guard.touch()
 
     # -- blobs -------------------------------------------------------------------------------
     def blob_path(self, digest: str) -> Path:
@@ -246,25 +261,50 @@ class Store:
         """Record ``result`` (JSON-able, no floats) for ``key`` atomically."""
         self.write_atomic(self.action_path(key), canonical_json(result))
 
-    # -- helpers -----------------------------------------------------------------------------
+    # -- tmp/ --------------------------------------------------------------------------------
+    def claimed_file(self, prefix: str) -> tuple[int, Path]:
+        """A new file in ``tmp/`` and its open descriptor, claimed until the descriptor is
+        closed (:func:`nvkr.scratch.claimed_file`)."""
+        return claimed_file(self.tmp_dir, self._tmp_guard, prefix)
+
     def write_atomic(self, target: Path, data: bytes) -> None:
-        write_file_atomic(target, data, tmp_dir=self.tmp_dir)
+        """Write ``data`` to ``target`` all or nothing, through a claimed temp file in ``tmp/``."""
+        fd, tmp = self.claimed_file(".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+                os.replace(tmp, target)  # before the close: the claim covers the whole write
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
 
     @contextlib.contextmanager
     def workdir(self, prefix: str = "work-") -> Iterator[Path]:
-        """A fresh directory under ``tmp/``, removed afterwards whatever happens."""
-        path = Path(tempfile.mkdtemp(prefix=prefix, dir=self.tmp_dir))
+        """A fresh directory under ``tmp/``, claimed while in use and removed afterwards
+        whatever happens (nothing mounted below it is crossed: :func:`nvkr.scratch.remove_tree`).
+        It may be renamed away meanwhile (an unpacked toolchain moved into ``tools/``)."""
+        fd, path = claimed_dir(self.tmp_dir, self._tmp_guard, prefix)
         try:
             yield path
         finally:
-            shutil.rmtree(path, ignore_errors=True)
+            try:
+                remove_tree(path)
+            finally:
+                os.close(fd)
 
     @contextlib.contextmanager
-    def lock(self) -> Iterator[None]:
-        """Hold the store's exclusive lock (blocks while another build holds it)."""
+    def lock(self) -> Iterator[Cleanup]:
+        """Hold the store's exclusive lock (blocks while another build holds it).
+
+        Once it is held, what dead processes left in ``tmp/`` is removed (mounts below it
+        unmounted first; :func:`nvkr.scratch.remove_leftovers`); the context yields that report.
+        """
         with open(self.root / "lock", "a+b") as f:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX)
             try:
-                yield
+                yield remove_leftovers(self.tmp_dir, self._tmp_guard)
             finally:
                 fcntl.flock(f.fileno(), fcntl.LOCK_UN)

