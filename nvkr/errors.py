@@ -3,7 +3,7 @@
 Every failure a user can cause or meet is raised as an :class:`NvkrError` subclass. The CLI catches
 them once, at the top, prints ``error[CODE]: message`` plus the hint on one or two lines and exits
 with the class's exit code (0 ok, 1 build failure, 2 usage or invalid recipe, 3 integrity failure,
-130 interrupted). Tracebacks are shown only with ``--debug``.
+130 interrupted, 143 terminated). Tracebacks are shown only with ``--debug``.
 """
 
 from __future__ import annotations
@@ -123,10 +123,17 @@ class BuildError(NvkrError):
 
 
 class Interrupted(NvkrError):
-    """The build was interrupted (Ctrl-C); finished actions stay cached."""
+    """nvkr was stopped by a signal: Ctrl-C (SIGINT, exit 130) or SIGTERM (exit 143, as a CI
+    system cancels a job); finished actions stay cached. ``signum`` sets the exit code
+    (128 + signum)."""
 
     code = "NVKR-E-INTERRUPTED"
     exit_code = 130
+
+    def __init__(self, message: str, hint: str | None = None, *, signum: int = 2) -> None:
+        super().__init__(message, hint)
+        self.signum = signum
+        self.exit_code = 128 + signum
 
 
 class RegistryError(NvkrError):

@@ -6,8 +6,9 @@ rebuild take well under a second. Ready actions run on a thread pool (builders s
 subprocesses). Before a builder runs, the sources it reads are put in the store
 (:func:`nvkr.fetch.ensure`, once per digest even when several actions want it). A failed action
 stops the scheduling of new ones; those already running finish and are cached; the build then
-fails with the failed action's log tail. Ctrl-C cancels what has not started and leaves the
-store consistent, since every store write is a verified rename.
+fails with the failed action's log tail. Ctrl-C (or SIGTERM, which the CLI turns into the same
+path) cancels what has not started, stops the running tools (:func:`nvkr.run.stop_tools`) and
+leaves the store consistent, since every store write is a verified rename.
 
 Every action record the executor writes carries ``run``: ``{"invocationId": <UUID of this
 execute() call, i.e. of one nvkr build>, "startedOn", "finishedOn"}`` (RFC 3339 UTC, to the
@@ -20,6 +21,7 @@ have no ``run``.
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 import uuid
@@ -33,7 +35,7 @@ from nvkr.errors import BuildError, Interrupted, NvkrError
 from nvkr.fetch import FetchContext, ensure
 from nvkr.plan import Action, Plan
 from nvkr.provenance import timestamp
-from nvkr.run import tail
+from nvkr.run import request_stop, resume, stop_requested, stop_tools, tail
 from nvkr.store import Store
 
 Event = Callable[..., None]
@@ -201,7 +203,7 @@ def execute(
 
     Raises:
         BuildError: an action failed (after running ones have finished and been cached).
-        Interrupted: Ctrl-C.
+        Interrupted: Ctrl-C (exit 130) or SIGTERM (exit 143).
     """
     emit: Event = event or (lambda kind, **f: None)
     report = BuildReport()
@@ -268,10 +270,19 @@ def execute(
                     if failure is None:
                         failure, failed = e, plan.actions[key]
     except KeyboardInterrupt:
+        # Ctrl-C, or SIGTERM turned into one by the CLI: the running tools are stopped (they
+        # clean up, then are killed), their actions fail and are dropped, the finished ones
+        # stay cached.
+        request_stop(signal.SIGINT)  # a no-op after the CLI's signal handler made the request
+        signum = stop_requested() or signal.SIGINT
+        stop_tools()
         pool.shutdown(wait=True, cancel_futures=True)
+        resume()
         raise Interrupted(
-            f"interrupted; {len(report.built)} finished actions are cached",
+            f"{'terminated' if signum == signal.SIGTERM else 'interrupted'}; "
+            f"{len(report.built)} finished actions are cached",
             hint="run the same command again to continue",
+            signum=signum,
         ) from None
     finally:
         pool.shutdown(wait=True, cancel_futures=True)

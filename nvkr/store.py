@@ -10,6 +10,7 @@ Everything a build fetches or produces lands here before anything else sees it::
       cache/                tool caches that never affect outputs (Go's build cache)
       logs/boot-test/       boot-test consoles, one file per boot (nvkr.boot.CONSOLE_LOGS); never read
       tmp/                  work dirs and in-flight downloads, same filesystem as blobs/
+      tmp.lock              flock(2) taken while a tmp/ entry is made and claimed (nvkr.scratch)
       lock                  flock(2) guard for concurrent builds
 
 Every write goes to a temp file in ``tmp/``, is checked (length, digest), then renamed into place,
@@ -29,6 +30,9 @@ count), and nvkr refreshes the seals of the blobs it links itself. What a seal c
 after commit (mtime, and the ctime that no one can set back). What it cannot see: bytes that
 change without a write (bit rot, a raw write to the disk); ``nvkr store verify`` hashes every blob
 for that, and so does every full hash on the way (``read_blob``, copies, ``nvkr verify``).
+
+Each entry of ``tmp/`` is claimed by the process using it (:mod:`nvkr.scratch`): what a killed
+process left there is removed by the next holder of the store lock (:meth:`Store.lock`).
 """
 
 from __future__ import annotations
@@ -39,7 +43,6 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -47,7 +50,9 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from nvkr.canonical import canonical_json, hex_of
-from nvkr.errors import ChecksumError, IntegrityError, UsageError
+from nvkr.errors import ChecksumError, IntegrityError, Interrupted, UsageError
+from nvkr.run import stop_requested
+from nvkr.scratch import Cleanup, claimed_dir, claimed_file, remove_leftovers, remove_tree
 
 _CHUNK = 1 << 20
 
@@ -130,12 +135,21 @@ class BlobWriter:
         algos = {"sha256", *self._expected}
         self._hashers = {a: hashlib.new(a) for a in sorted(algos)}
         self.size = 0
-        fd, name = tempfile.mkstemp(prefix="blob-", dir=store.tmp_dir)
-        self._path = Path(name)
+        # The descriptor holds the temp file's claim: it stays open until the file is renamed
+        # away or deleted (nvkr.scratch).
+        fd, self._path = store.claimed_file("blob-")
         self._file: BinaryIO = os.fdopen(fd, "wb")
         self._done = False
 
     def write(self, chunk: bytes) -> None:
+        """Append ``chunk``.
+
+        Raises:
+            Interrupted: nvkr is stopping (Ctrl-C, SIGTERM): a download in a worker thread ends
+                at its next chunk instead of running to its end.
+        """
+        if stop_requested() is not None:
+            raise Interrupted(f"stopping: {self._what} not stored")
         self._file.write(chunk)
         self.size += len(chunk)
         for h in self._hashers.values():
@@ -153,7 +167,6 @@ class BlobWriter:
         """
         self._file.flush()
         os.fsync(self._file.fileno())
-        self._file.close()
         actual = {a: f"{a}:{h.hexdigest()}" for a, h in self._hashers.items()}
         where = f" from {self._url}" if self._url else ""
         if self._expected_size is not None and self.size != self._expected_size:
@@ -172,20 +185,21 @@ class BlobWriter:
                 )
         info = BlobInfo(digest=actual["sha256"], size=self.size, digests=actual)
         target = self._store.blob_path(info.digest)
-        os.chmod(self._path, 0o444)
+        os.fchmod(self._file.fileno(), 0o444)
         if self._store.has_blob(info.digest):  # an intact copy is kept (hard links to it stay)
             self._path.unlink()
         else:  # none, or a corrupt one that has_blob just deleted
             os.replace(self._path, target)
             self._store.seal(info.digest)
+        self._file.close()
         self._done = True
         return info
 
     def abort(self) -> None:
-        if not self._file.closed:
-            self._file.close()
         with contextlib.suppress(FileNotFoundError):
             self._path.unlink()
+        if not self._file.closed:
+            self._file.close()
         self._done = True
 
     def __enter__(self) -> BlobWriter:
@@ -199,12 +213,14 @@ class BlobWriter:
 class Store:
     """A content-addressed store rooted at ``root`` (created on first use).
 
+    ``root`` is made absolute here, once: tools run with their working directory inside the
+    store (pip, git, mmdebstrap), where a path relative to nvkr's own would point elsewhere.
     ``notice(digest, reason)`` is called for each corrupt blob found and deleted (default: a
     warning on the ``nvkr.store`` logger); ``nvkr build`` makes it an event.
     """
 
     def __init__(self, root: Path | None = None, *, notice: Notice | None = None) -> None:
-        self.root = Path(root) if root is not None else default_root()
+        self.root = Path(os.path.abspath(root if root is not None else default_root()))
         self.blobs_dir = self.root / "blobs" / "sha256"
         self.seals_dir = self.root / "seals" / "sha256"
         self.actions_dir = self.root / "actions"
@@ -232,6 +248,8 @@ class Store:
                     f"store {self.root}: cannot create {d}: permission denied",
                     hint="point --store (or $NVKR_CACHE) at a directory you can write",
                 ) from None
+        self._tmp_guard = self.root / "tmp.lock"
+        self._tmp_guard.touch()
 
     # -- blobs -------------------------------------------------------------------------------
     def blob_path(self, digest: str) -> Path:
@@ -439,25 +457,50 @@ class Store:
         """Record ``result`` (JSON-able, no floats) for ``key`` atomically."""
         self.write_atomic(self.action_path(key), canonical_json(result))
 
-    # -- helpers -----------------------------------------------------------------------------
+    # -- tmp/ --------------------------------------------------------------------------------
+    def claimed_file(self, prefix: str) -> tuple[int, Path]:
+        """A new file in ``tmp/`` and its open descriptor, claimed until the descriptor is
+        closed (:func:`nvkr.scratch.claimed_file`)."""
+        return claimed_file(self.tmp_dir, self._tmp_guard, prefix)
+
     def write_atomic(self, target: Path, data: bytes) -> None:
-        write_file_atomic(target, data, tmp_dir=self.tmp_dir)
+        """Write ``data`` to ``target`` all or nothing, through a claimed temp file in ``tmp/``."""
+        fd, tmp = self.claimed_file(".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+                os.replace(tmp, target)  # before the close: the claim covers the whole write
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
 
     @contextlib.contextmanager
     def workdir(self, prefix: str = "work-") -> Iterator[Path]:
-        """A fresh directory under ``tmp/``, removed afterwards whatever happens."""
-        path = Path(tempfile.mkdtemp(prefix=prefix, dir=self.tmp_dir))
+        """A fresh directory under ``tmp/``, claimed while in use and removed afterwards
+        whatever happens (nothing mounted below it is crossed: :func:`nvkr.scratch.remove_tree`).
+        It may be renamed away meanwhile (an unpacked toolchain moved into ``tools/``)."""
+        fd, path = claimed_dir(self.tmp_dir, self._tmp_guard, prefix)
         try:
             yield path
         finally:
-            shutil.rmtree(path, ignore_errors=True)
+            try:
+                remove_tree(path)
+            finally:
+                os.close(fd)
 
     @contextlib.contextmanager
-    def lock(self) -> Iterator[None]:
-        """Hold the store's exclusive lock (blocks while another build holds it)."""
+    def lock(self) -> Iterator[Cleanup]:
+        """Hold the store's exclusive lock (blocks while another build holds it).
+
+        Once it is held, what dead processes left in ``tmp/`` is removed (mounts below it
+        unmounted first; :func:`nvkr.scratch.remove_leftovers`); the context yields that report.
+        """
         with open(self.root / "lock", "a+b") as f:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX)
             try:
-                yield
+                yield remove_leftovers(self.tmp_dir, self._tmp_guard)
             finally:
                 fcntl.flock(f.fileno(), fcntl.LOCK_UN)

