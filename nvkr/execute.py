@@ -110,8 +110,11 @@ def run_action(
 ) -> dict[str, Any]:
     """Run one action's builder in a fresh work dir and record its result in the action cache.
 
-    The result is ``{"key", "builder", "name", "outputs", "metadata"[, "log"], "run":
-    {"invocationId", "startedOn", "finishedOn"}}``: ``invocation_id`` (default: a new UUID),
+    The result is ``{"key", "builder", "name", "outputs", "metadata", "hermetic"[,
+    "warnings"][, "log"], "run": {"invocationId", "startedOn", "finishedOn"}}``: ``hermetic``
+    is :attr:`Action.hermetic` (whether the key covers every tool that can change the outputs:
+    only such a result may be shared beyond this store), ``warnings`` what the builder warned
+    about (``{"message"[, "hint"]}`` each), ``invocation_id`` (default: a new UUID),
     ``started`` (seconds since 1970, default: now) and the time the builder returned, both as
     RFC 3339 UTC (:func:`nvkr.provenance.timestamp`).
 
@@ -137,7 +140,10 @@ def run_action(
             "name": action.name,
             "outputs": ctx.outputs,
             "metadata": ctx.metadata,
+            "hermetic": action.hermetic,
         }
+        if ctx.warnings:
+            result["warnings"] = ctx.warnings
         if ctx.log_file.exists():
             result["log"] = store.add_file(ctx.log_file, what="build log").digest
     result["run"] = {
@@ -164,8 +170,10 @@ def execute(
     ``invocation_id`` either way) and its times (module docstring).
 
     ``event(kind, **fields)`` is called for ``action-cached``, ``action-start``, ``action-done``
-    (with ``seconds``), ``action-failed`` (with ``error``) and ``source-fetch`` (with ``source``,
-    a :class:`~nvkr.builders.ResolvedSource` about to be downloaded; from a worker thread).
+    (with ``seconds``), ``action-failed`` (with ``error``), ``source-fetch`` (with ``source``,
+    a :class:`~nvkr.builders.ResolvedSource` about to be downloaded; from a worker thread) and,
+    once the roots are done, ``action-warning`` (with ``message`` and ``hint``, possibly None)
+    for each warning recorded by an action the roots need, built now or before.
 
     Raises:
         BuildError: an action failed (after running ones have finished and been cached).
@@ -181,6 +189,7 @@ def execute(
     for key in cached:
         emit("action-cached", action=plan.actions[key])
     if not to_run:
+        _emit_warnings(plan, store, report, emit)
         return report
 
     gate = _SourceGate(fetch, emit)
@@ -238,4 +247,29 @@ def execute(
         if isinstance(failure, NvkrError):
             raise failure
         raise BuildError(f"internal error in an action: {failure!r}") from failure
+    _emit_warnings(plan, store, report, emit)
     return report
+
+
+def _emit_warnings(plan: Plan, store: Store, report: BuildReport, emit: Event) -> None:
+    """``action-warning`` for every warning in the records of the actions the roots need, in
+    plan order: those below a cached action were never looked at, so their records are read
+    from the action cache (a no-op rebuild warns as the first build did)."""
+    needed: set[str] = set()
+    stack = list(plan.roots)
+    while stack:
+        key = stack.pop()
+        if key not in needed and key in plan.actions:
+            needed.add(key)
+            stack.extend(plan.actions[key].deps)
+    for key, action in plan.actions.items():
+        if key not in needed:
+            continue
+        record = report.results.get(key) or store.get_action(key) or {}
+        for warning in record.get("warnings") or []:
+            emit(
+                "action-warning",
+                action=action,
+                message=warning["message"],
+                hint=warning.get("hint"),
+            )

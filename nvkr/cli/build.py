@@ -1,7 +1,8 @@
 """``nvkr build``: plan, execute against the store, and write each release set to ``--out``.
 
 Humans get one line per action on stderr; ``--json`` prints one JSON object per event on stdout
-(``action-cached``, ``action-start``, ``action-done``, ``action-failed``) and a final ``result``.
+(``action-cached``, ``action-start``, ``action-done``, ``action-failed``, ``action-warning`` with
+``message`` and ``hint``) and a final ``result``.
 Beside each release set ``dist/<name>/`` goes its build record, ``dist/<name>.build-record.json``
 (with ``--sign`` also ``.build-record.dsse.json``): the times of the actions, which the set itself
 never holds (:mod:`nvkr.releaseset.record`).
@@ -103,6 +104,10 @@ def command(
             if "source" in fields:
                 doc["source"] = fields["source"].name
                 doc["digest"] = fields["source"].digest
+            if kind == "action-warning":
+                doc["message"] = fields["message"]
+                if fields.get("hint"):
+                    doc["hint"] = fields["hint"]
             click.echo(json.dumps(doc, sort_keys=True))
             return
         if kind == "source-fetch":
@@ -125,6 +130,10 @@ def command(
             console.print(f"  [green]built[/]    {name} [dim]{fields['seconds']:.1f} s[/]")
         elif kind == "action-failed":
             console.print(f"  [red]failed[/]   {name}")
+        elif kind == "action-warning":
+            console.print(f"[yellow]warning:[/] {escape(fields['message'])}")
+            if fields.get("hint"):
+                console.print(f"  [dim]hint: {escape(fields['hint'])}[/]")
 
     # Bad push references and unreadable keys fail before anything is built.
     push_ref = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 
@@ -221,3 +222,34 @@ def test_sources_are_fetched_once_before_the_builders_that_read_them(recorder, s
     assert seen == [True, True], "the source is in the store before each builder runs"
     assert events.count("source-fetch") == 1, "two actions share one download"
     assert store.read_blob(digest) == b"tool bytes"
+
+
+def test_records_say_hermetic_and_warnings_come_back_from_the_cache(recorder, store):
+    """An action's record says whether its key covers every tool (for a shared cache to keep
+    the rest local); a builder's warning is kept in the record and emitted again by a no-op
+    rebuild, where the action is only found below a cached one."""
+    recorder.hooks["a"] = lambda ctx: ctx.warn("a is odd", hint="make it even")
+    a = _action("a")
+    b = dataclasses.replace(_action("b"), hermetic=False)
+    top = _action("top", deps=[a.key, b.key])
+    plan = _plan(a, b, top, roots=[top])
+    events: list[tuple[str, dict]] = []
+
+    def event(kind, **fields):
+        events.append((kind, fields))
+
+    execute(plan, store, FetchContext(store=store), jobs=1, event=event)
+    record_a, record_b = store.get_action(a.key), store.get_action(b.key)
+    assert record_a is not None and record_b is not None
+    assert record_a["hermetic"] is True and record_b["hermetic"] is False
+    assert record_a["warnings"] == [{"message": "a is odd", "hint": "make it even"}]
+    assert "warnings" not in record_b
+    warned = [
+        (f["action"].name, f["message"], f["hint"]) for k, f in events if k == "action-warning"
+    ]
+    assert warned == [("a", "a is odd", "make it even")]
+    events.clear()
+    again = execute(plan, store, FetchContext(store=store), jobs=1, event=event)
+    assert again.up_to_date
+    warned = [(f["action"].name, f["message"]) for k, f in events if k == "action-warning"]
+    assert warned == [("a", "a is odd")]
