@@ -106,6 +106,12 @@ class NodeImageBuilder:
                 f"artifact {artifact_name!r}: rootfs {artifact.rootfs!r} is a {rootfs.builder} "
                 "artifact, expected a rootfs artifact"
             )
+        if rootfs.params.get("arch") != variant.arch:
+            raise RecipeError(
+                f"artifact {artifact_name!r}: rootfs {artifact.rootfs!r} is built from an apt "
+                f"source for {rootfs.params.get('arch')}, the variant is {variant.arch}",
+                hint='write arch: "{{ arch }}" in the apt source',
+            )
         deps["rootfs"] = rootfs.key
         if artifact.agent is not None:
             agent = refs.artifact(artifact.agent)
@@ -177,6 +183,8 @@ class NodeImageBuilder:
             tools=_host_tools(),
             sources=sources,
             deps=tuple(sorted(action_deps)),
+            # diskimage-builder stamps times and random ids and its version is in no key
+            hermetic=artifact.backend != "diskimage-builder",
         )
 
     def run(self, ctx: ActionContext) -> None:
