@@ -477,6 +477,16 @@ def _plan_sboms(
     return sboms
 
 
+def _c_toolchain(action: Action) -> dict[str, Any]:
+    """``{"cToolchain": {"cc", "packages": {name: version}}}`` for a cgo build (its provenance's
+    internalParameters name the tools tree's compiler), else nothing: a release set without
+    cgo keeps the spec it always had."""
+    if action.builder != "go-binary" or "cc" not in action.params:
+        return {}
+    packages = {k: v for k, v in sorted(action.tools.items()) if k != "go"}
+    return {"cToolchain": {"cc": action.params["cc"], "packages": packages}}
+
+
 def _release_set_spec(
     name: str,
     members: list[tuple[Variant, dict[str, Action]]],
@@ -513,6 +523,7 @@ def _release_set_spec(
                     ),
                     "artifactType": ARTIFACT_TYPES.get(builder.release_kind),
                     "dependencies": [d for s in sources for d in s.descriptors()],
+                    **_c_toolchain(action),
                 }
             )
         for pool in rs.nodePoolReleases:

@@ -5,8 +5,10 @@ Everything a build fetches or produces lands here before anything else sees it::
     $NVKR_CACHE (default ~/.cache/nvkr)
       blobs/sha256/<hex>    content-addressed bytes, read-only once written
       actions/<hex>.json    one action's outputs, keyed by its action key
-      tools/<hex>/          toolchains unpacked from a blob (e.g. the Go wheel), keyed by its digest
-      cache/                tool caches that never affect outputs (Go's build cache)
+      tools/<hex>/          toolchains unpacked from a blob (the Go wheel, a tools tree's tar),
+                            keyed by its digest
+      cache/                tool caches that never affect outputs (Go's build cache; a cgo
+                            build's is per tools tree: Go does not hash C headers)
       tmp/                  work dirs and in-flight downloads, same filesystem as blobs/
       lock                  flock(2) guard for concurrent builds
 
@@ -23,7 +25,8 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -32,6 +35,8 @@ from nvkr.canonical import canonical_json, hex_of
 from nvkr.errors import ChecksumError, IntegrityError
 
 _CHUNK = 1 << 20
+_unpack_locks: dict[str, threading.Lock] = {}
+_unpack_guard = threading.Lock()
 
 
 def write_file_atomic(target: Path, data: bytes, *, tmp_dir: Path | None = None) -> None:
@@ -241,6 +246,32 @@ class Store:
     def put_action(self, key: str, result: dict[str, Any]) -> None:
         """Record ``result`` (JSON-able, no floats) for ``key`` atomically."""
         self.write_atomic(self.action_path(key), canonical_json(result))
+
+    # -- unpacked tools ----------------------------------------------------------------------
+    def unpacked(self, digest: str, unpack: Callable[[Path], None], *, check: str) -> Path:
+        """``tools/<hex>/`` for the blob ``digest`` (a toolchain wheel, a tools tree tar), made
+        once: ``unpack(tmp)`` fills a fresh directory in ``tmp/``, which must then hold the
+        relative path ``check``, and is renamed into place, so a crash never leaves half a
+        tree. Threads asking for the same digest at once unpack it once.
+
+        Raises:
+            IntegrityError: the unpacked blob holds no ``check``.
+        """
+        target = self.tools_dir / hex_of(digest)
+        with _unpack_guard:
+            lock = _unpack_locks.setdefault(str(target), threading.Lock())
+        with lock:
+            if not os.path.lexists(target / check):
+                tmp = Path(tempfile.mkdtemp(prefix="tool-", dir=self.tmp_dir))
+                try:
+                    unpack(tmp)
+                    if not os.path.lexists(tmp / check):
+                        raise IntegrityError(f"blob {digest} unpacked holds no {check}")
+                    shutil.rmtree(target, ignore_errors=True)
+                    os.replace(tmp, target)
+                finally:
+                    shutil.rmtree(tmp, ignore_errors=True)
+        return target
 
     # -- helpers -----------------------------------------------------------------------------
     def write_atomic(self, target: Path, data: bytes) -> None:
