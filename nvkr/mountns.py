@@ -64,7 +64,7 @@ def chroot_argv(
     lines = [
         "set -eu",
         f"mount --bind {shlex.quote(str(tree))} {root}",
-        f"mount -o remount,bind,ro {root}",
+        f"mount -o remount,bind,ro,nosuid,nodev {root}",
         f"mount -t proc -o nosuid,nodev,noexec proc {inside('/proc')}",
         f"mount -t tmpfs -o mode=0755,nosuid,size=1m nvkr-dev {inside('/dev')}",
     ]

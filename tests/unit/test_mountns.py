@@ -67,6 +67,7 @@ def test_the_command_sees_the_tree_and_its_binds(tree: Path, tmp_path: Path) -> 
         "cat /proc/net/dev > /tmp/nvkr/out/net; "
         "echo x > /tmp/nvkr/data/new 2>/dev/null || echo data-ro >> /tmp/nvkr/out/seen; "
         "echo x > /etc/new 2>/dev/null || echo tree-ro >> /tmp/nvkr/out/seen; "
+        "cat /dev/null && echo dev-null >> /tmp/nvkr/out/seen; "
         "echo $$ >> /tmp/nvkr/out/seen"
     )
     argv = chroot_argv(tree, tmp_path / "root", binds, ["/bin/sh", "-c", script], cwd="/tmp/nvkr")
@@ -76,6 +77,7 @@ def test_the_command_sees_the_tree_and_its_binds(tree: Path, tmp_path: Path) -> 
         "from the host",
         "data-ro",
         "tree-ro",
+        "dev-null",  # the host's node, usable
         "1",  # the first process of its own PID namespace
     ]
     # a network namespace of its own: loopback only
