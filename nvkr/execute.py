@@ -20,6 +20,7 @@ have no ``run``.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -251,6 +252,16 @@ def execute(
     return report
 
 
+def _record(store: Store, key: str) -> dict[str, Any]:
+    """The action record of ``key`` as stored, without checking its blobs (only its warnings
+    are read; a no-op rebuild reads every record of the plan this way), or ``{}``."""
+    try:
+        record = json.loads(store.action_path(key).read_bytes())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
 def _emit_warnings(plan: Plan, store: Store, report: BuildReport, emit: Event) -> None:
     """``action-warning`` for every warning in the records of the actions the roots need, in
     plan order: those below a cached action were never looked at, so their records are read
@@ -265,7 +276,7 @@ def _emit_warnings(plan: Plan, store: Store, report: BuildReport, emit: Event) -
     for key, action in plan.actions.items():
         if key not in needed:
             continue
-        record = report.results.get(key) or store.get_action(key) or {}
+        record = report.results.get(key) or _record(store, key)
         for warning in record.get("warnings") or []:
             emit(
                 "action-warning",
