@@ -21,6 +21,7 @@ have no ``run``.
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 import time
@@ -113,8 +114,11 @@ def run_action(
 ) -> dict[str, Any]:
     """Run one action's builder in a fresh work dir and record its result in the action cache.
 
-    The result is ``{"key", "builder", "name", "outputs", "metadata"[, "warnings"][, "log"], "run":
-    {"invocationId", "startedOn", "finishedOn"}}``: ``invocation_id`` (default: a new UUID),
+    The result is ``{"key", "builder", "name", "outputs", "metadata", "hermetic"[,
+    "warnings"][, "log"], "run": {"invocationId", "startedOn", "finishedOn"}}``: ``hermetic``
+    is :attr:`Action.hermetic` (whether the key covers every tool that can change the outputs:
+    only such a result may be shared beyond this store), ``warnings`` what the builder warned
+    about (``{"message"[, "hint"]}`` each), ``invocation_id`` (default: a new UUID),
     ``started`` (seconds since 1970, default: now) and the time the builder returned, both as
     RFC 3339 UTC (:func:`nvkr.provenance.timestamp`).
 
@@ -150,9 +154,10 @@ def run_action(
             "name": action.name,
             "outputs": ctx.outputs,
             "metadata": ctx.metadata,
+            "hermetic": action.hermetic,
         }
         if ctx.warnings:
-            result["warnings"] = list(ctx.warnings)
+            result["warnings"] = ctx.warnings
         if ctx.log_file.exists():
             result["log"] = store.add_file(ctx.log_file, what="build log").digest
     result["run"] = {
@@ -162,11 +167,6 @@ def run_action(
     }
     store.put_action(action.key, result)
     return result
-
-
-def _warnings(emit: Event, action: Action, result: dict[str, Any]) -> None:
-    for message in result.get("warnings") or []:
-        emit("action-warning", action=action, message=str(message))
 
 
 def _failed(action: Action) -> str:
@@ -194,12 +194,10 @@ def execute(
     ``invocation_id`` either way) and its times (module docstring).
 
     ``event(kind, **fields)`` is called for ``action-cached``, ``action-start``, ``action-done``
-    (with ``seconds``), ``action-failed`` (with ``error``), ``action-warning`` (with
-    ``message``: one per warning of the action's result, after its ``action-done`` or
-    ``action-cached``, and for the stored results below cached actions too, so a cached output
-    warns on every build) and ``source-fetch`` (with
-    ``source``, a :class:`~nvkr.builders.ResolvedSource` about to be downloaded; from a worker
-    thread).
+    (with ``seconds``), ``action-failed`` (with ``error``), ``source-fetch`` (with ``source``,
+    a :class:`~nvkr.builders.ResolvedSource` about to be downloaded; from a worker thread) and,
+    once the roots are done, ``action-warning`` (with ``message`` and ``hint``, possibly None)
+    for each warning recorded by an action the roots need, built now or before.
 
     Raises:
         BuildError: an action failed (after running ones have finished and been cached).
@@ -214,14 +212,8 @@ def execute(
     report.results.update(cached)
     for key in cached:
         emit("action-cached", action=plan.actions[key])
-        _warnings(emit, plan.actions[key], cached[key])
-    for key, action in plan.actions.items():
-        # below a cached action nothing is visited, yet its warnings still hold
-        if key not in cached and key not in to_run:
-            below = store.get_action(key)
-            if below is not None:
-                _warnings(emit, action, below)
     if not to_run:
+        _emit_warnings(plan, store, report, emit)
         return report
 
     gate = _SourceGate(fetch, emit)
@@ -264,7 +256,6 @@ def execute(
                         action=plan.actions[key],
                         seconds=time.monotonic() - started[key],
                     )
-                    _warnings(emit, plan.actions[key], report.results[key])
                 except BaseException as e:
                     emit("action-failed", action=plan.actions[key], error=e)
                     if failure is None:
@@ -301,4 +292,39 @@ def execute(
             f"internal error in {_failed(failed)}: {failure!r}",
             hint="run again with --debug for a traceback, and report it",
         ) from failure
+    _emit_warnings(plan, store, report, emit)
     return report
+
+
+def _record(store: Store, key: str) -> dict[str, Any]:
+    """The action record of ``key`` as stored, without checking its blobs (only its warnings
+    are read; a no-op rebuild reads every record of the plan this way), or ``{}``."""
+    try:
+        record = json.loads(store.action_path(key).read_bytes())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _emit_warnings(plan: Plan, store: Store, report: BuildReport, emit: Event) -> None:
+    """``action-warning`` for every warning in the records of the actions the roots need, in
+    plan order: those below a cached action were never looked at, so their records are read
+    from the action cache (a no-op rebuild warns as the first build did)."""
+    needed: set[str] = set()
+    stack = list(plan.roots)
+    while stack:
+        key = stack.pop()
+        if key not in needed and key in plan.actions:
+            needed.add(key)
+            stack.extend(plan.actions[key].deps)
+    for key, action in plan.actions.items():
+        if key not in needed:
+            continue
+        record = report.results.get(key) or _record(store, key)
+        for warning in record.get("warnings") or []:
+            emit(
+                "action-warning",
+                action=action,
+                message=warning["message"],
+                hint=warning.get("hint"),
+            )

@@ -9,7 +9,13 @@ canonical JSON (sorted keys, no floats, trailing newline)::
      "sources": [{"name": "go", "spec": {...the rendered recipe entry...},
                   "variants": ["gpu=hopper,kubernetes=1.36,arch=amd64", ...],
                   "resolved": {"kind": "pypi", "digest": "sha256:..", ...}}, ...],
-     "tools": {"go": {"source": "go", "version": "1.27.3", "digest": "sha256:.."}}}
+     "tools": {"go": {"source": "go", "version": "1.27.3", "digest": "sha256:.."},
+               "build-tools-packages": {"source": "build-tools-packages",
+                                        "cToolchain": {"amd64": {"gcc-12": "12.2.0-14", ...}}}}}
+
+A tools tree's C toolchain (the compiler, binutils and C library packages of the apt source a
+cgo build's ``toolsTree`` is made from, per arch) is listed among the tools; every .deb of it is
+pinned in its source's closure.
 
 A source is looked up by its name and its rendered spec, so a changed pin, URL or version is a
 miss. Path sources (this repository's own directories) are listed without a digest: they are
@@ -25,10 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from nvkr.builders import ResolvedSource
+from nvkr.builders.tools_tree import tree_c_toolchain
 from nvkr.canonical import canonical_json, canonical_json_file, sha256_bytes
 from nvkr.errors import ChecksumError, LockError
 from nvkr.fetch import FetchContext, resolve
 from nvkr.recipe import LoadedRecipe, Variant
+from nvkr.recipe.models import RootfsArtifact
 from nvkr.recipe.yamlsource import where
 
 #: The fields of a source that pin its bytes, in the order a checksum error points at them.
@@ -281,6 +289,13 @@ class Resolver:
                     "version": r["version"],
                     "digest": r["digest"],
                 }
+        trees = self._tools_tree_sources()
+        for entry in sources:
+            r = entry["resolved"]
+            if entry["name"] in trees and r.get("kind") == "apt":
+                tool = tools.setdefault(entry["name"], {"source": entry["name"], "cToolchain": {}})
+                arch = str(r.get("arch"))
+                tool["cToolchain"][arch] = tree_c_toolchain(r.get("packages") or [], arch)
         recipe_rel = os.path.relpath(
             os.path.abspath(self.loaded.path), os.path.abspath(self.lock_path.parent)
         )
@@ -294,6 +309,16 @@ class Resolver:
             "sources": sources,
             "tools": tools,
         }
+
+    def _tools_tree_sources(self) -> set[str]:
+        """The apt sources of the tools trees cgo builds name (their C toolchains are tools)."""
+        artifacts = self.loaded.recipe.artifacts
+        names: set[str] = set()
+        for art in artifacts.values():
+            tree = artifacts.get(getattr(art, "toolsTree", None) or "")
+            if isinstance(tree, RootfsArtifact):
+                names.add(tree.packages)
+        return names
 
     def _toolchain_sources(self) -> set[str]:
         names: set[str] = set()

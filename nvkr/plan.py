@@ -12,7 +12,7 @@ all action keys.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,10 @@ class Action:
     deps: tuple[str, ...] = ()
     sources: dict[str, ResolvedSource] = field(default_factory=dict, compare=False)
     variants: list[str] = field(default_factory=list, compare=False)
+    #: the key covers every tool that can change the outputs' bytes, this action's own (its
+    #: builder's :attr:`~nvkr.builders.ActionSpec.hermetic`) and every dependency's; outside the
+    #: key, so a result that is not stays in the local store
+    hermetic: bool = field(default=True, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -63,6 +67,7 @@ class Action:
             "epoch": self.epoch,
             "deps": list(self.deps),
             "variants": self.variants,
+            "hermetic": self.hermetic,
         }
 
 
@@ -163,8 +168,22 @@ def display_path(path: Path) -> str:
         return p.as_posix()
 
 
-def _new_action(builder: str, version: str, name: str, spec: ActionSpec, epoch: int) -> Action:
+def _new_action(
+    builder: str,
+    version: str,
+    name: str,
+    spec: ActionSpec,
+    epoch: int,
+    known: Mapping[str, Action],
+) -> Action:
+    """The action of ``spec``; ``known`` holds the actions planned so far (its deps among them).
+
+    It is hermetic when its builder says so and every dependency is: a result read from a
+    non-hermetic one can differ under the same key too. A dependency not in ``known`` counts as
+    not hermetic (fail closed).
+    """
     key = action_key(builder, version, spec.params, spec.inputs, spec.tools, epoch, spec.deps)
+    hermetic = spec.hermetic and all(d in known and known[d].hermetic for d in spec.deps)
     return Action(
         key=key,
         builder=builder,
@@ -176,6 +195,7 @@ def _new_action(builder: str, version: str, name: str, spec: ActionSpec, epoch: 
         epoch=epoch,
         deps=tuple(sorted(spec.deps)),
         sources=spec.sources,
+        hermetic=hermetic,
     )
 
 
@@ -257,7 +277,8 @@ class _ArtifactPlanner:
             axes += [variant.arch] if builder.per_arch else []
             label = f"{name} [{' '.join(axes)}]" if axes else name
             action = self._add(
-                _new_action(builder.name, builder.version, label, spec, self.epoch), variant
+                _new_action(builder.name, builder.version, label, spec, self.epoch, self.actions),
+                variant,
             )
         finally:
             self._stack.pop()
@@ -289,7 +310,7 @@ class _ArtifactPlanner:
             deps=tuple(images[arch].key for arch in sorted(images)),
         )
         index = _new_action(
-            ImageIndexBuilder.name, ImageIndexBuilder.version, name, spec, self.epoch
+            ImageIndexBuilder.name, ImageIndexBuilder.version, name, spec, self.epoch, self.actions
         )
         for v in siblings:
             index = self._add(index, v)
@@ -354,6 +375,7 @@ def make_plan(
             f"release set {set_name}",
             ActionSpec(params=params, deps=deps),
             epoch,
+            actions,
         )
         action.variants.extend(v.id for v, _ in members)
         actions[action.key] = action
@@ -415,7 +437,12 @@ def _plan_sboms(
             ",".join(sorted(names)), kind, action.key, binaries, nvkr.__version__, images
         )
         sbom = _new_action(
-            SbomBuilder.name, SbomBuilder.version, f"sbom {action.name}", spec, planner.epoch
+            SbomBuilder.name,
+            SbomBuilder.version,
+            f"sbom {action.name}",
+            spec,
+            planner.epoch,
+            planner.actions,
         )
         sbom = planner.actions.setdefault(sbom.key, sbom)
         sbom.variants.extend(v for v in action.variants if v not in sbom.variants)
@@ -425,6 +452,16 @@ def _plan_sboms(
     for _key, (action, kind, names) in sorted(released.items()):
         sbom_of(action, kind, names)
     return sboms
+
+
+def _c_toolchain(action: Action) -> dict[str, Any]:
+    """``{"cToolchain": {"cc", "packages": {name: version}}}`` for a cgo build (its provenance's
+    internalParameters name the tools tree's compiler), else nothing: a release set without
+    cgo keeps the spec it always had."""
+    if action.builder != "go-binary" or "cc" not in action.params:
+        return {}
+    packages = {k: v for k, v in sorted(action.tools.items()) if k != "go"}
+    return {"cToolchain": {"cc": action.params["cc"], "packages": packages}}
 
 
 def _release_set_spec(
@@ -463,6 +500,7 @@ def _release_set_spec(
                     ),
                     "artifactType": ARTIFACT_TYPES.get(builder.release_kind),
                     "dependencies": [d for s in sources for d in s.descriptors()],
+                    **_c_toolchain(action),
                 }
             )
         for pool in rs.nodePoolReleases:

@@ -108,16 +108,25 @@ def external_parameters(
 
 
 def internal_parameters(
-    spec: Mapping[str, Any], builder: str, builder_version: str, action_key: str
+    spec: Mapping[str, Any],
+    builder: str,
+    builder_version: str,
+    action_key: str,
+    c_toolchain: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """SLSA ``internalParameters`` of an nvkr build: ``{"epoch": <seconds>, "builder",
-    "builderVersion", "actionKey"}`` (what nvkr set; the epoch from the release-set spec)."""
-    return {
+    "builderVersion", "actionKey"[, "cToolchain"]}`` (what nvkr set; the epoch from the
+    release-set spec); ``cToolchain`` (``{"cc", "packages": {name: version}}``) for a cgo
+    binary, whose compiler came from a tools tree."""
+    params: dict[str, Any] = {
         "epoch": spec["epoch"],
         "builder": builder,
         "builderVersion": builder_version,
         "actionKey": action_key,
     }
+    if c_toolchain:
+        params["cToolchain"] = dict(c_toolchain)
+    return params
 
 
 def slsa_statement(

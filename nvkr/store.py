@@ -6,8 +6,10 @@ Everything a build fetches or produces lands here before anything else sees it::
       blobs/sha256/<hex>    content-addressed bytes, read-only once written
       seals/sha256/<hex>    the blob's seal: its size, mtime, ctime, inode and link count
       actions/<hex>.json    one action's outputs, keyed by its action key
-      tools/<hex>/          toolchains unpacked from a blob (e.g. the Go wheel), keyed by its digest
-      cache/                tool caches that never affect outputs (Go's build cache)
+      tools/<hex>/          toolchains unpacked from a blob (the Go wheel, a tools tree's tar),
+                            keyed by its digest
+      cache/                tool caches that never affect outputs (Go's build cache; a cgo
+                            build's is per tools tree: Go does not hash C headers)
       logs/boot-test/       boot-test consoles, one file per boot (nvkr.boot.CONSOLE_LOGS); never read
       tmp/                  work dirs and in-flight downloads, same filesystem as blobs/
       tmp.lock              flock(2) taken while a tmp/ entry is made and claimed (nvkr.scratch)
@@ -44,6 +46,7 @@ import json
 import logging
 import os
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +58,8 @@ from nvkr.run import stop_requested
 from nvkr.scratch import Cleanup, claimed_dir, claimed_file, remove_leftovers, remove_tree
 
 _CHUNK = 1 << 20
+_unpack_locks: dict[str, threading.Lock] = {}
+_unpack_guard = threading.Lock()
 
 log = logging.getLogger("nvkr.store")
 
@@ -462,6 +467,29 @@ class Store:
         """A new file in ``tmp/`` and its open descriptor, claimed until the descriptor is
         closed (:func:`nvkr.scratch.claimed_file`)."""
         return claimed_file(self.tmp_dir, self._tmp_guard, prefix)
+
+    # -- unpacked tools ----------------------------------------------------------------------
+    def unpacked(self, digest: str, unpack: Callable[[Path], None], *, check: str) -> Path:
+        """``tools/<hex>/`` for the blob ``digest`` (a toolchain wheel, a tools tree tar), made
+        once: ``unpack(tmp)`` fills a fresh claimed directory in ``tmp/``, which must then hold
+        the relative path ``check``, and is renamed into place, so a crash never leaves half a
+        tree. Threads asking for the same digest at once unpack it once.
+
+        Raises:
+            IntegrityError: the unpacked blob holds no ``check``.
+        """
+        target = self.tools_dir / hex_of(digest)
+        with _unpack_guard:
+            lock = _unpack_locks.setdefault(str(target), threading.Lock())
+        with lock:
+            if not os.path.lexists(target / check):
+                with self.workdir(prefix="tool-") as tmp:
+                    unpack(tmp)
+                    if not os.path.lexists(tmp / check):
+                        raise IntegrityError(f"blob {digest} unpacked holds no {check}")
+                    remove_tree(target)
+                    os.replace(tmp, target)
+        return target
 
     def write_atomic(self, target: Path, data: bytes) -> None:
         """Write ``data`` to ``target`` all or nothing, through a claimed temp file in ``tmp/``."""

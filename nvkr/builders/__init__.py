@@ -91,6 +91,11 @@ class ActionSpec:
     ``inputs`` maps a role to a digest (``sha256:<hex>``); ``sources`` maps the same roles to the
     sources the executor must put in the store before :meth:`Builder.run`; ``deps`` are action
     keys of other actions whose results the builder reads.
+
+    ``hermetic`` declares that the action key covers every tool that can change the outputs'
+    bytes (pinned inputs, or tool versions in ``tools``), so the result may be shared with
+    another machine under that key; False when the builder relies on something outside the key
+    (a Docker daemon and the base images it resolves). It is not part of the key.
     """
 
     params: dict[str, Any]
@@ -98,6 +103,7 @@ class ActionSpec:
     tools: dict[str, str] = field(default_factory=dict)
     sources: dict[str, ResolvedSource] = field(default_factory=dict)
     deps: tuple[str, ...] = ()
+    hermetic: bool = True
 
 
 class ActionContext:
@@ -117,13 +123,18 @@ class ActionContext:
         self.deps = deps
         self.outputs: list[dict[str, Any]] = []
         self.metadata: dict[str, Any] = {}
-        self.warnings: list[str] = []
+        self.warnings: list[dict[str, str]] = []
 
-    def warn(self, message: str) -> None:
-        """Record a warning about this action's output (also written to its log)."""
-        self.warnings.append(message)
+    def warn(self, message: str, *, hint: str | None = None) -> None:
+        """Record a warning about the result (kept in its action record, so a cached result
+        warns on every build that uses it, see :func:`nvkr.execute.execute`; also written to
+        the action's log)."""
+        warning = {"message": message}
+        if hint:
+            warning["hint"] = hint
+        self.warnings.append(warning)
         with open(self.log_file, "a", encoding="utf-8") as f:
-            f.write(f"warning: {message}\n")
+            f.write(f"warning: {message}\n" + (f"  hint: {hint}\n" if hint else ""))
 
     def input_path(self, role: str) -> Path:
         """Store path of the blob bound to input ``role``, checked against its seal first

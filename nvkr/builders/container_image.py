@@ -355,8 +355,30 @@ def _assemble(ctx: ActionContext, rootfs: Path) -> dict[str, int]:
     return modes
 
 
+def _warn_dynamic_on_scratch(ctx: ActionContext) -> None:
+    """Warn about each artifact file that needs an ELF interpreter (its go-binary result says
+    ``linkage: dynamic``) on ``scratch``, where none is: such an image cannot start."""
+    p = ctx.action.params
+    if p["base"] != "scratch":
+        return
+    paths = {f["path"] for f in p["files"]}
+    for f in p["files"]:
+        meta = (ctx.deps[f["action"]].get("metadata") or {}) if "action" in f else {}
+        interpreter = str(meta.get("interpreter") or "")
+        if meta.get("linkage") != "dynamic" or interpreter.lstrip("/") in paths:
+            continue
+        ctx.warn(
+            f"image {ctx.action.name}: /{f['path']} (artifact '{f['artifact']}') is dynamically "
+            f"linked (ELF interpreter {interpreter or '?'}) and cannot start on base scratch, "
+            "which has no ELF interpreter and no libc",
+            hint='link it statically (go-binary ldflags: ["-extldflags=-static"]), build it '
+            "with cgo: false (CGO_ENABLED=0), or put it on a base image that has libc",
+        )
+
+
 def run_daemonless(ctx: ActionContext) -> None:
     """Write the image: files layer, config, manifest (see the module doc for the outputs).
+    A dynamically linked binary on ``scratch`` gets a warning (it cannot start there).
 
     Raises:
         BuildError: the base has no image for the variant's platform (names base and platform),
@@ -434,6 +456,7 @@ def run_daemonless(ctx: ActionContext) -> None:
             "configDigest": config_info.digest,
         }
     )
+    _warn_dynamic_on_scratch(ctx)
 
 
 def _record(ctx: ActionContext, name: str, desc: dict[str, Any], role: str) -> None:

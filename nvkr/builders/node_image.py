@@ -40,7 +40,7 @@ import jinja2.sandbox
 import nvkr
 from nvkr.builders import ActionContext, ActionSpec, PlanRefs, Problem, a_kind, builder_of
 from nvkr.canonical import canonical_json, sha256_bytes
-from nvkr.errors import BuildError, ToolError
+from nvkr.errors import BuildError, RecipeError, ToolError
 from nvkr.hosttools import package_version
 from nvkr.oci import mediatypes as mt
 from nvkr.recipe import Variant
@@ -94,6 +94,22 @@ def _host_tools() -> dict[str, str]:
     return tools
 
 
+def _rootfs_arch(artifact: NodeImageArtifact, variant: Variant) -> str | None:
+    """The arch of the apt source the image's rootfs is made from, when the recipe says."""
+    rootfs = variant.recipe.artifacts.get(artifact.rootfs)
+    if not isinstance(rootfs, RootfsArtifact):
+        return None
+    spec = variant.recipe.sources.get(rootfs.packages)
+    return spec.arch if isinstance(spec, AptSource) else None
+
+
+def _arch_mismatch(rootfs: str, rootfs_arch: str, variant_arch: str) -> str:
+    return (
+        f"rootfs {rootfs!r} is built from an apt source for {rootfs_arch}, the variant is "
+        f"{variant_arch}"
+    )
+
+
 class NodeImageBuilder:
     name = "node-image"
     version = "1"
@@ -122,6 +138,15 @@ class NodeImageBuilder:
                         None,
                     )
                 )
+        rootfs_arch = _rootfs_arch(artifact, variant)
+        if rootfs_arch is not None and rootfs_arch != variant.arch:
+            problems.append(
+                (
+                    ("artifacts", artifact_name, "rootfs"),
+                    _arch_mismatch(artifact.rootfs, rootfs_arch, variant.arch),
+                    'write arch: "{{ arch }}" in the apt source',
+                )
+            )
         if artifact.kubelet != KubeletSettings() and not _stages_kubelet(artifact, variant):
             problems.append(
                 (
@@ -138,7 +163,14 @@ class NodeImageBuilder:
         self, artifact_name: str, artifact: Any, variant: Variant, refs: PlanRefs
     ) -> ActionSpec:
         assert isinstance(artifact, NodeImageArtifact)
-        deps: dict[str, str] = {"rootfs": refs.artifact(artifact.rootfs).key}
+        rootfs = refs.artifact(artifact.rootfs)  # a rootfs artifact: check() ran
+        if rootfs.params.get("arch") != variant.arch:  # check() saw the spec; this, its render
+            raise RecipeError(
+                f"artifact {artifact_name!r}: "
+                + _arch_mismatch(artifact.rootfs, str(rootfs.params.get("arch")), variant.arch),
+                hint='write arch: "{{ arch }}" in the apt source',
+            )
+        deps: dict[str, str] = {"rootfs": rootfs.key}
         if artifact.agent is not None:
             deps["agent"] = refs.artifact(artifact.agent).key
         if artifact.kubePackages is not None:
@@ -182,6 +214,8 @@ class NodeImageBuilder:
             tools=_host_tools(),
             sources=sources,
             deps=tuple(sorted(action_deps)),
+            # diskimage-builder stamps times and random ids and its version is in no key
+            hermetic=artifact.backend != "diskimage-builder",
         )
 
     def run(self, ctx: ActionContext) -> None:

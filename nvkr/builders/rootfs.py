@@ -47,7 +47,7 @@ PACKAGES_MEDIA_TYPE = "application/vnd.nvkr.rootfs.packages.v1+json"
 _MACHINE_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
 
 
-def _check_can_run(arch: str) -> None:
+def check_can_run(arch: str) -> None:
     """A foreign-architecture tree runs its maintainer scripts through qemu-user (binfmt_misc).
 
     Raises:
@@ -73,7 +73,8 @@ class RootfsBuilder:
     release_kind = "internal"
 
     def check(self, artifact_name: str, artifact: Any, variant: Variant) -> list[Problem]:
-        """``packages`` is an apt source for the variant's arch with a distribution suite."""
+        """``packages`` is an apt source with a distribution suite. Its arch need not be the
+        variant's (a cgo tools tree is the build host's): a node image checks its rootfs's."""
         assert isinstance(artifact, RootfsArtifact)
         path = ("artifacts", artifact_name, "packages")
         spec = variant.recipe.sources.get(artifact.packages)
@@ -87,15 +88,6 @@ class RootfsBuilder:
                     f"{artifact.packages!r} is {a_kind(kind)} source; the packages are an apt "
                     "source",
                     "e.g. node-packages: {apt: {debian: {url: ..., suite: bookworm}}, arch: ...}",
-                )
-            ]
-        if spec.arch != variant.arch:
-            return [
-                (
-                    path,
-                    f"apt source {artifact.packages!r} is for {spec.arch}, the variant is "
-                    f"{variant.arch}",
-                    'write arch: "{{ arch }}" in the apt source',
                 )
             ]
         if all(repo.flat for repo in spec.apt.values()):
@@ -116,6 +108,9 @@ class RootfsBuilder:
         src = refs.source(artifact.packages)
         spec = src.spec
         assert isinstance(spec, AptSource)  # check() ran
+        # The tree is for the apt source's arch, which need not be the variant's: a cgo build's
+        # tools tree is the build host's (amd64) for arm64 targets too. A node image checks
+        # that its rootfs is for the variant's arch.
         keyrings = dict(src.entry.get("keyrings") or {})
         repos = [
             {
@@ -148,7 +143,7 @@ class RootfsBuilder:
 
     def run(self, ctx: ActionContext) -> None:
         p = ctx.action.params
-        _check_can_run(p["arch"])
+        check_can_run(p["arch"])
         manifest = read_manifest(ctx.input_path("packages").read_bytes())
         repo = ctx.workdir / "repo"
         repo.mkdir()

@@ -2,7 +2,7 @@
 
 Humans get one line per action on stderr; ``--json`` prints one JSON object per event on stdout
 (``action-cached``, ``action-start``, ``action-done``, ``action-failed``, ``action-warning`` with
-its ``message``) and a final ``result``.
+``message`` and ``hint``) and a final ``result``.
 Beside each release set ``dist/<name>/`` goes its build record, ``dist/<name>.build-record.json``
 (with ``--sign`` also ``.build-record.dsse.json``): the times of the actions, which the set itself
 never holds (:mod:`nvkr.releaseset.record`).
@@ -104,13 +104,15 @@ def command(
                 doc["milliseconds"] = round(fields["seconds"] * 1000)
             if "error" in fields:
                 doc["error"] = str(fields["error"])
-            if "message" in fields:
-                doc["message"] = fields["message"]
             if "source" in fields:
                 doc["source"] = fields["source"].name
                 doc["digest"] = fields["source"].digest
             if kind == "blob-corrupt":
                 doc.update(digest=fields["digest"], reason=fields["reason"])
+            if kind == "action-warning":
+                doc["message"] = fields["message"]
+                if fields.get("hint"):
+                    doc["hint"] = fields["hint"]
             click.echo(json.dumps(doc, sort_keys=True))
             return
         if kind == "blob-corrupt":
@@ -141,7 +143,9 @@ def command(
         elif kind == "action-failed":
             console.print(f"  [red]failed[/]   {name}")
         elif kind == "action-warning":
-            console.print(f"  [yellow]warning:[/] {name}: {escape(fields['message'])}")
+            console.print(f"[yellow]warning:[/] {escape(fields['message'])}")
+            if fields.get("hint"):
+                console.print(f"  [dim]hint: {escape(fields['hint'])}[/]")
 
     # Bad push references and unreadable keys fail before anything is built.
     push_ref = None

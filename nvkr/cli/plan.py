@@ -64,4 +64,6 @@ def command(
     click.echo(f"build digest {plan.build_digest}")
     for key, action in plan.actions.items():
         state = "cached" if session.store.get_action(key) is not None else "to build"
+        if not action.hermetic:  # its key misses a tool that can change its bytes
+            state += ", not hermetic"
         click.echo(f"  {key[7:19]}  {action.builder:<15} {action.name:<40} {state}")

@@ -255,7 +255,16 @@ class GoBinaryArtifact(Strict):
     output: Name | None = Field(
         default=None, description="Optional. binary name; default: the artifact name"
     )
-    cgo: bool = Field(default=False, description="Optional. enable cgo (CGO_ENABLED=1)")
+    cgo: bool = Field(
+        default=False,
+        description="Optional. enable cgo (CGO_ENABLED=1); needs toolsTree",
+    )
+    toolsTree: str | None = Field(
+        default=None,
+        description="Optional; required with cgo. a rootfs artifact (locked Debian packages: "
+        "gcc, libc6-dev, and for another target arch its cross compiler) whose C toolchain "
+        "builds the cgo code, in a chroot",
+    )
     tags: list[str] = Field(default_factory=list, description="Optional. build tags")
     ldflags: list[str] = Field(
         default_factory=list, description="Optional. extra -ldflags (e.g. -X k=v)"
@@ -263,7 +272,13 @@ class GoBinaryArtifact(Strict):
 
     def references(self) -> list[tuple[tuple[str, ...], str, str]]:
         """``(field path, "source" | "artifact", name)`` for every name this artifact uses."""
-        return [(("source",), "source", self.source), (("toolchain",), "source", self.toolchain)]
+        refs: list[tuple[tuple[str, ...], str, str]] = [
+            (("source",), "source", self.source),
+            (("toolchain",), "source", self.toolchain),
+        ]
+        if self.toolsTree is not None:
+            refs.append((("toolsTree",), "artifact", self.toolsTree))
+        return refs
 
 
 class ImageFile(Strict):

@@ -213,7 +213,7 @@ def _provenance(
             build_type=BUILD_TYPE,
             external_parameters=external_parameters(spec, variants, artifact=label),
             internal_parameters=internal_parameters(
-                spec, first["builder"], first["builderVersion"], key
+                spec, first["builder"], first["builderVersion"], key, first.get("cToolchain")
             ),
             resolved_dependencies=first.get("dependencies", []),
             builder_id=BUILDER_ID,

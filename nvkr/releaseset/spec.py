@@ -65,6 +65,7 @@ def _group_by_action(spec: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]
             "artifactType",
             "platform",
             "dependencies",
+            "cToolchain",
         ):
             values = {canonical_json(m.get(field)) for m in members}
             if len(values) > 1:

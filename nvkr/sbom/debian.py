@@ -131,6 +131,29 @@ def deb_purl(name: str, version: str, arch: str) -> str:
     return f"pkg:deb/debian/{quote(name, safe='')}@{quote(version, safe='')}?arch={arch}"
 
 
+def deb_package(pkg: Mapping[str, Any]) -> dict[str, Any]:
+    """The SPDX package of one locked .deb (``{"name", "version", "arch", "sha256", "url"}``):
+    its purl, the .deb's SHA256 and file name, ``downloadLocation`` its URL."""
+    name, version, arch = str(pkg["name"]), str(pkg["version"]), str(pkg["arch"])
+    return package(
+        hashed_id("Package-deb", name, version, arch),
+        name,
+        version=version,
+        purl=deb_purl(name, version, arch),
+        sha256=str(pkg["sha256"]).removeprefix("sha256:"),
+        file_name=str(pkg.get("url", "")).rsplit("/", 1)[-1] or None,
+        purpose="LIBRARY" if name.startswith("lib") else "APPLICATION",
+        download=str(pkg.get("url") or "NOASSERTION"),
+    )
+
+
+def add_build_tools(doc: SpdxDocument, element: str, packages: Iterable[Mapping[str, Any]]) -> None:
+    """Each locked .deb in ``packages`` (see :func:`deb_package`) ``BUILD_TOOL_OF`` ``element``:
+    a cgo binary's C compiler, binutils and C library from its tools tree."""
+    for pkg in packages:
+        doc.relate(doc.add_package(deb_package(pkg)), "BUILD_TOOL_OF", element)
+
+
 def _stream_digest(store: Store, digest: str, what: str) -> FileDigest:
     sha1, sha256, size = hashlib.sha1(usedforsecurity=False), hashlib.sha256(), 0
     try:
@@ -183,17 +206,7 @@ def describe_machine_image(
     )
     doc.describes(root)
     for pkg in meta.get("packages") or []:
-        name, version, arch = str(pkg["name"]), str(pkg["version"]), str(pkg["arch"])
-        element = package(
-            hashed_id("Package-deb", name, version, arch),
-            name,
-            version=version,
-            purl=deb_purl(name, version, arch),
-            sha256=str(pkg["sha256"]).removeprefix("sha256:"),
-            file_name=str(pkg.get("url", "")).rsplit("/", 1)[-1] or None,
-            purpose="LIBRARY" if name.startswith("lib") else "APPLICATION",
-            download=str(pkg.get("url") or "NOASSERTION"),
-        )
+        element = deb_package(pkg)
         names = [str(n) for n in pkg.get("licenses") or []]
         expression = spdx_license(names)
         if expression:

@@ -7,7 +7,8 @@ to an :class:`~nvkr.sbom.spdx.SpdxDocument`, and returns the ``sha256:<hex>`` of
 root package stands for — the same digest the release set's provenance names as its subject:
 
 - binary: the primary output as a package ``CONTAINS`` one file; with a ``buildinfo`` output,
-  its Go modules (:func:`nvkr.sbom.golang.link_go_binary`).
+  its Go modules (:func:`nvkr.sbom.golang.link_go_binary`); a cgo build's C toolchain packages
+  (the tools tree's compiler, binutils, C library) are each ``BUILD_TOOL_OF`` it.
 - image: the image index → one package per platform manifest → one package per layer, each
   layer ``CONTAINS`` its regular files; a file whose sha256 is the primary output of a Go binary
   the image was built with gets that binary's modules.
@@ -114,6 +115,9 @@ def describe_binary(
     fd = _file_digest(store, digest, f"{what} output {primary['name']!r}")
     meta = result.get("metadata") or {}
     platform = "/".join(str(meta[k]) for k in ("goos", "goarch") if meta.get(k))
+    notes = [f"platform {platform}"] if platform else []
+    if meta.get("linkage") == "dynamic":
+        notes.append(f"dynamically linked (ELF interpreter {meta.get('interpreter', '?')})")
     root = doc.add_package(
         package(
             spdx_id("Package-artifact", label),
@@ -121,7 +125,7 @@ def describe_binary(
             file_name=str(primary["name"]),
             sha256=fd.sha256,
             purpose="APPLICATION",
-            comment=f"platform {platform}" if platform else None,
+            comment="; ".join(notes) or None,
         )
     )
     doc.describes(root)
@@ -134,6 +138,11 @@ def describe_binary(
     doc.contains_file(root, file_id)
     if buildinfo:
         link_go_binary(doc, file_id, buildinfo)
+    c_toolchain = meta.get("cToolchain")
+    if c_toolchain:  # a cgo build: the tools tree's compiler, binutils and C library
+        from nvkr.sbom.debian import add_build_tools  # it uses this module's one_output
+
+        add_build_tools(doc, root, c_toolchain.get("packages") or [])
     return digest
 
 

@@ -644,3 +644,22 @@ def test_unusable_files_are_nvkr_errors_not_internal_ones(
     for needle in needles:
         assert needle in res.stderr
     assert "INTERNAL" not in res.stderr
+
+
+def test_plan_text_marks_what_is_not_hermetic(tmp_path):
+    """A Dockerfile build's key misses the daemon and its base images: the text plan says so."""
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "ctx").mkdir()
+    (tmp_path / "ctx" / "Dockerfile").write_text("FROM scratch\n")
+    (tmp_path / "recipes" / "d.yaml").write_text(
+        "apiVersion: nvkr.dev/v1alpha1\nkind: Recipe\nmetadata: {name: d}\n"
+        'matrix: {gpu: [hopper], kubernetes: ["1.36"], arch: [amd64]}\n'
+        "sources: {ctx: {path: ../ctx}}\n"
+        "artifacts: {img: {builder: container-image, backend: docker, context: ctx}}\n"
+        "releaseSet: {name: d}\n"
+    )
+    res = run_nvkr("plan", "recipes/d.yaml", cwd=tmp_path, store=tmp_path / "store")
+    assert res.code == 0, res.stderr
+    lines = {line.split()[2]: line for line in res.stdout.splitlines() if line.startswith("  ")}
+    assert lines["img"].endswith("to build, not hermetic"), lines
+    assert lines["release"].endswith("to build, not hermetic")

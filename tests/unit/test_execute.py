@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from pathlib import Path
@@ -310,3 +311,34 @@ def test_sigterm_stops_a_running_tool_and_keeps_the_finished_actions(recorder, s
     assert "top" not in recorder.calls
     assert not os.listdir(store.tmp_dir)
     assert run(["true"]).returncode == 0, "the executor leaves no stop behind for its caller"
+
+
+def test_records_say_hermetic_and_warnings_come_back_from_the_cache(recorder, store):
+    """An action's record says whether its key covers every tool (for a shared cache to keep
+    the rest local); a builder's warning is kept in the record and emitted again by a no-op
+    rebuild, where the action is only found below a cached one."""
+    recorder.hooks["a"] = lambda ctx: ctx.warn("a is odd", hint="make it even")
+    a = _action("a")
+    b = dataclasses.replace(_action("b"), hermetic=False)
+    top = _action("top", deps=[a.key, b.key])
+    plan = _plan(a, b, top, roots=[top])
+    events: list[tuple[str, dict]] = []
+
+    def event(kind, **fields):
+        events.append((kind, fields))
+
+    execute(plan, store, FetchContext(store=store), jobs=1, event=event)
+    record_a, record_b = store.get_action(a.key), store.get_action(b.key)
+    assert record_a is not None and record_b is not None
+    assert record_a["hermetic"] is True and record_b["hermetic"] is False
+    assert record_a["warnings"] == [{"message": "a is odd", "hint": "make it even"}]
+    assert "warnings" not in record_b
+    warned = [
+        (f["action"].name, f["message"], f["hint"]) for k, f in events if k == "action-warning"
+    ]
+    assert warned == [("a", "a is odd", "make it even")]
+    events.clear()
+    again = execute(plan, store, FetchContext(store=store), jobs=1, event=event)
+    assert again.up_to_date
+    warned = [(f["action"].name, f["message"]) for k, f in events if k == "action-warning"]
+    assert warned == [("a", "a is odd")]

@@ -166,3 +166,70 @@ def test_a_leading_v_gives_the_same_release_set(fakes, tmp_path):
         assert plan.actions[key].params["clusterRelease"]["kubernetes"] == "1.36.4"
         digests.add(plan.build_digest)
     assert len(digests) == 1
+
+
+HERMETIC = """\
+apiVersion: nvkr.dev/v1alpha1
+kind: Recipe
+metadata: {name: hermetic}
+matrix: {gpu: [hopper], kubernetes: ["1.36"], arch: [amd64, arm64]}
+sources:
+  code: {path: code}
+artifacts:
+  daemonless: {builder: container-image, files: {/etc/motd: {source: code, path: motd}}}
+  dockerfile: {builder: container-image, backend: docker, context: code}
+releaseSet:
+  name: hermetic
+  artifacts: [%(wanted)s]
+"""
+
+
+def _plan_real(tmp_path, wanted):
+    """Plan ``HERMETIC`` with the real builders (nothing here needs a lockfile)."""
+    (tmp_path / "code").mkdir(exist_ok=True)
+    (tmp_path / "code" / "motd").write_text("hello\n")
+    (tmp_path / "code" / "Dockerfile").write_text("FROM scratch\nCOPY motd /etc/motd\n")
+    path = tmp_path / "hermetic.yaml"
+    path.write_text(HERMETIC % {"wanted": wanted})
+    loaded = load_recipe(path)
+    store = Store(tmp_path / "store")
+    resolver = Resolver(
+        loaded=loaded, lock_path=tmp_path / "x.lock.json", lock=None, ctx=FetchContext(store=store)
+    )
+    return make_plan(
+        loaded,
+        expand(loaded, None),
+        resolver.source_for,
+        epoch=0,
+        lockfile={"path": "x", "digest": "sha256:" + "0" * 64},
+    )
+
+
+def test_docker_builds_are_not_hermetic_nor_is_what_reads_them(tmp_path):
+    """The Docker daemon (and the base images it resolves) is outside every key: its images,
+    their index and SBOM, and the release set holding them may not be shared; the daemonless
+    image next to them may."""
+    plan = _plan_real(tmp_path, "daemonless, dockerfile")
+    by_name = {a.name: a for a in plan.actions.values()}
+    hermetic = {name: a.hermetic for name, a in by_name.items()}
+    assert hermetic == {
+        "daemonless [amd64]": True,
+        "daemonless [arm64]": True,
+        "daemonless": True,  # the image index
+        "sbom daemonless": True,
+        "dockerfile [amd64]": False,
+        "dockerfile [arm64]": False,
+        "dockerfile": False,
+        "sbom dockerfile": False,
+        "release set hermetic": False,
+    }
+    assert [a["hermetic"] for a in plan.to_json()["actions"]] == [
+        a.hermetic for a in plan.actions.values()
+    ]
+    # the property is no part of the key: the same recipe with only daemonless images has the
+    # same keys for them
+    alone = _plan_real(tmp_path, "daemonless")
+    assert {a.key for a in alone.actions.values() if a.name.startswith("daemonless")} == {
+        a.key for a in by_name.values() if a.name.startswith("daemonless")
+    }
+    assert all(a.hermetic for a in alone.actions.values())

@@ -151,8 +151,9 @@ CASES = [
     (
         "suite: bookworm}}, arch: amd64}",
         "suite: bookworm}}, arch: arm64}",
-        "rootfs",
-        "artifacts.rootfs.packages: apt source 'pkgs' is for arm64, the variant is amd64",
+        "node",
+        "artifacts.node.rootfs: rootfs 'rootfs' is built from an apt source for arm64, the "
+        "variant is amd64",
     ),
     (
         "  kube: {builder",

@@ -205,7 +205,7 @@ def run_sbom(
 ) -> tuple[Action, dict[str, Any], dict[str, Any], bytes]:
     """Plan and run one sbom action; returns (action, result, document, document bytes)."""
     spec = sbom_spec(label, kind, subject, binaries or [], "0.1.0", images)
-    action = _new_action(SbomBuilder.name, SbomBuilder.version, f"sbom {label}", spec, EPOCH)
+    action = _new_action(SbomBuilder.name, SbomBuilder.version, f"sbom {label}", spec, EPOCH, {})
     result = run_action(action, store, {k: deps[k] for k in action.deps})
     (out,) = result["outputs"]
     data = store.read_blob(out["digest"])
@@ -343,6 +343,53 @@ def test_a_binary_without_build_info_is_one_file(tmp_path: Path, validator: Any)
     _, _, doc, _ = run_sbom(store, "tool", "binary", KEY_BIN["arm64"], {KEY_BIN["arm64"]: result})
     check_spdx(doc, validator)
     assert doc["name"] == "tool" and len(doc["packages"]) == 1 and len(doc["files"]) == 1
+
+
+def test_a_cgo_binary_names_its_c_toolchain(tmp_path: Path, validator: Any) -> None:
+    """A cgo build's compiler, binutils and C library (the tools tree's locked .debs) are build
+    tools of the binary, with their purls and the .debs' sha256."""
+    store = Store(tmp_path / "store")
+    result = go_binary_result(store, KEY_BIN["arm64"], "arm64")
+    gcc = {
+        "name": "gcc-12-aarch64-linux-gnu",
+        "version": "12.2.0-14cross1",
+        "arch": "amd64",
+        "sha256": "sha256:" + "a" * 64,
+        "url": "http://deb.debian.org/debian/pool/main/g/gcc-12-cross/"
+        "gcc-12-aarch64-linux-gnu_12.2.0-14cross1_amd64.deb",
+    }
+    libc = {
+        "name": "libc6-dev-arm64-cross",
+        "version": "2.36-8cross1",
+        "arch": "all",
+        "sha256": "sha256:" + "b" * 64,
+        "url": "http://deb.debian.org/debian/pool/main/c/cross-toolchain-base/"
+        "libc6-dev-arm64-cross_2.36-8cross1_all.deb",
+    }
+    result["metadata"].update(
+        {
+            "linkage": "dynamic",
+            "interpreter": "/lib/ld-linux-aarch64.so.1",
+            "cToolchain": {"cc": "aarch64-linux-gnu-gcc", "treeArch": "amd64",
+                           "packages": [gcc, libc]},
+        }
+    )  # fmt: skip
+    _, _, doc, _ = run_sbom(store, "agent", "binary", KEY_BIN["arm64"], {KEY_BIN["arm64"]: result})
+    check_spdx(doc, validator)
+    elements = _by_id(doc)
+    (root_id,) = (b for a, b in _rels(doc, "DESCRIBES"))
+    assert (
+        "dynamically linked (ELF interpreter /lib/ld-linux-aarch64.so.1)"
+        in (elements[root_id]["comment"])
+    )
+    tools = {elements[a]["name"]: elements[a] for a, b in _rels(doc, "BUILD_TOOL_OF")}
+    assert {b for a, b in _rels(doc, "BUILD_TOOL_OF")} == {root_id}
+    assert sorted(tools) == ["gcc-12-aarch64-linux-gnu", "libc6-dev-arm64-cross"]
+    compiler = tools["gcc-12-aarch64-linux-gnu"]
+    assert compiler["versionInfo"] == "12.2.0-14cross1"
+    assert _purl(compiler) == "pkg:deb/debian/gcc-12-aarch64-linux-gnu@12.2.0-14cross1?arch=amd64"
+    assert compiler["checksums"] == [{"algorithm": "SHA256", "checksumValue": "a" * 64}]
+    assert compiler["downloadLocation"] == gcc["url"]
 
 
 @pytest.mark.parametrize(
@@ -557,7 +604,7 @@ def test_the_epoch_is_the_only_date(tmp_path: Path) -> None:
     store = Store(tmp_path / "store")
     result = go_binary_result(store, KEY_BIN["amd64"], "amd64")
     spec = sbom_spec("agent", "binary", KEY_BIN["amd64"], [], "0.1.0")
-    later = _new_action(SbomBuilder.name, SbomBuilder.version, "sbom", spec, EPOCH + 86400)
+    later = _new_action(SbomBuilder.name, SbomBuilder.version, "sbom", spec, EPOCH + 86400, {})
     out = run_action(later, store, {KEY_BIN["amd64"]: result})["outputs"][0]
     doc = json.loads(store.read_blob(out["digest"]))
     assert doc["creationInfo"]["created"] == "2025-12-02T00:00:00Z"

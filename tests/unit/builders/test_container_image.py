@@ -632,3 +632,26 @@ def test_tree_to_the_root_with_an_explicit_mode(world, tmp_path):
         "conf/app.toml": 0o700,
         "conf/current": 0o777,
     }
+
+
+# -- dynamically linked binaries -------------------------------------------------------------------
+def test_a_dynamic_binary_on_scratch_warns(world):
+    """A binary that needs an ELF interpreter cannot start on scratch: the build says so, naming
+    the image, the path and the artifact; a static one, or one on a base, does not warn."""
+    world.agent_result["metadata"] = {
+        "linkage": "dynamic",
+        "interpreter": "/lib64/ld-linux-x86-64.so.2",
+    }
+    result = world.build(files={"/usr/bin/agent": "agent"})
+    (warning,) = result["warnings"]
+    assert warning["message"] == (
+        "image img: /usr/bin/agent (artifact 'agent') is dynamically linked (ELF interpreter "
+        "/lib64/ld-linux-x86-64.so.2) and cannot start on base scratch, which has no ELF "
+        "interpreter and no libc"
+    )
+    assert "-extldflags=-static" in warning["hint"] and "cgo: false" in warning["hint"]
+    world.add_base("debian")
+    on_base = world.build(base="debian", files={"/usr/bin/agent": "agent"})
+    assert "warnings" not in on_base
+    world.agent_result["metadata"] = {"linkage": "static"}
+    assert "warnings" not in world.build(files={"/usr/bin/agent": "agent"})

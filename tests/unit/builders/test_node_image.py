@@ -7,14 +7,19 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 import jinja2
 import pytest
 
 from nvkr.builders import node_image
 from nvkr.builders.node_image import _inside, clamp_mtimes, render_template
-from nvkr.errors import BootTestError, BuildError
+from nvkr.errors import BootTestError, BuildError, RecipeError
+from nvkr.plan import Action
+from nvkr.recipe import Variant
 from nvkr.recipe.fieldchecks import size_bytes
+from nvkr.recipe.models import NodeImageArtifact
 from nvkr.sbom.debian import copyright_licenses, deb_purl, spdx_license
 
 VALUES = {
@@ -214,3 +219,59 @@ def test_the_builders_boot_test_falls_back_to_tcg_and_keeps_the_console(
     (second,) = set((store / "logs" / "boot-test").iterdir()) - {console}
     assert f"full console in {second}" in (e.value.hint or "")
     assert accels(fake) == ["kvm", "tcg", "kvm"]
+
+
+class _Refs:
+    """PlanRefs holding one rootfs action."""
+
+    def __init__(self, arch: str) -> None:
+        self.rootfs = Action(
+            key="sha256:" + "1" * 64,
+            builder="rootfs",
+            builder_version="1",
+            name="rootfs",
+            params={"arch": arch, "include": []},
+            inputs={},
+            tools={},
+            epoch=0,
+        )
+
+    def artifact(self, name: str) -> Action:
+        assert name == "rootfs"
+        return self.rootfs
+
+    def source(self, name: str) -> Any:  # pragma: no cover - the artifact names no source
+        raise AssertionError(name)
+
+    def image_index(self, name: str) -> Any:  # pragma: no cover
+        raise AssertionError(name)
+
+
+def _variant(arch: str) -> Variant:
+    return cast(Variant, SimpleNamespace(gpu="hopper", kubernetes="1.36", arch=arch))
+
+
+def _node_image(**fields: Any) -> NodeImageArtifact:
+    return NodeImageArtifact.model_validate(
+        {"builder": "node-image", "rootfs": "rootfs", "kubernetesVersion": "1.36.3", **fields}
+    )
+
+
+def test_diskimage_builder_images_are_not_hermetic() -> None:
+    """diskimage-builder stamps times and random ids, and its version is in no key: its image
+    may not be shared under the key; the native backend's may."""
+    builder = node_image.NodeImageBuilder()
+    native = builder.plan("img", _node_image(), _variant("amd64"), _Refs("amd64"))
+    dib = builder.plan(
+        "img", _node_image(backend="diskimage-builder"), _variant("amd64"), _Refs("amd64")
+    )
+    assert native.hermetic is True
+    assert dib.hermetic is False
+
+
+def test_the_rootfs_must_be_for_the_variants_arch() -> None:
+    with pytest.raises(RecipeError) as err:
+        node_image.NodeImageBuilder().plan("img", _node_image(), _variant("arm64"), _Refs("amd64"))
+    assert "rootfs 'rootfs' is built from an apt source for amd64, the variant is arm64" in str(
+        err.value
+    )

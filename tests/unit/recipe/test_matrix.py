@@ -162,9 +162,15 @@ overlays:
     vars: {driver: "570"}
   - when: {gpu: blackwell}
     extends: [gpu/blackwell.yaml]
-  - when: {gpu: blackwell, arch: arm64}
+  - when: {gpu: blackwell, arch: arm64}  # cgo, with the tools tree it needs
+    sources:
+      tools-packages:
+        apt: {debian: {url: "http://deb.debian.org/debian", suite: bookworm}}
+        arch: amd64
+        packages: {gcc: "4:12.2.0-3", libc6-dev: "2.36-9+deb12u14"}
     artifacts:
-      agent: {cgo: true}
+      tools: {builder: rootfs, packages: tools-packages}
+      agent: {cgo: true, toolsTree: tools}
   - when: {arch: amd64}  # an overlay names arch, so every arch needs one (fail closed)
 """
 )
@@ -184,7 +190,9 @@ def test_overlays_apply_only_to_matching_cells(write: WriteFile) -> None:
     assert blackwell_amd.source_dirs["fabric"].name == "gpu"
     assert blackwell_amd.source_dirs["app"] == hopper.source_dirs["app"]
     assert blackwell_arm.recipe.artifacts["agent"].cgo is True
+    assert "tools" in blackwell_arm.recipe.artifacts
     assert blackwell_amd.recipe.artifacts["agent"].cgo is False
+    assert "tools" not in blackwell_amd.recipe.artifacts
 
 
 def test_overlay_null_deletes_and_lists_replace(write: WriteFile) -> None:
