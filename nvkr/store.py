@@ -6,6 +6,7 @@ Everything a build fetches or produces lands here before anything else sees it::
       blobs/sha256/<hex>    content-addressed bytes, read-only once written
       seals/sha256/<hex>    the blob's seal: its size, mtime, ctime, inode and link count
       actions/<hex>.json    one action's outputs, keyed by its action key
+      roots/<id>.json       what one finished build used, for gc (nvkr.store_gc)
       tools/<hex>/          toolchains unpacked from a blob (the Go wheel, a tools tree's tar),
                             keyed by its digest
       cache/                tool caches that never affect outputs (Go's build cache; a cgo
@@ -14,6 +15,7 @@ Everything a build fetches or produces lands here before anything else sees it::
       tmp/                  work dirs and in-flight downloads, same filesystem as blobs/
       tmp.lock              flock(2) taken while a tmp/ entry is made and claimed (nvkr.scratch)
       lock                  flock(2) guard for concurrent builds
+      gc.lock               flock(2): shared by readers without the store lock, exclusive for gc
 
 Every write goes to a temp file in ``tmp/``, is checked (length, digest), then renamed into place,
 so a crash, a Ctrl-C or a checksum mismatch never leaves a partial blob or action entry.
@@ -93,6 +95,21 @@ def write_file_atomic(target: Path, data: bytes, *, tmp_dir: Path | None = None)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(name)
         raise
+
+
+@contextlib.contextmanager
+def reader_lock(root: Path, *, exclusive: bool = False) -> Iterator[None]:
+    """:meth:`Store.reading` for a store that may not exist (then there is nothing to guard:
+    ``nvkr pull`` reuses the blobs of a store it never creates)."""
+    if not Path(root).is_dir():
+        yield
+        return
+    with open(Path(root) / "gc.lock", "a+b") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
 def default_root() -> Path:
@@ -229,6 +246,7 @@ class Store:
         self.blobs_dir = self.root / "blobs" / "sha256"
         self.seals_dir = self.root / "seals" / "sha256"
         self.actions_dir = self.root / "actions"
+        self.roots_dir = self.root / "roots"
         self.tools_dir = self.root / "tools"
         self.cache_dir = self.root / "cache"
         self.tmp_dir = self.root / "tmp"
@@ -237,6 +255,7 @@ class Store:
             self.blobs_dir,
             self.seals_dir,
             self.actions_dir,
+            self.roots_dir,
             self.tools_dir,
             self.cache_dir,
             self.tmp_dir,
@@ -518,6 +537,13 @@ class Store:
                 remove_tree(path)
             finally:
                 os.close(fd)
+
+    def reading(self, *, exclusive: bool = False) -> contextlib.AbstractContextManager[None]:
+        """Hold the reader lock (``gc.lock``): shared by every verb that reads the store, for as
+        long as it runs (readers never wait for each other, nor for a build); exclusive for
+        ``gc`` (:mod:`nvkr.store_gc`), which so waits for them all and deletes nothing one is
+        reading. Taken before :meth:`lock` by whoever takes both."""
+        return reader_lock(self.root, exclusive=exclusive)
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[Cleanup]:

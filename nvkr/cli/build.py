@@ -213,6 +213,15 @@ def command(
                     "buildRecord": str(record_path),
                 }
             )
+        from nvkr.store_gc import write_root  # what gc keeps: everything this build used
+
+        write_root(
+            session.store,
+            invocation_id=report.invocation_id,
+            recipe=f"{Path(recipe).resolve()} {' '.join(sorted(v.id for v in plan.variants))}",
+            plan=plan,
+            release_sets=written,
+        )
     if push_ref is not None:
         if push_ref.tag is not None and len(written) > 1:
             raise UsageError(

@@ -139,6 +139,9 @@ def open_session(
     for cell in cells:  # what needs no source is refused before any is read
         check_variant(cell)
     store = Store(app.store_root)
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:  # held until the command ends: gc deletes nothing it reads meanwhile
+        ctx.with_resource(store.reading())
     config = (
         app.config if app.config is not None else Path.home() / ".config" / "nvkr" / "config.yaml"
     )

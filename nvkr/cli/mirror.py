@@ -107,7 +107,8 @@ def import_command(app: App, directory: Path) -> None:
     from nvkr.store import Store
 
     store = Store(app.store_root)
-    report = import_mirror(directory, store)
+    with store.reading():
+        report = import_mirror(directory, store)
     click.echo(
         f"imported {n(report.added, 'blob')} ({_bytes(report.added_bytes)}) into {store.root}; "
         f"{report.present} already there"

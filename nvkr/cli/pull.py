@@ -56,7 +56,7 @@ def command(
     from nvkr.oci.registry import Reference
     from nvkr.pull import pull_release_set
     from nvkr.sign import load_public_key
-    from nvkr.store import default_root
+    from nvkr.store import default_root, reader_lock
 
     ref = Reference.parse(reference)
     if ref.digest is None:
@@ -71,7 +71,7 @@ def command(
             click.echo(json.dumps({"event": kind, **fields}, sort_keys=True))
 
     store = app.store_root or default_root()  # its blobs are reused, never written
-    with registry.client(ref.registry) as client:
+    with reader_lock(store), registry.client(ref.registry) as client:
         report = pull_release_set(
             ref, directory, client, keys=public_keys, on_event=event, workers=jobs, reuse=[store]
         )

@@ -96,7 +96,8 @@ def rebuild(
         store = Path(tmp) / "store"
         (store / "blobs" / "sha256").mkdir(parents=True)
         if seed_store is not None:
-            _seed(seed_store, store)
+            with Store(seed_store).reading():  # no gc meanwhile: once linked, they are ours
+                _seed(seed_store, store)
         out = Path(tmp) / "out"
         argv = [sys.executable, "-m", "nvkr", "build", recipe, "--locked"]
         argv += ["--lockfile", lockfile, "--out", str(out)]
