@@ -49,10 +49,24 @@ class Action:
     deps: tuple[str, ...] = ()
     sources: dict[str, ResolvedSource] = field(default_factory=dict, compare=False)
     variants: list[str] = field(default_factory=list, compare=False)
+    #: what the action is planned for: the artifact name (an sbom's: the names it describes,
+    #: joined by ","; a release set's: the set name). Not part of the key.
+    artifact: str = field(default="", compare=False)
+
+    @property
+    def ref(self) -> str:
+        """The action's reference, as ``nvkr build --action`` takes it
+        (:mod:`nvkr.actionrefs`): ``BUILDER/ARTIFACT@VARIANT`` with the first variant that
+        planned it (``go-binary/agent@gpu=hopper,kubernetes=1.36,arch=amd64``), or
+        ``release-set/NAME``. No digest is in it: it changes with the recipe's structure only."""
+        from nvkr.actionrefs import ref_of
+
+        return ref_of(self)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "key": self.key,
+            "ref": self.ref,
             "builder": self.builder,
             "builderVersion": self.builder_version,
             "name": self.name,
@@ -162,9 +176,12 @@ def display_path(path: Path) -> str:
         return p.as_posix()
 
 
-def _new_action(builder: str, version: str, name: str, spec: ActionSpec, epoch: int) -> Action:
+def _new_action(
+    builder: str, version: str, name: str, spec: ActionSpec, epoch: int, artifact: str
+) -> Action:
     key = action_key(builder, version, spec.params, spec.inputs, spec.tools, epoch, spec.deps)
     return Action(
+        artifact=artifact,
         key=key,
         builder=builder,
         builder_version=version,
@@ -257,7 +274,7 @@ class _ArtifactPlanner:
             axes += [variant.arch] if builder.per_arch else []
             label = f"{name} [{' '.join(axes)}]" if axes else name
             action = self._add(
-                _new_action(builder.name, builder.version, label, spec, self.epoch), variant
+                _new_action(builder.name, builder.version, label, spec, self.epoch, name), variant
             )
         finally:
             self._stack.pop()
@@ -289,7 +306,7 @@ class _ArtifactPlanner:
             deps=tuple(images[arch].key for arch in sorted(images)),
         )
         index = _new_action(
-            ImageIndexBuilder.name, ImageIndexBuilder.version, name, spec, self.epoch
+            ImageIndexBuilder.name, ImageIndexBuilder.version, name, spec, self.epoch, name
         )
         for v in siblings:
             index = self._add(index, v)
@@ -352,6 +369,7 @@ def make_plan(
             f"release set {set_name}",
             ActionSpec(params=params, deps=deps),
             epoch,
+            set_name,
         )
         action.variants.extend(v.id for v, _ in members)
         actions[action.key] = action
@@ -438,7 +456,12 @@ def _plan_sboms(
             ",".join(sorted(names)), kind, action.key, binaries, nvkr.__version__, images
         )
         sbom = _new_action(
-            SbomBuilder.name, SbomBuilder.version, f"sbom {action.name}", spec, planner.epoch
+            SbomBuilder.name,
+            SbomBuilder.version,
+            f"sbom {action.name}",
+            spec,
+            planner.epoch,
+            ",".join(sorted(names)),
         )
         sbom = planner.actions.setdefault(sbom.key, sbom)
         sbom.variants.extend(v for v in action.variants if v not in sbom.variants)
