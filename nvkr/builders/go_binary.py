@@ -17,7 +17,7 @@ import tempfile
 import threading
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nvkr.builders import ActionContext, ActionSpec, PlanRefs
 from nvkr.canonical import canonical_json, hex_of
@@ -28,11 +28,16 @@ from nvkr.repro import extract_tar
 from nvkr.run import pinned_env, run
 from nvkr.store import Store
 
+if TYPE_CHECKING:
+    from nvkr.plan import Action
+
 BINARY_MEDIA_TYPE = "application/octet-stream"
 BUILDINFO_MEDIA_TYPE = "application/vnd.nvkr.go-buildinfo.v1+json"
 # Go's own names for the variant architectures, with the baseline ISA level pinned so a host
 # GOAMD64/GOARM64 setting can never leak into the binary.
 GOARCH = {"amd64": ("amd64", {"GOAMD64": "v1"}), "arm64": ("arm64", {"GOARM64": "v8.0"})}
+#: Wheel platform tag endings (PEP 600 manylinux and PEP 656 musllinux) → the host arch.
+WHEEL_ARCHES = {"_x86_64.whl": "amd64", "_aarch64.whl": "arm64"}
 
 _unpack_locks: dict[str, threading.Lock] = {}
 _unpack_guard = threading.Lock()
@@ -103,6 +108,16 @@ class GoBinaryBuilder:
             tools={"go": str(tool.entry["version"])},
             sources={"source": src, "toolchain": tool},
         )
+
+    def host_arch(self, action: Action) -> str | None:
+        """The arch the toolchain wheel runs on (its platform tag: ``..._x86_64.whl`` is amd64),
+        whatever arch it builds for; None when the tag names neither."""
+        tool = action.sources.get("toolchain")
+        filename = str(tool.entry.get("filename") or "") if tool is not None else ""
+        for suffix, arch in WHEEL_ARCHES.items():
+            if filename.endswith(suffix):
+                return arch
+        return None
 
     def run(self, ctx: ActionContext) -> None:
         p = ctx.action.params
