@@ -51,6 +51,7 @@ VERBS: dict[str, str] = {
     "store": "store",
     "diff": "diff",
     "recipes": "recipes",
+    "ci": "ci",
     "schema": "schema",
 }
 

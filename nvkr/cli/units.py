@@ -10,7 +10,9 @@ from nvkr.cli.common import Session, make_session_plan
 from nvkr.errors import LockError
 
 
-def session_fan_out(session: Session, recipe: Path, by: str, lockfile: Path | None) -> Any:
+def session_fan_out(
+    session: Session, recipe: Path, by: str, lockfile: Path | None, *, estimates: bool = True
+) -> Any:
     """The :class:`~nvkr.fanout.FanOut` of ``session`` (every variant of its recipe).
 
     ``by="action"`` plans the recipe and needs a lockfile that pins every source (the units
@@ -37,7 +39,7 @@ def session_fan_out(session: Session, recipe: Path, by: str, lockfile: Path | No
         plan = make_session_plan(session)
         return by_action(plan, shown, store=session.store, lockfile=lock_arg)
     name = session.loaded.recipe.metadata.name
-    if drift:
+    if drift or not estimates:
         return by_variant(session.variants, shown, name, lockfile=lock_arg)
     full = make_session_plan(session)
 
