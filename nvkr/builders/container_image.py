@@ -17,8 +17,9 @@ import dataclasses
 import os
 import shutil
 import tarfile
+import zipfile
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import IO, Any
 
 from nvkr.builders import ActionContext, ActionSpec, PlanRefs
 from nvkr.errors import BuildError, RecipeError
@@ -30,12 +31,13 @@ from nvkr.oci.image import (
     image_manifest,
     layer_from_tree,
     load_image,
+    normalise_layer,
     platform_label,
     platform_of,
 )
 from nvkr.oci.layout import rfc3339
 from nvkr.recipe import Variant
-from nvkr.recipe.models import ContainerImageArtifact, ImageFile
+from nvkr.recipe.models import ContainerImageArtifact, ImageBase, ImageFile
 
 ANN_REVISION = "org.opencontainers.image.revision"
 ANN_SOURCE = "org.opencontainers.image.source"
@@ -76,9 +78,12 @@ def _inner_path(where: str, value: str) -> str:
 
 
 def _file_spec(
-    where: str, dest: str, entry: ImageFile, refs: PlanRefs, spec: dict[str, Any]
+    where: str, dest: str, entry: ImageFile, refs: PlanRefs, spec: dict[str, Any], role: str
 ) -> dict[str, Any]:
-    """One ``files`` entry as params; adds its source or dependency to ``spec``."""
+    """One ``files`` entry as params; adds its source (as input ``role``) or dependency to
+    ``spec``."""
+    if entry.unpack and (entry.artifact is not None or entry.path is not None):
+        raise RecipeError(f"{where}: unpack takes a file source (a wheel, zip or tar), whole")
     if entry.artifact is not None:
         if entry.path is not None:
             raise RecipeError(
@@ -101,9 +106,24 @@ def _file_spec(
     assert entry.source is not None
     src = refs.source(entry.source)
     kind = src.entry.get("kind")
-    role = f"file:{dest}"
     spec["inputs"][role] = src.digest
     spec["sources"][role] = src
+    if entry.unpack:
+        if kind not in FILE_KINDS:
+            raise RecipeError(
+                f"{where}: unpack takes a file source (a wheel, zip or tar); {entry.source!r} "
+                f"is a {kind} source",
+                hint="a path or git source is a tree already: drop unpack",
+            )
+        return {
+            "path": _image_path(where, dest, root_ok=True),
+            "source": entry.source,
+            "input": role,
+            "tree": False,
+            "unpack": True,
+            "select": "",
+            "mode": entry.mode,
+        }
     if kind in TREE_KINDS:
         select = _inner_path(where, entry.path) if entry.path is not None else ""
         rel = _image_path(where, dest, root_ok=True)
@@ -179,14 +199,16 @@ def plan_daemonless(
 ) -> ActionSpec:
     """The action of one daemonless image for ``variant``.
 
-    Inputs: ``base`` (the pinned digest of the base oci source, absent for scratch) and
-    ``file:<dest>`` per source file (the source's blob). Deps: the actions of artifact files.
-    Params (everything that enters the bytes): ``backend`` ``"daemonless"``, ``platform``
-    (``{"os": "linux", "architecture", ["variant": "v8"]}``), ``base`` (source name or
-    ``"scratch"``), ``files`` (sorted by destination: ``path`` relative to ``/``, ``artifact`` +
-    ``action`` or ``source`` + ``input`` + ``tree`` + ``select``, ``mode`` ``"0755"``-style or
-    None), the execution config (``entrypoint``, ``cmd``, ``env``, ``user``, ``workdir``,
-    ``labels``), ``annotations`` and ``compression``.
+    Inputs: ``base`` (the pinned digest of the base oci source, absent for scratch and a rootfs)
+    and ``file:<dest>`` per source file (the source's blob; ``file:<dest>#<n>`` for the entries
+    of a list). Deps: the actions of artifact files and of a rootfs base. Params (everything that
+    enters the bytes): ``backend`` ``"daemonless"``, ``platform`` (``{"os": "linux",
+    "architecture", ["variant": "v8"]}``), ``base`` (source name, ``"scratch"`` or ``{"rootfs":
+    NAME, "action": KEY}``), ``files`` (sorted by destination, a list's entries in order:
+    ``path`` relative to ``/``, ``artifact`` + ``action`` or ``source`` + ``input`` + ``tree`` +
+    ``select`` [+ ``unpack``], ``mode`` ``"0755"``-style or None), the execution config
+    (``entrypoint``, ``cmd``, ``env``, ``user``, ``workdir``, ``labels``), ``annotations`` and
+    ``compression``.
 
     Raises:
         RecipeError: a base that is not an oci source, a file from an oci source or from an
@@ -196,7 +218,19 @@ def plan_daemonless(
     where = f"artifact {artifact_name!r}"
     spec: dict[str, Any] = {"inputs": {}, "sources": {}, "deps": []}
     base_entry: dict[str, Any] | None = None
-    if artifact.base != "scratch":
+    base_param: str | dict[str, str] = (
+        artifact.base if isinstance(artifact.base, str) else {"rootfs": artifact.base.rootfs}
+    )
+    if isinstance(artifact.base, ImageBase):
+        tree = refs.artifact(artifact.base.rootfs)
+        if tree.builder != "rootfs":
+            raise RecipeError(
+                f"{where}: base rootfs {artifact.base.rootfs!r} is a {tree.builder}, not a rootfs",
+                hint="base: {rootfs: NAME} names an artifact with builder: rootfs",
+            )
+        spec["deps"].append(tree.key)
+        base_param = {"rootfs": artifact.base.rootfs, "action": tree.key}
+    elif artifact.base != "scratch":
         base = refs.source(artifact.base)
         if base.entry.get("kind") != "oci":
             raise RecipeError(
@@ -209,12 +243,17 @@ def plan_daemonless(
         base_entry = base.entry
     files = []
     for dest, raw in sorted(artifact.files.items()):
-        entry = ImageFile(artifact=raw) if isinstance(raw, str) else raw
-        files.append(_file_spec(f"{where}: files[{dest!r}]", dest, entry, refs, spec))
+        # a list lays several entries out at one path, in order; each is its own input
+        many = isinstance(raw, list)
+        for n, one in enumerate(raw if isinstance(raw, list) else [raw]):
+            entry = ImageFile(artifact=one) if isinstance(one, str) else one
+            at = f"{where}: files[{dest!r}]" + (f"[{n}]" if many else "")
+            role = f"file:{dest}#{n}" if many else f"file:{dest}"
+            files.append(_file_spec(at, dest, entry, refs, spec, role))
     params: dict[str, Any] = {
         "backend": "daemonless",
         "platform": platform_of(variant.arch),
-        "base": artifact.base,
+        "base": base_param,
         "files": files,
         **execution_params(artifact),
         "annotations": image_annotations(where, artifact, refs, base_entry),
@@ -315,11 +354,105 @@ def _put_tree(
     modes[rel] = mode
 
 
+def _rootfs_layer(ctx: ActionContext, base: dict[str, str]) -> Layer:
+    """The rootfs artifact's tar as a layer: every member kept as mmdebstrap wrote it (owners,
+    modes, setuid bits, links, device nodes, file capabilities), sorted, times clamped to the
+    epoch, compressed like the image's other layers (:func:`nvkr.oci.image.normalise_layer`)."""
+    result = ctx.deps[base["action"]]
+    found = [o for o in result["outputs"] if o.get("role") == "primary"]
+    if len(found) != 1:
+        raise BuildError(f"base rootfs {base['rootfs']!r} has {len(found)} primary outputs")
+    with open(ctx.store.checked_path(found[0]["digest"]), "rb") as tar:
+        return normalise_layer(
+            tar, ctx.store, epoch=ctx.action.epoch, compression=ctx.action.params["compression"]
+        )
+
+
+def _unpack(ctx: ActionContext, f: dict[str, Any], root: Path, modes: dict[str, int]) -> None:
+    """Lay the members of a zip (a wheel) or tar source out under ``root/path``: regular files
+    and directories, each mode 0755 when the archive marks it executable, else 0644 (a wheel's
+    installer would do the same). A file already in the image is an error, not overwritten.
+
+    Raises:
+        BuildError: a member leading outside the destination, a wheel's ``.data`` directory
+            (scripts, headers: they need an installer), a member that is neither file nor
+            directory, or one already in the image.
+    """
+    where = f"source {f['source']!r} (unpacked to /{f['path']})"
+    path = ctx.input_path(f["input"])
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                kind = (info.external_attr >> 16) & 0o170000
+                if kind not in (0, 0o100000, 0o040000):
+                    raise BuildError(
+                        f"{where}: member {info.filename!r} is not a file or directory"
+                    )
+                with archive.open(info) as data:
+                    mode = (info.external_attr >> 16) & 0o777
+                    _unpack_member(where, f, root, modes, info.filename, info.is_dir(), mode, data)
+        return
+    if not tarfile.is_tarfile(path):
+        raise BuildError(f"{where}: neither a zip nor a tar archive")
+    with tarfile.open(path, mode="r:*") as tar:
+        for m in tar.getmembers():
+            if not (m.isfile() or m.isdir()):
+                raise BuildError(f"{where}: member {m.name!r} is not a file or directory")
+            member = tar.extractfile(m) if m.isfile() else None
+            _unpack_member(where, f, root, modes, m.name, m.isdir(), m.mode, member)
+
+
+def _unpack_member(
+    where: str,
+    f: dict[str, Any],
+    root: Path,
+    modes: dict[str, int],
+    name: str,
+    is_dir: bool,
+    mode: int,
+    data: IO[bytes] | None,
+) -> None:
+    inner = PurePosixPath(name)
+    if inner.is_absolute() or ".." in inner.parts:
+        raise BuildError(f"{where}: member {name!r} leads outside its destination")
+    if inner.parts and inner.parts[0].endswith(".data"):
+        raise BuildError(
+            f"{where}: member {name!r}: a wheel's {inner.parts[0]}/ directory "
+            "(scripts, headers, data) needs an installer",
+            hint="unpack takes wheels whose files all go to site-packages",
+        )
+    rel = str(PurePosixPath(f["path"], inner)) if f["path"] else str(inner)
+    if is_dir or data is None:
+        _mkdirs(root, rel)
+        return
+    target = _parents(root, rel)
+    if target.exists() or target.is_symlink():
+        raise BuildError(f"{where}: /{rel} is already in the image")
+    with open(target, "wb") as dst:
+        shutil.copyfileobj(data, dst)
+    modes[rel] = 0o755 if mode & 0o111 else 0o644
+    os.chmod(target, modes[rel])
+
+
+def _mkdirs(root: Path, rel: str) -> None:
+    """``root/rel`` and its parents as directories (mode 0755, whatever the umask)."""
+    target = _parents(root, rel)
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
+        raise BuildError(f"/{rel}: a file is already at that path in the image")
+    if not target.exists():
+        target.mkdir()
+        os.chmod(target, 0o755)
+
+
 def _assemble(ctx: ActionContext, rootfs: Path) -> dict[str, int]:
     """Lay the files out under ``rootfs``; return the explicit modes (relative path → mode)."""
     modes: dict[str, int] = {}
     for i, f in enumerate(ctx.action.params["files"]):
-        if "action" in f:
+        if f.get("unpack"):
+            if f["path"]:
+                _mkdirs(rootfs, f["path"])
+            _unpack(ctx, f, rootfs, modes)
+        elif "action" in f:
             mode = int(f["mode"], 8)
             _put_file(_primary(ctx, f), rootfs, f["path"], mode)
             modes[f["path"]] = mode
@@ -353,8 +486,12 @@ def run_daemonless(ctx: ActionContext) -> None:
             what=f"base {p['base']!r} ({platform_label(platform)})",
         )
     new_layers: list[Layer] = []
-    dests = " ".join("/" + f["path"] for f in p["files"])
-    if p["files"] or base is None:
+    history: list[dict[str, Any]] = []
+    if isinstance(p["base"], dict):  # {rootfs, action}: the tree's tar, as the first layer
+        new_layers.append(_rootfs_layer(ctx, p["base"]))
+        history.append({"created_by": f"nvkr container-image: rootfs {p['base']['rootfs']}"})
+    dests = " ".join(dict.fromkeys("/" + f["path"] for f in p["files"]))
+    if p["files"] or (base is None and not new_layers):
         rootfs = ctx.workdir / "rootfs"
         rootfs.mkdir()
         os.chmod(rootfs, 0o755)
@@ -364,10 +501,8 @@ def run_daemonless(ctx: ActionContext) -> None:
                 rootfs, ctx.store, epoch=epoch, compression=p["compression"], modes=modes
             )
         )
-        history: list[dict[str, Any]] = [
-            {"created_by": f"nvkr container-image: files {dests}".rstrip()}
-        ]
-    else:
+        history.append({"created_by": f"nvkr container-image: files {dests}".rstrip()})
+    elif not new_layers:
         history = [{"created_by": "nvkr container-image: config", "empty_layer": True}]
     config = image_config(
         arch=platform["architecture"],
