@@ -8,7 +8,7 @@ import json
 import pytest
 
 from nvkr.ci import recorded_command
-from tests.conftest import REPO, run_nvkr
+from tests.conftest import run_nvkr
 from tests.fanout import RECIPE, write_fan_project
 
 IMAGE = "registry.example/nvkr/nvkr-ci@sha256:" + "cd" * 32
