@@ -359,3 +359,19 @@ def test_by_action_needs_every_recipe_locked(tmp_path):
         cwd=project, store=tmp_path / "store",
     )  # fmt: skip
     assert by_variant.code == 0, by_variant.stderr
+
+
+def test_the_actionlint_filter_drops_only_the_declared_labels(tmp_path):
+    """actionlint's errors about the labels a pipeline declares are dropped, nothing else: an
+    undeclared label and a real mistake still fail."""
+    path = tmp_path / "w.yml"
+    path.write_text(
+        "on: push\njobs:\n"
+        "  a:\n    runs-on: ubuntu-24.04\n    steps:\n      - run: echo ok\n"
+        "  b:\n    runs-on: nope-runner\n    needs: [missing]\n    steps:\n      - run: echo ${{ matrix.x }}\n"
+    )
+    errors = actionlint_errors(path, ["ubuntu-24.04"])
+    kinds = sorted(e["kind"] for e in errors)
+    assert not any('"ubuntu-24.04"' in e["message"] for e in errors)
+    assert any('"nope-runner"' in e["message"] for e in errors), errors
+    assert "expression" in kinds and any("missing" in e["message"] for e in errors), errors
