@@ -89,7 +89,9 @@ def _prefixed(fans: list[FanOut]) -> list[list[Unit]]:
 
 def _group_id(units: list[Unit], taken: set[str]) -> str:
     """A matrix job's id: the words its units' ids begin and end with (``node-image-amd64`` for
-    ``node-image-hopper-amd64`` and ``node-image-blackwell-amd64``), unique among ``taken``."""
+    ``node-image-hopper-amd64`` and ``node-image-blackwell-amd64``), or for up to three units
+    with no first word in common each one's own words (``rootfs-kube-packages-amd64``), else
+    ``variants`` or ``matrix``; unique among ``taken``."""
     words = [u.id.split("-") for u in units]
     head: list[str] = []
     for parts in zip(*words, strict=False):
@@ -101,8 +103,11 @@ def _group_id(units: list[Unit], taken: set[str]) -> str:
         if len(set(parts)) != 1:
             break
         tail.insert(0, parts[0])
-    fallback = "variants" if all("--variant" in u.argv for u in units) else "matrix"
-    base = dns_label("-".join([*head, *tail]) or fallback)
+    if not head and len(units) <= 3:  # a few unrelated units: name each (rootfs-kube-packages)
+        head = [p for w in words for p in w[: len(w) - len(tail)]]
+    if not head:
+        head = ["variants" if all("--variant" in u.argv for u in units) else "matrix"]
+    base = dns_label("-".join([*head, *tail]))
     uid, n = base, 1
     while uid in taken:
         n += 1

@@ -37,9 +37,7 @@ def session_fan_out(
                 hint=f"run `nvkr lock {shown}` first, or fan out --by variant (the matrix only)",
             )
         plan = make_session_plan(session)
-        return by_action(
-            plan, shown, store=session.store if estimates else None, lockfile=lock_arg
-        )
+        return by_action(plan, shown, store=session.store if estimates else None, lockfile=lock_arg)
     name = session.loaded.recipe.metadata.name
     if drift or not estimates:
         return by_variant(session.variants, shown, name, lockfile=lock_arg)

@@ -29,7 +29,7 @@ def _store_tree(name: str, source: PathSource, ctx: FetchContext, base_dir: Path
             f"source {name!r}: {root} {state} (path {source.path!r} relative to {base_dir})",
             hint="path sources name a directory relative to the recipe file that declares them",
         )
-    data = tar_bytes(root, epoch=0, exclude=source.exclude)
+    data = tar_bytes(root, epoch=0, exclude=source.exclude or ())
     digest = sha256_bytes(data)
     # the usual rebuild finds the tree unchanged: skip the temp file, fsync and rename
     if not ctx.store.has_blob(digest):

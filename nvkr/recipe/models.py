@@ -91,8 +91,10 @@ class PathSource(Strict):
     """A directory of this repository, relative to the recipe file that declares it."""
 
     path: str = Field(description="Required. directory relative to the declaring recipe file")
-    exclude: list[str] = Field(
-        default_factory=list,
+    # None, not []: a source spec is dumped without None fields into lockfiles, so existing
+    # locks of sources that set no exclude stay current
+    exclude: list[str] | None = Field(
+        default=None,
         description="Optional. glob patterns left out (with everything below): a pattern with a "
         "'/' matches the path from the directory's root, one without matches any name, e.g. "
         "[__pycache__, '*.pyc']; .git is always left out",
