@@ -3,7 +3,7 @@
 Each generated file names the ``nvkr ci generate`` command that wrote it in its header
 (:func:`nvkr.ci.header`); the check parses that command with the same options, generates in
 memory and compares byte for byte. A file that differs gets a unified diff on stdout; any
-difference fails the check (``NVKR-E-DRIFT``, exit 1). Files without nvkr's header are not
+difference fails the check (``NVKR-E-DRIFT``, exit 1), unless ``--write`` asks to rewrite it. Files without nvkr's header are not
 nvkr's and are left alone. Paths in the commands are relative to the checkout's root: run the
 check there, as CI does.
 """
@@ -59,11 +59,13 @@ def regenerate(app: Any, command: list[str]) -> str:
     return generate_text(app, **ctx.params)
 
 
-def check_pipelines(app: Any, paths: list[Path]) -> None:
-    """Check every generated file under ``paths``; print a diff per drifted file.
+def check_pipelines(app: Any, paths: list[Path], *, write: bool = False) -> None:
+    """Check every generated file under ``paths``; print a diff per drifted file (``write``:
+    rewrite it with what its command writes now, atomically).
 
     Raises:
-        DriftError: a file differs (naming each), or no generated file was found.
+        DriftError: a file differs (naming each) and ``write`` is false, or no generated file
+            was found.
     """
     files = generated_files(paths)
     if not files:
@@ -77,6 +79,12 @@ def check_pipelines(app: Any, paths: list[Path]) -> None:
         have = file.read_text()
         if want != have:
             drifted.append(str(file))
+            if write:
+                from nvkr.store import write_file_atomic
+
+                write_file_atomic(file, want.encode())
+                click.echo(f"nvkr: rewrote {file}", err=True)
+                continue
             diff = difflib.unified_diff(
                 have.splitlines(keepends=True),
                 want.splitlines(keepends=True),
@@ -84,10 +92,14 @@ def check_pipelines(app: Any, paths: list[Path]) -> None:
                 tofile=f"{file} (generated now)",
             )
             click.echo("".join(diff), nl=False)
-    if drifted:
+    if drifted and not write:
         raise DriftError(
             f"{len(drifted)} of {len(files)} generated pipelines differ from what their "
             "command writes now: " + ", ".join(drifted),
             hint="run the command in each file's header again and commit the result",
         )
-    click.echo(f"nvkr: {len(files)} generated pipelines are up to date", err=True)
+    click.echo(
+        f"nvkr: {len(files) - len(drifted)} generated pipelines were up to date"
+        + (f", {len(drifted)} rewritten" if drifted else ""),
+        err=True,
+    )

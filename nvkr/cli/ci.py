@@ -224,10 +224,11 @@ def _image_digest(image: str, layout: Path) -> str:
 
 @command.command("check")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--write", is_flag=True, help="Rewrite the files that differ instead of failing.")
 @click.pass_obj
-def check(app: App, paths: tuple[Path, ...]) -> None:
+def check(app: App, paths: tuple[Path, ...], write: bool) -> None:
     """Exit 1 when a generated pipeline under PATHS (default ci/) differs from what its recorded
-    command writes now, printing the diff."""
+    command writes now, printing the diff (--write: rewrite it)."""
     from nvkr.ci.check import check_pipelines
 
-    check_pipelines(app, list(paths) or [Path("ci")])
+    check_pipelines(app, list(paths) or [Path("ci")], write=write)

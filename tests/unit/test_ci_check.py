@@ -32,7 +32,7 @@ def test_a_current_pipeline_passes(fan):
     project, store = fan
     res = run_nvkr("ci", "check", cwd=project, store=store)
     assert res.code == 0, res.stderr
-    assert "2 generated pipelines are up to date" in res.stderr
+    assert "2 generated pipelines were up to date" in res.stderr
 
 
 def test_an_edited_pipeline_fails_with_a_diff(fan):
@@ -48,6 +48,11 @@ def test_an_edited_pipeline_fails_with_a_diff(fan):
     # a file can be checked alone
     alone = run_nvkr("ci", "check", "ci/gitlab/fan.yml", cwd=project, store=store)
     assert alone.code == 0, alone.stderr
+    # --write rewrites what drifted, and then all is current
+    fixed = run_nvkr("ci", "check", "--write", cwd=project, store=store)
+    assert fixed.code == 0 and "rewrote ci/github/fan.yml" in fixed.stderr, fixed.stderr
+    assert "fail-fast: false" in path.read_text()
+    assert run_nvkr("ci", "check", cwd=project, store=store).code == 0
 
 
 def test_a_changed_recipe_makes_its_pipelines_drift(fan):
