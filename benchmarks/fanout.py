@@ -30,13 +30,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def nvkr_json(*args: str, store: Path) -> dict:
     env = {**os.environ, "NVKR_CACHE": str(store)}
     proc = subprocess.run(
-        [sys.executable, "-m", "nvkr", *args], cwd=ROOT, env=env, capture_output=True, text=True
+        [sys.executable, "-m", "nvkr", *args], env=env, capture_output=True, text=True
     )
     if proc.returncode != 0:
         sys.exit(f"nvkr {' '.join(args)} failed:\n{proc.stderr}")
