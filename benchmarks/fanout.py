@@ -31,7 +31,6 @@ import sys
 from pathlib import Path
 
 
-
 def nvkr_json(*args: str, store: Path) -> dict:
     env = {**os.environ, "NVKR_CACHE": str(store)}
     proc = subprocess.run(
