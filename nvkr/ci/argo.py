@@ -28,11 +28,11 @@ def _secret_env(name: str, secret: str, key: str, optional: bool = False) -> dic
     return {"name": name, "valueFrom": {"secretKeyRef": ref}}
 
 
-def _env(key_var: str, key_secret: str) -> list[dict[str, Any]]:
+def _env(key_var: str, key_secret: str, optional: bool = False) -> list[dict[str, Any]]:
     return [
         {"name": "NVKR_PIPELINE_CACHE", "value": "{{workflow.parameters.cache}}"},
         {"name": "NVKR_PIPELINE_PR_CACHE", "value": "{{workflow.parameters.pr-cache}}"},
-        _secret_env(key_var, key_secret, "key.pem"),
+        _secret_env(key_var, key_secret, "key.pem", optional=optional),
         _secret_env("NVKR_REGISTRY_USERNAME", "nvkr-registry", "username", optional=True),
         _secret_env("NVKR_REGISTRY_PASSWORD", "nvkr-registry", "password", optional=True),
     ]
@@ -135,7 +135,8 @@ def render(jobs: list[Job], options: CiOptions, command: list[str], title: str) 
                     "final",
                     options,
                     "\n".join(final_script) + "\n",
-                    _env("NVKR_PIPELINE_RELEASE_KEY", "nvkr-release-signing-key"),
+                    # a pull request's run neither signs nor publishes: it needs no release key
+                    _env("NVKR_PIPELINE_RELEASE_KEY", "nvkr-release-signing-key", optional=True),
                     args=False,
                 ),
             ],
