@@ -107,7 +107,11 @@ def _group_id(units: list[Unit], taken: set[str]) -> str:
         head = [p for w in words for p in w[: len(w) - len(tail)]]
     if not head:
         head = ["variants" if all("--variant" in u.argv for u in units) else "matrix"]
-    base = dns_label("-".join([*head, *tail]))
+    return _fresh(dns_label("-".join([*head, *tail])), taken)
+
+
+def _fresh(base: str, taken: set[str]) -> str:
+    """``base``, or ``base-2``, ``base-3``... whichever is not ``taken``."""
     uid, n = base, 1
     while uid in taken:
         n += 1
@@ -146,15 +150,12 @@ def make_jobs(fans: list[FanOut], limits: Limits) -> list[Job]:
         base = _group_id(members, taken - {m.id for m in members})
         taken.add(base)
         parts = [members[i : i + chunk] for i in range(0, len(members), chunk)]
+        ids = []
         for n, part in enumerate(parts, 1):
-            jid = base if len(parts) == 1 else dns_label(f"{base}-{n}")
+            jid = base if len(parts) == 1 else _fresh(dns_label(f"{base}-{n}"), taken)
             taken.add(jid)
+            ids.append(jid)
             jobs.append(Job(jid, part))
-        ids = (
-            [base]
-            if len(parts) == 1
-            else [dns_label(f"{base}-{n}") for n in range(1, len(parts) + 1)]
-        )
         for member in members:
             job_of[member.id] = ids
     for job in jobs:
