@@ -8,7 +8,7 @@ import json
 import pytest
 
 from nvkr.ci import recorded_command
-from tests.conftest import run_nvkr
+from tests.conftest import REPO, run_nvkr
 from tests.fanout import RECIPE, write_fan_project
 
 IMAGE = "registry.example/nvkr/nvkr-ci@sha256:" + "cd" * 32
@@ -101,3 +101,38 @@ def test_image_from_a_built_release_set_pins_its_image_index(tmp_path):
     assert res.code == 0, res.stderr
     assert f"--image registry.example/nvkr-ci@{digest}" in res.stdout.splitlines()[1]
     assert f"image: registry.example/nvkr-ci@{digest}" in res.stdout
+
+
+def test_the_committed_pipelines_are_current(tmp_path):
+    """The drift test: every pipeline under ci/ is what its header's command writes now. When it
+    fails, run `nvkr ci check --write` at the repository's root and commit the result."""
+    res = run_nvkr("ci", "check", cwd=REPO, store=tmp_path / "store")
+    assert res.code == 0, res.stdout + res.stderr
+    assert "6 generated pipelines were up to date" in res.stderr
+
+
+COMMITTED = sorted(
+    p.relative_to(REPO).as_posix()
+    for p in (REPO / "ci").glob("*/*.y*ml")
+    if p.parent.name != "image"
+)
+
+
+@pytest.mark.parametrize("name", COMMITTED)
+def test_the_committed_pipelines_validate(name):
+    import yaml
+
+    from tests.civalidate import actionlint_errors, argo_problems, jsonschema_problems
+    from tests.unit.test_ci_generate import gitlab_problems
+
+    path = REPO / name
+    doc = yaml.safe_load(path.read_text())
+    platform = path.parent.name
+    if platform == "github":
+        assert jsonschema_problems(path, "vendor.github-workflows") == ""
+        assert actionlint_errors(path, ["ubuntu-24.04", "ubuntu-24.04-arm"]) == []
+    elif platform == "gitlab":
+        assert jsonschema_problems(path, "vendor.gitlab-ci") == ""
+        assert gitlab_problems(doc, max_needs=50) == []
+    else:
+        assert platform == "argo" and argo_problems(doc) == []
