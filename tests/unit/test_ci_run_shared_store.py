@@ -25,6 +25,8 @@ from tests.fanout import write_fan_project
 from tests.gharun import run_workflow, venv_path
 from tests.registry import registry  # noqa: F401 - fixture
 
+pytestmark = pytest.mark.slow  # a dozen nvkr builds, ~20-50 s
+
 SET = "fan-k8s1.36"
 IMAGE = "registry.example/nvkr/nvkr-ci@sha256:" + "0" * 64
 

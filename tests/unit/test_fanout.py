@@ -85,6 +85,7 @@ def test_ids_and_argv_do_not_change_with_the_inputs(fan):
     assert before == after, "new digests, same structure: the same units"
 
 
+@pytest.mark.slow
 def test_units_run_in_needs_order_on_one_store_build_each_action_once(fan, tmp_path):
     project, store = fan
     actions = _plan(project, store)
@@ -114,6 +115,7 @@ def test_units_run_in_needs_order_on_one_store_build_each_action_once(fan, tmp_p
     assert (project / "dist" / index).read_bytes() == (project / "single" / index).read_bytes()
 
 
+@pytest.mark.slow
 def test_by_variant_units_then_join_build_the_rest(fan):
     project, store = fan
     doc = _fan_out(project, store, "variant")
