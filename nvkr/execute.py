@@ -81,11 +81,17 @@ class _SourceGate:
                 )
 
 
-def _needed(plan: Plan, store: Store) -> tuple[list[str], dict[str, dict[str, Any]]]:
-    """Action keys to run (dependencies first) and the cached results found on the way."""
+def _needed(
+    plan: Plan, store: Store, targets: list[str] | None = None
+) -> tuple[list[str], dict[str, dict[str, Any]], list[str]]:
+    """Action keys to run (dependencies first), the cached results found on the way, and the
+    actions that are missing: dependencies of ``targets`` (default: the plan's roots, whose
+    dependencies are built) that are outside ``targets`` and not cached."""
     cached: dict[str, dict[str, Any]] = {}
     to_run: list[str] = []
+    missing: list[str] = []
     seen: set[str] = set()
+    selected = set(targets) if targets is not None else None
 
     def visit(key: str) -> None:
         if key in seen:
@@ -95,13 +101,28 @@ def _needed(plan: Plan, store: Store) -> tuple[list[str], dict[str, dict[str, An
         if result is not None:
             cached[key] = result
             return
+        if selected is not None and key not in selected:
+            missing.append(key)
+            return
         for dep in plan.actions[key].deps:
             visit(dep)
         to_run.append(key)
 
-    for root in plan.roots:
+    for root in targets if targets is not None else plan.roots:
         visit(root)
-    return to_run, cached
+    return to_run, cached, missing
+
+
+def _closure(plan: Plan, keys: list[str]) -> set[str]:
+    """``keys`` and every action they depend on, directly or not."""
+    seen: set[str] = set()
+    stack = list(keys)
+    while stack:
+        key = stack.pop()
+        if key not in seen:
+            seen.add(key)
+            stack.extend(plan.actions[key].deps)
+    return seen
 
 
 def run_action(
@@ -187,8 +208,12 @@ def execute(
     jobs: int = 2,
     event: Event | None = None,
     invocation_id: str | None = None,
+    targets: list[str] | None = None,
 ) -> BuildReport:
     """Bring every root of ``plan`` into the action cache; return what was built and cached.
+
+    With ``targets`` (action keys, ``nvkr build --action``) exactly those are brought in
+    instead: what they depend on must already be cached, since only targets run.
 
     Each action run is recorded with ``invocation_id`` (default: a new UUID; the report's
     ``invocation_id`` either way) and its times (module docstring).
@@ -200,20 +225,29 @@ def execute(
     for each warning recorded by an action the roots need, built now or before.
 
     Raises:
-        BuildError: an action failed (after running ones have finished and been cached).
+        BuildError: an action failed (after running ones have finished and been cached); a
+            dependency of ``targets`` is neither a target nor cached (naming each, before
+            anything runs).
         Interrupted: Ctrl-C (exit 130) or SIGTERM (exit 143).
     """
     emit: Event = event or (lambda kind, **f: None)
     report = BuildReport()
     if invocation_id is not None:
         report.invocation_id = invocation_id
-    to_run, cached = _needed(plan, store)
+    to_run, cached, missing = _needed(plan, store, targets)
+    if missing:
+        raise BuildError(
+            f"the selected actions need {len(missing)} action(s) that are not cached: "
+            + ", ".join(f"{plan.actions[k].ref} ({k[:19]})" for k in missing),
+            hint="build those first (the fan-out units they belong to come earlier, "
+            "`nvkr plan --fan-out`), or select them too",
+        )
     report.cached = list(cached)
     report.results.update(cached)
     for key in cached:
         emit("action-cached", action=plan.actions[key])
     if not to_run:
-        _emit_warnings(plan, store, report, emit)
+        _emit_warnings(plan, store, report, emit, targets)
         return report
 
     gate = _SourceGate(fetch, emit)
@@ -292,7 +326,7 @@ def execute(
             f"internal error in {_failed(failed)}: {failure!r}",
             hint="run again with --debug for a traceback, and report it",
         ) from failure
-    _emit_warnings(plan, store, report, emit)
+    _emit_warnings(plan, store, report, emit, targets)
     return report
 
 
@@ -306,17 +340,14 @@ def _record(store: Store, key: str) -> dict[str, Any]:
     return record if isinstance(record, dict) else {}
 
 
-def _emit_warnings(plan: Plan, store: Store, report: BuildReport, emit: Event) -> None:
-    """``action-warning`` for every warning in the records of the actions the roots need, in
-    plan order: those below a cached action were never looked at, so their records are read
-    from the action cache (a no-op rebuild warns as the first build did)."""
-    needed: set[str] = set()
-    stack = list(plan.roots)
-    while stack:
-        key = stack.pop()
-        if key not in needed and key in plan.actions:
-            needed.add(key)
-            stack.extend(plan.actions[key].deps)
+def _emit_warnings(
+    plan: Plan, store: Store, report: BuildReport, emit: Event, targets: list[str] | None
+) -> None:
+    """``action-warning`` for every warning in the records of the actions the roots (or the
+    ``targets``) need, in plan order: those below a cached action were never looked at, so
+    their records are read from the action cache (a no-op rebuild warns as the first build
+    did)."""
+    needed = _closure(plan, targets if targets is not None else plan.roots)
     for key, action in plan.actions.items():
         if key not in needed:
             continue

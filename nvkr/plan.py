@@ -54,10 +54,24 @@ class Action:
     #: builder's :attr:`~nvkr.builders.ActionSpec.hermetic`) and every dependency's; outside the
     #: key, so a result that is not stays in the local store
     hermetic: bool = field(default=True, compare=False)
+    #: what the action is planned for: the artifact name (an sbom's: the names it describes,
+    #: joined by ","; a release set's: the set name). Not part of the key.
+    artifact: str = field(default="", compare=False)
+
+    @property
+    def ref(self) -> str:
+        """The action's reference, as ``nvkr build --action`` takes it
+        (:mod:`nvkr.actionrefs`): ``BUILDER/ARTIFACT@VARIANT`` with the first variant that
+        planned it (``go-binary/agent@gpu=hopper,kubernetes=1.36,arch=amd64``), or
+        ``release-set/NAME``. No digest is in it: it changes with the recipe's structure only."""
+        from nvkr.actionrefs import ref_of
+
+        return ref_of(self)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "key": self.key,
+            "ref": self.ref,
             "builder": self.builder,
             "builderVersion": self.builder_version,
             "name": self.name,
@@ -175,8 +189,10 @@ def _new_action(
     spec: ActionSpec,
     epoch: int,
     known: Mapping[str, Action],
+    artifact: str,
 ) -> Action:
-    """The action of ``spec``; ``known`` holds the actions planned so far (its deps among them).
+    """The action of ``spec``; ``known`` holds the actions planned so far (its deps among them);
+    ``artifact`` is what it is planned for (:attr:`Action.artifact`).
 
     It is hermetic when its builder says so and every dependency is: a result read from a
     non-hermetic one can differ under the same key too. A dependency not in ``known`` counts as
@@ -185,6 +201,7 @@ def _new_action(
     key = action_key(builder, version, spec.params, spec.inputs, spec.tools, epoch, spec.deps)
     hermetic = spec.hermetic and all(d in known and known[d].hermetic for d in spec.deps)
     return Action(
+        artifact=artifact,
         key=key,
         builder=builder,
         builder_version=version,
@@ -277,7 +294,9 @@ class _ArtifactPlanner:
             axes += [variant.arch] if builder.per_arch else []
             label = f"{name} [{' '.join(axes)}]" if axes else name
             action = self._add(
-                _new_action(builder.name, builder.version, label, spec, self.epoch, self.actions),
+                _new_action(
+                    builder.name, builder.version, label, spec, self.epoch, self.actions, name
+                ),
                 variant,
             )
         finally:
@@ -310,7 +329,13 @@ class _ArtifactPlanner:
             deps=tuple(images[arch].key for arch in sorted(images)),
         )
         index = _new_action(
-            ImageIndexBuilder.name, ImageIndexBuilder.version, name, spec, self.epoch, self.actions
+            ImageIndexBuilder.name,
+            ImageIndexBuilder.version,
+            name,
+            spec,
+            self.epoch,
+            self.actions,
+            name,
         )
         for v in siblings:
             index = self._add(index, v)
@@ -376,6 +401,7 @@ def make_plan(
             ActionSpec(params=params, deps=deps),
             epoch,
             actions,
+            set_name,
         )
         action.variants.extend(v.id for v, _ in members)
         actions[action.key] = action
@@ -443,6 +469,7 @@ def _plan_sboms(
             spec,
             planner.epoch,
             planner.actions,
+            ",".join(sorted(names)),
         )
         sbom = planner.actions.setdefault(sbom.key, sbom)
         sbom.variants.extend(v for v in action.variants if v not in sbom.variants)

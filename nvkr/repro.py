@@ -11,12 +11,13 @@ machine, under any umask, TZ or locale (DESIGN.md, "Reproducibility rules"):
 
 from __future__ import annotations
 
+import fnmatch
 import gzip
 import io
 import os
 import stat
 import tarfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -143,11 +144,30 @@ def write_tar(
                 raise RecipeError(f"{path}: only files, directories and symlinks can be archived")
 
 
-def tar_bytes(root: Path, *, epoch: int, prefix: str = "") -> bytes:
-    """:func:`write_tar` into memory (for small trees such as an agent's source)."""
+def tar_bytes(root: Path, *, epoch: int, prefix: str = "", exclude: Sequence[str] = ()) -> bytes:
+    """:func:`write_tar` into memory (for small trees such as an agent's source), leaving out
+    ``.git`` and what :func:`excluder` ``exclude`` matches."""
     buf = io.BytesIO()
-    write_tar(root, buf, epoch=epoch, prefix=prefix)
+    write_tar(root, buf, epoch=epoch, prefix=prefix, exclude=excluder(exclude))
     return buf.getvalue()
+
+
+def excluder(patterns: Sequence[str]) -> Callable[[str], bool]:
+    """A :func:`write_tar` ``exclude`` test: ``.git``, and every relative path that a pattern
+    matches (``fnmatch``): a pattern with a ``/`` against the whole path, one without against
+    the path's last name (``__pycache__``, ``*.pyc``)."""
+    whole = [p.strip("/") for p in patterns if "/" in p.strip("/")]
+    names = [p.strip("/") for p in patterns if "/" not in p.strip("/")]
+
+    def exclude(rel: str) -> bool:
+        if rel == ".git" or rel.startswith(".git/"):
+            return True
+        name = rel.rsplit("/", 1)[-1]
+        return any(fnmatch.fnmatchcase(name, p) for p in names) or any(
+            fnmatch.fnmatchcase(rel, p) for p in whole
+        )
+
+    return exclude
 
 
 def gzip_bytes(data: bytes, level: int = GZIP_LEVEL) -> bytes:

@@ -209,6 +209,9 @@ class Builder(Protocol):
     not a chart); ``release_kind`` says how a release set holds its artifacts: ``binary`` (an
     OCI artifact manifest wrapping the primary output), ``image`` (the multi-arch image index)
     or ``chart`` (a Helm chart manifest).
+
+    Optional: ``host_arch(action) -> str | None``, the arch of the machine an action runs best
+    on (a CI fan-out puts its unit on such a runner, :mod:`nvkr.fanout`); absent or None: any.
     """
 
     name: str

@@ -17,8 +17,9 @@ import dataclasses
 import os
 import shutil
 import tarfile
+import zipfile
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import IO, Any
 
 from nvkr.builders import (
     ActionContext,
@@ -38,13 +39,14 @@ from nvkr.oci.image import (
     image_manifest,
     layer_from_tree,
     load_image,
+    normalise_layer,
     platform_label,
     platform_of,
 )
 from nvkr.oci.layout import rfc3339
 from nvkr.recipe import Variant
 from nvkr.recipe import fieldchecks as fc
-from nvkr.recipe.models import ContainerImageArtifact, ImageFile
+from nvkr.recipe.models import ContainerImageArtifact, ImageBase, ImageFile
 
 ANN_REVISION = "org.opencontainers.image.revision"
 ANN_SOURCE = "org.opencontainers.image.source"
@@ -63,9 +65,11 @@ _SUFFIX = {
 }
 
 
-def _file_spec(dest: str, entry: ImageFile, refs: PlanRefs, spec: dict[str, Any]) -> dict[str, Any]:
-    """One ``files`` entry as params (checked by :func:`check_files`); adds its source or
-    dependency to ``spec``."""
+def _file_spec(
+    dest: str, entry: ImageFile, refs: PlanRefs, spec: dict[str, Any], role: str
+) -> dict[str, Any]:
+    """One ``files`` entry as params (checked by :func:`check_files`); adds its source (as
+    input ``role``) or dependency to ``spec``."""
     rel = fc.image_path(dest)
     if entry.artifact is not None:
         action = refs.artifact(entry.artifact)
@@ -78,9 +82,18 @@ def _file_spec(dest: str, entry: ImageFile, refs: PlanRefs, spec: dict[str, Any]
         }
     assert entry.source is not None
     src = refs.source(entry.source)
-    role = f"file:{dest}"
     spec["inputs"][role] = src.digest
     spec["sources"][role] = src
+    if entry.unpack:
+        return {
+            "path": rel,
+            "source": entry.source,
+            "input": role,
+            "tree": False,
+            "unpack": True,
+            "select": "",
+            "mode": entry.mode,
+        }
     if src.entry.get("kind") in TREE_KINDS:
         select = fc.inner_path(entry.path) if entry.path is not None else ""
         return {
@@ -101,60 +114,101 @@ def _file_spec(dest: str, entry: ImageFile, refs: PlanRefs, spec: dict[str, Any]
     }
 
 
+def _check_file(
+    here: tuple[str | int, ...], dest: str, entry: ImageFile, bare: bool, variant: Variant
+) -> list[Problem]:
+    """The problems of one ``files`` entry (see :func:`check_files`); ``bare``: written as a
+    plain artifact name."""
+    if entry.artifact is not None:
+        if entry.unpack or entry.path is not None:
+            field = "unpack" if entry.unpack else "path"
+            return [
+                (
+                    (*here, field),
+                    f"{field} is for a source; an artifact's file is its primary output, whole",
+                    None,
+                )
+            ]
+        builder = builder_of(variant, entry.artifact)
+        if builder in NOT_FILES:
+            return [
+                (
+                    here if bare else (*here, "artifact"),
+                    f"artifact {entry.artifact!r} is {a_kind(str(builder))}, not a file",
+                    "files take artifacts with one primary output (a go-binary, ...)",
+                )
+            ]
+        return [(here, "only a directory tree can go to '/'", None)] if dest == "/" else []
+    assert entry.source is not None
+    kind = source_kind_of(variant, entry.source)
+    if kind is None:
+        return []
+    if entry.unpack:
+        if kind in FILE_KINDS and entry.path is None:
+            return []
+        return [
+            (
+                (*here, "unpack"),
+                f"unpack takes a file source (a wheel, zip or tar), whole; {entry.source!r} is "
+                f"{a_kind(kind)} source" + (" and path selects in it" if entry.path else ""),
+                "a path or git source is a tree already: drop unpack",
+            )
+        ]
+    if kind in TREE_KINDS:
+        return []
+    if kind not in FILE_KINDS:
+        return [
+            (
+                (*here, "source"),
+                f"{entry.source!r} is {a_kind(kind)} source, which cannot be a file in an image",
+                "files come from url, pypi, path or git sources and from artifacts (an oci "
+                "source is a base)",
+            )
+        ]
+    if entry.path is not None:
+        return [((*here, "path"), f"{entry.source!r} is a single file; drop 'path'", None)]
+    return [(here, "only a directory tree can go to '/'", None)] if dest == "/" else []
+
+
 def check_files(
     artifact_name: str, artifact: ContainerImageArtifact, variant: Variant
 ) -> list[Problem]:
     """The kinds ``files``, ``base`` and ``revisionSource`` name: a file is another artifact's
-    primary output (not an image), a file source (url, pypi; no ``path``) or a tree source
-    (path, git; the only kind that can go to ``/``); the base is an oci source; the revision
-    comes from a git or url source (its commit, its URL)."""
+    primary output (not an image), a file source (url, pypi; no ``path``; ``unpack``: its zip or
+    tar laid out, anywhere) or a tree source (path, git; the only other kind that can go to
+    ``/``); the base is an oci source or a rootfs artifact; the revision comes from a git or url
+    source (its commit, its URL)."""
     problems: list[Problem] = []
-    at: tuple[str, ...] = ("artifacts", artifact_name)
-    if artifact.base != "scratch":
+    at: tuple[str | int, ...] = ("artifacts", artifact_name)
+    if isinstance(artifact.base, ImageBase):
+        builder = builder_of(variant, artifact.base.rootfs)
+        if builder is not None and builder != "rootfs":
+            problems.append(
+                (
+                    (*at, "base", "rootfs"),
+                    f"{artifact.base.rootfs!r} is {a_kind(builder)} artifact, not a rootfs",
+                    "base: {rootfs: NAME} names an artifact with builder: rootfs",
+                )
+            )
+    elif artifact.base != "scratch":
         kind = source_kind_of(variant, artifact.base)
         if kind is not None and kind != "oci":
             problems.append(
                 (
                     (*at, "base"),
                     f"{artifact.base!r} is {a_kind(kind)} source, not an oci image",
-                    'base is "scratch" or an oci source: {oci: REGISTRY/REPO, digest: sha256:...}',
+                    'base is "scratch", an oci source: {oci: REGISTRY/REPO, digest: sha256:...} '
+                    "or {rootfs: ARTIFACT}",
                 )
             )
     for dest, raw in sorted(artifact.files.items()):
-        entry = ImageFile(artifact=raw) if isinstance(raw, str) else raw
-        here = (*at, "files", dest)
-        if entry.artifact is not None:
-            builder = builder_of(variant, entry.artifact)
-            if builder in NOT_FILES:
-                problems.append(
-                    (
-                        here if isinstance(raw, str) else (*here, "artifact"),
-                        f"artifact {entry.artifact!r} is {a_kind(str(builder))}, not a file",
-                        "files take artifacts with one primary output (a go-binary, ...)",
-                    )
-                )
-            elif dest == "/":
-                problems.append((here, "only a directory tree can go to '/'", None))
-            continue
-        assert entry.source is not None
-        kind = source_kind_of(variant, entry.source)
-        if kind is None or kind in TREE_KINDS:
-            continue
-        if kind not in FILE_KINDS:
-            problems.append(
-                (
-                    (*here, "source"),
-                    f"{entry.source!r} is {a_kind(kind)} source, which cannot be a file in an image",
-                    "files come from url, pypi, path or git sources and from artifacts (an oci "
-                    "source is a base)",
-                )
+        entries = raw if isinstance(raw, list) else [raw]
+        for n, one in enumerate(entries):
+            entry = ImageFile(artifact=one) if isinstance(one, str) else one
+            here: tuple[str | int, ...] = (*at, "files", dest) + (
+                (n,) if isinstance(raw, list) else ()
             )
-        elif entry.path is not None:
-            problems.append(
-                ((*here, "path"), f"{entry.source!r} is a single file; drop 'path'", None)
-            )
-        elif dest == "/":
-            problems.append((here, "only a directory tree can go to '/'", None))
+            problems += _check_file(here, dest, entry, isinstance(one, str), variant)
     if artifact.revisionSource is not None:
         kind = source_kind_of(variant, artifact.revisionSource)
         if kind is not None and kind not in REVISION_KINDS:
@@ -209,14 +263,16 @@ def plan_daemonless(
 ) -> ActionSpec:
     """The action of one daemonless image for ``variant``.
 
-    Inputs: ``base`` (the pinned digest of the base oci source, absent for scratch) and
-    ``file:<dest>`` per source file (the source's blob). Deps: the actions of artifact files.
-    Params (everything that enters the bytes): ``backend`` ``"daemonless"``, ``platform``
-    (``{"os": "linux", "architecture", ["variant": "v8"]}``), ``base`` (source name or
-    ``"scratch"``), ``files`` (sorted by destination: ``path`` relative to ``/``, ``artifact`` +
-    ``action`` or ``source`` + ``input`` + ``tree`` + ``select``, ``mode`` ``"0755"``-style or
-    None), the execution config (``entrypoint``, ``cmd``, ``env``, ``user``, ``workdir``,
-    ``labels``), ``annotations`` and ``compression``.
+    Inputs: ``base`` (the pinned digest of the base oci source, absent for scratch and a rootfs)
+    and ``file:<dest>`` per source file (the source's blob; ``file:<dest>#<n>`` for the entries
+    of a list). Deps: the actions of artifact files and of a rootfs base. Params (everything that
+    enters the bytes): ``backend`` ``"daemonless"``, ``platform`` (``{"os": "linux",
+    "architecture", ["variant": "v8"]}``), ``base`` (source name, ``"scratch"`` or ``{"rootfs":
+    NAME, "action": KEY}``), ``files`` (sorted by destination, a list's entries in order:
+    ``path`` relative to ``/``, ``artifact`` + ``action`` or ``source`` + ``input`` + ``tree`` +
+    ``select`` [+ ``unpack``], ``mode`` ``"0755"``-style or None), the execution config
+    (``entrypoint``, ``cmd``, ``env``, ``user``, ``workdir``, ``labels``), ``annotations`` and
+    ``compression``.
 
     Raises:
         RecipeReferenceError: an unknown source or artifact (from ``refs``); the kinds named are
@@ -225,19 +281,29 @@ def plan_daemonless(
     where = f"artifact {artifact_name!r}"
     spec: dict[str, Any] = {"inputs": {}, "sources": {}, "deps": []}
     base_entry: dict[str, Any] | None = None
-    if artifact.base != "scratch":
+    base_param: str | dict[str, str] = (
+        artifact.base if isinstance(artifact.base, str) else {"rootfs": artifact.base.rootfs}
+    )
+    if isinstance(artifact.base, ImageBase):
+        tree = refs.artifact(artifact.base.rootfs)  # a rootfs artifact: check_files ran
+        spec["deps"].append(tree.key)
+        base_param = {"rootfs": artifact.base.rootfs, "action": tree.key}
+    elif artifact.base != "scratch":
         base = refs.source(artifact.base)
         spec["inputs"]["base"] = base.digest
         spec["sources"]["base"] = base
         base_entry = base.entry
     files = []
     for dest, raw in sorted(artifact.files.items()):
-        entry = ImageFile(artifact=raw) if isinstance(raw, str) else raw
-        files.append(_file_spec(dest, entry, refs, spec))
+        # a list lays several entries out at one path, in order; each is its own input
+        for n, one in enumerate(raw if isinstance(raw, list) else [raw]):
+            entry = ImageFile(artifact=one) if isinstance(one, str) else one
+            role = f"file:{dest}#{n}" if isinstance(raw, list) else f"file:{dest}"
+            files.append(_file_spec(dest, entry, refs, spec, role))
     params: dict[str, Any] = {
         "backend": "daemonless",
         "platform": platform_of(variant.arch),
-        "base": artifact.base,
+        "base": base_param,
         "files": files,
         **execution_params(artifact),
         "annotations": image_annotations(where, artifact, refs, base_entry),
@@ -338,11 +404,105 @@ def _put_tree(
     modes[rel] = mode
 
 
+def _rootfs_layer(ctx: ActionContext, base: dict[str, str]) -> Layer:
+    """The rootfs artifact's tar as a layer: every member kept as mmdebstrap wrote it (owners,
+    modes, setuid bits, links, device nodes, file capabilities), sorted, times clamped to the
+    epoch, compressed like the image's other layers (:func:`nvkr.oci.image.normalise_layer`)."""
+    result = ctx.deps[base["action"]]
+    found = [o for o in result["outputs"] if o.get("role") == "primary"]
+    if len(found) != 1:
+        raise BuildError(f"base rootfs {base['rootfs']!r} has {len(found)} primary outputs")
+    with open(ctx.store.checked_path(found[0]["digest"]), "rb") as tar:
+        return normalise_layer(
+            tar, ctx.store, epoch=ctx.action.epoch, compression=ctx.action.params["compression"]
+        )
+
+
+def _unpack(ctx: ActionContext, f: dict[str, Any], root: Path, modes: dict[str, int]) -> None:
+    """Lay the members of a zip (a wheel) or tar source out under ``root/path``: regular files
+    and directories, each mode 0755 when the archive marks it executable, else 0644 (a wheel's
+    installer would do the same). A file already in the image is an error, not overwritten.
+
+    Raises:
+        BuildError: a member leading outside the destination, a wheel's ``.data`` directory
+            (scripts, headers: they need an installer), a member that is neither file nor
+            directory, or one already in the image.
+    """
+    where = f"source {f['source']!r} (unpacked to /{f['path']})"
+    path = ctx.input_path(f["input"])
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                kind = (info.external_attr >> 16) & 0o170000
+                if kind not in (0, 0o100000, 0o040000):
+                    raise BuildError(
+                        f"{where}: member {info.filename!r} is not a file or directory"
+                    )
+                with archive.open(info) as data:
+                    mode = (info.external_attr >> 16) & 0o777
+                    _unpack_member(where, f, root, modes, info.filename, info.is_dir(), mode, data)
+        return
+    if not tarfile.is_tarfile(path):
+        raise BuildError(f"{where}: neither a zip nor a tar archive")
+    with tarfile.open(path, mode="r:*") as tar:
+        for m in tar.getmembers():
+            if not (m.isfile() or m.isdir()):
+                raise BuildError(f"{where}: member {m.name!r} is not a file or directory")
+            member = tar.extractfile(m) if m.isfile() else None
+            _unpack_member(where, f, root, modes, m.name, m.isdir(), m.mode, member)
+
+
+def _unpack_member(
+    where: str,
+    f: dict[str, Any],
+    root: Path,
+    modes: dict[str, int],
+    name: str,
+    is_dir: bool,
+    mode: int,
+    data: IO[bytes] | None,
+) -> None:
+    inner = PurePosixPath(name)
+    if inner.is_absolute() or ".." in inner.parts:
+        raise BuildError(f"{where}: member {name!r} leads outside its destination")
+    if inner.parts and inner.parts[0].endswith(".data"):
+        raise BuildError(
+            f"{where}: member {name!r}: a wheel's {inner.parts[0]}/ directory "
+            "(scripts, headers, data) needs an installer",
+            hint="unpack takes wheels whose files all go to site-packages",
+        )
+    rel = str(PurePosixPath(f["path"], inner)) if f["path"] else str(inner)
+    if is_dir or data is None:
+        _mkdirs(root, rel)
+        return
+    target = _parents(root, rel)
+    if target.exists() or target.is_symlink():
+        raise BuildError(f"{where}: /{rel} is already in the image")
+    with open(target, "wb") as dst:
+        shutil.copyfileobj(data, dst)
+    modes[rel] = 0o755 if mode & 0o111 else 0o644
+    os.chmod(target, modes[rel])
+
+
+def _mkdirs(root: Path, rel: str) -> None:
+    """``root/rel`` and its parents as directories (mode 0755, whatever the umask)."""
+    target = _parents(root, rel)
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
+        raise BuildError(f"/{rel}: a file is already at that path in the image")
+    if not target.exists():
+        target.mkdir()
+        os.chmod(target, 0o755)
+
+
 def _assemble(ctx: ActionContext, rootfs: Path) -> dict[str, int]:
     """Lay the files out under ``rootfs``; return the explicit modes (relative path → mode)."""
     modes: dict[str, int] = {}
     for i, f in enumerate(ctx.action.params["files"]):
-        if "action" in f:
+        if f.get("unpack"):
+            if f["path"]:
+                _mkdirs(rootfs, f["path"])
+            _unpack(ctx, f, rootfs, modes)
+        elif "action" in f:
             mode = int(f["mode"], 8)
             _put_file(_primary(ctx, f), rootfs, f["path"], mode)
             modes[f["path"]] = mode
@@ -398,8 +558,12 @@ def run_daemonless(ctx: ActionContext) -> None:
             what=f"base {p['base']!r} ({platform_label(platform)})",
         )
     new_layers: list[Layer] = []
-    dests = " ".join("/" + f["path"] for f in p["files"])
-    if p["files"] or base is None:
+    history: list[dict[str, Any]] = []
+    if isinstance(p["base"], dict):  # {rootfs, action}: the tree's tar, as the first layer
+        new_layers.append(_rootfs_layer(ctx, p["base"]))
+        history.append({"created_by": f"nvkr container-image: rootfs {p['base']['rootfs']}"})
+    dests = " ".join(dict.fromkeys("/" + f["path"] for f in p["files"]))
+    if p["files"] or (base is None and not new_layers):
         rootfs = ctx.workdir / "rootfs"
         rootfs.mkdir()
         os.chmod(rootfs, 0o755)
@@ -409,10 +573,8 @@ def run_daemonless(ctx: ActionContext) -> None:
                 rootfs, ctx.store, epoch=epoch, compression=p["compression"], modes=modes
             )
         )
-        history: list[dict[str, Any]] = [
-            {"created_by": f"nvkr container-image: files {dests}".rstrip()}
-        ]
-    else:
+        history.append({"created_by": f"nvkr container-image: files {dests}".rstrip()})
+    elif not new_layers:
         history = [{"created_by": "nvkr container-image: config", "empty_layer": True}]
     config = image_config(
         arch=platform["architecture"],

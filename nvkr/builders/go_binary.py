@@ -57,6 +57,8 @@ BUILDINFO_MEDIA_TYPE = "application/vnd.nvkr.go-buildinfo.v1+json"
 # Go's own names for the variant architectures, with the baseline ISA level pinned so a host
 # GOAMD64/GOARM64 setting can never leak into the binary.
 GOARCH = {"amd64": ("amd64", {"GOAMD64": "v1"}), "arm64": ("arm64", {"GOARM64": "v8.0"})}
+#: Wheel platform tag endings (PEP 600 manylinux and PEP 656 musllinux) → the host arch.
+WHEEL_ARCHES = {"_x86_64.whl": "amd64", "_aarch64.whl": "arm64"}
 
 #: Where a cgo build sees its toolchain, source, Go cache, output and temp dir in the tools tree.
 _IN_TREE = {"go": "/tmp/nvkr/go", "src": "/tmp/nvkr/src", "cache": "/tmp/nvkr/cache"}
@@ -208,6 +210,16 @@ class GoBinaryBuilder:
             sources={"source": src, "toolchain": tool},
             deps=deps,
         )
+
+    def host_arch(self, action: Action) -> str | None:
+        """The arch the toolchain wheel runs on (its platform tag: ``..._x86_64.whl`` is amd64),
+        whatever arch it builds for; None when the tag names neither."""
+        tool = action.sources.get("toolchain")
+        filename = str(tool.entry.get("filename") or "") if tool is not None else ""
+        for suffix, arch in WHEEL_ARCHES.items():
+            if filename.endswith(suffix):
+                return arch
+        return None
 
     def run(self, ctx: ActionContext) -> None:
         p = ctx.action.params

@@ -55,6 +55,7 @@ VERBS: dict[str, str] = {
     "store": "store",
     "diff": "diff",
     "recipes": "recipes",
+    "ci": "ci",
     "schema": "schema",
 }
 

@@ -36,6 +36,14 @@ from nvkr.errors import UsageError
 @click.command("build")
 @recipe_argument
 @variant_option
+@click.option(
+    "--action",
+    "action_refs",
+    multiple=True,
+    metavar="BUILDER/ARTIFACT@VARIANT",
+    help="Build only this action of the plan (repeatable; `nvkr plan --json` lists each "
+    "action's ref); what it needs must be cached. Writes no release set unless one is selected.",
+)
 @fetch_options
 @click.option(
     "--locked",
@@ -74,6 +82,7 @@ def command(
     app: App,
     recipe: Path,
     variants: tuple[str, ...],
+    action_refs: tuple[str, ...],
     mirrors: tuple[str, ...],
     offline: bool,
     lockfile: Path | None,
@@ -162,6 +171,16 @@ def command(
     session = open_session(
         app, recipe, variants, mirrors=mirrors, offline=offline, locked=locked, lockfile=lockfile
     )
+    if push is not None and (action_refs or not session.all_variants):
+        # A partial set carries the full set's name: pushed, its tag would stand for a release
+        # that holds only some variants (or none of the selected actions' release sets).
+        what = "selected actions" if action_refs else "selected variants"
+        raise UsageError(
+            f"--push: a build of {what} is not the full release set; it is never pushed",
+            hint="build every variant to push the release set (a CI fan-out's final job: "
+            "`nvkr build --cached-only --push ...`), or `nvkr publish DIR REGISTRY/REPO:TAG` "
+            "a partial set under a tag of your own",
+        )
     session.store.notice = lambda digest, reason: event(
         "blob-corrupt", digest=digest, reason=reason
     )
@@ -170,7 +189,7 @@ def command(
     check_variants(recipe, session.variants)
     if locked:
         session.resolver.check_locked(session.variants, all_variants=session.all_variants)
-    if not session.all_variants and not as_json:
+    if not session.all_variants and not as_json and not action_refs:
         console.print(
             f"[yellow]note:[/] building {_n(len(session.variants), 'selected variant')}: each release set in "
             f"{out} holds only those (use another --out to keep a full build)"
@@ -194,9 +213,18 @@ def command(
                 f"nvkr: {recipe}: {_n(len(plan.variants), 'variant')}, {_n(len(plan.actions), 'action')} "
                 f"[dim](build digest {plan.build_digest[:19]})[/]"
             )
-        report = execute(plan, session.store, session.fetch, jobs=jobs, event=event)
+        targets = None
+        if action_refs:
+            from nvkr.actionrefs import resolve
+
+            targets = resolve(plan, action_refs)
+        report = execute(
+            plan, session.store, session.fetch, jobs=jobs, event=event, targets=targets
+        )
         written = []
         for name, key in sorted(plan.release_sets.items()):
+            if targets is not None and key not in targets:
+                continue
             result = report.results[key]
             path = materialize(result, session.store, out)
             if signing_key is not None:
@@ -253,7 +281,16 @@ def command(
             )
         )
         return
-    if report.up_to_date:
+    if targets is not None:
+        console.print(
+            f"nvkr: {len(report.built)} of {_n(len(targets), 'selected action')} built"
+            + (
+                f", {len(targets) - len(report.built)} cached"
+                if len(report.built) < len(targets)
+                else ""
+            )
+        )
+    elif report.up_to_date:
         console.print(f"nvkr: up to date — {len(plan.actions)} actions, no builder ran")
     else:
         console.print(

@@ -1,9 +1,11 @@
-"""``nvkr plan``: the action graph of a recipe, as text, JSON or a Mermaid flowchart."""
+"""``nvkr plan``: the action graph of a recipe, as text, JSON or a Mermaid flowchart; with
+``--fan-out``, the units of work a CI system runs (:mod:`nvkr.fanout`)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -30,6 +32,19 @@ from nvkr.cli.common import n as _n
     default="text",
     show_default=True,
 )
+@click.option(
+    "--fan-out",
+    "fan_out",
+    is_flag=True,
+    help="Print the units of work a CI system runs: each an `nvkr build` with the units it needs.",
+)
+@click.option(
+    "--by",
+    type=click.Choice(["variant", "action"]),
+    default="variant",
+    show_default=True,
+    help="With --fan-out: a unit per variant (the matrix only), or per action (needs the lock).",
+)
 @click.pass_obj
 def command(
     app: App,
@@ -40,14 +55,26 @@ def command(
     lockfile: Path | None,
     as_json: bool,
     fmt: str,
+    fan_out: bool,
+    by: str,
 ) -> None:
     """Show the actions RECIPE builds, their keys and which are cached."""
+    if fan_out and variants:
+        from nvkr.errors import UsageError
+
+        raise UsageError(
+            "--fan-out cuts the whole recipe into units; --variant selects part of it",
+            hint="drop --variant: the units build the variants (--by variant) or actions",
+        )
     session = open_session(
         app, recipe, variants, mirrors=mirrors, offline=offline, lockfile=lockfile
     )
     from nvkr.catalog import check_variants  # an invalid combination never builds
 
     check_variants(recipe, session.variants)
+    if fan_out:
+        _print_fan_out(session, recipe, by, lockfile, as_json or fmt == "json")
+        return
     plan = make_session_plan(session)
     if as_json or fmt == "json":
         doc = plan.to_json()
@@ -67,3 +94,22 @@ def command(
         if not action.hermetic:  # its key misses a tool that can change its bytes
             state += ", not hermetic"
         click.echo(f"  {key[7:19]}  {action.builder:<15} {action.name:<40} {state}")
+
+
+def _print_fan_out(
+    session: Any, recipe: Path, by: str, lockfile: Path | None, as_json: bool
+) -> None:
+    import shlex
+
+    from nvkr.cli.units import session_fan_out
+
+    fan = session_fan_out(session, recipe, by, lockfile)
+    if as_json:
+        click.echo(json.dumps(fan.to_json(), indent=2, sort_keys=True))
+        return
+    click.echo(f"recipe {fan.recipe}: {_n(len(fan.units), 'unit')} by {fan.by}")
+    for unit in fan.units:
+        est = f"{unit.estimate.seconds:.0f} s" if unit.estimate is not None else "-"
+        needs = ",".join(unit.needs) or "-"
+        click.echo(f"  {unit.id:<32} {unit.arch or 'any':<6} {est:>7}  needs {needs}")
+        click.echo(f"    {shlex.join(unit.argv)}")

@@ -2,7 +2,8 @@
 
 Path sources are the project's own files (an agent's Go module, a chart), so they are hashed on
 every ``nvkr lock`` and ``nvkr build``: the directory becomes a deterministic tar
-(:func:`nvkr.repro.tar_bytes`, epoch 0, ``.git`` excluded) whose sha256 is the source digest.
+(:func:`nvkr.repro.tar_bytes`, epoch 0, ``.git`` and the source's ``exclude`` patterns left out)
+whose sha256 is the source digest.
 Because the tar normalises mtimes, owners and modes, two checkouts of the same tree give the same
 digest whatever their umask or clock. The lockfile's copy of the digest is informational: the
 files on disk are the truth, and :func:`ensure` returns their digest as of now.
@@ -28,7 +29,7 @@ def _store_tree(name: str, source: PathSource, ctx: FetchContext, base_dir: Path
             f"source {name!r}: {root} {state} (path {source.path!r} relative to {base_dir})",
             hint="path sources name a directory relative to the recipe file that declares them",
         )
-    data = tar_bytes(root, epoch=0)
+    data = tar_bytes(root, epoch=0, exclude=source.exclude or ())
     digest = sha256_bytes(data)
     # the usual rebuild finds the tree unchanged: skip the temp file, fsync and rename
     if not ctx.store.has_blob(digest):

@@ -8,6 +8,7 @@ keys. ``nvkr schema`` exports them as JSON Schema (``schema/recipe.schema.json``
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
@@ -93,6 +94,14 @@ class PathSource(Strict):
     """A directory of this repository, relative to the recipe file that declares it."""
 
     path: str = Field(description="Required. directory relative to the declaring recipe file")
+    # None, not []: a source spec is dumped without None fields into lockfiles, so existing
+    # locks of sources that set no exclude stay current
+    exclude: list[str] | None = Field(
+        default=None,
+        description="Optional. glob patterns left out (with everything below): a pattern with a "
+        "'/' matches the path from the directory's root, one without matches any name, e.g. "
+        "[__pycache__, '*.pyc']; .git is always left out",
+    )
 
 
 class OciSource(Strict):
@@ -294,6 +303,11 @@ class ImageFile(Strict):
         pattern=r"^0[0-7]{3}$",
         description='Optional. file mode, e.g. "0755"; default 0755 for artifacts, else from the source',
     )
+    unpack: bool = Field(
+        default=False,
+        description="Optional. container images: a file source that is a zip (a wheel) or a tar "
+        "archive is unpacked into the destination directory instead of copied",
+    )
 
     @model_validator(mode="after")
     def _one_origin(self) -> ImageFile:
@@ -306,17 +320,30 @@ class ImageFile(Strict):
         return self
 
 
-def _file_refs(files: dict[str, str | ImageFile]) -> list[tuple[tuple[str, ...], str, str]]:
-    """The references of a ``files`` map (container images, node images)."""
+def _file_refs(
+    files: Mapping[str, str | ImageFile | list[str | ImageFile]],
+) -> list[tuple[tuple[str, ...], str, str]]:
+    """The references of a ``files`` map (container images, node images); a list value's entries
+    are ``files.DEST.N``."""
     refs: list[tuple[tuple[str, ...], str, str]] = []
-    for dest, entry in files.items():
-        if isinstance(entry, str):
-            refs.append((("files", dest), "artifact", entry))
-        elif entry.artifact is not None:
-            refs.append((("files", dest, "artifact"), "artifact", entry.artifact))
-        elif entry.source is not None:
-            refs.append((("files", dest, "source"), "source", entry.source))
+    for dest, value in files.items():
+        entries = list(enumerate(value)) if isinstance(value, list) else [(None, value)]
+        for n, entry in entries:
+            where = ("files", dest) if n is None else ("files", dest, str(n))
+            if isinstance(entry, str):
+                refs.append((where, "artifact", entry))
+            elif entry.artifact is not None:
+                refs.append(((*where, "artifact"), "artifact", entry.artifact))
+            elif entry.source is not None:
+                refs.append(((*where, "source"), "source", entry.source))
     return refs
+
+
+class ImageBase(Strict):
+    """A container image's base made by the recipe itself: the tar of a ``rootfs`` artifact
+    (Debian packages from the lock, made by mmdebstrap) as the first layer, as it is."""
+
+    rootfs: str = Field(description="Required. a rootfs artifact of the same variant")
 
 
 class ContainerImageArtifact(Strict):
@@ -329,12 +356,15 @@ class ContainerImageArtifact(Strict):
 
     builder: Literal["container-image"]
     backend: Literal["daemonless", "docker"] = "daemonless"
-    base: str = Field(
-        default="scratch", description='Optional. "scratch" or the name of an oci source'
+    base: str | ImageBase = Field(
+        default="scratch",
+        description='Optional. "scratch", the name of an oci source, or {rootfs: ARTIFACT}: the '
+        "tree a rootfs artifact made, as the first layer",
     )
-    files: dict[fc.ImagePath, str | ImageFile] = Field(
+    files: dict[fc.ImagePath, str | ImageFile | list[str | ImageFile]] = Field(
         default_factory=dict,
-        description="Optional. absolute path in the image -> artifact name, or {artifact|source, path, mode}",
+        description="Optional. absolute path in the image -> artifact name, or {artifact|source, "
+        "path, mode, unpack}, or a list of those laid out at that path in order",
     )
     context: str | None = Field(
         default=None, description="docker backend: the build context source"
@@ -363,7 +393,9 @@ class ContainerImageArtifact(Strict):
 
     def references(self) -> list[tuple[tuple[str, ...], str, str]]:
         refs: list[tuple[tuple[str, ...], str, str]] = []
-        if self.base != "scratch":
+        if isinstance(self.base, ImageBase):
+            refs.append((("base", "rootfs"), "artifact", self.base.rootfs))
+        elif self.base != "scratch":
             refs.append((("base",), "source", self.base))
         if self.context is not None:
             refs.append((("context",), "source", self.context))

@@ -83,14 +83,39 @@ def validation_error(
     return RecipeError(message, hint=SCHEMA_HINT)
 
 
-def _scalar_member_of_mapping(error: ErrorDetails, errors: list[ErrorDetails]) -> bool:
-    """True for a union's scalar member (``str | ImageFile``) failing on a mapping when another
-    member failed on the same value too: that other error says what is wrong with the mapping."""
-    loc = error["loc"]
-    if not loc or loc[-1] not in ("str", "int", "bool") or not isinstance(error.get("input"), dict):
+#: pydantic error types that say a value is not of a union member's type at all.
+_TYPE_ERRORS = frozenset(
+    {"string_type", "int_type", "bool_type", "list_type", "dict_type", "model_type",
+     "model_attributes_type"}
+)  # fmt: skip
+
+
+def _member_segment(segment: str | int) -> bool:
+    """Whether a ``loc`` segment names a member of a plain union (``str``, ``list[...]``,
+    ``function-after[_check(), ImageFile]``, a model's class name)."""
+    if not isinstance(segment, str):
         return False
+    return (
+        segment in ("str", "int", "bool")
+        or segment.startswith(("list[", "dict[", "function-after[", "function-before["))
+        or segment[:1].isupper()
+    )
+
+
+def _scalar_member_of_mapping(error: ErrorDetails, errors: list[ErrorDetails]) -> bool:
+    """True for a union member whose type the value does not have at all (``str`` of ``str |
+    ImageFile | list[...]`` given a mapping or a list) when another member of the same union
+    took the value further: that member's error says what is wrong with it."""
+    loc = error["loc"]
+    if not loc or error["type"] not in _TYPE_ERRORS or not _member_segment(loc[-1]):
+        return False
+    parent = tuple(loc[:-1])
     return any(
-        e is not error and tuple(e["loc"][: len(loc) - 1]) == tuple(loc[:-1]) for e in errors
+        e is not error
+        and tuple(e["loc"][: len(parent)]) == parent
+        and len(e["loc"]) > len(parent)
+        and not (e["type"] in _TYPE_ERRORS and len(e["loc"]) == len(loc))
+        for e in errors
     )
 
 
@@ -302,6 +327,8 @@ def resolve_loc(
                     for m in get_args(annotation)
                     if segment == getattr(m, "__name__", None)
                     or segment.endswith(f", {getattr(m, '__name__', '?')}]")
+                    or (segment.startswith("list[") and get_origin(m) is list)
+                    or (segment.startswith("dict[") and get_origin(m) is dict)
                 ),
                 None,
             )

@@ -248,6 +248,14 @@ def test_variant_selection_errors_are_usage_errors(project, tmp_path):
             "NVKR-E-RECIPE",
             ["small.yaml:", "files./x: an image file needs exactly one of artifact or source"],
         ),
+        (  # an entry of a list of files is named by its index, the union's other members unsaid
+            lambda t: t.replace(
+                "artifacts: {}",
+                "artifacts: {i: {builder: container-image, files: {/x: [{source: tool}, {artifact: i, source: tool}]}}}",
+            ),
+            "NVKR-E-RECIPE",
+            ["small.yaml:", "files./x[1]: an image file needs exactly one of artifact or source"],
+        ),
     ],
 )
 def test_invalid_recipes_exit_2_with_place_and_hint(project, tmp_path, edit, code, needles):
@@ -261,6 +269,7 @@ def test_invalid_recipes_exit_2_with_place_and_hint(project, tmp_path, edit, cod
         assert needle in res.stderr
     assert "Traceback" not in res.stderr
     assert "function-after" not in res.stderr and "got a mapping" not in res.stderr
+    assert "got a list" not in res.stderr and "list[" not in res.stderr
 
 
 def test_schema_command_matches_committed_schema(repo_root, tmp_path):

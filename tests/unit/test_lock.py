@@ -14,3 +14,25 @@ def test_differences_walk_maps() -> None:
         "packages.zstd: added '1.5'",
     ]
     assert _differences({"url": "a"}, {"url": "b"}) == ["url: 'a' -> 'b'"]
+
+
+def test_the_committed_lockfiles_match_their_recipes(repo_root, tmp_path) -> None:
+    """Every shipped lockfile pins what its recipe says, as the models read it now: a field
+    added to a source model must not show up in existing specs (an ``exclude: []`` did, and
+    every --locked build of the default recipe stopped with 'source node-agent changed')."""
+    from nvkr.fetch import FetchContext
+    from nvkr.lock import Resolver, default_lock_path, read_lock
+    from nvkr.recipe import expand, load_recipe
+    from nvkr.store import Store
+
+    for recipe in (repo_root / "recipes" / "default.yaml", repo_root / "ci/image/nvkr-ci.yaml"):
+        loaded = load_recipe(recipe)
+        lock_path = default_lock_path(recipe)
+        resolver = Resolver(
+            loaded=loaded,
+            lock_path=lock_path,
+            lock=read_lock(lock_path),
+            ctx=FetchContext(store=Store(tmp_path / "store"), offline=True),
+            locked=True,
+        )
+        assert resolver.drift(expand(loaded, None)) == [], recipe

@@ -118,6 +118,19 @@ CASES = [
         "source, or a url source of a tar)",
     ),
     (
+        "base: base, files",
+        "base: {rootfs: agent}, files",
+        "img",
+        "artifacts.img.base.rootfs: 'agent' is a go-binary artifact, not a rootfs",
+    ),
+    (
+        "files: {/usr/bin/agent: agent}}",
+        "files: {/opt/app: {source: tree, unpack: true}}}",
+        "img",
+        "artifacts.img.files./opt/app.unpack: unpack takes a file source (a wheel, zip or "
+        "tar), whole; 'tree' is a path source",
+    ),
+    (
         "packages: pkgs}",
         "packages: tree}",
         "rootfs",

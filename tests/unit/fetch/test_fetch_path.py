@@ -118,3 +118,31 @@ def test_ensure_rejects_foreign_entry(ctx: FetchContext, tmp_path: Path) -> None
         ensure(
             "s", PathSource(path="src"), {"kind": "path", "path": "other"}, ctx, base_dir=tmp_path
         )
+
+
+def test_exclude_leaves_out_what_a_checkout_grows(ctx: FetchContext, tmp_path: Path) -> None:
+    """A Python package's directory gains __pycache__/*.pyc (with the source's mtime inside)
+    once anything imports it: ``exclude`` keeps them out of the digest and the tar."""
+    make_tree(tmp_path / "a" / "src", 0o022, 1_000)
+    b = make_tree(tmp_path / "b" / "src", 0o022, 1_000)
+    (b / "cmd" / "__pycache__").mkdir()
+    (b / "cmd" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\x00mtime")
+    (b / "stray.pyc").write_bytes(b"\x00")
+    spec = PathSource(path="src", exclude=["__pycache__", "*.pyc"])
+    da = resolve("s", spec, ctx, base_dir=tmp_path / "a")["digest"]
+    db = resolve("s", spec, ctx, base_dir=tmp_path / "b")["digest"]
+    assert da == db
+    plain = resolve("s", PathSource(path="src"), ctx, base_dir=tmp_path / "b")["digest"]
+    assert plain != db, "without exclude every file counts"
+    import io
+    import tarfile
+
+    def names(digest: str) -> list[str]:
+        with tarfile.open(fileobj=io.BytesIO(ctx.store.read_blob(digest))) as tar:
+            return tar.getnames()
+
+    assert "cmd/agent/main.go" in names(db) and not any("pyc" in n for n in names(db))
+    # a pattern with a '/' matches the path from the directory's root
+    dc = resolve("s", PathSource(path="src", exclude=["cmd/agent"]), ctx, base_dir=tmp_path / "a")
+    got = names(dc["digest"])
+    assert "cmd" in got and not any(n.startswith("cmd/agent") for n in got)

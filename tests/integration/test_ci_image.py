@@ -1,0 +1,129 @@
+"""nvkr's own CI image (ci/image/nvkr-ci.yaml): built daemonlessly from a root filesystem of
+locked Debian packages, nvkr's pinned wheels and the tree itself, byte-identical from two clones;
+and it works: nvkr runs in it, finds its builder assets, has the tools the recipe pins.
+
+Cost: the amd64 variant only (the arm64 tree is ~5 minutes of qemu-user on top); the second
+clone's store gets the first's root filesystem action (the rootfs builder's reproducibility
+across machines is the default build's twin test), so it builds the image, its SBOM and the
+release set itself from its own checkout, the part this recipe adds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+import zstandard
+
+from tests.conftest import REPO, run_nvkr
+
+pytestmark = pytest.mark.slow
+
+RECIPE = "ci/image/nvkr-ci.yaml"
+
+
+def _checkout(dest: Path, pycache: bool) -> Path:
+    """What a clone holds of the image's sources; ``pycache``: as a checkout where Python ran
+    (install.sh compiles nvkr/), with ``__pycache__`` directories in the tree."""
+    ignore = None if pycache else shutil.ignore_patterns("__pycache__", "*.pyc")
+    for part in ("nvkr", "builders", "ci/image"):
+        shutil.copytree(REPO / part, dest / part, ignore=ignore, symlinks=True)
+    if pycache:
+        assert any((dest / "nvkr").rglob("*.pyc")), "the first clone has compiled modules"
+    return dest
+
+
+def _blobs(layout: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in (layout / "blobs" / "sha256").iterdir()}
+
+
+def _image_layers(layout: Path) -> tuple[dict, list[Path]]:
+    """The amd64 image's config and its layer files, from the release set's metadata."""
+    from nvkr.releaseset import read_metadata
+
+    (image,) = {a["index"]["digest"]: a for a in read_metadata(layout)["artifacts"]}.values()
+    blobs = layout / "blobs" / "sha256"
+    index = json.loads((blobs / image["index"]["digest"][7:]).read_bytes())
+    (entry,) = index["manifests"]
+    assert entry["platform"]["architecture"] == "amd64"
+    manifest = json.loads((blobs / entry["digest"][7:]).read_bytes())
+    config = json.loads((blobs / manifest["config"]["digest"][7:]).read_bytes())
+    return config, [blobs / layer["digest"][7:] for layer in manifest["layers"]]
+
+
+def test_the_ci_image_is_the_same_from_two_clones_and_runs_nvkr(tmp_path):
+    first = _checkout(tmp_path / "a", pycache=True)
+    second = _checkout(tmp_path / "b", pycache=False)
+    store_a, store_b = tmp_path / "store-a", tmp_path / "store-b"
+    args = ("build", RECIPE, "--locked", "--variant", "arch=amd64", "--json")
+    built = run_nvkr(*args, cwd=first, store=store_a)
+    assert built.code == 0, built.stderr
+    result = built.json_events()[-1]
+    # the second store: the sources the first fetched and its root filesystem, nothing else
+    (store_b / "blobs" / "sha256").mkdir(parents=True)
+    (store_b / "actions").mkdir()
+    for blob in (store_a / "blobs" / "sha256").iterdir():
+        os.link(blob, store_b / "blobs" / "sha256" / blob.name)
+    for record in (store_a / "actions").iterdir():
+        if json.loads(record.read_bytes())["builder"] == "rootfs":
+            shutil.copyfile(record, store_b / "actions" / record.name)
+    again = run_nvkr(*args, cwd=second, store=store_b, umask=0o002, env={"TZ": "Asia/Kolkata"})
+    assert again.code == 0, again.stderr
+    rebuilt = again.json_events()[-1]
+    assert {e["name"] for e in again.json_events() if e["event"] == "action-done"} >= {
+        "nvkr-ci [amd64]",
+        "sbom nvkr-ci",
+    }, "the second clone built the image itself"
+    assert rebuilt["releaseSets"][0]["digest"] == result["releaseSets"][0]["digest"]
+    a, b = first / "dist" / "nvkr-ci", second / "dist" / "nvkr-ci"
+    assert (a / "index.json").read_bytes() == (b / "index.json").read_bytes()
+    assert _blobs(a) == _blobs(b)
+
+    config, layers = _image_layers(a)
+    assert config["config"]["Env"] == [
+        "LANG=C.UTF-8",
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    ]
+    assert len(layers) == 2, "the root filesystem, then nvkr and its wheels"
+    skopeo = subprocess.run(
+        ["skopeo", "inspect", "--raw", f"oci:{a}:nvkr-ci"], capture_output=True, text=True
+    )
+    assert skopeo.returncode == 0, skopeo.stderr
+    root = tmp_path / "image-root"
+    root.mkdir()
+    for layer in layers:
+        with zstandard.open(layer, "rb") as f, tarfile.open(fileobj=f, mode="r|") as tar:
+            tar.extractall(root, filter="tar")
+
+    assert not list((root / "opt" / "nvkr").rglob("__pycache__")), "no compiled module came in"
+
+    def inside(*argv: str) -> str:
+        proc = subprocess.run(["chroot", str(root), *argv], capture_output=True, text=True)
+        assert proc.returncode == 0, f"{argv}: {proc.stderr}"
+        return proc.stdout
+
+    assert inside("nvkr", "--version").strip() == "nvkr, version 0.1.0"
+    # the builders' assets lie beside the package, where a wheel of the tree would have none
+    probe = (
+        "from nvkr.builders import rootfs, node_image, dib\n"
+        "assert rootfs.ASSETS.is_dir() and node_image.ASSETS.is_dir(), rootfs.ASSETS\n"
+        "assert (rootfs.ASSETS / 'defer-initramfs.essential-hook').is_file()\n"
+        "import cryptography.hazmat.primitives.asymmetric.ed25519, pydantic_core, yaml, zstandard\n"
+        "import helm_python, debian.deb822, docker, ruamel.yaml, rich, jinja2, semver\n"
+        "from nvkr.hosttools import package_version as v\n"
+        "print(v('mmdebstrap', purpose='t'), v('qemu-user-static', purpose='t'), "
+        "v('qemu-utils', purpose='t'), v('e2fsprogs', purpose='t'))\n"
+    )
+    assert inside("python3", "-c", probe).split() == [
+        "1.3.5-7",
+        "1:7.2+dfsg-7+deb12u18+b3",
+        "1:7.2+dfsg-7+deb12u18+b3",
+        "1.47.0-2+b2",
+    ]
+    for tool in ("mmdebstrap", "arch-test", "mkfs.ext4", "sfdisk", "qemu-img", "git", "skopeo"):
+        inside("sh", "-c", f"command -v {tool}")
