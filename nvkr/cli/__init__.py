@@ -49,6 +49,7 @@ VERBS: dict[str, str] = {
     "release-set": "release_set",
     "mirror": "mirror",
     "store": "store",
+    "cache": "cache",
     "diff": "diff",
     "recipes": "recipes",
     "schema": "schema",
