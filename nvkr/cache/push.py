@@ -202,6 +202,7 @@ class CacheWriter:
                 "cache-warning",
                 action=action,
                 cache=self.name,
+                level="note",
                 message=f"not shared: {NOT_HERMETIC}",
             )
             return
