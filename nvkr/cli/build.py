@@ -310,7 +310,7 @@ def command(
                 f"nvkr: {recipe}: {_n(len(plan.variants), 'variant')}, {_n(len(plan.actions), 'action')} "
                 f"[dim](build digest {plan.build_digest[:19]})[/]"
             )
-        report = _execute(plan, session, settings, registry, jobs, event, cached_only)
+        report, pushed = _execute(plan, session, settings, registry, jobs, event, cached_only)
         written = []
         for name, key in sorted(plan.release_sets.items()):
             result = report.results[key]
@@ -370,6 +370,15 @@ def command(
             f"nvkr: {_n(len(report.remote), 'action')} from {caches}"
             + ("" if report.built else "; no builder ran")
         )
+    if pushed is not None and settings.target is not None:
+        states = pushed.states
+        there = states.get("present", 0) + states.get("signed", 0)
+        console.print(
+            f"nvkr: cache {settings.target.registry}/{settings.target.repository}: "
+            f"{states.get('pushed', 0)} entries pushed, {there} there already"
+            + (f", {states['conflict']} not reproducible" if states.get("conflict") else "")
+            + (f", {len(pushed.local)} kept local" if pushed.local else "")
+        )
     if report.up_to_date and not report.remote:
         console.print(f"nvkr: up to date — {len(plan.actions)} actions, no builder ran")
     elif not report.up_to_date:
@@ -391,9 +400,10 @@ def _execute(
     jobs: int,
     event: Any,
     cached_only: bool,
-) -> Any:
+) -> tuple[Any, Any]:
     """Execute ``plan`` with the remote caches of ``settings`` (a reader for ``--cache-from``,
-    a writer for ``--cache-to``, whose pushes the build waits for)."""
+    a writer for ``--cache-to``, whose pushes the build waits for): the report, and the
+    writer's :class:`~nvkr.cache.push.PushSummary` (None without ``--cache-to``)."""
     import contextlib
 
     from nvkr.execute import execute
@@ -422,6 +432,5 @@ def _execute(
             cached_only=cached_only,
             on_result=writer.offer if writer is not None else None,
         )
-        if writer is not None:
-            writer.finish(report)
-    return report
+        summary = writer.finish(report) if writer is not None else None
+    return report, summary
