@@ -4,8 +4,9 @@ For each action result the mode wants (:meth:`CacheWriter.wanted`) the entry of
 :mod:`nvkr.cache.entry` goes up in this order, so a reader never finds a tag on anything
 incomplete:
 
-1. every blob (the outputs, the config, the envelopes, the log): ``HEAD`` first, uploaded when
-   missing, :data:`BLOB_JOBS` at a time over all entries;
+1. every blob (the outputs, the config, the envelopes, the log): ``HEAD`` first, else mounted
+   from a ``--cache-from`` repository of the same registry (a pull request's cache holds little
+   that the main one lacks), else uploaded, :data:`BLOB_JOBS` at a time over all entries;
 2. the entry manifest, by digest;
 3. its signature referrer and its run referrer (by digest), then the referrers fallback tag
    ``sha256-<hex>`` where the registry has no referrers API (:mod:`nvkr.oci.referrers`);
@@ -116,6 +117,8 @@ class CacheWriter:
         plan: the build's plan (its roots are the release-set actions).
         client: a client for the target's registry (push access checked by the caller).
         emit: ``emit(kind, **fields)`` for the events of the module docstring.
+
+    The ``--cache-from`` repositories on the target's registry are where blobs are mounted from.
     """
 
     def __init__(
@@ -133,6 +136,11 @@ class CacheWriter:
         self.client = client
         self.repo = settings.target.repository
         self.name = f"{settings.target.registry}/{settings.target.repository}"
+        self.mount_from = [
+            r.repository
+            for r in settings.sources
+            if r.registry == settings.target.registry and r.repository != self.repo
+        ]
         self.key = settings.sign_key
         self.keyid = key_id(settings.sign_key)
         self.summary = PushSummary()
@@ -393,6 +401,9 @@ class CacheWriter:
     def _put_blob(self, digest: str, size: int, opener: Callable[[], Any]) -> int:
         if self.client.blob_exists(self.repo, digest):
             return 0
+        for source in self.mount_from:
+            if self.client.mount_blob(self.repo, digest, source):
+                return 0
         return self.client.push_blob(self.repo, digest, size, opener)
 
     def _put_referrers(self, entry: Entry, manifests: list[bytes]) -> None:

@@ -581,3 +581,19 @@ def test_prune_deletes_entries_older_than_the_duration(project, tmp_path, regist
         store=tmp_path / "a",
     )
     assert bad.code == 2 and "is not a duration" in bad.stderr
+
+
+def test_blobs_are_mounted_from_a_cache_on_the_same_registry(project, tmp_path, registry, keys):
+    """A pull request's cache reads the main one and writes its own: what the main cache holds
+    is mounted, not uploaded again (only each run record's envelope is new)."""
+    store = tmp_path / "a"
+    _, events, _ = _push(project, store, registry, "main", keys, "--cache-mode", "max")
+    uploaded_main = sum(e["bytes"] for e in events if e["event"] == "cache-push")
+    _, events, _ = _push(
+        project, store, registry, "pr-1", keys, "--cache-mode", "max",
+        "--cache-from", f"{registry.host}/main", "--cache-trust", str(keys["writer"].public_path),
+    )  # fmt: skip
+    pushed = [e for e in events if e["event"] == "cache-push"]
+    assert len(pushed) == 5 and {e["state"] for e in pushed} == {"pushed"}
+    uploaded_pr = sum(e["bytes"] for e in pushed)
+    assert uploaded_main > 20480 > 8000 > uploaded_pr, (uploaded_main, uploaded_pr)
