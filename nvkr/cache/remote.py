@@ -20,7 +20,8 @@ Then the local action record is written, with ``remote: {"cache", "manifest", "f
 saying where it came from and the ``run`` of the entry's run record when that verifies too. A
 registry that cannot be reached (or refuses the credentials) gives one ``cache-warning`` and is
 skipped for the rest of the build. Events (``emit(kind, **fields)``, from worker threads, one at
-a time): ``cache-hit`` (``action``, ``cache``, ``manifest``, ``bytes`` downloaded, ``signed``),
+a time): ``cache-hit`` (``action``, ``cache``, ``manifest``, ``bytes`` of layers downloaded,
+``entryBytes`` of the entry's manifest, config and referrers read, ``signed``),
 ``cache-miss`` (``action``, ``cache``, ``reason``, ``absent``), ``cache-warning`` (``cache``,
 ``message``).
 """
@@ -101,8 +102,15 @@ class _Unusable(Exception):
     """The cache itself failed (unreachable, credentials, a server error): skip it from now."""
 
 
-def small_blob(client: RegistryClient, repo: str, desc: Mapping[str, Any], limit: int) -> bytes:
-    """A small blob of ``repo`` named by ``desc``, at most ``limit`` bytes, hashed on the way.
+def small_blob(
+    client: RegistryClient,
+    repo: str,
+    desc: Mapping[str, Any],
+    limit: int,
+    count: Callable[[int], None] | None = None,
+) -> bytes:
+    """A small blob of ``repo`` named by ``desc``, at most ``limit`` bytes, hashed on the way;
+    ``count(n)`` is told the bytes read.
 
     Raises:
         EntryProblem: larger than ``limit``, or the bytes are not the digest's.
@@ -116,16 +124,22 @@ def small_blob(client: RegistryClient, repo: str, desc: Mapping[str, Any], limit
         client.get_blob(repo, str(desc["digest"]), buf, size=size)
     except IntegrityError as e:
         raise EntryProblem(e.message) from e
+    if count is not None:
+        count(buf.tell())
     if buf.tell() != size:
         raise EntryProblem(f"blob {desc['digest']} is {buf.tell()} bytes, not {size}")
     return buf.getvalue()
 
 
 def referrer_envelope(
-    client: RegistryClient, repo: str, desc: Mapping[str, Any], subject: str
+    client: RegistryClient,
+    repo: str,
+    desc: Mapping[str, Any],
+    subject: str,
+    count: Callable[[int], None] | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """A referrer manifest of ``subject`` (fetched by digest) whose first layer is a DSSE
-    envelope: ``(envelope, the manifest's layers)``.
+    envelope: ``(envelope, the manifest's layers)``; ``count(n)`` is told the bytes read.
 
     Raises:
         EntryProblem: another subject, no envelope layer, not JSON.
@@ -135,6 +149,8 @@ def referrer_envelope(
         data, _, _ = client.get_manifest(repo, str(desc["digest"]))
     except IntegrityError as e:
         raise EntryProblem(e.message) from e
+    if count is not None:
+        count(len(data))
     try:
         doc = json.loads(data)
     except ValueError as e:
@@ -149,7 +165,7 @@ def referrer_envelope(
         raise EntryProblem(f"referrer {desc['digest']} has no layers")
     if layers[0].get("mediaType") != DSSE_ENVELOPE:
         raise EntryProblem(f"referrer {desc['digest']}'s first layer is no DSSE envelope")
-    raw = small_blob(client, repo, layers[0], ENVELOPE_LIMIT)
+    raw = small_blob(client, repo, layers[0], ENVELOPE_LIMIT, count)
     try:
         envelope = json.loads(raw)
     except ValueError as e:
@@ -200,6 +216,7 @@ class CacheReader:
         self._trusted: dict[str, PublicKey] = {key_id(k): k for k in settings.trust}
         self._downloads = ThreadPoolExecutor(DOWNLOAD_JOBS, thread_name_prefix="nvkr-cache-get")
         self._inflight: dict[str, Future[None]] = {}
+        self._tally = threading.local()  # this lookup's entry bytes (manifests, config, ...)
         self.bytes_downloaded = 0
 
     def close(self) -> None:
@@ -252,7 +269,11 @@ class CacheReader:
             )
         return None
 
+    def _count(self, n: int) -> None:
+        self._tally.n = getattr(self._tally, "n", 0) + n
+
     def _lookup_in(self, cache: _Cache, action: Action) -> RemoteHit | None:
+        self._tally.n = 0
         tag = entry_tag(action.key, self.settings.salt)
         try:
             data, media_type, digest = self._registry(
@@ -260,6 +281,7 @@ class CacheReader:
             )
         except _Absent:
             return None
+        self._count(len(data))
         config_desc, layers = check_manifest(data, media_type)
         manifest = {"mediaType": mt.OCI_MANIFEST, "digest": digest, "size": len(data)}
         referrers = self._registry(
@@ -268,7 +290,7 @@ class CacheReader:
         signed = self._check_signature(cache, action, tag, manifest, referrers)
         config_bytes = self._registry(
             cache,
-            lambda: small_blob(cache.client, cache.repo, config_desc, CONFIG_LIMIT),
+            lambda: small_blob(cache.client, cache.repo, config_desc, CONFIG_LIMIT, self._count),
             "its config blob",
         )
         config = check_config(config_bytes, action, data, layers)
@@ -289,6 +311,7 @@ class CacheReader:
             cache=cache.name,
             manifest=digest,
             bytes=got,
+            entryBytes=getattr(self._tally, "n", 0),
             signed=signed,
         )
         return RemoteHit(record, cache.name, complete)
@@ -332,7 +355,7 @@ class CacheReader:
                 envelope, _ = self._registry(
                     cache,
                     lambda d=desc: referrer_envelope(  # type: ignore[misc]
-                        cache.client, cache.repo, d, manifest["digest"]
+                        cache.client, cache.repo, d, manifest["digest"], self._count
                     ),
                     f"signature {desc['digest']}",
                 )
@@ -372,7 +395,7 @@ class CacheReader:
                 envelope, _ = self._registry(
                     cache,
                     lambda d=desc: referrer_envelope(  # type: ignore[misc]
-                        cache.client, cache.repo, d, digest
+                        cache.client, cache.repo, d, digest, self._count
                     ),
                     "its run record",
                 )
