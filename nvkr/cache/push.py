@@ -254,7 +254,10 @@ class CacheWriter:
         sent = 0
         blobs: dict[str, tuple[int, Callable[[], Any]]] = {}
         for out in entry.outputs:
-            path = self.store.checked_path(str(out["digest"]))
+            try:
+                path = self.store.checked_path(str(out["digest"]))
+            except IntegrityError as e:  # corrupt here (deleted): this entry only is not pushed
+                raise ValueError(e.message) from e
             blobs[str(out["digest"])] = (int(out["size"]), functools.partial(open, path, "rb"))
         add = functools.partial(self._bytes, blobs)
         add(entry.config)

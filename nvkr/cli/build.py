@@ -411,11 +411,14 @@ def _execute(
     with contextlib.ExitStack() as stack:
         reader = writer = None
         if settings.sources:
-            from nvkr.cache.remote import CacheReader
+            import functools
 
-            reader = stack.enter_context(
-                CacheReader(settings, session.store, registry.client, event)
-            )
+            from nvkr.cache.remote import DOWNLOAD_JOBS, CacheReader
+            from nvkr.execute import LOOKUP_JOBS
+
+            # a connection for every lookup and download that may run at once
+            client_for = functools.partial(registry.client, pool_size=LOOKUP_JOBS + DOWNLOAD_JOBS)
+            reader = stack.enter_context(CacheReader(settings, session.store, client_for, event))
         if settings.target is not None:
             from nvkr.cache.push import CacheWriter
 
