@@ -18,9 +18,9 @@ the builder, is tried):
 
 Then the local action record is written, with ``remote: {"cache", "manifest", "fetchedOn"}``
 saying where it came from and the ``run`` of the entry's run record when that verifies too. A
-registry that cannot be reached (or refuses the credentials) gives one ``cache-warning`` and is
-skipped for the rest of the build. Events (``emit(kind, **fields)``, from worker threads, one at
-a time): ``cache-hit`` (``action``, ``cache``, ``manifest``, ``bytes`` of layers downloaded,
+registry that cannot be reached gives one ``cache-warning`` and all its caches are skipped for
+the rest of the build; one that refuses the credentials or fails, likewise for that cache.
+Events (``emit(kind, **fields)``, from worker threads, one at a time): ``cache-hit`` (``action``, ``cache``, ``manifest``, ``bytes`` of layers downloaded,
 ``entryBytes`` of the entry's manifest, config and referrers read, ``signed``),
 ``cache-miss`` (``action``, ``cache``, ``reason``, ``absent``), ``cache-warning`` (``cache``,
 ``message``).
@@ -99,7 +99,16 @@ class _Cache:
 
 
 class _Unusable(Exception):
-    """The cache itself failed (unreachable, credentials, a server error): skip it from now."""
+    """The cache itself failed (unreachable, credentials, a server error): skip it from now;
+    ``unreachable``: no answer at all, so every cache on that registry is skipped with it."""
+
+    def __init__(self, message: str, *, unreachable: bool = False) -> None:
+        super().__init__(message)
+        self.unreachable = unreachable
+
+
+def _unusable(e: RegistryError) -> _Unusable:
+    return _Unusable(e.message, unreachable=e.status is None)
 
 
 def small_blob(
@@ -234,15 +243,31 @@ class CacheReader:
         with self._lock:
             self._emit_raw(kind, **fields)
 
-    def _disable(self, cache: _Cache, reason: str) -> None:
+    def _disable(self, cache: _Cache, problem: _Unusable) -> None:
+        """Skip ``cache`` from now on, with one warning; when its registry does not answer at
+        all, every cache on that registry goes with it (still one warning)."""
+        reason = str(problem)
         with self._lock:
             if cache.disabled is not None:
                 return
-            cache.disabled = reason
+            gone = [cache]
+            if problem.unreachable:
+                gone += [
+                    c
+                    for c in self.caches
+                    if c is not cache
+                    and c.disabled is None
+                    and c.ref.registry == cache.ref.registry
+                ]
+            for c in gone:
+                c.disabled = reason
+        names = ", ".join(c.name for c in gone)
         self._emit(
             "cache-warning",
             cache=cache.name,
-            message=f"cache {cache.name} is skipped for the rest of this build: {reason}",
+            caches=[c.name for c in gone],
+            message=f"cache {names} {'is' if len(gone) == 1 else 'are'} skipped for the rest of "
+            f"this build: {reason}",
         )
 
     # -- the executor's question ---------------------------------------------------------------
@@ -257,7 +282,7 @@ class CacheReader:
             try:
                 hit = self._lookup_in(cache, action)
             except _Unusable as e:
-                self._disable(cache, str(e))
+                self._disable(cache, e)
                 continue
             except EntryProblem as e:
                 self._emit("cache-miss", action=action, cache=cache.name, reason=str(e))
@@ -331,7 +356,7 @@ class CacheReader:
                 if what is None:
                     raise _Absent from e
                 raise EntryProblem(f"the registry lacks {what}") from e
-            raise _Unusable(e.message) from e
+            raise _unusable(e) from e
 
     # -- trust ---------------------------------------------------------------------------------
     def _check_signature(
@@ -453,7 +478,7 @@ class CacheReader:
                 )
             except RegistryError as e:
                 if e.status != 404:
-                    raise _Unusable(e.message) from e
+                    raise _unusable(e) from e
                 problem = problem or EntryProblem(
                     f"the registry lacks its layer {names[digest]} ({digest[:19]}…)"
                 )

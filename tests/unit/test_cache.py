@@ -464,15 +464,29 @@ def test_unsigned_entries_need_trust_unsigned_which_is_said_on_every_build(
 
 # -- bad input -----------------------------------------------------------------------------------
 def test_an_unreachable_cache_warns_once_and_the_build_goes_on(project, tmp_path, keys):
-    dead = f"127.0.0.1:{free_port()}"
-    _res, events, result = _build(
+    """Two repositories on one registry that does not answer: one warning, both skipped from
+    then on; another dead registry: its own warning. Everything builds here."""
+    dead, other = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    _, events, result = _build(
         project, tmp_path / "a", "--cache-from", f"{dead}/cache", "--cache-from",
-        f"{dead}/other", "--cache-trust", str(keys["writer"].public_path),
+        f"{dead}/other", "--cache-from", f"{other}/cache",
+        "--cache-trust", str(keys["writer"].public_path),
     )  # fmt: skip
     warnings = [e for e in events if e["event"] == "cache-warning"]
-    assert sorted(w["cache"] for w in warnings) == [f"{dead}/cache", f"{dead}/other"]
+    assert len(warnings) == 2
+    assert {tuple(w["caches"]) for w in warnings} == {
+        (f"{dead}/cache", f"{dead}/other"),
+        (f"{other}/cache",),
+    }
     assert all("skipped for the rest of this build" in w["message"] for w in warnings)
     assert len(result["built"]) == 5
+    human = run_nvkr(
+        "build", "recipes/small.yaml", "--cache-from", f"{dead}/cache",
+        "--cache-trust", str(keys["writer"].public_path), cwd=project, store=tmp_path / "b",
+    )  # fmt: skip
+    assert human.code == 0
+    lines = [x for x in human.stderr.splitlines() if "skipped for the rest" in x]
+    assert len(lines) == 1 and "cannot reach" in lines[0], human.stderr
 
 
 def test_cache_to_needs_a_signing_key_and_push_access_before_anything_builds(
