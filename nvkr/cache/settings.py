@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -53,7 +53,6 @@ class CacheSettings:
     sign_key: PrivateKey | None = None
     trust: tuple[PublicKey, ...] = ()
     trust_unsigned: bool = False
-    trust_names: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def enabled(self) -> bool:
@@ -205,14 +204,11 @@ def resolve_settings(
     if key_text:
         private = load_private_key(_relative(key_text, base) if key_from_config else key_text)
     trusted: list[PublicKey] = []
-    names: list[str] = []
     for text in trust_text:
         path = _relative(text, base) if trust_from_config else text
         trusted.append(load_public_key(path))
-        names.append(path)
     if private is not None:  # what this build signs, it trusts
         trusted.append(private.public_key())
-        names.append("the --cache-sign-key")
     if target is not None and private is None:
         raise UsageError(
             f"--cache-to {target}: every entry written to a cache is signed, and no signing "
@@ -234,5 +230,4 @@ def resolve_settings(
         sign_key=private,
         trust=tuple(trusted),
         trust_unsigned=trust_unsigned,
-        trust_names=tuple(names),
     )
