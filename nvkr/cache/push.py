@@ -390,16 +390,20 @@ class CacheWriter:
         )
 
     def _put_blobs(self, blobs: Mapping[str, tuple[int, Callable[[], Any]]]) -> int:
-        """Upload what the repository lacks (once per digest over all entries); bytes sent."""
-        futures = []
+        """Upload what the repository lacks (once per digest over all entries; an entry that
+        shares a blob another one is sending waits for it); bytes this call sent."""
+        futures, mine = [], []
         for digest, (size, opener) in blobs.items():
             with self._lock:
                 fut = self._blob_jobs.get(digest)
                 if fut is None:
                     fut = self._blobs.submit(self._put_blob, digest, size, opener)
                     self._blob_jobs[digest] = fut
+                    mine.append(fut)
             futures.append(fut)
-        return sum(f.result() for f in futures)
+        for fut in futures:
+            fut.result()
+        return sum(f.result() for f in mine)
 
     def _put_blob(self, digest: str, size: int, opener: Callable[[], Any]) -> int:
         if self.client.blob_exists(self.repo, digest):

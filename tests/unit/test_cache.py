@@ -611,3 +611,23 @@ def test_blobs_are_mounted_from_a_cache_on_the_same_registry(project, tmp_path, 
     assert len(pushed) == 5 and {e["state"] for e in pushed} == {"pushed"}
     uploaded_pr = sum(e["bytes"] for e in pushed)
     assert uploaded_main > 20480 > 8000 > uploaded_pr, (uploaded_main, uploaded_pr)
+
+
+def test_the_bytes_uploaded_count_each_blob_once(project, tmp_path, registry, keys):
+    """Entries share blobs (the release set holds the image's layers): what the summary says was
+    uploaded is each blob of the new repository once."""
+    _, events, _ = _push(project, tmp_path / "a", registry, "count", keys, "--cache-mode", "max")
+    said = sum(e["bytes"] for e in events if e["event"] == "cache-push")
+    client = RegistryClient(registry.host)
+    sizes: dict[str, int] = {}
+    for e in events:
+        if e["event"] != "cache-push":
+            continue
+        manifests = [e["manifest"]]
+        index, _, _ = client.get_manifest("count", fallback_tag(e["manifest"]))
+        manifests += [m["digest"] for m in json.loads(index)["manifests"]]
+        for digest in manifests:
+            doc = json.loads(client.get_manifest("count", digest)[0])
+            for desc in [doc["config"], *doc["layers"]]:
+                sizes[desc["digest"]] = desc["size"]
+    assert said == sum(sizes.values())
