@@ -136,8 +136,8 @@ def entry_config(action: Action, record: Mapping[str, Any]) -> dict[str, Any]:
         "outputs": outputs,
         "metadata": metadata,
     }
-    if record.get("warnings"):
-        config["warnings"] = [str(w) for w in record["warnings"]]
+    if record.get("warnings"):  # what the builder warned about its output, as recorded
+        config["warnings"] = list(record["warnings"])
     return config
 
 
