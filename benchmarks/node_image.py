@@ -102,9 +102,9 @@ def main() -> None:
             if e["event"] == "action-done"
         }  # type: ignore[call-overload]
         result = node_image_result(store, events)
-        meta = result["metadata"]
-        assert isinstance(meta, dict)
-        timings: dict[str, int] = dict(meta["timings"])
+        run = result["run"]  # phase times live with the run, not the image's metadata
+        assert isinstance(run, dict)
+        timings: dict[str, int] = dict(run["timings"])
         (qcow2,) = [o for o in result["outputs"] if o["role"] == "primary"]  # type: ignore[union-attr,index]
         blob = store / "blobs" / "sha256" / qcow2["digest"].split(":", 1)[1]
         noops = []

@@ -10,9 +10,20 @@ fails with the failed action's log tail. Ctrl-C (or SIGTERM, which the CLI turns
 path) cancels what has not started, stops the running tools (:func:`nvkr.run.stop_tools`) and
 leaves the store consistent, since every store write is a verified rename.
 
+With a remote cache (``nvkr build --cache-from``, :mod:`nvkr.cache`) the walk asks the local
+store, then the caches, then builds: an action missing locally is looked up remotely (in a pool
+of :data:`LOOKUP_JOBS`, as the walk reaches it), and a hit stops the descent like a local one, so
+a fresh runner whose cache holds the node images downloads them and never the root filesystems
+beneath. A result whose outputs reference blobs the store lacks (an image index taken from a cache
+without the per-arch images its dependencies made) is used, and its dependencies are looked at
+too. ``cached_only`` runs no builder: what is neither in the store nor in a cache is named in the
+error.
+
 Every action record the executor writes carries ``run``: ``{"invocationId": <UUID of this
 execute() call, i.e. of one nvkr build>, "startedOn", "finishedOn"}`` (RFC 3339 UTC, to the
-second; the start is taken before the action's sources are fetched). Nothing hashes records
+second; the start is taken before the action's sources are fetched), and the metadata keys its
+builder declares as describing the run (``run_metadata``: node-image's ``timings``), which thus
+never reach a result a cache shares (:mod:`nvkr.cache.entry`). Nothing hashes records
 (action keys come from inputs, a release set from output digests), so the times never reach an
 artifact; a cached action keeps the times of the run that built it, and the build record
 (:mod:`nvkr.releaseset.record`) reads them from there. Records written before nvkr stored times
@@ -29,9 +40,10 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final, Protocol
 
 from nvkr.builders import ActionContext, get_builder
+from nvkr.cache.entry import missing_closure
 from nvkr.errors import BuildError, Interrupted, NvkrError
 from nvkr.fetch import FetchContext, ensure
 from nvkr.plan import Action, Plan
@@ -40,15 +52,45 @@ from nvkr.run import request_stop, resume, stop_requested, stop_tools, tail
 from nvkr.store import Store
 
 Event = Callable[..., None]
+#: ``on_result(action, result, how)``: how is ``built``, ``cached`` (the store) or ``remote``.
+ResultHook = Callable[[Action, dict[str, Any], str], None]
+
+#: Remote lookups at a time: each is a few small requests (tag, referrers, signature, config)
+#: before any download, so a handful in flight hides a registry's latency; more would only
+#: burst requests at a registry that may rate-limit a CI fleet.
+LOOKUP_JOBS: Final = 8
+
+
+@dataclass(frozen=True)
+class RemoteHit:
+    """An action result taken from a remote cache: ``result`` (already in the action cache,
+    its outputs in the store), ``cache`` (``REGISTRY/REPOSITORY``) and ``complete``: False when
+    its outputs reference blobs the store lacks, so its dependencies are needed as well."""
+
+    result: dict[str, Any]
+    cache: str
+    complete: bool = True
+
+
+class RemoteLookup(Protocol):
+    """What the executor asks before building an action the store lacks (:mod:`nvkr.cache`).
+
+    ``lookup`` is called from worker threads; it never raises for a bad or missing entry (a
+    miss is None) and reports what it did through its own events.
+    """
+
+    def lookup(self, action: Action) -> RemoteHit | None: ...
 
 
 @dataclass
 class BuildReport:
-    """What a build did: action keys ``built`` (builders ran) and ``cached``, every result, and
-    ``invocation_id``: the UUID recorded in the ``run`` of every action this build ran."""
+    """What a build did: action keys ``built`` (builders ran), ``cached`` (found in the store)
+    and ``remote`` (key → the cache it came from), every result, and ``invocation_id``: the UUID
+    recorded in the ``run`` of every action this build ran."""
 
     built: list[str] = field(default_factory=list)
     cached: list[str] = field(default_factory=list)
+    remote: dict[str, str] = field(default_factory=dict)
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
     invocation_id: str = field(default_factory=lambda: str(uuid.uuid4()))
 
@@ -81,17 +123,69 @@ class _SourceGate:
                 )
 
 
+@dataclass
+class _Walk:
+    """What :func:`_needed` found: keys ``to_run`` (dependencies first), results ``cached`` in
+    the store, ``remote`` hits, ``incomplete``: results whose outputs reference blobs only
+    their dependencies' results hold (so whatever reads them waits for those too), and
+    ``absent``: dependencies of the targets (``nvkr build --action``) that are not targets and
+    were found nowhere (only targets are built)."""
+
+    to_run: list[str]
+    cached: dict[str, dict[str, Any]]
+    remote: dict[str, RemoteHit]
+    incomplete: set[str] = field(default_factory=set)
+    absent: list[str] = field(default_factory=list)
+
+    def waits(self, plan: Plan, key: str) -> set[str]:
+        """The keys whose results must be in before ``key`` runs: its dependencies, and through
+        an incomplete one, that one's dependencies (transitively)."""
+        out: set[str] = set()
+        stack = list(plan.actions[key].deps)
+        while stack:
+            dep = stack.pop()
+            if dep in out:
+                continue
+            out.add(dep)
+            if dep in self.incomplete:
+                stack.extend(plan.actions[dep].deps)
+        return out
+
+
 def _needed(
-    plan: Plan, store: Store, targets: list[str] | None = None
-) -> tuple[list[str], dict[str, dict[str, Any]], list[str]]:
-    """Action keys to run (dependencies first), the cached results found on the way, and the
-    actions that are missing: dependencies of ``targets`` (default: the plan's roots, whose
-    dependencies are built) that are outside ``targets`` and not cached."""
+    plan: Plan,
+    store: Store,
+    remote: RemoteLookup | None = None,
+    targets: list[str] | None = None,
+) -> _Walk:
+    """Walk down from the roots (or ``targets``): the store first, then ``remote``, then the
+    action is to run and its dependencies are looked at; with ``targets`` an action outside
+    them is never run, and one found nowhere is ``absent``. Remote lookups run
+    :data:`LOOKUP_JOBS` at a time."""
     cached: dict[str, dict[str, Any]] = {}
-    to_run: list[str] = []
-    missing: list[str] = []
+    hits: dict[str, RemoteHit] = {}
+    missing: set[str] = set()
+    absent: set[str] = set()
+    incomplete: set[str] = set()
     seen: set[str] = set()
     selected = set(targets) if targets is not None else None
+    pending: dict[Future[RemoteHit | None], str] = {}
+    pool = (
+        ThreadPoolExecutor(max_workers=LOOKUP_JOBS, thread_name_prefix="nvkr-lookup")
+        if remote is not None
+        else None
+    )
+
+    def descend(key: str) -> None:
+        for dep in plan.actions[key].deps:
+            visit(dep)
+
+    def not_found(key: str) -> None:
+        if selected is not None and key not in selected:
+            absent.add(key)
+        else:
+            missing.add(key)
+            descend(key)
 
     def visit(key: str) -> None:
         if key in seen:
@@ -100,17 +194,41 @@ def _needed(
         result = store.get_action(key)
         if result is not None:
             cached[key] = result
+            # a result an earlier build took from a cache may still lack its closure
+            if "remote" in result and missing_closure(store, result.get("outputs") or []):
+                incomplete.add(key)
+                descend(key)
             return
-        if selected is not None and key not in selected:
-            missing.append(key)
+        if pool is None:
+            not_found(key)
             return
-        for dep in plan.actions[key].deps:
-            visit(dep)
-        to_run.append(key)
+        pending[pool.submit(remote.lookup, plan.actions[key])] = key  # type: ignore[union-attr]
 
-    for root in targets if targets is not None else plan.roots:
-        visit(root)
-    return to_run, cached, missing
+    try:
+        for root in targets if targets is not None else plan.roots:
+            visit(root)
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in done:
+                key = pending.pop(fut)
+                hit = fut.result()
+                if hit is None:
+                    not_found(key)
+                else:
+                    hits[key] = hit
+                    if not hit.complete:
+                        incomplete.add(key)
+                        descend(key)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+    return _Walk(
+        [k for k in plan.actions if k in missing],
+        cached,
+        hits,
+        incomplete,
+        [k for k in plan.actions if k in absent],
+    )
 
 
 def _closure(plan: Plan, keys: list[str]) -> set[str]:
@@ -125,6 +243,21 @@ def _closure(plan: Plan, keys: list[str]) -> set[str]:
     return seen
 
 
+def _missing_error(plan: Plan, to_run: list[str]) -> BuildError:
+    """``--cached-only`` found actions neither the store nor a cache holds: name each."""
+    lines = []
+    for key in to_run:
+        a = plan.actions[key]
+        variants = "; ".join(a.variants) if a.variants else "every variant"
+        lines.append(f"  {a.name} (builder {a.builder}, variant {variants}, key {key})")
+    return BuildError(
+        f"--cached-only: {len(to_run)} action{'s' if len(to_run) != 1 else ''} "
+        "neither in the store nor in a cache:\n" + "\n".join(lines),
+        hint="build them first (the fan-out's jobs push them with --cache-to), or check "
+        "--cache-from, --cache-salt and --cache-trust",
+    )
+
+
 def run_action(
     action: Action,
     store: Store,
@@ -136,10 +269,11 @@ def run_action(
     """Run one action's builder in a fresh work dir and record its result in the action cache.
 
     The result is ``{"key", "builder", "name", "outputs", "metadata", "hermetic"[,
-    "warnings"][, "log"], "run": {"invocationId", "startedOn", "finishedOn"}}``: ``hermetic``
-    is :attr:`Action.hermetic` (whether the key covers every tool that can change the outputs:
-    only such a result may be shared beyond this store), ``warnings`` what the builder warned
-    about (``{"message"[, "hint"]}`` each), ``invocation_id`` (default: a new UUID),
+    "warnings"][, "log"], "run": {"invocationId", "startedOn", "finishedOn"[, the builder's
+    run_metadata keys]}}``: ``hermetic`` is :attr:`Action.hermetic` (whether the key covers
+    every tool that can change the outputs: only such a result may be shared beyond this
+    store), ``warnings`` what the builder warned about (``{"message"[, "hint"]}`` each),
+    ``invocation_id`` (default: a new UUID),
     ``started`` (seconds since 1970, default: now) and the time the builder returned, both as
     RFC 3339 UTC (:func:`nvkr.provenance.timestamp`).
 
@@ -169,6 +303,9 @@ def run_action(
                 message + _log_tail(ctx, message),
                 hint="free space in the store's file system, or check its permissions",
             ) from e
+        # what the builder says describes its run (times) goes with the run, not the metadata
+        run_keys = [k for k in getattr(builder, "run_metadata", ()) if k in ctx.metadata]
+        run_details = {k: ctx.metadata.pop(k) for k in run_keys}
         result: dict[str, Any] = {
             "key": action.key,
             "builder": action.builder,
@@ -185,6 +322,7 @@ def run_action(
         "invocationId": invocation_id or str(uuid.uuid4()),
         "startedOn": timestamp(started),
         "finishedOn": timestamp(max(started, time.time())),  # a clock stepped back mid-action
+        **run_details,
     }
     store.put_action(action.key, result)
     return result
@@ -209,11 +347,19 @@ def execute(
     event: Event | None = None,
     invocation_id: str | None = None,
     targets: list[str] | None = None,
+    remote: RemoteLookup | None = None,
+    cached_only: bool = False,
+    on_result: ResultHook | None = None,
 ) -> BuildReport:
     """Bring every root of ``plan`` into the action cache; return what was built and cached.
 
     With ``targets`` (action keys, ``nvkr build --action``) exactly those are brought in
-    instead: what they depend on must already be cached, since only targets run.
+    instead: what they depend on must already be cached (locally or remotely), since only
+    targets run. ``remote`` is asked for what the store lacks before anything is built (module
+    docstring); with ``cached_only`` nothing is built. ``on_result(action, result, how)`` is
+    called (from this thread) for every result the build found or made: ``cached`` and
+    ``remote`` ones as the walk finds them, ``built`` ones after their ``action-done`` (a cache
+    writer pushes them).
 
     Each action run is recorded with ``invocation_id`` (default: a new UUID; the report's
     ``invocation_id`` either way) and its times (module docstring).
@@ -227,31 +373,43 @@ def execute(
     Raises:
         BuildError: an action failed (after running ones have finished and been cached); a
             dependency of ``targets`` is neither a target nor cached (naming each, before
-            anything runs).
+            anything runs); ``cached_only`` and some action is neither in the store nor in a
+            cache (each named).
         Interrupted: Ctrl-C (exit 130) or SIGTERM (exit 143).
     """
     emit: Event = event or (lambda kind, **f: None)
+    hook: ResultHook = on_result or (lambda action, result, how: None)
     report = BuildReport()
     if invocation_id is not None:
         report.invocation_id = invocation_id
-    to_run, cached, missing = _needed(plan, store, targets)
-    if missing:
+    walk = _needed(plan, store, remote, targets)
+    if walk.absent:
         raise BuildError(
-            f"the selected actions need {len(missing)} action(s) that are not cached: "
-            + ", ".join(f"{plan.actions[k].ref} ({k[:19]})" for k in missing),
+            f"the selected actions need {len(walk.absent)} action(s) that are not cached: "
+            + ", ".join(f"{plan.actions[k].ref} ({k[:19]})" for k in walk.absent),
             hint="build those first (the fan-out units they belong to come earlier, "
             "`nvkr plan --fan-out`), or select them too",
         )
+    to_run, cached = walk.to_run, walk.cached
     report.cached = list(cached)
     report.results.update(cached)
+    for key, hit in walk.remote.items():
+        report.remote[key] = hit.cache
+        report.results[key] = hit.result
     for key in cached:
         emit("action-cached", action=plan.actions[key])
+        hook(plan.actions[key], cached[key], "cached")
+    for key, hit in walk.remote.items():
+        hook(plan.actions[key], hit.result, "remote")
+    if cached_only and to_run:
+        raise _missing_error(plan, to_run)
     if not to_run:
         _emit_warnings(plan, store, report, emit, targets)
         return report
 
     gate = _SourceGate(fetch, emit)
     pending = list(to_run)
+    waits = {key: walk.waits(plan, key) for key in to_run}
     running: dict[Future[dict[str, Any]], str] = {}
     failure: BaseException | None = None
     failed: Action | None = None
@@ -270,7 +428,7 @@ def execute(
                 for key in list(pending):
                     if len(running) >= max(1, jobs):
                         break
-                    if all(d in report.results for d in plan.actions[key].deps):
+                    if all(d in report.results for d in waits[key]):
                         pending.remove(key)
                         started[key] = time.monotonic()
                         emit("action-start", action=plan.actions[key])
@@ -290,6 +448,7 @@ def execute(
                         action=plan.actions[key],
                         seconds=time.monotonic() - started[key],
                     )
+                    hook(plan.actions[key], report.results[key], "built")
                 except BaseException as e:
                     emit("action-failed", action=plan.actions[key], error=e)
                     if failure is None:

@@ -63,11 +63,12 @@ from types import TracebackType
 from typing import IO, Any, Final
 
 from nvkr.canonical import sha256_bytes
-from nvkr.errors import IntegrityError, RegistryError, UsageError
+from nvkr.errors import IntegrityError, UsageError
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import blob_name, image_index, index_bytes, layout_file_bytes
 from nvkr.oci.layoutdir import BLOB_MODE, DIR_MODE, FILE_MODE, write_layout
-from nvkr.oci.registry import Reference, RegistryClient, fallback_tag
+from nvkr.oci.referrers import list_referrers
+from nvkr.oci.registry import Reference, RegistryClient
 from nvkr.releaseset.record import (
     BuildRecordCheck,
     check_record_bytes,
@@ -395,20 +396,7 @@ class _Pull:
     def referrers(self, subject: str) -> list[dict[str, Any]]:
         """The referrers of ``subject`` (API, else the fallback tag; none when neither lists)."""
         self.check()
-        index = self.client.referrers(self.repo, subject)
-        if index is None:
-            try:
-                data, _, _ = self.client.get_manifest(self.repo, fallback_tag(subject))
-            except RegistryError as e:
-                if e.status == 404:
-                    return []
-                raise
-            try:
-                index = json.loads(data)
-            except ValueError as e:
-                raise IntegrityError(f"referrers tag {fallback_tag(subject)} is not JSON") from e
-        listed = index.get("manifests") if isinstance(index, dict) else None
-        return [m for m in listed or [] if isinstance(m, dict) and isinstance(m.get("digest"), str)]
+        return list_referrers(self.client, self.repo, subject)
 
 
 def _fetch_attachment(

@@ -42,49 +42,6 @@ from nvkr.errors import UsageError
 from nvkr.store import Store
 
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
-_DURATION = re.compile(r"([0-9]+)([smhdw])")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_SIZE = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([KMGT]i?B|B)?", re.IGNORECASE)
-_SIZE_UNITS = {
-    "b": 1,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "tb": 10**12,
-    "kib": 1 << 10,
-    "mib": 1 << 20,
-    "gib": 1 << 30,
-    "tib": 1 << 40,
-}
-
-
-def parse_duration(text: str) -> int:
-    """``"30d"``, ``"12h"``, ``"1w2d"``, ``"90m"``, ``"45s"`` -> seconds.
-
-    Raises:
-        UsageError: anything else (names the value and the form expected).
-    """
-    parts = _DURATION.findall(text)
-    if not text or "".join(n + u for n, u in parts) != text:
-        raise UsageError(
-            f"{text!r} is not a duration",
-            hint="write NUMBER and a unit: s, m, h, d or w, e.g. 30d, 12h, 1w2d",
-        )
-    return sum(int(n) * _UNITS[u] for n, u in parts)
-
-
-def parse_size(text: str) -> int:
-    """``"10GiB"``, ``"500MB"``, ``"2.5 GiB"``, ``"1024"`` (bytes) -> bytes.
-
-    Raises:
-        UsageError: anything else.
-    """
-    m = _SIZE.fullmatch(text.strip())
-    if not m:
-        raise UsageError(
-            f"{text!r} is not a size", hint="e.g. 20GiB, 500MiB, 10GB (or a number of bytes)"
-        )
-    return int(float(m.group(1)) * _SIZE_UNITS[(m.group(2) or "B").lower()])
 
 
 def entry_blobs(entry: Any) -> set[str]:

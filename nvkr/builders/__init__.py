@@ -208,7 +208,9 @@ class Builder(Protocol):
     ``per_arch`` says its output depends on the variant's arch (a Go binary, a per-arch image;
     not a chart); ``release_kind`` says how a release set holds its artifacts: ``binary`` (an
     OCI artifact manifest wrapping the primary output), ``image`` (the multi-arch image index)
-    or ``chart`` (a Helm chart manifest).
+    or ``chart`` (a Helm chart manifest). A builder may also name ``run_metadata``: metadata
+    keys that describe its run rather than its output (phase times); the executor files them
+    under the record's ``run``, so metadata stays a function of the action's inputs.
 
     Optional: ``host_arch(action) -> str | None``, the arch of the machine an action runs best
     on (a CI fan-out puts its unit on such a runner, :mod:`nvkr.fanout`); absent or None: any.

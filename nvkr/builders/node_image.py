@@ -1,7 +1,8 @@
 """The ``node-image`` builder: a bootable QCOW2 from a rootfs, the node agent and the Kubernetes
 node binaries, bit for bit the same on every machine.
 
-Phases (each timed into the action's log and its result's ``timings``, in milliseconds):
+Phases (each timed into the action's log and its record's ``run.timings``, in milliseconds: the
+times describe the run, not the image, so they stay out of the metadata a cache entry shares):
 
 1. **rootfs**: the ``rootfs`` action's tar is unpacked into the work dir (GNU tar, numeric owners,
    xattrs kept; the builder runs as root so owners and device nodes survive).
@@ -116,6 +117,7 @@ class NodeImageBuilder:
     per_arch = True
     per_gpu = True  # labels name the GPU generation: each variant has its own image
     release_kind = "machine-image"
+    run_metadata = ("timings",)  # phase times: the executor files them under the record's run
 
     def check(self, artifact_name: str, artifact: Any, variant: Variant) -> list[Problem]:
         """``rootfs``, ``agent`` and ``kubePackages`` name artifacts of those builders, and

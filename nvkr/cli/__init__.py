@@ -53,6 +53,7 @@ VERBS: dict[str, str] = {
     "release-set": "release_set",
     "mirror": "mirror",
     "store": "store",
+    "cache": "cache",
     "diff": "diff",
     "recipes": "recipes",
     "ci": "ci",

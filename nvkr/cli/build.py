@@ -2,7 +2,11 @@
 
 Humans get one line per action on stderr; ``--json`` prints one JSON object per event on stdout
 (``action-cached``, ``action-start``, ``action-done``, ``action-failed``, ``action-warning`` with
-``message`` and ``hint``) and a final ``result``.
+``message`` and ``hint``; with a remote cache ``cache-hit``, ``cache-miss`` with its
+``reason``, ``cache-push`` and ``cache-warning``) and a final ``result`` (``built``: keys a
+builder ran for; ``cached``: found in the store; ``remote``: ``[{key, name, cache}]`` taken
+from a cache). The remote cache options (:mod:`nvkr.cache.settings`) are checked, and
+``--cache-to``'s push access asked, before anything is built.
 Beside each release set ``dist/<name>/`` goes its build record, ``dist/<name>.build-record.json``
 (with ``--sign`` also ``.build-record.dsse.json``): the times of the actions, which the set itself
 never holds (:mod:`nvkr.releaseset.record`).
@@ -22,6 +26,7 @@ from nvkr.cli.common import (
     RegistryAccess,
     cleanup_line,
     fetch_options,
+    human_size,
     make_console,
     make_session_plan,
     open_session,
@@ -76,7 +81,54 @@ from nvkr.errors import UsageError
     metavar="REGISTRY/REPOSITORY[:TAG]",
     help="Publish each release set there after the build (tag default: the release set name).",
 )
-@registry_options("With --push")
+@click.option(
+    "--cache-from",
+    "cache_from",
+    multiple=True,
+    metavar="REGISTRY/REPO",
+    help="Take action results from this remote cache (repeatable, read in order; env "
+    "NVKR_CACHE_FROM).",
+)
+@click.option(
+    "--cache-to",
+    metavar="REGISTRY/REPO",
+    help="Push action results to this remote cache, signed (env NVKR_CACHE_TO).",
+)
+@click.option(
+    "--cache-mode",
+    type=click.Choice(["min", "max"]),
+    help="min (default): what the release sets reference and slow actions; max: every action "
+    "(env NVKR_CACHE_MODE).",
+)
+@click.option(
+    "--cache-salt",
+    metavar="TEXT",
+    help="Mixed into every cache tag: a new salt disowns every earlier entry (env "
+    "NVKR_CACHE_SALT).",
+)
+@click.option(
+    "--cache-sign-key",
+    metavar="KEY",
+    help="Sign cache entries with this private key, a PEM file or env://NAME (env "
+    "NVKR_CACHE_SIGN_KEY).",
+)
+@click.option(
+    "--cache-trust",
+    multiple=True,
+    metavar="PUB",
+    help="Use cache entries signed by this public key (repeatable; env NVKR_CACHE_TRUST).",
+)
+@click.option(
+    "--cache-trust-unsigned",
+    is_flag=True,
+    help="Also use cache entries no trusted key signed (said on every build).",
+)
+@click.option(
+    "--cached-only",
+    is_flag=True,
+    help="Run no builder: assemble from the store and the caches, or fail naming what is missing.",
+)
+@registry_options("With --push, --cache-from, --cache-to")
 @click.pass_obj
 def command(
     app: App,
@@ -92,12 +144,19 @@ def command(
     as_json: bool,
     sign_key: str | None,
     push: str | None,
+    cache_from: tuple[str, ...],
+    cache_to: str | None,
+    cache_mode: str | None,
+    cache_salt: str | None,
+    cache_sign_key: str | None,
+    cache_trust: tuple[str, ...],
+    cache_trust_unsigned: bool,
+    cached_only: bool,
     registry: RegistryAccess,
 ) -> None:
     """Build RECIPE (default recipes/default.yaml) into release sets under --out."""
     from rich.markup import escape
 
-    from nvkr.execute import execute
     from nvkr.releaseset import materialize
     from nvkr.releaseset.record import plan_build_record, write_build_record
 
@@ -105,6 +164,9 @@ def command(
 
     def event(kind: str, **fields: Any) -> None:
         action = fields.get("action")
+        if kind.startswith("cache-"):
+            cache_event(kind, fields)
+            return
         if as_json:
             doc: dict[str, Any] = {"event": kind}
             if action is not None:
@@ -156,7 +218,38 @@ def command(
             if fields.get("hint"):
                 console.print(f"  [dim]hint: {escape(fields['hint'])}[/]")
 
-    # Bad push references and unreadable keys fail before anything is built.
+    def cache_event(kind: str, fields: dict[str, Any]) -> None:
+        action = fields.get("action")
+        if as_json:
+            doc: dict[str, Any] = {"event": kind}
+            if action is not None:
+                doc.update(key=action.key, name=action.name, builder=action.builder)
+            doc.update({k: v for k, v in fields.items() if k != "action"})
+            click.echo(json.dumps(doc, sort_keys=True))
+            return
+        name = escape(action.name) if action is not None else ""
+        if kind == "cache-hit":
+            size = human_size(int(fields["bytes"]))
+            console.print(
+                f"  [green]from cache[/] {name} [dim]{escape(fields['cache'])}, {size}[/]"
+            )
+        elif kind == "cache-miss" and not fields.get("absent"):
+            console.print(
+                f"  [yellow]cache miss:[/] {name}: {escape(fields['reason'])} "
+                f"[dim]({escape(fields['cache'])})[/]"
+            )
+        elif kind == "cache-push" and fields["state"] in ("pushed", "signed"):
+            verb = "pushed" if fields["state"] == "pushed" else "signed"
+            console.print(
+                f"  [cyan]{verb}[/]   {name} [dim]→ {escape(fields['cache'])}:"
+                f"{fields['tag'][:15]}…[/]"
+            )
+        elif kind == "cache-warning":
+            level = "note" if fields.get("level") == "note" else "warning"
+            prefix = f"{name}: " if action is not None and level == "note" else ""
+            console.print(f"  [yellow]{level}:[/] {prefix}{escape(fields['message'])}")
+
+    # Bad push references, cache settings and unreadable keys fail before anything is built.
     push_ref = None
     if push is not None:
         from nvkr.oci.registry import Reference
@@ -167,6 +260,36 @@ def command(
         from nvkr.sign import load_private_key
 
         signing_key = load_private_key(sign_key)
+    from nvkr.cache.settings import CacheSettings, resolve_settings
+
+    settings = resolve_settings(
+        cache_from=cache_from,
+        cache_to=cache_to,
+        mode=cache_mode,
+        salt=cache_salt,
+        sign_key=cache_sign_key,
+        trust=cache_trust,
+        trust_unsigned=cache_trust_unsigned,
+        config=app.config
+        if app.config is not None
+        else Path.home() / ".config" / "nvkr" / "config.yaml",
+    )
+    if offline and settings.enabled:
+        if not as_json:
+            console.print("[yellow]note:[/] --offline: the remote caches are not used")
+        settings = CacheSettings()
+    if settings.target is not None:  # no push access: say so now, not after the build
+        with registry.client(settings.target.registry) as probe:
+            probe.check_push(settings.target.repository)
+    if settings.sources and settings.trust_unsigned:
+        names = ", ".join(f"{r.registry}/{r.repository}" for r in settings.sources)
+        cache_event(
+            "cache-warning",
+            {
+                "message": f"--cache-trust-unsigned: entries of {names} are used without a "
+                "trusted signature; whoever can push there decides what this build uses"
+            },
+        )
 
     session = open_session(
         app, recipe, variants, mirrors=mirrors, offline=offline, locked=locked, lockfile=lockfile
@@ -218,8 +341,8 @@ def command(
             from nvkr.actionrefs import resolve
 
             targets = resolve(plan, action_refs)
-        report = execute(
-            plan, session.store, session.fetch, jobs=jobs, event=event, targets=targets
+        report, pushed = _execute(
+            plan, session, settings, registry, jobs, event, cached_only, targets
         )
         written = []
         for name, key in sorted(plan.release_sets.items()):
@@ -275,12 +398,31 @@ def command(
                     "buildDigest": plan.build_digest,
                     "built": report.built,
                     "cached": report.cached,
+                    "remote": [
+                        {"key": k, "name": plan.actions[k].name, "cache": c}
+                        for k, c in report.remote.items()
+                    ],
                     "releaseSets": written,
                 },
                 sort_keys=True,
             )
         )
         return
+    if report.remote:
+        caches = ", ".join(sorted(set(report.remote.values())))
+        console.print(
+            f"nvkr: {_n(len(report.remote), 'action')} from {caches}"
+            + ("" if report.built else "; no builder ran")
+        )
+    if pushed is not None and settings.target is not None:
+        states = pushed.states
+        there = states.get("present", 0) + states.get("signed", 0)
+        console.print(
+            f"nvkr: cache {settings.target.registry}/{settings.target.repository}: "
+            f"{states.get('pushed', 0)} entries pushed, {there} there already"
+            + (f", {states['conflict']} not reproducible" if states.get("conflict") else "")
+            + (f", {len(pushed.local)} kept local" if pushed.local else "")
+        )
     if targets is not None:
         console.print(
             f"nvkr: {len(report.built)} of {_n(len(targets), 'selected action')} built"
@@ -290,9 +432,9 @@ def command(
                 else ""
             )
         )
-    elif report.up_to_date:
+    elif report.up_to_date and not report.remote:
         console.print(f"nvkr: up to date — {len(plan.actions)} actions, no builder ran")
-    else:
+    elif not report.up_to_date:
         console.print(
             f"nvkr: built {len(report.built)} of {_n(len(plan.actions), 'action')}"
             + ("" if len(report.built) == len(plan.actions) else "; the rest were cached")
@@ -301,3 +443,52 @@ def command(
         console.print(
             f"  release set [bold]{escape(item['name'])}[/] → {escape(item['path'])} [dim]{item['digest']}[/]"
         )
+
+
+def _execute(
+    plan: Any,
+    session: Any,
+    settings: Any,
+    registry: RegistryAccess,
+    jobs: int,
+    event: Any,
+    cached_only: bool,
+    targets: list[str] | None,
+) -> tuple[Any, Any]:
+    """Execute ``plan`` with the remote caches of ``settings`` (a reader for ``--cache-from``,
+    a writer for ``--cache-to``, whose pushes the build waits for): the report, and the
+    writer's :class:`~nvkr.cache.push.PushSummary` (None without ``--cache-to``)."""
+    import contextlib
+
+    from nvkr.execute import execute
+
+    with contextlib.ExitStack() as stack:
+        reader = writer = None
+        if settings.sources:
+            import functools
+
+            from nvkr.cache.remote import DOWNLOAD_JOBS, CacheReader
+            from nvkr.execute import LOOKUP_JOBS
+
+            # a connection for every lookup and download that may run at once
+            client_for = functools.partial(registry.client, pool_size=LOOKUP_JOBS + DOWNLOAD_JOBS)
+            reader = stack.enter_context(CacheReader(settings, session.store, client_for, event))
+        if settings.target is not None:
+            from nvkr.cache.push import CacheWriter
+
+            client = stack.enter_context(registry.client(settings.target.registry))
+            writer = CacheWriter(settings, session.store, plan, client, event)
+            stack.callback(writer.close)
+        report = execute(
+            plan,
+            session.store,
+            session.fetch,
+            jobs=jobs,
+            event=event,
+            remote=reader,
+            cached_only=cached_only,
+            targets=targets,
+            on_result=writer.offer if writer is not None else None,
+        )
+        summary = writer.finish(report) if writer is not None else None
+    return report, summary

@@ -150,8 +150,9 @@ def gc(
     the readers (pull, lock, plan, verify).
     """
     from nvkr.cli.common import human_size
+    from nvkr.quantities import parse_duration, parse_size
     from nvkr.store import Store
-    from nvkr.store_gc import collect, parse_duration, parse_size
+    from nvkr.store_gc import collect
 
     seconds = parse_duration(older_than) if older_than is not None else None
     limit = parse_size(max_size) if max_size is not None else None

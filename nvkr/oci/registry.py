@@ -521,6 +521,28 @@ class RegistryClient:
             self.request("DELETE", location, scopes=self._push(repo), what=what).close()
         return False
 
+    def check_push(self, repo: str) -> None:
+        """Ask whether ``repo`` takes pushes with these credentials, without storing anything:
+        open a blob upload ("Pushing blobs", ``POST``; 202 yes), then cancel it (``DELETE`` on
+        its ``Location``; a registry that keeps it drops it on its own upload purge).
+
+        Raises:
+            RegistryError: the registry refused (``status`` 401 or 403: credentials; the hint
+                says where they come from) or is unreachable (``status`` None).
+        """
+        what = f"push access to {self.registry}/{repo}"
+        resp = self.request(
+            "POST", f"{self.base}v2/{repo}/blobs/uploads/", scopes=self._push(repo), what=what
+        )
+        resp.close()
+        if resp.status_code in (401, 403):
+            raise self._refused(what, resp)
+        if resp.status_code != 202:
+            raise self._fail(what, resp)
+        with contextlib.suppress(RegistryError):
+            location = self._location(resp, what)
+            self.request("DELETE", location, scopes=self._push(repo), what=what).close()
+
     def _start_upload(self, repo: str, what: str) -> str:
         url = f"{self.base}v2/{repo}/blobs/uploads/"
         resp = self.request("POST", url, scopes=self._push(repo), what=what)
@@ -839,6 +861,29 @@ class RegistryClient:
         if answered is None:  # the header is a SHOULD; the bytes always tell
             return self.get_manifest(repo, ref)[2]
         return answered
+
+    def delete_manifest(self, repo: str, ref: str) -> bool:
+        """``DELETE`` manifest ``ref`` (a digest, or a tag where the registry deletes tags) of
+        ``repo`` ("Deleting manifests"; 202 deleted). CNCF distribution 2.8 deletes by digest
+        only, and removes the tags naming that digest with it; it must run with
+        ``storage.delete.enabled``.
+
+        Returns:
+            True when deleted, False when there was no such manifest (404).
+        Raises:
+            RegistryError: refused (``status`` 405 when the registry deletes nothing, or
+                deletes no tags; 401/403 credentials), or unreachable.
+        """
+        what = f"delete of manifest {ref} in {self.registry}/{repo}"
+        resp = self.request(
+            "DELETE", self.url(repo, "manifests", ref), scopes=self._push(repo), what=what
+        )
+        resp.close()
+        if resp.status_code == 404:
+            return False
+        if resp.status_code in (200, 202, 204):
+            return True
+        raise self._fail(what, resp)
 
     # -- referrers and tags ------------------------------------------------------------------
     def referrers(self, repo: str, digest: str) -> dict[str, Any] | None:

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from nvkr.errors import UsageError
+from nvkr.quantities import parse_duration, parse_size
 from nvkr.store import Store
-from nvkr.store_gc import collect, parse_duration, parse_size, usage
+from nvkr.store_gc import collect, usage
 from tests.conftest import run_nvkr, start_nvkr
 from tests.registry import Registry, fast_retries, registry
 
