@@ -24,6 +24,7 @@ from tests.conftest import make_clone, run_nvkr
 pytestmark = pytest.mark.slow
 
 VARIANT = "gpu=hopper,kubernetes=1.36,arch=amd64"
+NEXT_ACTION = f"kube-packages/kube-packages@{VARIANT}"
 
 
 def _unescape(field: str) -> str:
@@ -145,10 +146,11 @@ def test_kill_9_mid_rootfs_leaves_no_mount_and_the_next_build_cleans_up(
     left = os.listdir(store / "tmp")
     assert left, "the killed build left its work dirs (what the next build must remove)"
     if target == "group":
-        return  # one full build after a kill is enough: the leader case does it
-    again = run_nvkr("build", "--locked", "--variant", VARIANT, cwd=clone, store=store)
+        return  # one build after a kill is enough: the leader case does it
+    # Any build takes the store lock, whose holder removes what dead builds left: the next one
+    # builds a single action needing only sources (minutes less than the whole variant again).
+    again = run_nvkr("build", "--locked", "--action", NEXT_ACTION, cwd=clone, store=store)
     assert again.code == 0, again.stderr
     assert "store: removed" in again.stderr and "dead" in again.stderr, again.stderr
     assert os.listdir(store / "tmp") == []
     assert mounts_under(store) == []
-    assert (clone / "dist" / "nvkr-default-k8s1.36" / "index.json").is_file()
