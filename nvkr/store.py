@@ -8,7 +8,7 @@ Everything a build fetches or produces lands here before anything else sees it::
       actions/<hex>.json    one action's outputs, keyed by its action key
       roots/<id>.json       what one finished build used, for gc (nvkr.store_gc)
       tools/<hex>/          toolchains unpacked from a blob (the Go wheel, a tools tree's tar),
-                            keyed by its digest
+                            keyed by its digest, with the tree's seal (nvkr.treeseal)
       cache/                tool caches that never affect outputs (Go's build cache; a cgo
                             build's is per tools tree: Go does not hash C headers)
       logs/boot-test/       boot-test consoles, one file per boot (nvkr.boot.CONSOLE_LOGS); never read
@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from nvkr import treeseal
 from nvkr.canonical import canonical_json, hex_of
 from nvkr.errors import ChecksumError, IntegrityError, Interrupted, UsageError
 from nvkr.run import stop_requested
@@ -74,6 +75,18 @@ Notice = Callable[[str, str], None]
 
 def _log_notice(digest: str, reason: str) -> None:
     log.warning("%s", corrupt_line(digest, reason))
+
+
+def _log_tree_notice(digest: str, reason: str) -> None:
+    log.warning("%s", tree_changed_line(digest, reason))
+
+
+def tree_changed_line(digest: str, reason: str) -> str:
+    """The one line that says tools unpacked from blob ``digest`` were changed after unpacking."""
+    return (
+        f"store tools/{hex_of(digest)[:12]}… (unpacked from {digest[:19]}…) changed after "
+        f"unpacking ({reason}): unpacked again from the blob"
+    )
 
 
 def corrupt_line(digest: str, reason: str) -> str:
@@ -238,7 +251,9 @@ class Store:
     ``root`` is made absolute here, once: tools run with their working directory inside the
     store (pip, git, mmdebstrap), where a path relative to nvkr's own would point elsewhere.
     ``notice(digest, reason)`` is called for each corrupt blob found and deleted (default: a
-    warning on the ``nvkr.store`` logger); ``nvkr build`` makes it an event.
+    warning on the ``nvkr.store`` logger); ``nvkr build`` makes it an event, and so
+    ``tree_notice(digest, reason)``, called for each unpacked tree found changed (and unpacked
+    again).
     """
 
     def __init__(self, root: Path | None = None, *, notice: Notice | None = None) -> None:
@@ -251,6 +266,7 @@ class Store:
         self.cache_dir = self.root / "cache"
         self.tmp_dir = self.root / "tmp"
         self.notice: Notice = notice or _log_notice
+        self.tree_notice: Notice = _log_tree_notice
         for d in (
             self.blobs_dir,
             self.seals_dir,
@@ -492,7 +508,9 @@ class Store:
         """``tools/<hex>/`` for the blob ``digest`` (a toolchain wheel, a tools tree tar), made
         once: ``unpack(tmp)`` fills a fresh claimed directory in ``tmp/``, which must then hold
         the relative path ``check``, and is renamed into place, so a crash never leaves half a
-        tree. Threads asking for the same digest at once unpack it once.
+        tree. Threads asking for the same digest at once unpack it once. Each use checks the
+        tree against the seal written beside it (:mod:`nvkr.treeseal`): a tree changed since it
+        was unpacked is reported (:attr:`tree_notice`) and unpacked again from the blob.
 
         Raises:
             IntegrityError: the unpacked blob holds no ``check``.
@@ -501,13 +519,22 @@ class Store:
         with _unpack_guard:
             lock = _unpack_locks.setdefault(str(target), threading.Lock())
         with lock:
-            if not os.path.lexists(target / check):
-                with self.workdir(prefix="tool-") as tmp:
-                    unpack(tmp)
-                    if not os.path.lexists(tmp / check):
-                        raise IntegrityError(f"blob {digest} unpacked holds no {check}")
-                    remove_tree(target)
-                    os.replace(tmp, target)
+            if os.path.lexists(target / check):
+                seal = treeseal.read_seal(target)
+                changed = treeseal.check_tree(target, seal) if seal else "no seal"
+                if changed is None:
+                    return target
+                if seal:  # a tree of an older nvkr has no seal: unpacked again, quietly
+                    self.tree_notice(digest, changed)
+            self.checked_path(digest)  # the blob itself, before its bytes become a tree
+            with self.workdir(prefix="tool-") as tmp:
+                unpack(tmp)
+                if not os.path.lexists(tmp / check):
+                    raise IntegrityError(f"blob {digest} unpacked holds no {check}")
+                seal = treeseal.seal_tree(tmp)
+                remove_tree(target)
+                os.replace(tmp, target)
+                treeseal.write_seal(target, seal)
         return target
 
     def write_atomic(self, target: Path, data: bytes) -> None:

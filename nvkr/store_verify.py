@@ -3,10 +3,12 @@
 Builds check a blob against its seal where they use it (:mod:`nvkr.store`): a write after the
 blob was committed is caught there, bit rot is not. This walks the whole store instead: every
 ``blobs/sha256/<hex>`` is hashed (on a thread pool: hashlib releases the GIL on large reads),
-every action record parsed, every seal matched to a blob. With ``repair`` it deletes what is
-wrong (corrupt blobs, files that are no blob, unreadable action records, seals of no blob) under
-the store lock, so no build is using them meanwhile; the next build fetches or rebuilds what it
-needs of it. Without ``repair`` nothing is changed but the seals of intact blobs, refreshed.
+every action record parsed, every seal matched to a blob, every unpacked tool in ``tools/``
+hashed against its seal (:mod:`nvkr.treeseal`). With ``repair`` it deletes what is wrong
+(corrupt blobs, files that are no blob, unreadable action records, seals of no blob, changed
+tools trees) under the store lock, so no build is using them meanwhile; the next build fetches,
+unpacks or rebuilds what it needs of it. Without ``repair`` nothing is changed but the seals of
+intact blobs and trees, refreshed.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nvkr import treeseal
 from nvkr.errors import IntegrityError
 from nvkr.store import Store
 
@@ -40,11 +43,13 @@ class StoreReport:
     actions: int = 0
     unreadable_actions: list[str] = field(default_factory=list)
     orphan_seals: int = 0
+    tools: int = 0
+    corrupt_tools: list[str] = field(default_factory=list)
     repaired: bool = False
 
     @property
     def ok(self) -> bool:
-        return not (self.corrupt or self.stray or self.unreadable_actions)
+        return not (self.corrupt or self.stray or self.unreadable_actions or self.corrupt_tools)
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -56,6 +61,8 @@ class StoreReport:
             "actions": self.actions,
             "unreadableActions": self.unreadable_actions,
             "orphanSeals": self.orphan_seals,
+            "tools": self.tools,
+            "corruptTools": self.corrupt_tools,
             "repaired": self.repaired,
             "ok": self.ok,
         }
@@ -100,6 +107,13 @@ def verify_store(store: Store, *, repair: bool = False, jobs: int = 2) -> StoreR
                     raise ValueError("not an action record")
             except (ValueError, UnicodeDecodeError):
                 report.unreadable_actions.append(record.name)
+        for tree in sorted(store.tools_dir.iterdir()):
+            tree_seal = treeseal.read_seal(tree) if tree.is_dir() else None
+            if tree_seal is None:  # no seal: unpacked again on its next use, never used as is
+                continue
+            report.tools += 1
+            if treeseal.verify_tree(tree, tree_seal) is not None:
+                report.corrupt_tools.append("sha256:" + tree.name)
         blob_names = {d.split(":", 1)[1] for d in digests}
         orphans = [p for p in store.seals_dir.iterdir() if p.name not in blob_names]
         report.orphan_seals = len(orphans)
@@ -112,6 +126,8 @@ def verify_store(store: Store, *, repair: bool = False, jobs: int = 2) -> StoreR
                 _remove(store.actions_dir / name)
             for seal in orphans:
                 _remove(seal)
+            for digest in report.corrupt_tools:  # unpacked again from its blob when next used
+                _remove(store.tools_dir / digest.split(":", 1)[1])
             report.repaired = True
     return report
 

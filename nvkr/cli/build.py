@@ -178,7 +178,7 @@ def command(
             if "source" in fields:
                 doc["source"] = fields["source"].name
                 doc["digest"] = fields["source"].digest
-            if kind == "blob-corrupt":
+            if kind in ("blob-corrupt", "tools-changed"):
                 doc.update(digest=fields["digest"], reason=fields["reason"])
             if kind == "action-warning":
                 doc["message"] = fields["message"]
@@ -186,12 +186,11 @@ def command(
                     doc["hint"] = fields["hint"]
             click.echo(json.dumps(doc, sort_keys=True))
             return
-        if kind == "blob-corrupt":
-            from nvkr.store import corrupt_line
+        if kind in ("blob-corrupt", "tools-changed"):
+            from nvkr.store import corrupt_line, tree_changed_line
 
-            console.print(
-                f"[yellow]warning:[/] {escape(corrupt_line(fields['digest'], fields['reason']))}"
-            )
+            line = corrupt_line if kind == "blob-corrupt" else tree_changed_line
+            console.print(f"[yellow]warning:[/] {escape(line(fields['digest'], fields['reason']))}")
             return
         if kind == "source-fetch":
             src = fields["source"]
@@ -306,6 +305,9 @@ def command(
         )
     session.store.notice = lambda digest, reason: event(
         "blob-corrupt", digest=digest, reason=reason
+    )
+    session.store.tree_notice = lambda digest, reason: event(
+        "tools-changed", digest=digest, reason=reason
     )
     from nvkr.catalog import check_variants  # an invalid combination never builds
 

@@ -21,8 +21,8 @@ def command() -> None:
 @click.option(
     "--repair",
     is_flag=True,
-    help="Delete corrupt blobs, stray files and unreadable action records (under the store "
-    "lock); the next build fetches or rebuilds what it needs.",
+    help="Delete corrupt blobs, stray files, unreadable action records and changed tools trees "
+    "(under the store lock); the next build fetches, unpacks or rebuilds what it needs.",
 )
 @click.option(
     "--jobs",
@@ -34,11 +34,11 @@ def command() -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON report on stdout.")
 @click.pass_obj
 def verify(app: App, repair: bool, jobs: int, as_json: bool) -> None:
-    """Hash every blob of the store in full and read every action record.
+    """Hash every blob and every unpacked tool of the store in full and read every action record.
 
-    Builds check each blob against its seal (size, mtime, ctime) where they use it, which
-    catches any write after a blob was stored but not bit rot; this catches both. Exits 3 when
-    something is wrong and --repair was not given.
+    Builds check each blob and tools tree against its seal (size, mtime, ctime) where they use
+    it, which catches any write after it was stored but not bit rot; this catches both. Exits 3
+    when something is wrong and --repair was not given.
     """
     from nvkr.cli.common import human_size
     from nvkr.cli.common import n as _n
@@ -54,7 +54,7 @@ def verify(app: App, repair: bool, jobs: int, as_json: bool) -> None:
     else:
         click.echo(
             f"store {store.root}: {_n(report.blobs, 'blob')} ({human_size(report.bytes)}) "
-            f"hashed, {_n(report.actions, 'action record')} read"
+            f"and {_n(report.tools, 'tools tree')} hashed, {_n(report.actions, 'action record')} read"
         )
         for digest in report.corrupt:
             click.echo(f"  corrupt   {digest}" + ("  (deleted)" if report.repaired else ""))
@@ -64,15 +64,26 @@ def verify(app: App, repair: bool, jobs: int, as_json: bool) -> None:
             )
         for name in report.unreadable_actions:
             click.echo(f"  unreadable actions/{name}" + ("  (deleted)" if report.repaired else ""))
+        for digest in report.corrupt_tools:
+            click.echo(
+                f"  changed   tools/{digest.split(':', 1)[1]}"
+                + ("  (deleted)" if report.repaired else "")
+            )
         if report.ok:
             click.echo("store: ok")
         elif report.repaired:
             click.echo("store: repaired; the next build fetches or rebuilds what it needs")
     if not report.ok and not report.repaired:
         problems = len(report.corrupt) + len(report.stray) + len(report.unreadable_actions)
+        problems += len(report.corrupt_tools)
         raise IntegrityError(
             f"store {store.root}: {_n(problems, 'problem')} found"
-            + (f" ({len(report.corrupt)} corrupt blobs)" if report.corrupt else ""),
+            + (f" ({len(report.corrupt)} corrupt blobs)" if report.corrupt else "")
+            + (
+                f" ({_n(len(report.corrupt_tools), 'changed tools tree')})"
+                if report.corrupt_tools
+                else ""
+            ),
             hint="`nvkr store verify --repair` deletes them; the next build fetches or "
             "rebuilds what it needs",
         )
