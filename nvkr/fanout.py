@@ -18,7 +18,8 @@ GitHub or GitLab job id) made from artifact names and the axes that tell units a
 enters an id or an argv, so a pipeline made from the fan-out changes only when the recipe's
 structure does. A unit's ``arch`` is the machine it runs best on (its builders'
 ``host_arch``: a root filesystem runs its packages' maintainer scripts, natively or under
-qemu-user; a Go build runs its toolchain wheel's arch) or None for any; its ``estimate`` sums
+qemu-user; a Go build runs its toolchain wheel's arch; a variant's unit, the arch its actions
+prefer, see :func:`_variant_arch`) or None for any; its ``estimate`` sums
 the run times the store's action records hold for its actions.
 """
 
@@ -170,6 +171,27 @@ def host_arch(action: Action) -> str | None:
     return method(action) if method is not None else None
 
 
+def _variant_arch(
+    variant: Variant, keys: Sequence[str], plan: Plan | None, store: Store | None
+) -> str:
+    """The runner arch of a variant's unit: the one its actions' builders prefer when they agree
+    (a Go build whose toolchain wheel is x86_64 runs on amd64 for an arm64 target too); when they
+    disagree, the arch whose actions took longest by the store's run times; else, and when no
+    action prefers any, the variant's own arch."""
+    if plan is None:
+        return variant.arch
+    weight: dict[str, float] = {}
+    for key in keys:
+        arch = host_arch(plan.actions[key])
+        if arch is not None:
+            weight[arch] = weight.get(arch, 0.0) + (_seconds(store, key) or 0.0)
+    if len(weight) == 1:
+        return next(iter(weight))
+    if len(weight) > 1 and any(weight.values()):
+        return max(sorted(weight), key=lambda a: weight[a])
+    return variant.arch
+
+
 def _base_argv(recipe: str, lockfile: str | None) -> list[str]:
     argv = ["nvkr", "build", recipe, "--locked"]
     return argv + (["--lockfile", lockfile] if lockfile else [])
@@ -281,6 +303,7 @@ def by_variant(
     covered: set[str] = set()
     for variant, uid in zip(variants, ids, strict=True):
         refs: list[str] = []
+        keys: list[str] = []
         estimate = None
         if partial_plan is not None and full_plan is not None:
             keys = [k for k in partial_plan([variant]).actions if k in full_plan.actions]
@@ -292,7 +315,7 @@ def by_variant(
                 id=uid,
                 argv=[*base, "--variant", variant.id],
                 needs=[],
-                arch=variant.arch,
+                arch=_variant_arch(variant, keys, full_plan, store),
                 actions=refs,
                 variants=[variant.id],
                 estimate=estimate,

@@ -194,3 +194,45 @@ def test_a_long_label_is_cut_and_keeps_a_hash_of_the_whole_name():
     a, b = dns_label("a" * 80 + "-one"), dns_label("a" * 80 + "-two")
     assert len(a) == len(b) == MAX_ID and a != b
     assert DNS_1123.match(a) and DNS_1123.match(b)
+
+
+def _variant_units(monkeypatch, tmp_path, prefers, seconds=None):
+    """by_variant over one arm64 variant whose actions' builders prefer ``prefers`` (name ->
+    arch or None), with run times ``seconds`` (name -> s) in a store when given."""
+    from types import SimpleNamespace
+
+    from nvkr import fanout
+    from nvkr.store import Store
+
+    actions = {
+        f"sha256:{i:064x}": SimpleNamespace(ref=f"b/{name}@arm64", builder=name, deps=(), name=name)
+        for i, name in enumerate(prefers)
+    }
+    monkeypatch.setattr(fanout, "host_arch", lambda action: prefers[action.name])
+    store = Store(tmp_path / "store")
+    for key, action in actions.items():
+        if seconds and action.name in seconds:
+            run = {"startedOn": "2026-01-01T00:00:00+00:00"}
+            run["finishedOn"] = f"2026-01-01T00:{seconds[action.name] // 60:02d}:00+00:00"
+            store.put_action(key, {"outputs": [], "run": run})
+    plan = SimpleNamespace(actions=actions)
+    axes = {"gpu": "hopper", "kubernetes": "1.36", "arch": "arm64"}
+    variant = SimpleNamespace(id="arch=arm64", arch="arm64", axes=axes)
+    doc = fanout.by_variant(
+        [variant], "r.yaml", "r", partial_plan=lambda vs: plan, full_plan=plan, store=store
+    )
+    return doc.units[0].arch
+
+
+def test_a_variant_unit_runs_where_its_builders_prefer(monkeypatch, tmp_path):
+    # a Go build with an x86_64 toolchain wheel for an arm64 target: amd64 (was: arm64)
+    assert _variant_units(monkeypatch, tmp_path, {"go": "amd64", "image": None}) == "amd64"
+    # no preference: the variant's arch
+    assert _variant_units(monkeypatch, tmp_path, {"image": None}) == "arm64"
+    # they disagree and nothing was timed: the variant's arch
+    assert _variant_units(monkeypatch, tmp_path, {"go": "amd64", "rootfs": "arm64"}) == "arm64"
+    # they disagree: the arch of the longer work
+    timed = {"go": 600, "rootfs": 120}
+    assert _variant_units(monkeypatch, tmp_path, {"go": "amd64", "rootfs": "arm64"}, timed) == (
+        "amd64"
+    )
