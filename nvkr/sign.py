@@ -226,15 +226,15 @@ def load_private_key(ref: str | Path, passphrase_env: str = PASSPHRASE_ENV) -> P
             message names the file, never its content.
     """
     data, where = _read_key_text(ref, "private key")
-    if not str(ref).startswith(ENV_PREFIX):
-        with contextlib.suppress(OSError):
-            if stat.S_IMODE(Path(ref).stat().st_mode) & 0o077:
-                log.warning("private key %s is readable by others; chmod 600 it", where)
     if b"PUBLIC KEY-----" in data and b"PRIVATE KEY-----" not in data:
         raise UsageError(
             f"{where} holds a public key, not a private key",
             hint="sign with the PREFIX.key file; PREFIX.pub is for `nvkr verify --key`",
         )
+    if not str(ref).startswith(ENV_PREFIX):
+        with contextlib.suppress(OSError):
+            if stat.S_IMODE(Path(ref).stat().st_mode) & 0o077:
+                log.warning("private key %s is readable by others; chmod 600 it", where)
     if b"PRIVATE KEY-----" not in data:
         raise UsageError(
             f"{where} is not a PEM private key (no '-----BEGIN ... PRIVATE KEY-----' block)",

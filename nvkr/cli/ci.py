@@ -76,7 +76,21 @@ def _label(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) 
 @click.pass_obj
 def generate(app: App, /, out: Path | None, **kwargs: Any) -> None:
     """Write a PLATFORM pipeline that builds RECIPES (default recipes/default.yaml)."""
+    from nvkr.ci import DEFAULT_PR_TRUST, DEFAULT_TRUST
+
     text = generate_text(app, out=out, **kwargs)
+    for which, pub in (
+        ("main", kwargs["trust"] or DEFAULT_TRUST),
+        ("PR", kwargs["pr_trust"] or DEFAULT_PR_TRUST),
+    ):
+        if not Path(pub).is_file():  # read by the pipeline's jobs from the checkout's root
+            click.echo(
+                f"warning: the pipeline trusts the {which} cache's key {pub}, which is not in "
+                f"this checkout: commit the public half there (`nvkr keys generate --out "
+                f"{pub.removesuffix('.pub')}`, the .key as the CI secret), or every job "
+                "fails reading it",
+                err=True,
+            )
     if out is None:
         click.echo(text, nl=False)
         return

@@ -375,3 +375,18 @@ def test_the_actionlint_filter_drops_only_the_declared_labels(tmp_path):
     assert not any('"ubuntu-24.04"' in e["message"] for e in errors)
     assert any('"nope-runner"' in e["message"] for e in errors), errors
     assert "expression" in kinds and any("missing" in e["message"] for e in errors), errors
+
+
+def test_a_trusted_key_the_checkout_lacks_is_warned_about(fan):
+    project, store = fan
+    args = ("ci", "generate", "github", "recipes/fan.yaml", "--cache", CACHE, "--image", IMAGE)
+    res = run_nvkr(*args, cwd=project, store=store)
+    assert res.code == 0, res.stderr
+    warned = [line for line in res.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warned) == 2 and "ci/keys/nvkr-cache.pub, which is not in this checkout" in warned[0]
+    assert "nvkr keys generate --out ci/keys/nvkr-cache-pr`" in warned[1]
+    (project / "ci" / "keys").mkdir(parents=True)
+    for pub in ("nvkr-cache.pub", "nvkr-cache-pr.pub"):
+        (project / "ci" / "keys" / pub).write_text("-----BEGIN PUBLIC KEY-----\n")
+    res = run_nvkr(*args, cwd=project, store=store)
+    assert res.code == 0 and "warning" not in res.stderr, res.stderr

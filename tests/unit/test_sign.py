@@ -332,3 +332,13 @@ def test_in_toto_verifies_the_envelope_and_attestation_parses_the_statement(pair
     assert provenance.run_details.builder.id == BUILDER_ID
     assert provenance.build_definition.build_type == BUILD_TYPE
     assert [d.name for d in provenance.build_definition.resolved_dependencies] == ["go"]
+
+
+def test_a_public_key_given_to_sign_with_is_refused_without_a_permission_warning(tmp_path, caplog):
+    prefix = tmp_path / "k"
+    generate_key("ed25519", prefix)
+    pub = prefix.with_suffix(".pub")
+    pub.chmod(0o644)  # as public keys are
+    with pytest.raises(UsageError, match="holds a public key, not a private key"):
+        load_private_key(pub)
+    assert "readable by others" not in caplog.text  # was: a chmod 600 hint for a public key
