@@ -328,7 +328,7 @@ def command(
         if said := cleanup_line(cleaned):
             console.print(escape(said))
         plan = make_session_plan(session)
-        if session.resolver.resolved_now and not as_json:
+        if session.resolver.resolved_now and session.resolver.lock is not None and not as_json:
             console.print(
                 f"[yellow]warning:[/] {session.lock_path} lacks {', '.join(sorted(set(session.resolver.resolved_now)))}; "
                 "resolved now — run `nvkr lock` to pin them"

@@ -672,3 +672,11 @@ def test_plan_text_marks_what_is_not_hermetic(tmp_path):
     lines = {line.split()[2]: line for line in res.stdout.splitlines() if line.startswith("  ")}
     assert lines["img"].endswith("to build, not hermetic"), lines
     assert lines["release"].endswith("to build, not hermetic")
+
+
+def test_a_build_without_a_lockfile_says_so_once(project, tmp_path):
+    proj, _ = project
+    res = run_nvkr("build", "recipes/small.yaml", cwd=proj, store=tmp_path / "store")
+    assert res.code == 0, res.stderr
+    assert "warning: no lockfile" in res.stderr
+    assert " lacks " not in res.stderr  # was: '… lacks readme, …; resolved now' after it
