@@ -205,7 +205,8 @@ def run_sbom(
 ) -> tuple[Action, dict[str, Any], dict[str, Any], bytes]:
     """Plan and run one sbom action; returns (action, result, document, document bytes)."""
     spec = sbom_spec(label, kind, subject, binaries or [], "0.1.0", images)
-    action = _new_action(SbomBuilder.name, SbomBuilder.version, f"sbom {label}", spec, EPOCH, {})
+    name = f"sbom {label}"
+    action = _new_action(SbomBuilder.name, SbomBuilder.version, name, spec, EPOCH, {}, label)
     result = run_action(action, store, {k: deps[k] for k in action.deps})
     (out,) = result["outputs"]
     data = store.read_blob(out["digest"])
@@ -604,7 +605,9 @@ def test_the_epoch_is_the_only_date(tmp_path: Path) -> None:
     store = Store(tmp_path / "store")
     result = go_binary_result(store, KEY_BIN["amd64"], "amd64")
     spec = sbom_spec("agent", "binary", KEY_BIN["amd64"], [], "0.1.0")
-    later = _new_action(SbomBuilder.name, SbomBuilder.version, "sbom", spec, EPOCH + 86400, {})
+    later = _new_action(
+        SbomBuilder.name, SbomBuilder.version, "sbom", spec, EPOCH + 86400, {}, "agent"
+    )
     out = run_action(later, store, {KEY_BIN["amd64"]: result})["outputs"][0]
     doc = json.loads(store.read_blob(out["digest"]))
     assert doc["creationInfo"]["created"] == "2025-12-02T00:00:00Z"
