@@ -43,6 +43,8 @@ class StoreReport:
     actions: int = 0
     unreadable_actions: list[str] = field(default_factory=list)
     orphan_seals: int = 0
+    #: corrupt digest -> the actions whose outputs it is ("NAME (BUILDER)"; none for a source)
+    owners: dict[str, list[str]] = field(default_factory=dict)
     tools: int = 0
     corrupt_tools: list[str] = field(default_factory=list)
     repaired: bool = False
@@ -61,6 +63,7 @@ class StoreReport:
             "actions": self.actions,
             "unreadableActions": self.unreadable_actions,
             "orphanSeals": self.orphan_seals,
+            "owners": self.owners,
             "tools": self.tools,
             "corruptTools": self.corrupt_tools,
             "repaired": self.repaired,
@@ -107,6 +110,12 @@ def verify_store(store: Store, *, repair: bool = False, jobs: int = 2) -> StoreR
                     raise ValueError("not an action record")
             except (ValueError, UnicodeDecodeError):
                 report.unreadable_actions.append(record.name)
+                continue
+            for out in doc.get("outputs", []):
+                output = str(out.get("digest")) if isinstance(out, dict) else ""
+                if output in report.corrupt:
+                    owner = f"{doc.get('name', record.stem)} ({doc.get('builder', '?')})"
+                    report.owners.setdefault(output, []).append(owner)
         for tree in sorted(store.tools_dir.iterdir()):
             tree_seal = treeseal.read_seal(tree) if tree.is_dir() else None
             if tree_seal is None:  # no seal: unpacked again on its next use, never used as is

@@ -57,7 +57,12 @@ def verify(app: App, repair: bool, jobs: int, as_json: bool) -> None:
             f"and {_n(report.tools, 'tools tree')} hashed, {_n(report.actions, 'action record')} read"
         )
         for digest in report.corrupt:
-            click.echo(f"  corrupt   {digest}" + ("  (deleted)" if report.repaired else ""))
+            owners = report.owners.get(digest)
+            click.echo(
+                f"  corrupt   {digest}"
+                + (f"  output of {', '.join(owners)}" if owners else "")
+                + ("  (deleted)" if report.repaired else "")
+            )
         for name in report.stray:
             click.echo(
                 f"  stray     blobs/sha256/{name}" + ("  (deleted)" if report.repaired else "")

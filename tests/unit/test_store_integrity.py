@@ -176,3 +176,20 @@ def test_store_verify_finds_what_a_seal_cannot_see_and_repair_refetches(project,
     assert again["releaseSets"][0]["digest"] == first["releaseSets"][0]["digest"]
     assert path.read_bytes() == TOOL
     assert run_nvkr("store", "verify", cwd=project, store=store).code == 0
+
+
+def test_store_verify_names_the_action_whose_output_is_corrupt(project, tmp_path):
+    store = tmp_path / "store"
+    _build(project, store)
+    records = [json.loads(p.read_bytes()) for p in (store / "actions").glob("*.json")]
+    (image,) = [r for r in records if r["builder"] == "container-image"]
+    layer = max(image["outputs"], key=lambda o: o["size"])["digest"].split(":")[1]
+    s = Store(store)
+    _flip(s.blob_path("sha256:" + layer))
+    s.seal("sha256:" + layer)
+    res = run_nvkr("store", "verify", cwd=project, store=store)
+    assert res.code == 3
+    (line,) = [x for x in res.stdout.splitlines() if x.strip().startswith("corrupt")]
+    assert layer in line and "output of " in line and "(container-image)" in line, line
+    report = json.loads(run_nvkr("store", "verify", "--json", cwd=project, store=store).stdout)
+    assert any(o.endswith("(container-image)") for o in report["owners"]["sha256:" + layer])
