@@ -5,7 +5,7 @@ Builds a release set shaped like a default one — ``--blobs`` machine images of
 random bytes each (as QCOW2 disks would be, incompressible) next to their small manifests,
 provenance and metadata — starts CNCF distribution (``/usr/bin/docker-registry``) on 127.0.0.1
 the way the tests do (:func:`tests.registry.run_registry`), publishes the set with
-:func:`nvkr.publish.publish_layout`, then for each of ``--runs`` rounds pulls it by digest with
+:func:`nvkr.delivery.publish.publish_layout`, then for each of ``--runs`` rounds pulls it by digest with
 ``workers=1`` and ``workers=--workers`` (alternating who goes first), each pull in a fresh Python
 process into a fresh directory. Prints the median pull time of each (the report's ``seconds``:
 the whole pull, from the first manifest to the layout in place), the ratio, and the peak RSS of
@@ -49,7 +49,7 @@ _CHILD = """
 import json, sys
 from pathlib import Path
 from nvkr.oci.registry import RegistryClient
-from nvkr.pull import pull_release_set
+from nvkr.delivery.pull import pull_release_set
 ref, target, workers = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
 with RegistryClient(ref.split("/", 1)[0]) as client:
     report = pull_release_set(ref, target, client, workers=workers)
@@ -146,8 +146,8 @@ def main() -> None:
     )
     args = parser.parse_args()
 
+    from nvkr.delivery.publish import publish_layout
     from nvkr.oci.registry import RegistryClient
-    from nvkr.publish import publish_layout
     from tests.registry import run_registry
     from tests.unit.test_pull_parallel import make_machine_image_set
 

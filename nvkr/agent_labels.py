@@ -1,6 +1,6 @@
 """The node agent's labels on a booted image's console, checked against its readiness line.
 
-:func:`nvkr.boot.boot_test` waits for the agent's readiness line and then (``then=``) for the
+:func:`nvkr.machine.boot.boot_test` waits for the agent's readiness line and then (``then=``) for the
 last line of the labels it prints next; :func:`check_agent_labels` reads those labels from the
 console lines the boot test returns and checks them against the readiness line.
 """

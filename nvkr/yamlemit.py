@@ -8,11 +8,11 @@ to something other than a string must be quoted; :func:`plain_is_str` is that te
 once. Every writer uses it:
 
 - :class:`Dumper`, a PyYAML ``SafeDumper`` that quotes by it: exported documents
-  (:mod:`nvkr.export`) and, through a subclass with go-yaml's quoting style, ``Chart.yaml`` and
+  (:mod:`nvkr.delivery.export`) and, through a subclass with go-yaml's quoting style, ``Chart.yaml`` and
   ``Chart.lock`` (:mod:`nvkr.helm.metadata`);
 - :func:`scalar`, one string as YAML text, for the writers that edit text in place or write it
   line by line: image pins in ``values.yaml`` (:mod:`nvkr.helm.values`), ``lock --update``'s
-  recipe edits (:mod:`nvkr.update.edit`) and the mirror config snippet (:mod:`nvkr.mirror`).
+  recipe edits (:mod:`nvkr.update.edit`) and the mirror config snippet (:mod:`nvkr.airgap.export`).
 
 Quoting more than needed is harmless (a quoted scalar is a string to every reader), so the
 go-yaml rules below are a superset of what go-yaml resolves; the YAML 1.1 spec's own float

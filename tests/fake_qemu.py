@@ -1,6 +1,6 @@
 """Fake and wrapped QEMUs for the boot-test tests: a hang injected under ``-accel kvm``.
 
-:func:`fake_qemu` writes an executable that takes QEMU's command line as :func:`nvkr.qemu.qemu_argv`
+:func:`fake_qemu` writes an executable that takes QEMU's command line as :func:`nvkr.machine.qemu.qemu_argv`
 makes it, writes its ``-pidfile``, connects to the console and QMP sockets and plays a scripted
 console for the accelerator it was given (``-accel kvm`` or ``-accel tcg``): ``("say", TEXT)``
 sends TEXT, ``("sleep", SECONDS)`` waits, ``("exit", STATUS)`` exits. After the script it stays

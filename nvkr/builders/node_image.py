@@ -17,7 +17,7 @@ times describe the run, not the image, so they stay out of the metadata a cache 
    the debugfs time pass, GPT, GRUB, ``qemu-img convert``).
 
 With ``bootTest: true`` the image is booted in QEMU (:func:`boot_check`, through
-:func:`nvkr.boot.boot_test` as ``nvkr boot-test`` does) before it is stored: a failed boot fails
+:func:`nvkr.machine.boot.boot_test` as ``nvkr boot-test`` does) before it is stored: a failed boot fails
 the action and nothing is cached; the console is kept under the store's ``logs/boot-test``. ``backend: diskimage-builder``
 hands the tree to diskimage-builder instead (:mod:`nvkr.builders.dib`).
 """
@@ -59,7 +59,7 @@ from nvkr.run import run
 from nvkr.sbom.debian import tree_licenses
 
 if TYPE_CHECKING:
-    from nvkr.boot import BootResult
+    from nvkr.machine.boot import BootResult
 
 #: Builder assets: the Jinja2 templates and diskimage-builder elements.
 ASSETS = Path(nvkr.__file__).resolve().parent.parent / "builders" / "node-image"
@@ -459,8 +459,8 @@ def boot_check(
         BootTestError: the boot failed (the hint names the console log).
     """
     from nvkr.agent_labels import AGENT_LABELS, check_agent_labels
-    from nvkr.boot import CONSOLE_LOGS, boot_test, event_line, new_console_log
-    from nvkr.boot import log as boot_log
+    from nvkr.machine.boot import CONSOLE_LOGS, boot_test, event_line, new_console_log
+    from nvkr.machine.boot import log as boot_log
 
     def event(kind: str, fields: dict[str, Any]) -> None:
         line = event_line(kind, fields)

@@ -6,7 +6,7 @@ it, without fetching anything: its matrix cell (GPU generation, Kubernetes relea
 the cluster version (``releaseSet.clusterRelease.kubernetes``), the component versions the recipe
 declares in ``vars`` (``kubeletVersion``, ..., ``nvidiaDriverVersion``) and the containerd, runc and
 NVIDIA driver and container toolkit versions pinned in its ``apt`` sources. Each version is parsed with the parser of
-its kind (:mod:`nvkr.versions`): upstream SemVer, NVIDIA driver, Debian package (reduced to its
+its kind (:mod:`nvkr.catalog.versions`): upstream SemVer, NVIDIA driver, Debian package (reduced to its
 upstream version). A var and a pin of the same component that disagree are recorded, not
 resolved: that is a violation of its own (rule ``pins.agree``).
 """
@@ -16,16 +16,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nvkr.recipe import Variant
-from nvkr.recipe.models import AptSource
-from nvkr.recipe.yamlsource import where
-from nvkr.versions import (
+from nvkr.catalog.versions import (
     DriverVersion,
     UpstreamVersion,
     parse_debian,
     parse_driver,
     parse_upstream,
 )
+from nvkr.recipe import Variant
+from nvkr.recipe.models import AptSource
+from nvkr.recipe.yamlsource import where
 
 # vars.NAME -> component. Every one is an upstream (SemVer) version except the driver.
 VERSION_VARS: dict[str, str] = {
@@ -53,8 +53,8 @@ class Fact:
     """One component version of a variant.
 
     Attributes:
-        version: the parsed version (:class:`~nvkr.versions.DriverVersion` for the NVIDIA driver,
-            else :class:`~nvkr.versions.UpstreamVersion`).
+        version: the parsed version (:class:`~nvkr.catalog.versions.DriverVersion` for the NVIDIA driver,
+            else :class:`~nvkr.catalog.versions.UpstreamVersion`).
         text: the string as written (a Debian version for an apt pin).
         where: ``FILE:LINE: vars.kubeletVersion`` or ``FILE:LINE: sources.S.packages.P``.
     """

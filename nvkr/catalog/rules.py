@@ -24,9 +24,7 @@ from typing import Annotated, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from nvkr.catalog.facts import DRIVER, Fact, VariantFacts
-from nvkr.errors import RecipeError
-from nvkr.recipe.yamlsource import LocationMap, where
-from nvkr.versions import (
+from nvkr.catalog.versions import (
     DriverVersion,
     UpstreamVersion,
     VersionError,
@@ -34,6 +32,8 @@ from nvkr.versions import (
     parse_release_line,
     satisfies,
 )
+from nvkr.errors import RecipeError
+from nvkr.recipe.yamlsource import LocationMap, where
 
 RULES_FILE = "compatibility.yaml"
 CLUSTER_LINE = "cluster.line"

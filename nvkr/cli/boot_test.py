@@ -12,7 +12,7 @@ from nvkr.cli import App
 from nvkr.errors import BootTestError, UsageError
 
 if TYPE_CHECKING:
-    from nvkr.boot import BootEvent
+    from nvkr.machine.boot import BootEvent
 
 
 def _images_of_set(layout: Path, artifact: str | None, variant: str | None) -> list[dict[str, Any]]:
@@ -139,7 +139,7 @@ def command(
     are printed and the exit status is 1.
     """
     from nvkr.agent_labels import AGENT_LABELS, check_agent_labels
-    from nvkr.boot import CONSOLE_LOGS, boot_test, new_console_log
+    from nvkr.machine.boot import CONSOLE_LOGS, boot_test, new_console_log
 
     if target.is_dir():
         from nvkr.cli.common import require_layout
@@ -220,7 +220,7 @@ def command(
 def _reporter(image: dict[str, Any], as_json: bool, seen: dict[str, Any]) -> BootEvent:
     """The ``event`` of one image's boot test: a JSON line each (image label and digest added),
     or the start line and the stall warning on stderr; ``seen["accel"]`` follows the attempts."""
-    from nvkr.boot import event_line
+    from nvkr.machine.boot import event_line
 
     def event(kind: str, fields: dict[str, Any]) -> None:
         seen["accel"] = fields["accel"]

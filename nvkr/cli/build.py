@@ -381,7 +381,7 @@ def command(
                 f"--push {push} names one tag but the build wrote {len(written)} release sets",
                 hint="leave the tag out: each release set is tagged with its own name",
             )
-        from nvkr.publish import publish_layout
+        from nvkr.delivery.publish import publish_layout
 
         with registry.client(push_ref.registry) as client:
             for item in written:

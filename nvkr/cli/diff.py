@@ -1,7 +1,7 @@
 """``nvkr diff A B``: what changed between two recipes, lockfiles or release sets.
 
-:func:`nvkr.diff.diff` computes the difference; this module prints it: a text report grouped by
-section (or ``identical``), or with ``--json`` the document itself (shape in :mod:`nvkr.diff`).
+:func:`nvkr.diff.compare.diff` computes the difference; this module prints it: a text report grouped by
+section (or ``identical``), or with ``--json`` the document itself (shape in :mod:`nvkr.diff.compare`).
 The exit status is 0 whether or not anything differs, as for a report; ``--exit-code`` makes it
 1 when something differs (as ``git diff --exit-code``). Bad arguments exit 2 (missing file, a
 recipe that does not load, not a lockfile, two kinds that do not compare, a layout without a
@@ -45,7 +45,7 @@ _TITLES = (
 def command(app: App, a: Path, b: Path, as_json: bool, exit_code: bool) -> None:
     """Show what changed from A to B: two recipes (.yaml), two lockfiles (.lock.json) or two
     release sets (dist/<name>, or its index.json)."""
-    from nvkr.diff import diff
+    from nvkr.diff.compare import diff
 
     doc = diff(a, b)
     if as_json:

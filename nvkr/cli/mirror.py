@@ -1,4 +1,4 @@
-"""``nvkr mirror export|import|serve``: air-gapped builds (:mod:`nvkr.mirror`).
+"""``nvkr mirror export|import|serve``: air-gapped builds (:mod:`nvkr.airgap.export`).
 
 ``export`` writes every locked source of the recipes into a portable directory, ``import`` adds
 it to a store (every blob verified; a mismatch exits 3), ``serve`` answers the upstream URL layout
@@ -62,8 +62,8 @@ def export_command(
     A source the store lacks is fetched first. Re-exporting into the same DIR adds what is
     missing; DIR/index.json is written last.
     """
+    from nvkr.airgap.export import export_mirror, select_sources
     from nvkr.cli.common import cleanup_line, open_session
-    from nvkr.mirror import export_mirror, select_sources
 
     selections = []
     fetch = None
@@ -103,7 +103,7 @@ def export_command(
 @click.pass_obj
 def import_command(app: App, directory: Path) -> None:
     """Add every blob of an export DIR to the store (--store), each verified first."""
-    from nvkr.mirror import import_mirror
+    from nvkr.airgap.export import import_mirror
     from nvkr.store import Store
 
     store = Store(app.store_root)
@@ -127,7 +127,7 @@ def import_command(app: App, directory: Path) -> None:
 )
 def serve_command(directory: Path, host: str, port: int) -> None:
     """Serve an export DIR at its upstream URL layout (GET /<host>/<path>) until Ctrl-C."""
-    from nvkr.mirror import config_snippet, make_server, mirror_flags
+    from nvkr.airgap.export import config_snippet, make_server, mirror_flags
 
     server, prefixes = make_server(directory, host, port)
     base = f"http://{host}:{server.server_address[1]}"

@@ -1,4 +1,4 @@
-"""``nvkr publish``: push a release set's layout to a registry, the tag last (:mod:`nvkr.publish`).
+"""``nvkr publish``: push a release set's layout to a registry, the tag last (:mod:`nvkr.delivery.publish`).
 
 Humans get one line per upload, mount, manifest push, referrers tag and the tag on stderr, and a
 summary that says how many bytes went up (``0 bytes uploaded`` on a re-publish); ``--json``
@@ -72,9 +72,9 @@ def command(
     Blobs the repository holds are skipped, everything is pushed before the release set index,
     and the tag (default: the release set's name) is written last.
     """
+    from nvkr.delivery.publish import publish_layout
     from nvkr.errors import UsageError
     from nvkr.oci.registry import Reference
-    from nvkr.publish import publish_layout
 
     ref = Reference.parse(reference)  # before anything else: a bad name never reaches a registry
     for repo in mount_from:

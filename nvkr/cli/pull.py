@@ -1,4 +1,4 @@
-"""``nvkr pull``: a release set from a registry, by digest, into a layout dir (:mod:`nvkr.pull`).
+"""``nvkr pull``: a release set from a registry, by digest, into a layout dir (:mod:`nvkr.delivery.pull`).
 
 Humans get a summary on stderr (with the bytes downloaded and reused when blobs of an earlier pull
 into DIR, or of the store, were reused); ``--json`` prints one JSON object per event on stdout and
@@ -52,9 +52,9 @@ def command(
     Every blob is checked against its digest, and with --key every signature, before DIRECTORY
     is written (atomically; an existing one is replaced only when every check passed).
     """
+    from nvkr.delivery.pull import pull_release_set
     from nvkr.errors import UsageError
     from nvkr.oci.registry import Reference
-    from nvkr.pull import pull_release_set
     from nvkr.sign import load_public_key
     from nvkr.store import default_root, reader_lock
 

@@ -2,9 +2,9 @@
 
 Reads the release set in a ``dist/<name>`` directory through its metadata only (as ``show``
 does; a registry reference: its index and metadata only) and writes
-:func:`nvkr.export.export_json` (``--format json``) or :func:`nvkr.export.export_capi`
+:func:`nvkr.delivery.export.export_json` (``--format json``) or :func:`nvkr.delivery.export.export_capi`
 (``--format capi``; ``--infrastructure metal3`` adds Metal3MachineTemplates booting the machine
-images, their URLs from :class:`nvkr.export.ImageUrls`) to stdout or ``--out``. ``capi`` also
+images, their URLs from :class:`nvkr.delivery.export.ImageUrls`) to stdout or ``--out``. ``capi`` also
 reads the SBOM of each node-pool machine image and warns when it shows no kubeadm or kubelet:
 the Kubeadm* resources could not bootstrap such nodes.
 """
@@ -23,7 +23,7 @@ from nvkr.cli.common import RegistryAccess, registry_options
 from nvkr.errors import UsageError
 
 if TYPE_CHECKING:
-    from nvkr.export import ImageUrls
+    from nvkr.delivery.export import ImageUrls
 
 
 @click.command("export")
@@ -113,8 +113,8 @@ def command(
 ) -> None:
     """Export the release set in PATH (a dist/<name> directory) or at REF (a registry reference)
     for a management system."""
-    from nvkr import export
     from nvkr.cli.release_set import load_release_set
+    from nvkr.delivery import export
 
     if repository is not None:
         from nvkr.oci.reference import Reference
@@ -200,13 +200,13 @@ def _image_urls(
     from_registry: bool,
     insecure: bool,
 ) -> ImageUrls | None:
-    """The image URL option given, as :class:`nvkr.export.ImageUrls` (None when neither is).
+    """The image URL option given, as :class:`nvkr.delivery.export.ImageUrls` (None when neither is).
 
     Raises:
         UsageError: both are given, or ``--image-url-from-registry`` has no registry (SOURCE is
             a directory and there is no ``--repository``), or a malformed URL or reference.
     """
-    from nvkr.export import ImageUrls
+    from nvkr.delivery.export import ImageUrls
     from nvkr.oci.reference import Reference
 
     if base_url is not None and from_registry:
@@ -235,11 +235,11 @@ def _kubeadm_gaps(
     source: str, meta: dict[str, Any], registry: RegistryAccess
 ) -> list[tuple[str, list[str]]]:
     """``(label, missing)`` for each node-pool machine image whose SBOM lacks kubeadm or
-    kubelet (:func:`nvkr.export.missing_for_kubeadm`): read from the layout, or from the
+    kubelet (:func:`nvkr.delivery.export.missing_for_kubeadm`): read from the layout, or from the
     registry (one manifest and one SBOM blob each)."""
     import io
 
-    from nvkr import export
+    from nvkr.delivery import export
     from nvkr.oci.layout import LayoutReader
 
     sboms = export.machine_image_sboms(meta)

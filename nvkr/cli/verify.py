@@ -84,8 +84,8 @@ def command(
             f"{path} is neither a directory nor a registry reference by digest",
             hint="give the release set's layout (dist/<name>) or REGISTRY/REPO@sha256:<hex>",
         )
+    from nvkr.delivery.pull import pull_release_set
     from nvkr.oci.registry import Reference
-    from nvkr.pull import pull_release_set
 
     ref = Reference.parse(str(path))
     with tempfile.TemporaryDirectory(prefix="nvkr-verify-") as tmp:

@@ -5,7 +5,7 @@ The builder calls :func:`prepare_boot_files` on the staged tree (GRUB configurat
 first-boot growroot unit; returns the :class:`DiskLayout` with every identifier derived from the
 action key), then :func:`assemble_disk` (ext4 by ``mkfs.ext4 -d`` + ``debugfs``, GPT by
 ``sfdisk``, GRUB by ``grub-mkimage`` installed as grub-bios-setup would, FAT ESP by ``mkfs.fat``
-+ mtools, ``qemu-img convert``). :mod:`nvkr.boot` boots the result in QEMU.
++ mtools, ``qemu-img convert``). :mod:`nvkr.machine.boot` boots the result in QEMU.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Names enter here from the command line (``nvkr publish REF``, ``nvkr build --push REF``) before
 anything is sent: :meth:`Reference.parse` checks them against the OCI distribution-spec v1.1
 ("Pulling manifests") and names the part that is wrong. The checked :class:`Reference` then gives
-:class:`nvkr.oci.registry.RegistryClient` its registry host and :mod:`nvkr.publish` its
+:class:`nvkr.oci.registry.RegistryClient` its registry host and :mod:`nvkr.delivery.publish` its
 repository, tag and digest; :func:`fallback_tag` names the tag that stands in for the referrers
 API on registries without one ("Referrers Tag Schema").
 """

@@ -1,6 +1,6 @@
 """A client for OCI registries: blobs and manifests moved, verified.
 
-``nvkr publish`` pushes a release set through it (:mod:`nvkr.publish`) and the ``oci`` source kind
+``nvkr publish`` pushes a release set through it (:mod:`nvkr.delivery.publish`) and the ``oci`` source kind
 pulls base images through it (:mod:`nvkr.fetch.oci`). It speaks the OCI distribution-spec v1.1 over
 HTTP(S) with ``requests``: "Checking if content exists" (HEAD), "Pushing blobs" (POST then PUT,
 ``PATCH`` chunks for large blobs, "Mounting a blob from another repository"), "Pushing manifests",

@@ -42,7 +42,7 @@ def exact_release(text: str) -> str:
     """
     if is_template(text):
         return text
-    from nvkr.versions import VersionError, parse_release_line, parse_upstream
+    from nvkr.catalog.versions import VersionError, parse_release_line, parse_upstream
 
     try:
         return str(parse_upstream(text))

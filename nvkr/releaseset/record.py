@@ -465,7 +465,7 @@ def check_record_bytes(
     envelope_name: str,
 ) -> BuildRecordCheck:
     """:func:`check_build_record` on a record's bytes and its envelope's (None: unsigned), e.g.
-    as :func:`nvkr.pull.pull_release_set` fetched them; fills and returns ``check`` (whose
+    as :func:`nvkr.delivery.pull.pull_release_set` fetched them; fills and returns ``check`` (whose
     ``path`` names the record in messages)."""
     check.present = check.checked = True
     what = f"build record {check.path}"

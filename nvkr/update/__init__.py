@@ -12,7 +12,7 @@ checksum file published next to the new URL) and loads the edited recipe from me
 locks that recipe and only then writes the files (:func:`write_atomically`): a failure anywhere
 leaves every file as it was.
 
-Versions are ordered only by :mod:`nvkr.versions`.
+Versions are ordered only by :mod:`nvkr.catalog.versions`.
 """
 
 from __future__ import annotations
@@ -24,6 +24,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from nvkr.catalog.versions import (
+    DebianVersion,
+    Kind,
+    UpstreamVersion,
+    VersionError,
+    max_version,
+    parse_debian,
+    parse_upstream,
+    sort_versions,
+)
 from nvkr.errors import FetchError, NvkrError, RecipeError, UsageError
 from nvkr.fetch.checksums import parse_checksum_file
 from nvkr.fetch.context import FetchContext
@@ -46,16 +56,6 @@ from nvkr.update.upstreams import (
     pypi_upstream,
     pypi_wheel,
     url_upstream,
-)
-from nvkr.versions import (
-    DebianVersion,
-    Kind,
-    UpstreamVersion,
-    VersionError,
-    max_version,
-    parse_debian,
-    parse_upstream,
-    sort_versions,
 )
 
 __all__ = ["Change", "UpdatePlan", "UpdateRequest", "plan_update", "write_atomically"]

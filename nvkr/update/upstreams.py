@@ -16,7 +16,7 @@ downloads a payload):
   machinery (:mod:`nvkr.fetch.apt`): each repository's Release is checked against its keyring.
 
 Each listing yields :class:`Candidate` versions as the upstream writes them; choosing among them
-is :func:`nvkr.update.choose`'s job, through :mod:`nvkr.versions` only.
+is :func:`nvkr.update.choose`'s job, through :mod:`nvkr.catalog.versions` only.
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nvkr.catalog.versions import VersionError, parse_upstream
 from nvkr.errors import FetchError
 from nvkr.fetch.context import FetchContext
 from nvkr.fetch.http import fetch_text
 from nvkr.recipe.models import AptSource
 from nvkr.run import run
-from nvkr.versions import VersionError, parse_upstream
 
 K8S_RELEASE = "https://dl.k8s.io/release/"
 GITHUB = "https://github.com/"

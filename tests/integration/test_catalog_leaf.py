@@ -174,7 +174,7 @@ def test_catalog_leaf_locks_and_builds_against_loopback_upstreams(
     assert staged["/usr/bin/kubelet"] == k8s.kube("kubelet", "amd64").sha256
     assert set(staged) >= {"/usr/bin/kubeadm", "/usr/bin/kubectl", "/usr/bin/crictl"}
     # the image's SBOM shows what kubeadm needs, so a Cluster API export does not warn
-    from nvkr.export import missing_for_kubeadm
+    from nvkr.delivery.export import missing_for_kubeadm
     from nvkr.oci.layout import LayoutReader
 
     reader = LayoutReader(layout)

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from nvkr.boot import boot_test
 from nvkr.disk import assemble_disk, prepare_boot_files
-from nvkr.qemu import OVMF
+from nvkr.machine.boot import boot_test
+from nvkr.machine.qemu import OVMF
 
 pytestmark = [
     pytest.mark.slow,

@@ -1,5 +1,5 @@
 """nvkr.boot's accelerator choice: a KVM guest that makes no progress on its console is given up
-after :data:`nvkr.boot.KVM_STALL_SECONDS` and booted again under TCG (``accel="auto"``), or fails
+after :data:`nvkr.machine.boot.KVM_STALL_SECONDS` and booted again under TCG (``accel="auto"``), or fails
 naming KVM (``"kvm"``); ``"tcg"`` never runs KVM; ``$NVKR_BOOT_ACCEL`` is the default.
 
 Fake QEMUs (tests/fake_qemu.py) play scripted consoles, fast; the last test injects the hang into
@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from nvkr import boot, qemu
 from nvkr.errors import BootTestError, UsageError
+from nvkr.machine import boot, qemu
 from tests.fake_qemu import accels, fake_qemu, hanging_kvm_qemu
 from tests.unit.disk.conftest import needs_grub, needs_tools
 from tests.unit.disk.test_boot import LOADING, build_image, needs_qemu

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from nvkr import boot, qemu
 from nvkr.cli import main
+from nvkr.machine import boot, qemu
 from tests.fake_qemu import accels, fake_qemu
 
 FIRMWARE = [

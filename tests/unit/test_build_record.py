@@ -21,6 +21,8 @@ import pytest
 from nvkr import builders
 from nvkr.builders.release_set import ReleaseSetBuilder
 from nvkr.canonical import canonical_json
+from nvkr.delivery.publish import publish_layout
+from nvkr.delivery.pull import pull_release_set
 from nvkr.errors import IntegrityError
 from nvkr.execute import BuildReport, execute
 from nvkr.fetch import FetchContext
@@ -28,8 +30,6 @@ from nvkr.oci import mediatypes as mt
 from nvkr.oci.registry import RegistryClient, fallback_tag
 from nvkr.plan import Action, Plan, action_key
 from nvkr.provenance import SLSA_PROVENANCE_V1, STATEMENT_TYPE, parse_timestamp, validate_statement
-from nvkr.publish import publish_layout
-from nvkr.pull import pull_release_set
 from nvkr.releaseset import materialize, read_metadata
 from nvkr.releaseset.record import (
     build_record,

@@ -16,7 +16,7 @@ import pytest
 
 from nvkr.cli import main
 from nvkr.cli.diff import describe_variants, render_text
-from nvkr.diff import (
+from nvkr.diff.compare import (
     SECTIONS,
     _Details,
     _ReleaseSet,

@@ -13,9 +13,9 @@ import jsonschema
 import pytest
 import yaml
 
-from nvkr import export
 from nvkr.cli import main, release_set_export
 from nvkr.cli import release_set as release_set_cli
+from nvkr.delivery import export
 from nvkr.errors import IntegrityError, UsageError
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import LayoutReader

@@ -24,6 +24,7 @@ import pytest
 
 from nvkr import releaseset
 from nvkr.canonical import canonical_json
+from nvkr.delivery.publish import publish_layout, update_referrers_tag
 from nvkr.errors import IntegrityError, RegistryError, UsageError
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import (
@@ -34,7 +35,6 @@ from nvkr.oci.layout import (
     manifest_bytes,
 )
 from nvkr.oci.registry import RegistryClient, fallback_tag
-from nvkr.publish import publish_layout, update_referrers_tag
 from nvkr.repro import gzip_bytes
 from nvkr.store import Store
 from tests.registry import (

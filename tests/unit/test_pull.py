@@ -17,11 +17,11 @@ from click.testing import CliRunner
 
 from nvkr.cli import cli
 from nvkr.cli import pull as pull_cli
+from nvkr.delivery.publish import publish_layout
 from nvkr.errors import NvkrError
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import LayoutReader
 from nvkr.oci.registry import Reference, RegistryClient
-from nvkr.publish import publish_layout
 from nvkr.releaseset.remote import read_remote_metadata
 from nvkr.releaseset.signing import sign_release_set
 from nvkr.sign import generate_key, load_private_key

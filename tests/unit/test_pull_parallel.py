@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 
 from nvkr import releaseset
+from nvkr.delivery.publish import publish_layout
+from nvkr.delivery.pull import pull_release_set
 from nvkr.errors import IntegrityError, RegistryError
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import LayoutReader
 from nvkr.oci.registry import RegistryClient
-from nvkr.publish import publish_layout
-from nvkr.pull import pull_release_set
 from nvkr.store import Store
 from tests.registry import FaultProxy, Logged, Registry, fast_retries, registry, run_proxy
 from tests.unit.test_pull import run

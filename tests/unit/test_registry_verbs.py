@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 from nvkr.cli import cli
+from nvkr.delivery.publish import publish_layout
 from nvkr.errors import NvkrError
 from nvkr.oci.registry import RegistryClient
-from nvkr.publish import publish_layout
 from tests.registry import PASSWORD, USER, auth_registry, fast_retries
 from tests.unit.test_publish import NAME, make_set
 

@@ -12,10 +12,10 @@ import pytest
 from nvkr.catalog import VariantFacts, check_variants, evaluate_all, load_rules, variant_facts
 from nvkr.catalog.facts import Disagreement, Fact
 from nvkr.catalog.rules import CompatibilityRules, evaluate_cell, find_rules
+from nvkr.catalog.versions import VersionError, parse_driver, parse_upstream
 from nvkr.cli import main
 from nvkr.errors import RecipeError
 from nvkr.recipe import expand, load_recipe
-from nvkr.versions import VersionError, parse_driver, parse_upstream
 
 REPO = Path(__file__).resolve().parents[2]
 RULES_FILE = REPO / "recipes" / "compatibility.yaml"

@@ -9,8 +9,7 @@ import subprocess
 
 import pytest
 
-from nvkr.errors import UsageError
-from nvkr.versions import (
+from nvkr.catalog.versions import (
     DebianVersion,
     DriverVersion,
     ReleaseLine,
@@ -28,6 +27,7 @@ from nvkr.versions import (
     satisfies,
     sort_versions,
 )
+from nvkr.errors import UsageError
 
 U = parse_upstream
 D = parse_driver

@@ -19,10 +19,10 @@ import pytest
 import yaml
 from ruamel.yaml import YAML
 
-from nvkr.export import dump_yaml
+from nvkr.airgap.export import config_snippet
+from nvkr.delivery.export import dump_yaml
 from nvkr.helm.metadata import chart_yaml, read_metadata, sanitize
 from nvkr.helm.values import set_images
-from nvkr.mirror import config_snippet
 from nvkr.recipe.yamlsource import Location
 from nvkr.update.edit import Edit, apply_edits
 

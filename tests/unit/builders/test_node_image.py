@@ -180,10 +180,10 @@ def test_every_staging_template_is_known_and_renders() -> None:
 def test_the_builders_boot_test_falls_back_to_tcg_and_keeps_the_console(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``bootTest: true`` boots through nvkr.boot like ``nvkr boot-test``: a KVM guest silent
+    """``bootTest: true`` boots through nvkr.machine.boot like ``nvkr boot-test``: a KVM guest silent
     after GRUB is booted again under TCG, the build log says so and names the console log kept
     under the store; under ``NVKR_BOOT_ACCEL=kvm`` the stall fails, naming that log."""
-    from nvkr import boot, qemu
+    from nvkr.machine import boot, qemu
     from tests.fake_qemu import accels, fake_qemu
 
     grub = [("say", "nvkr: loading /boot/vmlinuz-6.1.0-test-amd64\r\n")]

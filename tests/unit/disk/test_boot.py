@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from nvkr import boot, qemu
 from nvkr.disk import assemble_disk, prepare_boot_files
 from nvkr.disk.layout import MIB
 from nvkr.errors import BootTestError
+from nvkr.machine import boot, qemu
 from tests.unit.disk.conftest import EPOCH, KVER, SEED, make_tree, needs_grub, needs_tools
 
 needs_qemu = pytest.mark.skipif(

@@ -449,9 +449,9 @@ def version_change(old: str | None, new: str | None, *, debian: bool) -> str:
 
 def debian_order(old: str, new: str) -> int | None:
     """Positive when ``new`` is a later Debian version than ``old`` (dpkg's ordering, Debian
-    Policy 5.6.12, through :func:`nvkr.versions.parse_debian`), negative when earlier, 0 when
+    Policy 5.6.12, through :func:`nvkr.catalog.versions.parse_debian`), negative when earlier, 0 when
     they are equal versions written differently; None when either does not parse."""
-    from nvkr.versions import VersionError, parse_debian
+    from nvkr.catalog.versions import VersionError, parse_debian
 
     try:
         va, vb = parse_debian(old), parse_debian(new)

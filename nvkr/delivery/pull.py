@@ -1,6 +1,6 @@
 """Pulling a release set from a registry into an OCI image layout, verified before it lands.
 
-The consumer's first step, the inverse of :mod:`nvkr.publish`: ``REGISTRY/REPO@sha256:<hex>`` →
+The consumer's first step, the inverse of :mod:`nvkr.delivery.publish`: ``REGISTRY/REPO@sha256:<hex>`` →
 ``DIR`` (a layout ``nvkr verify`` and ``nvkr release-set show`` read). By digest only, so what is
 pulled is what the digest names. The release set index, its whole closure (every manifest, index,
 config and layer, children of nested indexes included) and the signature manifests attached to
@@ -34,7 +34,7 @@ written next to ``DIR`` as ``DIR.build-record.json`` (with ``DIR.build-record.ds
 ``DIR`` itself; where several builds of the same set published one, the latest finished wins. A
 registry without one leaves no record beside ``DIR`` (one of an earlier pull is removed).
 
-The workers share the one :class:`~nvkr.oci.registry.RegistryClient`, as :mod:`nvkr.publish`'s
+The workers share the one :class:`~nvkr.oci.registry.RegistryClient`, as :mod:`nvkr.delivery.publish`'s
 do: its token and credential state sits behind its lock, and what its ``requests.Session`` does
 per request is safe across threads here (the headers are only read, the cookie jar locks itself,
 urllib3's pools hand each thread its own connection; a pool evicted under another thread's feet,

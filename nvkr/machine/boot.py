@@ -1,7 +1,7 @@
 """Boot tests: start a node image in QEMU and watch its serial console for a line.
 
 The image boots by itself (GRUB from the disk, SeaBIOS or UEFI firmware), on a throw-away overlay
-(``-snapshot``: the image file is never written), started by :mod:`nvkr.qemu` with its serial
+(``-snapshot``: the image file is never written), started by :mod:`nvkr.machine.qemu` with its serial
 console and QMP connected to Unix sockets nvkr listens on in a private temp dir (so not a byte is
 lost before nvkr reads). The console is read line by line: the first line matching ``expect``
 ends the test with success, a line matching ``fail``, QEMU exiting or the time limit ends it with
@@ -13,7 +13,7 @@ Acceleration (``accel``, default ``$NVKR_BOOT_ACCEL``, else ``auto``): ``tcg`` n
 ``kvm`` always does; ``auto`` uses KVM when it really runs a guest here. ``/dev/kvm`` being there
 is not enough (nested or broken KVM accepts ioctls and then hangs), so a 512-byte boot sector that
 exits QEMU through ``isa-debug-exit`` must finish under KVM within
-:data:`~nvkr.qemu.KVM_PROBE_SECONDS`. Even that is not enough: nested KVM can run the boot sector
+:data:`~nvkr.machine.qemu.KVM_PROBE_SECONDS`. Even that is not enough: nested KVM can run the boot sector
 and then hang the guest, before SeaBIOS prints a byte or after GRUB hands over to the Linux
 kernel. So a KVM boot **makes no progress** when its console prints no byte for
 :data:`KVM_STALL_SECONDS` before the guest's kernel printed its first line (:data:`KERNEL_LINE`;
@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, Final, Literal, TextIO, get_args
 
 from nvkr.errors import BootTestError, NvkrError, UsageError
-from nvkr.qemu import QEMU, QemuProcess, accept, kvm_works, listen, peer_pid, qemu_argv
+from nvkr.machine.qemu import QEMU, QemuProcess, accept, kvm_works, listen, peer_pid, qemu_argv
 from nvkr.run import FIXED_PATH
 
 log = logging.getLogger("nvkr.boot")

@@ -1,6 +1,6 @@
 """QEMU for boot tests: the command line, the KVM probe, and the QEMU process with its sockets.
 
-:mod:`nvkr.boot` decides what to boot how and reads the console; this module starts QEMU as it
+:mod:`nvkr.machine.boot` decides what to boot how and reads the console; this module starts QEMU as it
 asks. nvkr listens on two Unix sockets (:func:`listen`) and QEMU connects to them as a client:
 the serial console and QMP. :class:`QemuProcess` runs QEMU through :func:`nvkr.run.run` (in a
 thread, since it blocks until QEMU exits) with the pinned environment, and stops it: ACPI
