@@ -142,7 +142,7 @@ def command(
     from nvkr.machine.boot import CONSOLE_LOGS, boot_test, new_console_log
 
     if target.is_dir():
-        from nvkr.cli.common import require_layout
+        from nvkr.oci.layout import require_layout
 
         require_layout(target)
         images = _images_of_set(target, artifact, variant)

@@ -297,20 +297,3 @@ def registry_options(scope: str = "", insecure_note: str = "") -> Callable[[F], 
         return command  # type: ignore[return-value]
 
     return decorate
-
-
-def require_layout(path: Path) -> None:
-    """Refuse a directory that is no OCI image layout at all (neither ``oci-layout`` nor
-    ``index.json``): the user named the wrong directory (exit 2). A layout missing one of the
-    two is left to the integrity checks (exit 3).
-
-    Raises:
-        UsageError: ``path`` holds neither file.
-    """
-    from nvkr.errors import UsageError
-
-    if not (path / "oci-layout").exists() and not (path / "index.json").exists():
-        raise UsageError(
-            f"{path} is not a release set: no oci-layout or index.json in it",
-            hint="give a release set's layout, e.g. dist/<name>",
-        )

@@ -1,16 +1,10 @@
-"""``nvkr release-set show``: what a release set holds, read from its index and metadata only.
-
-A release set on disk (``dist/<name>/``, an OCI image layout) or in a registry
-(``REGISTRY/REPOSITORY:TAG``, :func:`nvkr.releaseset.remote.read_remote_metadata`) is read
-through its metadata manifest's config (``application/vnd.nvkr.release-set.metadata.v1+json``), checked against its
-digest on the way; payload blobs (binaries, layers, charts) are not read.
+"""``nvkr release-set show``: what a release set holds, read from its index and metadata only
+(:mod:`nvkr.delivery.show`); ``nvkr release-set export`` hangs off this group.
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Any
 
 import click
 
@@ -21,54 +15,6 @@ from nvkr.cli.common import RegistryAccess, registry_options
 @click.group("release-set")
 def command() -> None:
     """Inspect release sets."""
-
-
-def _platforms(art: dict[str, Any]) -> str:
-    if art.get("platform"):
-        return str(art["platform"]["architecture"])
-    return ",".join(p["architecture"] for p in art.get("platforms", []))
-
-
-def _digest(art: dict[str, Any]) -> str:
-    for key in ("index", "manifest"):
-        if key in art:
-            return str(art[key]["digest"])
-    return ""
-
-
-def load_release_set(
-    source: str, *, registry: RegistryAccess | None = None
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(metadata, release set index descriptor)`` of a dist/<name> directory or a registry
-    reference (only the index, the metadata manifest and its config are fetched, through
-    ``registry``'s settings).
-
-    Raises:
-        UsageError: ``source`` is neither; IntegrityError: a digest does not match.
-    """
-    from nvkr.errors import UsageError
-
-    layout = Path(source)
-    if layout.is_dir():
-        from nvkr.cli.common import require_layout
-        from nvkr.oci.layout import LayoutReader
-
-        require_layout(layout)
-        from nvkr.releaseset import read_metadata
-        from nvkr.releaseset.signing import release_set_entry
-
-        return read_metadata(layout), release_set_entry(LayoutReader(layout))
-    if layout.exists() or "/" not in source or source.startswith(("/", "./", "../")):
-        raise UsageError(
-            f"{source} is neither a release set directory nor a registry reference",
-            hint="give dist/<name> or REGISTRY/REPOSITORY:TAG",
-        )
-    from nvkr.oci.registry import Reference
-    from nvkr.releaseset.remote import read_remote_metadata
-
-    ref = Reference.parse(source)
-    with (registry or RegistryAccess()).client(ref.registry) as client:
-        return read_remote_metadata(client, ref)
 
 
 @command.command("show")
@@ -84,6 +30,7 @@ def show(app: App, source: str, as_json: bool, registry: RegistryAccess) -> None
     from rich.table import Table
 
     from nvkr.cli.common import make_console
+    from nvkr.delivery.show import artifact_rows, load_release_set
 
     meta, top = load_release_set(source, registry=registry)
     if as_json:
@@ -101,15 +48,8 @@ def show(app: App, source: str, as_json: bool, registry: RegistryAccess) -> None
         + "; ".join(",".join(f"{k}={v}" for k, v in sorted(x.items())) for x in meta["variants"])
     )
     table = Table("artifact", "kind", "arch", "digest", "variants")
-    seen: dict[tuple[str, str], list[str]] = {}
-    for art in meta["artifacts"]:
-        key = (art["name"], _digest(art))
-        seen.setdefault(key, []).append(f"{art['variant']['gpu']}/{art['variant']['arch']}")
-    for art in meta["artifacts"]:
-        key = (art["name"], _digest(art))
-        if key not in seen:
-            continue
-        table.add_row(art["name"], art["kind"], _platforms(art), key[1], ", ".join(seen.pop(key)))
+    for row in artifact_rows(meta):
+        table.add_row(row.name, row.kind, row.arch, row.digest, ", ".join(row.variants))
     console.print(table)
     cluster = meta.get("clusterRelease")
     if cluster:

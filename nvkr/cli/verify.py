@@ -74,7 +74,7 @@ def command(
 
     public_keys = [load_public_key(k) for k in keys]
     if path.is_dir():
-        from nvkr.cli.common import require_layout
+        from nvkr.oci.layout import require_layout
 
         require_layout(path)
         _verify(app, path, public_keys, policy, as_json, rebuild, project, seed_store, jobs)

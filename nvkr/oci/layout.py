@@ -652,3 +652,18 @@ def _children(doc: Mapping[str, Any], media_type: str, here: str) -> list[tuple[
     if not isinstance(layers, list):
         raise IntegrityError(f"{here}: 'layers' is not a list")
     return [(config, f"{here} config"), *((m, f"{here} layers[{i}]") for i, m in enumerate(layers))]
+
+
+def require_layout(path: Path) -> None:
+    """Refuse a directory that is no OCI image layout at all (neither ``oci-layout`` nor
+    ``index.json``): the user named the wrong directory (exit 2). A layout missing one of the
+    two is left to the integrity checks (exit 3).
+
+    Raises:
+        UsageError: ``path`` holds neither file.
+    """
+    if not (path / "oci-layout").exists() and not (path / "index.json").exists():
+        raise UsageError(
+            f"{path} is not a release set: no oci-layout or index.json in it",
+            hint="give a release set's layout, e.g. dist/<name>",
+        )

@@ -16,6 +16,7 @@ import yaml
 from nvkr.cli import main, release_set_export
 from nvkr.cli import release_set as release_set_cli
 from nvkr.delivery import export
+from nvkr.delivery.export import release as export_release
 from nvkr.errors import IntegrityError, UsageError
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import LayoutReader
@@ -592,7 +593,7 @@ def test_cli_metal3(
         seen.append((source, registry.insecure))
         return with_node_image(meta), {"digest": digest}
 
-    monkeypatch.setattr(release_set_cli, "load_release_set", fake_load)
+    monkeypatch.setattr(export_release, "load_release_set", fake_load)
     target = tmp_path / "metal3.yaml"
     ref = "reg.example/gpu/sets:v1"
     argv = [

@@ -1,0 +1,226 @@
+"""``nvkr release-set export`` end to end: read a release set (a ``dist/<name>`` directory or a
+registry reference, its metadata only), check the options against each other and write
+:func:`~nvkr.delivery.export.document.export_json` or
+:func:`~nvkr.delivery.export.capi.export_capi` as text.
+
+``capi`` also reads the SBOM of each node-pool machine image and warns when it shows no kubeadm
+or kubelet: the Kubeadm* resources could not bootstrap such nodes. The warnings go to ``warn`` as
+they arise, before the text is returned.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nvkr.delivery.export.capi import (
+    ANN_MACHINE_IMAGE,
+    DEFAULT_INFRASTRUCTURE_API_VERSION,
+    DEFAULT_INFRASTRUCTURE_KIND,
+    dump_yaml,
+    export_capi,
+)
+from nvkr.delivery.export.document import (
+    export_json,
+    machine_image_sboms,
+    missing_for_kubeadm,
+)
+from nvkr.delivery.export.metal3 import METAL3_MACHINE_TEMPLATE, ImageUrls
+from nvkr.delivery.show import RegistryClients, load_release_set
+from nvkr.errors import UsageError
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """What ``nvkr release-set export`` was asked for (its options, same names)."""
+
+    fmt: str  # "json" or "capi"
+    cluster_name: str = "nvkr"
+    namespace: str = "default"
+    infrastructure_kind: str = DEFAULT_INFRASTRUCTURE_KIND
+    infrastructure_api_version: str = DEFAULT_INFRASTRUCTURE_API_VERSION
+    repository: str | None = None
+    infrastructure: str | None = None
+    image_base_url: str | None = None
+    image_url_from_registry: bool = False
+    control_plane_pool: str | None = None
+    host_arch_label: str | None = None
+
+
+def export_release_set(
+    source: str,
+    options: ExportOptions,
+    registry: RegistryClients,
+    warn: Callable[[str], None],
+) -> str:
+    """The export of the release set at ``source`` (a directory or a registry reference) as
+    ``options`` ask: the JSON document (indented, sorted keys, a final newline) or the Cluster
+    API resources as multi-document YAML; warnings about the result go to ``warn``.
+
+    Raises:
+        UsageError: contradictory options, a malformed reference or URL;
+        IntegrityError: a digest does not match; RegistryError: the registry fails.
+    """
+    _check_options(options)
+    urls = image_urls(source, options, registry.insecure)
+    meta, top = load_release_set(source, registry=registry)
+    digest = str(top["digest"])
+    if options.fmt == "json":
+        doc = export_json(meta, digest, repository=options.repository)
+        return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+    resources = export_capi(
+        meta,
+        digest,
+        cluster_name=options.cluster_name,
+        namespace=options.namespace,
+        repository=options.repository,
+        infrastructure_kind=options.infrastructure_kind,
+        infrastructure_api_version=options.infrastructure_api_version,
+        infrastructure=options.infrastructure,
+        image_urls=urls,
+        control_plane_pool=options.control_plane_pool,
+        host_arch_label=options.host_arch_label,
+    )
+    _warn_capi(source, meta, digest, options, registry, warn)
+    return dump_yaml(resources)
+
+
+def _check_options(options: ExportOptions) -> None:
+    """Raise :class:`UsageError` for a ``--repository`` with a tag or digest, or a
+    ``capi``-only option with ``--format json``."""
+    if options.repository is not None:
+        from nvkr.oci.reference import Reference
+
+        repo_ref = Reference.parse(options.repository)
+        if repo_ref.tag or repo_ref.digest:
+            raise UsageError(
+                f"--repository {options.repository!r} names a tag or digest",
+                hint="give REGISTRY/REPO: the machine images in it are addressed by digest",
+            )
+    if options.fmt == "json" and options.host_arch_label is not None:
+        raise UsageError(
+            "--host-arch-label selects the hosts of Metal3 templates",
+            hint="use it with --format capi --infrastructure metal3",
+        )
+    if options.fmt == "json" and options.infrastructure is not None:
+        raise UsageError(
+            "--infrastructure writes Cluster API templates", hint="use it with --format capi"
+        )
+
+
+def _warn_capi(
+    source: str,
+    meta: dict[str, Any],
+    digest: str,
+    options: ExportOptions,
+    registry: RegistryClients,
+    warn: Callable[[str], None],
+) -> None:
+    """What a Cluster API export cannot do by itself: templates that select any host for images
+    of several arches, machine images whose SBOMs show no kubeadm or kubelet, node-pool
+    releases without a machine image."""
+    pools = export_json(meta, digest)["nodePoolReleases"]
+    arches = {p["arch"] for p in pools} - {None}
+    if options.infrastructure is not None and options.host_arch_label is None and len(arches) > 1:
+        warn(
+            f"warning: the machine images are for {', '.join(sorted(arches))} and the "
+            f"{METAL3_MACHINE_TEMPLATE}s select any host; label the BareMetalHosts "
+            "by arch and pass --host-arch-label KEY"
+        )
+    gaps: dict[str, list[str]] = {}
+    for label, tools in kubeadm_gaps(source, meta, registry):
+        gaps.setdefault(" or ".join(tools), []).append(label)
+    for lacking, labels in gaps.items():
+        warn(
+            f"warning: the SBOMs show no {lacking} in machine image(s) {', '.join(labels)}: "
+            "the KubeadmControlPlane and KubeadmConfigTemplates cannot bootstrap nodes "
+            "from them; build from a recipe that installs them (recipes/catalog/)"
+        )
+    without = [p["name"] for p in meta.get("nodePoolReleases") or [] if not p.get("machineImage")]
+    if without:
+        warn(
+            f"warning: {len(without)} node-pool release(s) have no machine image "
+            f"({', '.join(without)}); annotated {ANN_MACHINE_IMAGE}: none"
+        )
+
+
+def image_urls(source: str, options: ExportOptions, insecure: bool) -> ImageUrls | None:
+    """The image URL option given, as :class:`~nvkr.delivery.export.metal3.ImageUrls` (None
+    when neither ``--image-base-url`` nor ``--image-url-from-registry`` is).
+
+    Raises:
+        UsageError: both are given, or ``--image-url-from-registry`` has no registry (SOURCE is
+            a directory and there is no ``--repository``), or a malformed URL or reference.
+    """
+    from nvkr.oci.reference import Reference
+
+    base_url, repository = options.image_base_url, options.repository
+    if base_url is not None and options.image_url_from_registry:
+        raise UsageError(
+            "--image-base-url and --image-url-from-registry both give the image URLs",
+            hint="give one of them",
+        )
+    if base_url is not None:
+        return ImageUrls.from_base_url(base_url)
+    if not options.image_url_from_registry:
+        return None
+    if Path(source).is_dir():
+        if repository is None:
+            raise UsageError(
+                f"--image-url-from-registry: {source} is a directory, so no registry to point at",
+                hint="export from the registry reference (REGISTRY/REPO:TAG), or name where the "
+                "set is published with --repository REGISTRY/REPO",
+            )
+        ref = Reference.parse(repository)
+    else:
+        ref = Reference.parse(source)
+    return ImageUrls.from_registry(ref.registry, ref.repository, insecure=insecure)
+
+
+def kubeadm_gaps(
+    source: str, meta: dict[str, Any], registry: RegistryClients
+) -> list[tuple[str, list[str]]]:
+    """``(label, missing)`` for each node-pool machine image whose SBOM lacks kubeadm or
+    kubelet (:func:`~nvkr.delivery.export.document.missing_for_kubeadm`): read from the layout,
+    or from the registry (one manifest and one SBOM blob each)."""
+    from nvkr.oci.layout import LayoutReader
+
+    sboms = machine_image_sboms(meta)
+    if not sboms:
+        return []
+
+    Read = Callable[[Mapping[str, Any]], bytes]
+
+    def spdx_docs(read_manifest: Read, read_blob: Read) -> list[tuple[str, list[str]]]:
+        gaps = []
+        for label, desc in sboms.values():
+            manifest = json.loads(read_manifest(desc))
+            layers = [la for la in manifest.get("layers") or [] if isinstance(la, dict)]
+            if layers:
+                missing = missing_for_kubeadm(json.loads(read_blob(layers[0])))
+                if missing:
+                    gaps.append((label, missing))
+        return gaps
+
+    if Path(source).is_dir():
+        reader = LayoutReader(Path(source))
+        return spdx_docs(reader.read_blob, reader.read_blob)
+    from nvkr.oci.reference import Reference
+    from nvkr.releaseset.remote import fetch_manifest
+
+    ref = Reference.parse(source)
+    with registry.client(ref.registry) as client:
+
+        def manifest(desc: Mapping[str, Any]) -> bytes:
+            return fetch_manifest(client, ref.repository, desc, f"SBOM manifest {desc['digest']}")
+
+        def blob(desc: Mapping[str, Any]) -> bytes:
+            buf = io.BytesIO()
+            client.get_blob(ref.repository, str(desc["digest"]), buf, size=int(desc["size"]))
+            return buf.getvalue()
+
+        return spdx_docs(manifest, blob)
