@@ -461,7 +461,7 @@ def fast_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     machine may configure (autouse wherever it is imported)."""
     import os
 
-    monkeypatch.setattr("nvkr.oci.registry.BACKOFF", 0.0)
+    monkeypatch.setattr("nvkr.oci.session.BACKOFF", 0.0)
     for var in ("no_proxy", "NO_PROXY"):
         current = os.environ.get(var, "")
         monkeypatch.setenv(

@@ -55,7 +55,7 @@ from nvkr.fetch.checksums import algorithm_for
 from nvkr.fetch.http import url_filename
 from nvkr.fetch.oci import LAYOUT_PREFIX
 from nvkr.oci import mediatypes as mt
-from nvkr.oci.registry import LOOPBACK
+from nvkr.oci.session import LOOPBACK
 from nvkr.recipe.models import AptKeyring
 from nvkr.store import Store, write_file_atomic
 from nvkr.yamlemit import double_quoted

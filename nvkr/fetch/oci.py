@@ -44,7 +44,8 @@ from nvkr.fetch.http import CHUNK
 from nvkr.fetch.mirrors import mirror_label
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.image import media_type_of
-from nvkr.oci.registry import LOOPBACK, MAX_MANIFEST, RegistryClient, docker_credentials
+from nvkr.oci.registry import RegistryClient, docker_credentials
+from nvkr.oci.session import LOOPBACK, MAX_MANIFEST
 from nvkr.recipe.models import OciSource
 from nvkr.store import BlobWriter, Store
 

@@ -73,7 +73,7 @@ class ImageUrls:
         :class:`nvkr.oci.registry.RegistryClient` talks to them. Ironic sends no credentials and
         does no token handshake: this only works on registries that serve blobs anonymously.
         """
-        from nvkr.oci.registry import LOOPBACK
+        from nvkr.oci.session import LOOPBACK
 
         host = urlsplit("//" + registry).hostname or registry
         scheme = "http" if insecure or host in LOOPBACK else "https"
