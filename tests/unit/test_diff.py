@@ -16,15 +16,10 @@ import pytest
 
 from nvkr.cli import main
 from nvkr.cli.diff import describe_variants, render_text
-from nvkr.diff.compare import (
-    SECTIONS,
-    _Details,
-    _ReleaseSet,
-    _Report,
-    _split_purl,
-    diff,
-    version_change,
-)
+from nvkr.diff.compare import diff
+from nvkr.diff.lockfiles import version_change
+from nvkr.diff.releasesets import _Details, _ReleaseSet, _split_purl
+from nvkr.diff.report import SECTIONS, Report
 from nvkr.oci.layout import LayoutReader
 
 HOPPER_AMD = "gpu=hopper,kubernetes=1.36,arch=amd64"
@@ -422,7 +417,7 @@ def test_sbom_packages_and_first_difference(tmp_path: Path) -> None:
         {"containerd": "1.7.24~ds1-1", "runc": "1.1.5+ds1-1", "zlib1g": "1:1.2.13.dfsg-1"},
         {"./usr/bin/node-agent": SHA_B},
     )
-    report = _Report({"path": "a", "kind": "release-set"}, {"path": "b", "kind": "release-set"})
+    report = Report({"path": "a", "kind": "release-set"}, {"path": "b", "kind": "release-set"})
     report.variants([HOPPER_AMD], [HOPPER_AMD])
     details = _Details(sa, sb)
     details.sbom(report, "node-image", da, db, HOPPER_AMD)
