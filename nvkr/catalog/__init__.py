@@ -9,20 +9,16 @@ The public surface used by the CLI::
 Issue 7 items 1-2; the rules' format is :class:`nvkr.catalog.rules.CompatibilityRules`.
 """
 
-from nvkr.catalog.facts import Fact, VariantFacts, variant_facts
-from nvkr.catalog.rules import (
+from nvkr.catalog.evaluation import (
     CheckReport,
-    CompatibilityRules,
-    Evaluation,
-    LoadedRules,
-    Violation,
     check_variants,
     evaluate,
     evaluate_all,
     evaluate_cell,
-    find_rules,
-    load_rules,
 )
+from nvkr.catalog.facts import Fact, VariantFacts, variant_facts
+from nvkr.catalog.loading import find_rules, load_rules
+from nvkr.catalog.rules import CompatibilityRules, Evaluation, LoadedRules, Violation
 
 __all__ = [
     "CheckReport",

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nvkr.catalog.evaluation import evaluate, evaluate_cell
 from nvkr.catalog.facts import variant_facts
-from nvkr.catalog.rules import LoadedRules, Violation, evaluate, evaluate_cell
+from nvkr.catalog.rules import LoadedRules, Violation
 from nvkr.errors import NvkrError
 
 NOT_LEAVES = ("RecipeLayer", "CompatibilityRules")

@@ -43,7 +43,8 @@ def list_command(app: App, as_json: bool, directory: Path, rules_path: Path | No
     a rule), unsupported (the rules exclude it), no recipe. Files that fail to load are listed
     as broken. Exit 0 whatever the statuses (a listing); `nvkr validate` fails on a bad leaf."""
     from nvkr.catalog.listing import list_catalog
-    from nvkr.catalog.rules import RULES_FILE, load_rules
+    from nvkr.catalog.loading import load_rules
+    from nvkr.catalog.rules import RULES_FILE
     from nvkr.errors import UsageError
 
     if not directory.is_dir():

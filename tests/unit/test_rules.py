@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from nvkr.catalog import VariantFacts, check_variants, evaluate_all, load_rules, variant_facts
+from nvkr.catalog.evaluation import evaluate_cell
 from nvkr.catalog.facts import Disagreement, Fact
-from nvkr.catalog.rules import CompatibilityRules, evaluate_cell, find_rules
+from nvkr.catalog.loading import find_rules
+from nvkr.catalog.rules import CompatibilityRules
 from nvkr.catalog.versions import VersionError, parse_driver, parse_upstream
 from nvkr.cli import main
 from nvkr.errors import RecipeError

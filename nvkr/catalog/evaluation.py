@@ -1,0 +1,402 @@
+"""Evaluating the compatibility rules on a variant's facts: :func:`evaluate_all` says which
+rules applied (and why the others did not) and what they found; :func:`check_variants` checks a
+recipe's variants against its catalog's rules, as ``validate``, ``lock``, ``plan`` and ``build`` do.
+Evaluation fails closed (:mod:`nvkr.catalog.rules`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from nvkr.catalog.facts import DRIVER, Fact, VariantFacts
+from nvkr.catalog.loading import find_rules, load_rules
+from nvkr.catalog.rules import (
+    CELL_CHECKS,
+    CLUSTER_LINE,
+    PINS_AGREE,
+    ArchitecturesRule,
+    CompatibilityRules,
+    Evaluation,
+    GpuArchitecturesRule,
+    GpuDriverBranchRule,
+    GpuGenerationsRule,
+    GpuOpenKernelModulesRule,
+    KubernetesLinesRule,
+    Rule,
+    VersionByLineRule,
+    VersionSkewRule,
+    Violation,
+)
+from nvkr.catalog.versions import (
+    DriverVersion,
+    UpstreamVersion,
+    satisfies,
+)
+from nvkr.errors import RecipeError
+
+
+# -- evaluation --------------------------------------------------------------------------------
+def evaluate(facts: VariantFacts, rules: CompatibilityRules) -> list[Violation]:
+    """The violations of ``facts`` (see :func:`evaluate_all`)."""
+    return evaluate_all(facts, rules).violations
+
+
+def evaluate_cell(
+    gpu: str, kubernetes: str, arch: str, rules: CompatibilityRules
+) -> list[Violation]:
+    """The violations of a bare matrix cell: the table checks and the GPU architectures (all
+    marked ``unsupported``); empty when the rules support the cell."""
+    run = _Run(VariantFacts(file="", variant="", gpu=gpu, kubernetes=kubernetes, arch=arch), rules)
+    for rule in rules.rules:
+        if rule.check in CELL_CHECKS:
+            run.rule(rule)
+    return run.violations
+
+
+def evaluate_all(facts: VariantFacts, rules: CompatibilityRules) -> Evaluation:
+    """Evaluate every rule on ``facts``, then nvkr's own checks (:data:`CLUSTER_LINE`,
+    :data:`PINS_AGREE`).
+
+    Returns:
+        An :class:`Evaluation`; ``violations`` in rule order.
+    Raises nothing for any facts: versions are parsed already, constraints when the rules loaded.
+    """
+    out = _Run(facts, rules)
+    for rule in rules.rules:
+        out.rule(rule)
+    out.cluster_line()
+    out.pins_agree()
+    return Evaluation(out.violations, out.applied, out.not_applicable)
+
+
+class _Run:
+    def __init__(self, facts: VariantFacts, rules: CompatibilityRules) -> None:
+        self.facts = facts
+        self.rules = rules
+        self.violations: list[Violation] = []
+        self.applied: list[str] = []
+        self.not_applicable: dict[str, str] = {}
+        self.known_gpu = facts.gpu in rules.generations
+
+    def _skip(self, rule: str, reason: str) -> None:
+        self.not_applicable[rule] = reason
+
+    def _fail(
+        self, rule: str, message: str, values: dict[str, object], *, unsupported: bool = False
+    ) -> None:
+        self.violations.append(
+            Violation(rule, message, {k: str(v) for k, v in values.items()}, unsupported)
+        )
+
+    def rule(self, rule: Rule) -> None:
+        f = self.facts
+        if isinstance(rule, KubernetesLinesRule):
+            self.applied.append(rule.id)
+            if f.kubernetes not in rule.lines:
+                self._fail(
+                    rule.id,
+                    f"Kubernetes {f.kubernetes} is not a supported release line "
+                    f"(supported: {', '.join(rule.lines)})",
+                    {"kubernetes": f.kubernetes, "supported": ", ".join(rule.lines)},
+                    unsupported=True,
+                )
+        elif isinstance(rule, ArchitecturesRule):
+            self.applied.append(rule.id)
+            if f.arch not in rule.values:
+                self._fail(
+                    rule.id,
+                    f"architecture {f.arch} is not supported (supported: {', '.join(rule.values)})",
+                    {"arch": f.arch, "supported": ", ".join(rule.values)},
+                    unsupported=True,
+                )
+        elif isinstance(rule, GpuGenerationsRule):
+            self.applied.append(rule.id)
+            if f.gpu not in rule.generations:
+                self._fail(
+                    rule.id,
+                    f"GPU generation '{f.gpu}' is not supported "
+                    f"(supported: {', '.join(rule.generations)})",
+                    {"gpu": f.gpu, "supported": ", ".join(rule.generations)},
+                    unsupported=True,
+                )
+        elif not self.known_gpu and rule.check.startswith("gpu-"):
+            self._skip(rule.id, f"GPU generation '{f.gpu}' is unknown")
+        elif isinstance(rule, GpuArchitecturesRule):
+            self.applied.append(rule.id)
+            allowed = rule.architectures[f.gpu]
+            if f.arch not in allowed:
+                self._fail(
+                    rule.id,
+                    f"{f.gpu} supports {', '.join(allowed)}, not {f.arch}",
+                    {"gpu": f.gpu, "arch": f.arch, "supported": ", ".join(allowed)},
+                    unsupported=True,
+                )
+        elif isinstance(rule, GpuDriverBranchRule):
+            self._driver_branch(rule)
+        elif isinstance(rule, GpuOpenKernelModulesRule):
+            self._open_modules(rule)
+        elif isinstance(rule, VersionSkewRule):
+            self._skew(rule)
+        elif isinstance(rule, VersionByLineRule):
+            self._by_line(rule)
+
+    def _driver_branch(self, rule: GpuDriverBranchRule) -> None:
+        f = self.facts
+        driver = f.components.get(DRIVER)
+        if driver is None:
+            self._skip(rule.id, "no NVIDIA driver staged (vars.nvidiaDriverVersion or an apt pin)")
+            return
+        self.applied.append(rule.id)
+        assert isinstance(driver.version, DriverVersion)
+        minimum = rule.minimum[f.gpu]
+        if driver.version.branch < minimum:
+            self._fail(
+                rule.id,
+                f"{f.gpu} needs NVIDIA driver branch {minimum} or newer, got {driver.text} "
+                f"(branch {driver.version.branch}, {driver.where})",
+                {
+                    "gpu": f.gpu,
+                    "driver": driver.text,
+                    "branch": driver.version.branch,
+                    "minimum": minimum,
+                },
+            )
+
+    def _open_modules(self, rule: GpuOpenKernelModulesRule) -> None:
+        f = self.facts
+        archs = rule.required.get(f.gpu, [])
+        if f.arch not in archs:
+            self._skip(rule.id, f"{f.gpu} on {f.arch} may use either kernel module flavour")
+            return
+        if not f.kernel_modules:
+            self._skip(
+                rule.id,
+                "no NVIDIA kernel module flavour pinned (nvidia-open*, nvidia-kernel-open*, "
+                "cuda-drivers*, nvidia-kernel-dkms)",
+            )
+            return
+        self.applied.append(rule.id)
+        if "proprietary" in f.kernel_modules:
+            self._fail(
+                rule.id,
+                f"{f.gpu} on {f.arch} needs NVIDIA's open GPU kernel modules, but the apt pins "
+                "install the proprietary flavour (pin nvidia-open instead of cuda-drivers or "
+                "nvidia-kernel-dkms)",
+                {"gpu": f.gpu, "arch": f.arch, "flavour": "proprietary"},
+            )
+
+    def _reference(self, against: str) -> tuple[Fact | None, str, str]:
+        """(fact, how it is named in messages, why it is missing)."""
+        if against == "cluster":
+            return (
+                self.facts.cluster,
+                "the cluster (kube-apiserver)",
+                "no cluster version (releaseSet.clusterRelease.kubernetes)",
+            )
+        return (
+            self.facts.components.get(against),
+            against,
+            f"no {against} staged (vars.{against}Version)",
+        )
+
+    def _skew(self, rule: VersionSkewRule) -> None:
+        f = self.facts
+        fact = f.components.get(rule.component)
+        reference, ref_name, missing = self._reference(rule.against)
+        if fact is None:
+            self._skip(rule.id, f"no {rule.component} staged (vars.{_var(rule.component)})")
+            return
+        if reference is None:
+            self._skip(rule.id, missing)
+            return
+        self.applied.append(rule.id)
+        v, r = fact.version, reference.version
+        assert isinstance(v, UpstreamVersion) and isinstance(r, UpstreamVersion)
+        values: dict[str, object] = {"component": rule.component, "version": v, "reference": r}
+        if v.major != r.major:
+            self._fail(
+                rule.id,
+                f"{rule.component} {v} and {ref_name} {r} have different major versions",
+                values,
+            )
+            return
+        ahead = v.minor - r.minor
+        if ahead > rule.newerMinors:
+            allowed = (
+                "not newer"
+                if rule.newerMinors == 0
+                else f"at most {_minors(rule.newerMinors)} newer"
+            )
+            self._fail(
+                rule.id,
+                f"{rule.component} {v} is {_minors(ahead)} newer than {ref_name} {r} "
+                f"(allowed: {allowed}; {fact.where})",
+                values,
+            )
+        elif -ahead > rule.olderMinors:
+            allowed = (
+                "the same minor"
+                if rule.olderMinors == 0
+                else f"at most {_minors(rule.olderMinors)} older"
+            )
+            self._fail(
+                rule.id,
+                f"{rule.component} {v} is {_minors(-ahead)} older than {ref_name} {r} "
+                f"(allowed: {allowed}; {fact.where})",
+                values,
+            )
+        elif rule.samePatch and v != r:
+            self._fail(
+                rule.id,
+                f"{rule.component} {v} does not match {ref_name} {r} (it must be the same "
+                f"version; {fact.where})",
+                values,
+            )
+
+    def _by_line(self, rule: VersionByLineRule) -> None:
+        f = self.facts
+        fact = f.components.get(rule.component)
+        if fact is None:
+            self._skip(
+                rule.id, f"no {rule.component} staged (vars.{_var(rule.component)} or an apt pin)"
+            )
+            return
+        if rule.line == "matrix":
+            line, by = f.kubernetes, "the variant's Kubernetes line"
+        else:
+            reference, ref_name, missing = self._reference(rule.line)
+            if reference is None:
+                self._skip(rule.id, missing)
+                return
+            assert isinstance(reference.version, UpstreamVersion)
+            line, by = str(reference.version.release_line), f"{ref_name} {reference.version}"
+        self.applied.append(rule.id)
+        constraint = rule.constraints.get(line)
+        values: dict[str, object] = {
+            "component": rule.component,
+            "version": fact.version,
+            "line": line,
+        }
+        if constraint is None:
+            self._fail(
+                rule.id,
+                f"no {rule.component} constraint for Kubernetes {line} ({by}); the rules know "
+                f"{', '.join(rule.constraints)}",
+                values,
+            )
+        elif not satisfies(fact.version, constraint):
+            self._fail(
+                rule.id,
+                f"{rule.component} {fact.version} ({fact.where}) does not satisfy {constraint}, "
+                f"required for Kubernetes {line} ({by})",
+                {**values, "constraint": constraint},
+            )
+
+    def cluster_line(self) -> None:
+        f = self.facts
+        if f.cluster is None:
+            self._skip(CLUSTER_LINE, "no cluster version (releaseSet.clusterRelease.kubernetes)")
+            return
+        self.applied.append(CLUSTER_LINE)
+        assert isinstance(f.cluster.version, UpstreamVersion)
+        if str(f.cluster.version.release_line) != f.kubernetes:
+            self._fail(
+                CLUSTER_LINE,
+                f"cluster version {f.cluster.version} ({f.cluster.where}) is not in the variant's "
+                f"Kubernetes line {f.kubernetes}",
+                {"cluster": f.cluster.version, "kubernetes": f.kubernetes},
+            )
+
+    def pins_agree(self) -> None:
+        f = self.facts
+        self.applied.append(PINS_AGREE)
+        for d in f.disagreements:
+            self._fail(
+                PINS_AGREE,
+                f"{d.component} {d.var.text} ({d.var.where}) disagrees with the pin "
+                f"{d.pin.text} ({d.pin.where}, upstream {d.pin.version})",
+                {"component": d.component, "var": d.var.text, "pin": d.pin.text},
+            )
+
+
+def _minors(n: int) -> str:
+    return f"{n} minor version" + ("" if n == 1 else "s")
+
+
+def _var(component: str) -> str:
+    from nvkr.catalog.facts import VERSION_VARS
+
+    return next(name for name, c in VERSION_VARS.items() if c == component)
+
+
+# -- checking recipes --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CheckReport:
+    """What :func:`check_variants` checked.
+
+    Attributes:
+        rules_path: the rules file (for messages), None when no rules apply.
+        applied: rule ids that applied to at least one variant, in rule order.
+        not_applicable: ``{id: reasons}`` for rules that applied to no variant (the distinct
+            reasons of the variants, joined by ``; ``).
+    """
+
+    rules_path: str | None
+    applied: list[str]
+    not_applicable: dict[str, str]
+
+
+def check_variants(
+    recipe: Path, variants: Sequence[object], rules_path: Path | None = None
+) -> CheckReport:
+    """Check every variant of ``recipe`` against its catalog's rules (``rules_path``, else
+    :func:`find_rules`); nothing to check for a recipe outside any catalog.
+
+    Args:
+        recipe: the recipe file, as the user named it.
+        variants: :class:`~nvkr.recipe.Variant` objects from :func:`nvkr.recipe.expand`.
+        rules_path: a rules file overriding the catalog's (``validate --rules``).
+    Returns:
+        A :class:`CheckReport` when every variant satisfies the rules.
+    Raises:
+        RecipeError: every violation of every variant, one line each:
+            ``FILE: variant gpu=...,kubernetes=...,arch=...: rule ID: message``.
+        RecipeError: an invalid rules file (see :func:`load_rules`).
+        VersionError: a version in the recipe that does not parse (naming ``FILE:LINE: vars.X``).
+    """
+    from nvkr.catalog.facts import variant_facts
+    from nvkr.plan import display_path
+    from nvkr.recipe import Variant
+
+    path = rules_path if rules_path is not None else find_rules(recipe)
+    if path is None:
+        return CheckReport(None, [], {})
+    loaded = load_rules(path)
+    file = display_path(recipe)
+    applied: dict[str, None] = {}
+    skipped: dict[str, dict[str, None]] = {}
+    lines: list[str] = []
+    for variant in variants:
+        assert isinstance(variant, Variant)
+        result = evaluate_all(variant_facts(variant, file), loaded.rules)
+        applied.update(dict.fromkeys(result.applied))
+        for rule, reason in result.not_applicable.items():
+            skipped.setdefault(rule, {})[reason] = None
+        lines.extend(
+            f"{file}: variant {variant.id}: rule {v.rule}: {v.message}" for v in result.violations
+        )
+    if lines:
+        raise RecipeError(
+            "\n".join(lines),
+            hint=f"the rules are in {loaded.path}; `nvkr recipes list` shows the supported combinations",
+        )
+    order = [r.id for r in loaded.rules.rules] + [CLUSTER_LINE, PINS_AGREE]
+    return CheckReport(
+        rules_path=loaded.path,
+        applied=[r for r in order if r in applied],
+        not_applicable={
+            r: "; ".join(skipped[r]) for r in order if r in skipped and r not in applied
+        },
+    )
