@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from nvkr.catalog.constraints import satisfies
 from nvkr.catalog.facts import DRIVER, Fact, VariantFacts
 from nvkr.catalog.loading import find_rules, load_rules
 from nvkr.catalog.rules import (
@@ -29,11 +30,7 @@ from nvkr.catalog.rules import (
     VersionSkewRule,
     Violation,
 )
-from nvkr.catalog.versions import (
-    DriverVersion,
-    UpstreamVersion,
-    satisfies,
-)
+from nvkr.catalog.versions import DriverVersion, UpstreamVersion
 from nvkr.errors import RecipeError
 
 

@@ -10,6 +10,7 @@ import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from nvkr.catalog.constraints import parse_constraint
 from nvkr.catalog.rules import (
     CLUSTER_LINE,
     PINS_AGREE,
@@ -24,11 +25,7 @@ from nvkr.catalog.rules import (
     LoadedRules,
     VersionByLineRule,
 )
-from nvkr.catalog.versions import (
-    VersionError,
-    parse_constraint,
-    parse_release_line,
-)
+from nvkr.catalog.versions import VersionError, parse_release_line
 from nvkr.errors import RecipeError
 from nvkr.recipe.yamlsource import LocationMap, where
 

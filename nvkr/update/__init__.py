@@ -24,15 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from nvkr.catalog.constraints import max_version, sort_versions
 from nvkr.catalog.versions import (
     DebianVersion,
     Kind,
     UpstreamVersion,
     VersionError,
-    max_version,
     parse_debian,
     parse_upstream,
-    sort_versions,
 )
 from nvkr.errors import FetchError, NvkrError, RecipeError, UsageError
 from nvkr.fetch.checksums import parse_checksum_file

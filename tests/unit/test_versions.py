@@ -9,23 +9,25 @@ import subprocess
 
 import pytest
 
+from nvkr.catalog.constraints import (
+    compare,
+    max_version,
+    minor_distance,
+    parse,
+    parse_constraint,
+    satisfies,
+    sort_versions,
+)
 from nvkr.catalog.versions import (
     DebianVersion,
     DriverVersion,
     ReleaseLine,
     UpstreamVersion,
     VersionError,
-    compare,
-    max_version,
-    minor_distance,
-    parse,
-    parse_constraint,
     parse_debian,
     parse_driver,
     parse_release_line,
     parse_upstream,
-    satisfies,
-    sort_versions,
 )
 from nvkr.errors import UsageError
 
