@@ -506,7 +506,7 @@ def test_apt_picks_the_newest_version_served_for_every_arch(
         asked.append((source.arch, tuple(packages)))
         return {p: listings[source.arch].get(p, []) for p in packages}
 
-    monkeypatch.setattr("nvkr.update.apt_versions", fake)
+    monkeypatch.setattr("nvkr.update.targets.apt_versions", fake)
     path = tmp_path / "apt.yaml"
     path.write_text(APT_RECIPE)
     loaded = load_recipe(path)
