@@ -12,7 +12,7 @@ once. Every writer uses it:
   ``Chart.lock`` (:mod:`nvkr.helm.metadata`);
 - :func:`scalar`, one string as YAML text, for the writers that edit text in place or write it
   line by line: image pins in ``values.yaml`` (:mod:`nvkr.helm.values`), ``lock --update``'s
-  recipe edits (:mod:`nvkr.update.edit`) and the mirror config snippet (:mod:`nvkr.airgap.export`).
+  recipe edits (:mod:`nvkr.update.edit`) and the mirror config snippet (:mod:`nvkr.airgap.serve`).
 
 Quoting more than needed is harmless (a quoted scalar is a string to every reader), so the
 go-yaml rules below are a superset of what go-yaml resolves; the YAML 1.1 spec's own float

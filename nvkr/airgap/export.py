@@ -1,55 +1,24 @@
-"""Air-gapped builds: export every locked source to a portable directory, import it, serve it.
-
-A connected machine runs ``nvkr mirror export RECIPE... DIR``: for every source the recipes'
-lockfiles pin (all variants, or those of ``--variant``) the blobs a build reads from the store are
-written to ``DIR/blobs/sha256/<hex>`` (hard-linked from the store when on the same file system,
-else copied), and ``DIR/index.json`` — written last, through a temp file and a rename, so a
-half-written export has none — describes them::
-
-    {"nvkrMirror": 1,
-     "recipes": [{"name", "path", "digest": "sha256:..", "variants": [...],
-                  "lockfile": {"path", "digest": "sha256:.."}}],
-     "sources": [{"recipe", "name", "kind", "digest", "variants": [...], "upstream": <URL or ref>,
-                  "blobs": [{"digest": "sha256:..", "size": <bytes>, "urls": [<upstream URLs>],
-                             "mediaType"?: <OCI document type>, "package"?: "<name> <version> (<arch>)",
-                             "role"?: "manifest" | "member"}],
-                  "checksum"?: {"url", "algorithm", "text"}}],
-     "skipped": [{"recipe", "name", "kind": "path", "reason"}],
-     "blobs": {"count": N, "bytes": B}}
-
-What each kind keeps in the store (see :mod:`nvkr.fetch`): ``url``, ``pypi`` and ``git`` one
-blob (the file; the wheel or the wheel's ``member``; the tree's tar), ``apt`` the package
-manifest plus every .deb it lists, ``oci`` the whole closure of the pinned digest. ``path``
-sources are this repository's own directories: they travel with the repository, not the export.
-
-The disconnected machine runs ``nvkr mirror import DIR``: every listed blob the store lacks is
-streamed through the store's :class:`~nvkr.store.BlobWriter` against its sha256 and size, so a
-tampered or truncated blob exits 3 naming it and its source and leaves nothing behind; then
-``nvkr build --offline`` needs no network. Or ``nvkr mirror serve DIR`` answers ``GET /<host>/<path>``
-with the blob whose upstream URL was ``http(s)://<host>/<path>`` (OCI documents and blobs under
-``/<registry>/v2/<repo>/{manifests,blobs}/<digest>``, and each url source's ``checksumUrl`` as a
-``HASH  NAME`` line built from the lock), so ``--mirror https://host/=http://127.0.0.1:PORT/host/``
-makes the ordinary fetch path work. pip (``pypi``) and git sources cannot be served that way:
-import them.
+"""``nvkr mirror export``: every source the recipes' lockfiles pin, as the blobs a build reads
+from the store, into ``DIR/blobs/sha256/`` (hard links where possible; what the store lacks is
+fetched first), and ``DIR/index.json`` written last (its shape in :mod:`nvkr.airgap`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import http.server
 import json
 import os
-import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
+from nvkr.airgap.index import INDEX, MIRROR_VERSION, READ_CHUNK
 from nvkr.canonical import canonical_json, canonical_json_file, hex_of
-from nvkr.errors import ChecksumError, FetchError, IntegrityError, LockError, UsageError
+from nvkr.errors import FetchError, IntegrityError, LockError
 from nvkr.fetch import FetchContext, ensure
 from nvkr.fetch.checksums import algorithm_for
 from nvkr.fetch.http import url_filename
@@ -58,11 +27,6 @@ from nvkr.oci import mediatypes as mt
 from nvkr.oci.session import LOOPBACK
 from nvkr.recipe.models import AptKeyring
 from nvkr.store import Store, write_file_atomic
-from nvkr.yamlemit import double_quoted
-
-MIRROR_VERSION = 1
-INDEX = "index.json"
-_CHUNK = 1 << 20
 
 
 @dataclass
@@ -80,16 +44,6 @@ class ExportReport:
     linked: int = 0
     fetched: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
-
-
-@dataclass
-class ImportReport:
-    """What an import did: blobs ``added`` to the store (verified) and their bytes, blobs the
-    store already ``present``ly held (not read)."""
-
-    added: int = 0
-    added_bytes: int = 0
-    present: int = 0
 
 
 @dataclass(frozen=True)
@@ -287,7 +241,7 @@ def source_blobs(store: Store, name: str, source: Any, entry: dict[str, Any]) ->
 def _file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
+        while chunk := f.read(READ_CHUNK):
             h.update(chunk)
     return "sha256:" + h.hexdigest()
 
@@ -311,7 +265,7 @@ def _place(src: Path, dst: Path, digest: str) -> bool:
         if not linked:
             h = hashlib.sha256()
             with open(src, "rb") as fin, open(tmp, "wb") as fout:
-                while chunk := fin.read(_CHUNK):
+                while chunk := fin.read(READ_CHUNK):
                     h.update(chunk)
                     fout.write(chunk)
                 fout.flush()
@@ -432,237 +386,3 @@ def _all_present(store: Store, entry: dict[str, Any]) -> bool:
     if entry.get("kind") == "oci":
         digests += list(entry.get("blobs") or [])
     return all(store.has_blob(d) for d in digests)
-
-
-# -- import ------------------------------------------------------------------------------------
-def read_index(directory: Path) -> dict[str, Any]:
-    """``DIR/index.json`` of an export, checked for shape.
-
-    Raises:
-        UsageError: there is none (not an export, or an export that did not finish).
-        IntegrityError: it is not valid JSON or not a mirror index of this version.
-    """
-    path = directory / INDEX
-    try:
-        data = path.read_bytes()
-    except (FileNotFoundError, NotADirectoryError):
-        raise UsageError(
-            f"{directory} is not an nvkr mirror export: it has no {INDEX}",
-            hint="give the DIR of `nvkr mirror export`; an interrupted export writes no index: run it again",
-        ) from None
-    try:
-        doc = json.loads(data)
-    except ValueError as e:
-        raise IntegrityError(f"{path}: not valid JSON: {e}") from e
-    ok = (
-        isinstance(doc, dict)
-        and doc.get("nvkrMirror") == MIRROR_VERSION
-        and isinstance(doc.get("sources"), list)
-        and all(
-            isinstance(s, dict)
-            and isinstance(s.get("blobs"), list)
-            and all(
-                isinstance(b, dict)
-                and isinstance(b.get("digest"), str)
-                and b["digest"].startswith("sha256:")
-                and len(b["digest"]) == 71
-                and isinstance(b.get("size"), int)
-                for b in s["blobs"]
-            )
-            for s in doc["sources"]
-        )
-    )
-    if not ok:
-        raise IntegrityError(f"{path}: not an nvkr mirror index (nvkrMirror {MIRROR_VERSION})")
-    result: dict[str, Any] = doc
-    return result
-
-
-def _blob_label(source: dict[str, Any], blob: dict[str, Any]) -> str:
-    what = f"source {source.get('name')!r} (recipe {source.get('recipe')})"
-    if blob.get("package"):
-        what += f", package {blob['package']}"
-    if blob.get("urls"):
-        what += f", {blob['urls'][0]}"
-    return f"blob {blob['digest']} of {what}"
-
-
-def import_mirror(
-    directory: Path, store: Store, *, progress: Callable[[str], None] | None = None
-) -> ImportReport:
-    """Add every blob ``DIR/index.json`` lists to ``store``, each verified (sha256 and size)
-    through the store's atomic writer. Blobs the store already holds are not read.
-
-    Raises:
-        UsageError: ``directory`` has no index.
-        IntegrityError: a listed blob is missing from ``directory`` (exit 3).
-        ChecksumError: a blob's bytes differ from its digest or size (exit 3); it is not stored.
-    """
-    say = progress or (lambda _msg: None)
-    index = read_index(directory)
-    report = ImportReport()
-    done: set[str] = set()
-    for source in index["sources"]:
-        for blob in source["blobs"]:
-            digest = blob["digest"]
-            if digest in done:
-                continue
-            done.add(digest)
-            if store.has_blob(digest):
-                report.present += 1
-                continue
-            label = _blob_label(source, blob)
-            path = directory / "blobs" / "sha256" / hex_of(digest)
-            if not path.is_file():
-                raise IntegrityError(
-                    f"{label}: {path} is missing from the export",
-                    hint="export again into that directory (it adds what is missing)",
-                )
-            with open(path, "rb") as f, store.writer(expected={"sha256": digest}, expected_size=blob["size"], what=label, url=str(path)) as w:  # fmt: skip
-                w.copy_from(f)
-                try:
-                    info = w.commit()
-                except ChecksumError as e:
-                    raise ChecksumError(
-                        e.message,
-                        hint="the export was altered or damaged; nothing of this blob was "
-                        "stored: export it again from a connected machine",
-                    ) from e
-            say(f"imported {digest}")
-            report.added += 1
-            report.added_bytes += info.size
-    return report
-
-
-# -- serve -------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Served:
-    """One path the mirror answers: the blob file (or inline bytes) and its headers."""
-
-    path: Path | None
-    data: bytes | None
-    size: int
-    content_type: str
-    digest: str | None
-
-
-def serve_table(directory: Path, index: dict[str, Any]) -> tuple[dict[str, Served], list[str]]:
-    """``/<host>/<path>`` → what to answer, and the upstream prefixes (``https://host/``) served.
-
-    Every blob with upstream URLs, each url source's checksum file, and ``/<registry>/v2/`` for
-    each registry an oci source came from (the API version check).
-    """
-    table: dict[str, Served] = {}
-    prefixes: set[str] = set()
-    blobs = directory / "blobs" / "sha256"
-
-    def add(url: str, served: Served) -> None:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            return
-        table[f"/{parts.netloc}{unquote(parts.path)}"] = served
-        prefixes.add(f"{parts.scheme}://{parts.netloc}/")
-
-    for source in index["sources"]:
-        for blob in source["blobs"]:
-            media = blob.get("mediaType") or "application/octet-stream"
-            for url in blob.get("urls") or []:
-                served = Served(
-                    blobs / hex_of(blob["digest"]), None, blob["size"], media, blob["digest"]
-                )
-                add(url, served)
-                if source.get("kind") == "oci" and "/v2/" in url:
-                    root = url.split("/v2/", 1)[0] + "/v2/"
-                    add(root, Served(None, b"{}", 2, "application/json", None))
-        checksum = source.get("checksum")
-        if isinstance(checksum, dict):
-            text = str(checksum["text"]).encode()
-            add(str(checksum["url"]), Served(None, text, len(text), "text/plain", None))
-    return table, sorted(prefixes)
-
-
-def mirror_flags(prefixes: list[str], base_url: str) -> list[str]:
-    """``--mirror https://host/=http://127.0.0.1:PORT/host/`` for each upstream prefix."""
-    return [f"--mirror {p}={base_url}/{urlsplit(p).netloc}/" for p in prefixes]
-
-
-def config_snippet(prefixes: list[str], base_url: str) -> str:
-    """The same mirrors as an nvkr config file ``mirrors:`` list (YAML)."""
-    lines = ["mirrors:"]
-    for p in prefixes:
-        rep = f"{base_url}/{urlsplit(p).netloc}/"
-        lines.append(f"  - {{prefix: {double_quoted(p)}, replacement: {double_quoted(rep)}}}")
-    return "\n".join(lines) + "\n"
-
-
-def make_server(
-    directory: Path, host: str = "127.0.0.1", port: int = 0
-) -> tuple[http.server.ThreadingHTTPServer, list[str]]:
-    """A (not yet started) HTTP server answering the export's upstream URL layout, and the
-    upstream prefixes it stands in for. ``GET`` and ``HEAD`` only; unknown paths (directories
-    included) are 404.
-
-    Raises:
-        UsageError, IntegrityError: as :func:`read_index`; UsageError when the address is taken.
-    """
-    table, prefixes = serve_table(directory, read_index(directory))
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        server_version = "nvkr-mirror"
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-        def _answer(self, body: bool) -> None:
-            path = unquote(urlsplit(self.path).path)
-            served = table.get(path)
-            if served is None:
-                self.send_response(404)
-                self.send_header("Content-Type", "text/plain")
-                self.send_header("Content-Length", "10")
-                self.end_headers()
-                if body:
-                    self.wfile.write(b"not found\n")
-                return
-            self.send_response(200)
-            self.send_header("Content-Type", served.content_type)
-            self.send_header("Content-Length", str(served.size))
-            if served.digest:
-                self.send_header("Docker-Content-Digest", served.digest)
-            self.end_headers()
-            if not body:
-                return
-            if served.data is not None:
-                self.wfile.write(served.data)
-                return
-            assert served.path is not None
-            with contextlib.suppress(BrokenPipeError, ConnectionResetError), open(served.path, "rb") as f:  # fmt: skip
-                shutil.copyfileobj(f, self.wfile, _CHUNK)
-
-        def do_GET(self) -> None:
-            self._answer(True)
-
-        def do_HEAD(self) -> None:
-            self._answer(False)
-
-    try:
-        server = http.server.ThreadingHTTPServer((host, port), Handler)
-    except OSError as e:
-        raise UsageError(f"cannot listen on {host}:{port}: {e.strerror}") from e
-    server.daemon_threads = True
-    return server, prefixes
-
-
-@contextlib.contextmanager
-def serving(directory: Path, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
-    """Serve ``directory`` in a background thread; yields its base URL ``http://HOST:PORT``."""
-    import threading
-
-    server, _ = make_server(directory, host, port)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://{host}:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()

@@ -103,7 +103,7 @@ def export_command(
 @click.pass_obj
 def import_command(app: App, directory: Path) -> None:
     """Add every blob of an export DIR to the store (--store), each verified first."""
-    from nvkr.airgap.export import import_mirror
+    from nvkr.airgap.importing import import_mirror
     from nvkr.store import Store
 
     store = Store(app.store_root)
@@ -127,7 +127,7 @@ def import_command(app: App, directory: Path) -> None:
 )
 def serve_command(directory: Path, host: str, port: int) -> None:
     """Serve an export DIR at its upstream URL layout (GET /<host>/<path>) until Ctrl-C."""
-    from nvkr.airgap.export import config_snippet, make_server, mirror_flags
+    from nvkr.airgap.serve import config_snippet, make_server, mirror_flags
 
     server, prefixes = make_server(directory, host, port)
     base = f"http://{host}:{server.server_address[1]}"

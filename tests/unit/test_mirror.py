@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from nvkr.airgap.export import serving
+from nvkr.airgap.serve import serving
 from tests.conftest import Result, run_nvkr
 from tests.k8smirror import serve_k8s_mirror
 from tests.registry import registry
@@ -310,7 +310,7 @@ def test_export_without_lockfile_is_refused(tmp_path: Path) -> None:
 
 def test_serve_table_covers_oci_registry_paths(tmp_path: Path) -> None:
     """An oci source's documents and blobs are served under /<registry>/v2/<repo>/..."""
-    from nvkr.airgap.export import serve_table
+    from nvkr.airgap.serve import serve_table
 
     d = "sha256:" + "a" * 64
     layer = "sha256:" + "b" * 64
@@ -346,7 +346,8 @@ def test_serve_table_covers_oci_registry_paths(tmp_path: Path) -> None:
 def test_oci_closure_round_trip_through_export_import_and_serve(registry, tmp_path) -> None:
     """An oci source pulled from a loopback registry: export lists its whole closure with the
     registry's URL layout, import restores it, and a fresh store pulls it through ``serve``."""
-    from nvkr.airgap.export import RecipeSelection, export_mirror, import_mirror
+    from nvkr.airgap.export import RecipeSelection, export_mirror
+    from nvkr.airgap.importing import import_mirror
     from nvkr.fetch import FetchContext, Mirrors, ensure, resolve
     from nvkr.recipe.models import OciSource
     from nvkr.store import Store

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from ruamel.yaml import YAML
 
-from nvkr.airgap.export import config_snippet
+from nvkr.airgap.serve import config_snippet
 from nvkr.delivery.export import dump_yaml
 from nvkr.helm.metadata import chart_yaml, read_metadata, sanitize
 from nvkr.helm.values import set_images
