@@ -1,7 +1,7 @@
 """OCI descriptors, manifests and indexes as bytes, and reading an OCI image layout back.
 
 The release-set builder (:mod:`nvkr.releaseset`) composes manifests with the pure functions here
-and stores their bytes, and takes whole images into a release set with :func:`store_closure`;
+and stores their bytes, and takes whole images into a release set with :func:`nvkr.oci.closure.store_closure`;
 ``nvkr verify``, ``publish`` and the tests read a layout on disk with :class:`LayoutReader`.
 Every document is serialised with :func:`nvkr.canonical.canonical_json` (sorted keys, no
 whitespace), so the same content always gives the same bytes and the same digest whatever the
@@ -11,19 +11,26 @@ manifest.md (including "Guidance for Artifacts Usage"), image-index.md and image
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from nvkr.canonical import DIGEST_RE, canonical_json, sha256_bytes
-from nvkr.errors import BuildError, IntegrityError, UsageError
+from nvkr.errors import IntegrityError, UsageError
 from nvkr.oci import mediatypes as mt
+from nvkr.oci.walk import (
+    check_bytes,
+    check_data,
+    check_descriptor,
+    children_of,
+    document_label,
+    json_document,
+    subject_link,
+)
 
 _CHUNK = 1 << 20
 
@@ -356,7 +363,7 @@ class LayoutReader:
             IntegrityError: malformed descriptor, missing blob, or a size/digest mismatch; the
                 message names the blob and ``referrer``.
         """
-        digest, size = _check_descriptor(desc, referrer)
+        digest, size = check_descriptor(desc, referrer)
         path = self.blob_path(digest)
         try:
             data = path.read_bytes()
@@ -365,7 +372,7 @@ class LayoutReader:
                 f"blob {digest} (referenced by {referrer}) is missing from {self.path}",
                 hint="rebuild or pull the release set again",
             ) from e
-        _check_bytes(data, digest, size, referrer, where=str(path))
+        check_bytes(data, digest, size, referrer, where=str(path))
         return data
 
     def read_json(self, desc: Mapping[str, Any], *, referrer: str = "index.json") -> dict[str, Any]:
@@ -374,7 +381,7 @@ class LayoutReader:
         Raises:
             IntegrityError: as :meth:`read_blob`, or the bytes are not a JSON object of that type.
         """
-        return _json_document(self.read_blob(desc, referrer=referrer), desc, referrer)
+        return json_document(self.read_blob(desc, referrer=referrer), desc, referrer)
 
     def walk(self, root: Mapping[str, Any] | None = None, *, deep: bool = True) -> list[LayoutBlob]:
         """Every blob reachable from ``root`` (default: all of ``index.json``), each checked.
@@ -403,7 +410,7 @@ class LayoutReader:
         todo.reverse()  # a stack; reversed so the walk follows document order
         while todo:
             desc, referrer = todo.pop()
-            digest, size = _check_descriptor(desc, referrer)
+            digest, size = check_descriptor(desc, referrer)
             if digest in seen:
                 if seen[digest].size != size:
                     raise IntegrityError(
@@ -416,12 +423,12 @@ class LayoutReader:
             seen[digest] = blob
             out.append(blob)
             if "data" in desc:
-                _check_data(desc, referrer)
+                check_data(desc, referrer)
             if media_type in mt.MANIFEST_TYPES:
                 doc = self.read_json(desc, referrer=referrer)
-                here = _label(media_type, digest)
-                children = _children(doc, media_type, here)
-                subject = _subject(doc, here)
+                here = document_label(media_type, digest)
+                children = children_of(doc, media_type, here)
+                subject = subject_link(doc, here)
                 if subject is not None and self.blob_path(subject[0]["digest"]).is_file():
                     todo.append(subject)  # below the children: reached after them
                 todo.extend(reversed(children))
@@ -461,197 +468,6 @@ class LayoutReader:
                 f"blob {digest} (referenced by {referrer}) is corrupt: its content hashes to {actual}",
                 hint=f"{path} was modified; rebuild or pull the release set again",
             )
-
-
-# -- the closure of a manifest in the store -----------------------------------------------------
-class BlobSource(Protocol):
-    """Where blobs live by digest: :class:`nvkr.store.Store`, :class:`LayoutReader`, ..."""
-
-    def blob_path(self, digest: str) -> Path: ...
-
-
-def store_closure(
-    store: BlobSource, root: Mapping[str, Any], *, referrer: str = "the root descriptor"
-) -> list[dict[str, Any]]:
-    """Every blob an index or manifest in ``store`` references, transitively, each checked.
-
-    Indexes (OCI image index, Docker manifest list) are followed through ``manifests``, image
-    manifests (OCI, Docker schema 2) through ``config`` and ``layers``, and either through
-    ``subject`` (a layout holding the closure then holds what its referrers point at). Any other
-    media type is a leaf. Indexes and manifests are read and hashed; leaf blobs (layers, which
-    may be gigabytes) must exist at their size: the store verified their digest when they came in.
-
-    Args:
-        store: anything with ``blob_path(digest) -> Path``.
-        root: the descriptor to start from (``{"mediaType", "digest", "size", ...}``); usually an
-            image index or manifest, but a leaf descriptor gives just itself.
-        referrer: what ``root`` is, for messages (e.g. ``artifact agent-image``).
-    Returns:
-        ``[{"mediaType", "digest", "size"}, ...]``, ``root`` first, then depth first in document
-        order, each digest once (with the media type it was first reached by).
-    Raises:
-        IntegrityError: a blob is missing from the store, has another size or (for a manifest or
-            index) another digest; a malformed descriptor or document; one digest given two sizes.
-            The message names the blob, its media type and the chain of documents leading to it.
-        BuildError: a Docker schema 1 manifest (nvkr does not take those into a release set).
-    """
-    seen: dict[str, tuple[int, str]] = {}
-    out: list[dict[str, Any]] = []
-    todo: list[tuple[Any, str]] = [(root, referrer)]
-    while todo:
-        desc, where = todo.pop()
-        digest, size = _check_descriptor(desc, where)
-        if digest in seen:
-            if seen[digest][0] != size:
-                raise IntegrityError(
-                    f"blob {digest}: {where} gives size {size}, {seen[digest][1]} gives "
-                    f"{seen[digest][0]}"
-                )
-            continue
-        seen[digest] = (size, where)
-        media_type = str(desc["mediaType"])
-        out.append({"mediaType": media_type, "digest": digest, "size": size})
-        if "data" in desc:
-            _check_data(desc, where)
-        if media_type in mt.DOCKER_SCHEMA1_TYPES:
-            raise BuildError(
-                f"{where}: {digest} is a Docker schema 1 manifest ({media_type})",
-                hint="convert the image first, e.g. skopeo copy --format oci",
-            )
-        path = _store_path(store, digest, media_type, where)
-        try:
-            actual = path.stat().st_size
-        except OSError as e:
-            raise IntegrityError(
-                f"blob {digest} ({media_type}, referenced by {where}) is not in the store "
-                f"({path.parent})",
-                hint="the cache entry is stale; run the build again to re-create it",
-            ) from e
-        if actual != size:
-            raise IntegrityError(
-                f"blob {digest} ({media_type}, referenced by {where}) is {actual} bytes in the "
-                f"store, expected {size}",
-                hint=f"{path} was truncated or replaced; delete it and build again",
-            )
-        if media_type not in mt.MANIFEST_TYPES:
-            continue
-        data = path.read_bytes()
-        _check_bytes(data, digest, size, where, where=str(path))
-        doc = _json_document(data, desc, where)
-        here = f"{where} -> {_label(media_type, digest)}"
-        subject = _subject(doc, here)
-        if subject is not None:
-            todo.append(subject)
-        todo.extend(reversed(_children(doc, media_type, here)))
-    return out
-
-
-def _store_path(store: BlobSource, digest: str, media_type: str, where: str) -> Path:
-    try:
-        return store.blob_path(digest)
-    except ValueError as e:  # a store keyed by sha256 only, asked for a sha512 blob
-        raise IntegrityError(
-            f"blob {digest} ({media_type}, referenced by {where}) cannot be in the store: {e}"
-        ) from e
-
-
-def _check_descriptor(desc: Mapping[str, Any], referrer: str) -> tuple[str, int]:
-    if not isinstance(desc, Mapping):
-        raise IntegrityError(
-            f"{referrer}: a descriptor must be a JSON object, got {type(desc).__name__}"
-        )
-    digest, size, media_type = desc.get("digest"), desc.get("size"), desc.get("mediaType")
-    if not isinstance(digest, str) or not DIGEST_RE.match(digest):
-        raise IntegrityError(f"{referrer}: malformed digest {digest!r}")
-    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-        raise IntegrityError(f"{referrer}: descriptor of {digest} has a bad size {size!r}")
-    if not isinstance(media_type, str) or not media_type:
-        raise IntegrityError(f"{referrer}: descriptor of {digest} has no mediaType")
-    return digest, size
-
-
-def _check_bytes(data: bytes, digest: str, size: int, referrer: str, *, where: str) -> None:
-    if len(data) != size:
-        raise IntegrityError(
-            f"blob {digest} (referenced by {referrer}) is {len(data)} bytes, expected {size}",
-            hint=f"{where} was truncated or replaced",
-        )
-    alg = digest.split(":", 1)[0]
-    actual = f"{alg}:{hashlib.new(alg, data).hexdigest()}"
-    if actual != digest:
-        raise IntegrityError(
-            f"blob {digest} (referenced by {referrer}) is corrupt: its content hashes to {actual}",
-            hint=f"{where} was modified",
-        )
-
-
-def _check_data(desc: Mapping[str, Any], referrer: str) -> None:
-    try:
-        data = base64.b64decode(str(desc["data"]), validate=True)
-    except (binascii.Error, ValueError) as e:
-        raise IntegrityError(
-            f"{referrer}: descriptor of {desc['digest']} has bad base64 data"
-        ) from e
-    _check_bytes(
-        data, str(desc["digest"]), int(desc["size"]), f"{referrer} (embedded data)", where="data"
-    )
-
-
-def _json_document(data: bytes, desc: Mapping[str, Any], referrer: str) -> dict[str, Any]:
-    """``data`` (the checked bytes of ``desc``) as a JSON object whose own ``mediaType``, when
-    set, is the descriptor's (image-spec manifest.md/image-index.md: they MUST match)."""
-    try:
-        doc = json.loads(data)
-    except ValueError as e:
-        raise IntegrityError(
-            f"blob {desc['digest']} (referenced by {referrer}) is not JSON: {e}"
-        ) from e
-    if not isinstance(doc, dict):
-        raise IntegrityError(
-            f"blob {desc['digest']} (referenced by {referrer}) is not a JSON object"
-        )
-    if (
-        desc.get("mediaType") in mt.MANIFEST_TYPES
-        and doc.get("mediaType", desc["mediaType"]) != desc["mediaType"]
-    ):
-        raise IntegrityError(
-            f"blob {desc['digest']} (referenced by {referrer}) says mediaType "
-            f"{doc.get('mediaType')!r}, its descriptor says {desc['mediaType']!r}"
-        )
-    return doc
-
-
-def _label(media_type: str, digest: str) -> str:
-    return f"{'index' if media_type in mt.INDEX_TYPES else 'manifest'} {digest}"
-
-
-def _subject(doc: Mapping[str, Any], here: str) -> tuple[Mapping[str, Any], str] | None:
-    subject = doc.get("subject")
-    if subject is None:
-        return None
-    referrer = f"{here} subject"
-    _check_descriptor(subject, referrer)
-    return subject, referrer
-
-
-def _children(doc: Mapping[str, Any], media_type: str, here: str) -> list[tuple[Any, str]]:
-    """The descriptors a manifest or index references, each with where it was found.
-
-    Only called for :data:`~nvkr.oci.mediatypes.MANIFEST_TYPES`: indexes (OCI image index,
-    Docker manifest list) list ``manifests``; image manifests (OCI, Docker schema 2) a ``config``
-    and ``layers``. Both are ``schemaVersion`` 2.
-    """
-    if doc.get("schemaVersion") != 2:
-        raise IntegrityError(f"{here}: schemaVersion is {doc.get('schemaVersion')!r}, expected 2")
-    if media_type in mt.INDEX_TYPES:
-        manifests = doc.get("manifests")
-        if not isinstance(manifests, list):
-            raise IntegrityError(f"{here}: 'manifests' is not a list")
-        return [(m, f"{here} manifests[{i}]") for i, m in enumerate(manifests)]
-    config, layers = doc.get("config"), doc.get("layers")
-    if not isinstance(layers, list):
-        raise IntegrityError(f"{here}: 'layers' is not a list")
-    return [(config, f"{here} config"), *((m, f"{here} layers[{i}]") for i, m in enumerate(layers))]
 
 
 def require_layout(path: Path) -> None:

@@ -19,7 +19,8 @@ from typing import Any
 from nvkr.canonical import canonical_json
 from nvkr.errors import BuildError, IntegrityError
 from nvkr.oci import mediatypes as mt
-from nvkr.oci.layout import artifact_manifest, descriptor, manifest_bytes, store_closure
+from nvkr.oci.closure import store_closure
+from nvkr.oci.layout import artifact_manifest, descriptor, manifest_bytes
 from nvkr.provenance import digest_set
 from nvkr.store import Store
 

@@ -34,7 +34,8 @@ from nvkr.canonical import canonical_json
 from nvkr.errors import BuildError, IntegrityError
 from nvkr.oci import layoutdir
 from nvkr.oci import mediatypes as mt
-from nvkr.oci.layout import LayoutReader, descriptor, image_manifest, manifest_bytes, store_closure
+from nvkr.oci.closure import store_closure
+from nvkr.oci.layout import LayoutReader, descriptor, image_manifest, manifest_bytes
 from nvkr.provenance import BUILD_TYPE, BUILDER_ID, TIME_FIELDS, validate_statement
 from nvkr.repro import gzip_bytes
 from nvkr.run import pinned_env, run

@@ -13,6 +13,7 @@ import pytest
 from nvkr.canonical import canonical_json
 from nvkr.errors import BuildError, IntegrityError
 from nvkr.oci import mediatypes as mt
+from nvkr.oci.closure import store_closure
 from nvkr.oci.layout import (
     LayoutReader,
     artifact_manifest,
@@ -21,7 +22,6 @@ from nvkr.oci.layout import (
     image_manifest,
     layout_file_bytes,
     manifest_bytes,
-    store_closure,
 )
 from nvkr.store import Store
 
