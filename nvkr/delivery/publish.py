@@ -420,7 +420,8 @@ def _publish_build_record(
         RegistryError: the registry refused. Either way the set itself is published and tagged,
             which the message says.
     """
-    from nvkr.releaseset.record import build_record_attachments, check_build_record
+    from nvkr.releaseset.record import build_record_attachments
+    from nvkr.releaseset.recordcheck import check_build_record
 
     attachments = build_record_attachments(layout_dir, root, set_name)
     if not attachments:

@@ -63,12 +63,8 @@ from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import blob_name, image_index, index_bytes, layout_file_bytes
 from nvkr.oci.layoutdir import DIR_MODE, FILE_MODE, write_layout
 from nvkr.oci.registry import Reference, RegistryClient
-from nvkr.releaseset.record import (
-    BuildRecordCheck,
-    check_record_bytes,
-    is_build_record,
-    record_paths,
-)
+from nvkr.releaseset.record import is_build_record, record_paths
+from nvkr.releaseset.recordcheck import BuildRecordCheck, check_record_bytes
 from nvkr.releaseset.remote import read_remote_metadata
 from nvkr.releaseset.signing import ANN_ATTACHMENT, DSSE_ENVELOPE, SIGNATURE, _write_atomic
 from nvkr.sign import PublicKey, envelope_parts
@@ -138,7 +134,7 @@ def _build_record(
     keys: Sequence[PublicKey],
 ) -> tuple[bytes, bytes | None] | None:
     """The build record (and its envelope) to write beside the pulled set: every one listed is
-    checked against the set (:func:`nvkr.releaseset.record.check_record_bytes`, with ``keys``);
+    checked against the set (:func:`nvkr.releaseset.recordcheck.check_record_bytes`, with ``keys``);
     the latest finished wins. None when the registry has none.
 
     Raises:

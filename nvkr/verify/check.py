@@ -20,7 +20,7 @@ step only when the one before passed (a corrupt blob would only make every later
    every member by digest, so a member replaced by an older, validly signed one shows as a digest
    mismatch or as a release set signature naming another index;
 5. the build record beside the layout (``<dir>.build-record.json``,
-   :func:`nvkr.releaseset.record.check_build_record`), when there is one: a valid statement
+   :func:`nvkr.releaseset.recordcheck.check_build_record`), when there is one: a valid statement
    naming exactly this set's index and artifacts by digest (a record of another build or set
    fails, naming the artifact), RFC 3339 times in order, and its DSSE envelope (when present)
    signing its exact bytes, verified with the keys. A set without one (pulled, or built by an
@@ -46,7 +46,8 @@ from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import LayoutBlob, LayoutReader
 from nvkr.provenance import validate_statement
 from nvkr.releaseset.metadata import read_metadata
-from nvkr.releaseset.record import check_build_record, record_paths
+from nvkr.releaseset.record import record_paths
+from nvkr.releaseset.recordcheck import check_build_record
 from nvkr.releaseset.signing import (
     ANN_KEYID,
     DSSE_ENVELOPE,

@@ -92,7 +92,7 @@ class VerifyReport:
     ``blobs``/``bytes`` count the closure (each blob once), ``seconds`` the wall time of the
     checks (rebuild excluded), ``keys`` the given public keys (``{"keyid", "algorithm",
     "keyBits", "securityBits"}``), ``rebuild`` the :func:`nvkr.verify.rebuild` result or None,
-    ``build_record`` what :func:`nvkr.releaseset.record.check_build_record` found (``{"path",
+    ``build_record`` what :func:`nvkr.releaseset.recordcheck.check_build_record` found (``{"path",
     "present", "checked"[, "signed", "verifiedBy", "invocationId", "startedOn", "finishedOn",
     "actions"]}``; ``checked`` False when there is none or an earlier check failed).
     """

@@ -33,12 +33,12 @@ from nvkr.provenance import SLSA_PROVENANCE_V1, STATEMENT_TYPE, parse_timestamp,
 from nvkr.releaseset import materialize, read_metadata
 from nvkr.releaseset.record import (
     build_record,
-    check_build_record,
     plan_build_record,
     record_paths,
     record_subjects,
     write_build_record,
 )
+from nvkr.releaseset.recordcheck import check_build_record
 from nvkr.releaseset.signing import ANN_ATTACHMENT, DSSE_ENVELOPE, sign_release_set
 from nvkr.sign import generate_key, load_private_key, load_public_key, sign_envelope
 from nvkr.store import Store
