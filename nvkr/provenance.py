@@ -253,24 +253,13 @@ def validate_statement(d: Any) -> None:
 
 
 def _check_slsa(predicate: Mapping[str, Any], problems: list[str]) -> None:
+    """SLSA v1.0 provenance.md: the predicate's buildDefinition and runDetails, each problem
+    appended to ``problems`` with its JSON path."""
     bd = predicate.get("buildDefinition")
     if not isinstance(bd, Mapping):
         problems.append("$.predicate.buildDefinition must be an object")
     else:
-        if not isinstance(bd.get("buildType"), str) or not bd.get("buildType"):
-            problems.append("$.predicate.buildDefinition.buildType must be a non-empty string")
-        if not isinstance(bd.get("externalParameters"), Mapping):
-            problems.append("$.predicate.buildDefinition.externalParameters must be an object")
-        if "internalParameters" in bd and not isinstance(bd["internalParameters"], Mapping):
-            problems.append("$.predicate.buildDefinition.internalParameters must be an object")
-        deps = bd.get("resolvedDependencies", [])
-        if not isinstance(deps, list):
-            problems.append("$.predicate.buildDefinition.resolvedDependencies must be a list")
-        else:
-            for i, dep in enumerate(deps):
-                _check_resource(
-                    dep, f"$.predicate.buildDefinition.resolvedDependencies[{i}]", problems
-                )
+        _check_build_definition(bd, problems)
     rd = predicate.get("runDetails")
     if not isinstance(rd, Mapping):
         problems.append("$.predicate.runDetails must be an object")
@@ -287,23 +276,43 @@ def _check_slsa(predicate: Mapping[str, Any], problems: list[str]) -> None:
         and all(isinstance(v, str) for v in builder["version"].values())
     ):
         problems.append("$.predicate.runDetails.builder.version must map names to version strings")
-    meta = rd.get("metadata", {})
-    if not isinstance(meta, Mapping):
-        problems.append("$.predicate.runDetails.metadata must be an object")
-    else:
-        if "invocationId" in meta and not isinstance(meta["invocationId"], str):
-            problems.append("$.predicate.runDetails.metadata.invocationId must be a string")
-        for key in sorted(TIME_FIELDS & set(meta)):
-            try:
-                parse_timestamp(meta[key])
-            except ValueError as e:
-                problems.append(f"$.predicate.runDetails.metadata.{key}: {e}")
+    _check_run_metadata(rd.get("metadata", {}), problems)
     byproducts = rd.get("byproducts", [])
     if not isinstance(byproducts, list):
         problems.append("$.predicate.runDetails.byproducts must be a list")
     else:
         for i, b in enumerate(byproducts):
             _check_resource(b, f"$.predicate.runDetails.byproducts[{i}]", problems)
+
+
+def _check_build_definition(bd: Mapping[str, Any], problems: list[str]) -> None:
+    """buildType, externalParameters, internalParameters and resolvedDependencies."""
+    if not isinstance(bd.get("buildType"), str) or not bd.get("buildType"):
+        problems.append("$.predicate.buildDefinition.buildType must be a non-empty string")
+    if not isinstance(bd.get("externalParameters"), Mapping):
+        problems.append("$.predicate.buildDefinition.externalParameters must be an object")
+    if "internalParameters" in bd and not isinstance(bd["internalParameters"], Mapping):
+        problems.append("$.predicate.buildDefinition.internalParameters must be an object")
+    deps = bd.get("resolvedDependencies", [])
+    if not isinstance(deps, list):
+        problems.append("$.predicate.buildDefinition.resolvedDependencies must be a list")
+    else:
+        for i, dep in enumerate(deps):
+            _check_resource(dep, f"$.predicate.buildDefinition.resolvedDependencies[{i}]", problems)
+
+
+def _check_run_metadata(meta: Any, problems: list[str]) -> None:
+    """runDetails.metadata: an object whose invocationId is a string and whose times parse."""
+    if not isinstance(meta, Mapping):
+        problems.append("$.predicate.runDetails.metadata must be an object")
+        return
+    if "invocationId" in meta and not isinstance(meta["invocationId"], str):
+        problems.append("$.predicate.runDetails.metadata.invocationId must be a string")
+    for key in sorted(TIME_FIELDS & set(meta)):
+        try:
+            parse_timestamp(meta[key])
+        except ValueError as e:
+            problems.append(f"$.predicate.runDetails.metadata.{key}: {e}")
 
 
 def _check_resource(r: Any, path: str, problems: list[str], *, need_digest: bool = False) -> None:

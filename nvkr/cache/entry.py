@@ -260,6 +260,33 @@ def check_config(
         EntryProblem: not canonical JSON of this format, another action's (key, builder,
             builder version), layers other than its outputs, or a manifest in another form.
     """
+    doc = _canonical_config(data)
+    if doc.get("key") != action.key:
+        raise EntryProblem(f"its config is the result of action {doc.get('key')}, not {action.key}")
+    for field, want in (("builder", action.builder), ("builderVersion", action.builder_version)):
+        if doc.get(field) != want:
+            raise EntryProblem(f"its config names {field} {doc.get(field)!r}, not {want!r}")
+    outputs = doc.get("outputs")
+    if not isinstance(outputs, list) or not isinstance(doc.get("metadata"), dict):
+        raise EntryProblem("its config lacks outputs or metadata")
+    for i, out in enumerate(outputs):
+        _check_output(i, out)
+    expected = _layers(outputs) or [mt.empty_descriptor()]
+    if [dict(x) for x in layers] != expected:
+        raise EntryProblem(
+            f"its layers ({len(layers)}) do not match its config's outputs ({len(outputs)})"
+        )
+    if manifest_for(data, outputs) != manifest:
+        raise EntryProblem("its manifest is not in the form nvkr writes (extra fields)")
+    return doc
+
+
+def _canonical_config(data: bytes) -> dict[str, Any]:
+    """``data`` as a JSON object, which must be its canonical JSON.
+
+    Raises:
+        EntryProblem: not JSON, not an object, or not in canonical form.
+    """
     try:
         doc = json.loads(data)
     except ValueError as e:
@@ -272,31 +299,20 @@ def check_config(
         raise EntryProblem(f"its config is not canonical JSON ({e})") from e
     if canonical != data:
         raise EntryProblem("its config is not canonical JSON")
-    if doc.get("key") != action.key:
-        raise EntryProblem(f"its config is the result of action {doc.get('key')}, not {action.key}")
-    for field, want in (("builder", action.builder), ("builderVersion", action.builder_version)):
-        if doc.get(field) != want:
-            raise EntryProblem(f"its config names {field} {doc.get(field)!r}, not {want!r}")
-    outputs = doc.get("outputs")
-    if not isinstance(outputs, list) or not isinstance(doc.get("metadata"), dict):
-        raise EntryProblem("its config lacks outputs or metadata")
-    for i, out in enumerate(outputs):
-        if not isinstance(out, dict) or any(f not in out for f in _OUTPUT_FIELDS):
-            raise EntryProblem(f"its config's outputs[{i}] is not an output")
-        if not isinstance(out["digest"], str) or not out["digest"].startswith("sha256:"):
-            raise EntryProblem(f"its config's outputs[{i}] has no sha256 digest")
-        if not DIGEST_RE.match(out["digest"]) or not isinstance(out["size"], int):
-            raise EntryProblem(f"its config's outputs[{i}] has a malformed digest or size")
-        if not all(isinstance(out[f], str) for f in ("name", "mediaType", "role")):
-            raise EntryProblem(f"its config's outputs[{i}] has a malformed name or type")
-    expected = _layers(outputs) or [mt.empty_descriptor()]
-    if [dict(x) for x in layers] != expected:
-        raise EntryProblem(
-            f"its layers ({len(layers)}) do not match its config's outputs ({len(outputs)})"
-        )
-    if manifest_for(data, outputs) != manifest:
-        raise EntryProblem("its manifest is not in the form nvkr writes (extra fields)")
     return doc
+
+
+def _check_output(i: int, out: Any) -> None:
+    """Raise :class:`EntryProblem` unless ``out`` (the config's ``outputs[i]``) is an output
+    record: every field, a sha256 digest, an integer size, string name, media type and role."""
+    if not isinstance(out, dict) or any(f not in out for f in _OUTPUT_FIELDS):
+        raise EntryProblem(f"its config's outputs[{i}] is not an output")
+    if not isinstance(out["digest"], str) or not out["digest"].startswith("sha256:"):
+        raise EntryProblem(f"its config's outputs[{i}] has no sha256 digest")
+    if not DIGEST_RE.match(out["digest"]) or not isinstance(out["size"], int):
+        raise EntryProblem(f"its config's outputs[{i}] has a malformed digest or size")
+    if not all(isinstance(out[f], str) for f in ("name", "mediaType", "role")):
+        raise EntryProblem(f"its config's outputs[{i}] has a malformed name or type")
 
 
 def local_record(

@@ -23,6 +23,7 @@ from nvkr.catalog.rules import (
     GpuOpenKernelModulesRule,
     KubernetesLinesRule,
     LoadedRules,
+    Rule,
     VersionByLineRule,
 )
 from nvkr.catalog.versions import VersionError, parse_release_line
@@ -57,6 +58,19 @@ def load_rules(path: Path) -> LoadedRules:
 
 
 def _semantic_problems(rules: CompatibilityRules, locations: LocationMap) -> list[str]:
+    """What the schema cannot say about ``rules``, each problem with its file and line: rule ids
+    first (reserved, duplicate; one rule per table check), then, when those are sound, each
+    rule's contents against the tables."""
+    problems = _id_problems(rules, locations)
+    if problems:
+        return problems
+    for index, rule in enumerate(rules.rules):
+        problems.extend(_rule_problems(rule, ("rules", index), rules, locations))
+    return problems
+
+
+def _id_problems(rules: CompatibilityRules, locations: LocationMap) -> list[str]:
+    """Reserved and duplicate rule ids, and table checks without exactly one rule."""
     problems: list[str] = []
     seen: dict[str, int] = {}
     for index, rule in enumerate(rules.rules):
@@ -78,56 +92,60 @@ def _semantic_problems(rules: CompatibilityRules, locations: LocationMap) -> lis
                 f"{where(locations, ('rules',))}: needs exactly one rule with check '{check}' "
                 f"(found {count})"
             )
-    if problems:
-        return problems
+    return problems
+
+
+def _rule_problems(
+    rule: Rule, at: tuple[str | int, ...], rules: CompatibilityRules, locations: LocationMap
+) -> list[str]:
+    """The problems of one rule (at ``at`` in the file): release lines and constraints that do
+    not parse, keys that are no GPU generation or Kubernetes line of the tables (or do not
+    cover them), architectures the architectures rule does not list."""
+    problems: list[str] = []
     lines, arches, gens = set(rules.lines), set(rules.architectures), set(rules.generations)
-    for index, rule in enumerate(rules.rules):
-        at = ("rules", index)
-        if isinstance(rule, KubernetesLinesRule):
-            for i, line in enumerate(rule.lines):
-                problems.extend(
-                    _parse_problem(parse_release_line, line, locations, (*at, "lines", i))
-                )
-        elif isinstance(rule, GpuArchitecturesRule | GpuOpenKernelModulesRule):
-            table = rule.architectures if isinstance(rule, GpuArchitecturesRule) else rule.required
-            name = "architectures" if isinstance(rule, GpuArchitecturesRule) else "required"
-            problems.extend(
-                _key_problems(
-                    table,
-                    gens,
-                    locations,
-                    (*at, name),
-                    "GPU generation",
-                    cover=name == "architectures",
-                )
+    if isinstance(rule, KubernetesLinesRule):
+        for i, line in enumerate(rule.lines):
+            problems.extend(_parse_problem(parse_release_line, line, locations, (*at, "lines", i)))
+    elif isinstance(rule, GpuArchitecturesRule | GpuOpenKernelModulesRule):
+        table = rule.architectures if isinstance(rule, GpuArchitecturesRule) else rule.required
+        name = "architectures" if isinstance(rule, GpuArchitecturesRule) else "required"
+        problems.extend(
+            _key_problems(
+                table,
+                gens,
+                locations,
+                (*at, name),
+                "GPU generation",
+                cover=name == "architectures",
             )
-            for gen, values in table.items():
-                for i, arch in enumerate(values):
-                    if arch not in arches:
-                        problems.append(
-                            f"{where(locations, (*at, name, gen, i))}: architecture '{arch}' is "
-                            f"not in the architectures rule ({', '.join(rules.architectures)})"
-                        )
-        elif isinstance(rule, GpuDriverBranchRule):
-            problems.extend(
-                _key_problems(
-                    rule.minimum, gens, locations, (*at, "minimum"), "GPU generation", cover=True
-                )
+        )
+        for gen, values in table.items():
+            for i, arch in enumerate(values):
+                if arch not in arches:
+                    problems.append(
+                        f"{where(locations, (*at, name, gen, i))}: architecture '{arch}' is "
+                        f"not in the architectures rule ({', '.join(rules.architectures)})"
+                    )
+    elif isinstance(rule, GpuDriverBranchRule):
+        problems.extend(
+            _key_problems(
+                rule.minimum, gens, locations, (*at, "minimum"), "GPU generation", cover=True
             )
-        elif isinstance(rule, VersionByLineRule):
-            problems.extend(
-                _key_problems(
-                    rule.constraints,
-                    lines,
-                    locations,
-                    (*at, "constraints"),
-                    "Kubernetes line",
-                    cover=True,
-                )
+        )
+    elif isinstance(rule, VersionByLineRule):
+        problems.extend(
+            _key_problems(
+                rule.constraints,
+                lines,
+                locations,
+                (*at, "constraints"),
+                "Kubernetes line",
+                cover=True,
             )
-            for line, text in rule.constraints.items():
-                place = (*at, "constraints", line)
-                problems.extend(_parse_problem(_upstream_constraint, text, locations, place))
+        )
+        for line, text in rule.constraints.items():
+            place = (*at, "constraints", line)
+            problems.extend(_parse_problem(_upstream_constraint, text, locations, place))
     return problems
 
 

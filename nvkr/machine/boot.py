@@ -155,9 +155,7 @@ def _watch(
         now = time.monotonic()
         if text is None:  # no output for a while: a settled incomplete match counts
             if pending is not None and now - pending[1] >= SETTLE:
-                lines.append(pending[0])
-                if log is not None:
-                    log.write(f"console: {pending[0]}\n")
+                _keep(pending[0], lines, log)
                 return "ok", pending[0]
             if stall is not None and now - last_byte >= stall:
                 outcome = "stall"
@@ -170,29 +168,38 @@ def _watch(
         if not complete and text == last_partial:
             continue
         last_partial = "" if complete else text
-        verdict = ""
-        if fail is not None and fail.search(text):
-            verdict = "fail"
-        elif expect.search(text):
-            verdict = "ok"
+        verdict = _verdict(text, expect, fail)
         if verdict == "ok" and not complete:
             # wait for the rest of the line (or for it to settle, a prompt)
             pending = (text, time.monotonic())
             continue
         pending = None
         if complete or verdict:
-            lines.append(text)
-            if log is not None:
-                log.write(f"console: {text}\n")
+            _keep(text, lines, log)
         if verdict:
             return verdict, text
     if last_partial:
-        lines.append(last_partial)
-        if log is not None:
-            log.write(f"console: {last_partial}\n")
+        _keep(last_partial, lines, log)
     if outcome == "stall":
         return outcome, last_text
     return ("timeout" if time.monotonic() >= deadline else "exit"), ""
+
+
+def _keep(text: str, lines: list[str], log: TextIO | None) -> None:
+    """A console line kept: in ``lines`` and, when there is one, the console log."""
+    lines.append(text)
+    if log is not None:
+        log.write(f"console: {text}\n")
+
+
+def _verdict(text: str, expect: re.Pattern[str], fail: re.Pattern[str] | None) -> str:
+    """``"fail"`` when ``text`` matches ``fail``, else ``"ok"`` when it matches ``expect``, else
+    ``""``."""
+    if fail is not None and fail.search(text):
+        return "fail"
+    if expect.search(text):
+        return "ok"
+    return ""
 
 
 def _tail(lines: list[str]) -> str:
