@@ -32,7 +32,6 @@ reports all of them; the CLI turns any into exit 3.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -49,18 +48,24 @@ from nvkr.releaseset.metadata import read_metadata
 from nvkr.releaseset.record import record_paths
 from nvkr.releaseset.recordcheck import check_build_record
 from nvkr.releaseset.signing import (
-    ANN_KEYID,
     DSSE_ENVELOPE,
     RELEASE_SET_PREDICATE,
     release_set_entry,
     statement_layer,
 )
-from nvkr.sbom import SPDX_MEDIA_TYPE
-from nvkr.sign import PublicKey, check_envelope, envelope_parts, key_id, key_strength
+from nvkr.sign import PublicKey, check_envelope, envelope_parts
+from nvkr.verify.documents import (
+    artifact_kind,
+    document_label,
+    hash_leaf,
+    is_sbom,
+    key_facts,
+    metadata_artifacts,
+    primary_digests,
+    sha256_subjects,
+)
 from nvkr.verify.policy import Policy, apply_policy
 from nvkr.verify.report import ArtifactReport, SignatureReport, VerifyReport
-
-_CHUNK = 1 << 20
 
 
 def verify_release_set(
@@ -115,7 +120,7 @@ class _Verifier:
         self.entry = release_set_entry(reader)
         self.report = VerifyReport(path=str(reader.path), digest=str(self.entry["digest"]))
         self.report.name = str(self.entry["annotations"][mt.ANN_REF_NAME])
-        self.report.keys = [_key_facts(k) for k in self.keys]
+        self.report.keys = [key_facts(k) for k in self.keys]
         self.where = f"release set {self.report.name}"
         self._docs: dict[str, dict[str, Any]] = {}
         self.index: dict[str, Any] = {}
@@ -159,7 +164,7 @@ class _Verifier:
         for desc, referrer in roots:
             try:
                 doc = self.doc(desc, referrer) if desc.get("mediaType") in mt.MANIFEST_TYPES else {}
-                label = f"{referrer} ({_label(desc, doc)})"
+                label = f"{referrer} ({document_label(desc, doc)})"
                 for blob in reader.walk(root=desc, deep=False):
                     if blob.digest in seen:
                         continue
@@ -177,7 +182,7 @@ class _Verifier:
         # of MiB each. Failures are reported in walk order, as a sequential walk would.
         with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
             problems = list(
-                pool.map(lambda leaf: _hash_leaf(reader.blob_path(leaf[0].digest), leaf[0]), leaves)
+                pool.map(lambda leaf: hash_leaf(reader.blob_path(leaf[0].digest), leaf[0]), leaves)
             )
         for (blob, label), problem in zip(leaves, problems, strict=True):
             if problem:
@@ -221,49 +226,59 @@ class _Verifier:
             report.name = str(meta.get("name"))
             return
         self.metadata = meta
-        kinds: dict[str, str] = {}
-        variants: dict[str, list[dict[str, str]]] = {}
-        meta_provenance: dict[str, str] = {}
-        for art in meta.get("artifacts", []):
-            digest = str((art.get("index") or art.get("manifest") or {}).get("digest"))
-            kinds[digest] = str(art.get("kind"))
-            if isinstance(art.get("variant"), dict):
-                variants.setdefault(digest, []).append(
-                    {str(k): str(v) for k, v in sorted(art["variant"].items())}
-                )
-            if art.get("provenance"):
-                meta_provenance[digest] = str(art["provenance"]["digest"])
+        kinds, variants, meta_provenance = metadata_artifacts(meta)
         members = self.members[1:]  # [0] is the metadata manifest
         member_digests = {m["digest"] for m in members}
         extra = [m for m in self.reader.index["manifests"] if m["digest"] != self.entry["digest"]]
         for desc in [*members, *extra]:
-            doc = self.doc(desc)
-            artifact_type = (
-                doc.get("artifactType") if desc["mediaType"] == mt.OCI_MANIFEST else None
+            self._sort_member(desc, desc["digest"] in member_digests, kinds, variants)
+        self._check_held(kinds, meta_provenance)
+        for desc, doc in self.sboms:
+            subject = (doc.get("subject") or {}).get("digest")
+            for art in report.artifacts:
+                if subject == art.digest or subject in self._children(art):
+                    art.sboms.append(str(desc["digest"]))
+
+    def _sort_member(
+        self,
+        desc: dict[str, Any],
+        is_member: bool,
+        kinds: dict[str, str],
+        variants: dict[str, list[dict[str, str]]],
+    ) -> None:
+        """File one ``index.json`` entry (a release set member when ``is_member``) as a
+        provenance statement, a signature, an SBOM or an artifact; warn about anything else."""
+        report = self.report
+        doc = self.doc(desc)
+        artifact_type = doc.get("artifactType") if desc["mediaType"] == mt.OCI_MANIFEST else None
+        if artifact_type == mt.IN_TOTO_JSON:
+            self.provenances.append((desc, doc))
+        elif artifact_type == DSSE_ENVELOPE:
+            self.signature_manifests.append((desc, doc))
+        elif is_sbom(doc):
+            self.sboms.append((desc, doc))
+        elif is_member:
+            name = (desc.get("annotations") or {}).get(mt.ANN_NVKR_ARTIFACT, "?")
+            report.artifacts.append(
+                ArtifactReport(
+                    name=str(name),
+                    kind=artifact_kind(desc, doc, kinds),
+                    digest=str(desc["digest"]),
+                    media_type=str(desc["mediaType"]),
+                    subjects=primary_digests(doc, desc),
+                    variants=variants.get(str(desc["digest"]), []),
+                )
             )
-            if artifact_type == mt.IN_TOTO_JSON:
-                self.provenances.append((desc, doc))
-            elif artifact_type == DSSE_ENVELOPE:
-                self.signature_manifests.append((desc, doc))
-            elif _is_sbom(doc):
-                self.sboms.append((desc, doc))
-            elif desc["digest"] in member_digests:
-                name = (desc.get("annotations") or {}).get(mt.ANN_NVKR_ARTIFACT, "?")
-                report.artifacts.append(
-                    ArtifactReport(
-                        name=str(name),
-                        kind=_kind(desc, doc, kinds),
-                        digest=str(desc["digest"]),
-                        media_type=str(desc["mediaType"]),
-                        subjects=_primary_digests(doc, desc),
-                        variants=variants.get(str(desc["digest"]), []),
-                    )
-                )
-            else:
-                report.warnings.append(
-                    f"index.json lists {desc['digest']} ({desc['mediaType']}), which is neither "
-                    "the release set nor a signature or SBOM of it"
-                )
+        else:
+            report.warnings.append(
+                f"index.json lists {desc['digest']} ({desc['mediaType']}), which is neither "
+                "the release set nor a signature or SBOM of it"
+            )
+
+    def _check_held(self, kinds: dict[str, str], meta_provenance: dict[str, str]) -> None:
+        """Fail for each artifact and provenance statement the metadata names and the index
+        does not hold."""
+        report = self.report
         held = {a.digest for a in report.artifacts}
         for digest in sorted(set(kinds) - held):
             report.fail(
@@ -279,11 +294,6 @@ class _Verifier:
                     f"{self.where}: its metadata names provenance {prov} for artifact {digest}, "
                     "which its index does not hold",
                 )
-        for desc, doc in self.sboms:
-            subject = (doc.get("subject") or {}).get("digest")
-            for art in report.artifacts:
-                if subject == art.digest or subject in self._children(art):
-                    art.sboms.append(str(desc["digest"]))
 
     def _children(self, art: ArtifactReport) -> list[str]:
         """Digests of the manifests an image index lists (an SBOM may attach to one of them)."""
@@ -319,7 +329,7 @@ class _Verifier:
             except ValueError as e:
                 report.fail("provenance", f"{what}: the statement is not JSON: {e}")
                 continue
-            named = _sha256_subjects(statement)
+            named = sha256_subjects(statement)
             foreign = [d for d in named if d not in art.subjects]
             if not named or foreign:
                 report.fail("provenance", self._copied(what, art, foreign or ["no sha256 digest"]))
@@ -444,7 +454,7 @@ class _Verifier:
                 f"{RELEASE_SET_PREDICATE}",
             )
             return
-        named = _sha256_subjects(statement)
+        named = sha256_subjects(statement)
         if named != [self.entry["digest"]]:
             self.report.fail(
                 "signature",
@@ -495,93 +505,3 @@ class _Verifier:
             self.report.warnings.append(
                 f"build record {check.path} is not signed (no {record_paths(self.reader.path)[1].name})"
             )
-
-
-def _key_facts(key: PublicKey) -> dict[str, Any]:
-    strength = key_strength(key)
-    return {
-        "keyid": key_id(key),
-        "algorithm": strength.algorithm,
-        "keyBits": strength.key_bits,
-        "securityBits": strength.security_bits,
-    }
-
-
-def _label(desc: Mapping[str, Any], doc: Mapping[str, Any]) -> str:
-    """How a root of the closure walk is named in messages."""
-    ann = desc.get("annotations") or {}
-    name = ann.get(mt.ANN_NVKR_ARTIFACT)
-    kind = doc.get("artifactType")
-    if kind == mt.IN_TOTO_JSON:
-        return f"provenance of {name}"
-    if kind == DSSE_ENVELOPE:
-        target = name or ann.get(mt.ANN_NVKR_RELEASE_SET) or "?"
-        return f"signature of {target}, key {str(ann.get(ANN_KEYID, '?'))[:12]}"
-    if _is_sbom(doc):
-        return f"SBOM of {name}"
-    if kind == mt.NVKR_RELEASE_SET:
-        return "release set metadata"
-    return f"artifact {name}" if name else f"manifest {desc['digest']}"
-
-
-def _hash_leaf(path: Path, blob: LayoutBlob) -> str | None:
-    """None when ``path`` has ``blob``'s size and digest, else what is wrong with it."""
-    alg = blob.digest.split(":", 1)[0]
-    h = hashlib.new(alg)
-    size = 0
-    try:
-        with open(path, "rb") as f:
-            while chunk := f.read(_CHUNK):
-                h.update(chunk)
-                size += len(chunk)
-    except OSError:
-        return "is missing"
-    if size != blob.size:
-        return f"is {size} bytes, expected {blob.size}"
-    actual = f"{alg}:{h.hexdigest()}"
-    return None if actual == blob.digest else f"is corrupt: its content hashes to {actual}"
-
-
-def _primary_digests(doc: Mapping[str, Any], desc: Mapping[str, Any]) -> list[str]:
-    """What a provenance statement about this artifact may name, primary first: an index names
-    itself; a Helm chart manifest its .tgz; any other artifact manifest its first layer (the
-    primary output); a manifest may also be named itself."""
-    if desc.get("mediaType") in mt.INDEX_TYPES:
-        return [str(desc["digest"])]
-    layers = [la for la in doc.get("layers") or [] if isinstance(la, dict)]
-    if (doc.get("config") or {}).get("mediaType") == mt.HELM_CONFIG:
-        primary = [
-            str(la["digest"]) for la in layers if la.get("mediaType") == mt.HELM_CHART_CONTENT
-        ]
-    else:
-        primary = [str(layers[0]["digest"])] if layers else []
-    return [*primary, str(desc["digest"])]
-
-
-def _kind(desc: Mapping[str, Any], doc: Mapping[str, Any], kinds: Mapping[str, str]) -> str:
-    """The artifact's kind: the metadata's word, else read from its shape."""
-    if desc["digest"] in kinds:
-        return kinds[str(desc["digest"])]
-    if desc.get("mediaType") in mt.INDEX_TYPES:
-        return "image"
-    if (doc.get("config") or {}).get("mediaType") == mt.HELM_CONFIG:
-        return "chart"
-    if doc.get("artifactType") == mt.NVKR_MACHINE_IMAGE:
-        return "machine-image"
-    return "binary"
-
-
-def _is_sbom(doc: Mapping[str, Any]) -> bool:
-    return doc.get("artifactType") == SPDX_MEDIA_TYPE or any(
-        isinstance(la, dict) and la.get("mediaType") == SPDX_MEDIA_TYPE
-        for la in doc.get("layers") or []
-    )
-
-
-def _sha256_subjects(statement: Mapping[str, Any]) -> list[str]:
-    """``sha256:<hex>`` of every statement subject that has a sha256 digest."""
-    return [
-        f"sha256:{s['digest']['sha256']}"
-        for s in statement.get("subject") or []
-        if isinstance(s, dict) and isinstance(s.get("digest"), dict) and "sha256" in s["digest"]
-    ]
