@@ -80,65 +80,88 @@ def verify_store(store: Store, *, repair: bool = False, jobs: int = 2) -> StoreR
     """
     report = StoreReport(root=store.root)
     with store.lock() if repair else contextlib.nullcontext():
-        digests: list[str] = []
-        for path in sorted(store.blobs_dir.iterdir()):
-            if _HEX.fullmatch(path.name) and path.is_file():
-                digests.append("sha256:" + path.name)
-            else:
-                report.stray.append(path.name)
-
-        def check(digest: str) -> tuple[str, int, bool]:
-            try:
-                store.verify_blob(digest)  # a full hash; seals an intact blob again
-                return digest, store.blob_path(digest).stat().st_size, True
-            except IntegrityError:
-                return digest, store.blob_path(digest).stat().st_size, False
-            except FileNotFoundError:  # removed meanwhile (by gc, or a repair elsewhere)
-                return digest, 0, True
-
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            for digest, size, intact in pool.map(check, digests):
-                report.blobs += 1
-                report.bytes += size
-                if not intact:
-                    report.corrupt.append(digest)
-        for record in _records(store):
-            report.actions += 1
-            try:
-                doc = json.loads(record.read_bytes())
-                if not isinstance(doc, dict) or not isinstance(doc.get("outputs", []), list):
-                    raise ValueError("not an action record")
-            except (ValueError, UnicodeDecodeError):
-                report.unreadable_actions.append(record.name)
-                continue
-            for out in doc.get("outputs", []):
-                output = str(out.get("digest")) if isinstance(out, dict) else ""
-                if output in report.corrupt:
-                    owner = f"{doc.get('name', record.stem)} ({doc.get('builder', '?')})"
-                    report.owners.setdefault(output, []).append(owner)
-        for tree in sorted(store.tools_dir.iterdir()):
-            tree_seal = treeseal.read_seal(tree) if tree.is_dir() else None
-            if tree_seal is None:  # no seal: unpacked again on its next use, never used as is
-                continue
-            report.tools += 1
-            if treeseal.verify_tree(tree, tree_seal) is not None:
-                report.corrupt_tools.append("sha256:" + tree.name)
+        digests = _check_blobs(store, report, jobs)
+        _check_records(store, report)
+        _check_tools(store, report)
         blob_names = {d.split(":", 1)[1] for d in digests}
         orphans = [p for p in store.seals_dir.iterdir() if p.name not in blob_names]
         report.orphan_seals = len(orphans)
         if repair:
-            for digest in report.corrupt:
-                store.discard_blob(digest, "found by store verify")
-            for name in report.stray:
-                _remove(store.blobs_dir / name)
-            for name in report.unreadable_actions:
-                _remove(store.actions_dir / name)
-            for seal in orphans:
-                _remove(seal)
-            for digest in report.corrupt_tools:  # unpacked again from its blob when next used
-                _remove(store.tools_dir / digest.split(":", 1)[1])
-            report.repaired = True
+            _repair(store, report, orphans)
     return report
+
+
+def _check_blobs(store: Store, report: StoreReport, jobs: int) -> list[str]:
+    """Hash every blob on ``jobs`` threads, counting blobs and bytes and listing the corrupt
+    ones and the stray files in ``report``; returns the blobs' digests."""
+    digests: list[str] = []
+    for path in sorted(store.blobs_dir.iterdir()):
+        if _HEX.fullmatch(path.name) and path.is_file():
+            digests.append("sha256:" + path.name)
+        else:
+            report.stray.append(path.name)
+
+    def check(digest: str) -> tuple[str, int, bool]:
+        try:
+            store.verify_blob(digest)  # a full hash; seals an intact blob again
+            return digest, store.blob_path(digest).stat().st_size, True
+        except IntegrityError:
+            return digest, store.blob_path(digest).stat().st_size, False
+        except FileNotFoundError:  # removed meanwhile (by gc, or a repair elsewhere)
+            return digest, 0, True
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for digest, size, intact in pool.map(check, digests):
+            report.blobs += 1
+            report.bytes += size
+            if not intact:
+                report.corrupt.append(digest)
+    return digests
+
+
+def _check_records(store: Store, report: StoreReport) -> None:
+    """Read every action record: list the unreadable ones, and name the actions each corrupt
+    blob is an output of (``report.owners``)."""
+    for record in _records(store):
+        report.actions += 1
+        try:
+            doc = json.loads(record.read_bytes())
+            if not isinstance(doc, dict) or not isinstance(doc.get("outputs", []), list):
+                raise ValueError("not an action record")
+        except (ValueError, UnicodeDecodeError):
+            report.unreadable_actions.append(record.name)
+            continue
+        for out in doc.get("outputs", []):
+            output = str(out.get("digest")) if isinstance(out, dict) else ""
+            if output in report.corrupt:
+                owner = f"{doc.get('name', record.stem)} ({doc.get('builder', '?')})"
+                report.owners.setdefault(output, []).append(owner)
+
+
+def _check_tools(store: Store, report: StoreReport) -> None:
+    """Check every sealed unpacked tool tree against its seal."""
+    for tree in sorted(store.tools_dir.iterdir()):
+        tree_seal = treeseal.read_seal(tree) if tree.is_dir() else None
+        if tree_seal is None:  # no seal: unpacked again on its next use, never used as is
+            continue
+        report.tools += 1
+        if treeseal.verify_tree(tree, tree_seal) is not None:
+            report.corrupt_tools.append("sha256:" + tree.name)
+
+
+def _repair(store: Store, report: StoreReport, orphans: list[Path]) -> None:
+    """Delete what ``report`` found wrong (under the store lock, which the caller holds)."""
+    for digest in report.corrupt:
+        store.discard_blob(digest, "found by store verify")
+    for name in report.stray:
+        _remove(store.blobs_dir / name)
+    for name in report.unreadable_actions:
+        _remove(store.actions_dir / name)
+    for seal in orphans:
+        _remove(seal)
+    for digest in report.corrupt_tools:  # unpacked again from its blob when next used
+        _remove(store.tools_dir / digest.split(":", 1)[1])
+    report.repaired = True
 
 
 def _records(store: Store) -> Iterator[Path]:
