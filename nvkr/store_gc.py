@@ -330,41 +330,13 @@ def collect(
     layouts = [_layout_digests(Path(d)) for d in keep]
     with store.reading(exclusive=True), store.lock():  # the order every verb takes them in
         roots = _roots(store)
-        pinned: list[Root] = []  # the roots --keep names: never let go
-        for named, _ in layouts:
-            pinned += [
-                r
-                for r in roots
-                if any(s.get("digest") in named for s in r.doc.get("releaseSets") or [])
-            ]
-        if older_than is not None:
-            recent = [r for r in roots if r.finished >= now - older_than]
-        elif layouts:
-            recent = []
-        else:  # the newest build of each recipe
-            newest: dict[str, Root] = {}
-            for r in roots:
-                newest[str(r.doc.get("recipe"))] = r
-            recent = list(newest.values())
+        pinned, recent = _chosen_roots(roots, layouts, older_than, now)
         kept = {r.path: r for r in [*pinned, *recent]}
         files = list(_records(store))
         records = {key: doc for _, key, doc in files if doc is not None}
         sizes = _blob_sizes(store)
-        layout_blobs = set().union(*(b for _, b in layouts)) if layouts else set()
-
-        def marked(chosen: Iterable[Root]) -> tuple[set[str], set[str]]:
-            actions: set[str] = set()
-            blobs = set(layout_blobs)
-            for r in chosen:
-                actions |= set(r.doc.get("actions") or [])
-                blobs |= set(r.doc.get("blobs") or [])
-            for key in actions:
-                record = records.get(key)
-                if record is not None:
-                    blobs |= _record_blobs(record)
-            return actions, blobs
-
-        actions, blobs = marked(kept.values())
+        layout_blobs: set[str] = set().union(*(b for _, b in layouts)) if layouts else set()
+        actions, blobs = _marked(kept.values(), records, layout_blobs)
         sweep = Sweep(dry_run=dry_run)
         if max_size is not None:
             pinned_paths = {r.path for r in pinned}
@@ -373,43 +345,107 @@ def collect(
             )
             while sum(sizes.get(d, 0) for d in blobs) > max_size and evictable:
                 del kept[evictable.pop(0).path]
-                actions, blobs = marked(kept.values())
+                actions, blobs = _marked(kept.values(), records, layout_blobs)
             sweep.over_size = sum(sizes.get(d, 0) for d in blobs) > max_size
         sweep.roots_kept = len(kept)
         sweep.blobs_kept = sum(1 for d in sizes if d in blobs)
         sweep.bytes_kept = sum(size for d, size in sizes.items() if d in blobs)
-        for r in roots:
-            if r.path not in kept:
-                sweep.roots_removed += 1
-                if not dry_run:
-                    _unlink(r.path)
-        readable = {r.path for r in roots}
-        for path in store.roots_dir.iterdir():  # unreadable roots
-            if not dry_run and path not in readable:
-                _unlink(path)
-        for path, key, _ in files:
-            if key not in actions:
-                sweep.records_removed += 1
-                if not dry_run:
-                    _unlink(path)
-        for digest, size in sizes.items():
-            if digest not in blobs:
-                sweep.blobs_removed += 1
-                sweep.bytes_removed += size
-                if not dry_run:
-                    _unlink(store.blob_path(digest))
-                    _unlink(store.seals_dir / hex_of(digest))
-        if not dry_run:
-            for seal in store.seals_dir.iterdir():
-                if "sha256:" + seal.name not in sizes:
-                    _unlink(seal)
-        for tool in store.tools_dir.iterdir():
-            if "sha256:" + tool.name not in blobs:
-                sweep.tools_removed += 1
-                sweep.tool_bytes_removed += _size(tool)
-                if not dry_run:
-                    shutil.rmtree(tool, ignore_errors=True)
+        _sweep_roots(store, sweep, roots, kept)
+        _sweep_unmarked(store, sweep, files, actions, blobs, sizes)
     return sweep
+
+
+def _chosen_roots(
+    roots: list[Root],
+    layouts: list[tuple[set[str], set[str]]],
+    older_than: int | None,
+    now: float,
+) -> tuple[list[Root], list[Root]]:
+    """``(pinned, recent)``: the roots whose release sets a ``--keep`` layout names (never let
+    go), and those kept by age (newer than ``older_than`` seconds), else none when ``--keep`` is
+    given, else the newest build of each recipe."""
+    pinned: list[Root] = []
+    for named, _ in layouts:
+        pinned += [
+            r
+            for r in roots
+            if any(s.get("digest") in named for s in r.doc.get("releaseSets") or [])
+        ]
+    if older_than is not None:
+        recent = [r for r in roots if r.finished >= now - older_than]
+    elif layouts:
+        recent = []
+    else:  # the newest build of each recipe
+        newest: dict[str, Root] = {}
+        for r in roots:
+            newest[str(r.doc.get("recipe"))] = r
+        recent = list(newest.values())
+    return pinned, recent
+
+
+def _marked(
+    chosen: Iterable[Root], records: dict[str, Any], layout_blobs: set[str]
+) -> tuple[set[str], set[str]]:
+    """The action keys and blob digests the ``chosen`` roots use (with the blobs of their
+    actions' records), plus the ``--keep`` layouts' blobs."""
+    actions: set[str] = set()
+    blobs = set(layout_blobs)
+    for r in chosen:
+        actions |= set(r.doc.get("actions") or [])
+        blobs |= set(r.doc.get("blobs") or [])
+    for key in actions:
+        record = records.get(key)
+        if record is not None:
+            blobs |= _record_blobs(record)
+    return actions, blobs
+
+
+def _sweep_roots(store: Store, sweep: Sweep, roots: list[Root], kept: dict[Path, Root]) -> None:
+    """Delete the roots not kept, and the unreadable ones (not with ``dry_run``)."""
+    for r in roots:
+        if r.path not in kept:
+            sweep.roots_removed += 1
+            if not sweep.dry_run:
+                _unlink(r.path)
+    readable = {r.path for r in roots}
+    for path in store.roots_dir.iterdir():  # unreadable roots
+        if not sweep.dry_run and path not in readable:
+            _unlink(path)
+
+
+def _sweep_unmarked(
+    store: Store,
+    sweep: Sweep,
+    files: list[tuple[Path, str, dict[str, Any] | None]],
+    actions: set[str],
+    blobs: set[str],
+    sizes: dict[str, int],
+) -> None:
+    """Delete the action records, blobs (with their seals), orphan seals and unpacked tools
+    nothing kept uses, counting them in ``sweep`` (only counting with ``dry_run``)."""
+    dry_run = sweep.dry_run
+    for path, key, _ in files:
+        if key not in actions:
+            sweep.records_removed += 1
+            if not dry_run:
+                _unlink(path)
+    for digest, size in sizes.items():
+        if digest not in blobs:
+            sweep.blobs_removed += 1
+            sweep.bytes_removed += size
+            if not dry_run:
+                _unlink(store.blob_path(digest))
+                _unlink(store.seals_dir / hex_of(digest))
+    if not dry_run:
+        for seal in store.seals_dir.iterdir():
+            if "sha256:" + seal.name not in sizes:
+                _unlink(seal)
+    for tool in store.tools_dir.iterdir():
+        if "sha256:" + tool.name not in blobs:
+            sweep.tools_removed += 1
+            sweep.tool_bytes_removed += _size(tool)
+            if not dry_run:
+                shutil.rmtree(tool, ignore_errors=True)
 
 
 def _unlink(path: Path) -> None:
