@@ -278,19 +278,7 @@ def publish_layout(
     if ref.registry != client.registry:
         raise UsageError(f"reference {ref} is not on {client.registry}, the client's registry")
     reader = LayoutReader(Path(layout_dir))
-    root = _root(reader, name)
-    set_name = (root.get("annotations") or {}).get(mt.ANN_REF_NAME)
-    tag = ref.tag or set_name
-    if not tag:
-        raise UsageError(
-            f"{layout_dir}: the manifest has no org.opencontainers.image.ref.name to tag it with",
-            hint="give the tag: REGISTRY/REPOSITORY:TAG",
-        )
-    Reference.parse(f"{ref.registry}/{ref.repository}:{tag}")  # the default tag is checked too
-    if ref.digest and ref.digest != root["digest"]:
-        raise UsageError(f"{ref} names {ref.digest}, but {layout_dir} holds {root['digest']}")
-    if root.get("mediaType") not in mt.MANIFEST_TYPES:
-        raise IntegrityError(f"{layout_dir}/index.json: {root['digest']} is no manifest or index")
+    root, set_name, tag = _target(reader, layout_dir, ref, name)
     root_data = reader.read_blob(root)
     meta: dict[str, Any] | None = None
     if json.loads(root_data).get("artifactType") == mt.NVKR_RELEASE_SET:
@@ -304,21 +292,7 @@ def publish_layout(
             if b.digest not in closure:
                 closure.add(b.digest)
                 blobs.append(b)
-    manifests: dict[str, _Manifest] = {}
-    for b in blobs:
-        if b.media_type in mt.MANIFEST_TYPES:
-            desc = {"mediaType": b.media_type, "digest": b.digest, "size": b.size}
-            data = reader.read_blob(desc, referrer=b.referrer)
-            doc = json.loads(data)
-            refs = [*(doc.get("manifests") or []), doc.get("config"), *(doc.get("layers") or [])]
-            children = frozenset(r["digest"] for r in refs if isinstance(r, dict))
-            subject = doc.get("subject")
-            found = children | ({subject["digest"]} if isinstance(subject, dict) else set())
-            manifests[b.digest] = _Manifest(b, data, doc, frozenset(found), children)
-    for d, m in list(manifests.items()):
-        manifests[d] = _Manifest(
-            m.blob, m.data, m.doc, frozenset(m.deps & manifests.keys() - {d}), m.children
-        )
+    manifests = _manifests(reader, blobs)
     leaves = [b for b in blobs if b.digest not in manifests]
     report = PublishReport(
         reference=f"{ref.registry}/{ref.repository}:{tag}@{root['digest']}",
@@ -336,6 +310,78 @@ def publish_layout(
     _run(run.jobs, lambda b: run.blob(b, mount_from), leaves)
     # 2.-3. manifests, those about a subject (and what holds them) after the rest
     others = [d for d in manifests if d != root["digest"]]
+    missing = _push_manifests(run, manifests, others)
+    # 4. referrers
+    _push_referrers(run, manifests, others)
+    # 5. the release set index, by digest
+    root_manifest = manifests[root["digest"]]
+    if not root_manifest.children & (run.sent | missing) and run.exists(root_manifest):
+        run.event("manifest-skipped", digest=root["digest"], size=root_manifest.blob.size)
+    else:
+        run.push(root_manifest)
+    # 6. the tag, last
+    report.previous = client.manifest_digest(ref.repository, tag)
+    if report.previous != root["digest"]:
+        client.push_manifest(ref.repository, tag, root_data, root_manifest.blob.media_type)
+        report.tag_moved = True
+    run.event("tagged", tag=tag, digest=root["digest"], previous=report.previous)
+    # 7. the build record, after the set (module docstring)
+    if meta is not None and set_name:
+        _publish_build_record(run, Path(layout_dir), root, str(set_name), meta)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _target(
+    reader: LayoutReader, layout_dir: Path, ref: Reference, name: str | None
+) -> tuple[dict[str, Any], str | None, str]:
+    """``(root descriptor, its ref.name, the tag to push)`` of the layout's manifest ``name``.
+
+    Raises:
+        UsageError: no tag (neither in ``ref`` nor the manifest's ref.name), a bad tag, a
+            digest in ``ref`` that is not the root's. IntegrityError: the root is no manifest.
+    """
+    root = _root(reader, name)
+    set_name = (root.get("annotations") or {}).get(mt.ANN_REF_NAME)
+    tag = ref.tag or set_name
+    if not tag:
+        raise UsageError(
+            f"{layout_dir}: the manifest has no org.opencontainers.image.ref.name to tag it with",
+            hint="give the tag: REGISTRY/REPOSITORY:TAG",
+        )
+    Reference.parse(f"{ref.registry}/{ref.repository}:{tag}")  # the default tag is checked too
+    if ref.digest and ref.digest != root["digest"]:
+        raise UsageError(f"{ref} names {ref.digest}, but {layout_dir} holds {root['digest']}")
+    if root.get("mediaType") not in mt.MANIFEST_TYPES:
+        raise IntegrityError(f"{layout_dir}/index.json: {root['digest']} is no manifest or index")
+    return root, set_name, tag
+
+
+def _manifests(reader: LayoutReader, blobs: Sequence[LayoutBlob]) -> dict[str, _Manifest]:
+    """The manifests and indexes among ``blobs``, by digest, each with the digests it
+    references (``children``) and the manifests among them and its subject it must follow
+    (``deps``)."""
+    manifests: dict[str, _Manifest] = {}
+    for b in blobs:
+        if b.media_type in mt.MANIFEST_TYPES:
+            desc = {"mediaType": b.media_type, "digest": b.digest, "size": b.size}
+            data = reader.read_blob(desc, referrer=b.referrer)
+            doc = json.loads(data)
+            refs = [*(doc.get("manifests") or []), doc.get("config"), *(doc.get("layers") or [])]
+            children = frozenset(r["digest"] for r in refs if isinstance(r, dict))
+            subject = doc.get("subject")
+            found = children | ({subject["digest"]} if isinstance(subject, dict) else set())
+            manifests[b.digest] = _Manifest(b, data, doc, frozenset(found), children)
+    for d, m in list(manifests.items()):
+        manifests[d] = _Manifest(
+            m.blob, m.data, m.doc, frozenset(m.deps & manifests.keys() - {d}), m.children
+        )
+    return manifests
+
+
+def _push_manifests(run: _Publish, manifests: dict[str, _Manifest], others: list[str]) -> set[str]:
+    """Steps 2-3: push the manifests ``others`` the registry lacks, children first, those about
+    a subject (and what holds them) after the rest; returns the digests found missing."""
     # a registry holds a manifest only with everything it references, so one that references
     # a blob just sent is missing too: it is pushed without asking first
     missing = {d for d in others if manifests[d].children & run.sent}
@@ -364,7 +410,13 @@ def publish_layout(
     ):
         for level in _levels(phase, deps):
             _run(run.jobs, lambda d: run.push(manifests[d]), level)
-    # 4. referrers
+    return missing
+
+
+def _push_referrers(run: _Publish, manifests: dict[str, _Manifest], others: list[str]) -> None:
+    """Step 4: where the registry has no referrers API, write the fallback tag of each subject
+    the manifests ``others`` refer to (``report.referrers`` says which)."""
+    client, report, repo = run.client, run.report, run.repo
     subjects: dict[str, list[dict[str, Any]]] = {}
     for d in others:
         subject = manifests[d].doc.get("subject")
@@ -372,13 +424,13 @@ def publish_layout(
             entry = referrer_descriptor(manifests[d].blob, manifests[d].doc)
             subjects.setdefault(subject["digest"], []).append(entry)
     if subjects:
-        if client.has_referrers_api(ref.repository, next(iter(subjects))):
+        if client.has_referrers_api(repo, next(iter(subjects))):
             report.referrers = "api"
         else:
             report.referrers = "fallback-tag"
 
             def referrers(subject: str) -> None:
-                written = update_referrers_tag(client, ref.repository, subject, subjects[subject])
+                written = update_referrers_tag(client, repo, subject, subjects[subject])
                 with run._lock:
                     report.referrers_tags.append(fallback_tag(subject))
                 run.event(
@@ -387,23 +439,6 @@ def publish_layout(
 
             _run(run.jobs, referrers, sorted(subjects))
             report.referrers_tags.sort()
-    # 5. the release set index, by digest
-    root_manifest = manifests[root["digest"]]
-    if not root_manifest.children & (run.sent | missing) and run.exists(root_manifest):
-        run.event("manifest-skipped", digest=root["digest"], size=root_manifest.blob.size)
-    else:
-        run.push(root_manifest)
-    # 6. the tag, last
-    report.previous = client.manifest_digest(ref.repository, tag)
-    if report.previous != root["digest"]:
-        client.push_manifest(ref.repository, tag, root_data, root_manifest.blob.media_type)
-        report.tag_moved = True
-    run.event("tagged", tag=tag, digest=root["digest"], previous=report.previous)
-    # 7. the build record, after the set (module docstring)
-    if meta is not None and set_name:
-        _publish_build_record(run, Path(layout_dir), root, str(set_name), meta)
-    report.seconds = time.monotonic() - started
-    return report
 
 
 def _publish_build_record(
