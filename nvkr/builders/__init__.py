@@ -1,7 +1,7 @@
 """Builders: the code that runs one kind of action, registered in one table.
 
 A builder checks an artifact of a variant from the recipe alone (:meth:`Builder.check`, which
-``nvkr validate`` runs too), turns it into an :class:`~nvkr.plan.Action` at plan time
+``nvkr validate`` runs too), turns it into an :class:`~nvkr.action.Action` at plan time
 (:meth:`Builder.plan`: params, inputs and tool versions, everything that goes into the action key)
 and produces its outputs at build time (:meth:`Builder.run`, which writes only to its work dir and
 hands files to the store through :class:`ActionContext`). The engine never special-cases one of
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from nvkr.errors import UnknownBuilderError
 
 if TYPE_CHECKING:
-    from nvkr.plan import Action
+    from nvkr.action import Action
     from nvkr.recipe import Variant
     from nvkr.store import Store
 

@@ -50,7 +50,7 @@ from nvkr.run import pinned_env, run, tail
 from nvkr.store import Store
 
 if TYPE_CHECKING:
-    from nvkr.plan import Action
+    from nvkr.action import Action
 
 BINARY_MEDIA_TYPE = "application/octet-stream"
 BUILDINFO_MEDIA_TYPE = "application/vnd.nvkr.go-buildinfo.v1+json"

@@ -39,7 +39,7 @@ from nvkr.repro import tar_bytes
 from nvkr.run import pinned_env, run
 
 if TYPE_CHECKING:
-    from nvkr.plan import Action
+    from nvkr.action import Action
 
 ROOTFS_MEDIA_TYPE = "application/vnd.nvkr.rootfs.v1.tar"
 #: mmdebstrap hooks (builders/rootfs/): the initramfs is built once, at the end.

@@ -24,6 +24,7 @@ import pytest
 
 import nvkr.builders
 from nvkr import builders
+from nvkr.action import Action, action_key
 from nvkr.builders import ActionSpec, ResolvedSource
 from nvkr.builders.container_image import ContainerImageBuilder
 from nvkr.canonical import canonical_json
@@ -35,7 +36,7 @@ from nvkr.oci import mediatypes as mt
 from nvkr.oci.image import image_config, image_manifest, layer_from_tree, platform_of
 from nvkr.oci.layout import descriptor, image_index, index_bytes
 from nvkr.oci.layoutdir import write_layout
-from nvkr.plan import Action, Plan, action_key, make_plan
+from nvkr.plan import Plan, make_plan
 from nvkr.recipe import expand, load_recipe
 from nvkr.recipe.models import ContainerImageArtifact, GitSource, OciSource, PathSource, UrlSource
 from nvkr.repro import tar_bytes

@@ -24,11 +24,11 @@ import docker
 import pydantic
 import pytest
 
+from nvkr.action import Action, action_key
 from nvkr.builders import ActionContext, ResolvedSource
 from nvkr.builders import docker_backend as backend
 from nvkr.errors import BuildError, ToolError
 from nvkr.oci import mediatypes as mt
-from nvkr.plan import Action, action_key
 from nvkr.recipe import Variant
 from nvkr.recipe.models import ContainerImageArtifact
 from nvkr.repro import tar_bytes

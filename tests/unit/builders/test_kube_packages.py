@@ -18,6 +18,7 @@ import pydantic
 import pytest
 
 from nvkr import builders
+from nvkr.action import Action, action_key
 from nvkr.builders import ActionSpec, ResolvedSource
 from nvkr.builders.kube_packages import MEDIA_TYPE, KubePackagesBuilder
 from nvkr.errors import BuildError
@@ -25,7 +26,6 @@ from nvkr.execute import run_action
 from nvkr.fetch import FetchContext
 from nvkr.fetch.mirrors import Mirrors
 from nvkr.lock import Resolver
-from nvkr.plan import Action, action_key
 from nvkr.recipe import expand, load_recipe
 from nvkr.recipe.models import KubePackagesArtifact, PathSource, UrlSource
 from nvkr.repro import tar_bytes

@@ -13,10 +13,10 @@ from typing import Any, cast
 import jinja2
 import pytest
 
+from nvkr.action import Action
 from nvkr.builders import node_image
 from nvkr.builders.node_image import _inside, clamp_mtimes, render_template
 from nvkr.errors import BootTestError, BuildError, RecipeError
-from nvkr.plan import Action
 from nvkr.recipe import Variant
 from nvkr.recipe.fieldchecks import size_bytes
 from nvkr.recipe.models import NodeImageArtifact
