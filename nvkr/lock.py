@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from nvkr.builders import ResolvedSource
-from nvkr.builders.tools_tree import tree_c_toolchain
+from nvkr.builders.go_binary.tools_tree import tree_c_toolchain
 from nvkr.canonical import canonical_json, canonical_json_file, sha256_bytes
 from nvkr.errors import ChecksumError, LockError
 from nvkr.fetch import FetchContext, resolve

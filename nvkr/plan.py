@@ -20,9 +20,9 @@ from typing import Any
 import nvkr
 from nvkr.action import Action, action_key
 from nvkr.builders import ActionSpec, ResolvedSource, get_builder
-from nvkr.builders.image_index import ImageIndexBuilder
-from nvkr.builders.release_set import ReleaseSetBuilder
-from nvkr.builders.sbom import SbomBuilder, sbom_spec
+from nvkr.builders.image_index.builder import ImageIndexBuilder
+from nvkr.builders.release_set.builder import ReleaseSetBuilder
+from nvkr.builders.sbom.builder import SbomBuilder, sbom_spec
 from nvkr.canonical import digest_json
 from nvkr.errors import RecipeReferenceError
 from nvkr.plancheck import check_variant, released_artifacts

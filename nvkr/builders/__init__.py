@@ -235,15 +235,15 @@ class Builder(Protocol):
 
 
 def _registry() -> dict[str, Builder]:
-    from nvkr.builders.container_image import ContainerImageBuilder
-    from nvkr.builders.go_binary import GoBinaryBuilder
-    from nvkr.builders.helm_chart import HelmChartBuilder
-    from nvkr.builders.image_index import ImageIndexBuilder
-    from nvkr.builders.kube_packages import KubePackagesBuilder
-    from nvkr.builders.node_image import NodeImageBuilder
-    from nvkr.builders.release_set import ReleaseSetBuilder
-    from nvkr.builders.rootfs import RootfsBuilder
-    from nvkr.builders.sbom import SbomBuilder
+    from nvkr.builders.container_image.builder import ContainerImageBuilder
+    from nvkr.builders.go_binary.builder import GoBinaryBuilder
+    from nvkr.builders.helm_chart.builder import HelmChartBuilder
+    from nvkr.builders.image_index.builder import ImageIndexBuilder
+    from nvkr.builders.kube_packages.builder import KubePackagesBuilder
+    from nvkr.builders.node_image.builder import NodeImageBuilder
+    from nvkr.builders.release_set.builder import ReleaseSetBuilder
+    from nvkr.builders.rootfs.builder import RootfsBuilder
+    from nvkr.builders.sbom.builder import SbomBuilder
 
     builders: tuple[Builder, ...] = (
         ContainerImageBuilder(),

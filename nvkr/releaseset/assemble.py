@@ -1,6 +1,6 @@
 """Assembling a release set: packed artifacts, their provenance, the index, ``index.json``.
 
-The heart of the ``release-set`` action (:mod:`nvkr.builders.release_set`): :func:`assemble`
+The heart of the ``release-set`` action (:mod:`nvkr.builders.release_set.builder`): :func:`assemble`
 takes the spec (:mod:`nvkr.releaseset.spec`) and the cached results of the actions it names,
 packs each action's artifact (:mod:`nvkr.releaseset.artifacts`, :mod:`nvkr.releaseset.chart`),
 states its in-toto provenance, attaches its SPDX SBOM (the result of its ``sbom`` action, when

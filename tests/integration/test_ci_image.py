@@ -110,7 +110,8 @@ def test_the_ci_image_is_the_same_from_two_clones_and_runs_nvkr(tmp_path):
     assert inside("nvkr", "--version").strip() == "nvkr, version 0.1.0"
     # the builders' assets lie beside the package, where a wheel of the tree would have none
     probe = (
-        "from nvkr.builders import rootfs, node_image, dib\n"
+        "from nvkr.builders.rootfs import builder as rootfs\n"
+        "from nvkr.builders.node_image import builder as node_image, dib\n"
         "assert rootfs.ASSETS.is_dir() and node_image.ASSETS.is_dir(), rootfs.ASSETS\n"
         "assert (rootfs.ASSETS / 'defer-initramfs.essential-hook').is_file()\n"
         "import cryptography.hazmat.primitives.asymmetric.ed25519, pydantic_core, yaml, zstandard\n"

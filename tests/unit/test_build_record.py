@@ -20,7 +20,7 @@ import pytest
 
 from nvkr import builders
 from nvkr.action import Action, action_key
-from nvkr.builders.release_set import ReleaseSetBuilder
+from nvkr.builders.release_set.builder import ReleaseSetBuilder
 from nvkr.canonical import canonical_json
 from nvkr.errors import IntegrityError
 from nvkr.execute import BuildReport, execute

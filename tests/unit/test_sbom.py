@@ -25,7 +25,7 @@ import zstandard
 
 from nvkr import releaseset
 from nvkr.action import Action
-from nvkr.builders.sbom import SbomBuilder, sbom_spec
+from nvkr.builders.sbom.builder import SbomBuilder, sbom_spec
 from nvkr.canonical import canonical_json
 from nvkr.errors import BuildError, IntegrityError
 from nvkr.execute import run_action

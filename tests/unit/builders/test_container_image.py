@@ -22,11 +22,11 @@ from typing import Any
 import pydantic
 import pytest
 
-import nvkr.builders
+import nvkr.builders.container_image
 from nvkr import builders
 from nvkr.action import Action, action_key
 from nvkr.builders import ActionSpec, ResolvedSource
-from nvkr.builders.container_image import ContainerImageBuilder
+from nvkr.builders.container_image.builder import ContainerImageBuilder
 from nvkr.canonical import canonical_json
 from nvkr.errors import BuildError
 from nvkr.execute import execute, run_action
@@ -357,7 +357,7 @@ os.environ["TZ"] = "Pacific/Chatham"
 time.tzset()
 from tests.unit.builders.test_container_image import World, FILES
 from nvkr import builders
-from nvkr.builders.container_image import ContainerImageBuilder
+from nvkr.builders.container_image.builder import ContainerImageBuilder
 builders.get_builder("go-binary")
 builders.REGISTRY["container-image"] = ContainerImageBuilder()
 from nvkr.store import Store
@@ -501,8 +501,8 @@ def test_docker_backend_is_delegated(world, monkeypatch):
         ),
         run=lambda ctx: calls.append(("run", ctx.action.params)),
     )
-    monkeypatch.setitem(sys.modules, "nvkr.builders.docker_backend", fake)
-    monkeypatch.setattr(nvkr.builders, "docker_backend", fake, raising=False)
+    monkeypatch.setitem(sys.modules, "nvkr.builders.container_image.docker_backend", fake)
+    monkeypatch.setattr(nvkr.builders.container_image, "docker_backend", fake, raising=False)
     spec = world.plan(backend="docker", context="app")
     assert spec.params == {"dockerfile": "Dockerfile", "backend": "docker"}
     assert calls[0][0] == "plan" and calls[0][1][0] == "img"

@@ -26,7 +26,7 @@ import pytest
 
 from nvkr.action import Action, action_key
 from nvkr.builders import ActionContext, ResolvedSource
-from nvkr.builders import docker_backend as backend
+from nvkr.builders.container_image import docker_backend as backend
 from nvkr.errors import BuildError, ToolError
 from nvkr.oci import mediatypes as mt
 from nvkr.recipe import Variant

@@ -26,7 +26,7 @@ helm = pytest.importorskip("helm_python")
 from nvkr import builders  # noqa: E402
 from nvkr.action import Action, action_key  # noqa: E402
 from nvkr.builders import ActionSpec, ResolvedSource  # noqa: E402
-from nvkr.builders.helm_chart import HelmChartBuilder, oci_tag  # noqa: E402
+from nvkr.builders.helm_chart.builder import HelmChartBuilder, oci_tag  # noqa: E402
 from nvkr.errors import BuildError, RecipeError, ToolError  # noqa: E402
 from nvkr.execute import run_action  # noqa: E402
 from nvkr.helm.ignore import HelmIgnore  # noqa: E402

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 pytest.importorskip("helm_python")
 
 from nvkr import builders
-from nvkr.builders.helm_chart import HelmChartBuilder
+from nvkr.builders.helm_chart.builder import HelmChartBuilder
 from nvkr.errors import BuildError
 from nvkr.execute import execute
 from nvkr.fetch import FetchContext

@@ -20,7 +20,7 @@ import pytest
 from nvkr import builders
 from nvkr.action import Action, action_key
 from nvkr.builders import ActionSpec, ResolvedSource
-from nvkr.builders.kube_packages import MEDIA_TYPE, KubePackagesBuilder
+from nvkr.builders.kube_packages.builder import MEDIA_TYPE, KubePackagesBuilder
 from nvkr.errors import BuildError
 from nvkr.execute import run_action
 from nvkr.fetch import FetchContext

@@ -14,8 +14,8 @@ import jinja2
 import pytest
 
 from nvkr.action import Action
-from nvkr.builders import node_image
-from nvkr.builders.node_image import _inside, clamp_mtimes, render_template
+from nvkr.builders.node_image import builder as node_image
+from nvkr.builders.node_image.builder import _inside, clamp_mtimes, render_template
 from nvkr.errors import BootTestError, BuildError, RecipeError
 from nvkr.recipe import Variant
 from nvkr.recipe.fieldchecks import size_bytes

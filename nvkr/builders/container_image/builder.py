@@ -5,7 +5,7 @@ artifact's primary output, a file source, or a file or directory of a tree sourc
 in the work dir and written as ONE reproducible layer (:func:`nvkr.oci.image.layer_from_tree`)
 on top of the base image's layers for the variant's platform (a pinned ``oci`` source, picked
 from its index), or on nothing (``scratch``). Config and manifest follow with every time at the
-epoch. ``backend: docker`` hands plan and run to :mod:`nvkr.builders.docker_backend`. Either way
+epoch. ``backend: docker`` hands plan and run to :mod:`nvkr.builders.container_image.docker_backend`. Either way
 the result has the same shape: every layer (role ``layer``), the config (``config``) and the
 manifest (``manifest``), and ``platform``, ``manifestDigest`` and ``configDigest`` in the
 metadata, which the planner's ``image-index`` action joins across arches.
@@ -647,7 +647,7 @@ class ContainerImageBuilder:
         assert isinstance(artifact, ContainerImageArtifact)
         problems = check_files(artifact_name, artifact, variant)
         if artifact.backend == "docker":
-            from nvkr.builders import docker_backend
+            from nvkr.builders.container_image import docker_backend
 
             problems += docker_backend.check(artifact_name, artifact, variant)
         return problems
@@ -655,11 +655,11 @@ class ContainerImageBuilder:
     def plan(
         self, artifact_name: str, artifact: Any, variant: Variant, refs: PlanRefs
     ) -> ActionSpec:
-        """See :func:`plan_daemonless`, or :func:`nvkr.builders.docker_backend.plan` for
+        """See :func:`plan_daemonless`, or :func:`nvkr.builders.container_image.docker_backend.plan` for
         ``backend: docker`` (its params always carry ``"backend": "docker"``)."""
         assert isinstance(artifact, ContainerImageArtifact)
         if artifact.backend == "docker":
-            from nvkr.builders import docker_backend
+            from nvkr.builders.container_image import docker_backend
 
             spec = docker_backend.plan(artifact_name, artifact, variant, refs)
             if spec.params.get("backend") != "docker":
@@ -668,9 +668,9 @@ class ContainerImageBuilder:
         return plan_daemonless(artifact_name, artifact, variant, refs)
 
     def run(self, ctx: ActionContext) -> None:
-        """See :func:`run_daemonless`, or :func:`nvkr.builders.docker_backend.run`."""
+        """See :func:`run_daemonless`, or :func:`nvkr.builders.container_image.docker_backend.run`."""
         if ctx.action.params.get("backend") == "docker":
-            from nvkr.builders import docker_backend
+            from nvkr.builders.container_image import docker_backend
 
             docker_backend.run(ctx)
             return

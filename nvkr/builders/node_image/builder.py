@@ -19,7 +19,7 @@ times describe the run, not the image, so they stay out of the metadata a cache 
 With ``bootTest: true`` the image is booted in QEMU (:func:`boot_check`, through
 :func:`nvkr.boot.boot_test` as ``nvkr boot-test`` does) before it is stored: a failed boot fails
 the action and nothing is cached; the console is kept under the store's ``logs/boot-test``. ``backend: diskimage-builder``
-hands the tree to diskimage-builder instead (:mod:`nvkr.builders.dib`).
+hands the tree to diskimage-builder instead (:mod:`nvkr.builders.node_image.dib`).
 """
 
 from __future__ import annotations
@@ -259,7 +259,7 @@ class NodeImageBuilder:
         out = ctx.workdir / "disk.qcow2"
         seed = ctx.action.key.split(":", 1)[1]
         if p["backend"] == "diskimage-builder":
-            from nvkr.builders import dib
+            from nvkr.builders.node_image import dib
 
             with _phase(ctx, timings, "diskimage-builder"):
                 dib.build(ctx, tree, out, arch=p["arch"], size_bytes=p["sizeBytes"])

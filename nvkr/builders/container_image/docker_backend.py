@@ -31,7 +31,7 @@ import docker.errors
 import requests
 
 from nvkr.builders import ActionContext, ActionSpec, PlanRefs, Problem, a_kind, source_kind_of
-from nvkr.builders.container_image import execution_params, image_annotations
+from nvkr.builders.container_image.builder import execution_params, image_annotations
 from nvkr.errors import BuildError, ToolError
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.image import (

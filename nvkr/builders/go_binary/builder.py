@@ -36,8 +36,8 @@ from nvkr.builders import (
     builder_of,
     source_kind_of,
 )
-from nvkr.builders.rootfs import check_can_run
-from nvkr.builders.tools_tree import c_toolchain, unpack_tree
+from nvkr.builders.go_binary.tools_tree import c_toolchain, unpack_tree
+from nvkr.builders.rootfs.builder import check_can_run
 from nvkr.canonical import canonical_json, hex_of
 from nvkr.elf import read_elf
 from nvkr.errors import BuildError, RecipeError, ToolError

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 ROOTFS_MEDIA_TYPE = "application/vnd.nvkr.rootfs.v1.tar"
 #: mmdebstrap hooks (builders/rootfs/): the initramfs is built once, at the end.
-ASSETS = Path(__file__).resolve().parents[2] / "builders" / "rootfs"
+ASSETS = Path(__file__).resolve().parents[3] / "builders" / "rootfs"
 PACKAGES_MEDIA_TYPE = "application/vnd.nvkr.rootfs.packages.v1+json"
 
 
