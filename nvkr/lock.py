@@ -32,11 +32,11 @@ from typing import Any
 
 from nvkr.builders import ResolvedSource
 from nvkr.builders.go_binary.tools_tree import tree_c_toolchain
+from nvkr.builders.rootfs.artifact import RootfsArtifact
 from nvkr.canonical import canonical_json, canonical_json_file, sha256_bytes
 from nvkr.errors import ChecksumError, LockError
 from nvkr.fetch import FetchContext, resolve
 from nvkr.recipe import LoadedRecipe, Variant
-from nvkr.recipe.models import RootfsArtifact
 from nvkr.recipe.yamlsource import where
 
 #: The fields of a source that pin its bytes, in the order a checksum error points at them.

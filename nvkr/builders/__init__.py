@@ -5,11 +5,13 @@ A builder checks an artifact of a variant from the recipe alone (:meth:`Builder.
 (:meth:`Builder.plan`: params, inputs and tool versions, everything that goes into the action key)
 and produces its outputs at build time (:meth:`Builder.run`, which writes only to its work dir and
 hands files to the store through :class:`ActionContext`). The engine never special-cases one of
-them: adding a builder means adding a module and a line in :data:`REGISTRY`.
+them: adding a builder means adding a package ``nvkr/builders/<name>/`` and a line in
+:data:`nvkr.builders.table.BUILDER_TABLE`.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -18,6 +20,7 @@ from nvkr.errors import UnknownBuilderError
 
 if TYPE_CHECKING:
     from nvkr.action import Action
+    from nvkr.builders.table import BuilderLine
     from nvkr.recipe import Variant
     from nvkr.store import Store
 
@@ -234,29 +237,17 @@ class Builder(Protocol):
     def run(self, ctx: ActionContext) -> None: ...
 
 
-def _registry() -> dict[str, Builder]:
-    from nvkr.builders.container_image.builder import ContainerImageBuilder
-    from nvkr.builders.go_binary.builder import GoBinaryBuilder
-    from nvkr.builders.helm_chart.builder import HelmChartBuilder
-    from nvkr.builders.image_index.builder import ImageIndexBuilder
-    from nvkr.builders.kube_packages.builder import KubePackagesBuilder
-    from nvkr.builders.node_image.builder import NodeImageBuilder
-    from nvkr.builders.release_set.builder import ReleaseSetBuilder
-    from nvkr.builders.rootfs.builder import RootfsBuilder
-    from nvkr.builders.sbom.builder import SbomBuilder
+def _load(line: BuilderLine) -> Builder:
+    """The builder of a table line, its module imported now (``module:Class``)."""
+    module, _, cls = line.builder.partition(":")
+    builder: Builder = getattr(importlib.import_module(module), cls)()
+    return builder
 
-    builders: tuple[Builder, ...] = (
-        ContainerImageBuilder(),
-        GoBinaryBuilder(),
-        HelmChartBuilder(),
-        ImageIndexBuilder(),
-        KubePackagesBuilder(),
-        NodeImageBuilder(),
-        ReleaseSetBuilder(),
-        RootfsBuilder(),
-        SbomBuilder(),
-    )
-    return {b.name: b for b in builders}
+
+def _registry() -> dict[str, Builder]:
+    from nvkr.builders.table import BUILDER_TABLE
+
+    return {line.name: _load(line) for line in BUILDER_TABLE}
 
 
 REGISTRY: dict[str, Builder] = {}

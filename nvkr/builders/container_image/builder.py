@@ -30,6 +30,7 @@ from nvkr.builders import (
     builder_of,
     source_kind_of,
 )
+from nvkr.builders.container_image.artifact import ContainerImageArtifact, ImageBase
 from nvkr.errors import BuildError
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.image import (
@@ -46,7 +47,7 @@ from nvkr.oci.image import (
 from nvkr.oci.layout import rfc3339
 from nvkr.recipe import Variant
 from nvkr.recipe import fieldchecks as fc
-from nvkr.recipe.models import ContainerImageArtifact, ImageBase, ImageFile
+from nvkr.recipe.imagefiles import ImageFile
 
 ANN_REVISION = "org.opencontainers.image.revision"
 ANN_SOURCE = "org.opencontainers.image.source"

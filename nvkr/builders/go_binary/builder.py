@@ -36,6 +36,7 @@ from nvkr.builders import (
     builder_of,
     source_kind_of,
 )
+from nvkr.builders.go_binary.artifact import GoBinaryArtifact
 from nvkr.builders.go_binary.tools_tree import c_toolchain, unpack_tree
 from nvkr.builders.rootfs.builder import check_can_run
 from nvkr.canonical import canonical_json, hex_of
@@ -43,7 +44,6 @@ from nvkr.elf import read_elf
 from nvkr.errors import BuildError, RecipeError, ToolError
 from nvkr.mountns import Bind, chroot_argv
 from nvkr.recipe import Variant
-from nvkr.recipe.models import GoBinaryArtifact
 from nvkr.recipe.yamlsource import where
 from nvkr.repro import extract_tar
 from nvkr.run import pinned_env, run, tail

@@ -33,6 +33,7 @@ from nvkr.builders import (
     builder_of,
     source_kind_of,
 )
+from nvkr.builders.helm_chart.artifact import HelmChartArtifact
 from nvkr.canonical import DIGEST_RE
 from nvkr.errors import BuildError
 from nvkr.helm.chart import ChartFile, load_dir
@@ -44,7 +45,6 @@ from nvkr.helm.values import emitter_versions, set_images
 from nvkr.oci.mediatypes import HELM_CHART_CONTENT, HELM_CONFIG
 from nvkr.recipe import Variant
 from nvkr.recipe import fieldchecks as fc
-from nvkr.recipe.models import HelmChartArtifact
 from nvkr.repro import extract_tar
 
 __all__ = ["CHART_NAME_RE", "HelmChartBuilder", "check_chart_name", "oci_tag"]

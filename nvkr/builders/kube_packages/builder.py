@@ -32,10 +32,10 @@ from nvkr.builders import (
     a_kind,
     source_kind_of,
 )
+from nvkr.builders.kube_packages.artifact import KubeBinary, KubePackagesArtifact
 from nvkr.errors import BuildError
 from nvkr.recipe import Variant
 from nvkr.recipe import fieldchecks as fc
-from nvkr.recipe.models import KubeBinary, KubePackagesArtifact
 
 MEDIA_TYPE = "application/vnd.nvkr.kube-packages.v1.tar"
 #: Source kinds whose blob is the file itself, and those whose blob is a tar of a tree.

@@ -40,20 +40,17 @@ import jinja2.sandbox
 
 import nvkr
 from nvkr.builders import ActionContext, ActionSpec, PlanRefs, Problem, a_kind, builder_of
+from nvkr.builders.kube_packages.artifact import KubePackagesArtifact
+from nvkr.builders.node_image.artifact import KubeletSettings, NodeImageArtifact
+from nvkr.builders.rootfs.artifact import RootfsArtifact
 from nvkr.canonical import canonical_json, sha256_bytes
 from nvkr.errors import BuildError, RecipeError, ToolError
 from nvkr.hosttools import package_version
 from nvkr.oci import mediatypes as mt
 from nvkr.recipe import Variant
 from nvkr.recipe import fieldchecks as fc
-from nvkr.recipe.models import (
-    AptSource,
-    ImageFile,
-    KubeletSettings,
-    KubePackagesArtifact,
-    NodeImageArtifact,
-    RootfsArtifact,
-)
+from nvkr.recipe.imagefiles import ImageFile
+from nvkr.recipe.models import AptSource
 from nvkr.repro import tar_bytes
 from nvkr.run import run
 from nvkr.sbom.debian import tree_licenses

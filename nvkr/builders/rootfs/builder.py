@@ -29,12 +29,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nvkr.builders import ActionContext, ActionSpec, PlanRefs, Problem, a_kind, source_kind_of
+from nvkr.builders.rootfs.artifact import RootfsArtifact
 from nvkr.canonical import sha256_bytes
 from nvkr.errors import IntegrityError, ToolError
 from nvkr.fetch.apt import file_sha256, keyring_path, read_manifest
 from nvkr.hosttools import package_version
 from nvkr.recipe import Variant
-from nvkr.recipe.models import AptSource, RootfsArtifact
+from nvkr.recipe.models import AptSource
 from nvkr.repro import tar_bytes
 from nvkr.run import pinned_env, run
 

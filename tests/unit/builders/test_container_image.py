@@ -26,6 +26,7 @@ import nvkr.builders.container_image
 from nvkr import builders
 from nvkr.action import Action, action_key
 from nvkr.builders import ActionSpec, ResolvedSource
+from nvkr.builders.container_image.artifact import ContainerImageArtifact
 from nvkr.builders.container_image.builder import ContainerImageBuilder
 from nvkr.canonical import canonical_json
 from nvkr.errors import BuildError
@@ -38,7 +39,7 @@ from nvkr.oci.layout import descriptor, image_index, index_bytes
 from nvkr.oci.layoutdir import write_layout
 from nvkr.plan import Plan, make_plan
 from nvkr.recipe import expand, load_recipe
-from nvkr.recipe.models import ContainerImageArtifact, GitSource, OciSource, PathSource, UrlSource
+from nvkr.recipe.models import GitSource, OciSource, PathSource, UrlSource
 from nvkr.repro import tar_bytes
 from nvkr.store import Store
 

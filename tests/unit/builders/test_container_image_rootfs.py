@@ -15,10 +15,11 @@ import pytest
 
 from nvkr.action import Action, action_key
 from nvkr.builders import ResolvedSource
+from nvkr.builders.container_image.artifact import ContainerImageArtifact
 from nvkr.errors import BuildError
 from nvkr.execute import run_action
 from nvkr.oci import mediatypes as mt
-from nvkr.recipe.models import ContainerImageArtifact, PypiSource
+from nvkr.recipe.models import PypiSource
 from nvkr.store import Store
 from tests.unit.builders.test_container_image import (  # noqa: F401 - the fixture
     EPOCH,

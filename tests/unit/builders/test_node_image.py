@@ -15,11 +15,11 @@ import pytest
 
 from nvkr.action import Action
 from nvkr.builders.node_image import builder as node_image
+from nvkr.builders.node_image.artifact import NodeImageArtifact
 from nvkr.builders.node_image.builder import _inside, clamp_mtimes, render_template
 from nvkr.errors import BootTestError, BuildError, RecipeError
 from nvkr.recipe import Variant
 from nvkr.recipe.fieldchecks import size_bytes
-from nvkr.recipe.models import NodeImageArtifact
 from nvkr.sbom.debian import copyright_licenses, deb_purl, spdx_license
 
 VALUES = {

@@ -1,0 +1,43 @@
+"""What every recipe model shares: :class:`Strict` and the name pattern.
+
+A light module (pydantic only), so the artifact models of the builders
+(``nvkr/builders/<name>/artifact.py``) and :mod:`nvkr.recipe.models` both build on it without
+importing each other.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"
+Name = Annotated[
+    str, Field(pattern=NAME_PATTERN, description="lower-case name: a-z, 0-9, '.', '_', '-'")
+]
+
+
+class Strict(BaseModel):
+    """A recipe model: strict types, frozen, unknown keys refused."""
+
+    model_config = ConfigDict(strict=True, frozen=True, extra="forbid", populate_by_name=True)
+
+
+#: ``(field path, "source" | "artifact", name)``: one name an artifact's fields refer to.
+Reference = tuple[tuple[str, ...], str, str]
+
+
+class ArtifactModel(Strict):
+    """The base of every builder's artifact model (``nvkr/builders/<name>/artifact.py``).
+
+    A subclass declares ``builder: Literal["<its builder name>"]`` (the recipe's discriminator)
+    and the fields its builder reads; :meth:`references` names the sources and artifacts they
+    refer to, which :mod:`nvkr.recipe.references` checks and the planner follows.
+    """
+
+    if TYPE_CHECKING:
+        builder: str
+
+    def references(self) -> list[Reference]:
+        """Every name this artifact's fields refer to; none unless a subclass says so."""
+        return []
