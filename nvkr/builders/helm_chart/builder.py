@@ -22,13 +22,17 @@ from __future__ import annotations
 
 import posixpath
 import re
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from nvkr.builders import (
     ActionContext,
     ActionSpec,
+    Builder,
     PlanRefs,
     Problem,
+    ReleaseKind,
+    SbomInputs,
     a_kind,
     builder_of,
     source_kind_of,
@@ -48,6 +52,10 @@ from nvkr.recipe import fieldchecks as fc
 from nvkr.repro import extract_tar
 
 __all__ = ["CHART_NAME_RE", "HelmChartBuilder", "check_chart_name", "oci_tag"]
+
+if TYPE_CHECKING:
+    from nvkr.action import Action
+
 
 #: Helm's best practices ("lower case letters and numbers, words separated with dashes") — also a
 #: valid OCI repository path component, which a chart name becomes when pushed.
@@ -79,18 +87,20 @@ def check_chart_name(name: str, where: str) -> None:
     )
 
 
-class HelmChartBuilder:
+class HelmChartBuilder(Builder[HelmChartArtifact]):
     name = "helm-chart"
     # 2: values.yaml edited in place (ruamel.yaml re-dumped it, re-indenting sequences); Chart.yaml
     # quotes what YAML 1.2 or go-yaml would read as a number (appVersion "1e3")
     version = "2"
     per_arch = False
-    release_kind = "chart"
+    artifact_model = HelmChartArtifact
+    release_kind = ReleaseKind.CHART
 
-    def check(self, artifact_name: str, artifact: Any, variant: Variant) -> list[Problem]:
+    def check(
+        self, artifact_name: str, artifact: HelmChartArtifact, variant: Variant
+    ) -> list[Problem]:
         """The chart's source is a tree (a path or git source, or a url source of a tar); each
         ``images`` entry names a container-image artifact."""
-        assert isinstance(artifact, HelmChartArtifact)
         problems: list[Problem] = []
         kind = source_kind_of(variant, artifact.source)
         if kind is not None and kind not in CHART_SOURCE_KINDS:
@@ -115,7 +125,7 @@ class HelmChartBuilder:
         return problems
 
     def plan(
-        self, artifact_name: str, artifact: Any, variant: Variant, refs: PlanRefs
+        self, artifact_name: str, artifact: HelmChartArtifact, variant: Variant, refs: PlanRefs
     ) -> ActionSpec:
         """Params ``{"version", "appVersion", "subdir", "images": {KEY: {"repository",
         "index": <image-index action key>}}[, "check": {"namespace", "values"}]}`` (``check``
@@ -127,7 +137,6 @@ class HelmChartBuilder:
             RecipeReferenceError: an unknown source or image artifact (the fields are checked by
                 the model, the kinds they name by :meth:`check`).
         """
-        assert isinstance(artifact, HelmChartArtifact)
         subdir = fc.relative_dir(artifact.subdir) if artifact.subdir is not None else None
         src = refs.source(artifact.source)
         images: dict[str, dict[str, str]] = {}
@@ -151,6 +160,14 @@ class HelmChartBuilder:
             tools=emitter_versions(),
             sources={"chart": src},
             deps=tuple(sorted({i["index"] for i in images.values()})),
+        )
+
+    def sbom_inputs(self, action: Action, actions: Mapping[str, Action]) -> SbomInputs:
+        """The image indexes it pins: its SBOM refers to theirs."""
+        return SbomInputs(
+            images=tuple(
+                d for d in action.deps if d in actions and actions[d].builder == "image-index"
+            )
         )
 
     def run(self, ctx: ActionContext) -> None:

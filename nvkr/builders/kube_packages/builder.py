@@ -26,8 +26,10 @@ from typing import Any, BinaryIO
 from nvkr.builders import (
     ActionContext,
     ActionSpec,
+    Builder,
     PlanRefs,
     Problem,
+    ReleaseKind,
     ResolvedSource,
     a_kind,
     source_kind_of,
@@ -46,15 +48,17 @@ DIR_MODE = 0o755
 CHUNK = 1 << 20
 
 
-class KubePackagesBuilder:
+class KubePackagesBuilder(Builder[KubePackagesArtifact]):
     name = "kube-packages"
     version = "1"
     per_arch = True
-    release_kind = "internal"
+    artifact_model = KubePackagesArtifact
+    release_kind = ReleaseKind.INTERNAL
 
-    def check(self, artifact_name: str, artifact: Any, variant: Variant) -> list[Problem]:
+    def check(
+        self, artifact_name: str, artifact: KubePackagesArtifact, variant: Variant
+    ) -> list[Problem]:
         """Each binary comes from a file source (url, pypi), or a tree source with ``member``."""
-        assert isinstance(artifact, KubePackagesArtifact)
         problems: list[Problem] = []
         for name, entry in sorted(artifact.binaries.items()):
             binary = entry if isinstance(entry, KubeBinary) else KubeBinary(source=entry)
@@ -80,7 +84,7 @@ class KubePackagesBuilder:
         return problems
 
     def plan(
-        self, artifact_name: str, artifact: Any, variant: Variant, refs: PlanRefs
+        self, artifact_name: str, artifact: KubePackagesArtifact, variant: Variant, refs: PlanRefs
     ) -> ActionSpec:
         """One action per variant.
 
@@ -94,7 +98,6 @@ class KubePackagesBuilder:
             RecipeReferenceError: an unknown source (from ``refs``); the rest is
                 :meth:`check`'s and the model's.
         """
-        assert isinstance(artifact, KubePackagesArtifact)
         prefix = fc.image_path(artifact.prefix)
         files: list[dict[str, Any]] = []
         inputs: dict[str, str] = {}

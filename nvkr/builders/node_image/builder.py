@@ -30,7 +30,7 @@ import json
 import os
 import tarfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,7 +39,17 @@ import jinja2
 import jinja2.sandbox
 
 import nvkr
-from nvkr.builders import ActionContext, ActionSpec, PlanRefs, Problem, a_kind, builder_of
+from nvkr.builders import (
+    ActionContext,
+    ActionSpec,
+    Builder,
+    PlanRefs,
+    Problem,
+    ReleaseKind,
+    SbomInputs,
+    a_kind,
+    builder_of,
+)
 from nvkr.builders.kube_packages.artifact import KubePackagesArtifact
 from nvkr.builders.node_image.artifact import KubeletSettings, NodeImageArtifact
 from nvkr.builders.rootfs.artifact import RootfsArtifact
@@ -56,6 +66,7 @@ from nvkr.run import run
 from nvkr.sbom.debian import tree_licenses
 
 if TYPE_CHECKING:
+    from nvkr.action import Action
     from nvkr.boot import BootResult
 
 #: Builder assets: the Jinja2 templates and diskimage-builder elements.
@@ -108,19 +119,21 @@ def _arch_mismatch(rootfs: str, rootfs_arch: str, variant_arch: str) -> str:
     )
 
 
-class NodeImageBuilder:
+class NodeImageBuilder(Builder[NodeImageArtifact]):
     name = "node-image"
     version = "1"
     per_arch = True
     per_gpu = True  # labels name the GPU generation: each variant has its own image
-    release_kind = "machine-image"
+    artifact_model = NodeImageArtifact
+    release_kind = ReleaseKind.MACHINE_IMAGE
     run_metadata = ("timings",)  # phase times: the executor files them under the record's run
 
-    def check(self, artifact_name: str, artifact: Any, variant: Variant) -> list[Problem]:
+    def check(
+        self, artifact_name: str, artifact: NodeImageArtifact, variant: Variant
+    ) -> list[Problem]:
         """``rootfs``, ``agent`` and ``kubePackages`` name artifacts of those builders, and
         kubelet settings come with a kubelet to apply them to (staged by ``kubePackages`` or
         installed from the rootfs's packages)."""
-        assert isinstance(artifact, NodeImageArtifact)
         problems: list[Problem] = []
         for field, wanted in (
             ("rootfs", "rootfs"),
@@ -159,9 +172,8 @@ class NodeImageBuilder:
         return problems
 
     def plan(
-        self, artifact_name: str, artifact: Any, variant: Variant, refs: PlanRefs
+        self, artifact_name: str, artifact: NodeImageArtifact, variant: Variant, refs: PlanRefs
     ) -> ActionSpec:
-        assert isinstance(artifact, NodeImageArtifact)
         rootfs = refs.artifact(artifact.rootfs)  # a rootfs artifact: check() ran
         if rootfs.params.get("arch") != variant.arch:  # check() saw the spec; this, its render
             raise RecipeError(
@@ -215,6 +227,14 @@ class NodeImageBuilder:
             deps=tuple(sorted(action_deps)),
             # diskimage-builder stamps times and random ids and its version is in no key
             hermetic=artifact.backend != "diskimage-builder",
+        )
+
+    def sbom_inputs(self, action: Action, actions: Mapping[str, Action]) -> SbomInputs:
+        """The Go binaries it stages (the agent), for their build info."""
+        return SbomInputs(
+            binaries=tuple(
+                d for d in action.deps if d in actions and actions[d].builder == "go-binary"
+            )
         )
 
     def run(self, ctx: ActionContext) -> None:

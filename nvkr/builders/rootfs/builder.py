@@ -26,9 +26,18 @@ import os
 import platform
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from nvkr.builders import ActionContext, ActionSpec, PlanRefs, Problem, a_kind, source_kind_of
+from nvkr.builders import (
+    ActionContext,
+    ActionSpec,
+    Builder,
+    PlanRefs,
+    Problem,
+    ReleaseKind,
+    a_kind,
+    source_kind_of,
+)
 from nvkr.builders.rootfs.artifact import RootfsArtifact
 from nvkr.canonical import sha256_bytes
 from nvkr.errors import IntegrityError, ToolError
@@ -70,16 +79,18 @@ def check_can_run(arch: str) -> None:
         )
 
 
-class RootfsBuilder:
+class RootfsBuilder(Builder[RootfsArtifact]):
     name = "rootfs"
     version = "1"
     per_arch = True
-    release_kind = "internal"
+    artifact_model = RootfsArtifact
+    release_kind = ReleaseKind.INTERNAL
 
-    def check(self, artifact_name: str, artifact: Any, variant: Variant) -> list[Problem]:
+    def check(
+        self, artifact_name: str, artifact: RootfsArtifact, variant: Variant
+    ) -> list[Problem]:
         """``packages`` is an apt source with a distribution suite. Its arch need not be the
         variant's (a cgo tools tree is the build host's): a node image checks its rootfs's."""
-        assert isinstance(artifact, RootfsArtifact)
         path = ("artifacts", artifact_name, "packages")
         spec = variant.recipe.sources.get(artifact.packages)
         if spec is None:
@@ -106,9 +117,8 @@ class RootfsBuilder:
         return []
 
     def plan(
-        self, artifact_name: str, artifact: Any, variant: Variant, refs: PlanRefs
+        self, artifact_name: str, artifact: RootfsArtifact, variant: Variant, refs: PlanRefs
     ) -> ActionSpec:
-        assert isinstance(artifact, RootfsArtifact)
         src = refs.source(artifact.packages)
         spec = src.spec
         assert isinstance(spec, AptSource)  # check() ran
