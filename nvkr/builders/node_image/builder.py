@@ -38,7 +38,6 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 import jinja2.sandbox
 
-import nvkr
 from nvkr.builders import (
     ActionContext,
     ActionSpec,
@@ -50,6 +49,7 @@ from nvkr.builders import (
     a_kind,
     builder_of,
 )
+from nvkr.builders.assets import asset_dir
 from nvkr.builders.kube_packages.artifact import KubePackagesArtifact
 from nvkr.builders.node_image.artifact import KubeletSettings, NodeImageArtifact
 from nvkr.builders.rootfs.artifact import RootfsArtifact
@@ -70,7 +70,7 @@ if TYPE_CHECKING:
     from nvkr.boot import BootResult
 
 #: Builder assets: the Jinja2 templates and diskimage-builder elements.
-ASSETS = Path(nvkr.__file__).resolve().parent.parent / "builders" / "node-image"
+ASSETS = asset_dir("node-image")
 SANDBOX_IMAGE = "registry.k8s.io/pause:3.10"
 #: The templates in ASSETS the builder renders (all of them on every build).
 TEMPLATES = (

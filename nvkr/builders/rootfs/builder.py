@@ -38,6 +38,7 @@ from nvkr.builders import (
     a_kind,
     source_kind_of,
 )
+from nvkr.builders.assets import asset_dir
 from nvkr.builders.rootfs.artifact import RootfsArtifact
 from nvkr.canonical import sha256_bytes
 from nvkr.errors import IntegrityError, ToolError
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
 
 ROOTFS_MEDIA_TYPE = "application/vnd.nvkr.rootfs.v1.tar"
 #: mmdebstrap hooks (builders/rootfs/): the initramfs is built once, at the end.
-ASSETS = Path(__file__).resolve().parents[3] / "builders" / "rootfs"
+ASSETS = asset_dir("rootfs")
 PACKAGES_MEDIA_TYPE = "application/vnd.nvkr.rootfs.packages.v1+json"
 
 
