@@ -25,18 +25,13 @@ hands the tree to diskimage-builder instead (:mod:`nvkr.builders.node_image.dib`
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
-import tarfile
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import jinja2
-import jinja2.sandbox
 
 from nvkr.builders import (
     ActionContext,
@@ -49,12 +44,12 @@ from nvkr.builders import (
     a_kind,
     builder_of,
 )
-from nvkr.builders.assets import asset_dir
 from nvkr.builders.kube_packages.artifact import KubePackagesArtifact
 from nvkr.builders.node_image.artifact import KubeletSettings, NodeImageArtifact
+from nvkr.builders.node_image.staging import ASSETS, clamp_mtimes, primary_output, stage
 from nvkr.builders.rootfs.artifact import RootfsArtifact
-from nvkr.canonical import canonical_json, sha256_bytes
-from nvkr.errors import BuildError, RecipeError, ToolError
+from nvkr.canonical import sha256_bytes
+from nvkr.errors import RecipeError, ToolError
 from nvkr.hosttools import package_version
 from nvkr.oci import mediatypes as mt
 from nvkr.recipe import Variant
@@ -69,21 +64,7 @@ if TYPE_CHECKING:
     from nvkr.action import Action
     from nvkr.boot import BootResult
 
-#: Builder assets: the Jinja2 templates and diskimage-builder elements.
-ASSETS = asset_dir("node-image")
 SANDBOX_IMAGE = "registry.k8s.io/pause:3.10"
-#: The templates in ASSETS the builder renders (all of them on every build).
-TEMPLATES = (
-    "nvkr-node-agent.service.j2",
-    "containerd-config.toml.j2",
-    "kubelet.service.j2",
-    "20-nvkr-kubelet.conf.j2",
-    "kubelet-config.yaml.j2",
-    "kubernetes-modules.conf.j2",
-    "kubernetes-sysctl.conf.j2",
-)
-_UNITS = "etc/systemd/system"
-_WANTS = f"{_UNITS}/multi-user.target.wants"
 
 
 @functools.cache
@@ -251,7 +232,7 @@ class NodeImageBuilder(Builder[NodeImageArtifact]):
         os.chmod(tree, 0o755)  # whatever the umask
         with _phase(ctx, timings, "rootfs"):
             rootfs = ctx.deps[p["deps"]["rootfs"]]
-            tar = _primary(ctx, rootfs, "rootfs")
+            tar = primary_output(ctx, rootfs, "rootfs")
             run(
                 [
                     "tar",
@@ -266,7 +247,7 @@ class NodeImageBuilder(Builder[NodeImageArtifact]):
                 log_file=ctx.log_file,
             )
         with _phase(ctx, timings, "staging"):
-            staged = self._stage(ctx, tree, rootfs)
+            staged = stage(ctx, tree, rootfs)
             packages = [dict(pkg) for pkg in (rootfs.get("metadata") or {}).get("packages", [])]
             licenses = tree_licenses(tree, [pkg["name"] for pkg in packages])
             for pkg in packages:
@@ -334,129 +315,9 @@ class NodeImageBuilder(Builder[NodeImageArtifact]):
         )
         _log(ctx, "timings: " + json.dumps(timings, sort_keys=True))
 
-    # -- staging ---------------------------------------------------------------------------
-    def _stage(
-        self, ctx: ActionContext, tree: Path, rootfs: dict[str, Any]
-    ) -> list[dict[str, Any]]:
-        p = ctx.action.params
-        staged: list[dict[str, Any]] = []
-
-        def put(rel: str, data: bytes, mode: int, *, binary: bool) -> None:
-            path = _inside(tree, rel)
-            _mkdirs(path.parent)
-            if path.is_symlink() or path.exists():
-                path.unlink()
-            path.write_bytes(data)
-            os.chmod(path, mode)
-            if binary:
-                staged.append(
-                    {
-                        "path": "/" + rel.lstrip("/"),
-                        "sha1": hashlib.sha1(data, usedforsecurity=False).hexdigest(),
-                        "sha256": hashlib.sha256(data).hexdigest(),
-                        "size": len(data),
-                        "elf": data[:4] == b"\x7fELF",
-                    }
-                )
-
-        packages = {pkg["name"] for pkg in (rootfs.get("metadata") or {}).get("packages", [])}
-        toolkit = "nvidia-container-toolkit" in packages
-        nvidia = p["nvidiaRuntime"] if p["nvidiaRuntime"] is not None else toolkit
-        if nvidia and not toolkit:
-            raise BuildError(
-                "nvidiaRuntime: true, but the rootfs holds no nvidia-container-toolkit package "
-                "(containerd's nvidia handler runs its nvidia-container-runtime)",
-                hint="add nvidia-container-toolkit from NVIDIA's apt repository to the apt "
-                "source, or leave nvidiaRuntime unset",
-            )
-        deps = p["deps"]
-        if "agent" in deps:
-            agent = _primary(ctx, ctx.deps[deps["agent"]], "agent")
-            put("usr/bin/node-agent", agent.read_bytes(), 0o755, binary=True)
-        if "kubePackages" in deps:
-            kube_tar = _primary(ctx, ctx.deps[deps["kubePackages"]], "kube-packages")
-            with tarfile.open(kube_tar) as tf:
-                for member in tf.getmembers():
-                    if member.isfile():
-                        f = tf.extractfile(member)
-                        assert f is not None
-                        put(member.name, f.read(), 0o755, binary=True)
-        for item in p["files"]:
-            data = self._file_bytes(ctx, item)
-            mode = (
-                int(item["mode"], 8) if item.get("mode") else 0o755 if "action" in item else 0o644
-            )
-            put(item["path"].lstrip("/"), data, mode, binary=bool(mode & 0o111))
-        present = {
-            "agent": (tree / "usr/bin/node-agent").is_file(),
-            "kubelet": (tree / "usr/bin/kubelet").is_file(),
-            # Debian's containerd, or Docker's containerd.io (containerd 2.x reads config v2)
-            "containerd": "containerd" in packages or "containerd.io" in packages,
-        }
-        env = _template_env()
-        values = {
-            "arch": p["arch"],
-            "gpu": p["gpu"],
-            "kubernetes": p["kubernetes"],
-            "kubernetesVersion": p["kubernetesVersion"],
-            "nvidiaRuntime": nvidia,
-            "kubelet": p["kubelet"],
-            "sandboxImage": p["sandboxImage"],
-            "present": present,
-        }
-        rendered: list[tuple[str, str, bool]] = []  # (template, path in tree, enable unit)
-        if present["agent"]:
-            rendered.append(
-                ("nvkr-node-agent.service.j2", f"{_UNITS}/nvkr-node-agent.service", True)
-            )
-        if present["containerd"]:
-            rendered.append(("containerd-config.toml.j2", "etc/containerd/config.toml", False))
-        if present["kubelet"]:
-            rendered += [
-                ("kubelet.service.j2", f"{_UNITS}/kubelet.service", True),
-                ("20-nvkr-kubelet.conf.j2", f"{_UNITS}/kubelet.service.d/20-nvkr.conf", False),
-                ("kubelet-config.yaml.j2", "etc/kubernetes/kubelet-config.yaml", False),
-                ("kubernetes-modules.conf.j2", "etc/modules-load.d/kubernetes.conf", False),
-                ("kubernetes-sysctl.conf.j2", "etc/sysctl.d/90-kubernetes.conf", False),
-            ]
-        # every template is rendered, used or not: a broken one fails every build, not only
-        # the builds of recipes that happen to stage a kubelet
-        texts = {t: render_template(env, t, values) for t in TEMPLATES}
-        for template, dest, enable in rendered:
-            text = texts[template]
-            put(dest, text.encode(), 0o644, binary=False)
-            if enable:
-                link = _inside(tree, f"{_WANTS}/{Path(dest).name}")
-                _mkdirs(link.parent)
-                if link.is_symlink() or link.exists():
-                    link.unlink()
-                link.symlink_to(f"/{dest}")
-        staged.sort(key=lambda s: s["path"])
-        if staged:
-            manifest = {"files": [{"path": s["path"], "sha256": s["sha256"]} for s in staged]}
-            put("etc/nvkr/manifest.json", canonical_json(manifest) + b"\n", 0o644, binary=False)
-        return staged
-
-    def _file_bytes(self, ctx: ActionContext, item: dict[str, Any]) -> bytes:
-        if "action" in item:
-            return _primary(ctx, ctx.deps[item["action"]], item["path"]).read_bytes()
-        blob = ctx.input_path(item["input"])
-        member = item.get("member")
-        if not member:
-            return blob.read_bytes()
-        try:
-            with tarfile.open(blob) as tf:
-                f = tf.extractfile(member.strip("/"))
-                if f is None:
-                    raise KeyError(member)
-                return f.read()
-        except (KeyError, tarfile.ReadError) as e:
-            raise BuildError(
-                f"files: {item['path']}: no file {member!r} in its source ({e})"
-            ) from e
+    # -- helpers ------------------------------------------------------------------------------------
 
 
-# -- helpers ------------------------------------------------------------------------------------
 def _log(ctx: ActionContext, line: str) -> None:
     with open(ctx.log_file, "a") as f:
         f.write(line + "\n")
@@ -519,89 +380,3 @@ def _stages_kubelet(artifact: NodeImageArtifact, variant: Variant) -> bool:
         return False
     packages = recipe.sources.get(rootfs.packages)
     return isinstance(packages, AptSource) and "kubelet" in packages.packages
-
-
-def _mkdirs(path: Path) -> None:
-    """Create ``path`` and its missing parents with mode 0755 whatever the process umask (it is
-    shared by the executor's threads, so it cannot be set here)."""
-    missing: list[Path] = []
-    while not path.exists():
-        missing.append(path)
-        path = path.parent
-    for d in reversed(missing):
-        d.mkdir(mode=0o755)
-        os.chmod(d, 0o755)
-
-
-def _primary(ctx: ActionContext, result: dict[str, Any], what: str) -> Path:
-    found = [o for o in result.get("outputs") or [] if o.get("role") == "primary"]
-    if len(found) != 1:
-        raise BuildError(f"{what}: its action has {len(found)} primary outputs, expected one")
-    return ctx.store.checked_path(str(found[0]["digest"]))
-
-
-def _inside(tree: Path, rel: str) -> Path:
-    """``tree/rel``, refusing paths that leave the tree (``..``) or pass through a symlink that
-    points outside (absolute symlinks in the tree are resolved against the tree)."""
-    parts = [p for p in rel.split("/") if p not in ("", ".")]
-    if ".." in parts:
-        raise BuildError(f"staged path {rel!r} leaves the root filesystem")
-    cur = tree
-    for part in parts[:-1]:
-        cur = cur / part
-        if cur.is_symlink():
-            target = os.readlink(cur)
-            cur = (tree / target.lstrip("/")) if target.startswith("/") else cur.parent / target
-            cur = Path(os.path.normpath(cur))
-            if cur != tree and tree not in cur.parents:
-                raise BuildError(f"staged path {rel!r} leads out of the root filesystem")
-    return cur / parts[-1] if parts else tree
-
-
-def clamp_mtimes(tree: Path, epoch: int) -> None:
-    """Set every mtime (and atime) in ``tree`` newer than ``epoch`` to ``epoch``, symlinks
-    included (SOURCE_DATE_EPOCH clamping, as mmdebstrap does for the packages' own files)."""
-    for root, dirs, files in os.walk(tree):
-        for name in dirs + files:
-            path = os.path.join(root, name)
-            st = os.lstat(path)
-            if st.st_mtime > epoch:
-                os.utime(path, (epoch, epoch), follow_symlinks=False)
-    if os.lstat(tree).st_mtime > epoch:
-        os.utime(tree, (epoch, epoch))
-
-
-def _template_env() -> jinja2.Environment:
-    return jinja2.sandbox.SandboxedEnvironment(
-        loader=jinja2.FileSystemLoader(str(ASSETS)),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
-
-
-def render_template(env: jinja2.Environment, name: str, values: dict[str, Any]) -> str:
-    """Render ``builders/node-image/<name>``.
-
-    Raises:
-        BuildError: a syntax error or an undefined value, naming the template file and line.
-    """
-    path = ASSETS / name
-    try:
-        return env.get_template(name).render(**values)
-    except jinja2.TemplateSyntaxError as e:
-        raise BuildError(f"{path}:{e.lineno}: template syntax error: {e.message}") from e
-    except jinja2.TemplateError as e:
-        line = _template_line(e, str(path))
-        where = f"{path}:{line}" if line else str(path)
-        raise BuildError(f"{where}: template error: {e}") from e
-
-
-def _template_line(exc: BaseException, filename: str) -> int | None:
-    tb = exc.__traceback__
-    line = None
-    while tb is not None:
-        if tb.tb_frame.f_code.co_filename == filename:
-            line = tb.tb_lineno
-        tb = tb.tb_next
-    return line
