@@ -7,6 +7,8 @@ importing each other.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -41,3 +43,18 @@ class ArtifactModel(Strict):
     def references(self) -> list[Reference]:
         """Every name this artifact's fields refer to; none unless a subclass says so."""
         return []
+
+    def tool_sources(self, artifacts: Mapping[str, ArtifactModel]) -> ToolSources:
+        """The sources the lockfile records as this artifact's tools (``artifacts``: the
+        recipe's, by name); none unless a subclass says so."""
+        return ToolSources()
+
+
+@dataclass(frozen=True)
+class ToolSources:
+    """Sources an artifact uses as tools, which the lockfile's ``tools`` lists: ``toolchains``
+    (pypi sources holding a toolchain, recorded with their version) and ``c_trees`` (apt
+    sources of tools trees, recorded with the C toolchain they hold per arch)."""
+
+    toolchains: frozenset[str] = frozenset()
+    c_trees: frozenset[str] = frozenset()

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import Field
 
-from nvkr.recipe.base import ArtifactModel, Name
+from nvkr.builders.rootfs.artifact import RootfsArtifact
+from nvkr.recipe.base import ArtifactModel, Name, ToolSources
 
 
 class GoBinaryArtifact(ArtifactModel):
@@ -47,3 +49,12 @@ class GoBinaryArtifact(ArtifactModel):
         if self.toolsTree is not None:
             refs.append((("toolsTree",), "artifact", self.toolsTree))
         return refs
+
+    def tool_sources(self, artifacts: Mapping[str, ArtifactModel]) -> ToolSources:
+        """The Go toolchain source, and with cgo the apt source of the tools tree (a rootfs
+        artifact, whose ``packages`` names it)."""
+        tree = artifacts.get(self.toolsTree or "")
+        trees: frozenset[str] = frozenset()
+        if isinstance(tree, RootfsArtifact):
+            trees = frozenset({tree.packages})
+        return ToolSources(toolchains=frozenset({self.toolchain}), c_trees=trees)
