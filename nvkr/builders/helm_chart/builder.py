@@ -23,7 +23,7 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nvkr.builders import (
     ActionContext,
@@ -38,6 +38,7 @@ from nvkr.builders import (
     source_kind_of,
 )
 from nvkr.builders.helm_chart.artifact import HelmChartArtifact
+from nvkr.builders.helm_chart.params import CheckParams, HelmChartParams, ImagePin
 from nvkr.canonical import DIGEST_RE
 from nvkr.errors import BuildError
 from nvkr.helm.chart import ChartFile, load_dir
@@ -139,27 +140,27 @@ class HelmChartBuilder(Builder[HelmChartArtifact]):
         """
         subdir = fc.relative_dir(artifact.subdir) if artifact.subdir is not None else None
         src = refs.source(artifact.source)
-        images: dict[str, dict[str, str]] = {}
+        images: dict[str, ImagePin] = {}
         for key, image in sorted(artifact.images.items()):
             index = refs.image_index(image.artifact)
-            images[key] = {"repository": image.repository, "index": index.key}
-        params: dict[str, Any] = {
-            "version": artifact.version,
-            "appVersion": artifact.appVersion,
-            "subdir": subdir,
-            "images": images,
-        }
-        if artifact.check is not None:  # absent, not null: recipes without one keep their keys
-            params["check"] = {
-                "namespace": artifact.check.namespace,
-                "values": artifact.check.values,
-            }
+            images[key] = ImagePin(repository=image.repository, index=index.key)
+        check = artifact.check
+        params = HelmChartParams(
+            version=artifact.version,
+            appVersion=artifact.appVersion,
+            subdir=subdir,
+            images=images,
+            # absent, not null: recipes without one keep their keys (HelmChartParams.to_json)
+            check=None
+            if check is None
+            else CheckParams(namespace=check.namespace, values=check.values),
+        )
         return ActionSpec(
-            params=params,
+            params=params.to_json(),
             inputs={"chart": src.digest},
             tools=emitter_versions(),
             sources={"chart": src},
-            deps=tuple(sorted({i["index"] for i in images.values()})),
+            deps=tuple(sorted({i.index for i in images.values()})),
         )
 
     def sbom_inputs(self, action: Action, actions: Mapping[str, Action]) -> SbomInputs:
@@ -171,13 +172,13 @@ class HelmChartBuilder(Builder[HelmChartArtifact]):
         )
 
     def run(self, ctx: ActionContext) -> None:
-        p = ctx.action.params
+        p = HelmChartParams.model_validate(ctx.action.params)
         src = ctx.workdir / "src"
         src.mkdir()
         where = _chart_label(ctx)
         with open(ctx.input_path("chart"), "rb") as f:
-            extract_tar(f, src, what=f"chart {where}", under=p["subdir"] or "")
-        chart_dir = src / p["subdir"] if p["subdir"] else src
+            extract_tar(f, src, what=f"chart {where}", under=p.subdir or "")
+        chart_dir = src / p.subdir if p.subdir else src
         if not chart_dir.is_dir():
             raise BuildError(
                 f"{where}: no such directory in the source",
@@ -192,11 +193,11 @@ class HelmChartBuilder(Builder[HelmChartArtifact]):
                 hint="set apiVersion: v2 (dependencies move from requirements.yaml to Chart.yaml)",
             )
         check_chart_name(meta["name"], f"{where}/Chart.yaml")
-        log = [f"chart {meta['name']}: version {meta.get('version')!r} -> {p['version']!r}"]
-        meta["version"] = p["version"]
-        if p["appVersion"] is not None:
-            log.append(f"appVersion {meta.get('appVersion')!r} -> {p['appVersion']!r}")
-            meta["appVersion"] = p["appVersion"]
+        log = [f"chart {meta['name']}: version {meta.get('version')!r} -> {p.version!r}"]
+        meta["version"] = p.version
+        if p.appVersion is not None:
+            log.append(f"appVersion {meta.get('appVersion')!r} -> {p.appVersion!r}")
+            meta["appVersion"] = p.appVersion
         log += verify_dependencies(chart)
 
         images = _image_digests(ctx, where)
@@ -213,13 +214,12 @@ class HelmChartBuilder(Builder[HelmChartArtifact]):
         out.mkdir()
         archive = out / archive_name(chart)
         archive.write_bytes(package_bytes(chart, epoch=ctx.action.epoch))
-        check = p.get("check") or {}
         checked, rendered = helm_check(
             archive,
             where=where,
             release=chart.name[:53],  # Helm's release name limit
-            namespace=check.get("namespace", "default"),
-            values=check.get("values"),
+            namespace=p.check.namespace if p.check else "default",
+            values=p.check.values if p.check else None,
         )
         log += checked
         for warning in _unused_pins(chart.name, images, rendered):
@@ -267,15 +267,15 @@ def _chart_label(ctx: ActionContext) -> str:
     source's name."""
     src = ctx.action.sources.get("chart")
     base = str(src.entry.get("path") or f"source {src.name!r}") if src else "chart source"
-    subdir = ctx.action.params["subdir"]
+    subdir = HelmChartParams.model_validate(ctx.action.params).subdir
     return posixpath.join(base, subdir) if subdir else base
 
 
 def _image_digests(ctx: ActionContext, where: str) -> dict[str, tuple[str, str]]:
     """``{KEY: (repository, "sha256:<hex>")}`` from the image-index results in ``ctx.deps``."""
     images: dict[str, tuple[str, str]] = {}
-    for key, image in ctx.action.params["images"].items():
-        result = ctx.deps.get(image["index"])
+    for key, image in HelmChartParams.model_validate(ctx.action.params).images.items():
+        result = ctx.deps.get(image.index)
         digest = (result or {}).get("metadata", {}).get("indexDigest")
         if (
             not isinstance(digest, str)
@@ -283,8 +283,8 @@ def _image_digests(ctx: ActionContext, where: str) -> dict[str, tuple[str, str]]
             or not digest.startswith("sha256:")
         ):
             raise BuildError(
-                f"{where}: image {key!r}: the image-index action {image['index'][:19]} gave no "
+                f"{where}: image {key!r}: the image-index action {image.index[:19]} gave no "
                 f"sha256 indexDigest (got {digest!r})"
             )
-        images[key] = (image["repository"], digest)
+        images[key] = (image.repository, digest)
     return images
