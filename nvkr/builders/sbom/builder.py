@@ -25,6 +25,7 @@ from nvkr.builders import (
     Problem,
     ReleaseKind,
 )
+from nvkr.builders.sbom.params import SbomParams
 from nvkr.canonical import canonical_json
 from nvkr.errors import BuildError, RecipeError
 from nvkr.oci.layout import rfc3339
@@ -69,14 +70,14 @@ def sbom_spec(
         raise ValueError(f"no SBOM for artifacts of kind {kind!r}")
     keys, others = sorted(set(binaries)), sorted(set(images or []))
     return ActionSpec(
-        params={
-            "artifact": artifact,
-            "kind": str(kind),
-            "subject": subject,
-            "binaries": keys,
-            "images": others,
-            "nvkrVersion": nvkr_version,
-        },
+        params=SbomParams(
+            artifact=artifact,
+            kind=str(kind),
+            subject=subject,
+            binaries=keys,
+            images=others,
+            nvkrVersion=nvkr_version,
+        ).to_json(),
         deps=tuple(sorted({subject, *keys, *others})),
     )
 
@@ -150,12 +151,12 @@ class SbomBuilder(Builder[Any]):
             BuildError: a dependency's result lacks the outputs its kind needs, or a blob cannot
                 be read as what it should be. IntegrityError: a blob is missing or corrupt.
         """
-        p = ctx.action.params
-        label, kind = str(p["artifact"]), str(p["kind"])
+        p = SbomParams.model_validate(ctx.action.params)
+        label, kind = p.artifact, p.kind
         what = f"SBOM of {label}"
-        result = ctx.deps.get(p["subject"])
+        result = ctx.deps.get(p.subject)
         if result is None:
-            raise BuildError(f"{what}: no result for its artifact's action {p['subject'][:19]}")
+            raise BuildError(f"{what}: no result for its artifact's action {p.subject[:19]}")
         if kind == ReleaseKind.BINARY:
             meta = result.get("metadata") or {}
             platform = "/".join(str(meta[k]) for k in ("goos", "goarch") if meta.get(k))
@@ -165,11 +166,11 @@ class SbomBuilder(Builder[Any]):
         elif kind == ReleaseKind.IMAGE:
             doc = SpdxDocument(label, label)
             describes = describe_image(
-                doc, ctx.store, result, label, self._binaries(ctx, p["binaries"])
+                doc, ctx.store, result, label, self._binaries(ctx, p.binaries)
             )
         elif kind == ReleaseKind.CHART:
             doc = SpdxDocument(label, label)
-            others = [_other_sbom(ctx, key) for key in p.get("images") or []]
+            others = [_other_sbom(ctx, key) for key in p.images]
             describes = describe_chart(
                 doc, ctx.store, result, label, {o.describes: o for o in others}
             )
@@ -179,12 +180,12 @@ class SbomBuilder(Builder[Any]):
             meta = result.get("metadata") or {}
             doc = SpdxDocument(f"{label} (linux/{meta.get('arch', '?')})", label)
             describes = describe_machine_image(
-                doc, ctx.store, result, label, self._binaries(ctx, p["binaries"])
+                doc, ctx.store, result, label, self._binaries(ctx, p.binaries)
             )
         else:
             raise BuildError(f"{what}: no SBOM for artifacts of kind {kind!r}")
         document = doc.to_json(
-            created=rfc3339(ctx.action.epoch), creators=[f"Tool: nvkr-{p['nvkrVersion']}"]
+            created=rfc3339(ctx.action.epoch), creators=[f"Tool: nvkr-{p.nvkrVersion}"]
         )
         path = ctx.workdir / f"{_FILE_UNSAFE.sub('-', label)}.spdx.json"
         path.write_bytes(canonical_json(document))
