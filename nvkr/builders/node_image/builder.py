@@ -31,7 +31,7 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from nvkr.builders import (
     ActionContext,
@@ -46,6 +46,7 @@ from nvkr.builders import (
 )
 from nvkr.builders.kube_packages.artifact import KubePackagesArtifact
 from nvkr.builders.node_image.artifact import KubeletSettings, NodeImageArtifact
+from nvkr.builders.node_image.params import ArtifactFile, DiskArch, NodeImageParams, SourceFile
 from nvkr.builders.node_image.staging import ASSETS, clamp_mtimes, primary_output, stage
 from nvkr.builders.rootfs.artifact import RootfsArtifact
 from nvkr.canonical import sha256_bytes
@@ -167,41 +168,41 @@ class NodeImageBuilder(Builder[NodeImageArtifact]):
             deps["agent"] = refs.artifact(artifact.agent).key
         if artifact.kubePackages is not None:
             deps["kubePackages"] = refs.artifact(artifact.kubePackages).key
-        files: list[dict[str, Any]] = []
+        files: list[ArtifactFile | SourceFile] = []
         inputs: dict[str, str] = {"assets": assets_digest()}
         sources = {}
         for dest, entry in sorted(artifact.files.items()):
             e = ImageFile(artifact=entry) if isinstance(entry, str) else entry
-            item: dict[str, Any] = {"path": dest, "mode": e.mode}
             if e.artifact is not None:
-                item["action"] = refs.artifact(e.artifact).key
+                files.append(
+                    ArtifactFile(path=dest, mode=e.mode, action=refs.artifact(e.artifact).key)
+                )
             else:
                 assert e.source is not None
                 src = refs.source(e.source)
                 role = f"file:{dest}"
                 inputs[role] = src.digest
                 sources[role] = src
-                item.update({"input": role, "member": e.path})
-            files.append(item)
-        params = {
-            "arch": variant.arch,
-            "gpu": variant.gpu,
-            "kubernetes": variant.kubernetes,
-            "kubernetesVersion": artifact.kubernetesVersion,
-            "nvidiaRuntime": artifact.nvidiaRuntime,
-            "kubelet": artifact.kubelet.model_dump(),
-            "sizeBytes": fc.size_bytes(artifact.size),
-            "kernelArgs": list(artifact.kernelArgs),
-            "format": artifact.format,
-            "backend": artifact.backend,
-            "bootTest": artifact.bootTest,
-            "deps": deps,
-            "files": files,
-            "sandboxImage": SANDBOX_IMAGE,
-        }
-        action_deps = {*deps.values(), *(f["action"] for f in files if "action" in f)}
+                files.append(SourceFile(path=dest, mode=e.mode, input=role, member=e.path))
+        params = NodeImageParams(
+            arch=cast(DiskArch, variant.arch),  # the matrix allows these only; checked again
+            gpu=variant.gpu,
+            kubernetes=variant.kubernetes,
+            kubernetesVersion=artifact.kubernetesVersion,
+            nvidiaRuntime=artifact.nvidiaRuntime,
+            kubelet=artifact.kubelet.model_dump(),
+            sizeBytes=fc.size_bytes(artifact.size),
+            kernelArgs=list(artifact.kernelArgs),
+            format=artifact.format,
+            backend=artifact.backend,
+            bootTest=artifact.bootTest,
+            deps=deps,
+            files=files,
+            sandboxImage=SANDBOX_IMAGE,
+        )
+        action_deps = {*deps.values(), *(f.action for f in files if isinstance(f, ArtifactFile))}
         return ActionSpec(
-            params=params,
+            params=params.to_json(),
             inputs=inputs,
             tools=_host_tools(),
             sources=sources,
@@ -219,7 +220,7 @@ class NodeImageBuilder(Builder[NodeImageArtifact]):
         )
 
     def run(self, ctx: ActionContext) -> None:
-        p = ctx.action.params
+        p = NodeImageParams.model_validate(ctx.action.params)
         timings: dict[str, int] = {}  # milliseconds (canonical JSON has no floats)
         if os.geteuid() != 0:
             raise ToolError(
@@ -231,7 +232,7 @@ class NodeImageBuilder(Builder[NodeImageArtifact]):
         tree.mkdir(mode=0o755)
         os.chmod(tree, 0o755)  # whatever the umask
         with _phase(ctx, timings, "rootfs"):
-            rootfs = ctx.deps[p["deps"]["rootfs"]]
+            rootfs = ctx.deps[p.deps["rootfs"]]
             tar = primary_output(ctx, rootfs, "rootfs")
             run(
                 [
@@ -256,20 +257,20 @@ class NodeImageBuilder(Builder[NodeImageArtifact]):
             clamp_mtimes(tree, ctx.action.epoch)
         out = ctx.workdir / "disk.qcow2"
         seed = ctx.action.key.split(":", 1)[1]
-        if p["backend"] == "diskimage-builder":
+        if p.backend == "diskimage-builder":
             from nvkr.builders.node_image import dib
 
             with _phase(ctx, timings, "diskimage-builder"):
-                dib.build(ctx, tree, out, arch=p["arch"], size_bytes=p["sizeBytes"])
+                dib.build(ctx, tree, out, arch=p.arch, size_bytes=p.sizeBytes)
             disk_meta: dict[str, Any] = {}
         else:
             from nvkr.disk import assemble_disk, prepare_boot_files
 
             layout = prepare_boot_files(
                 tree,
-                arch=p["arch"],
+                arch=p.arch,
                 seed=seed,
-                kernel_args=p["kernelArgs"],
+                kernel_args=p.kernelArgs,
                 epoch=ctx.action.epoch,
             )
             clamp_mtimes(tree, ctx.action.epoch)
@@ -277,7 +278,7 @@ class NodeImageBuilder(Builder[NodeImageArtifact]):
                 tree,
                 out,
                 layout=layout,
-                size_bytes=p["sizeBytes"],
+                size_bytes=p.sizeBytes,
                 epoch=ctx.action.epoch,
                 workdir=ctx.workdir,
                 log_file=ctx.log_file,
@@ -287,26 +288,26 @@ class NodeImageBuilder(Builder[NodeImageArtifact]):
                 "fsUuid": result.fs_uuid,
                 "rootPartuuid": result.root_partuuid,
                 "rootPartition": result.root_partition,
-                "virtualSize": p["sizeBytes"],
+                "virtualSize": p.sizeBytes,
             }
-        if p["bootTest"]:
+        if p.bootTest:
             agent = any(s["path"] == "/usr/bin/node-agent" for s in staged)
             with _phase(ctx, timings, "boot-test"):
                 booted = boot_check(
-                    out, arch=p["arch"], agent=agent, build_log=ctx.log_file,
+                    out, arch=p.arch, agent=agent, build_log=ctx.log_file,
                     store_root=ctx.store.root, name=f"{ctx.action.name}-{ctx.action.key[7:19]}",
                 )  # fmt: skip
             _log(ctx, f"boot test: {booted.matched} ({booted.seconds:.1f} s, {booted.accel})")
-        name = f"node-image-{p['gpu']}-k8s{p['kubernetes']}-{p['arch']}.qcow2"
+        name = f"node-image-{p.gpu}-k8s{p.kubernetes}-{p.arch}.qcow2"
         ctx.add_output(out, name=name, media_type=mt.NVKR_QCOW2)
         ctx.metadata.update(
             {
                 "annotations": {
-                    mt.ANN_NVKR_GPU: p["gpu"],
-                    mt.ANN_NVKR_KUBERNETES: p["kubernetesVersion"],
-                    mt.ANN_NVKR_DISK_FORMAT: p["format"],
+                    mt.ANN_NVKR_GPU: p.gpu,
+                    mt.ANN_NVKR_KUBERNETES: p.kubernetesVersion,
+                    mt.ANN_NVKR_DISK_FORMAT: p.format,
                 },
-                "arch": p["arch"],
+                "arch": p.arch,
                 "disk": disk_meta,
                 "packages": packages,
                 "staged": staged,

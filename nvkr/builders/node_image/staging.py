@@ -20,6 +20,7 @@ import jinja2.sandbox
 
 from nvkr.builders import ActionContext
 from nvkr.builders.assets import asset_dir
+from nvkr.builders.node_image.params import ArtifactFile, NodeImageParams, SourceFile
 from nvkr.canonical import canonical_json
 from nvkr.errors import BuildError
 
@@ -43,15 +44,16 @@ _WANTS = f"{_UNITS}/multi-user.target.wants"
 def stage(ctx: ActionContext, tree: Path, rootfs: dict[str, Any]) -> list[dict[str, Any]]:
     """Stage the agent, the kube packages, ``files`` and the rendered units into ``tree``;
     returns the staged binaries (path, sha1, sha256, size, elf), sorted by path."""
-    p = ctx.action.params
+    p = NodeImageParams.model_validate(ctx.action.params)
     staging = _Staging(tree)
     packages = {pkg["name"] for pkg in (rootfs.get("metadata") or {}).get("packages", [])}
-    nvidia = _nvidia_runtime(p["nvidiaRuntime"], packages)
-    _stage_deps(ctx, staging, p["deps"])
-    for item in p["files"]:
+    nvidia = _nvidia_runtime(p.nvidiaRuntime, packages)
+    _stage_deps(ctx, staging, p.deps)
+    for item in p.files:
         data = _file_bytes(ctx, item)
-        mode = int(item["mode"], 8) if item.get("mode") else 0o755 if "action" in item else 0o644
-        staging.put(item["path"].lstrip("/"), data, mode, binary=bool(mode & 0o111))
+        default = 0o755 if isinstance(item, ArtifactFile) else 0o644
+        mode = int(item.mode, 8) if item.mode else default
+        staging.put(item.path.lstrip("/"), data, mode, binary=bool(mode & 0o111))
     present = {
         "agent": (tree / "usr/bin/node-agent").is_file(),
         "kubelet": (tree / "usr/bin/kubelet").is_file(),
@@ -59,13 +61,13 @@ def stage(ctx: ActionContext, tree: Path, rootfs: dict[str, Any]) -> list[dict[s
         "containerd": "containerd" in packages or "containerd.io" in packages,
     }
     values = {
-        "arch": p["arch"],
-        "gpu": p["gpu"],
-        "kubernetes": p["kubernetes"],
-        "kubernetesVersion": p["kubernetesVersion"],
+        "arch": p.arch,
+        "gpu": p.gpu,
+        "kubernetes": p.kubernetes,
+        "kubernetesVersion": p.kubernetesVersion,
         "nvidiaRuntime": nvidia,
-        "kubelet": p["kubelet"],
-        "sandboxImage": p["sandboxImage"],
+        "kubelet": p.kubelet,
+        "sandboxImage": p.sandboxImage,
         "present": present,
     }
     # every template is rendered, used or not: a broken one fails every build, not only
@@ -79,13 +81,13 @@ def stage(ctx: ActionContext, tree: Path, rootfs: dict[str, Any]) -> list[dict[s
     return staging.finish()
 
 
-def _file_bytes(ctx: ActionContext, item: dict[str, Any]) -> bytes:
+def _file_bytes(ctx: ActionContext, item: ArtifactFile | SourceFile) -> bytes:
     """The bytes of one ``files`` entry: an artifact's primary output, a source or a member
     of a source tar."""
-    if "action" in item:
-        return primary_output(ctx, ctx.deps[item["action"]], item["path"]).read_bytes()
-    blob = ctx.input_path(item["input"])
-    member = item.get("member")
+    if isinstance(item, ArtifactFile):
+        return primary_output(ctx, ctx.deps[item.action], item.path).read_bytes()
+    blob = ctx.input_path(item.input)
+    member = item.member
     if not member:
         return blob.read_bytes()
     try:
@@ -95,7 +97,7 @@ def _file_bytes(ctx: ActionContext, item: dict[str, Any]) -> bytes:
                 raise KeyError(member)
             return f.read()
     except (KeyError, tarfile.ReadError) as e:
-        raise BuildError(f"files: {item['path']}: no file {member!r} in its source ({e})") from e
+        raise BuildError(f"files: {item.path}: no file {member!r} in its source ({e})") from e
 
 
 # -- staging ---------------------------------------------------------------------------
