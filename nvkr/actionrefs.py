@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 from nvkr.errors import UsageError
 
 if TYPE_CHECKING:
-    from nvkr.plan import Action, Plan
+    from nvkr.action import Action
+    from nvkr.plan import Plan
 
 RELEASE_SET = "release-set"
 _SYNTAX = "BUILDER/ARTIFACT@gpu=...,kubernetes=...,arch=... or release-set/NAME"

@@ -42,11 +42,12 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
+from nvkr.action import Action
 from nvkr.builders import ActionContext, get_builder
 from nvkr.cache.entry import missing_closure
 from nvkr.errors import BuildError, Interrupted, NvkrError
 from nvkr.fetch import FetchContext, ensure
-from nvkr.plan import Action, Plan
+from nvkr.plan import Plan
 from nvkr.provenance import timestamp
 from nvkr.run import request_stop, resume, stop_requested, stop_tools, tail
 from nvkr.store import Store

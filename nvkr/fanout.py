@@ -33,8 +33,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from nvkr.action import Action
 from nvkr.builders import get_builder
-from nvkr.plan import Action, Plan
+from nvkr.plan import Plan
 from nvkr.recipe import Variant
 from nvkr.store import Store
 

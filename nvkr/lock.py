@@ -31,12 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from nvkr.builders import ResolvedSource
-from nvkr.builders.tools_tree import tree_c_toolchain
+from nvkr.builders.go_binary.tools_tree import tree_c_toolchain
 from nvkr.canonical import canonical_json, canonical_json_file, sha256_bytes
 from nvkr.errors import ChecksumError, LockError
 from nvkr.fetch import FetchContext, resolve
 from nvkr.recipe import LoadedRecipe, Variant
-from nvkr.recipe.models import RootfsArtifact
 from nvkr.recipe.yamlsource import where
 
 #: The fields of a source that pin its bytes, in the order a checksum error points at them.
@@ -313,20 +312,12 @@ class Resolver:
     def _tools_tree_sources(self) -> set[str]:
         """The apt sources of the tools trees cgo builds name (their C toolchains are tools)."""
         artifacts = self.loaded.recipe.artifacts
-        names: set[str] = set()
-        for art in artifacts.values():
-            tree = artifacts.get(getattr(art, "toolsTree", None) or "")
-            if isinstance(tree, RootfsArtifact):
-                names.add(tree.packages)
-        return names
+        return {n for art in artifacts.values() for n in art.tool_sources(artifacts).c_trees}
 
     def _toolchain_sources(self) -> set[str]:
-        names: set[str] = set()
-        for art in self.loaded.recipe.artifacts.values():
-            toolchain = getattr(art, "toolchain", None)
-            if toolchain:
-                names.add(toolchain)
-        return names
+        """The sources holding a toolchain the artifacts build with (the Go toolchain)."""
+        artifacts = self.loaded.recipe.artifacts
+        return {n for art in artifacts.values() for n in art.tool_sources(artifacts).toolchains}
 
 
 def write_lock(path: Path, doc: dict[str, Any]) -> None:

@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import nvkr
-from nvkr.builders import ActionSpec, ResolvedSource, get_builder
-from nvkr.builders.image_index import ImageIndexBuilder
-from nvkr.builders.release_set import ReleaseSetBuilder
-from nvkr.builders.sbom import SbomBuilder, sbom_spec
+from nvkr.action import Action, action_key
+from nvkr.builders import ActionSpec, ReleaseKind, ResolvedSource, get_builder
+from nvkr.builders.image_index.builder import ImageIndexBuilder
+from nvkr.builders.release_set.builder import ReleaseSetBuilder
+from nvkr.builders.sbom.builder import SbomBuilder, sbom_spec
 from nvkr.canonical import digest_json
 from nvkr.errors import RecipeReferenceError
 from nvkr.plancheck import check_variant, released_artifacts
@@ -30,82 +31,9 @@ from nvkr.recipe import LoadedRecipe, Variant
 BINARY_ARTIFACT_TYPE = "application/vnd.nvkr.binary.v1"
 #: artifactType of the OCI artifact manifest a release set wraps around each non-image kind.
 ARTIFACT_TYPES = {
-    "binary": BINARY_ARTIFACT_TYPE,
-    "machine-image": "application/vnd.nvkr.machine-image.v1",
+    ReleaseKind.BINARY: BINARY_ARTIFACT_TYPE,
+    ReleaseKind.MACHINE_IMAGE: "application/vnd.nvkr.machine-image.v1",
 }
-
-
-@dataclass(frozen=True)
-class Action:
-    """One build step. ``key`` is derived from everything else that enters a build (see module doc)."""
-
-    key: str
-    builder: str
-    builder_version: str
-    name: str
-    params: dict[str, Any]
-    inputs: dict[str, str]
-    tools: dict[str, str]
-    epoch: int
-    deps: tuple[str, ...] = ()
-    sources: dict[str, ResolvedSource] = field(default_factory=dict, compare=False)
-    variants: list[str] = field(default_factory=list, compare=False)
-    #: the key covers every tool that can change the outputs' bytes, this action's own (its
-    #: builder's :attr:`~nvkr.builders.ActionSpec.hermetic`) and every dependency's; outside the
-    #: key, so a result that is not stays in the local store
-    hermetic: bool = field(default=True, compare=False)
-    #: what the action is planned for: the artifact name (an sbom's: the names it describes,
-    #: joined by ","; a release set's: the set name). Not part of the key.
-    artifact: str = field(default="", compare=False)
-
-    @property
-    def ref(self) -> str:
-        """The action's reference, as ``nvkr build --action`` takes it
-        (:mod:`nvkr.actionrefs`): ``BUILDER/ARTIFACT@VARIANT`` with the first variant that
-        planned it (``go-binary/agent@gpu=hopper,kubernetes=1.36,arch=amd64``), or
-        ``release-set/NAME``. No digest is in it: it changes with the recipe's structure only."""
-        from nvkr.actionrefs import ref_of
-
-        return ref_of(self)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "key": self.key,
-            "ref": self.ref,
-            "builder": self.builder,
-            "builderVersion": self.builder_version,
-            "name": self.name,
-            "params": self.params,
-            "inputs": self.inputs,
-            "tools": self.tools,
-            "epoch": self.epoch,
-            "deps": list(self.deps),
-            "variants": self.variants,
-            "hermetic": self.hermetic,
-        }
-
-
-def action_key(
-    builder: str,
-    version: str,
-    params: Any,
-    inputs: dict[str, str],
-    tools: dict[str, str],
-    epoch: int,
-    deps: tuple[str, ...] = (),
-) -> str:
-    """``sha256:<hex>`` of the canonical JSON of an action's identity."""
-    return digest_json(
-        {
-            "builder": builder,
-            "builderVersion": version,
-            "params": params,
-            "inputs": inputs,
-            "deps": sorted(deps),
-            "tools": tools,
-            "epoch": epoch,
-        }
-    )
 
 
 @dataclass
@@ -290,7 +218,7 @@ class _ArtifactPlanner:
             builder = get_builder(artifact.builder)
             spec = builder.plan(name, artifact, variant, _Refs(self, variant, name))
             # a builder whose output differs per GPU generation names it too (node images)
-            axes = [variant.gpu] if getattr(builder, "per_gpu", False) else []
+            axes = [variant.gpu] if builder.per_gpu else []
             axes += [variant.arch] if builder.per_arch else []
             label = f"{name} [{' '.join(axes)}]" if axes else name
             action = self._add(
@@ -344,7 +272,7 @@ class _ArtifactPlanner:
     def release_action(self, variant: Variant, name: str) -> Action:
         """What the release set holds for artifact ``name``: its action, or its image index."""
         builder = get_builder(variant.recipe.artifacts[name].builder)
-        if builder.release_kind == "image":
+        if builder.release_kind == ReleaseKind.IMAGE:
             return self.image_index(variant, name)
         return self.action(variant, name)
 
@@ -427,7 +355,7 @@ def _plan_sboms(
     files (a Go binary's build info names the modules linked into that file); a chart's on the
     SBOMs of the images it pins (planned here even for an image the set does not hold).
     """
-    released: dict[str, tuple[Action, str, set[str]]] = {}
+    released: dict[str, tuple[Action, ReleaseKind, set[str]]] = {}
     for members in by_set.values():
         for variant, built in members:
             for art_name, action in built.items():
@@ -435,30 +363,16 @@ def _plan_sboms(
                 released.setdefault(action.key, (action, kind, set()))[2].add(art_name)
     sboms: dict[str, str] = {}
 
-    def sbom_of(action: Action, kind: str, names: set[str]) -> str:
+    def sbom_of(action: Action, kind: ReleaseKind, names: set[str]) -> str:
         if action.key in sboms:
             return sboms[action.key]
-        binaries: list[str] = []
+        inputs = get_builder(action.builder).sbom_inputs(action, planner.actions)
         images: list[str] = []
-        if kind == "image":
-            for image_key in action.deps:  # an image-index action's deps: per-arch images
-                image = planner.actions.get(image_key)
-                files = (image.params.get("files") or []) if image is not None else []
-                binaries += [f["action"] for f in files if isinstance(f.get("action"), str)]
-        elif kind == "machine-image":  # the Go binaries it stages, for their build info
-            binaries += [
-                d
-                for d in action.deps
-                if d in planner.actions and planner.actions[d].builder == "go-binary"
-            ]
-        elif kind == "chart":  # its document refers to the SBOMs of the images it pins
-            for dep_key in action.deps:
-                dep = planner.actions.get(dep_key)
-                if dep is not None and dep.builder == ImageIndexBuilder.name:
-                    dep_names = (
-                        released[dep_key][2] if dep_key in released else {dep.params["name"]}
-                    )
-                    images.append(sbom_of(dep, "image", dep_names))
+        for dep_key in inputs.images:  # a chart's document refers to the images it pins
+            dep = planner.actions[dep_key]
+            dep_names = released[dep_key][2] if dep_key in released else {dep.artifact}
+            images.append(sbom_of(dep, ReleaseKind.IMAGE, dep_names))
+        binaries = list(inputs.binaries)
         spec = sbom_spec(
             ",".join(sorted(names)), kind, action.key, binaries, nvkr.__version__, images
         )
@@ -479,16 +393,6 @@ def _plan_sboms(
     for _key, (action, kind, names) in sorted(released.items()):
         sbom_of(action, kind, names)
     return sboms
-
-
-def _c_toolchain(action: Action) -> dict[str, Any]:
-    """``{"cToolchain": {"cc", "packages": {name: version}}}`` for a cgo build (its provenance's
-    internalParameters name the tools tree's compiler), else nothing: a release set without
-    cgo keeps the spec it always had."""
-    if action.builder != "go-binary" or "cc" not in action.params:
-        return {}
-    packages = {k: v for k, v in sorted(action.tools.items()) if k != "go"}
-    return {"cToolchain": {"cc": action.params["cc"], "packages": packages}}
 
 
 def _release_set_spec(
@@ -513,7 +417,7 @@ def _release_set_spec(
             artifacts.append(
                 {
                     "name": art_name,
-                    "kind": builder.release_kind,
+                    "kind": builder.release_kind.value,
                     "actionKey": action.key,
                     "sbomActionKey": sboms[action.key],
                     "builder": builder.name,
@@ -522,12 +426,12 @@ def _release_set_spec(
                     # An image index spans the arches; its manifests carry their own platforms.
                     "platform": (
                         {"os": "linux", "architecture": variant.arch}
-                        if builder.per_arch and builder.release_kind != "image"
+                        if builder.per_arch and builder.release_kind != ReleaseKind.IMAGE
                         else None
                     ),
                     "artifactType": ARTIFACT_TYPES.get(builder.release_kind),
                     "dependencies": [d for s in sources for d in s.descriptors()],
-                    **_c_toolchain(action),
+                    **builder.release_fields(action),
                 }
             )
         for pool in rs.nodePoolReleases:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from nvkr.builders import Problem, get_builder
+from nvkr.builders import Problem, ReleaseKind, get_builder
 from nvkr.errors import RecipeError, RecipeReferenceError
 from nvkr.recipe.yamlsource import DocPath, where
 
@@ -30,11 +30,11 @@ if TYPE_CHECKING:
 
 #: What each field of ``releaseSet`` may name: the release kind of the artifact's builder
 #: (:attr:`nvkr.builders.Builder.release_kind`); None for any kind the set holds.
-_RELEASE_FIELDS: dict[str, tuple[str | None, str]] = {
-    "machineImages": ("machine-image", "a machine image"),
-    "machineImage": ("machine-image", "a machine image"),
-    "charts": ("chart", "a chart"),
-    "images": ("image", "a container image"),
+_RELEASE_FIELDS: dict[str, tuple[ReleaseKind | None, str]] = {
+    "machineImages": (ReleaseKind.MACHINE_IMAGE, "a machine image"),
+    "machineImage": (ReleaseKind.MACHINE_IMAGE, "a machine image"),
+    "charts": (ReleaseKind.CHART, "a chart"),
+    "images": (ReleaseKind.IMAGE, "a container image"),
     "artifacts": (None, ""),
 }
 
@@ -70,7 +70,7 @@ def released_artifacts(recipe: Recipe) -> list[str]:
         name
         for name in names
         if name in recipe.artifacts
-        and get_builder(recipe.artifacts[name].builder).release_kind != "internal"
+        and get_builder(recipe.artifacts[name].builder).release_kind != ReleaseKind.INTERNAL
     ]
 
 
@@ -99,7 +99,7 @@ def _release_set_problems(recipe: Recipe) -> list[Problem]:
             continue  # nvkr.recipe.references names it
         kind = get_builder(artifact.builder).release_kind
         wanted, label = _RELEASE_FIELDS[field]
-        if kind == "internal":
+        if kind == ReleaseKind.INTERNAL:
             problems.append(
                 (
                     path,

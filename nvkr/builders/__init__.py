@@ -1,24 +1,30 @@
 """Builders: the code that runs one kind of action, registered in one table.
 
 A builder checks an artifact of a variant from the recipe alone (:meth:`Builder.check`, which
-``nvkr validate`` runs too), turns it into an :class:`~nvkr.plan.Action` at plan time
+``nvkr validate`` runs too), turns it into an :class:`~nvkr.action.Action` at plan time
 (:meth:`Builder.plan`: params, inputs and tool versions, everything that goes into the action key)
 and produces its outputs at build time (:meth:`Builder.run`, which writes only to its work dir and
 hands files to the store through :class:`ActionContext`). The engine never special-cases one of
-them: adding a builder means adding a module and a line in :data:`REGISTRY`.
+them: adding a builder means adding a package ``nvkr/builders/<name>/`` and a line in
+:data:`nvkr.builders.table.BUILDER_TABLE`.
 """
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from nvkr.errors import UnknownBuilderError
 
 if TYPE_CHECKING:
-    from nvkr.plan import Action
+    from nvkr.action import Action
+    from nvkr.builders.table import BuilderLine
     from nvkr.recipe import Variant
+    from nvkr.recipe.base import ArtifactModel
     from nvkr.store import Store
 
 
@@ -202,15 +208,58 @@ def a_kind(kind: str) -> str:
     return ("an " if kind[:1] in "aeio" else "a ") + kind  # a url, an oci
 
 
-class Builder(Protocol):
-    """A builder: ``name`` and ``version`` enter every action key it makes.
+class ReleaseKind(StrEnum):
+    """How a release set holds a builder's artifacts (the release-set spec's ``kind``).
 
+    ``binary``: an OCI artifact manifest wrapping the primary output; ``image``: the multi-arch
+    image index the planner joins over the variant's arches (an ``image-index`` action);
+    ``chart``: a Helm chart manifest; ``machine-image``: an OCI artifact manifest of a disk
+    image. ``internal``: an intermediate a release set never holds (a rootfs, a staged package
+    tar, and the planner's own sbom, image-index and release-set actions).
+    """
+
+    BINARY = "binary"
+    IMAGE = "image"
+    CHART = "chart"
+    MACHINE_IMAGE = "machine-image"
+    INTERNAL = "internal"
+
+
+#: The kinds a release set holds, each with an SBOM (every :class:`ReleaseKind` but internal).
+RELEASED_KINDS: tuple[ReleaseKind, ...] = tuple(k for k in ReleaseKind if k != "internal")
+
+
+@dataclass(frozen=True)
+class SbomInputs:
+    """What the SBOM of a released action reads besides the action's own result (action keys).
+
+    ``binaries``: actions whose results carry Go build info (output role ``buildinfo``) for the
+    files the artifact holds; ``images``: image-index actions whose SBOMs a chart's document
+    refers to (the planner plans them too).
+    """
+
+    binaries: tuple[str, ...] = ()
+    images: tuple[str, ...] = ()
+
+
+#: The artifact model a builder's :meth:`Builder.plan` takes (its recipe model).
+A_contra = TypeVar("A_contra", bound="ArtifactModel", contravariant=True)
+
+
+class Builder(Protocol[A_contra]):
+    """A builder: what the engine asks of it. ``name`` and ``version`` enter every action key.
+
+    ``artifact_model`` is the recipe model of its artifacts (the same as its line in
+    :data:`nvkr.builders.table.BUILDER_TABLE`; None for the planner's own builders).
     ``per_arch`` says its output depends on the variant's arch (a Go binary, a per-arch image;
-    not a chart); ``release_kind`` says how a release set holds its artifacts: ``binary`` (an
-    OCI artifact manifest wrapping the primary output), ``image`` (the multi-arch image index)
-    or ``chart`` (a Helm chart manifest). A builder may also name ``run_metadata``: metadata
-    keys that describe its run rather than its output (phase times); the executor files them
-    under the record's ``run``, so metadata stays a function of the action's inputs.
+    not a chart), ``per_gpu`` that it depends on the GPU generation (a node image's labels): the
+    action's label names them. ``release_kind`` says how a release set holds its artifacts
+    (:class:`ReleaseKind`). A builder may also name ``run_metadata``: metadata keys that
+    describe its run rather than its output (phase times); the executor files them under the
+    record's ``run``, so metadata stays a function of the action's inputs.
+
+    A builder subclasses this protocol with its model (``Builder[GoBinaryArtifact]``) and
+    inherits the defaults of :meth:`sbom_inputs` and :meth:`release_fields`.
 
     Optional: ``host_arch(action) -> str | None``, the arch of the machine an action runs best
     on (a CI fan-out puts its unit on such a runner, :mod:`nvkr.fanout`); absent or None: any.
@@ -218,51 +267,51 @@ class Builder(Protocol):
 
     name: str
     version: str
+    artifact_model: type[ArtifactModel] | None
     per_arch: bool
-    release_kind: str
+    per_gpu: bool = False
+    release_kind: ReleaseKind
 
-    def check(self, artifact_name: str, artifact: Any, variant: Variant) -> list[Problem]:
+    def check(self, artifact_name: str, artifact: A_contra, variant: Variant) -> list[Problem]:
         """What is wrong with the artifact in ``variant``'s recipe, from the recipe alone (the
         kinds of the sources and artifacts it names): run by ``nvkr validate`` and before every
         plan (:func:`nvkr.plancheck.check_variant`), so :meth:`plan` may take it as checked."""
         ...
 
     def plan(
-        self, artifact_name: str, artifact: Any, variant: Variant, refs: PlanRefs
+        self, artifact_name: str, artifact: A_contra, variant: Variant, refs: PlanRefs
     ) -> ActionSpec: ...
 
     def run(self, ctx: ActionContext) -> None: ...
 
+    def sbom_inputs(self, action: Action, actions: Mapping[str, Action]) -> SbomInputs:
+        """What the SBOM of ``action`` (one of this builder's, released) reads besides its
+        result; ``actions`` holds every action planned so far. Default: nothing."""
+        return SbomInputs()
 
-def _registry() -> dict[str, Builder]:
-    from nvkr.builders.container_image import ContainerImageBuilder
-    from nvkr.builders.go_binary import GoBinaryBuilder
-    from nvkr.builders.helm_chart import HelmChartBuilder
-    from nvkr.builders.image_index import ImageIndexBuilder
-    from nvkr.builders.kube_packages import KubePackagesBuilder
-    from nvkr.builders.node_image import NodeImageBuilder
-    from nvkr.builders.release_set import ReleaseSetBuilder
-    from nvkr.builders.rootfs import RootfsBuilder
-    from nvkr.builders.sbom import SbomBuilder
-
-    builders: tuple[Builder, ...] = (
-        ContainerImageBuilder(),
-        GoBinaryBuilder(),
-        HelmChartBuilder(),
-        ImageIndexBuilder(),
-        KubePackagesBuilder(),
-        NodeImageBuilder(),
-        ReleaseSetBuilder(),
-        RootfsBuilder(),
-        SbomBuilder(),
-    )
-    return {b.name: b for b in builders}
+    def release_fields(self, action: Action) -> dict[str, Any]:
+        """Fields the release-set spec's entry for ``action`` carries beyond the common ones
+        (JSON-able; part of the release-set action's key). Default: none."""
+        return {}
 
 
-REGISTRY: dict[str, Builder] = {}
+def _load(line: BuilderLine) -> Builder[Any]:
+    """The builder of a table line, its module imported now (``module:Class``)."""
+    module, _, cls = line.builder.partition(":")
+    builder: Builder[Any] = getattr(importlib.import_module(module), cls)()
+    return builder
 
 
-def get_builder(name: str) -> Builder:
+def _registry() -> dict[str, Builder[Any]]:
+    from nvkr.builders.table import BUILDER_TABLE
+
+    return {line.name: _load(line) for line in BUILDER_TABLE}
+
+
+REGISTRY: dict[str, Builder[Any]] = {}
+
+
+def get_builder(name: str) -> Builder[Any]:
     """The builder called ``name``.
 
     Raises:

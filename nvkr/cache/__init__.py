@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from nvkr.plan import Action
+    from nvkr.action import Action
 
 #: Why a result is not shared: its key does not cover every tool that can change its bytes.
 NOT_HERMETIC = (

@@ -43,7 +43,7 @@ from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import artifact_manifest, descriptor, manifest_bytes
 
 if TYPE_CHECKING:
-    from nvkr.plan import Action
+    from nvkr.action import Action
     from nvkr.store import Store
 
 #: artifactType of an entry manifest and the media type of its config.

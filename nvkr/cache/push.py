@@ -64,10 +64,11 @@ from nvkr.provenance import parse_timestamp, timestamp
 from nvkr.sign import key_id, sign_envelope
 
 if TYPE_CHECKING:
+    from nvkr.action import Action
     from nvkr.cache.settings import CacheSettings
     from nvkr.execute import BuildReport
     from nvkr.oci.registry import RegistryClient
-    from nvkr.plan import Action, Plan
+    from nvkr.plan import Plan
     from nvkr.store import Store
 
 #: Seconds of recorded run time above which ``min`` pushes an action the release sets do not

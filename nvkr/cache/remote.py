@@ -64,10 +64,10 @@ from nvkr.provenance import timestamp
 from nvkr.sign import PublicKey, check_envelope, envelope_parts, key_id
 
 if TYPE_CHECKING:
+    from nvkr.action import Action
     from nvkr.cache.settings import CacheSettings
     from nvkr.oci.reference import Reference
     from nvkr.oci.registry import RegistryClient
-    from nvkr.plan import Action
     from nvkr.store import Store
 
 #: Layers downloaded at a time, over all lookups (as ``nvkr pull``'s default).

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import jinja2
 
-import nvkr
+from nvkr.builders.assets import asset_dir
 from nvkr.disk.layout import Arch, DiskLayout, disk_layout
 from nvkr.errors import DiskError
 
 #: The node-image builder's assets (Jinja2 templates, unit files, scripts).
-ASSETS = Path(nvkr.__file__).resolve().parent.parent / "builders" / "node-image"
+ASSETS = asset_dir("node-image")
 GROWROOT_UNIT = "etc/systemd/system/nvkr-growroot.service"
 GROWROOT_WANTS = "etc/systemd/system/multi-user.target.wants/nvkr-growroot.service"
 GROWROOT_SCRIPT = "usr/lib/nvkr/nvkr-growroot"

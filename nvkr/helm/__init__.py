@@ -1,6 +1,6 @@
 """Helm charts without the ``helm`` binary: loading, metadata, packaging, checking.
 
-The helm-chart builder (:mod:`nvkr.builders.helm_chart`) composes these: :mod:`.ignore`
+The helm-chart builder (:mod:`nvkr.builders.helm_chart.builder`) composes these: :mod:`.ignore`
 (``.helmignore`` rules), :mod:`.metadata` (Chart.yaml, Chart.lock, Helm's JSON and YAML forms,
 ``HashReq``), :mod:`.chart` (loading a directory or archive as Helm's loader does),
 :mod:`.dependencies` (subcharts against Chart.lock), :mod:`.values` (image pins in values.yaml),

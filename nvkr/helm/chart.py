@@ -195,45 +195,58 @@ def load_files(
     chart = LoadedChart(where=where, metadata=meta)
     groups: dict[str, list[ChartFile]] = {}
     for f in sorted(files, key=lambda f: walk_order(f.name)):
-        if f.name == "Chart.yaml":
-            continue
-        if f.name == "Chart.lock":
-            chart.lock = read_lock(f.data, f"{where}/Chart.lock")
-        elif f.name == "values.yaml":
-            chart.values = f
-        elif f.name == "values.schema.json":
-            chart.schema = f
-        elif f.name in ("requirements.yaml", "requirements.lock"):
-            raise BuildError(
-                f"{where}/{f.name}: Helm 2 dependency file in a chart",
-                hint="apiVersion v2 charts list dependencies in Chart.yaml and lock them in Chart.lock",
-            )
-        elif f.name.startswith("templates/"):
-            chart.templates.append(f)
-        elif f.name.startswith("charts/"):
-            if f.name.endswith(".prov"):
-                chart.files.append(f)
-                continue
-            rest = f.name.removeprefix("charts/")
-            entry = rest.split("/", 1)[0]
-            groups.setdefault(entry, []).append(ChartFile(rest, f.data))
-        else:
-            chart.files.append(f)
+        if f.name != "Chart.yaml":
+            _sort_file(chart, groups, f)
     for entry, members in sorted(groups.items()):
-        if entry[:1] in ("_", "."):
-            continue
-        sub_where = f"{where}/charts/{entry}"
-        if entry.endswith(".tgz"):
-            if members[0].name != entry:
-                raise BuildError(f"{sub_where}: expected a chart archive, found a directory")
-            sub = load_archive(members[0].data, sub_where)
-        else:
-            inner = [ChartFile(m.name.split("/", 1)[1], m.data) for m in members if "/" in m.name]
-            if not inner:
-                raise BuildError(
-                    f"{sub_where}: a file directly under charts/ that is not a chart archive",
-                    hint="charts/ holds subcharts only (.tgz files or chart directories)",
-                )
-            sub = load_files(inner, sub_where, lenient=lenient)
-        chart.subcharts.append((entry, sub))
+        if entry[:1] not in ("_", "."):
+            chart.subcharts.append((entry, _load_subchart(entry, members, where, lenient)))
     return chart
+
+
+def _sort_file(chart: LoadedChart, groups: dict[str, list[ChartFile]], f: ChartFile) -> None:
+    """Put one file of a chart (not its Chart.yaml) where :func:`load_files` keeps it; a file
+    under ``charts/`` goes to ``groups`` by its entry there (an archive or a directory).
+
+    Raises:
+        BuildError: a Helm 2 dependency file, or an invalid Chart.lock.
+    """
+    where = chart.where
+    if f.name == "Chart.lock":
+        chart.lock = read_lock(f.data, f"{where}/Chart.lock")
+    elif f.name == "values.yaml":
+        chart.values = f
+    elif f.name == "values.schema.json":
+        chart.schema = f
+    elif f.name in ("requirements.yaml", "requirements.lock"):
+        raise BuildError(
+            f"{where}/{f.name}: Helm 2 dependency file in a chart",
+            hint="apiVersion v2 charts list dependencies in Chart.yaml and lock them in Chart.lock",
+        )
+    elif f.name.startswith("templates/"):
+        chart.templates.append(f)
+    elif f.name.startswith("charts/") and not f.name.endswith(".prov"):
+        rest = f.name.removeprefix("charts/")
+        groups.setdefault(rest.split("/", 1)[0], []).append(ChartFile(rest, f.data))
+    else:
+        chart.files.append(f)
+
+
+def _load_subchart(entry: str, members: list[ChartFile], where: str, lenient: bool) -> LoadedChart:
+    """The subchart ``charts/<entry>``: a ``.tgz`` archive or a directory of ``members``.
+
+    Raises:
+        BuildError: a directory named .tgz, a plain file under charts/, or a subchart that does
+            not load.
+    """
+    sub_where = f"{where}/charts/{entry}"
+    if entry.endswith(".tgz"):
+        if members[0].name != entry:
+            raise BuildError(f"{sub_where}: expected a chart archive, found a directory")
+        return load_archive(members[0].data, sub_where)
+    inner = [ChartFile(m.name.split("/", 1)[1], m.data) for m in members if "/" in m.name]
+    if not inner:
+        raise BuildError(
+            f"{sub_where}: a file directly under charts/ that is not a chart archive",
+            hint="charts/ holds subcharts only (.tgz files or chart directories)",
+        )
+    return load_files(inner, sub_where, lenient=lenient)

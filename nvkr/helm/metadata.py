@@ -273,6 +273,22 @@ def read_metadata(data: bytes, where: str, *, lenient: bool = False) -> dict[str
             f"{where}: the file is empty", hint="a chart needs apiVersion, name, version"
         )
     meta = _struct(doc, METADATA_FIELDS, where, "Chart.yaml", lenient)
+    _sanitize_metadata(meta)
+    _check_dependencies(meta.get("dependencies", []), where)
+    if not meta.get("apiVersion"):
+        meta["apiVersion"] = "v1"  # Helm 2 charts had none; the builder rejects v1
+    if not meta.get("name"):
+        raise BuildError(f"{where}: field 'name' is required")
+    if meta.get("type", "") not in CHART_TYPES:
+        raise BuildError(
+            f"{where}: field 'type' is {meta['type']!r}: must be application or library"
+        )
+    return meta
+
+
+def _sanitize_metadata(meta: dict[str, Any]) -> None:
+    """Sanitize the string fields of ``meta`` in place as Helm's ``Metadata.Validate`` does
+    (its maintainers' and dependencies' too)."""
     for key in (
         "name",
         "description",
@@ -291,13 +307,23 @@ def read_metadata(data: bytes, where: str, *, lenient: bool = False) -> dict[str
     for m in meta.get("maintainers", []):
         for key in list(m):
             m[key] = sanitize(m[key])
-    seen: set[str] = set()
     for dep in meta.get("dependencies", []):
         for key in ("name", "version", "repository", "condition"):
             if key in dep:
                 dep[key] = sanitize(dep[key])
         if "tags" in dep:
             dep["tags"] = [sanitize(t) for t in dep["tags"]]
+
+
+def _check_dependencies(dependencies: list[dict[str, Any]], where: str) -> None:
+    """Helm's load-time checks of the (sanitized) dependencies: aliases of allowed characters,
+    no two with the same name or alias.
+
+    Raises:
+        BuildError: naming ``where`` and the dependency.
+    """
+    seen: set[str] = set()
+    for dep in dependencies:
         if dep.get("alias") and not _ALIAS_RE.match(dep["alias"]):
             raise BuildError(
                 f"{where}: dependency {dep.get('name')!r} has disallowed characters in the alias"
@@ -306,15 +332,6 @@ def read_metadata(data: bytes, where: str, *, lenient: bool = False) -> dict[str
         if ref in seen:
             raise BuildError(f"{where}: more than one dependency with name or alias {ref!r}")
         seen.add(ref)
-    if not meta.get("apiVersion"):
-        meta["apiVersion"] = "v1"  # Helm 2 charts had none; the builder rejects v1
-    if not meta.get("name"):
-        raise BuildError(f"{where}: field 'name' is required")
-    if meta.get("type", "") not in CHART_TYPES:
-        raise BuildError(
-            f"{where}: field 'type' is {meta['type']!r}: must be application or library"
-        )
-    return meta
 
 
 def check_loadable_version(meta: dict[str, Any], where: str) -> None:

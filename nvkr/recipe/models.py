@@ -8,31 +8,23 @@ keys. ``nvkr schema`` exports them as JSON Schema (``schema/recipe.schema.json``
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, Union
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic import BaseModel, Discriminator, Field, Tag, model_validator
 
+from nvkr.builders.table import BUILDER_TABLE
 from nvkr.recipe import fieldchecks as fc
+from nvkr.recipe.base import ArtifactModel, Name, Strict
 from nvkr.recipe.versionfields import ExactRelease
 
-NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"
+# -- sources -----------------------------------------------------------------------------------
 # A digest may be a template (per-arch pins held in vars); the rendered recipe is validated again,
 # where only the hex form can match.
 SHA256_PATTERN = r"^([0-9a-fA-F]{64}|\{\{.*\}\})$"
 SHA512_PATTERN = r"^([0-9a-fA-F]{128}|\{\{.*\}\})$"
 COMMIT_PATTERN = r"^([0-9a-f]{40}|[0-9a-f]{64})$"
 
-Name = Annotated[
-    str, Field(pattern=NAME_PATTERN, description="lower-case name: a-z, 0-9, '.', '_', '-'")
-]
 
-
-class Strict(BaseModel):
-    model_config = ConfigDict(strict=True, frozen=True, extra="forbid", populate_by_name=True)
-
-
-# -- sources -----------------------------------------------------------------------------------
 class UrlSource(Strict):
     """A file fetched over http, https or file, pinned by ``sha256`` or ``sha512``.
 
@@ -250,351 +242,17 @@ Source = Annotated[
 
 
 # -- artifacts ---------------------------------------------------------------------------------
-class GoBinaryArtifact(Strict):
-    """A static Go binary built reproducibly for the variant's architecture (builder ``go-binary``)."""
-
-    builder: Literal["go-binary"]
-    source: str = Field(description="Required. name of the source holding the Go module")
-    package: str = Field(
-        default=".", description="Optional. package to build, e.g. ./cmd/node-agent"
-    )
-    toolchain: str = Field(
-        default="go", description="Optional. name of the source holding the Go toolchain"
-    )
-    output: Name | None = Field(
-        default=None, description="Optional. binary name; default: the artifact name"
-    )
-    cgo: bool = Field(
-        default=False,
-        description="Optional. enable cgo (CGO_ENABLED=1); needs toolsTree",
-    )
-    toolsTree: str | None = Field(
-        default=None,
-        description="Optional; required with cgo. a rootfs artifact (locked Debian packages: "
-        "gcc, libc6-dev, and for another target arch its cross compiler) whose C toolchain "
-        "builds the cgo code, in a chroot",
-    )
-    tags: list[str] = Field(default_factory=list, description="Optional. build tags")
-    ldflags: list[str] = Field(
-        default_factory=list, description="Optional. extra -ldflags (e.g. -X k=v)"
-    )
-
-    def references(self) -> list[tuple[tuple[str, ...], str, str]]:
-        """``(field path, "source" | "artifact", name)`` for every name this artifact uses."""
-        refs: list[tuple[tuple[str, ...], str, str]] = [
-            (("source",), "source", self.source),
-            (("toolchain",), "source", self.toolchain),
-        ]
-        if self.toolsTree is not None:
-            refs.append((("toolsTree",), "artifact", self.toolsTree))
-        return refs
-
-
-class ImageFile(Strict):
-    """Content of one path in a container image: an artifact's primary output or a source."""
-
-    artifact: str | None = Field(default=None, description="an artifact of the same variant")
-    source: str | None = Field(default=None, description="a source (file, or directory tree)")
-    path: fc.InnerPath | None = Field(
-        default=None, description="Optional. a file or directory inside the source"
-    )
-    mode: str | None = Field(
-        default=None,
-        pattern=r"^0[0-7]{3}$",
-        description='Optional. file mode, e.g. "0755"; default 0755 for artifacts, else from the source',
-    )
-    unpack: bool = Field(
-        default=False,
-        description="Optional. container images: a file source that is a zip (a wheel) or a tar "
-        "archive is unpacked into the destination directory instead of copied",
-    )
-
-    @model_validator(mode="after")
-    def _one_origin(self) -> ImageFile:
-        if (self.artifact is None) == (self.source is None):
-            raise ValueError("an image file needs exactly one of artifact or source")
-        if self.artifact is not None and self.path is not None:
-            raise ValueError(
-                "'path' selects inside a source; an artifact's file is its primary output"
-            )
-        return self
-
-
-def _file_refs(
-    files: Mapping[str, str | ImageFile | list[str | ImageFile]],
-) -> list[tuple[tuple[str, ...], str, str]]:
-    """The references of a ``files`` map (container images, node images); a list value's entries
-    are ``files.DEST.N``."""
-    refs: list[tuple[tuple[str, ...], str, str]] = []
-    for dest, value in files.items():
-        entries = list(enumerate(value)) if isinstance(value, list) else [(None, value)]
-        for n, entry in entries:
-            where = ("files", dest) if n is None else ("files", dest, str(n))
-            if isinstance(entry, str):
-                refs.append((where, "artifact", entry))
-            elif entry.artifact is not None:
-                refs.append(((*where, "artifact"), "artifact", entry.artifact))
-            elif entry.source is not None:
-                refs.append(((*where, "source"), "source", entry.source))
-    return refs
-
-
-class ImageBase(Strict):
-    """A container image's base made by the recipe itself: the tar of a ``rootfs`` artifact
-    (Debian packages from the lock, made by mmdebstrap) as the first layer, as it is."""
-
-    rootfs: str = Field(description="Required. a rootfs artifact of the same variant")
-
-
-class ContainerImageArtifact(Strict):
-    """An OCI container image per variant arch, joined across arches in an image index.
-
-    ``backend: daemonless`` (default) writes layers from ``files`` onto ``base``; ``backend:
-    docker`` builds ``dockerfile`` in the ``context`` source through a Docker-API socket
-    (``DOCKER_HOST``) and normalises the result.
-    """
-
-    builder: Literal["container-image"]
-    backend: Literal["daemonless", "docker"] = "daemonless"
-    base: str | ImageBase = Field(
-        default="scratch",
-        description='Optional. "scratch", the name of an oci source, or {rootfs: ARTIFACT}: the '
-        "tree a rootfs artifact made, as the first layer",
-    )
-    files: dict[fc.ImagePath, str | ImageFile | list[str | ImageFile]] = Field(
-        default_factory=dict,
-        description="Optional. absolute path in the image -> artifact name, or {artifact|source, "
-        "path, mode, unpack}, or a list of those laid out at that path in order",
-    )
-    context: str | None = Field(
-        default=None, description="docker backend: the build context source"
-    )
-    dockerfile: fc.DockerfilePath = Field(
-        default="Dockerfile", description="docker backend: path in the context"
-    )
-    buildArgs: dict[str, str] = Field(
-        default_factory=dict, description="docker backend: build args"
-    )
-    entrypoint: list[str] = Field(default_factory=list)
-    cmd: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
-    user: str | None = None
-    workdir: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
-    revisionSource: str | None = Field(
-        default=None,
-        description="Optional. source whose pinned revision fills org.opencontainers.image.revision/source",
-    )
-    version: str | None = Field(
-        default=None, description="Optional. org.opencontainers.image.version"
-    )
-    compression: Literal["gzip", "zstd"] = "gzip"
-
-    def references(self) -> list[tuple[tuple[str, ...], str, str]]:
-        refs: list[tuple[tuple[str, ...], str, str]] = []
-        if isinstance(self.base, ImageBase):
-            refs.append((("base", "rootfs"), "artifact", self.base.rootfs))
-        elif self.base != "scratch":
-            refs.append((("base",), "source", self.base))
-        if self.context is not None:
-            refs.append((("context",), "source", self.context))
-        if self.revisionSource is not None:
-            refs.append((("revisionSource",), "source", self.revisionSource))
-        return refs + _file_refs(self.files)
-
-    @model_validator(mode="after")
-    def _backend_fields(self) -> ContainerImageArtifact:
-        if self.backend == "docker" and self.context is None:
-            raise ValueError("backend docker needs a context source")
-        if self.backend == "daemonless" and self.context is not None:
-            raise ValueError("context is for backend docker; use files for the daemonless backend")
-        return self
-
-
-class ChartImage(Strict):
-    """Where a container-image artifact goes in a chart's values.yaml."""
-
-    artifact: str = Field(description="Required. a container-image artifact")
-    repository: fc.ImageRepository = Field(
-        description="Required. image repository in lower case, without tag or digest, e.g. "
-        "ghcr.io/nvkr/node-agent"
-    )
-
-
-#: A Kubernetes namespace name: an RFC 1123 label (lower-case alphanumerics and '-', at most 63).
-NAMESPACE_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
-
-
-class ChartCheck(Strict):
-    """How the helm-chart builder checks a chart: the namespace and values ``helm lint`` and
-    ``helm template`` get, as a user would install it (``--namespace NS -f values``). Only the
-    check sees them; the packaged values.yaml is the chart's own (with the image pins)."""
-
-    namespace: str = Field(
-        default="default",
-        pattern=NAMESPACE_PATTERN,
-        description="Optional. namespace to render the chart in (an RFC 1123 label); default: default",
-    )
-    values: fc.NoFloats = Field(
-        default_factory=dict,
-        description="Optional. values for the check, over the chart's values.yaml (no floats: quote them)",
-    )
-
-
-class HelmChartArtifact(Strict):
-    """A Helm chart packaged reproducibly (``<name>-<version>.tgz``) with Helm's OCI media types."""
-
-    builder: Literal["helm-chart"]
-    source: str = Field(description="Required. the source holding the chart directory")
-    subdir: fc.RelativeDir | None = Field(
-        default=None, description="Optional. chart directory in the source"
-    )
-    version: fc.ChartVersion = Field(description='Required. chart version (SemVer 2), e.g. "0.1.0"')
-    appVersion: fc.AppVersion | None = Field(
-        default=None, description="Optional. appVersion, a non-empty printable string"
-    )
-    images: dict[fc.ValuesKey, ChartImage] = Field(
-        default_factory=dict,
-        description="Optional. values.yaml key (dotted) -> image; sets KEY.repository and KEY.digest",
-    )
-    check: ChartCheck | None = Field(
-        default=None,
-        description="Optional. {namespace, values} Helm lints and renders the chart with; default: "
-        "namespace default, the chart's own values",
-    )
-
-    def references(self) -> list[tuple[tuple[str, ...], str, str]]:
-        refs: list[tuple[tuple[str, ...], str, str]] = [(("source",), "source", self.source)]
-        for key, image in self.images.items():
-            refs.append((("images", key, "artifact"), "artifact", image.artifact))
-        return refs
-
-
-class KubeBinary(Strict):
-    """One Kubernetes node binary: a url source holding the binary, or a member of its archive."""
-
-    source: str = Field(description="Required. the source (a binary, or a .tar.gz holding it)")
-    member: fc.ArchiveMember | None = Field(
-        default=None, description="Optional. path of the binary inside a .tar/.tar.gz source"
-    )
-
-
-class KubePackagesArtifact(Strict):
-    """Kubernetes node binaries (kubelet, kubeadm, kubectl, crictl, ...) staged under ``prefix``.
-
-    The output is a deterministic tar of ``<prefix>/<name>`` files (mode 0755) that the
-    ``node-image`` builder unpacks into the root filesystem.
-    """
-
-    builder: Literal["kube-packages"]
-    binaries: dict[Name, str | KubeBinary] = Field(
-        min_length=1, description="Required. file name -> source name, or {source, member}"
-    )
-    prefix: fc.ImagePath = Field(default="/usr/bin", description="Optional. directory in the image")
-
-    def references(self) -> list[tuple[tuple[str, ...], str, str]]:
-        refs: list[tuple[tuple[str, ...], str, str]] = []
-        for name, entry in self.binaries.items():
-            if isinstance(entry, str):
-                refs.append((("binaries", name), "source", entry))
-            else:
-                refs.append((("binaries", name, "source"), "source", entry.source))
-        return refs
-
-
-class RootfsArtifact(Strict):
-    """A Debian root filesystem (tar) made by mmdebstrap from exactly the locked .debs."""
-
-    builder: Literal["rootfs"]
-    packages: str = Field(description="Required. the apt source with the package set")
-    hostname: str = Field(default="nvkr-node", description="Optional. /etc/hostname")
-
-    def references(self) -> list[tuple[tuple[str, ...], str, str]]:
-        return [(("packages",), "source", self.packages)]
-
-
-class KubeletSettings(Strict):
-    """Kubelet settings the node image writes into its KubeletConfiguration and drop-in."""
-
-    maxPods: int = Field(
-        default=110, ge=1, le=2**31 - 1, description="Optional. maxPods (an int32 for kubelet)"
-    )
-    extraLabels: dict[str, str] = Field(
-        default_factory=dict, description="Optional. node labels added to the agent's labels"
-    )
-    extraArgs: list[str] = Field(
-        default_factory=list, description="Optional. extra kubelet flags in the drop-in"
-    )
-
-
-class NodeImageArtifact(Strict):
-    """A bootable disk image (QCOW2) from a ``rootfs`` plus staged agent, runtime config and
-    Kubernetes binaries (builder ``node-image``).
-
-    Partitions (GPT): BIOS boot (amd64), EFI system partition, ext4 root; GRUB boots it by
-    itself; the root partition grows to the disk on first boot.
-    """
-
-    builder: Literal["node-image"]
-    backend: Literal["native", "diskimage-builder"] = Field(
-        default="native",
-        description="Optional. native (mkfs.ext4 -d, sfdisk, qemu-img) or diskimage-builder",
-    )
-    rootfs: str = Field(description="Required. the rootfs artifact")
-    agent: str | None = Field(
-        default=None, description="Optional. go-binary artifact staged as /usr/bin/node-agent"
-    )
-    kubePackages: str | None = Field(
-        default=None, description="Optional. kube-packages artifact staged into the tree"
-    )
-    kubernetesVersion: ExactRelease = Field(
-        description='Required. exact Kubernetes release MAJOR.MINOR.PATCH, e.g. "1.36.3" '
-        "(a leading v is dropped)"
-    )
-    files: dict[fc.ImagePath, str | ImageFile] = Field(
-        default_factory=dict,
-        description="Optional. absolute path -> artifact name, or {artifact|source, path, mode}",
-    )
-    nvidiaRuntime: bool | None = Field(
-        default=None,
-        description="Optional. containerd's nvidia runtime handler as the default runtime; "
-        "default: when the rootfs holds nvidia-container-toolkit",
-    )
-    kubelet: KubeletSettings = Field(default_factory=KubeletSettings)
-    size: fc.DiskSize = Field(
-        default="4GiB",
-        pattern=r"^[0-9]+(MiB|GiB)$",
-        description='Optional. virtual disk size, e.g. "4GiB" or "2048MiB"; at most 16777215MiB '
-        "(16 TiB less 1 MiB)",
-    )
-    kernelArgs: list[str] = Field(
-        default_factory=list, description="Optional. extra kernel command-line arguments"
-    )
-    format: Literal["qcow2"] = "qcow2"
-    bootTest: bool = Field(
-        default=False, description="Optional. boot the image in QEMU after building it"
-    )
-
-    def references(self) -> list[tuple[tuple[str, ...], str, str]]:
-        refs: list[tuple[tuple[str, ...], str, str]] = [(("rootfs",), "artifact", self.rootfs)]
-        if self.agent is not None:
-            refs.append((("agent",), "artifact", self.agent))
-        if self.kubePackages is not None:
-            refs.append((("kubePackages",), "artifact", self.kubePackages))
-        return refs + _file_refs(self.files)
-
-
-Artifact = Annotated[
-    GoBinaryArtifact
-    | ContainerImageArtifact
-    | HelmChartArtifact
-    | KubePackagesArtifact
-    | RootfsArtifact
-    | NodeImageArtifact,
-    Field(discriminator="builder"),
-]
-BUILDERS = ("container-image", "go-binary", "helm-chart", "kube-packages", "node-image", "rootfs")
+#: The artifact models of the builder table (:mod:`nvkr.builders.table`), in its order.
+ARTIFACT_MODELS: tuple[type[ArtifactModel], ...] = tuple(
+    line.artifact for line in BUILDER_TABLE if line.artifact is not None
+)
+#: The builders a recipe may name, sorted.
+BUILDERS = tuple(sorted(line.name for line in BUILDER_TABLE if line.artifact is not None))
+if TYPE_CHECKING:
+    Artifact: TypeAlias = ArtifactModel
+else:
+    # The recipe's artifact: one of the table's models, told apart by its ``builder`` field.
+    Artifact = Annotated[Union[ARTIFACT_MODELS], Field(discriminator="builder")]  # noqa: UP007
 
 
 # -- release set -------------------------------------------------------------------------------

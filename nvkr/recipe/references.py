@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import re
 
+from nvkr.builders.go_binary.artifact import GoBinaryArtifact
+from nvkr.builders.rootfs.artifact import RootfsArtifact
 from nvkr.errors import RecipeError, RecipeReferenceError
-from nvkr.recipe.models import GoBinaryArtifact, Recipe, RootfsArtifact
+from nvkr.recipe.models import Recipe
 from nvkr.recipe.validation import describe_value
 from nvkr.recipe.yamlsource import DocPath, LocationMap, where
 

@@ -26,6 +26,7 @@ from pydantic_core import ErrorDetails
 
 from nvkr.errors import RecipeError, UnknownBuilderError
 from nvkr.recipe import models
+from nvkr.recipe.base import NAME_PATTERN
 from nvkr.recipe.fieldchecks import semver_suggestion
 from nvkr.recipe.yamlsource import DocPath, Location, LocationMap, where
 
@@ -34,7 +35,7 @@ M = TypeVar("M", bound=BaseModel)
 SCHEMA_HINT = "the recipe format is described in schema/recipe.schema.json (`nvkr schema`)"
 
 _PATTERNS = {
-    models.NAME_PATTERN: "a lower-case name: a-z, 0-9, '.', '_', '-', starting and ending with a letter or digit, at most 63 characters",
+    NAME_PATTERN: "a lower-case name: a-z, 0-9, '.', '_', '-', starting and ending with a letter or digit, at most 63 characters",
     models.SHA256_PATTERN: "a sha256 digest: 64 hex digits",
     models.SHA512_PATTERN: "a sha512 digest: 128 hex digits",
     models.COMMIT_PATTERN: "a full commit id: 40 (or 64) lower-case hex digits",

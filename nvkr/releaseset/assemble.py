@@ -1,6 +1,6 @@
 """Assembling a release set: packed artifacts, their provenance, the index, ``index.json``.
 
-The heart of the ``release-set`` action (:mod:`nvkr.builders.release_set`): :func:`assemble`
+The heart of the ``release-set`` action (:mod:`nvkr.builders.release_set.builder`): :func:`assemble`
 takes the spec (:mod:`nvkr.releaseset.spec`) and the cached results of the actions it names,
 packs each action's artifact (:mod:`nvkr.releaseset.artifacts`, :mod:`nvkr.releaseset.chart`),
 states its in-toto provenance, attaches its SPDX SBOM (the result of its ``sbom`` action, when
@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from nvkr.builders import ReleaseKind
 from nvkr.canonical import canonical_json
 from nvkr.errors import BuildError, IntegrityError
 from nvkr.oci import mediatypes as mt
@@ -104,9 +105,9 @@ def assemble(
             )
         unique = {canonical_json(m["variant"]): m["variant"] for m in members if m.get("variant")}
         variant_list = sorted(unique.values(), key=order)
-        if first["kind"] == "image":
+        if first["kind"] == ReleaseKind.IMAGE:
             packed = _pack_image(members, result, blobs, what=what, label=label)
-        elif first["kind"] == "chart":
+        elif first["kind"] == ReleaseKind.CHART:
             packed = _pack_chart(result, blobs, what=what, label=label, created=created)
         else:
             packed = _pack_binary(

@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
+from nvkr.builders import RELEASED_KINDS, ReleaseKind
 from nvkr.canonical import canonical_json
 from nvkr.errors import BuildError
 
@@ -47,14 +48,16 @@ class _VariantOrder:
 
 
 #: How a release set holds an artifact (the spec's ``kind``, from the builder's ``release_kind``).
-KINDS: Final = ("binary", "image", "chart", "machine-image")
+KINDS: Final = tuple(k.value for k in RELEASED_KINDS)
 
 
 def _group_by_action(spec: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
     groups: dict[str, list[dict[str, Any]]] = {}
     for art in spec.get("artifacts", []):
         entry = dict(art)
-        entry["kind"] = entry.get("kind") or "binary"  # specs from before kinds hold binaries
+        entry["kind"] = (
+            entry.get("kind") or ReleaseKind.BINARY.value
+        )  # specs from before kinds hold binaries
         groups.setdefault(entry["actionKey"], []).append(entry)
     for key, members in groups.items():
         first = members[0]

@@ -1,7 +1,7 @@
 """SBOMs: SPDX 2.3 JSON documents of what each released artifact holds.
 
 Between the artifact actions and the release set: the ``sbom`` builder
-(:mod:`nvkr.builders.sbom`) runs once per artifact a release set holds, reads the artifact's
+(:mod:`nvkr.builders.sbom.builder`) runs once per artifact a release set holds, reads the artifact's
 outputs from the store and writes one SPDX document (:mod:`.describe` per kind, :mod:`.golang`
 for Go modules, :mod:`.archive` for the files of layers and charts, :mod:`.spdx` for the
 document itself); :func:`nvkr.releaseset.assemble` attaches it to the artifact as an OCI

@@ -1,6 +1,6 @@
 """What each kind of artifact holds, as SPDX elements: a binary, a container image, a chart.
 
-Called by the ``sbom`` builder (:mod:`nvkr.builders.sbom`) with the cached result of the
+Called by the ``sbom`` builder (:mod:`nvkr.builders.sbom.builder`) with the cached result of the
 artifact's action (for an image, of its image-index action) and the blobs in the store. Each
 describer adds the artifact's root package (``SPDXRef-DOCUMENT DESCRIBES`` it) and what it holds
 to an :class:`~nvkr.sbom.spdx.SpdxDocument`, and returns the ``sha256:<hex>`` of the bytes the

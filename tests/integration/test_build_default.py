@@ -134,7 +134,7 @@ def test_two_clones_two_stores_umask_tz_locale_give_identical_bytes(default_buil
 
 
 def test_agent_go_tests_pass_with_the_pinned_toolchain(go_toolchain, repo_root, tmp_path):
-    from nvkr.builders.go_binary import toolchain_root
+    from nvkr.builders.go_binary.builder import toolchain_root
     from nvkr.run import pinned_env, run
     from nvkr.store import Store
 

@@ -108,11 +108,11 @@ def test_the_ci_image_is_the_same_from_two_clones_and_runs_nvkr(tmp_path):
         return proc.stdout
 
     assert inside("nvkr", "--version").strip() == "nvkr, version 0.1.0"
-    # the builders' assets lie beside the package, where a wheel of the tree would have none
+    # the builders' assets, found where asset_dir looks (the checkout or the installed wheel)
     probe = (
-        "from nvkr.builders import rootfs, node_image, dib\n"
-        "assert rootfs.ASSETS.is_dir() and node_image.ASSETS.is_dir(), rootfs.ASSETS\n"
-        "assert (rootfs.ASSETS / 'defer-initramfs.essential-hook').is_file()\n"
+        "from nvkr.builders.assets import asset_dir\n"
+        "assert asset_dir('rootfs').is_dir() and asset_dir('node-image').is_dir()\n"
+        "assert (asset_dir('rootfs') / 'defer-initramfs.essential-hook').is_file()\n"
         "import cryptography.hazmat.primitives.asymmetric.ed25519, pydantic_core, yaml, zstandard\n"
         "import helm_python, debian.deb822, docker, ruamel.yaml, rich, jinja2, semver\n"
         "from nvkr.hosttools import package_version as v\n"

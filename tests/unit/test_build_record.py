@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from nvkr import builders
-from nvkr.builders.release_set import ReleaseSetBuilder
+from nvkr.action import Action, action_key
+from nvkr.builders.release_set.builder import ReleaseSetBuilder
 from nvkr.canonical import canonical_json
 from nvkr.delivery.publish import publish_layout
 from nvkr.delivery.pull import pull_release_set
@@ -28,7 +29,7 @@ from nvkr.execute import BuildReport, execute
 from nvkr.fetch import FetchContext
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.registry import RegistryClient, fallback_tag
-from nvkr.plan import Action, Plan, action_key
+from nvkr.plan import Plan
 from nvkr.provenance import SLSA_PROVENANCE_V1, STATEMENT_TYPE, parse_timestamp, validate_statement
 from nvkr.releaseset import materialize, read_metadata
 from nvkr.releaseset.record import (

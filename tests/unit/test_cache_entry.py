@@ -9,6 +9,7 @@ import json
 import pytest
 
 from nvkr import builders
+from nvkr.action import Action, action_key
 from nvkr.cache.entry import (
     ACTION_RESULT,
     EntryProblem,
@@ -24,7 +25,7 @@ from nvkr.canonical import canonical_json
 from nvkr.execute import execute
 from nvkr.fetch import FetchContext
 from nvkr.oci import mediatypes as mt
-from nvkr.plan import Action, Plan, action_key
+from nvkr.plan import Plan
 from nvkr.store import Store
 
 KEY = "sha256:" + "ab" * 32

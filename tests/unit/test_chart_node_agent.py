@@ -30,7 +30,7 @@ REPOSITORY = "registry.example/nvkr/node-agent"
 def packaged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """charts/node-agent packaged by the builder with a fake image index digest."""
     from nvkr import builders
-    from nvkr.builders.helm_chart import HelmChartBuilder
+    from nvkr.builders.helm_chart.builder import HelmChartBuilder
 
     builders.get_builder("go-binary")
     saved = builders.REGISTRY.get("helm-chart")

@@ -45,7 +45,7 @@ del sys.argv[1:4]
 tool = ["sh", "-c", f"echo $$ > {pidfile}; {script}"]
 
 if where == "action":
-    from nvkr.builders import helm_chart
+    from nvkr.builders.helm_chart import builder as helm_chart
 
     def slow_run(self, ctx):
         run(tool, log_file=ctx.log_file)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from nvkr import builders
+from nvkr.action import Action, action_key
 from nvkr.errors import (
     BuildError,
     ChecksumError,
@@ -21,7 +22,7 @@ from nvkr.errors import (
 )
 from nvkr.execute import execute
 from nvkr.fetch import FetchContext
-from nvkr.plan import Action, Plan, action_key
+from nvkr.plan import Plan
 from nvkr.run import run
 from nvkr.store import Store
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from nvkr import builders
@@ -37,13 +39,18 @@ releaseSet:
 """
 
 
-class Fake:
+class Fake(builders.Builder[Any]):
     """A builder that plans by the rules of the real one of the same name, minus the work."""
 
     version = "1"
 
-    def __init__(self, name, per_arch, release_kind):
-        self.name, self.per_arch, self.release_kind = name, per_arch, release_kind
+    def __init__(self, real):
+        self.real = real
+        self.name, self.per_arch, self.release_kind = real.name, real.per_arch, real.release_kind
+        self.artifact_model = real.artifact_model
+
+    def sbom_inputs(self, action, actions):
+        return self.real.sbom_inputs(action, actions)
 
     def plan(self, artifact_name, artifact, variant, refs):
         params = {"arch": variant.arch} if self.per_arch else {}
@@ -70,12 +77,8 @@ class Fake:
 @pytest.fixture
 def fakes(monkeypatch):
     builders.get_builder("go-binary")  # fill the registry first
-    for name, per_arch, kind in (
-        ("go-binary", True, "binary"),
-        ("container-image", True, "image"),
-        ("helm-chart", False, "chart"),
-    ):
-        monkeypatch.setitem(builders.REGISTRY, name, Fake(name, per_arch, kind))
+    for name in ("go-binary", "container-image", "helm-chart"):
+        monkeypatch.setitem(builders.REGISTRY, name, Fake(builders.REGISTRY[name]))
 
 
 def _plan(tmp_path, img_file="bin", wanted="bin, img, chart"):

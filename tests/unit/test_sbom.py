@@ -24,13 +24,14 @@ import pytest
 import zstandard
 
 from nvkr import releaseset
-from nvkr.builders.sbom import SbomBuilder, sbom_spec
+from nvkr.action import Action
+from nvkr.builders.sbom.builder import SbomBuilder, sbom_spec
 from nvkr.canonical import canonical_json
 from nvkr.errors import BuildError, IntegrityError
 from nvkr.execute import run_action
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import LayoutReader, descriptor, image_manifest, manifest_bytes
-from nvkr.plan import Action, _new_action
+from nvkr.plan import _new_action
 from nvkr.sbom import SPDX_MEDIA_TYPE, golang_purl, oci_purl
 from nvkr.sbom.archive import member_path
 from nvkr.store import Store

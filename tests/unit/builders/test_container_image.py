@@ -22,10 +22,12 @@ from typing import Any
 import pydantic
 import pytest
 
-import nvkr.builders
+import nvkr.builders.container_image
 from nvkr import builders
+from nvkr.action import Action, action_key
 from nvkr.builders import ActionSpec, ResolvedSource
-from nvkr.builders.container_image import ContainerImageBuilder
+from nvkr.builders.container_image.artifact import ContainerImageArtifact
+from nvkr.builders.container_image.builder import ContainerImageBuilder
 from nvkr.canonical import canonical_json
 from nvkr.errors import BuildError
 from nvkr.execute import execute, run_action
@@ -35,9 +37,9 @@ from nvkr.oci import mediatypes as mt
 from nvkr.oci.image import image_config, image_manifest, layer_from_tree, platform_of
 from nvkr.oci.layout import descriptor, image_index, index_bytes
 from nvkr.oci.layoutdir import write_layout
-from nvkr.plan import Action, Plan, action_key, make_plan
+from nvkr.plan import Plan, make_plan
 from nvkr.recipe import expand, load_recipe
-from nvkr.recipe.models import ContainerImageArtifact, GitSource, OciSource, PathSource, UrlSource
+from nvkr.recipe.models import GitSource, OciSource, PathSource, UrlSource
 from nvkr.repro import tar_bytes
 from nvkr.store import Store
 
@@ -356,7 +358,7 @@ os.environ["TZ"] = "Pacific/Chatham"
 time.tzset()
 from tests.unit.builders.test_container_image import World, FILES
 from nvkr import builders
-from nvkr.builders.container_image import ContainerImageBuilder
+from nvkr.builders.container_image.builder import ContainerImageBuilder
 builders.get_builder("go-binary")
 builders.REGISTRY["container-image"] = ContainerImageBuilder()
 from nvkr.store import Store
@@ -500,8 +502,8 @@ def test_docker_backend_is_delegated(world, monkeypatch):
         ),
         run=lambda ctx: calls.append(("run", ctx.action.params)),
     )
-    monkeypatch.setitem(sys.modules, "nvkr.builders.docker_backend", fake)
-    monkeypatch.setattr(nvkr.builders, "docker_backend", fake, raising=False)
+    monkeypatch.setitem(sys.modules, "nvkr.builders.container_image.docker_backend", fake)
+    monkeypatch.setattr(nvkr.builders.container_image, "docker_backend", fake, raising=False)
     spec = world.plan(backend="docker", context="app")
     assert spec.params == {"dockerfile": "Dockerfile", "backend": "docker"}
     assert calls[0][0] == "plan" and calls[0][1][0] == "img"

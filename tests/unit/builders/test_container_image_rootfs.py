@@ -13,12 +13,13 @@ from typing import Any
 
 import pytest
 
+from nvkr.action import Action, action_key
 from nvkr.builders import ResolvedSource
+from nvkr.builders.container_image.artifact import ContainerImageArtifact
 from nvkr.errors import BuildError
 from nvkr.execute import run_action
 from nvkr.oci import mediatypes as mt
-from nvkr.plan import Action, action_key
-from nvkr.recipe.models import ContainerImageArtifact, PypiSource
+from nvkr.recipe.models import PypiSource
 from nvkr.store import Store
 from tests.unit.builders.test_container_image import (  # noqa: F401 - the fixture
     EPOCH,

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from nvkr.builders import dib
+from nvkr.builders.node_image import dib
 from nvkr.errors import DiskError, ToolError
 
 

@@ -24,13 +24,13 @@ import docker
 import pydantic
 import pytest
 
+from nvkr.action import Action, action_key
 from nvkr.builders import ActionContext, ResolvedSource
-from nvkr.builders import docker_backend as backend
+from nvkr.builders.container_image import docker_backend as backend
+from nvkr.builders.container_image.artifact import ContainerImageArtifact
 from nvkr.errors import BuildError, ToolError
 from nvkr.oci import mediatypes as mt
-from nvkr.plan import Action, action_key
 from nvkr.recipe import Variant
-from nvkr.recipe.models import ContainerImageArtifact
 from nvkr.repro import tar_bytes
 from nvkr.store import Store
 from tests.podman import podman_docker_host, podman_service

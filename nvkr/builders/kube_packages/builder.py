@@ -26,16 +26,19 @@ from typing import Any, BinaryIO
 from nvkr.builders import (
     ActionContext,
     ActionSpec,
+    Builder,
     PlanRefs,
     Problem,
+    ReleaseKind,
     ResolvedSource,
     a_kind,
     source_kind_of,
 )
+from nvkr.builders.kube_packages.artifact import KubeBinary, KubePackagesArtifact
+from nvkr.builders.kube_packages.params import KubeFile, KubePackagesParams
 from nvkr.errors import BuildError
 from nvkr.recipe import Variant
 from nvkr.recipe import fieldchecks as fc
-from nvkr.recipe.models import KubeBinary, KubePackagesArtifact
 
 MEDIA_TYPE = "application/vnd.nvkr.kube-packages.v1.tar"
 #: Source kinds whose blob is the file itself, and those whose blob is a tar of a tree.
@@ -46,15 +49,17 @@ DIR_MODE = 0o755
 CHUNK = 1 << 20
 
 
-class KubePackagesBuilder:
+class KubePackagesBuilder(Builder[KubePackagesArtifact]):
     name = "kube-packages"
     version = "1"
     per_arch = True
-    release_kind = "internal"
+    artifact_model = KubePackagesArtifact
+    release_kind = ReleaseKind.INTERNAL
 
-    def check(self, artifact_name: str, artifact: Any, variant: Variant) -> list[Problem]:
+    def check(
+        self, artifact_name: str, artifact: KubePackagesArtifact, variant: Variant
+    ) -> list[Problem]:
         """Each binary comes from a file source (url, pypi), or a tree source with ``member``."""
-        assert isinstance(artifact, KubePackagesArtifact)
         problems: list[Problem] = []
         for name, entry in sorted(artifact.binaries.items()):
             binary = entry if isinstance(entry, KubeBinary) else KubeBinary(source=entry)
@@ -80,7 +85,7 @@ class KubePackagesBuilder:
         return problems
 
     def plan(
-        self, artifact_name: str, artifact: Any, variant: Variant, refs: PlanRefs
+        self, artifact_name: str, artifact: KubePackagesArtifact, variant: Variant, refs: PlanRefs
     ) -> ActionSpec:
         """One action per variant.
 
@@ -94,9 +99,8 @@ class KubePackagesBuilder:
             RecipeReferenceError: an unknown source (from ``refs``); the rest is
                 :meth:`check`'s and the model's.
         """
-        assert isinstance(artifact, KubePackagesArtifact)
         prefix = fc.image_path(artifact.prefix)
-        files: list[dict[str, Any]] = []
+        files: list[KubeFile] = []
         inputs: dict[str, str] = {}
         sources: dict[str, ResolvedSource] = {}
         for name, entry in sorted(artifact.binaries.items()):
@@ -107,16 +111,18 @@ class KubePackagesBuilder:
             inputs[role] = src.digest
             sources[role] = src
             files.append(
-                {
-                    "name": name,
-                    "path": f"{prefix}/{name}" if prefix else name,
-                    "source": binary.source,
-                    "input": role,
-                    "member": member,
-                }
+                KubeFile(
+                    name=name,
+                    path=f"{prefix}/{name}" if prefix else name,
+                    source=binary.source,
+                    input=role,
+                    member=member,
+                )
             )
         return ActionSpec(
-            params={"output": f"{artifact_name}.tar", "prefix": prefix, "files": files},
+            params=KubePackagesParams(
+                output=f"{artifact_name}.tar", prefix=prefix, files=files
+            ).to_json(),
             inputs=inputs,
             sources=sources,
         )
@@ -130,50 +136,50 @@ class KubePackagesBuilder:
             BuildError: a member missing from its source, not a regular file, or a source that
                 is not a tar archive when a member is asked for.
         """
-        p = ctx.action.params
+        p = KubePackagesParams.model_validate(ctx.action.params)
         staged = ctx.workdir / "members"
         staged.mkdir()
-        contents: list[tuple[dict[str, Any], Path]] = []
-        for f in p["files"]:
-            blob = ctx.input_path(f["input"])
-            if f["member"] is not None:
-                target = staged / f["name"]
-                _extract_member(blob, f["member"], target, source=f["source"])
+        contents: list[tuple[KubeFile, Path]] = []
+        for f in p.files:
+            blob = ctx.input_path(f.input)
+            if f.member is not None:
+                target = staged / f.name
+                _extract_member(blob, f.member, target, source=f.source)
                 blob = target
             contents.append((f, blob))
 
         epoch = ctx.action.epoch
-        out = ctx.workdir / p["output"]
+        out = ctx.workdir / p.output
         listing: list[dict[str, Any]] = []
         with (
             open(out, "wb") as raw,
             tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar,
         ):
-            parts = PurePosixPath(p["prefix"]).parts if p["prefix"] else ()
+            parts = PurePosixPath(p.prefix).parts if p.prefix else ()
             for i in range(len(parts)):
                 info = _info("/".join(parts[: i + 1]), epoch, DIR_MODE)
                 info.type = tarfile.DIRTYPE
                 tar.addfile(info)
-            for f, path in sorted(contents, key=lambda c: str(c[0]["path"]).encode()):
+            for f, path in sorted(contents, key=lambda c: c[0].path.encode()):
                 size = os.stat(path).st_size
-                info = _info(f["path"], epoch, FILE_MODE)
+                info = _info(f.path, epoch, FILE_MODE)
                 info.size = size
                 with open(path, "rb") as data:
                     hashing = _HashingReader(data)
                     tar.addfile(info, hashing)
                 listing.append(
                     {
-                        "path": "/" + f["path"],
+                        "path": "/" + f.path,
                         "digest": "sha256:" + hashing.sha256.hexdigest(),
                         "size": size,
                         "mode": f"{FILE_MODE:04o}",
-                        "source": f["source"],
-                        "member": f["member"],
+                        "source": f.source,
+                        "member": f.member,
                     }
                 )
         shutil.rmtree(staged)
-        ctx.add_output(out, name=p["output"], media_type=MEDIA_TYPE)
-        ctx.metadata.update({"prefix": "/" + p["prefix"], "files": listing})
+        ctx.add_output(out, name=p.output, media_type=MEDIA_TYPE)
+        ctx.metadata.update({"prefix": "/" + p.prefix, "files": listing})
 
 
 def _info(name: str, epoch: int, mode: int) -> tarfile.TarInfo:

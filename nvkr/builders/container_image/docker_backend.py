@@ -31,7 +31,8 @@ import docker.errors
 import requests
 
 from nvkr.builders import ActionContext, ActionSpec, PlanRefs, Problem, a_kind, source_kind_of
-from nvkr.builders.container_image import execution_params, image_annotations
+from nvkr.builders.container_image.artifact import ContainerImageArtifact
+from nvkr.builders.container_image.builder import execution_params, image_annotations
 from nvkr.errors import BuildError, ToolError
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.image import (
@@ -45,7 +46,6 @@ from nvkr.oci.image import (
 from nvkr.oci.layout import rfc3339
 from nvkr.recipe import Variant
 from nvkr.recipe import fieldchecks as fc
-from nvkr.recipe.models import ContainerImageArtifact
 from nvkr.repro import extract_tar
 from nvkr.run import tail
 

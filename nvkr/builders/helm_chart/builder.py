@@ -22,17 +22,23 @@ from __future__ import annotations
 
 import posixpath
 import re
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from nvkr.builders import (
     ActionContext,
     ActionSpec,
+    Builder,
     PlanRefs,
     Problem,
+    ReleaseKind,
+    SbomInputs,
     a_kind,
     builder_of,
     source_kind_of,
 )
+from nvkr.builders.helm_chart.artifact import HelmChartArtifact
+from nvkr.builders.helm_chart.params import CheckParams, HelmChartParams, ImagePin
 from nvkr.canonical import DIGEST_RE
 from nvkr.errors import BuildError
 from nvkr.helm.chart import ChartFile, load_dir
@@ -44,10 +50,13 @@ from nvkr.helm.values import emitter_versions, set_images
 from nvkr.oci.mediatypes import HELM_CHART_CONTENT, HELM_CONFIG
 from nvkr.recipe import Variant
 from nvkr.recipe import fieldchecks as fc
-from nvkr.recipe.models import HelmChartArtifact
 from nvkr.repro import extract_tar
 
 __all__ = ["CHART_NAME_RE", "HelmChartBuilder", "check_chart_name", "oci_tag"]
+
+if TYPE_CHECKING:
+    from nvkr.action import Action
+
 
 #: Helm's best practices ("lower case letters and numbers, words separated with dashes") — also a
 #: valid OCI repository path component, which a chart name becomes when pushed.
@@ -79,18 +88,20 @@ def check_chart_name(name: str, where: str) -> None:
     )
 
 
-class HelmChartBuilder:
+class HelmChartBuilder(Builder[HelmChartArtifact]):
     name = "helm-chart"
     # 2: values.yaml edited in place (ruamel.yaml re-dumped it, re-indenting sequences); Chart.yaml
     # quotes what YAML 1.2 or go-yaml would read as a number (appVersion "1e3")
     version = "2"
     per_arch = False
-    release_kind = "chart"
+    artifact_model = HelmChartArtifact
+    release_kind = ReleaseKind.CHART
 
-    def check(self, artifact_name: str, artifact: Any, variant: Variant) -> list[Problem]:
+    def check(
+        self, artifact_name: str, artifact: HelmChartArtifact, variant: Variant
+    ) -> list[Problem]:
         """The chart's source is a tree (a path or git source, or a url source of a tar); each
         ``images`` entry names a container-image artifact."""
-        assert isinstance(artifact, HelmChartArtifact)
         problems: list[Problem] = []
         kind = source_kind_of(variant, artifact.source)
         if kind is not None and kind not in CHART_SOURCE_KINDS:
@@ -115,7 +126,7 @@ class HelmChartBuilder:
         return problems
 
     def plan(
-        self, artifact_name: str, artifact: Any, variant: Variant, refs: PlanRefs
+        self, artifact_name: str, artifact: HelmChartArtifact, variant: Variant, refs: PlanRefs
     ) -> ActionSpec:
         """Params ``{"version", "appVersion", "subdir", "images": {KEY: {"repository",
         "index": <image-index action key>}}[, "check": {"namespace", "values"}]}`` (``check``
@@ -127,40 +138,47 @@ class HelmChartBuilder:
             RecipeReferenceError: an unknown source or image artifact (the fields are checked by
                 the model, the kinds they name by :meth:`check`).
         """
-        assert isinstance(artifact, HelmChartArtifact)
         subdir = fc.relative_dir(artifact.subdir) if artifact.subdir is not None else None
         src = refs.source(artifact.source)
-        images: dict[str, dict[str, str]] = {}
+        images: dict[str, ImagePin] = {}
         for key, image in sorted(artifact.images.items()):
             index = refs.image_index(image.artifact)
-            images[key] = {"repository": image.repository, "index": index.key}
-        params: dict[str, Any] = {
-            "version": artifact.version,
-            "appVersion": artifact.appVersion,
-            "subdir": subdir,
-            "images": images,
-        }
-        if artifact.check is not None:  # absent, not null: recipes without one keep their keys
-            params["check"] = {
-                "namespace": artifact.check.namespace,
-                "values": artifact.check.values,
-            }
+            images[key] = ImagePin(repository=image.repository, index=index.key)
+        check = artifact.check
+        params = HelmChartParams(
+            version=artifact.version,
+            appVersion=artifact.appVersion,
+            subdir=subdir,
+            images=images,
+            # absent, not null: recipes without one keep their keys (HelmChartParams.to_json)
+            check=None
+            if check is None
+            else CheckParams(namespace=check.namespace, values=check.values),
+        )
         return ActionSpec(
-            params=params,
+            params=params.to_json(),
             inputs={"chart": src.digest},
             tools=emitter_versions(),
             sources={"chart": src},
-            deps=tuple(sorted({i["index"] for i in images.values()})),
+            deps=tuple(sorted({i.index for i in images.values()})),
+        )
+
+    def sbom_inputs(self, action: Action, actions: Mapping[str, Action]) -> SbomInputs:
+        """The image indexes it pins: its SBOM refers to theirs."""
+        return SbomInputs(
+            images=tuple(
+                d for d in action.deps if d in actions and actions[d].builder == "image-index"
+            )
         )
 
     def run(self, ctx: ActionContext) -> None:
-        p = ctx.action.params
+        p = HelmChartParams.model_validate(ctx.action.params)
         src = ctx.workdir / "src"
         src.mkdir()
         where = _chart_label(ctx)
         with open(ctx.input_path("chart"), "rb") as f:
-            extract_tar(f, src, what=f"chart {where}", under=p["subdir"] or "")
-        chart_dir = src / p["subdir"] if p["subdir"] else src
+            extract_tar(f, src, what=f"chart {where}", under=p.subdir or "")
+        chart_dir = src / p.subdir if p.subdir else src
         if not chart_dir.is_dir():
             raise BuildError(
                 f"{where}: no such directory in the source",
@@ -175,11 +193,11 @@ class HelmChartBuilder:
                 hint="set apiVersion: v2 (dependencies move from requirements.yaml to Chart.yaml)",
             )
         check_chart_name(meta["name"], f"{where}/Chart.yaml")
-        log = [f"chart {meta['name']}: version {meta.get('version')!r} -> {p['version']!r}"]
-        meta["version"] = p["version"]
-        if p["appVersion"] is not None:
-            log.append(f"appVersion {meta.get('appVersion')!r} -> {p['appVersion']!r}")
-            meta["appVersion"] = p["appVersion"]
+        log = [f"chart {meta['name']}: version {meta.get('version')!r} -> {p.version!r}"]
+        meta["version"] = p.version
+        if p.appVersion is not None:
+            log.append(f"appVersion {meta.get('appVersion')!r} -> {p.appVersion!r}")
+            meta["appVersion"] = p.appVersion
         log += verify_dependencies(chart)
 
         images = _image_digests(ctx, where)
@@ -196,13 +214,12 @@ class HelmChartBuilder:
         out.mkdir()
         archive = out / archive_name(chart)
         archive.write_bytes(package_bytes(chart, epoch=ctx.action.epoch))
-        check = p.get("check") or {}
         checked, rendered = helm_check(
             archive,
             where=where,
             release=chart.name[:53],  # Helm's release name limit
-            namespace=check.get("namespace", "default"),
-            values=check.get("values"),
+            namespace=p.check.namespace if p.check else "default",
+            values=p.check.values if p.check else None,
         )
         log += checked
         for warning in _unused_pins(chart.name, images, rendered):
@@ -250,15 +267,15 @@ def _chart_label(ctx: ActionContext) -> str:
     source's name."""
     src = ctx.action.sources.get("chart")
     base = str(src.entry.get("path") or f"source {src.name!r}") if src else "chart source"
-    subdir = ctx.action.params["subdir"]
+    subdir = HelmChartParams.model_validate(ctx.action.params).subdir
     return posixpath.join(base, subdir) if subdir else base
 
 
 def _image_digests(ctx: ActionContext, where: str) -> dict[str, tuple[str, str]]:
     """``{KEY: (repository, "sha256:<hex>")}`` from the image-index results in ``ctx.deps``."""
     images: dict[str, tuple[str, str]] = {}
-    for key, image in ctx.action.params["images"].items():
-        result = ctx.deps.get(image["index"])
+    for key, image in HelmChartParams.model_validate(ctx.action.params).images.items():
+        result = ctx.deps.get(image.index)
         digest = (result or {}).get("metadata", {}).get("indexDigest")
         if (
             not isinstance(digest, str)
@@ -266,8 +283,8 @@ def _image_digests(ctx: ActionContext, where: str) -> dict[str, tuple[str, str]]
             or not digest.startswith("sha256:")
         ):
             raise BuildError(
-                f"{where}: image {key!r}: the image-index action {image['index'][:19]} gave no "
+                f"{where}: image {key!r}: the image-index action {image.index[:19]} gave no "
                 f"sha256 indexDigest (got {digest!r})"
             )
-        images[key] = (image["repository"], digest)
+        images[key] = (image.repository, digest)
     return images

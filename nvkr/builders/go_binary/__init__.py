@@ -1,0 +1,1 @@
+"""The ``go-binary`` builder."""

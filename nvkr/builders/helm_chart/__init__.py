@@ -1,0 +1,1 @@
+"""The ``helm-chart`` builder."""

@@ -1,0 +1,69 @@
+"""The ``helm-chart`` artifact model: what a recipe says about a Helm chart."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from nvkr.recipe import fieldchecks as fc
+from nvkr.recipe.base import ArtifactModel, Strict
+
+
+class ChartImage(Strict):
+    """Where a container-image artifact goes in a chart's values.yaml."""
+
+    artifact: str = Field(description="Required. a container-image artifact")
+    repository: fc.ImageRepository = Field(
+        description="Required. image repository in lower case, without tag or digest, e.g. "
+        "ghcr.io/nvkr/node-agent"
+    )
+
+
+#: A Kubernetes namespace name: an RFC 1123 label (lower-case alphanumerics and '-', at most 63).
+NAMESPACE_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+
+
+class ChartCheck(Strict):
+    """How the helm-chart builder checks a chart: the namespace and values ``helm lint`` and
+    ``helm template`` get, as a user would install it (``--namespace NS -f values``). Only the
+    check sees them; the packaged values.yaml is the chart's own (with the image pins)."""
+
+    namespace: str = Field(
+        default="default",
+        pattern=NAMESPACE_PATTERN,
+        description="Optional. namespace to render the chart in (an RFC 1123 label); default: default",
+    )
+    values: fc.NoFloats = Field(
+        default_factory=dict,
+        description="Optional. values for the check, over the chart's values.yaml (no floats: quote them)",
+    )
+
+
+class HelmChartArtifact(ArtifactModel):
+    """A Helm chart packaged reproducibly (``<name>-<version>.tgz``) with Helm's OCI media types."""
+
+    builder: Literal["helm-chart"]
+    source: str = Field(description="Required. the source holding the chart directory")
+    subdir: fc.RelativeDir | None = Field(
+        default=None, description="Optional. chart directory in the source"
+    )
+    version: fc.ChartVersion = Field(description='Required. chart version (SemVer 2), e.g. "0.1.0"')
+    appVersion: fc.AppVersion | None = Field(
+        default=None, description="Optional. appVersion, a non-empty printable string"
+    )
+    images: dict[fc.ValuesKey, ChartImage] = Field(
+        default_factory=dict,
+        description="Optional. values.yaml key (dotted) -> image; sets KEY.repository and KEY.digest",
+    )
+    check: ChartCheck | None = Field(
+        default=None,
+        description="Optional. {namespace, values} Helm lints and renders the chart with; default: "
+        "namespace default, the chart's own values",
+    )
+
+    def references(self) -> list[tuple[tuple[str, ...], str, str]]:
+        refs: list[tuple[tuple[str, ...], str, str]] = [(("source",), "source", self.source)]
+        for key, image in self.images.items():
+            refs.append((("images", key, "artifact"), "artifact", image.artifact))
+        return refs

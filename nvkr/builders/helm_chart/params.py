@@ -1,0 +1,47 @@
+"""The ``helm-chart`` action's params, typed: what :meth:`HelmChartBuilder.plan` fixes and
+:meth:`HelmChartBuilder.run` reads.
+
+Their JSON (:meth:`HelmChartParams.to_json`) enters the action key: ``appVersion`` and
+``subdir`` are there as null when unset, ``check`` is absent (not null) without one, as they
+always were.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class _Params(BaseModel):
+    model_config = ConfigDict(strict=True, frozen=True, extra="forbid")
+
+
+class ImagePin(_Params):
+    """Where an image goes in values.yaml: its ``repository`` and the ``index`` action key
+    whose result's ``indexDigest`` pins it."""
+
+    repository: str
+    index: str
+
+
+class CheckParams(_Params):
+    """The namespace and values ``helm lint`` and ``helm template`` check the chart with."""
+
+    namespace: str
+    values: dict[str, Any]
+
+
+class HelmChartParams(_Params):
+    """The chart ``version`` and ``appVersion`` the recipe sets, the chart's ``subdir`` in its
+    source, the ``images`` pinned by values key, and the ``check``."""
+
+    version: str
+    appVersion: str | None
+    subdir: str | None
+    images: dict[str, ImagePin]
+    check: CheckParams | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The params as the action holds them."""
+        return self.model_dump(exclude={"check"} if self.check is None else set())

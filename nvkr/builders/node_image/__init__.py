@@ -1,0 +1,1 @@
+"""The ``node-image`` builder."""

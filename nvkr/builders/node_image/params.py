@@ -1,0 +1,61 @@
+"""The ``node-image`` action's params, typed: what :meth:`NodeImageBuilder.plan` fixes and
+:meth:`NodeImageBuilder.run` and :func:`~nvkr.builders.node_image.staging.stage` read. Their JSON
+(:meth:`NodeImageParams.to_json`, the keys they always had) enters the action key."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+#: The arches a node image's disk layout knows (a BIOS boot partition on amd64 only).
+DiskArch = Literal["amd64", "arm64"]
+
+
+class _Params(BaseModel):
+    model_config = ConfigDict(strict=True, frozen=True, extra="forbid")
+
+
+class ArtifactFile(_Params):
+    """A file of the tree that is another artifact's primary output (``action``: its key);
+    ``mode`` as the recipe wrote it (None: 0755)."""
+
+    path: str
+    mode: str | None
+    action: str
+
+
+class SourceFile(_Params):
+    """A file of the tree from a source (``input``: its role), or a ``member`` of its tar;
+    ``mode`` as the recipe wrote it (None: 0644)."""
+
+    path: str
+    mode: str | None
+    input: str
+    member: str | None
+
+
+class NodeImageParams(_Params):
+    """The variant (``arch``, ``gpu``, ``kubernetes`` line and exact ``kubernetesVersion``), the
+    image's settings (``nvidiaRuntime``, ``kubelet``, ``sizeBytes``, ``kernelArgs``, ``format``,
+    ``backend``, ``bootTest``, ``sandboxImage``), the action keys it stages (``deps``: rootfs,
+    agent, kubePackages) and its ``files``."""
+
+    arch: DiskArch
+    gpu: str
+    kubernetes: str
+    kubernetesVersion: str
+    nvidiaRuntime: bool | None
+    kubelet: dict[str, Any]
+    sizeBytes: int
+    kernelArgs: list[str]
+    format: str
+    backend: str
+    bootTest: bool
+    deps: dict[str, str]
+    files: list[ArtifactFile | SourceFile]
+    sandboxImage: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The params as the action holds them."""
+        return self.model_dump()

@@ -1,0 +1,286 @@
+"""Staging a node image's tree: what the ``node-image`` builder puts onto the rootfs.
+
+:func:`stage` writes the agent (``/usr/bin/node-agent``), the kube-packages binaries, the
+recipe's ``files`` and the systemd units, containerd and kubelet configuration rendered from the
+Jinja2 templates in the builder's assets (:data:`TEMPLATES`, every one rendered on every build),
+and ``/etc/nvkr/manifest.json`` listing the staged binaries' sha256. The tree helpers keep every
+path inside the tree and every mtime at the epoch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import jinja2.sandbox
+
+from nvkr.builders import ActionContext
+from nvkr.builders.assets import asset_dir
+from nvkr.builders.node_image.params import ArtifactFile, NodeImageParams, SourceFile
+from nvkr.canonical import canonical_json
+from nvkr.errors import BuildError
+
+#: Builder assets: the Jinja2 templates and diskimage-builder elements.
+ASSETS = asset_dir("node-image")
+#: The templates in ASSETS the builder renders (all of them on every build).
+TEMPLATES = (
+    "nvkr-node-agent.service.j2",
+    "containerd-config.toml.j2",
+    "kubelet.service.j2",
+    "20-nvkr-kubelet.conf.j2",
+    "kubelet-config.yaml.j2",
+    "kubernetes-modules.conf.j2",
+    "kubernetes-sysctl.conf.j2",
+)
+_UNITS = "etc/systemd/system"
+_WANTS = f"{_UNITS}/multi-user.target.wants"
+
+
+# -- staging -------------------------------------------------------------------------------------
+def stage(ctx: ActionContext, tree: Path, rootfs: dict[str, Any]) -> list[dict[str, Any]]:
+    """Stage the agent, the kube packages, ``files`` and the rendered units into ``tree``;
+    returns the staged binaries (path, sha1, sha256, size, elf), sorted by path."""
+    p = NodeImageParams.model_validate(ctx.action.params)
+    staging = _Staging(tree)
+    packages = {pkg["name"] for pkg in (rootfs.get("metadata") or {}).get("packages", [])}
+    nvidia = _nvidia_runtime(p.nvidiaRuntime, packages)
+    _stage_deps(ctx, staging, p.deps)
+    for item in p.files:
+        data = _file_bytes(ctx, item)
+        default = 0o755 if isinstance(item, ArtifactFile) else 0o644
+        mode = int(item.mode, 8) if item.mode else default
+        staging.put(item.path.lstrip("/"), data, mode, binary=bool(mode & 0o111))
+    present = {
+        "agent": (tree / "usr/bin/node-agent").is_file(),
+        "kubelet": (tree / "usr/bin/kubelet").is_file(),
+        # Debian's containerd, or Docker's containerd.io (containerd 2.x reads config v2)
+        "containerd": "containerd" in packages or "containerd.io" in packages,
+    }
+    values = {
+        "arch": p.arch,
+        "gpu": p.gpu,
+        "kubernetes": p.kubernetes,
+        "kubernetesVersion": p.kubernetesVersion,
+        "nvidiaRuntime": nvidia,
+        "kubelet": p.kubelet,
+        "sandboxImage": p.sandboxImage,
+        "present": present,
+    }
+    # every template is rendered, used or not: a broken one fails every build, not only
+    # the builds of recipes that happen to stage a kubelet
+    env = _template_env()
+    texts = {t: render_template(env, t, values) for t in TEMPLATES}
+    for template, dest, enable in _units(present):
+        staging.put(dest, texts[template].encode(), 0o644, binary=False)
+        if enable:
+            staging.enable(dest)
+    return staging.finish()
+
+
+def _file_bytes(ctx: ActionContext, item: ArtifactFile | SourceFile) -> bytes:
+    """The bytes of one ``files`` entry: an artifact's primary output, a source or a member
+    of a source tar."""
+    if isinstance(item, ArtifactFile):
+        return primary_output(ctx, ctx.deps[item.action], item.path).read_bytes()
+    blob = ctx.input_path(item.input)
+    member = item.member
+    if not member:
+        return blob.read_bytes()
+    try:
+        with tarfile.open(blob) as tf:
+            f = tf.extractfile(member.strip("/"))
+            if f is None:
+                raise KeyError(member)
+            return f.read()
+    except (KeyError, tarfile.ReadError) as e:
+        raise BuildError(f"files: {item.path}: no file {member!r} in its source ({e})") from e
+
+
+# -- staging ---------------------------------------------------------------------------
+class _Staging:
+    """Files put into the tree being staged, and the binaries among them (for the manifest)."""
+
+    def __init__(self, tree: Path) -> None:
+        self.tree = tree
+        self.staged: list[dict[str, Any]] = []
+
+    def put(self, rel: str, data: bytes, mode: int, *, binary: bool) -> None:
+        """Write ``data`` at ``rel`` with ``mode`` (replacing what is there); a binary is
+        recorded with its digests."""
+        path = _inside(self.tree, rel)
+        _mkdirs(path.parent)
+        if path.is_symlink() or path.exists():
+            path.unlink()
+        path.write_bytes(data)
+        os.chmod(path, mode)
+        if binary:
+            self.staged.append(
+                {
+                    "path": "/" + rel.lstrip("/"),
+                    "sha1": hashlib.sha1(data, usedforsecurity=False).hexdigest(),
+                    "sha256": hashlib.sha256(data).hexdigest(),
+                    "size": len(data),
+                    "elf": data[:4] == b"\x7fELF",
+                }
+            )
+
+    def enable(self, dest: str) -> None:
+        """Enable the systemd unit at ``dest`` (a link in multi-user.target.wants)."""
+        link = _inside(self.tree, f"{_WANTS}/{Path(dest).name}")
+        _mkdirs(link.parent)
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(f"/{dest}")
+
+    def finish(self) -> list[dict[str, Any]]:
+        """Write ``/etc/nvkr/manifest.json`` (the staged binaries' sha256) when there are any;
+        return them sorted by path."""
+        self.staged.sort(key=lambda s: s["path"])
+        if self.staged:
+            files = [{"path": s["path"], "sha256": s["sha256"]} for s in self.staged]
+            data = canonical_json({"files": files}) + b"\n"
+            self.put("etc/nvkr/manifest.json", data, 0o644, binary=False)
+        return self.staged
+
+
+def _nvidia_runtime(wanted: bool | None, packages: set[str]) -> bool:
+    """Whether containerd's nvidia handler is the default runtime: ``nvidiaRuntime``, or by
+    default when the rootfs holds nvidia-container-toolkit.
+
+    Raises:
+        BuildError: it is asked for without the toolkit.
+    """
+    toolkit = "nvidia-container-toolkit" in packages
+    nvidia = wanted if wanted is not None else toolkit
+    if nvidia and not toolkit:
+        raise BuildError(
+            "nvidiaRuntime: true, but the rootfs holds no nvidia-container-toolkit package "
+            "(containerd's nvidia handler runs its nvidia-container-runtime)",
+            hint="add nvidia-container-toolkit from NVIDIA's apt repository to the apt "
+            "source, or leave nvidiaRuntime unset",
+        )
+    return nvidia
+
+
+def _stage_deps(ctx: ActionContext, staging: _Staging, deps: dict[str, str]) -> None:
+    """The agent binary as /usr/bin/node-agent and every file of the kube-packages tar."""
+    if "agent" in deps:
+        agent = primary_output(ctx, ctx.deps[deps["agent"]], "agent")
+        staging.put("usr/bin/node-agent", agent.read_bytes(), 0o755, binary=True)
+    if "kubePackages" in deps:
+        kube_tar = primary_output(ctx, ctx.deps[deps["kubePackages"]], "kube-packages")
+        with tarfile.open(kube_tar) as tf:
+            for member in tf.getmembers():
+                if member.isfile():
+                    f = tf.extractfile(member)
+                    assert f is not None
+                    staging.put(member.name, f.read(), 0o755, binary=True)
+
+
+def _units(present: dict[str, bool]) -> list[tuple[str, str, bool]]:
+    """``(template, path in the tree, enable the unit)`` for what the tree holds."""
+    rendered: list[tuple[str, str, bool]] = []
+    if present["agent"]:
+        rendered.append(("nvkr-node-agent.service.j2", f"{_UNITS}/nvkr-node-agent.service", True))
+    if present["containerd"]:
+        rendered.append(("containerd-config.toml.j2", "etc/containerd/config.toml", False))
+    if present["kubelet"]:
+        rendered += [
+            ("kubelet.service.j2", f"{_UNITS}/kubelet.service", True),
+            ("20-nvkr-kubelet.conf.j2", f"{_UNITS}/kubelet.service.d/20-nvkr.conf", False),
+            ("kubelet-config.yaml.j2", "etc/kubernetes/kubelet-config.yaml", False),
+            ("kubernetes-modules.conf.j2", "etc/modules-load.d/kubernetes.conf", False),
+            ("kubernetes-sysctl.conf.j2", "etc/sysctl.d/90-kubernetes.conf", False),
+        ]
+    return rendered
+
+
+# -- the tree and the templates ---------------------------------------------------------------
+def _mkdirs(path: Path) -> None:
+    """Create ``path`` and its missing parents with mode 0755 whatever the process umask (it is
+    shared by the executor's threads, so it cannot be set here)."""
+    missing: list[Path] = []
+    while not path.exists():
+        missing.append(path)
+        path = path.parent
+    for d in reversed(missing):
+        d.mkdir(mode=0o755)
+        os.chmod(d, 0o755)
+
+
+def primary_output(ctx: ActionContext, result: dict[str, Any], what: str) -> Path:
+    found = [o for o in result.get("outputs") or [] if o.get("role") == "primary"]
+    if len(found) != 1:
+        raise BuildError(f"{what}: its action has {len(found)} primary outputs, expected one")
+    return ctx.store.checked_path(str(found[0]["digest"]))
+
+
+def _inside(tree: Path, rel: str) -> Path:
+    """``tree/rel``, refusing paths that leave the tree (``..``) or pass through a symlink that
+    points outside (absolute symlinks in the tree are resolved against the tree)."""
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise BuildError(f"staged path {rel!r} leaves the root filesystem")
+    cur = tree
+    for part in parts[:-1]:
+        cur = cur / part
+        if cur.is_symlink():
+            target = os.readlink(cur)
+            cur = (tree / target.lstrip("/")) if target.startswith("/") else cur.parent / target
+            cur = Path(os.path.normpath(cur))
+            if cur != tree and tree not in cur.parents:
+                raise BuildError(f"staged path {rel!r} leads out of the root filesystem")
+    return cur / parts[-1] if parts else tree
+
+
+def clamp_mtimes(tree: Path, epoch: int) -> None:
+    """Set every mtime (and atime) in ``tree`` newer than ``epoch`` to ``epoch``, symlinks
+    included (SOURCE_DATE_EPOCH clamping, as mmdebstrap does for the packages' own files)."""
+    for root, dirs, files in os.walk(tree):
+        for name in dirs + files:
+            path = os.path.join(root, name)
+            st = os.lstat(path)
+            if st.st_mtime > epoch:
+                os.utime(path, (epoch, epoch), follow_symlinks=False)
+    if os.lstat(tree).st_mtime > epoch:
+        os.utime(tree, (epoch, epoch))
+
+
+def _template_env() -> jinja2.Environment:
+    return jinja2.sandbox.SandboxedEnvironment(
+        loader=jinja2.FileSystemLoader(str(ASSETS)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+def render_template(env: jinja2.Environment, name: str, values: dict[str, Any]) -> str:
+    """Render ``builders/node-image/<name>``.
+
+    Raises:
+        BuildError: a syntax error or an undefined value, naming the template file and line.
+    """
+    path = ASSETS / name
+    try:
+        return env.get_template(name).render(**values)
+    except jinja2.TemplateSyntaxError as e:
+        raise BuildError(f"{path}:{e.lineno}: template syntax error: {e.message}") from e
+    except jinja2.TemplateError as e:
+        line = _template_line(e, str(path))
+        where = f"{path}:{line}" if line else str(path)
+        raise BuildError(f"{where}: template error: {e}") from e
+
+
+def _template_line(exc: BaseException, filename: str) -> int | None:
+    tb = exc.__traceback__
+    line = None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == filename:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line

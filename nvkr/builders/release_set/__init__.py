@@ -1,0 +1,1 @@
+"""The ``release-set`` builder."""
