@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from tests.conftest import REPO, run_nvkr
-from tests.podman import podman_docker_host  # noqa: F401 - session fixture
+from tests.helpers.podman import podman_docker_host  # noqa: F401 - session fixture
 
 pytestmark = pytest.mark.slow
 

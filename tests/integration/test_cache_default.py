@@ -21,7 +21,7 @@ from nvkr.oci.registry import RegistryClient
 from nvkr.sign import generate_key
 from nvkr.store import Store
 from tests.conftest import make_clone, run_nvkr
-from tests.registry import fast_retries, registry
+from tests.helpers.registry import fast_retries, registry
 
 pytestmark = pytest.mark.slow
 

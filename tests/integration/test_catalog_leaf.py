@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from tests import aptrepo
-from tests.aptrepo import AptRepo, DebSpec, gpu_stack_packages
 from tests.conftest import make_clone, run_nvkr
-from tests.k8smirror import K8sMirror, serve_k8s_mirror
+from tests.helpers import aptrepo
+from tests.helpers.aptrepo import AptRepo, DebSpec, gpu_stack_packages
+from tests.helpers.k8smirror import K8sMirror, serve_k8s_mirror
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +49,7 @@ artifacts:
 
 def _nvidia_packages() -> list[DebSpec]:
     """The packages gpu/hopper.yaml pins, in miniature (the toolkit and its libraries from
-    :func:`tests.aptrepo.gpu_stack_packages`)."""
+    :func:`tests.helpers.aptrepo.gpu_stack_packages`)."""
     stack = [d for d in gpu_stack_packages("amd64") if "container" in d.name]
     return [
         *stack,

@@ -1,6 +1,6 @@
 """End to end: a GPU node image whose NVIDIA stack comes from a signed apt repository and whose
 Kubernetes node binaries come from dl.k8s.io and GitHub release URLs — both served on loopback
-(tests/aptrepo.py, tests/k8smirror.py) with the upstream layouts, so the code paths are the real
+(tests/helpers/aptrepo.py, tests/helpers/k8smirror.py) with the upstream layouts, so the code paths are the real
 ones: apt's signature check, the lock's package closure, checksum files, ``--mirror``.
 
 The image gets containerd's NVIDIA runtime handler, kubelet's unit and drop-in, a manifest of
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from tests import aptrepo
-from tests.aptrepo import DRIVER_VERSION, TOOLKIT_VERSION, AptRepo
 from tests.conftest import REPO, run_nvkr
-from tests.k8smirror import K8sMirror, serve_k8s_mirror
+from tests.helpers import aptrepo
+from tests.helpers.aptrepo import DRIVER_VERSION, TOOLKIT_VERSION, AptRepo
+from tests.helpers.k8smirror import K8sMirror, serve_k8s_mirror
 
 pytestmark = pytest.mark.slow
 

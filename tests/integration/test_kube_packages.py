@@ -19,7 +19,7 @@ from typing import Any
 
 from nvkr.store import Store
 from tests.conftest import run_nvkr
-from tests.k8smirror import K8sMirror, serve_k8s_mirror
+from tests.helpers.k8smirror import K8sMirror, serve_k8s_mirror
 
 RECIPE = """\
 apiVersion: nvkr.dev/v1alpha1

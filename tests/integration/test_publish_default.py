@@ -13,7 +13,7 @@ from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import LayoutReader
 from nvkr.oci.registry import RegistryClient, fallback_tag
 from tests.conftest import make_clone, run_nvkr
-from tests.registry import fast_retries, nvkr_cli, registry, skopeo
+from tests.helpers.registry import fast_retries, nvkr_cli, registry, skopeo
 
 pytestmark = pytest.mark.slow
 

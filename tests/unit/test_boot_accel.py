@@ -2,7 +2,7 @@
 after :data:`nvkr.boot.KVM_STALL_SECONDS` and booted again under TCG (``accel="auto"``), or fails
 naming KVM (``"kvm"``); ``"tcg"`` never runs KVM; ``$NVKR_BOOT_ACCEL`` is the default.
 
-Fake QEMUs (tests/fake_qemu.py) play scripted consoles, fast; the last test injects the hang into
+Fake QEMUs (tests/helpers/fake_qemu.py) play scripted consoles, fast; the last test injects the hang into
 the real QEMU (``-S`` under ``-accel kvm``) and sees the TCG retry reach GRUB's line."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 from nvkr import boot, qemu
 from nvkr.errors import BootTestError, UsageError
-from tests.fake_qemu import accels, fake_qemu, hanging_kvm_qemu
+from tests.helpers.fake_qemu import accels, fake_qemu, hanging_kvm_qemu
 from tests.unit.disk.conftest import needs_grub, needs_tools
 from tests.unit.disk.test_boot import LOADING, build_image, needs_qemu
 

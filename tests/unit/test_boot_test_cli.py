@@ -1,4 +1,4 @@
-"""``nvkr boot-test`` with fake QEMUs (tests/fake_qemu.py): the start line, the stall warning and
+"""``nvkr boot-test`` with fake QEMUs (tests/helpers/fake_qemu.py): the start line, the stall warning and
 the TCG retry, ``--accel`` and ``$NVKR_BOOT_ACCEL``, the console log (``--console-log``, by default
 under the store) named on failure, and ``--json`` events that carry the accelerator and the log."""
 
@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from nvkr import boot, qemu
 from nvkr.cli import main
-from tests.fake_qemu import accels, fake_qemu
+from tests.helpers.fake_qemu import accels, fake_qemu
 
 FIRMWARE = [
     ("say", "SeaBIOS (version 1.16.2-debian-1.16.2-1)\r\n"),

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from tests.conftest import run_nvkr
-from tests.fanout import write_fan_project
+from tests.helpers.fanout import write_fan_project
 
 RECIPE = "recipes/fan.yaml"
 

@@ -44,7 +44,7 @@ from nvkr.sign import generate_key, load_private_key, load_public_key, sign_enve
 from nvkr.store import Store
 from nvkr.verify import verify_release_set
 from tests.conftest import run_nvkr
-from tests.registry import Registry, fast_retries, registry
+from tests.helpers.registry import Registry, fast_retries, registry
 from tests.unit.test_execute import Recorder
 from tests.unit.test_releaseset import DEPS, EPOCH, NAME, VARIANTS
 from tests.unit.test_verify import Run, nvkr  # the in-process CLI fixture

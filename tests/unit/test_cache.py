@@ -36,7 +36,7 @@ from nvkr.oci.referrers import referrer_descriptor, update_referrers_tag
 from nvkr.oci.registry import RegistryClient, fallback_tag
 from nvkr.sign import generate_key, key_id, load_private_key, sign_envelope
 from tests.conftest import run_nvkr
-from tests.registry import auth_registry, fast_retries, free_port, registry, run_registry
+from tests.helpers.registry import auth_registry, fast_retries, free_port, registry, run_registry
 
 FIXTURES = (auth_registry, fast_retries, registry)  # used by name as parameters
 

@@ -9,7 +9,7 @@ import pytest
 
 from nvkr.ci import recorded_command
 from tests.conftest import REPO, run_nvkr
-from tests.fanout import RECIPE, write_fan_project
+from tests.helpers.fanout import RECIPE, write_fan_project
 
 IMAGE = "registry.example/nvkr/nvkr-ci@sha256:" + "cd" * 32
 
@@ -122,7 +122,7 @@ COMMITTED = sorted(
 def test_the_committed_pipelines_validate(name):
     import yaml
 
-    from tests.civalidate import actionlint_errors, argo_problems, jsonschema_problems
+    from tests.helpers.civalidate import actionlint_errors, argo_problems, jsonschema_problems
     from tests.unit.test_ci_generate import gitlab_problems
 
     path = REPO / name

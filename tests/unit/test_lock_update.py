@@ -29,9 +29,9 @@ from nvkr.update.upstreams import (
     pypi_wheel,
     url_upstream,
 )
-from tests import aptrepo
-from tests.aptrepo import AptRepo, DebSpec
-from tests.k8smirror import (
+from tests.helpers import aptrepo
+from tests.helpers.aptrepo import AptRepo, DebSpec
+from tests.helpers.k8smirror import (
     K8sMirror,
     kube_path,
     serve_k8s_upstream,

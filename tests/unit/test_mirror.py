@@ -4,7 +4,7 @@ answers the upstream layout (GET, HEAD, 404, checksum files) well enough for ``l
 ``build`` through ``--mirror``; an export that cannot fetch a missing source names it.
 
 The recipe's url sources keep their real upstream URLs (dl.k8s.io, github.com); a loopback
-stand-in (:mod:`tests.k8smirror`) serves them to the connected machine. Builders: kube-packages
+stand-in (:mod:`tests.helpers.k8smirror`) serves them to the connected machine. Builders: kube-packages
 and a scratch container image (no tool, no network of their own)."""
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import pytest
 
 from nvkr.mirror import serving
 from tests.conftest import Result, run_nvkr
-from tests.k8smirror import serve_k8s_mirror
-from tests.registry import registry
+from tests.helpers.k8smirror import serve_k8s_mirror
+from tests.helpers.registry import registry
 
 FIXTURES = (registry,)  # used by name as a parameter
 

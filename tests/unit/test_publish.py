@@ -37,7 +37,7 @@ from nvkr.oci.registry import RegistryClient, fallback_tag
 from nvkr.publish import publish_layout, update_referrers_tag
 from nvkr.repro import gzip_bytes
 from nvkr.store import Store
-from tests.registry import (
+from tests.helpers.registry import (
     PASSWORD,
     USER,
     Registry,

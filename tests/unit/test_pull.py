@@ -25,7 +25,7 @@ from nvkr.publish import publish_layout
 from nvkr.releaseset.remote import read_remote_metadata
 from nvkr.releaseset.signing import sign_release_set
 from nvkr.sign import generate_key, load_private_key
-from tests.registry import Registry, fast_retries, proxy, registry, run_proxy
+from tests.helpers.registry import Registry, fast_retries, proxy, registry, run_proxy
 from tests.unit.test_publish import NAME, make_set
 
 FIXTURES = (fast_retries, proxy, registry)  # used by name as parameters

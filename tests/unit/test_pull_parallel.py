@@ -27,7 +27,7 @@ from nvkr.oci.registry import RegistryClient
 from nvkr.publish import publish_layout
 from nvkr.pull import pull_release_set
 from nvkr.store import Store
-from tests.registry import FaultProxy, Logged, Registry, fast_retries, registry, run_proxy
+from tests.helpers.registry import FaultProxy, Logged, Registry, fast_retries, registry, run_proxy
 from tests.unit.test_pull import run
 
 FIXTURES = (fast_retries, registry)  # used by name as parameters

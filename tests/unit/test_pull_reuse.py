@@ -1,7 +1,7 @@
 """``nvkr pull`` reuses blobs it already has: those of an earlier pull's DIR and those of the store
 (``--store``/NVKR_CACHE), each hashed before it is trusted (a corrupt copy is downloaded again),
 and reports the bytes downloaded beside the bytes reused. The registry is CNCF distribution 2.8
-behind the counting proxy of :mod:`tests.registry`.
+behind the counting proxy of :mod:`tests.helpers.registry`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 from nvkr.oci.layout import LayoutReader
 from nvkr.store import Store
-from tests.registry import fast_retries, registry, run_proxy
+from tests.helpers.registry import fast_retries, registry, run_proxy
 from tests.unit.test_pull import blobs, payload, published, run, signed
 
 FIXTURES = (fast_retries, registry, signed, published)  # used by name as parameters

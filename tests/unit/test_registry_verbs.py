@@ -1,6 +1,6 @@
 """Every verb that talks to a registry takes the same ``--insecure``, ``-u/--username`` and
 ``--password-stdin``: publish, pull, verify REF, release-set show/export REF, build --push. Run
-in-process against CNCF distribution 2.8 behind htpasswd (:mod:`tests.registry`)."""
+in-process against CNCF distribution 2.8 behind htpasswd (:mod:`tests.helpers.registry`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from nvkr.cli import cli
 from nvkr.errors import NvkrError
 from nvkr.oci.registry import RegistryClient
 from nvkr.publish import publish_layout
-from tests.registry import PASSWORD, USER, auth_registry, fast_retries
+from tests.helpers.registry import PASSWORD, USER, auth_registry, fast_retries
 from tests.unit.test_publish import NAME, make_set
 
 FIXTURES = (auth_registry, fast_retries)  # used by name as parameters

@@ -19,7 +19,7 @@ from nvkr.quantities import parse_duration, parse_size
 from nvkr.store import Store
 from nvkr.store_gc import collect, usage
 from tests.conftest import run_nvkr, start_nvkr
-from tests.registry import Registry, fast_retries, registry
+from tests.helpers.registry import Registry, fast_retries, registry
 
 FIXTURES = (fast_retries, registry)  # used by name
 

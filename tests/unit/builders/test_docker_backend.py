@@ -33,7 +33,7 @@ from nvkr.recipe import Variant
 from nvkr.recipe.models import ContainerImageArtifact
 from nvkr.repro import tar_bytes
 from nvkr.store import Store
-from tests.podman import podman_docker_host, podman_service
+from tests.helpers.podman import podman_docker_host, podman_service
 
 __all__ = ["podman_docker_host"]  # a fixture: imported for pytest, used by name
 

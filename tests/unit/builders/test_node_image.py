@@ -184,7 +184,7 @@ def test_the_builders_boot_test_falls_back_to_tcg_and_keeps_the_console(
     after GRUB is booted again under TCG, the build log says so and names the console log kept
     under the store; under ``NVKR_BOOT_ACCEL=kvm`` the stall fails, naming that log."""
     from nvkr import boot, qemu
-    from tests.fake_qemu import accels, fake_qemu
+    from tests.helpers.fake_qemu import accels, fake_qemu
 
     grub = [("say", "nvkr: loading /boot/vmlinuz-6.1.0-test-amd64\r\n")]
     fake = fake_qemu(tmp_path / "q", {"kvm": grub, "tcg": [*grub, ("say", "node login: ")]})

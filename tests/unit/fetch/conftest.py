@@ -26,7 +26,7 @@ import pytest
 
 from nvkr.fetch import FetchContext
 from nvkr.store import Store
-from tests.tls import self_signed, serve_tls
+from tests.helpers.tls import self_signed, serve_tls
 
 
 @pytest.fixture(autouse=True)

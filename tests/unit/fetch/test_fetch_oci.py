@@ -32,9 +32,9 @@ from nvkr.oci.image import image_config, image_manifest, layer_from_tree, platfo
 from nvkr.oci.layout import descriptor, image_index, index_bytes
 from nvkr.recipe.models import OciSource
 from nvkr.store import Store
-from tests.registry import Registry, registry
+from tests.helpers.registry import Registry, registry
 
-# The registry: CNCF distribution on loopback, shared with the publish tests (tests/registry.py).
+# The registry: CNCF distribution on loopback, shared with the publish tests (tests/helpers/registry.py).
 FIXTURES = (registry,)
 
 
@@ -449,7 +449,7 @@ def test_a_mirror_gets_its_own_credentials_not_the_upstreams(
 ):
     """Credentials are looked up for the host a request goes to: a mirror of a registry never
     sees the upstream registry's password (containerd asks its credential function per host)."""
-    from tests.registry import run_proxy
+    from tests.helpers.registry import run_proxy
 
     image = make_layout(tmp_path / "layout", salt=request.node.name)
     push(image, registry, "mirrored")
@@ -484,8 +484,8 @@ def test_a_blob_redirected_from_https_to_http_is_refused(registry, tmp_path, req
     """An oci source read over https whose blobs the registry hands to a plain-HTTP storage
     host: refused as a downgrade (exit 3), naming the source, not taken for tampered bytes."""
     from nvkr.errors import DowngradeError
-    from tests.registry import run_proxy
-    from tests.tls import self_signed
+    from tests.helpers.registry import run_proxy
+    from tests.helpers.tls import self_signed
 
     image = make_layout(tmp_path / "layout", salt=request.node.name)
     push(image, registry, "downgraded")

@@ -15,7 +15,7 @@ through the request body (the registry gets half a chunk), answer a status itsel
 relative ones, play a bearer-token gate (its own ``/token``, or a ``realm`` elsewhere) or a basic
 auth gate, and play a registry whose blobs live on a storage host: upload ``Location`` headers
 name another proxy, blob reads answer 307 to it. It logs the ``Authorization`` each request
-carried, and serves TLS when given a certificate (:mod:`tests.tls`). Test modules import the
+carried, and serves TLS when given a certificate (:mod:`tests.helpers.tls`). Test modules import the
 fixtures they use by name.
 """
 
@@ -435,11 +435,11 @@ class FaultProxy:
 @contextlib.contextmanager
 def run_proxy(upstream: str, *, tls: tuple[Path, Path] | None = None) -> Iterator[FaultProxy]:
     """A :class:`FaultProxy` on a free loopback port in front of ``upstream``; with ``tls``
-    (cert, key from :func:`tests.tls.self_signed`) it speaks HTTPS."""
+    (cert, key from :func:`tests.helpers.tls.self_signed`) it speaks HTTPS."""
     server = _ProxyServer(("127.0.0.1", 0), _Handler)
     proxy = FaultProxy(upstream=upstream, host=f"127.0.0.1:{server.server_address[1]}")
     if tls is not None:
-        from tests.tls import serve_tls
+        from tests.helpers.tls import serve_tls
 
         serve_tls(server, *tls)
         proxy.scheme = "https"
