@@ -4,3 +4,7 @@ every test from the developer's home, config and store, and the loopback servers
 
 Modules with fixtures are registered as pytest plugins in ``tests/conftest.py``, so a test asks
 for a fixture by naming its parameter and never imports it."""
+
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]

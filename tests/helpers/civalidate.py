@@ -24,7 +24,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 NODE_MODULES = REPO / ".ci" / "node_modules"
 _BIN = Path(sys.executable).parent

@@ -16,14 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import make_clone, run_nvkr
-from tests.helpers import aptrepo
 from tests.helpers.aptrepo import AptRepo, DebSpec, gpu_stack_packages
 from tests.helpers.k8smirror import K8sMirror, serve_k8s_mirror
+from tests.helpers.nvkr import make_clone, run_nvkr
 
 pytestmark = pytest.mark.slow
 
-apt_repos = aptrepo.apt_repos
 
 DRIVER = "580.105.08-1"
 CONTAINERD = "2.2.1-1~debian.12~bookworm"

@@ -23,10 +23,9 @@ import pytest
 import yaml
 
 from nvkr.oci.registry import RegistryClient
-from tests.conftest import run_nvkr
 from tests.helpers.fanout import write_fan_project
 from tests.helpers.gharun import run_workflow, venv_path
-from tests.helpers.registry import registry  # noqa: F401 - fixture
+from tests.helpers.nvkr import run_nvkr
 
 pytestmark = pytest.mark.slow
 
@@ -81,7 +80,7 @@ def _keys(project, tmp_path):
     return pems
 
 
-def test_the_generated_workflow_runs_across_fresh_runners(registry, tmp_path):  # noqa: F811
+def test_the_generated_workflow_runs_across_fresh_runners(registry, tmp_path):
     _require_the_remote_cache()
     source = write_fan_project(tmp_path / "source")
     locked = run_nvkr("lock", "recipes/fan.yaml", cwd=source, store=tmp_path / "lock-store")

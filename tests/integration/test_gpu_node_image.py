@@ -15,15 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, run_nvkr
-from tests.helpers import aptrepo
+from tests.helpers import REPO
 from tests.helpers.aptrepo import DRIVER_VERSION, TOOLKIT_VERSION, AptRepo
 from tests.helpers.k8smirror import K8sMirror, serve_k8s_mirror
+from tests.helpers.nvkr import run_nvkr
 
 pytestmark = pytest.mark.slow
 
-apt_repos = aptrepo.apt_repos
-gpu_apt_repo = aptrepo.gpu_apt_repo
 
 RECIPE = """\
 apiVersion: nvkr.dev/v1alpha1

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Result, make_clone, run_nvkr
+from tests.helpers.nvkr import Result, make_clone, run_nvkr
 
 pytestmark = pytest.mark.slow
 

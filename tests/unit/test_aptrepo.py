@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import aptrepo
 from tests.helpers.aptrepo import (
     DRIVER_VERSION,
     TOOLKIT_VERSION,
@@ -27,8 +26,6 @@ from tests.helpers.aptrepo import (
 )
 
 # the fixtures, as a conftest would import them
-apt_repos = aptrepo.apt_repos
-gpu_apt_repo = aptrepo.gpu_apt_repo
 
 pytestmark = pytest.mark.skipif(
     not all(shutil.which(t) for t in ("apt-get", "dpkg-deb", "gpg", "gpgv")),

@@ -10,10 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
 from nvkr import boot, qemu
-from nvkr.cli import main
+from tests.helpers.cli import invoke
 from tests.helpers.fake_qemu import accels, fake_qemu
 
 FIRMWARE = [
@@ -50,22 +49,10 @@ def _fake(monkeypatch: pytest.MonkeyPatch, directory: Path, script: dict[str, An
     return binary
 
 
-def _run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    """``nvkr.cli.main`` in-process, errors rendered as the console script renders them:
-    (exit code, stdout, stderr)."""
-    with CliRunner().isolation(env=env) as (out, err, _):
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as e:
-            code = int(e.code or 0)
-        return code, out.getvalue().decode(), err.getvalue().decode()
-
-
 def test_a_start_line_then_a_warning_and_the_tcg_retry(image, tmp_path, kvm_host, monkeypatch):
     fake = _fake(monkeypatch, tmp_path / "q", HANGS_UNDER_KVM)
     logs = tmp_path / "logs"
-    code, out, err = _run(
+    code, out, err = invoke(
         "boot-test", str(image), "--no-labels", "--timeout", "20", "--console-log", str(logs)
     )
     assert code == 0, err
@@ -91,12 +78,12 @@ def test_a_start_line_then_a_warning_and_the_tcg_retry(image, tmp_path, kvm_host
 def test_accel_option_and_nvkr_boot_accel(image, tmp_path, kvm_host, monkeypatch):
     fake = _fake(monkeypatch, tmp_path / "q", {"kvm": BOOTS, "tcg": BOOTS})
     base = ["boot-test", str(image), "--no-labels", "--console-log", str(tmp_path / "logs")]
-    assert _run(*base, "--accel", "tcg")[0] == 0
-    assert _run(*base, env={"NVKR_BOOT_ACCEL": "tcg"})[0] == 0
-    assert _run(*base, "--accel", "kvm", env={"NVKR_BOOT_ACCEL": "tcg"})[0] == 0
-    assert _run(*base)[0] == 0  # auto: KVM answers
+    assert invoke(*base, "--accel", "tcg")[0] == 0
+    assert invoke(*base, env={"NVKR_BOOT_ACCEL": "tcg"})[0] == 0
+    assert invoke(*base, "--accel", "kvm", env={"NVKR_BOOT_ACCEL": "tcg"})[0] == 0
+    assert invoke(*base)[0] == 0  # auto: KVM answers
     assert accels(fake) == ["tcg", "tcg", "kvm", "kvm"]
-    code, _, err = _run(*base, env={"NVKR_BOOT_ACCEL": "fast"})
+    code, _, err = invoke(*base, env={"NVKR_BOOT_ACCEL": "fast"})
     assert code == 2 and "NVKR_BOOT_ACCEL" in err and "'fast'" in err
     assert len(accels(fake)) == 4
 
@@ -106,7 +93,7 @@ def test_a_kvm_stall_under_accel_kvm_fails_naming_the_console_log(
 ):
     fake = _fake(monkeypatch, tmp_path / "q", HANGS_UNDER_KVM)
     logs = tmp_path / "logs"
-    code, _, err = _run(
+    code, _, err = invoke(
         "boot-test", str(image), "--no-labels", "--accel", "kvm", "--console-log", str(logs)
     )
     assert code == 1
@@ -120,7 +107,7 @@ def test_a_kvm_stall_under_accel_kvm_fails_naming_the_console_log(
 def test_json_events_carry_the_accelerator_and_the_log(image, tmp_path, kvm_host, monkeypatch):
     _fake(monkeypatch, tmp_path / "q", HANGS_UNDER_KVM)
     store = tmp_path / "store"
-    code, out, err = _run("--store", str(store), "boot-test", str(image), "--no-labels", "--json")
+    code, out, err = invoke("--store", str(store), "boot-test", str(image), "--no-labels", "--json")
     assert code == 0, err
     events = [json.loads(line) for line in out.splitlines()]
     assert [(e["event"], e["accel"]) for e in events] == [
@@ -140,7 +127,7 @@ def test_a_failure_in_json_names_the_accelerator_and_the_log(
 ):
     _fake(monkeypatch, tmp_path / "q", {"tcg": [*FIRMWARE, ("exit", 1)]})
     logs = tmp_path / "logs"
-    code, out, _ = _run(
+    code, out, _ = invoke(
         "boot-test",
         str(image),
         "--no-labels",

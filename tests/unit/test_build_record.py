@@ -43,16 +43,12 @@ from nvkr.releaseset.signing import ANN_ATTACHMENT, DSSE_ENVELOPE, sign_release_
 from nvkr.sign import generate_key, load_private_key, load_public_key, sign_envelope
 from nvkr.store import Store
 from nvkr.verify import verify_release_set
-from tests.conftest import run_nvkr
-from tests.helpers.registry import Registry, fast_retries, registry
+from tests.helpers.nvkr import Result, run_nvkr
+from tests.helpers.registry import Registry
 from tests.unit.test_execute import Recorder
 from tests.unit.test_releaseset import DEPS, EPOCH, NAME, VARIANTS
-from tests.unit.test_verify import Run, nvkr  # the in-process CLI fixture
-
-FIXTURES = (nvkr,)  # used by name as a parameter
 
 HOPPER = "agent (gpu=hopper,kubernetes=1.36,arch=amd64)"
-FIXTURES = (fast_retries, registry)  # used by name as parameters
 
 
 # -- an in-process build -------------------------------------------------------------------------
@@ -363,7 +359,7 @@ def _problems(report_json: str) -> list[dict[str, Any]]:
     return [p for p in json.loads(report_json)["problems"] if p["check"] == "build-record"]
 
 
-def test_verify_checks_the_record_and_reports_it(built: Built, nvkr: Callable[..., Run]) -> None:
+def test_verify_checks_the_record_and_reports_it(built: Built, nvkr: Callable[..., Result]) -> None:
     res = nvkr("verify", built.layout, "--json")
     assert res.code == 0, res.stderr
     rec = json.loads(res.stdout)["buildRecord"]
@@ -373,7 +369,9 @@ def test_verify_checks_the_record_and_reports_it(built: Built, nvkr: Callable[..
     assert human.code == 0 and "build record" in human.stdout and "3 actions" in human.stdout
 
 
-def test_verify_without_a_record_passes_and_says_so(built: Built, nvkr: Callable[..., Run]) -> None:
+def test_verify_without_a_record_passes_and_says_so(
+    built: Built, nvkr: Callable[..., Result]
+) -> None:
     built.record.unlink()
     res = nvkr("verify", built.layout, "--json")
     assert res.code == 0, res.stderr
@@ -383,7 +381,7 @@ def test_verify_without_a_record_passes_and_says_so(built: Built, nvkr: Callable
 
 
 def test_a_tampered_subject_digest_exits_3_naming_the_artifact(
-    built: Built, nvkr: Callable[..., Run]
+    built: Built, nvkr: Callable[..., Result]
 ) -> None:
     def edit(doc: dict[str, Any]) -> None:
         (subject,) = [s for s in doc["subject"] if s["name"] == HOPPER]
@@ -398,7 +396,7 @@ def test_a_tampered_subject_digest_exits_3_naming_the_artifact(
 
 
 def test_a_record_of_another_set_exits_3(
-    tmp_path: Path, built: Built, recorder: Recorder, nvkr: Callable[..., Run]
+    tmp_path: Path, built: Built, recorder: Recorder, nvkr: Callable[..., Result]
 ) -> None:
     other = build(tmp_path / "other", small_plan(epoch=EPOCH + 1))
     shutil.copyfile(other.record, built.record)
@@ -434,7 +432,7 @@ def test_a_record_of_another_set_exits_3(
     ],
 )
 def test_bad_times_exit_3(
-    built: Built, nvkr: Callable[..., Run], edit: Callable[[dict[str, Any]], None], needle: str
+    built: Built, nvkr: Callable[..., Result], edit: Callable[[dict[str, Any]], None], needle: str
 ) -> None:
     _rewrite(built.record, lambda doc: edit(doc["predicate"]["runDetails"]))
     res = nvkr("verify", built.layout, "--json")
@@ -454,7 +452,7 @@ def keys(tmp_path: Path) -> dict[str, Any]:
 
 
 def test_a_signed_record_verifies_with_its_key_only(
-    tmp_path: Path, recorder: Recorder, keys: dict[str, Any], nvkr: Callable[..., Run]
+    tmp_path: Path, recorder: Recorder, keys: dict[str, Any], nvkr: Callable[..., Result]
 ) -> None:
     signed = build(tmp_path / "signed", key=keys["a"])
     assert signed.envelope == signed.layout.parent / f"{NAME}.build-record.dsse.json"

@@ -20,10 +20,7 @@ from nvkr.oci.reference import Reference
 from nvkr.oci.registry import RegistryClient
 from nvkr.sign import generate_key, load_private_key, load_public_key
 from nvkr.store import Store
-from tests.helpers.registry import fast_retries, registry
-from tests.unit.test_execute import _action, _plan, recorder
-
-FIXTURES = (fast_retries, recorder, registry)  # used by name as parameters
+from tests.unit.test_execute import _action, _plan
 
 
 @pytest.fixture

@@ -8,8 +8,9 @@ import json
 import pytest
 
 from nvkr.ci import recorded_command
-from tests.conftest import REPO, run_nvkr
+from tests.helpers import REPO
 from tests.helpers.fanout import RECIPE, write_fan_project
+from tests.helpers.nvkr import run_nvkr
 
 IMAGE = "registry.example/nvkr/nvkr-ci@sha256:" + "cd" * 32
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import make_clone, run_nvkr
 from tests.helpers import ghexpr
 from tests.helpers.civalidate import actionlint_errors, argo_problems, jsonschema_problems
 from tests.helpers.fanout import write_fan_project
+from tests.helpers.nvkr import make_clone, run_nvkr
 
 IMAGE = "registry.example/nvkr/nvkr-ci@sha256:" + "ab" * 32
 CACHE = "registry.example/nvkr/cache"

@@ -20,10 +20,9 @@ import pytest
 import yaml
 
 from nvkr.oci.registry import RegistryClient
-from tests.conftest import run_nvkr
 from tests.helpers.fanout import write_fan_project
 from tests.helpers.gharun import run_workflow, venv_path
-from tests.helpers.registry import registry  # noqa: F401 - fixture
+from tests.helpers.nvkr import run_nvkr
 
 pytestmark = pytest.mark.slow  # a dozen nvkr builds, ~20-50 s
 
@@ -78,7 +77,7 @@ def _git(repo, *args):
 @pytest.mark.parametrize("by", ["action", "variant"])
 def test_the_workflow_runs_in_needs_order_and_the_final_job_builds_nothing(
     project,
-    registry,  # noqa: F811
+    registry,
     tmp_path,
     by,
 ):

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from tests.conftest import run_nvkr
+from tests.helpers.nvkr import run_nvkr
 
 RECIPE = """\
 apiVersion: nvkr.dev/v1alpha1

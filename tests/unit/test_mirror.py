@@ -23,11 +23,8 @@ from typing import Any
 import pytest
 
 from nvkr.mirror import serving
-from tests.conftest import Result, run_nvkr
 from tests.helpers.k8smirror import serve_k8s_mirror
-from tests.helpers.registry import registry
-
-FIXTURES = (registry,)  # used by name as a parameter
+from tests.helpers.nvkr import Result, run_nvkr
 
 RECIPE = """\
 apiVersion: nvkr.dev/v1alpha1

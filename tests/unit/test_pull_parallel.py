@@ -27,10 +27,8 @@ from nvkr.oci.registry import RegistryClient
 from nvkr.publish import publish_layout
 from nvkr.pull import pull_release_set
 from nvkr.store import Store
-from tests.helpers.registry import FaultProxy, Logged, Registry, fast_retries, registry, run_proxy
-from tests.unit.test_pull import run
-
-FIXTURES = (fast_retries, registry)  # used by name as parameters
+from tests.helpers.cli import invoke_output
+from tests.helpers.registry import FaultProxy, Logged, Registry, run_proxy
 
 NAME = "nvkr-machines-k8s1.36"
 EPOCH = 1764547200
@@ -218,7 +216,7 @@ def test_one_failing_download_among_concurrent_ones_leaves_dir_untouched(
     before = snapshot(out)
     with run_proxy(registry.host) as proxy:
         _fail_first_disk(proxy, disks)
-        code, text = run("pull", ref_of(proxy.host, machines), str(out))  # 4 workers
+        code, text = invoke_output("pull", ref_of(proxy.host, machines), str(out))  # 4 workers
         failing = next(e for e in proxy.log if e.action == "status").path.rsplit("/", 1)[-1]
         asked = {e.path.rsplit("/", 1)[-1] for e in proxy.requests("GET", "/blobs/")}
     assert code == RegistryError.exit_code, text
@@ -252,7 +250,7 @@ def test_digest_mismatch_on_one_blob_among_many_exits_3_and_writes_nothing(
     try:
         path.write_bytes(saved[:-1] + bytes([saved[-1] ^ 1]))
         out = tmp_path / "pulled"
-        code, text = run("pull", ref_of(registry.host, machines), str(out))
+        code, text = invoke_output("pull", ref_of(registry.host, machines), str(out))
         assert code == IntegrityError.exit_code == 3, text
         assert bad in text
         assert not out.exists() and list(tmp_path.iterdir()) == []

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_rules import RULES_FILE, run, write_recipe
+from tests.helpers.cli import invoke
+from tests.unit.test_rules import RULES_FILE, write_recipe
 
 LAYER = """\
 apiVersion: nvkr.dev/v1alpha1
@@ -46,7 +47,7 @@ def catalog(tmp_path, monkeypatch) -> Path:
 
 
 def test_list_json(catalog, capsys):
-    code, out, err = run(["recipes", "list", "--json"], capsys)
+    code, out, err = invoke(*["recipes", "list", "--json"])
     assert code == 0, err
     rows = json.loads(out)
     assert all(
@@ -104,7 +105,7 @@ def test_list_json(catalog, capsys):
 
 
 def test_list_table(catalog, capsys):
-    code, out, err = run(["recipes", "list"], capsys)
+    code, out, err = invoke(*["recipes", "list"])
     assert code == 0, err
     lines = out.splitlines()
 
@@ -142,7 +143,7 @@ def test_list_table(catalog, capsys):
 def test_list_needs_rules(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "recipes").mkdir()
-    code, _, err = run(["recipes", "list"], capsys)
+    code, _, err = invoke(*["recipes", "list"])
     assert code == 2
     assert "recipes/compatibility.yaml: no compatibility rules file" in err
 
@@ -153,7 +154,7 @@ def test_a_combination_is_ok_when_one_covering_leaf_passes(catalog, capsys):
         catalog / "recipes" / "catalog" / "hopper-bad.yaml",
         vars={"kubeletVersion": "1.37.0"},
     )
-    code, out, err = run(["recipes", "list", "--json"], capsys)
+    code, out, err = invoke(*["recipes", "list", "--json"])
     assert code == 0, err
     rows = {(r["gpu"], r["kubernetes"], r["arch"]): r for r in json.loads(out) if r["gpu"]}
     cell = rows[("hopper", "1.36", "amd64")]

@@ -21,17 +21,9 @@ from nvkr.oci.registry import Reference, RegistryClient, fallback_tag
 from tests.helpers.registry import (
     PASSWORD,
     USER,
-    auth_registry,
-    fast_retries,
     free_port,
-    proxy,
-    registry,
     run_proxy,
 )
-
-# the fixtures above are used by name as parameters; naming them here keeps linters from
-# taking the parameters for redefinitions of unused imports
-FIXTURES = (auth_registry, fast_retries, proxy, registry)
 
 
 def sha256(data: bytes) -> str:

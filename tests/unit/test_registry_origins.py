@@ -21,10 +21,8 @@ import pytest
 
 from nvkr.errors import IntegrityError, RegistryError
 from nvkr.oci.registry import RegistryClient
-from tests.helpers.registry import FaultProxy, fast_retries, registry, run_proxy
+from tests.helpers.registry import FaultProxy, run_proxy
 from tests.helpers.tls import self_signed
-
-FIXTURES = (fast_retries, registry)  # used by name as parameters
 
 USER, PASSWORD = "alice", "pa55"
 BASIC = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()

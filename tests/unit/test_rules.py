@@ -12,10 +12,10 @@ import pytest
 from nvkr.catalog import VariantFacts, check_variants, evaluate_all, load_rules, variant_facts
 from nvkr.catalog.facts import Disagreement, Fact
 from nvkr.catalog.rules import CompatibilityRules, evaluate_cell, find_rules
-from nvkr.cli import main
 from nvkr.errors import RecipeError
 from nvkr.recipe import expand, load_recipe
 from nvkr.versions import VersionError, parse_driver, parse_upstream
+from tests.helpers.cli import invoke
 
 REPO = Path(__file__).resolve().parents[2]
 RULES_FILE = REPO / "recipes" / "compatibility.yaml"
@@ -390,14 +390,6 @@ def test_default_recipe_validates_with_the_real_rules():
 
 
 # -- the CLI -----------------------------------------------------------------------------------
-def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        main(args)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture
@@ -412,7 +404,7 @@ def catalog(tmp_path, monkeypatch) -> Path:
 
 def test_validate_passes_and_lists_rules(catalog, capsys):
     write_recipe(catalog / "recipes" / "ok.yaml", vars={"kubeadmVersion": "1.36.3"})
-    code, out, err = run(["validate", "recipes/ok.yaml"], capsys)
+    code, out, err = invoke(*["validate", "recipes/ok.yaml"])
     assert code == 0, err
     assert (
         "compatibility rules recipes/compatibility.yaml: 8 rules checked: kubernetes.lines, " in out
@@ -432,7 +424,7 @@ def test_validate_fails_with_every_violation(catalog, capsys):
         arch="arm64",
         vars={"kubeadmVersion": "1.36.2"},
     )
-    code, out, err = run(["validate", "recipes/bad.yaml"], capsys)
+    code, out, err = invoke(*["validate", "recipes/bad.yaml"])
     assert code == 2 and out == ""
     assert err.startswith(
         "error[NVKR-E-RECIPE]: recipes/bad.yaml: variant gpu=ampere,kubernetes=1.36,arch=arm64: "
@@ -445,7 +437,7 @@ def test_validate_fails_with_every_violation(catalog, capsys):
 
 def test_plan_refuses_an_invalid_combination(catalog, capsys):
     write_recipe(catalog / "recipes" / "bad.yaml", gpu="volta")
-    code, _, err = run(["plan", "recipes/bad.yaml", "--offline"], capsys)
+    code, _, err = invoke(*["plan", "recipes/bad.yaml", "--offline"])
     assert code == 2
     assert "rule gpu.generations: GPU generation 'volta' is not supported" in err
 
@@ -453,12 +445,12 @@ def test_plan_refuses_an_invalid_combination(catalog, capsys):
 def test_validate_outside_a_catalog_and_with_rules(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     write_recipe(tmp_path / "r.yaml", gpu="volta")
-    code, out, _ = run(["validate", "r.yaml"], capsys)
+    code, out, _ = invoke(*["validate", "r.yaml"])
     assert code == 0
     assert out.endswith(
         "no compatibility rules apply (no recipes/compatibility.yaml above r.yaml)\n"
     )
-    code, _, err = run(["validate", "r.yaml", "--rules", str(RULES_FILE)], capsys)
+    code, _, err = invoke(*["validate", "r.yaml", "--rules", str(RULES_FILE)])
     assert code == 2 and "rule gpu.generations" in err
 
 

@@ -34,7 +34,8 @@ from nvkr.plan import Action, _new_action
 from nvkr.sbom import SPDX_MEDIA_TYPE, golang_purl, oci_purl
 from nvkr.sbom.archive import member_path
 from nvkr.store import Store
-from tests.conftest import REPO, run_nvkr
+from tests.helpers import REPO
+from tests.helpers.nvkr import run_nvkr
 from tests.unit.test_releaseset import (
     CREATED,
     EPOCH,

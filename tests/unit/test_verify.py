@@ -14,7 +14,6 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,37 +33,6 @@ from tests.unit.test_releaseset import EPOCH, NAME, build, tar_gz
 
 
 # -- helpers --------------------------------------------------------------------------------------
-@dataclass
-class Run:
-    code: int
-    stdout: str
-    stderr: str
-
-
-@pytest.fixture
-def nvkr(capsys: pytest.CaptureFixture[str]) -> Callable[..., Run]:
-    """Run the real CLI entry point in-process (keys and verify registered if not yet)."""
-    from nvkr.cli import cli, main
-    from nvkr.cli import keys as keys_cli
-    from nvkr.cli import verify as verify_cli
-
-    for module in (keys_cli, verify_cli):
-        if module.command.name not in cli.commands:
-            cli.add_command(module.command)
-
-    def run(*args: str) -> Run:
-        capsys.readouterr()
-        try:
-            main([str(a) for a in args])
-            code = 0
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else 1
-        out, err = capsys.readouterr()
-        return Run(code, out, err)
-
-    return run
-
-
 @dataclass
 class Signed:
     layout: Path
@@ -689,7 +657,7 @@ def test_diffoscope_output_goes_into_the_report(
 @pytest.fixture
 def small_project(tmp_path: Path, http_dir: Any) -> tuple[Path, Path]:
     """test_cli's small recipe (sources on a loopback server), locked and built: (project, store)."""
-    from tests.conftest import run_nvkr
+    from tests.helpers.nvkr import run_nvkr
     from tests.unit.test_cli import write_recipe
 
     for arch in ("amd64", "arm64"):

@@ -149,7 +149,7 @@ def test_staged_directories_are_0755_whatever_the_umask(tmp_path: Path) -> None:
 def test_kubelet_settings_without_a_kubelet_are_refused(tmp_path: Path) -> None:
     """The default recipe stages kubectl only: kubelet settings on its node image would be
     dropped silently, so planning refuses them, naming the artifact."""
-    from tests.conftest import make_clone, run_nvkr
+    from tests.helpers.nvkr import make_clone, run_nvkr
 
     clone = make_clone(tmp_path / "clone")
     recipe = clone / "recipes" / "default.yaml"

@@ -20,9 +20,6 @@ from nvkr.store import Store
 from tests.helpers import aptrepo
 from tests.helpers.aptrepo import DRIVER_VERSION, TOOLKIT_VERSION, AptRepo
 
-apt_repos = aptrepo.apt_repos
-gpu_apt_repo = aptrepo.gpu_apt_repo
-
 
 def _source(repo: AptRepo, packages: dict[str, str], arch: str = "amd64") -> AptSource:
     assert repo.url is not None

@@ -32,10 +32,9 @@ from nvkr.oci.image import image_config, image_manifest, layer_from_tree, platfo
 from nvkr.oci.layout import descriptor, image_index, index_bytes
 from nvkr.recipe.models import OciSource
 from nvkr.store import Store
-from tests.helpers.registry import Registry, registry
+from tests.helpers.registry import Registry
 
 # The registry: CNCF distribution on loopback, shared with the publish tests (tests/helpers/registry.py).
-FIXTURES = (registry,)
 
 
 @dataclass
