@@ -148,8 +148,8 @@ def main() -> None:
 
     from nvkr.oci.registry import RegistryClient
     from nvkr.publish import publish_layout
+    from tests.helpers.machine_sets import make_machine_image_set
     from tests.helpers.registry import run_registry
-    from tests.unit.test_pull_parallel import make_machine_image_set
 
     with tempfile.TemporaryDirectory(prefix="nvkr-bench-pull-") as tmp:
         base = Path(tmp)

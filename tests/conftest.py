@@ -27,9 +27,11 @@ pytest_plugins = [
     "tests.helpers.isolation",
     "tests.helpers.cli",
     "tests.helpers.registry",
+    "tests.helpers.container_images",
     "tests.helpers.aptrepo",
     "tests.helpers.k8smirror",
     "tests.helpers.podman",
+    "tests.helpers.recorder",
     "tests.helpers.releasesets",
 ]
 

@@ -263,7 +263,7 @@ def test_every_artifact_has_an_spdx_sbom_naming_the_agent_module_and_go_version(
     from nvkr.oci.layout import LayoutReader
     from nvkr.recipe import load_recipe
     from nvkr.sbom import SPDX_MEDIA_TYPE
-    from tests.unit.test_sbom import SCHEMA_PATH, check_spdx
+    from tests.helpers.spdx import SCHEMA_PATH, check_spdx
 
     clone, _, _, _ = built
     layout = clone / "dist" / SET

@@ -44,9 +44,9 @@ from nvkr.sign import generate_key, load_private_key, load_public_key, sign_enve
 from nvkr.store import Store
 from nvkr.verify import verify_release_set
 from tests.helpers.nvkr import Result, run_nvkr
+from tests.helpers.recorder import Recorder
 from tests.helpers.registry import Registry
-from tests.unit.test_execute import Recorder
-from tests.unit.test_releaseset import DEPS, EPOCH, NAME, VARIANTS
+from tests.helpers.sample_set import DEPS, EPOCH, NAME, VARIANTS
 
 HOPPER = "agent (gpu=hopper,kubernetes=1.36,arch=amd64)"
 
@@ -509,7 +509,7 @@ def test_check_build_record_sees_the_layout_through_any_path_spelling(
 
 # -- nvkr build ----------------------------------------------------------------------------------
 def test_nvkr_build_writes_the_record_beside_the_set(tmp_path: Path, http_dir: Any) -> None:
-    from tests.unit.test_cli import write_recipe
+    from tests.helpers.recipes import write_small_recipe
 
     proj = tmp_path / "proj"
     (proj / "recipes").mkdir(parents=True)
@@ -519,7 +519,7 @@ def test_nvkr_build_writes_the_record_beside_the_set(tmp_path: Path, http_dir: A
         d.mkdir(parents=True)
         (d / "tool").write_bytes(f"tool for {arch}\n".encode())
         (d / "tool.sha256").write_text(hashlib.sha256(f"tool for {arch}\n".encode()).hexdigest())
-    write_recipe(proj, http_dir.url)
+    write_small_recipe(proj, http_dir.url)
     store = tmp_path / "store"
     generate_key("ed25519", tmp_path / "k")
     first = run_nvkr(

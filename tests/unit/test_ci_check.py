@@ -123,8 +123,12 @@ COMMITTED = sorted(
 def test_the_committed_pipelines_validate(name):
     import yaml
 
-    from tests.helpers.civalidate import actionlint_errors, argo_problems, jsonschema_problems
-    from tests.unit.test_ci_generate import gitlab_problems
+    from tests.helpers.civalidate import (
+        actionlint_errors,
+        argo_problems,
+        gitlab_problems,
+        jsonschema_problems,
+    )
 
     path = REPO / name
     doc = yaml.safe_load(path.read_text())

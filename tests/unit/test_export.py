@@ -21,7 +21,7 @@ from nvkr.oci.layout import LayoutReader
 from nvkr.releaseset import read_metadata
 from nvkr.releaseset.signing import release_set_entry
 from tests.helpers.cli import invoke
-from tests.unit.test_releaseset import build
+from tests.helpers.sample_set import build
 
 SCHEMA = json.loads(
     (Path(__file__).parents[2] / "schema" / "release-set-export.schema.json").read_text()

@@ -8,7 +8,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,15 +86,6 @@ releaseSet:
   artifacts: [kube-image]
   clusterRelease: {kubernetes: "{{ vars.kubeletVersion }}", images: [kube-image]}
 """
-
-
-@pytest.fixture(autouse=True)
-def _loopback(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No retry sleeps; never send loopback requests through a proxy the machine may set."""
-    monkeypatch.setattr("nvkr.fetch.http.BACKOFF", 0.0)
-    for var in ("no_proxy", "NO_PROXY"):
-        current = os.environ.get(var, "")
-        monkeypatch.setenv(var, ",".join(filter(None, [current, "127.0.0.1", "localhost"])))
 
 
 @dataclass

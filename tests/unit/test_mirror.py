@@ -347,7 +347,7 @@ def test_oci_closure_round_trip_through_export_import_and_serve(registry, tmp_pa
     from nvkr.mirror import RecipeSelection, export_mirror, import_mirror
     from nvkr.recipe.models import OciSource
     from nvkr.store import Store
-    from tests.unit.fetch.test_fetch_oci import make_layout, push
+    from tests.helpers.oci_images import make_layout, push
 
     image = make_layout(tmp_path / "layout", salt="mirror")
     push(image, registry, "mirror/base")

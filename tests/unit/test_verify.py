@@ -29,7 +29,7 @@ from nvkr.sbom import SPDX_MEDIA_TYPE as SPDX_JSON
 from nvkr.sign import generate_key, load_private_key, load_public_key
 from nvkr.verify import compare, load_policy, verify_release_set
 from nvkr.verify.archive import first_difference
-from tests.unit.test_releaseset import EPOCH, NAME, build, tar_gz
+from tests.helpers.sample_set import EPOCH, NAME, build, tar_gz
 
 
 # -- helpers --------------------------------------------------------------------------------------
@@ -658,7 +658,7 @@ def test_diffoscope_output_goes_into_the_report(
 def small_project(tmp_path: Path, http_dir: Any) -> tuple[Path, Path]:
     """test_cli's small recipe (sources on a loopback server), locked and built: (project, store)."""
     from tests.helpers.nvkr import run_nvkr
-    from tests.unit.test_cli import write_recipe
+    from tests.helpers.recipes import write_small_recipe
 
     for arch in ("amd64", "arm64"):
         d = http_dir.root / "release" / "v1.0.0" / "bin" / "linux" / arch
@@ -669,7 +669,7 @@ def small_project(tmp_path: Path, http_dir: Any) -> tuple[Path, Path]:
     (http_dir.root / "README").write_bytes(b"readme\n")
     proj = tmp_path / "proj"
     (proj / "recipes").mkdir(parents=True)
-    write_recipe(proj, http_dir.url)
+    write_small_recipe(proj, http_dir.url)
     store = tmp_path / "store"
     for step in (("lock", "recipes/small.yaml"), ("build", "recipes/small.yaml", "--locked")):
         res = run_nvkr(*step, cwd=proj, store=store)

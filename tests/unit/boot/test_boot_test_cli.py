@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from nvkr import boot, qemu
+from nvkr import qemu
 from tests.helpers.cli import invoke
 from tests.helpers.fake_qemu import accels, fake_qemu
 
@@ -25,22 +25,6 @@ BOOTS = [
     ("say", "[    4.2] node-agent[9]: nvkr-node-agent: ready gpus=0 generation=none\r\n"),
 ]
 HANGS_UNDER_KVM = {"kvm": FIRMWARE, "tcg": BOOTS}
-
-
-@pytest.fixture
-def image(tmp_path: Path) -> Path:
-    path = tmp_path / "node.qcow2"
-    path.write_bytes(b"QFI\xfb" + bytes(508))
-    return path
-
-
-@pytest.fixture
-def kvm_host(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A host whose KVM passes the boot-sector probe; no stall seen yet in this process."""
-    monkeypatch.setattr(boot, "kvm_works", lambda arch="amd64": True)
-    monkeypatch.setattr(boot, "KVM_STALL_SECONDS", 2.0)
-    monkeypatch.setattr(boot, "_KVM_HANGS", set())
-    monkeypatch.delenv(boot.ACCEL_ENV, raising=False)
 
 
 def _fake(monkeypatch: pytest.MonkeyPatch, directory: Path, script: dict[str, Any]) -> Path:

@@ -24,7 +24,7 @@ from nvkr.fetch import FetchContext
 from nvkr.plan import Plan
 from nvkr.recipe.models import HelmChartArtifact
 from nvkr.store import Store
-from tests.unit.builders.test_helm_chart import (
+from tests.helpers.charts import (
     DIGEST,
     build_chart,
     members,

@@ -7,8 +7,7 @@ import pytest
 
 from nvkr.recipe import load_recipe
 from nvkr.recipe.models import GoBinaryArtifact, Matrix, NodeImageArtifact, Recipe
-
-from .conftest import FIXTURES
+from tests.helpers.recipes import FIXTURES
 
 
 def test_models_are_frozen() -> None:
@@ -55,8 +54,7 @@ def test_max_pods_is_an_int32_as_kubelet_reads_it(tmp_path) -> None:
     """KubeletConfiguration's maxPods is an int32: a larger one would give a node image whose
     kubelet refuses its configuration at boot."""
     from nvkr.errors import RecipeError
-
-    from .conftest import MINIMAL
+    from tests.helpers.recipes import MINIMAL
 
     path = tmp_path / "r.yaml"
     path.write_text(
