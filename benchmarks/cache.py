@@ -101,7 +101,7 @@ def main() -> None:
     parser.add_argument("--project", type=Path, default=ROOT, help="the checkout to build")
     args = parser.parse_args()
     from nvkr.sign import generate_key
-    from tests.registry import run_registry
+    from tests.helpers.registry import run_registry
 
     project = args.project.resolve()
     with tempfile.TemporaryDirectory(prefix="nvkr-bench-cache-", dir=os.environ.get("TMPDIR")) as t:

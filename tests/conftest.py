@@ -3,24 +3,37 @@ runner for the real ``nvkr`` command in a subprocess."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import http.server
-import json
-import os
-import shutil
-import signal
-import subprocess
-import sys
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.helpers import REPO
+from tests.helpers.nvkr import (
+    Result,
+    Started,
+    make_clone,
+    seed,
+    seed_from_build,
+    start_nvkr,
+)
+
+#: the harness (tests/helpers/): fixtures a test names as parameters, never imports
+pytest_plugins = [
+    "tests.helpers.isolation",
+    "tests.helpers.cli",
+    "tests.helpers.registry",
+    "tests.helpers.container_images",
+    "tests.helpers.aptrepo",
+    "tests.helpers.k8smirror",
+    "tests.helpers.podman",
+    "tests.helpers.recorder",
+    "tests.helpers.releasesets",
+]
 
 
 @pytest.fixture(scope="session")
@@ -92,26 +105,6 @@ def go_toolchain(default_sources) -> tuple[Path, str]:
     return default_sources, digests.pop()
 
 
-def seed(root: Path, go_toolchain: tuple[Path, str]) -> Path:
-    """Make a fresh store at ``root`` holding the default recipe's locked sources (as if fetched
-    before): every blob of the session's source store, hard-linked (copied across file systems).
-    Builds from it run every builder but download nothing."""
-    from nvkr.store import Store
-
-    src_root, _digest = go_toolchain
-    store = Store(root)
-    for blob in Store(src_root).blobs_dir.iterdir():
-        dst = store.blob_path("sha256:" + blob.name)
-        if dst.exists():
-            continue
-        try:
-            os.link(blob, dst)
-        except OSError:
-            shutil.copyfile(blob, dst)
-            os.chmod(dst, 0o444)
-    return root
-
-
 @dataclass
 class DefaultBuild:
     """The default recipe built once per session: ``clone`` (its ``dist/`` holds the release
@@ -170,26 +163,6 @@ def default_build(tmp_path_factory, go_toolchain) -> Iterator[DefaultBuild]:
             rebuild.kill()
 
 
-def seed_from_build(root: Path, built: Path) -> Path:
-    """A fresh store at ``root`` holding everything the store ``built`` holds: blobs hard-linked,
-    action records copied, unpacked toolchains hard-linked, tool caches (Go's build cache) copied.
-    A build of the default recipe from it runs only the actions whose inputs a test changed."""
-    from nvkr.store import Store
-
-    src, store = Store(built), Store(root)
-    for blob in src.blobs_dir.iterdir():
-        dst = store.blob_path("sha256:" + blob.name)
-        if not dst.exists():
-            os.link(blob, dst)
-    for record in (built / "actions").glob("*.json"):
-        shutil.copyfile(record, root / "actions" / record.name)
-    for part, flags in (("tools", "-al"), ("cache", "-a")):
-        if (built / part).is_dir():
-            (root / part).mkdir(exist_ok=True)
-            subprocess.run(["cp", flags, f"{built / part}/.", str(root / part)], check=True)
-    return root
-
-
 @pytest.fixture
 def seed_built(default_build):
     """``seed_built(root)``: see :func:`seed_from_build` (from the session's default build)."""
@@ -200,91 +173,3 @@ def seed_built(default_build):
 def seed_store(go_toolchain):
     """``seed_store(root)``: see :func:`seed`."""
     return functools.partial(seed, go_toolchain=go_toolchain)
-
-
-@dataclass
-class Result:
-    code: int
-    stdout: str
-    stderr: str
-
-    def json_events(self) -> list[dict]:
-        return [json.loads(line) for line in self.stdout.splitlines() if line.startswith("{")]
-
-
-class Started:
-    """A ``python -m nvkr`` started by :func:`start_nvkr`; :meth:`result` waits for it."""
-
-    def __init__(self, proc: subprocess.Popen[str], timeout: float) -> None:
-        self.proc, self.timeout = proc, timeout
-
-    def result(self) -> Result:
-        try:
-            out, err = self.proc.communicate(timeout=self.timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            out, err = self.proc.communicate()
-            err += f"\n(killed after {self.timeout} s)"
-        return Result(self.proc.returncode, out, err)
-
-    def kill(self, grace: float = 60.0) -> None:
-        """Stop it and every process it started (its own session): SIGTERM first, so a running
-        mmdebstrap unmounts the proc, sys and dev it mounted in its chroot (SIGKILL left them
-        mounted under the test's tmp dir, which then could not be deleted), then SIGKILL
-        whatever is left after ``grace`` seconds."""
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        with contextlib.suppress(ProcessLookupError):
-            while time.monotonic() < deadline:
-                self.proc.poll()  # reap the leader, so the group empties
-                os.killpg(self.proc.pid, 0)  # raises once no process of the group is left
-                time.sleep(0.2)
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.communicate()
-
-
-def start_nvkr(
-    *args: str,
-    cwd: Path,
-    store: Path,
-    env: dict[str, str] | None = None,
-    umask: int | None = None,
-    timeout: float = 1800,
-) -> Started:
-    """Start the real CLI (``python -m nvkr``) in a subprocess without waiting for it."""
-    full_env = {
-        **os.environ,
-        "NVKR_CACHE": str(store),
-        "NVKR_CONFIG": str(cwd / "no-config.yaml"),
-        **(env or {}),
-    }
-    if "SOURCE_DATE_EPOCH" not in (env or {}):
-        full_env.pop("SOURCE_DATE_EPOCH", None)
-    preexec = (lambda: os.umask(umask)) if umask is not None else None
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "nvkr", *args],
-        cwd=cwd,
-        env=full_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=preexec,
-        start_new_session=True,
-    )
-    return Started(proc, timeout)
-
-
-def run_nvkr(
-    *args: str, cwd: Path, store: Path, env: dict[str, str] | None = None, umask: int | None = None
-) -> Result:
-    """Run the real CLI (``python -m nvkr``) in a subprocess, as a user would (see
-    :func:`start_nvkr`), and wait for it (at most 900 s)."""
-    return start_nvkr(*args, cwd=cwd, store=store, env=env, umask=umask, timeout=900).result()
-
-
-def make_clone(dest: Path) -> Path:
-    """A copy of the repository's recipes, lockfiles and agent sources (what a clone holds)."""
-    for part in ("recipes", "lockfiles", "agents", "charts"):
-        shutil.copytree(REPO / part, dest / part, ignore=shutil.ignore_patterns("__pycache__"))
-    return dest

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_nvkr
+from tests.helpers.golden import GOLDEN, WHY
+from tests.helpers.nvkr import run_nvkr
 
 pytestmark = pytest.mark.slow
 
@@ -47,6 +48,10 @@ def test_first_build_writes_the_release_set_and_second_is_a_noop(built):
     result = first.json_events()[-1]
     assert result["event"] == "result" and result["built"], "the first build runs the builders"
     assert [rs["name"] for rs in result["releaseSets"]] == [SET]
+    # a cold build's bytes: a refactor that changes an output without changing its action key
+    # would serve wrong bytes from every cache (tests/golden/plan.json, tests.helpers.golden)
+    want = json.loads(GOLDEN.read_text())["releaseSetDigest"]
+    assert result["releaseSets"][0]["digest"] == want, WHY
     layout = clone / "dist" / SET
     assert json.loads((layout / "oci-layout").read_text()) == {"imageLayoutVersion": "1.0.0"}
     index = json.loads((layout / "index.json").read_text())
@@ -258,7 +263,7 @@ def test_every_artifact_has_an_spdx_sbom_naming_the_agent_module_and_go_version(
     from nvkr.oci.layout import LayoutReader
     from nvkr.recipe import load_recipe
     from nvkr.sbom import SPDX_MEDIA_TYPE
-    from tests.unit.test_sbom import SCHEMA_PATH, check_spdx
+    from tests.helpers.spdx import SCHEMA_PATH, check_spdx
 
     clone, _, _, _ = built
     layout = clone / "dist" / SET

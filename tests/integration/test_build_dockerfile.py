@@ -7,8 +7,8 @@ import shutil
 
 import pytest
 
-from tests.conftest import REPO, run_nvkr
-from tests.podman import podman_docker_host  # noqa: F401 - session fixture
+from tests.helpers import REPO
+from tests.helpers.nvkr import run_nvkr
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +38,7 @@ def _project(root):
     return root
 
 
-def test_dockerfile_recipe_is_reproducible_through_podman(tmp_path, podman_docker_host):  # noqa: F811
+def test_dockerfile_recipe_is_reproducible_through_podman(tmp_path, podman_docker_host):
     builds = []
     for n in range(2):
         proj = _project(tmp_path / f"proj{n}")

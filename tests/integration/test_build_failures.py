@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.conftest import make_clone, run_nvkr
+from tests.helpers.nvkr import make_clone, run_nvkr
 
 pytestmark = pytest.mark.slow
 

@@ -20,12 +20,10 @@ from nvkr.cache.entry import make_entry
 from nvkr.oci.registry import RegistryClient
 from nvkr.sign import generate_key
 from nvkr.store import Store
-from tests.conftest import make_clone, run_nvkr
-from tests.registry import fast_retries, registry
+from tests.helpers.nvkr import make_clone, run_nvkr
 
 pytestmark = pytest.mark.slow
 
-FIXTURES = (fast_retries, registry)  # used by name as parameters
 
 SET = "nvkr-default-k8s1.36"
 

@@ -16,14 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from tests import aptrepo
-from tests.aptrepo import AptRepo, DebSpec, gpu_stack_packages
-from tests.conftest import make_clone, run_nvkr
-from tests.k8smirror import K8sMirror, serve_k8s_mirror
+from tests.helpers.aptrepo import AptRepo, DebSpec, gpu_stack_packages
+from tests.helpers.disk import read_root_file
+from tests.helpers.k8smirror import K8sMirror, serve_k8s_mirror
+from tests.helpers.nvkr import make_clone, run_nvkr
 
 pytestmark = pytest.mark.slow
 
-apt_repos = aptrepo.apt_repos
 
 DRIVER = "580.105.08-1"
 CONTAINERD = "2.2.1-1~debian.12~bookworm"
@@ -49,7 +48,7 @@ artifacts:
 
 def _nvidia_packages() -> list[DebSpec]:
     """The packages gpu/hopper.yaml pins, in miniature (the toolkit and its libraries from
-    :func:`tests.aptrepo.gpu_stack_packages`)."""
+    :func:`tests.helpers.aptrepo.gpu_stack_packages`)."""
     stack = [d for d in gpu_stack_packages("amd64") if "container" in d.name]
     return [
         *stack,
@@ -158,18 +157,17 @@ def test_catalog_leaf_locks_and_builds_against_loopback_upstreams(
     subprocess.run(
         ["qemu-img", "convert", "-f", "qcow2", "-O", "raw", str(qcow2), str(raw)], check=True
     )
-    from tests.integration.test_gpu_node_image import _read
-
-    sources = _read(raw, "/etc/apt/sources.list")
+    sources = read_root_file(raw, "/etc/apt/sources.list")
     assert f"{NVIDIA_UPSTREAM} /\n" in sources
     assert "signed-by=/etc/apt/keyrings/nvkr-nvidia-cuda.gpg" in sources
     assert f"{DOCKER_UPSTREAM} bookworm stable" in sources
-    assert 'default_runtime_name = "nvidia"' in _read(raw, "/etc/containerd/config.toml")
-    dropin = _read(raw, "/etc/systemd/system/kubelet.service.d/20-nvkr.conf")
+    assert 'default_runtime_name = "nvidia"' in read_root_file(raw, "/etc/containerd/config.toml")
+    dropin = read_root_file(raw, "/etc/systemd/system/kubelet.service.d/20-nvkr.conf")
     assert "nvidia.com/mig.config=all-disabled" in dropin
-    assert "iommu=pt" in _read(raw, "/boot/grub/grub.cfg")
+    assert "iommu=pt" in read_root_file(raw, "/boot/grub/grub.cfg")
     staged = {
-        f["path"]: f["sha256"] for f in json.loads(_read(raw, "/etc/nvkr/manifest.json"))["files"]
+        f["path"]: f["sha256"]
+        for f in json.loads(read_root_file(raw, "/etc/nvkr/manifest.json"))["files"]
     }
     assert staged["/usr/bin/kubelet"] == k8s.kube("kubelet", "amd64").sha256
     assert set(staged) >= {"/usr/bin/kubeadm", "/usr/bin/kubectl", "/usr/bin/crictl"}

@@ -22,7 +22,8 @@ import pytest
 
 from nvkr.elf import read_elf
 from nvkr.store import Store
-from tests.conftest import REPO, run_nvkr
+from tests.helpers import REPO
+from tests.helpers.nvkr import run_nvkr
 
 pytestmark = pytest.mark.slow
 

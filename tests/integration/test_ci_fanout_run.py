@@ -1,10 +1,10 @@
 """The fan-out for real (issue 14 item 6): the GitHub workflow ``nvkr ci generate`` writes, run
 job by job in ``needs`` order, each job in a fresh clone with an empty store and its own HOME,
-sharing nothing but a loopback CNCF distribution registry (:mod:`tests.gharun`); the final job's
+sharing nothing but a loopback CNCF distribution registry (:mod:`tests.helpers.gharun`); the final job's
 release set is byte-identical to a single-machine build of the same commit, and is published.
 A pull request's jobs then read the main cache and write only their own repository.
 
-The recipe is the small fan recipe (:mod:`tests.fanout`: 2 GPU generations x 2 arches of two
+The recipe is the small fan recipe (:mod:`tests.helpers.fanout`: 2 GPU generations x 2 arches of two
 images, their indexes, a chart; ~20 actions, path sources only), not the default one: the
 mechanism is the same, and its CI cost is seconds per job instead of a default build per runner.
 
@@ -23,10 +23,9 @@ import pytest
 import yaml
 
 from nvkr.oci.registry import RegistryClient
-from tests.conftest import run_nvkr
-from tests.fanout import write_fan_project
-from tests.gharun import run_workflow, venv_path
-from tests.registry import registry  # noqa: F401 - fixture
+from tests.helpers.fanout import write_fan_project
+from tests.helpers.gharun import run_workflow, venv_path
+from tests.helpers.nvkr import run_nvkr
 
 pytestmark = pytest.mark.slow
 
@@ -81,7 +80,7 @@ def _keys(project, tmp_path):
     return pems
 
 
-def test_the_generated_workflow_runs_across_fresh_runners(registry, tmp_path):  # noqa: F811
+def test_the_generated_workflow_runs_across_fresh_runners(registry, tmp_path):
     _require_the_remote_cache()
     source = write_fan_project(tmp_path / "source")
     locked = run_nvkr("lock", "recipes/fan.yaml", cwd=source, store=tmp_path / "lock-store")

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from tests.conftest import REPO, run_nvkr
+from tests.helpers import REPO
+from tests.helpers.nvkr import run_nvkr
 
 pytestmark = pytest.mark.slow
 

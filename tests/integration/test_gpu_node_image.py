@@ -1,6 +1,6 @@
 """End to end: a GPU node image whose NVIDIA stack comes from a signed apt repository and whose
 Kubernetes node binaries come from dl.k8s.io and GitHub release URLs — both served on loopback
-(tests/aptrepo.py, tests/k8smirror.py) with the upstream layouts, so the code paths are the real
+(tests/helpers/aptrepo.py, tests/helpers/k8smirror.py) with the upstream layouts, so the code paths are the real
 ones: apt's signature check, the lock's package closure, checksum files, ``--mirror``.
 
 The image gets containerd's NVIDIA runtime handler, kubelet's unit and drop-in, a manifest of
@@ -15,15 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from tests import aptrepo
-from tests.aptrepo import DRIVER_VERSION, TOOLKIT_VERSION, AptRepo
-from tests.conftest import REPO, run_nvkr
-from tests.k8smirror import K8sMirror, serve_k8s_mirror
+from tests.helpers import REPO
+from tests.helpers.aptrepo import DRIVER_VERSION, TOOLKIT_VERSION, AptRepo
+from tests.helpers.disk import read_root_file
+from tests.helpers.k8smirror import K8sMirror, serve_k8s_mirror
+from tests.helpers.nvkr import run_nvkr
 
 pytestmark = pytest.mark.slow
 
-apt_repos = aptrepo.apt_repos
-gpu_apt_repo = aptrepo.gpu_apt_repo
 
 RECIPE = """\
 apiVersion: nvkr.dev/v1alpha1
@@ -117,19 +116,6 @@ def _go_sha256() -> str:
     return load_recipe(REPO / "recipes" / "default.yaml").recipe.sources["go"].sha256  # type: ignore[union-attr]
 
 
-def _read(raw: Path, path: str) -> str:
-    table = json.loads(
-        subprocess.run(["sfdisk", "--json", str(raw)], capture_output=True, check=True).stdout
-    )
-    root = table["partitiontable"]["partitions"][-1]
-    out = subprocess.run(
-        ["debugfs", "-R", f"cat {path}", f"{raw}?offset={root['start'] * 512}"],
-        capture_output=True,
-        check=True,
-    )
-    return out.stdout.decode()
-
-
 def test_gpu_stack_from_a_signed_apt_repo_and_kube_binaries_from_a_mirror(
     gpu_apt_repo: AptRepo, mirror: K8sMirror, seed_store, tmp_path: Path
 ) -> None:
@@ -165,13 +151,13 @@ def test_gpu_stack_from_a_signed_apt_repo_and_kube_binaries_from_a_mirror(
         ["qemu-img", "convert", "-f", "qcow2", "-O", "raw", str(qcow2), str(raw)], check=True
     )
 
-    containerd = _read(raw, "/etc/containerd/config.toml")
+    containerd = read_root_file(raw, "/etc/containerd/config.toml")
     assert 'default_runtime_name = "nvidia"' in containerd
     assert 'BinaryName = "/usr/bin/nvidia-container-runtime"' in containerd
-    assert _read(raw, "/usr/bin/nvidia-container-runtime").startswith("#!/bin/sh")
-    dropin = _read(raw, "/etc/systemd/system/kubelet.service.d/20-nvkr.conf")
+    assert read_root_file(raw, "/usr/bin/nvidia-container-runtime").startswith("#!/bin/sh")
+    dropin = read_root_file(raw, "/etc/systemd/system/kubelet.service.d/20-nvkr.conf")
     assert "--node-labels=${NVKR_NODE_LABELS},nvkr.dev/gpu-stack=570" in dropin
-    manifest = json.loads(_read(raw, "/etc/nvkr/manifest.json"))
+    manifest = json.loads(read_root_file(raw, "/etc/nvkr/manifest.json"))
     staged = {f["path"]: f["sha256"] for f in manifest["files"]}
     assert staged["/usr/bin/kubelet"] == mirror.kube("kubelet", "amd64").sha256
     assert set(staged) == {
@@ -180,7 +166,7 @@ def test_gpu_stack_from_a_signed_apt_repo_and_kube_binaries_from_a_mirror(
         "/usr/bin/kubeadm",
         "/usr/bin/crictl",
     }
-    wants = _read(raw, "/etc/systemd/system/kubelet.service")
+    wants = read_root_file(raw, "/etc/systemd/system/kubelet.service")
     assert "ExecStart=/usr/bin/kubelet" in wants
 
     booted = run_nvkr("boot-test", "dist/gpu-node", "--json", cwd=project, store=store)

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from nvkr.store import Store
-from tests.conftest import run_nvkr
-from tests.k8smirror import K8sMirror, serve_k8s_mirror
+from tests.helpers.k8smirror import K8sMirror, serve_k8s_mirror
+from tests.helpers.nvkr import run_nvkr
 
 RECIPE = """\
 apiVersion: nvkr.dev/v1alpha1

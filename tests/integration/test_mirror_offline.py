@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from tests.conftest import make_clone, run_nvkr
+from tests.helpers.nvkr import make_clone, run_nvkr
 
 VARIANT = "gpu=hopper,kubernetes=1.36,arch=amd64"
 SET = "nvkr-default-k8s1.36"

@@ -17,7 +17,7 @@ import pytest
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import LayoutReader
 from nvkr.releaseset import read_metadata
-from tests.conftest import make_clone, run_nvkr
+from tests.helpers.nvkr import make_clone, run_nvkr
 
 pytestmark = pytest.mark.slow
 

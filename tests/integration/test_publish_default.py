@@ -12,12 +12,11 @@ import pytest
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import LayoutReader
 from nvkr.oci.registry import RegistryClient, fallback_tag
-from tests.conftest import make_clone, run_nvkr
-from tests.registry import fast_retries, nvkr_cli, registry, skopeo
+from tests.helpers.nvkr import make_clone, run_nvkr
+from tests.helpers.registry import nvkr_cli, skopeo
 
 pytestmark = pytest.mark.slow
 
-FIXTURES = (fast_retries, registry)  # used by name as parameters
 
 SET = "nvkr-default-k8s1.36"
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import make_clone, run_nvkr
+from tests.helpers.nvkr import make_clone, run_nvkr
 
 pytestmark = pytest.mark.slow
 

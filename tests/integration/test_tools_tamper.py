@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from nvkr.store import Store
-from tests.conftest import REPO, run_nvkr, seed
+from tests.helpers import REPO
+from tests.helpers.nvkr import run_nvkr, seed
 
 pytestmark = pytest.mark.slow
 

@@ -11,46 +11,23 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import Result, make_clone, run_nvkr
+from tests.helpers.nvkr import Result, make_clone, run_nvkr, start_nvkr
 
 pytestmark = pytest.mark.slow
 
 SET = "nvkr-default-k8s1.36"
 
-# The CLI with `keys` and `verify` registered even before nvkr.cli lists them itself.
-_CLI = (
-    "from nvkr.cli import cli, main\n"
-    "from nvkr.cli import keys, verify\n"
-    "for m in (keys, verify):\n"
-    "    if m.command.name not in cli.commands:\n"
-    "        cli.add_command(m.command)\n"
-    "main()\n"
-)
-
 
 def nvkr(*args: Any, cwd: Path, store: Path) -> Result:
-    import os
-
-    env = {**os.environ, "NVKR_CACHE": str(store), "NVKR_CONFIG": str(cwd / "no-config.yaml")}
-    env.pop("SOURCE_DATE_EPOCH", None)
-    proc = subprocess.run(
-        [sys.executable, "-c", _CLI, *(str(a) for a in args)],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-    )
-    return Result(proc.returncode, proc.stdout, proc.stderr)
+    """The real CLI in a subprocess (:func:`tests.helpers.nvkr.start_nvkr`), for up to 30 min (a
+    rebuild)."""
+    return start_nvkr(*(str(a) for a in args), cwd=cwd, store=store, timeout=1800).result()
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The loopback apt repository of tests/aptrepo.py is a real one: apt-get (in a throw-away
+"""The loopback apt repository of tests/helpers/aptrepo.py is a real one: apt-get (in a throw-away
 Dir) updates from it and verifies its signature, resolves dependencies and prints the .deb URIs
 with their SHA256; a repository signed by another key or with a tampered Release fails, and so
 does a replaced .deb. The .debs are reproducible and carry a DEP-5 copyright file."""
@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import aptrepo
-from tests.aptrepo import (
+from tests.helpers.aptrepo import (
     DRIVER_VERSION,
     TOOLKIT_VERSION,
     AptRepo,
@@ -27,8 +26,6 @@ from tests.aptrepo import (
 )
 
 # the fixtures, as a conftest would import them
-apt_repos = aptrepo.apt_repos
-gpu_apt_repo = aptrepo.gpu_apt_repo
 
 pytestmark = pytest.mark.skipif(
     not all(shutil.which(t) for t in ("apt-get", "dpkg-deb", "gpg", "gpgv")),

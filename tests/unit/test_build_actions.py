@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from tests.conftest import run_nvkr
-from tests.fanout import write_fan_project
+from tests.helpers.fanout import write_fan_project
+from tests.helpers.nvkr import run_nvkr
 
 RECIPE = "recipes/fan.yaml"
 

@@ -44,16 +44,12 @@ from nvkr.releaseset.signing import ANN_ATTACHMENT, DSSE_ENVELOPE, sign_release_
 from nvkr.sign import generate_key, load_private_key, load_public_key, sign_envelope
 from nvkr.store import Store
 from nvkr.verify import verify_release_set
-from tests.conftest import run_nvkr
-from tests.registry import Registry, fast_retries, registry
-from tests.unit.test_execute import Recorder
-from tests.unit.test_releaseset import DEPS, EPOCH, NAME, VARIANTS
-from tests.unit.test_verify import Run, nvkr  # the in-process CLI fixture
-
-FIXTURES = (nvkr,)  # used by name as a parameter
+from tests.helpers.nvkr import Result, run_nvkr
+from tests.helpers.recorder import Recorder
+from tests.helpers.registry import Registry
+from tests.helpers.sample_set import DEPS, EPOCH, NAME, VARIANTS
 
 HOPPER = "agent (gpu=hopper,kubernetes=1.36,arch=amd64)"
-FIXTURES = (fast_retries, registry)  # used by name as parameters
 
 
 # -- an in-process build -------------------------------------------------------------------------
@@ -364,7 +360,7 @@ def _problems(report_json: str) -> list[dict[str, Any]]:
     return [p for p in json.loads(report_json)["problems"] if p["check"] == "build-record"]
 
 
-def test_verify_checks_the_record_and_reports_it(built: Built, nvkr: Callable[..., Run]) -> None:
+def test_verify_checks_the_record_and_reports_it(built: Built, nvkr: Callable[..., Result]) -> None:
     res = nvkr("verify", built.layout, "--json")
     assert res.code == 0, res.stderr
     rec = json.loads(res.stdout)["buildRecord"]
@@ -374,7 +370,9 @@ def test_verify_checks_the_record_and_reports_it(built: Built, nvkr: Callable[..
     assert human.code == 0 and "build record" in human.stdout and "3 actions" in human.stdout
 
 
-def test_verify_without_a_record_passes_and_says_so(built: Built, nvkr: Callable[..., Run]) -> None:
+def test_verify_without_a_record_passes_and_says_so(
+    built: Built, nvkr: Callable[..., Result]
+) -> None:
     built.record.unlink()
     res = nvkr("verify", built.layout, "--json")
     assert res.code == 0, res.stderr
@@ -384,7 +382,7 @@ def test_verify_without_a_record_passes_and_says_so(built: Built, nvkr: Callable
 
 
 def test_a_tampered_subject_digest_exits_3_naming_the_artifact(
-    built: Built, nvkr: Callable[..., Run]
+    built: Built, nvkr: Callable[..., Result]
 ) -> None:
     def edit(doc: dict[str, Any]) -> None:
         (subject,) = [s for s in doc["subject"] if s["name"] == HOPPER]
@@ -399,7 +397,7 @@ def test_a_tampered_subject_digest_exits_3_naming_the_artifact(
 
 
 def test_a_record_of_another_set_exits_3(
-    tmp_path: Path, built: Built, recorder: Recorder, nvkr: Callable[..., Run]
+    tmp_path: Path, built: Built, recorder: Recorder, nvkr: Callable[..., Result]
 ) -> None:
     other = build(tmp_path / "other", small_plan(epoch=EPOCH + 1))
     shutil.copyfile(other.record, built.record)
@@ -435,7 +433,7 @@ def test_a_record_of_another_set_exits_3(
     ],
 )
 def test_bad_times_exit_3(
-    built: Built, nvkr: Callable[..., Run], edit: Callable[[dict[str, Any]], None], needle: str
+    built: Built, nvkr: Callable[..., Result], edit: Callable[[dict[str, Any]], None], needle: str
 ) -> None:
     _rewrite(built.record, lambda doc: edit(doc["predicate"]["runDetails"]))
     res = nvkr("verify", built.layout, "--json")
@@ -455,7 +453,7 @@ def keys(tmp_path: Path) -> dict[str, Any]:
 
 
 def test_a_signed_record_verifies_with_its_key_only(
-    tmp_path: Path, recorder: Recorder, keys: dict[str, Any], nvkr: Callable[..., Run]
+    tmp_path: Path, recorder: Recorder, keys: dict[str, Any], nvkr: Callable[..., Result]
 ) -> None:
     signed = build(tmp_path / "signed", key=keys["a"])
     assert signed.envelope == signed.layout.parent / f"{NAME}.build-record.dsse.json"
@@ -512,7 +510,7 @@ def test_check_build_record_sees_the_layout_through_any_path_spelling(
 
 # -- nvkr build ----------------------------------------------------------------------------------
 def test_nvkr_build_writes_the_record_beside_the_set(tmp_path: Path, http_dir: Any) -> None:
-    from tests.unit.test_cli import write_recipe
+    from tests.helpers.recipes import write_small_recipe
 
     proj = tmp_path / "proj"
     (proj / "recipes").mkdir(parents=True)
@@ -522,7 +520,7 @@ def test_nvkr_build_writes_the_record_beside_the_set(tmp_path: Path, http_dir: A
         d.mkdir(parents=True)
         (d / "tool").write_bytes(f"tool for {arch}\n".encode())
         (d / "tool.sha256").write_text(hashlib.sha256(f"tool for {arch}\n".encode()).hexdigest())
-    write_recipe(proj, http_dir.url)
+    write_small_recipe(proj, http_dir.url)
     store = tmp_path / "store"
     generate_key("ed25519", tmp_path / "k")
     first = run_nvkr(

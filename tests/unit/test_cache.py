@@ -35,10 +35,8 @@ from nvkr.oci.layout import LayoutBlob, artifact_manifest, descriptor, manifest_
 from nvkr.oci.referrers import referrer_descriptor, update_referrers_tag
 from nvkr.oci.registry import RegistryClient, fallback_tag
 from nvkr.sign import generate_key, key_id, load_private_key, sign_envelope
-from tests.conftest import run_nvkr
-from tests.registry import auth_registry, fast_retries, free_port, registry, run_registry
-
-FIXTURES = (auth_registry, fast_retries, registry)  # used by name as parameters
+from tests.helpers.nvkr import run_nvkr
+from tests.helpers.registry import free_port, run_registry
 
 RECIPE = """\
 apiVersion: nvkr.dev/v1alpha1

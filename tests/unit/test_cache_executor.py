@@ -20,10 +20,7 @@ from nvkr.oci.reference import Reference
 from nvkr.oci.registry import RegistryClient
 from nvkr.sign import generate_key, load_private_key, load_public_key
 from nvkr.store import Store
-from tests.registry import fast_retries, registry
-from tests.unit.test_execute import _action, _plan, recorder
-
-FIXTURES = (fast_retries, recorder, registry)  # used by name as parameters
+from tests.helpers.recorder import echo_action, make_plan
 
 
 @pytest.fixture
@@ -77,10 +74,10 @@ def _pull(plan, store, settings, **kw):
 def test_a_hit_deep_in_the_graph_stops_the_descent(recorder, tmp_path, registry, key):
     """top <- mid <- low: with top's entry gone, a fresh store takes mid from the cache and
     runs top; low (the root filesystem beneath a node image, say) is never looked at."""
-    low = _action("low")
-    mid = _action("mid", [low.key])
-    top = _action("top", [mid.key])
-    plan = _plan(low, mid, top, roots=[top])
+    low = echo_action("low")
+    mid = echo_action("mid", [low.key])
+    top = echo_action("top", [mid.key])
+    plan = make_plan(low, mid, top, roots=[top])
     settings = _settings(registry, "deep", key)
     _push_all(plan, Store(tmp_path / "a"), settings)
     client = RegistryClient(registry.host)
@@ -95,9 +92,9 @@ def test_a_hit_deep_in_the_graph_stops_the_descent(recorder, tmp_path, registry,
 
 
 def test_lookups_run_in_a_bounded_pool(recorder, tmp_path, registry, key):
-    leaves = [_action(f"leaf-{i}") for i in range(3 * LOOKUP_JOBS)]
-    top = _action("top", [a.key for a in leaves])
-    plan = _plan(*leaves, top, roots=[top])
+    leaves = [echo_action(f"leaf-{i}") for i in range(3 * LOOKUP_JOBS)]
+    top = echo_action("top", [a.key for a in leaves])
+    plan = make_plan(*leaves, top, roots=[top])
     settings = _settings(registry, "wide", key, target=None)
     store = Store(tmp_path / "b")
     inflight, peak, lock = [0], [0], threading.Lock()
@@ -125,10 +122,10 @@ def test_a_result_whose_key_misses_a_tool_is_neither_pushed_nor_looked_up(
 ):
     """An action not ``hermetic`` (cgo with host C tools, a docker daemon) stays local: a note,
     no entry, and a reader never asks for it either."""
-    low = _action("low")
-    top = _action("top", [low.key])
+    low = echo_action("low")
+    top = echo_action("top", [low.key])
     object.__setattr__(low, "hermetic", False)
-    plan = _plan(low, top, roots=[top])
+    plan = make_plan(low, top, roots=[top])
     settings = _settings(registry, "local", key)
     _, events = _push_all(plan, Store(tmp_path / "a"), settings)
     notes = [f for k, f in events.seen if k == "cache-warning"]
@@ -144,9 +141,9 @@ def test_a_result_whose_key_misses_a_tool_is_neither_pushed_nor_looked_up(
 
 
 def test_cached_only_runs_no_builder(recorder, tmp_path, registry, key):
-    low = _action("low")
-    top = _action("top", [low.key])
-    plan = _plan(low, top, roots=[top])
+    low = echo_action("low")
+    top = echo_action("top", [low.key])
+    plan = make_plan(low, top, roots=[top])
     settings = _settings(registry, "only", key, target=None)
     from nvkr.errors import BuildError
 

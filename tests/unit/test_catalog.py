@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
-from tests.unit.test_rules import run
+from tests.helpers import REPO
+from tests.helpers.cli import invoke
 
 LEAVES = sorted((REPO / "recipes" / "catalog").glob("*.yaml"))
 
@@ -33,7 +33,7 @@ def test_catalog_has_a_leaf_per_generation_and_release() -> None:
 def test_every_leaf_validates_under_the_rules(
     leaf: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, err = run(["validate", str(leaf.relative_to(REPO))], capsys)
+    code, out, err = invoke(*["validate", str(leaf.relative_to(REPO))])
     assert code == 0, err
     assert "compatibility rules recipes/compatibility.yaml" in out
     for rule in ("skew.kubelet", "skew.kubeadm", "containerd.kubernetes", "gpu.driver-branch"):
@@ -44,13 +44,13 @@ def test_every_leaf_validates_under_the_rules(
     "layer", ["recipes/base.yaml", "recipes/gpu/hopper.yaml", "recipes/kubernetes/1.36.yaml"]
 )
 def test_a_layer_cannot_be_built_alone(layer: str, capsys: pytest.CaptureFixture[str]) -> None:
-    code, _out, err = run(["validate", layer], capsys)
+    code, _out, err = invoke(*["validate", layer])
     assert code == 2
     assert re.search(rf"{re.escape(layer)}:\d+: kind: RecipeLayer is a recipe layer", err)
 
 
 def test_recipes_list_shows_every_combination(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run(["recipes", "list", "--json"], capsys)
+    code, out, err = invoke(*["recipes", "list", "--json"])
     assert code == 0, err
     rows = {(r["gpu"], r["kubernetes"], r["arch"]): r for r in json.loads(out)}
     assert len(rows) == 18
@@ -66,14 +66,11 @@ def test_recipes_list_shows_every_combination(capsys: pytest.CaptureFixture[str]
 def test_diff_between_two_kubernetes_releases_names_binaries_and_packages(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    code, out, err = run(
-        [
-            "diff",
-            "recipes/catalog/hopper-k8s1.34.yaml",
-            "recipes/catalog/hopper-k8s1.36.yaml",
-            "--json",
-        ],
-        capsys,
+    code, out, err = invoke(
+        "diff",
+        "recipes/catalog/hopper-k8s1.34.yaml",
+        "recipes/catalog/hopper-k8s1.36.yaml",
+        "--json",
     )
     assert code == 0, err
     doc = json.loads(out)

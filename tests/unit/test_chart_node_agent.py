@@ -15,7 +15,7 @@ import yaml
 helm = pytest.importorskip("helm_python")
 
 from nvkr.store import Store  # noqa: E402
-from tests.unit.builders.test_helm_chart import (  # noqa: E402
+from tests.helpers.charts import (  # noqa: E402
     DIGEST,
     build_chart,
     helm_checks,

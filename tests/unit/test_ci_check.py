@@ -8,8 +8,9 @@ import json
 import pytest
 
 from nvkr.ci import recorded_command
-from tests.conftest import REPO, run_nvkr
-from tests.fanout import RECIPE, write_fan_project
+from tests.helpers import REPO
+from tests.helpers.fanout import RECIPE, write_fan_project
+from tests.helpers.nvkr import run_nvkr
 
 IMAGE = "registry.example/nvkr/nvkr-ci@sha256:" + "cd" * 32
 
@@ -122,8 +123,12 @@ COMMITTED = sorted(
 def test_the_committed_pipelines_validate(name):
     import yaml
 
-    from tests.civalidate import actionlint_errors, argo_problems, jsonschema_problems
-    from tests.unit.test_ci_generate import gitlab_problems
+    from tests.helpers.civalidate import (
+        actionlint_errors,
+        argo_problems,
+        gitlab_problems,
+        jsonschema_problems,
+    )
 
     path = REPO / name
     doc = yaml.safe_load(path.read_text())

@@ -12,10 +12,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests import ghexpr
-from tests.civalidate import actionlint_errors, argo_problems, jsonschema_problems
-from tests.conftest import make_clone, run_nvkr
-from tests.fanout import write_fan_project
+from tests.helpers import ghexpr
+from tests.helpers.civalidate import (
+    GITLAB_KEYWORDS,
+    actionlint_errors,
+    argo_problems,
+    gitlab_problems,
+    jsonschema_problems,
+)
+from tests.helpers.fanout import write_fan_project
+from tests.helpers.nvkr import make_clone, run_nvkr
 
 IMAGE = "registry.example/nvkr/nvkr-ci@sha256:" + "ab" * 32
 CACHE = "registry.example/nvkr/cache"
@@ -61,33 +67,8 @@ def validate(platform: str, path: Path, labels: list[str]) -> dict:
     return doc
 
 
-KEYWORDS = {"workflow", "variables", "default", "stages", "include", "image", "cache"}
-
-
 def gitlab_jobs(doc: dict) -> dict[str, dict]:
-    return {k: v for k, v in doc.items() if k not in KEYWORDS}
-
-
-def gitlab_problems(doc: dict, max_needs: int, max_matrix: int = 200) -> list[str]:
-    """What GitLab refuses at pipeline creation that its schema does not say: needs on jobs that
-    do not exist, more needs than the cap (each instance of a matrix job counts), a matrix
-    larger than 200 jobs, a job needing one in a later stage."""
-    jobs = gitlab_jobs(doc)
-    stages = doc["stages"]
-    size = {n: len((j.get("parallel") or {}).get("matrix") or [None]) for n, j in jobs.items()}
-    problems = []
-    for name, job in jobs.items():
-        if size[name] > max_matrix:
-            problems.append(f"{name}: a matrix of {size[name]}")
-        for need in job.get("needs", []):
-            if need not in jobs:
-                problems.append(f"{name}: needs {need!r}, no such job")
-            elif stages.index(jobs[need]["stage"]) > stages.index(job["stage"]):
-                problems.append(f"{name}: needs {need} of a later stage")
-        count = sum(size.get(n, 1) for n in job.get("needs", []))
-        if count > max_needs:
-            problems.append(f"{name}: needs {count} jobs, over {max_needs}")
-    return problems
+    return {k: v for k, v in doc.items() if k not in GITLAB_KEYWORDS}
 
 
 GITHUB_LABELS = ["ubuntu-24.04", "ubuntu-24.04-arm"]

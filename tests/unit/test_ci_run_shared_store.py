@@ -1,4 +1,4 @@
-"""The generated GitHub workflow, run by the test runner (:mod:`tests.gharun`) with one shared
+"""The generated GitHub workflow, run by the test runner (:mod:`tests.helpers.gharun`) with one shared
 store standing in for the remote action cache: ``nvkr`` on the jobs' PATH is a wrapper that
 drops the cache options and points every job at the same store, and checks ``--cached-only``
 by building with ``--json`` and failing when any builder ran.
@@ -20,10 +20,9 @@ import pytest
 import yaml
 
 from nvkr.oci.registry import RegistryClient
-from tests.conftest import run_nvkr
-from tests.fanout import write_fan_project
-from tests.gharun import run_workflow, venv_path
-from tests.registry import registry  # noqa: F401 - fixture
+from tests.helpers.fanout import write_fan_project
+from tests.helpers.gharun import run_workflow, venv_path
+from tests.helpers.nvkr import run_nvkr
 
 pytestmark = pytest.mark.slow  # a dozen nvkr builds, ~20-50 s
 
@@ -78,7 +77,7 @@ def _git(repo, *args):
 @pytest.mark.parametrize("by", ["action", "variant"])
 def test_the_workflow_runs_in_needs_order_and_the_final_job_builds_nothing(
     project,
-    registry,  # noqa: F811
+    registry,
     tmp_path,
     by,
 ):

@@ -9,30 +9,8 @@ import os
 
 import pytest
 
-from tests.conftest import run_nvkr
-
-RECIPE = """\
-apiVersion: nvkr.dev/v1alpha1
-kind: Recipe
-metadata: {{name: small}}
-epoch: "1700000000"
-matrix:
-  gpu: [hopper]
-  kubernetes: ["1.36"]
-  arch: [amd64, arm64]
-vars:
-  base: "{base}"
-sources:
-  tool:
-    url: "{{{{ vars.base }}}}/release/v1.0.0/bin/linux/{{{{ arch }}}}/tool"
-    checksumUrl: "{{{{ vars.base }}}}/release/v1.0.0/bin/linux/{{{{ arch }}}}/tool.sha256"
-  readme:
-    url: "{{{{ vars.base }}}}/README"
-    sha256: "{readme_sha}"
-artifacts: {{}}
-releaseSet:
-  name: "small-{{{{ kubernetes }}}}"
-"""
+from tests.helpers.nvkr import run_nvkr
+from tests.helpers.recipes import write_small_recipe
 
 
 @pytest.fixture
@@ -47,13 +25,8 @@ def project(tmp_path, http_dir):
     (http_dir.root / "README").write_bytes(b"readme\n")
     proj = tmp_path / "proj"
     (proj / "recipes").mkdir(parents=True)
-    write_recipe(proj, http_dir.url)
+    write_small_recipe(proj, http_dir.url)
     return proj, http_dir
-
-
-def write_recipe(proj, base, readme_sha=None):
-    sha = readme_sha or hashlib.sha256(b"readme\n").hexdigest()
-    (proj / "recipes" / "small.yaml").write_text(RECIPE.format(base=base, readme_sha=sha))
 
 
 def blobs(store):
@@ -125,7 +98,7 @@ def test_wrong_digest_exits_3_and_stores_nothing(project, tmp_path):
     proj, http = project
     store = tmp_path / "store"
     wrong = "0" * 64
-    write_recipe(proj, http.url, readme_sha=wrong)
+    write_small_recipe(proj, http.url, readme_sha=wrong)
     res = run_nvkr("build", "recipes/small.yaml", cwd=proj, store=store)
     assert res.code == 3, res.stderr
     assert "warning: no lockfile" in res.stdout + res.stderr  # said before anything is fetched
@@ -148,7 +121,7 @@ def test_offline_names_the_missing_source(project, tmp_path):
 
 def test_mirror_rewrites_urls_but_lock_keeps_the_upstream(project, tmp_path):
     proj, http = project
-    write_recipe(proj, "http://upstream.invalid")
+    write_small_recipe(proj, "http://upstream.invalid")
     res = run_nvkr(
         "lock",
         "recipes/small.yaml",
@@ -170,7 +143,7 @@ def test_mirror_rewrites_urls_but_lock_keeps_the_upstream(project, tmp_path):
 
 def test_mirror_from_config_file(project, tmp_path):
     proj, http = project
-    write_recipe(proj, "http://upstream.invalid")
+    write_small_recipe(proj, "http://upstream.invalid")
     config = tmp_path / "config.yaml"
     config.write_text(
         f"mirrors:\n  - {{prefix: 'http://upstream.invalid', replacement: '{http.url}'}}\n"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_nvkr
+from tests.helpers.nvkr import run_nvkr
 
 RECIPE = """\
 apiVersion: nvkr.dev/v1alpha1

@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from nvkr.cli import main
 from nvkr.cli.diff import describe_variants, render_text
 from nvkr.diff.compare import diff
 from nvkr.diff.lockfiles import version_change
 from nvkr.diff.releasesets import _Details, _ReleaseSet, _split_purl
 from nvkr.diff.report import SECTIONS, Report
 from nvkr.oci.layout import LayoutReader
+from tests.helpers.cli import invoke
 
 HOPPER_AMD = "gpu=hopper,kubernetes=1.36,arch=amd64"
 HOPPER_ARM = "gpu=hopper,kubernetes=1.36,arch=arm64"
@@ -49,17 +49,6 @@ artifacts:
 releaseSet:
   name: "small-k8s{{{{ kubernetes }}}}"
 """
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """The CLI in this process: (exit code, stdout, stderr)."""
-    code = 0
-    try:
-        main(list(args))
-    except SystemExit as e:
-        code = int(e.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 # -- recipes ----------------------------------------------------------------------------------
@@ -109,7 +98,7 @@ def test_recipes_report_pins_per_field_and_variants(
     assert doc["artifacts"] == [] and doc["release"] == []
     assert [d.split(":")[0] for d in doc["header"][0]["differences"]] == ["recipe.digest"]
 
-    code, out, _ = run(capsys, "diff", str(a), str(a))
+    code, out, _ = invoke("diff", str(a), str(a))
     assert (code, out) == (0, "identical\n")
 
 
@@ -189,7 +178,7 @@ def test_lockfiles_list_deb_changes_in_debian_order(
     a, b = tmp_path / "a.lock.json", tmp_path / "b.lock.json"
     a.write_text(json.dumps(_lock(old, "1.36.3", "1.27.3")))
     b.write_text(json.dumps(_lock(new, "1.36.4", "1.27.4")))
-    code, out, err = run(capsys, "diff", str(a), str(b))
+    code, out, err = invoke("diff", str(a), str(b))
     assert code == 0, err
     lines = out.splitlines()
     assert lines[:2] == [f"--- {a} (lockfile)", f"+++ {b} (lockfile)"]
@@ -218,7 +207,7 @@ def test_lockfiles_list_deb_changes_in_debian_order(
     ]
     assert not any(".resolved.url" in line for line in lines)
 
-    code, out, _ = run(capsys, "diff", str(a), str(b), "--json")
+    code, out, _ = invoke("diff", str(a), str(b), "--json")
     doc = json.loads(out)
     by_name = {p["package"]: p for p in doc["packages"]}
     assert by_name["containerd"] == {
@@ -247,8 +236,8 @@ def test_lockfiles_list_deb_changes_in_debian_order(
     }
     assert doc["a"] == {"path": str(a), "kind": "lockfile"} and doc["diffVersion"] == 1
 
-    assert run(capsys, "diff", str(a), str(b), "--exit-code")[0] == 1
-    assert run(capsys, "diff", str(a), str(a), "--exit-code")[:2] == (0, "identical\n")
+    assert invoke("diff", str(a), str(b), "--exit-code")[0] == 1
+    assert invoke("diff", str(a), str(a), "--exit-code")[:2] == (0, "identical\n")
 
 
 def test_version_change_orders_debian_versions_only() -> None:
@@ -301,7 +290,8 @@ def release_sets(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         (proj / "files" / "c.txt").write_text("new\n")
         recipe = proj / "recipes" / "r.yaml"
         recipe.write_text(SET_RECIPE.replace("FILES_EXTRA\n", extra + "\n" if extra else ""))
-        main(["--store", str(root / "store"), "build", str(recipe), "--out", str(proj / "dist")])
+        built = invoke("build", recipe, "--out", proj / "dist", store=root / "store")
+        assert built.code == 0, built.stderr
         out.append(proj / "dist" / "r-k8s1.36")
     return out[0], out[1]
 
@@ -328,7 +318,7 @@ def test_release_sets_name_the_changed_artifact_and_its_files(
     assert cluster["name"] == "clusterRelease"
     assert cluster["differences"][0].startswith("clusterRelease.images.img: 'sha256:")
 
-    code, out, _ = run(capsys, "diff", str(a), str(b / "index.json"))
+    code, out, _ = invoke("diff", str(a), str(b / "index.json"))
     lines = out.splitlines()
     i = lines.index("files:")
     assert code == 0 and lines[i : i + 4] == [
@@ -338,7 +328,7 @@ def test_release_sets_name_the_changed_artifact_and_its_files(
         "    + ./etc/c.txt",
     ]
     assert f"  ~ img ({HOPPER_AMD}):" in lines
-    code, out, _ = run(capsys, "diff", str(b), str(b / "index.json"), "--exit-code")
+    code, out, _ = invoke("diff", str(b), str(b / "index.json"), "--exit-code")
     assert (code, out) == (0, "identical\n")
 
 
@@ -472,30 +462,30 @@ def test_errors_exit_2_or_3_with_a_message(
     lock = tmp_path / "a.lock.json"
     lock.write_text(json.dumps(_lock([], "1", "1")))
 
-    code, _, err = run(capsys, "diff", str(tmp_path / "nope.yaml"), str(recipe))
+    code, _, err = invoke("diff", str(tmp_path / "nope.yaml"), str(recipe))
     assert code == 2 and "nope.yaml: no such file or directory" in err
 
-    code, _, err = run(capsys, "diff", str(recipe), str(lock))
+    code, _, err = invoke("diff", str(recipe), str(lock))
     assert code == 2 and "is a recipe and" in err and "not comparable" in err
     assert "nvkr build RECIPE --locked" in err
 
     bad = tmp_path / "bad.lock.json"
     bad.write_text("{not json")
-    code, _, err = run(capsys, "diff", str(lock), str(bad))
+    code, _, err = invoke("diff", str(lock), str(bad))
     assert code == 2 and err.startswith("error[NVKR-E-LOCK]:") and "not valid JSON" in err
     bad.write_text('{"lockVersion": 1, "sources": [{"name": "x"}]}')
-    code, _, err = run(capsys, "diff", str(lock), str(bad))
+    code, _, err = invoke("diff", str(lock), str(bad))
     assert code == 2 and "sources[0] is not a lock entry" in err
     bad.write_text('{"hello": 1}')
-    code, _, err = run(capsys, "diff", str(bad), str(lock))
+    code, _, err = invoke("diff", str(bad), str(lock))
     assert code == 2 and "not an nvkr lockfile" in err
 
-    code, _, err = run(capsys, "diff", str(tmp_path), str(release_sets[0]))
+    code, _, err = invoke("diff", str(tmp_path), str(release_sets[0]))
     assert code == 2 and "not a release set" in err
 
     empty = tmp_path / "layout"
     _side(empty)
-    code, _, err = run(capsys, "diff", str(empty), str(release_sets[0]))
+    code, _, err = invoke("diff", str(empty), str(release_sets[0]))
     assert code == 2 and "holds no release set" in err
 
     # a damaged release set (a metadata blob flipped) is an integrity failure
@@ -510,5 +500,5 @@ def test_errors_exit_2_or_3_with_a_message(
     data[-2] ^= 1
     meta.unlink()
     meta.write_bytes(bytes(data))
-    code, _, err = run(capsys, "diff", str(release_sets[0]), str(damaged))
+    code, _, err = invoke("diff", str(release_sets[0]), str(damaged))
     assert code == 3 and err.startswith("error[NVKR-E-INTEGRITY]:")

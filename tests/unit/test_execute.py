@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from nvkr import builders
 from nvkr.action import Action, action_key
 from nvkr.errors import (
     BuildError,
@@ -22,69 +21,9 @@ from nvkr.errors import (
 )
 from nvkr.execute import execute
 from nvkr.fetch import FetchContext
-from nvkr.plan import Plan
 from nvkr.run import run
 from nvkr.store import Store
-
-
-class Recorder:
-    """A builder that writes its params as output; hooks let tests block or fail it."""
-
-    name = "test-echo"
-    version = "1"
-
-    def __init__(self):
-        self.calls: list[str] = []
-        self.hooks: dict[str, object] = {}
-        self.lock = threading.Lock()
-
-    def plan(self, *a):  # pragma: no cover - not used: actions are made by hand
-        raise AssertionError
-
-    def run(self, ctx):
-        with self.lock:
-            self.calls.append(ctx.action.name)
-        hook = self.hooks.get(ctx.action.name)
-        if callable(hook):
-            hook(ctx)
-        out = ctx.workdir / "out.txt"
-        deps = ",".join(sorted(r["outputs"][0]["digest"] for r in ctx.deps.values()))
-        out.write_text(f"{ctx.action.name}:{deps}")
-        ctx.add_output(out, name="out.txt", media_type="text/plain")
-
-
-@pytest.fixture
-def recorder(monkeypatch):
-    rec = Recorder()
-    monkeypatch.setitem(builders.REGISTRY, "test-echo", rec)
-    monkeypatch.setitem(builders.REGISTRY, "go-binary", rec)  # keep the registry non-empty
-    return rec
-
-
-def _action(name, deps=()):
-    key = action_key("test-echo", "1", {"n": name}, {}, {}, 0, tuple(deps))
-    return Action(
-        key=key,
-        builder="test-echo",
-        builder_version="1",
-        name=name,
-        params={"n": name},
-        inputs={},
-        tools={},
-        epoch=0,
-        deps=tuple(deps),
-    )
-
-
-def _plan(*actions, roots):
-    return Plan(
-        recipe=None,
-        variants=[],
-        epoch=0,
-        actions={a.key: a for a in actions},
-        roots=[r.key for r in roots],
-        release_sets={},
-    )  # type: ignore[arg-type]
+from tests.helpers.recorder import echo_action, make_plan
 
 
 @pytest.fixture
@@ -93,9 +32,9 @@ def store(tmp_path):
 
 
 def test_builds_then_everything_is_cached(recorder, store):
-    a, b = _action("a"), _action("b")
-    top = _action("top", deps=[a.key, b.key])
-    plan = _plan(a, b, top, roots=[top])
+    a, b = echo_action("a"), echo_action("b")
+    top = echo_action("top", deps=[a.key, b.key])
+    plan = make_plan(a, b, top, roots=[top])
     report = execute(plan, store, FetchContext(store=store), jobs=2)
     assert sorted(recorder.calls) == ["a", "b", "top"]
     assert report.built[-1] == top.key and not report.cached
@@ -110,9 +49,9 @@ def test_builds_then_everything_is_cached(recorder, store):
 def test_independent_actions_run_in_parallel(recorder, store):
     barrier = threading.Barrier(2, timeout=10)
     recorder.hooks = {"a": lambda ctx: barrier.wait(), "b": lambda ctx: barrier.wait()}
-    a, b = _action("a"), _action("b")
-    top = _action("top", deps=[a.key, b.key])
-    execute(_plan(a, b, top, roots=[top]), store, FetchContext(store=store), jobs=2)
+    a, b = echo_action("a"), echo_action("b")
+    top = echo_action("top", deps=[a.key, b.key])
+    execute(make_plan(a, b, top, roots=[top]), store, FetchContext(store=store), jobs=2)
     # With jobs=1 the barrier would time out (BrokenBarrierError) instead.
     assert sorted(recorder.calls) == ["a", "b", "top"]
 
@@ -128,10 +67,10 @@ def test_failure_reports_log_tail_and_keeps_finished_actions(recorder, store):
         )
 
     recorder.hooks = {"a": fail, "b": lambda ctx: b_started.set()}
-    a, b = _action("a"), _action("b")
-    top = _action("top", deps=[a.key, b.key])
+    a, b = echo_action("a"), echo_action("b")
+    top = echo_action("top", deps=[a.key, b.key])
     with pytest.raises(ToolError) as e:  # the failed tool's own error, named by the action
-        execute(_plan(a, b, top, roots=[top]), store, FetchContext(store=store), jobs=2)
+        execute(make_plan(a, b, top, roots=[top]), store, FetchContext(store=store), jobs=2)
     assert e.value.exit_code == 1
     assert "'a'" in e.value.message and "undefined: frob" in e.value.message
     assert "top" not in recorder.calls
@@ -142,9 +81,9 @@ def test_failure_reports_log_tail_and_keeps_finished_actions(recorder, store):
 
 def test_tool_error_is_wrapped_with_action_name(recorder, store):
     recorder.hooks = {"a": lambda ctx: (_ for _ in ()).throw(ToolError("tool 'mkfs' not found"))}
-    a = _action("a")
+    a = echo_action("a")
     with pytest.raises(ToolError, match=r"action 'a'.*tool 'mkfs' not found"):
-        execute(_plan(a, roots=[a]), store, FetchContext(store=store), jobs=1)
+        execute(make_plan(a, roots=[a]), store, FetchContext(store=store), jobs=1)
 
 
 @pytest.mark.parametrize(
@@ -162,9 +101,9 @@ def test_an_error_raised_in_a_builder_keeps_its_code_and_exit_code(
         raise error
 
     recorder.hooks = {"a": fail}
-    a = _action("a")
+    a = echo_action("a")
     with pytest.raises(NvkrError) as e:
-        execute(_plan(a, roots=[a]), store, FetchContext(store=store), jobs=1)
+        execute(make_plan(a, roots=[a]), store, FetchContext(store=store), jobs=1)
     assert (e.value.code, e.value.exit_code) == (code, exit_code)
     assert e.value.message.startswith("action 'a' (builder test-echo, key sha256:")
     assert e.value.message.endswith(str(error)) and e.value.hint == error.hint
@@ -175,16 +114,16 @@ def test_an_os_error_in_a_builder_is_a_build_error_not_an_internal_one(recorder,
         raise OSError(28, "No space left on device", str(ctx.workdir / "disk.raw"))
 
     recorder.hooks = {"a": fail}
-    a = _action("a")
+    a = echo_action("a")
     with pytest.raises(BuildError) as e:
-        execute(_plan(a, roots=[a]), store, FetchContext(store=store), jobs=1)
+        execute(make_plan(a, roots=[a]), store, FetchContext(store=store), jobs=1)
     assert "internal" not in e.value.message
     assert "action 'a'" in e.value.message and "No space left on device" in e.value.message
 
 
 def test_ctrl_c_cancels_pending_and_leaves_store_consistent(recorder, store):
-    a, b = _action("a"), _action("b")
-    top = _action("top", deps=[a.key, b.key])
+    a, b = echo_action("a"), echo_action("b")
+    top = echo_action("top", deps=[a.key, b.key])
 
     def event(kind, **fields):
         if kind == "action-start" and fields["action"].name == "a":
@@ -192,7 +131,7 @@ def test_ctrl_c_cancels_pending_and_leaves_store_consistent(recorder, store):
 
     with pytest.raises(Interrupted) as e:
         execute(
-            _plan(a, b, top, roots=[top]), store, FetchContext(store=store), jobs=1, event=event
+            make_plan(a, b, top, roots=[top]), store, FetchContext(store=store), jobs=1, event=event
         )
     assert e.value.exit_code == 130
     assert "top" not in recorder.calls
@@ -201,7 +140,7 @@ def test_ctrl_c_cancels_pending_and_leaves_store_consistent(recorder, store):
         result = store.get_action(key)
         assert result is None or all(store.has_blob(o["digest"]) for o in result["outputs"])
     # The next run completes the build.
-    execute(_plan(a, b, top, roots=[top]), store, FetchContext(store=store), jobs=1)
+    execute(make_plan(a, b, top, roots=[top]), store, FetchContext(store=store), jobs=1)
     assert store.get_action(top.key) is not None
 
 
@@ -256,9 +195,9 @@ def test_sources_are_fetched_once_before_the_builders_that_read_them(recorder, s
             )
         )
     events: list[str] = []
-    top = _action("top", deps=[a.key for a in actions])
+    top = echo_action("top", deps=[a.key for a in actions])
     execute(
-        _plan(*actions, top, roots=[top]),
+        make_plan(*actions, top, roots=[top]),
         store,
         FetchContext(store=store),
         jobs=2,
@@ -283,8 +222,8 @@ def test_sigterm_stops_a_running_tool_and_keeps_the_finished_actions(recorder, s
     def slow(ctx):
         run(["sh", "-c", f"echo $$ > {pidfile}; exec sleep 60"], log_file=ctx.log_file)
 
-    a, b = _action("a"), _action("b")
-    top = _action("top", deps=[a.key, b.key])
+    a, b = echo_action("a"), echo_action("b")
+    top = echo_action("top", deps=[a.key, b.key])
 
     def send_sigterm_once_the_tool_runs_and_b_is_cached():
         while not (pidfile.exists() and pidfile.read_text().endswith("\n")):
@@ -301,7 +240,7 @@ def test_sigterm_stops_a_running_tool_and_keeps_the_finished_actions(recorder, s
         ).start()
         started = time.monotonic()
         with pytest.raises(Interrupted) as e:
-            execute(_plan(a, b, top, roots=[top]), store, FetchContext(store=store), jobs=2)
+            execute(make_plan(a, b, top, roots=[top]), store, FetchContext(store=store), jobs=2)
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert time.monotonic() - started < 30, "the tool was stopped, not waited for"
@@ -319,10 +258,10 @@ def test_records_say_hermetic_and_warnings_come_back_from_the_cache(recorder, st
     the rest local); a builder's warning is kept in the record and emitted again by a no-op
     rebuild, where the action is only found below a cached one."""
     recorder.hooks["a"] = lambda ctx: ctx.warn("a is odd", hint="make it even")
-    a = _action("a")
-    b = dataclasses.replace(_action("b"), hermetic=False)
-    top = _action("top", deps=[a.key, b.key])
-    plan = _plan(a, b, top, roots=[top])
+    a = echo_action("a")
+    b = dataclasses.replace(echo_action("b"), hermetic=False)
+    top = echo_action("top", deps=[a.key, b.key])
+    plan = make_plan(a, b, top, roots=[top])
     events: list[tuple[str, dict]] = []
 
     def event(kind, **fields):

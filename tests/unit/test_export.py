@@ -13,8 +13,6 @@ import jsonschema
 import pytest
 import yaml
 
-from nvkr.cli import main, release_set_export
-from nvkr.cli import release_set as release_set_cli
 from nvkr.delivery import export
 from nvkr.delivery.export import release as export_release
 from nvkr.errors import IntegrityError, UsageError
@@ -22,7 +20,8 @@ from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import LayoutReader
 from nvkr.releaseset import read_metadata
 from nvkr.releaseset.signing import release_set_entry
-from tests.unit.test_releaseset import build
+from tests.helpers.cli import invoke
+from tests.helpers.sample_set import build
 
 SCHEMA = json.loads(
     (Path(__file__).parents[2] / "schema" / "release-set-export.schema.json").read_text()
@@ -199,27 +198,15 @@ def test_dns_label_long_and_empty() -> None:
         export.dns_label("...")
 
 
-def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    # The lead registers the command in the release-set group; until then, do it here.
-    release_set_cli.command.add_command(release_set_export.command, "export")
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as e:
-        code = int(e.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def test_cli_json_and_capi(
     layout: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, err = _run(["release-set", "export", str(layout), "--format", "json"], capsys)
+    code, out, err = invoke(*["release-set", "export", str(layout), "--format", "json"])
     assert code == 0, err
     jsonschema.validate(json.loads(out), SCHEMA)
     target = tmp_path / "capi.yaml"
-    code, out, err = _run(
-        ["release-set", "export", str(layout), "--format", "capi", "--out", str(target)], capsys
+    code, out, err = invoke(
+        *["release-set", "export", str(layout), "--format", "capi", "--out", str(target)]
     )
     assert code == 0 and out == ""
     assert len([line for line in err.splitlines() if line.startswith("warning:")]) == 1
@@ -230,13 +217,11 @@ def test_cli_json_and_capi(
 
 def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # an empty directory is no release set at all: a usage error (a damaged layout exits 3)
-    code, _, err = _run(["release-set", "export", str(tmp_path), "--format", "json"], capsys)
+    code, _, err = invoke(*["release-set", "export", str(tmp_path), "--format", "json"])
     assert code == 2 and "is not a release set" in err
-    code, _, err = _run(["release-set", "export", str(tmp_path), "--format", "xml"], capsys)
+    code, _, err = invoke(*["release-set", "export", str(tmp_path), "--format", "xml"])
     assert code == 2
-    code, _, _ = _run(
-        ["release-set", "export", str(tmp_path / "missing"), "--format", "json"], capsys
-    )
+    code, _, _ = invoke(*["release-set", "export", str(tmp_path / "missing"), "--format", "json"])
     assert code == 2
     # --repository is checked before anything is read
     for repository, want in [
@@ -245,7 +230,7 @@ def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         ("reg.example/sets:v1", "names a tag or digest"),
     ]:
         argv = ["release-set", "export", str(tmp_path), "--format", "json"]
-        code, out, err = _run([*argv, "--repository", repository], capsys)
+        code, out, err = invoke(*[*argv, "--repository", repository])
         assert code == 2 and want in err and out == "", (repository, err)
 
 
@@ -579,10 +564,10 @@ def test_cli_metal3(
         (["--image-url-from-registry"], "is a directory"),
         (["--image-base-url", "images/"], "image base URL"),
     ]:
-        code, _, err = _run(["release-set", "export", path, *metal3, *extra], capsys)
+        code, _, err = invoke(*["release-set", "export", path, *metal3, *extra])
         assert code == 2 and want in err, (extra, err)
-    code, _, err = _run(
-        ["release-set", "export", path, "--format", "json", "--infrastructure", "metal3"], capsys
+    code, _, err = invoke(
+        *["release-set", "export", path, "--format", "json", "--infrastructure", "metal3"]
     )
     assert code == 2 and "--format capi" in err
     # a registry reference: the blob URLs of its repository (the loader is stubbed, no network)
@@ -606,10 +591,10 @@ def test_cli_metal3(
         str(target),
     ]
     # amd64 and arm64 machine images, and templates that select any host: said on stderr
-    code, out, err = _run(argv, capsys)
+    code, out, err = invoke(*argv)
     assert code == 0 and out == "" and "--host-arch-label" in err and "amd64, arm64" in err
     argv += ["--host-arch-label", "kubernetes.io/arch"]
-    code, out, err = _run(argv, capsys)
+    code, out, err = invoke(*argv)
     assert code == 0 and out == "" and err == "", err
     assert seen == [(ref, False)] * 2
     docs = [d for d in yaml.safe_load_all(target.read_text()) if d is not None]
@@ -620,10 +605,10 @@ def test_cli_metal3(
     }
     assert urls == {f"https://reg.example/v2/gpu/sets/blobs/{_disk(v)}" for v in meta["variants"]}
     first = target.read_bytes()
-    assert _run(argv, capsys)[0] == 0 and target.read_bytes() == first
+    assert invoke(*argv)[0] == 0 and target.read_bytes() == first
     # a directory exported with --repository: that registry's blobs
-    code, out, _ = _run(
-        [
+    code, out, _ = invoke(
+        *[
             "release-set",
             "export",
             path,
@@ -634,6 +619,5 @@ def test_cli_metal3(
             "--control-plane-pool",
             "blackwell-arm64",
         ],
-        capsys,
     )
     assert code == 0 and "http://localhost:5000/v2/sets/blobs/sha256:" in out

@@ -11,8 +11,8 @@ import shlex
 import pytest
 
 from nvkr.fanout import MAX_ID, dns_label
-from tests.conftest import run_nvkr
-from tests.fanout import write_fan_project
+from tests.helpers.fanout import write_fan_project
+from tests.helpers.nvkr import run_nvkr
 
 RECIPE = "recipes/fan.yaml"
 DNS_1123 = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")

@@ -5,9 +5,9 @@ every other byte kept, the lockfile gets the new digests, and a failure changes 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,16 +29,15 @@ from nvkr.update.upstreams import (
     pypi_wheel,
     url_upstream,
 )
-from tests import aptrepo
-from tests.aptrepo import AptRepo, DebSpec
-from tests.k8smirror import (
+from tests.helpers.aptrepo import AptRepo, DebSpec
+from tests.helpers.cli import invoke
+from tests.helpers.k8smirror import (
     K8sMirror,
     kube_path,
     serve_k8s_upstream,
     upstream_mirror_args,
 )
-
-apt_repos = aptrepo.apt_repos
+from tests.helpers.nvkr import Result
 
 LAYER = """\
 # Kubernetes 1.36: the patch releases this line pins.
@@ -89,27 +88,11 @@ releaseSet:
 """
 
 
-@pytest.fixture(autouse=True)
-def _loopback(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No retry sleeps; never send loopback requests through a proxy the machine may set."""
-    monkeypatch.setattr("nvkr.fetch.http.BACKOFF", 0.0)
-    for var in ("no_proxy", "NO_PROXY"):
-        current = os.environ.get(var, "")
-        monkeypatch.setenv(var, ",".join(filter(None, [current, "127.0.0.1", "localhost"])))
-
-
-@dataclass
-class Run:
-    code: int
-    stdout: str
-    stderr: str
-
-
 @dataclass
 class Project:
     root: Path
     mirror: K8sMirror
-    nvkr: Callable[..., Run]
+    nvkr: Callable[..., Result]
 
     @property
     def recipe(self) -> Path:
@@ -123,7 +106,7 @@ class Project:
     def lockfile(self) -> Path:
         return self.root / "lockfiles" / "kube.lock.json"
 
-    def lock(self, *args: str) -> Run:
+    def lock(self, *args: str) -> Result:
         return self.nvkr("lock", "recipes/kube.yaml", *args, *upstream_mirror_args(self.mirror))
 
     def snapshot(self) -> dict[Path, bytes | None]:
@@ -138,31 +121,14 @@ class Project:
 
 
 @pytest.fixture
-def cli(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> Callable[..., Run]:
-    """Run the real CLI entry point in-process with its own store and no config file."""
-    from nvkr.cli import main
-
-    monkeypatch.setenv("NVKR_CONFIG", str(tmp_path / "no-config.yaml"))
-    store = tmp_path / "store"
-
-    def run(*args: str) -> Run:
-        capsys.readouterr()
-        try:
-            main(["--store", str(store), *args])
-            code = 0
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else 1
-        out, err = capsys.readouterr()
-        return Run(code, out, err)
-
-    return run
+def cli(tmp_path: Path) -> Callable[..., Result]:
+    """The CLI in-process (:func:`tests.helpers.cli.invoke`) with its own store."""
+    return functools.partial(invoke, store=tmp_path / "store")
 
 
 @pytest.fixture
 def project(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Callable[..., Run]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Callable[..., Result]
 ) -> Iterator[Project]:
     mirror = serve_k8s_upstream(tmp_path / "mirror")
     root = tmp_path / "work"
@@ -594,7 +560,7 @@ releaseSet:
 
 
 def test_apt_update_against_a_signed_repository(
-    apt_repos: Callable[..., AptRepo], cli: Callable[..., Run], tmp_path: Path
+    apt_repos: Callable[..., AptRepo], cli: Callable[..., Result], tmp_path: Path
 ) -> None:
     repo = apt_repos(
         suite="stable",

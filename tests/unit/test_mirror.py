@@ -4,7 +4,7 @@ answers the upstream layout (GET, HEAD, 404, checksum files) well enough for ``l
 ``build`` through ``--mirror``; an export that cannot fetch a missing source names it.
 
 The recipe's url sources keep their real upstream URLs (dl.k8s.io, github.com); a loopback
-stand-in (:mod:`tests.k8smirror`) serves them to the connected machine. Builders: kube-packages
+stand-in (:mod:`tests.helpers.k8smirror`) serves them to the connected machine. Builders: kube-packages
 and a scratch container image (no tool, no network of their own)."""
 
 from __future__ import annotations
@@ -23,11 +23,8 @@ from typing import Any
 import pytest
 
 from nvkr.airgap.serve import serving
-from tests.conftest import Result, run_nvkr
-from tests.k8smirror import serve_k8s_mirror
-from tests.registry import registry
-
-FIXTURES = (registry,)  # used by name as a parameter
+from tests.helpers.k8smirror import serve_k8s_mirror
+from tests.helpers.nvkr import Result, run_nvkr
 
 RECIPE = """\
 apiVersion: nvkr.dev/v1alpha1
@@ -351,7 +348,7 @@ def test_oci_closure_round_trip_through_export_import_and_serve(registry, tmp_pa
     from nvkr.fetch import FetchContext, Mirrors, ensure, resolve
     from nvkr.recipe.models import OciSource
     from nvkr.store import Store
-    from tests.unit.fetch.test_fetch_oci import make_layout, push
+    from tests.helpers.oci_images import make_layout, push
 
     image = make_layout(tmp_path / "layout", salt="mirror")
     push(image, registry, "mirror/base")

@@ -11,7 +11,7 @@ import pytest
 from nvkr.errors import RecipeError, RecipeReferenceError
 from nvkr.plancheck import check_variant
 from nvkr.recipe import expand, load_recipe
-from tests.conftest import run_nvkr
+from tests.helpers.nvkr import run_nvkr
 
 HEX = "ab" * 32
 RECIPE = f"""\

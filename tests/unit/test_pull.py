@@ -8,85 +8,25 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
-from typing import Any
-
-import click
-import pytest
-from click.testing import CliRunner
 
 from nvkr.cli import cli
 from nvkr.cli import pull as pull_cli
 from nvkr.delivery.publish import publish_layout
-from nvkr.errors import NvkrError
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import LayoutReader
 from nvkr.oci.registry import Reference, RegistryClient
 from nvkr.releaseset.remote import read_remote_metadata
-from nvkr.releaseset.signing import sign_release_set
-from nvkr.sign import generate_key, load_private_key
-from tests.registry import Registry, fast_retries, proxy, registry, run_proxy
-from tests.unit.test_publish import NAME, make_set
-
-FIXTURES = (fast_retries, proxy, registry)  # used by name as parameters
+from tests.helpers.cli import invoke_output
+from tests.helpers.registry import run_proxy
+from tests.helpers.releasesets import NAME, blobs, payload
 
 if "pull" not in cli.commands:  # the lead registers it in nvkr.cli; until then, here
     cli.add_command(pull_cli.command)
 
 
-def run(*args: str) -> tuple[int, str]:
-    """Run the CLI in-process as ``nvkr.cli.main`` would: (exit code, stdout)."""
-    try:
-        result = CliRunner().invoke(cli, list(args), catch_exceptions=False, standalone_mode=False)
-    except NvkrError as e:
-        return e.exit_code, e.render()
-    except click.UsageError as e:
-        return 2, e.format_message()
-    return result.exit_code, result.output
-
-
-@pytest.fixture(scope="module")
-def signed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """A small release set signed with a fresh key, and a second key that did not sign it."""
-    tmp = tmp_path_factory.mktemp("pull")
-    layout = make_set(tmp / "set")
-    for p in layout.rglob("*"):
-        p.chmod(0o755 if p.is_dir() else 0o644)
-    key = generate_key("ecdsa-p256", tmp / "release")
-    other = generate_key("ecdsa-p256", tmp / "other")
-    sign_release_set(layout, load_private_key(key.private_path))
-    return {"layout": layout, "key": key.public_path, "other": other.public_path}
-
-
-@pytest.fixture(scope="module")
-def published(registry: Registry, signed: dict[str, Any]) -> dict[str, Any]:
-    repo = "pull/set"
-    report = publish_layout(
-        signed["layout"], f"{registry.host}/{repo}", RegistryClient(registry.host)
-    )
-    assert report.referrers == "fallback-tag"
-    return {**signed, "repo": repo, "digest": report.digest, "ref": f"{registry.host}/{repo}"}
-
-
-def payload(layout: Path) -> Any:
-    """The largest payload blob of the set (not a manifest, not the metadata)."""
-    return max(
-        (
-            b
-            for b in LayoutReader(layout).walk(deep=False)
-            if b.media_type not in mt.MANIFEST_TYPES | {mt.NVKR_RELEASE_SET_METADATA}
-        ),
-        key=lambda b: b.size,
-    )
-
-
-def blobs(layout: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in (layout / "blobs" / "sha256").iterdir()}
-
-
 def test_pull_round_trips_with_signatures(published, tmp_path):
     out = tmp_path / "pulled"
-    code, _ = run("pull", f"{published['ref']}@{published['digest']}", str(out))
+    code, _ = invoke_output("pull", f"{published['ref']}@{published['digest']}", str(out))
     assert code == 0
     original = LayoutReader(published["layout"]).index["manifests"]
     pulled = LayoutReader(out).index["manifests"]
@@ -97,18 +37,18 @@ def test_pull_round_trips_with_signatures(published, tmp_path):
     assert blobs(out) == blobs(published["layout"])
     assert (out / "index.json").read_bytes() == (published["layout"] / "index.json").read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pulled"]  # no temp dir left
-    assert run("verify", str(out), "--key", str(published["key"]))[0] == 0
-    code, text = run("release-set", "show", str(out), "--json")
+    assert invoke_output("verify", str(out), "--key", str(published["key"]))[0] == 0
+    code, text = invoke_output("release-set", "show", str(out), "--json")
     assert code == 0 and json.loads(text)["digest"] == published["digest"]
 
 
 def test_pull_verifies_keys_before_writing(published, tmp_path):
     out = tmp_path / "pulled"
     ref = f"{published['ref']}@{published['digest']}"
-    assert run("pull", ref, str(out), "--key", str(published["key"]))[0] == 0
+    assert invoke_output("pull", ref, str(out), "--key", str(published["key"]))[0] == 0
     assert LayoutReader(out).index["manifests"][0]["digest"] == published["digest"]
     wrong = tmp_path / "wrong"
-    code, text = run("pull", ref, str(wrong), "--key", str(published["other"]))
+    code, text = invoke_output("pull", ref, str(wrong), "--key", str(published["other"]))
     assert code == 3, text
     assert not wrong.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pulled"]
@@ -117,22 +57,22 @@ def test_pull_verifies_keys_before_writing(published, tmp_path):
 def test_existing_dir_untouched_on_failure(published, tmp_path):
     ref = f"{published['ref']}@{published['digest']}"
     out = tmp_path / "pulled"
-    assert run("pull", ref, str(out), "--key", str(published["key"]))[0] == 0
+    assert invoke_output("pull", ref, str(out), "--key", str(published["key"]))[0] == 0
     before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
     # A failed pull leaves an earlier pull's layout as it was.
-    assert run("pull", ref, str(out), "--key", str(published["other"]))[0] == 3
+    assert invoke_output("pull", ref, str(out), "--key", str(published["other"]))[0] == 3
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
     # A good pull replaces it.
-    assert run("pull", ref, str(out), "--key", str(published["key"]))[0] == 0
+    assert invoke_output("pull", ref, str(out), "--key", str(published["key"]))[0] == 0
     # A directory that is not a layout, or a file, is never replaced, even by a good pull.
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "keep").write_text("mine")
-    assert run("pull", ref, str(mine), "--key", str(published["key"]))[0] == 2
+    assert invoke_output("pull", ref, str(mine), "--key", str(published["key"]))[0] == 2
     assert [p.name for p in mine.iterdir()] == ["keep"]
     file_target = tmp_path / "a-file"
     file_target.write_text("mine")
-    assert run("pull", ref, str(file_target))[0] == 2
+    assert invoke_output("pull", ref, str(file_target))[0] == 2
     assert file_target.read_text() == "mine"
 
 
@@ -147,7 +87,7 @@ def test_tampered_blob_exits_3_and_writes_nothing(registry, signed, tmp_path):
     try:
         path.write_bytes(bytes([saved[0] ^ 1]) + saved[1:])
         out = tmp_path / "pulled"
-        code, text = run("pull", f"{registry.host}/{repo}@{report.digest}", str(out))
+        code, text = invoke_output("pull", f"{registry.host}/{repo}@{report.digest}", str(out))
         assert code == 3, text
         assert layer.digest in text
         assert not out.exists() and list(tmp_path.iterdir()) == []
@@ -159,40 +99,44 @@ def test_missing_blob_leaves_nothing(registry, published, tmp_path):
     with run_proxy(registry.host) as faulty:
         faulty.add("status", method="GET", path="/blobs/", status=404, code="BLOB_UNKNOWN", nth=2)
         out = tmp_path / "pulled"
-        code, _ = run("pull", f"{faulty.host}/{published['repo']}@{published['digest']}", str(out))
+        code, _ = invoke_output(
+            "pull", f"{faulty.host}/{published['repo']}@{published['digest']}", str(out)
+        )
     assert code != 0
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
 
 def test_tag_only_reference_is_a_usage_error(published, tmp_path):
-    code, text = run("pull", f"{published['ref']}:{NAME}", str(tmp_path / "x"))
+    code, text = invoke_output("pull", f"{published['ref']}:{NAME}", str(tmp_path / "x"))
     assert code == 2 and "digest" in text
     assert not (tmp_path / "x").exists()
 
 
 def test_unknown_tag_or_digest_says_what_was_looked_up(published, tmp_path):
     ref, missing = published["ref"], "sha256:" + "0" * 64
-    code, text = run("pull", f"{ref}@{missing}", str(tmp_path / "x"))
+    code, text = invoke_output("pull", f"{ref}@{missing}", str(tmp_path / "x"))
     assert code == 1 and "404" in text and f"holds no manifest {missing}" in text
     assert not (tmp_path / "x").exists()
-    code, text = run("release-set", "show", ref)  # no tag: 'latest', which publish never writes
+    code, text = invoke_output(
+        "release-set", "show", ref
+    )  # no tag: 'latest', which publish never writes
     assert code == 1 and "no tag given, so 'latest' was looked up" in text
     assert f"e.g. {ref}:<release set name>" in text
-    code, text = run("release-set", "show", f"{ref}:nope")
+    code, text = invoke_output("release-set", "show", f"{ref}:nope")
     assert code == 1 and "has no tag 'nope'" in text
-    assert run("release-set", "show", f"{ref}:{NAME}")[0] == 0
+    assert invoke_output("release-set", "show", f"{ref}:{NAME}")[0] == 0
     # a digest of the repository that is no release set: a usage mistake, not tampering
     top = json.loads((published["layout"] / "index.json").read_bytes())["manifests"][0]
     index = json.loads((published["layout"] / "blobs" / "sha256" / top["digest"][7:]).read_bytes())
     member = index["manifests"][1]["digest"]
-    code, text = run("pull", f"{ref}@{member}", str(tmp_path / "y"))
+    code, text = invoke_output("pull", f"{ref}@{member}", str(tmp_path / "y"))
     assert code == 2 and "is not an nvkr release set index but a" in text, text
     assert not (tmp_path / "y").exists()
 
 
 def test_show_reads_only_index_and_metadata(registry, proxy, published):
     ref = f"{proxy.host}/{published['repo']}:{NAME}"
-    code, text = run("release-set", "show", ref, "--json")
+    code, text = invoke_output("release-set", "show", ref, "--json")
     assert code == 0, text
     doc = json.loads(text)
     assert doc["digest"] == published["digest"] and doc["metadata"]["name"] == NAME
@@ -206,7 +150,7 @@ def test_show_reads_only_index_and_metadata(registry, proxy, published):
     config = reader.read_json(index["manifests"][0])["config"]["digest"]
     assert fetched == {config}  # the metadata only: no payload layer
     assert len(proxy.requests("GET", "/manifests/")) == 2
-    code, text = run(
+    code, text = invoke_output(
         "release-set", "show", f"{proxy.host}/{published['repo']}@{published['digest']}"
     )
     assert code == 0 and NAME in text
@@ -222,7 +166,7 @@ def test_show_by_reference_needs_no_payload(registry, signed, tmp_path):
     saved = tmp_path / "saved"
     shutil.move(path, saved)
     try:
-        code, text = run("release-set", "show", f"{registry.host}/{repo}:{NAME}")
+        code, text = invoke_output("release-set", "show", f"{registry.host}/{repo}:{NAME}")
         assert code == 0 and report.digest in text, text
     finally:
         shutil.move(saved, path)
@@ -233,12 +177,12 @@ def test_verify_by_registry_reference(published):
     the way) and verifies it there: the right key passes, the wrong one exits 3, a tag-only
     reference is a usage error."""
     ref = f"{published['ref']}@{published['digest']}"
-    code, text = run("verify", ref, "--key", str(published["key"]), "--json")
+    code, text = invoke_output("verify", ref, "--key", str(published["key"]), "--json")
     assert code == 0, text
     report = json.loads(text)
     assert report["ok"] and report["releaseSet"]["digest"] == published["digest"]
     assert report["releaseSet"]["signatures"][0]["verifiedBy"]
-    code, text = run("verify", ref, "--key", str(published["other"]))
+    code, text = invoke_output("verify", ref, "--key", str(published["other"]))
     assert code == 3, text
-    code, text = run("verify", published["ref"] + ":latest")
+    code, text = invoke_output("verify", published["ref"] + ":latest")
     assert code == 2 and "neither a directory nor a registry reference by digest" in text

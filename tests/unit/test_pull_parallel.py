@@ -10,8 +10,6 @@ leaves DIR as it was, no temp directory and no worker thread behind.
 
 from __future__ import annotations
 
-import os
-import random
 import threading
 import time
 from pathlib import Path
@@ -19,84 +17,15 @@ from typing import Any
 
 import pytest
 
-from nvkr import releaseset
 from nvkr.delivery.publish import publish_layout
 from nvkr.delivery.pull import pull_release_set
 from nvkr.errors import IntegrityError, RegistryError
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import LayoutReader
 from nvkr.oci.registry import RegistryClient
-from nvkr.store import Store
-from tests.registry import FaultProxy, Logged, Registry, fast_retries, registry, run_proxy
-from tests.unit.test_pull import run
-
-FIXTURES = (fast_retries, registry)  # used by name as parameters
-
-NAME = "nvkr-machines-k8s1.36"
-EPOCH = 1764547200
-VARIANTS = [
-    {"gpu": gpu, "kubernetes": "1.36", "arch": arch}
-    for gpu in ("hopper", "blackwell")
-    for arch in ("amd64", "arm64")
-]
-IMAGES = 6  # machine images in the test set (more than the default 4 workers)
-IMAGE_SIZE = 1 << 20  # bytes each
-
-
-def make_machine_image_set(
-    root: Path, *, count: int = 4, size: int = IMAGE_SIZE, seed: int | None = 0
-) -> Path:
-    """A release set of ``count`` machine-image artifacts of ``size`` random bytes each (seeded
-    for a reproducible set; ``seed`` None: os.urandom), materialised under ``root/dist``; its
-    layout dir. Used by benchmarks/pull.py too."""
-    store = Store(root / "store")
-    rng = random.Random(seed)
-    artifacts: dict[str, dict[str, Any]] = {}
-    spec_artifacts = []
-    for n in range(count):
-        variant = VARIANTS[n % len(VARIANTS)]
-        data = os.urandom(size) if seed is None else rng.randbytes(size)
-        info = store.add_bytes(data)
-        key = f"sha256:{n + 1:064x}"
-        artifacts[key] = {
-            "outputs": [
-                {
-                    "name": f"disk-{n}.qcow2",
-                    "digest": info.digest,
-                    "size": info.size,
-                    "mediaType": mt.NVKR_QCOW2,
-                    "role": "primary",
-                }
-            ],
-            "metadata": {},
-        }
-        spec_artifacts.append(
-            {
-                "name": f"node-image-{n}",
-                "kind": "machine-image",
-                "actionKey": key,
-                "builder": "node-image",
-                "builderVersion": "1",
-                "variant": variant,
-                "platform": {"os": "linux", "architecture": variant["arch"]},
-                "artifactType": mt.NVKR_MACHINE_IMAGE,
-                "dependencies": [{"name": "rootfs", "digest": {"sha256": "9" * 64}}],
-            }
-        )
-    spec = {
-        "name": NAME,
-        "epoch": EPOCH,
-        "recipe": {"path": "recipes/test.yaml", "digest": "sha256:" + "4" * 64},
-        "lockfile": {"path": "lockfiles/test.lock.json", "digest": "sha256:" + "5" * 64},
-        "nvkrVersion": "0.1.0",
-        "variants": VARIANTS,
-        "artifacts": spec_artifacts,
-        "machineImages": [a["name"] for a in spec_artifacts],
-        "clusterRelease": {"kubernetes": "1.36.3", "charts": [], "images": []},
-        "nodePoolReleases": [],
-    }
-    result = releaseset.assemble(spec, artifacts, store)
-    return releaseset.materialize(result, store, root / "dist")
+from tests.helpers.cli import invoke_output
+from tests.helpers.machine_sets import IMAGES, make_machine_image_set
+from tests.helpers.registry import FaultProxy, Logged, Registry, run_proxy
 
 
 def images(layout: Path) -> list[str]:
@@ -218,7 +147,7 @@ def test_one_failing_download_among_concurrent_ones_leaves_dir_untouched(
     before = snapshot(out)
     with run_proxy(registry.host) as proxy:
         _fail_first_disk(proxy, disks)
-        code, text = run("pull", ref_of(proxy.host, machines), str(out))  # 4 workers
+        code, text = invoke_output("pull", ref_of(proxy.host, machines), str(out))  # 4 workers
         failing = next(e for e in proxy.log if e.action == "status").path.rsplit("/", 1)[-1]
         asked = {e.path.rsplit("/", 1)[-1] for e in proxy.requests("GET", "/blobs/")}
     assert code == RegistryError.exit_code, text
@@ -252,7 +181,7 @@ def test_digest_mismatch_on_one_blob_among_many_exits_3_and_writes_nothing(
     try:
         path.write_bytes(saved[:-1] + bytes([saved[-1] ^ 1]))
         out = tmp_path / "pulled"
-        code, text = run("pull", ref_of(registry.host, machines), str(out))
+        code, text = invoke_output("pull", ref_of(registry.host, machines), str(out))
         assert code == IntegrityError.exit_code == 3, text
         assert bad in text
         assert not out.exists() and list(tmp_path.iterdir()) == []

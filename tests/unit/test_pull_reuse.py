@@ -1,7 +1,7 @@
 """``nvkr pull`` reuses blobs it already has: those of an earlier pull's DIR and those of the store
 (``--store``/NVKR_CACHE), each hashed before it is trusted (a corrupt copy is downloaded again),
 and reports the bytes downloaded beside the bytes reused. The registry is CNCF distribution 2.8
-behind the counting proxy of :mod:`tests.registry`.
+behind the counting proxy of :mod:`tests.helpers.registry`.
 """
 
 from __future__ import annotations
@@ -13,14 +13,13 @@ from typing import Any
 
 from nvkr.oci.layout import LayoutReader
 from nvkr.store import Store
-from tests.registry import fast_retries, registry, run_proxy
-from tests.unit.test_pull import blobs, payload, published, run, signed
-
-FIXTURES = (fast_retries, registry, signed, published)  # used by name as parameters
+from tests.helpers.cli import invoke_output
+from tests.helpers.registry import run_proxy
+from tests.helpers.releasesets import blobs, payload
 
 
 def pull(store: Path, ref: str, out: Path, *extra: str) -> dict[str, Any]:
-    code, text = run("--store", str(store), "pull", ref, str(out), "--json", *extra)
+    code, text = invoke_output("--store", str(store), "pull", ref, str(out), "--json", *extra)
     assert code == 0, text
     result = json.loads(text.splitlines()[-1])
     assert result["event"] == "result"
@@ -93,7 +92,7 @@ def test_a_corrupt_local_copy_is_downloaded_again(registry, published, tmp_path)
 def test_the_summary_says_what_was_reused(registry, published, tmp_path):
     ref = f"{published['ref']}@{published['digest']}"
     out = tmp_path / "pulled"
-    assert run("--store", str(tmp_path / "store"), "pull", ref, str(out))[0] == 0
-    code, text = run("--store", str(tmp_path / "store"), "pull", ref, str(out))
+    assert invoke_output("--store", str(tmp_path / "store"), "pull", ref, str(out))[0] == 0
+    code, text = invoke_output("--store", str(tmp_path / "store"), "pull", ref, str(out))
     assert code == 0
     assert "0 bytes downloaded" in text and "reused" in text, text

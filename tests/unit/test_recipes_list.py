@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_rules import RULES_FILE, run, write_recipe
+from tests.helpers.cli import invoke
+from tests.helpers.recipes import RULES_FILE, write_leaf_recipe
 
 LAYER = """\
 apiVersion: nvkr.dev/v1alpha1
@@ -25,16 +26,16 @@ def catalog(tmp_path, monkeypatch) -> Path:
     shutil.copy(RULES_FILE, recipes / "compatibility.yaml")
     (recipes / "layers" / "k8s.yaml").write_text(LAYER)
     # ok: hopper on 1.36, both arches.
-    write_recipe(recipes / "catalog" / "hopper.yaml", arch="amd64, arm64")
+    write_leaf_recipe(recipes / "catalog" / "hopper.yaml", arch="amd64, arm64")
     # invalid: Blackwell with a 535 driver.
-    write_recipe(
+    write_leaf_recipe(
         recipes / "catalog" / "blackwell.yaml",
         gpu="blackwell",
         vars={"nvidiaDriverVersion": "535.247.01"},
     )
     # unsupported although a recipe covers it: ampere on arm64; and an unknown generation.
-    write_recipe(recipes / "catalog" / "ampere.yaml", gpu="ampere", arch="arm64")
-    write_recipe(recipes / "catalog" / "volta.yaml", gpu="volta")
+    write_leaf_recipe(recipes / "catalog" / "ampere.yaml", gpu="ampere", arch="arm64")
+    write_leaf_recipe(recipes / "catalog" / "volta.yaml", gpu="volta")
     # broken: a recipe that does not load.
     (recipes / "catalog" / "broken.yaml").write_text(
         "apiVersion: nvkr.dev/v1alpha1\nkind: Recipe\n"
@@ -46,7 +47,7 @@ def catalog(tmp_path, monkeypatch) -> Path:
 
 
 def test_list_json(catalog, capsys):
-    code, out, err = run(["recipes", "list", "--json"], capsys)
+    code, out, err = invoke(*["recipes", "list", "--json"])
     assert code == 0, err
     rows = json.loads(out)
     assert all(
@@ -104,7 +105,7 @@ def test_list_json(catalog, capsys):
 
 
 def test_list_table(catalog, capsys):
-    code, out, err = run(["recipes", "list"], capsys)
+    code, out, err = invoke(*["recipes", "list"])
     assert code == 0, err
     lines = out.splitlines()
 
@@ -142,18 +143,18 @@ def test_list_table(catalog, capsys):
 def test_list_needs_rules(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "recipes").mkdir()
-    code, _, err = run(["recipes", "list"], capsys)
+    code, _, err = invoke(*["recipes", "list"])
     assert code == 2
     assert "recipes/compatibility.yaml: no compatibility rules file" in err
 
 
 def test_a_combination_is_ok_when_one_covering_leaf_passes(catalog, capsys):
     # a second Hopper 1.36 leaf whose kubelet is newer than the cluster: the cell stays ok
-    write_recipe(
+    write_leaf_recipe(
         catalog / "recipes" / "catalog" / "hopper-bad.yaml",
         vars={"kubeletVersion": "1.37.0"},
     )
-    code, out, err = run(["recipes", "list", "--json"], capsys)
+    code, out, err = invoke(*["recipes", "list", "--json"])
     assert code == 0, err
     rows = {(r["gpu"], r["kubernetes"], r["arch"]): r for r in json.loads(out) if r["gpu"]}
     cell = rows[("hopper", "1.36", "amd64")]

@@ -1,5 +1,5 @@
 """The registry client against real CNCF distribution 2.8, with and without htpasswd auth, and
-through the fault-injecting proxy of :mod:`tests.registry` (dropped connections, 500/429,
+through the fault-injecting proxy of :mod:`tests.helpers.registry` (dropped connections, 500/429,
 truncated bodies, rewritten digests, relative Locations, a bearer-token gate)."""
 
 from __future__ import annotations
@@ -18,20 +18,12 @@ from nvkr.errors import IntegrityError, RegistryError, UsageError
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import artifact_manifest, descriptor, image_index, index_bytes, manifest_bytes
 from nvkr.oci.registry import Reference, RegistryClient, fallback_tag
-from tests.registry import (
+from tests.helpers.registry import (
     PASSWORD,
     USER,
-    auth_registry,
-    fast_retries,
     free_port,
-    proxy,
-    registry,
     run_proxy,
 )
-
-# the fixtures above are used by name as parameters; naming them here keeps linters from
-# taking the parameters for redefinitions of unused imports
-FIXTURES = (auth_registry, fast_retries, proxy, registry)
 
 
 def sha256(data: bytes) -> str:

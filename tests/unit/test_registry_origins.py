@@ -3,7 +3,7 @@ registry path is followed from https down to http.
 
 Real registries hand blob bytes to a storage host (S3, GCS, a CDN): an upload's ``Location`` or
 a blob read's 307 names another origin. The model here is CNCF distribution without auth behind
-a gate (:class:`tests.registry.FaultProxy` in bearer or basic mode) that plays the registry, and a
+a gate (:class:`tests.helpers.registry.FaultProxy` in bearer or basic mode) that plays the registry, and a
 second proxy in front of the same distribution that plays the storage host and logs the
 ``Authorization`` of every request it gets (a different port is a different origin).
 """
@@ -21,10 +21,8 @@ import pytest
 
 from nvkr.errors import IntegrityError, RegistryError
 from nvkr.oci.registry import RegistryClient
-from tests.registry import FaultProxy, fast_retries, registry, run_proxy
-from tests.tls import self_signed
-
-FIXTURES = (fast_retries, registry)  # used by name as parameters
+from tests.helpers.registry import FaultProxy, run_proxy
+from tests.helpers.tls import self_signed
 
 USER, PASSWORD = "alice", "pa55"
 BASIC = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()

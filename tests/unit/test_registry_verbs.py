@@ -1,6 +1,6 @@
 """Every verb that talks to a registry takes the same ``--insecure``, ``-u/--username`` and
 ``--password-stdin``: publish, pull, verify REF, release-set show/export REF, build --push. Run
-in-process against CNCF distribution 2.8 behind htpasswd (:mod:`tests.registry`)."""
+in-process against CNCF distribution 2.8 behind htpasswd (:mod:`tests.helpers.registry`)."""
 
 from __future__ import annotations
 
@@ -10,29 +10,13 @@ from typing import Any
 
 import click
 import pytest
-from click.testing import CliRunner
 
 from nvkr.cli import cli
 from nvkr.delivery.publish import publish_layout
-from nvkr.errors import NvkrError
 from nvkr.oci.registry import RegistryClient
-from tests.registry import PASSWORD, USER, auth_registry, fast_retries
-from tests.unit.test_publish import NAME, make_set
-
-FIXTURES = (auth_registry, fast_retries)  # used by name as parameters
-
-
-def run(*args: str, stdin: str | None = None) -> tuple[int, str]:
-    """The CLI in-process, as ``nvkr.cli.main`` runs it: (exit code, output or error)."""
-    try:
-        result = CliRunner().invoke(
-            cli, list(args), input=stdin, catch_exceptions=False, standalone_mode=False
-        )
-    except NvkrError as e:
-        return e.exit_code, e.render()
-    except click.UsageError as e:
-        return 2, e.format_message()
-    return result.exit_code, result.output
+from tests.helpers.cli import invoke_output
+from tests.helpers.registry import PASSWORD, USER
+from tests.helpers.releasesets import NAME, make_set
 
 
 def commands(group: click.Group, path: str = "nvkr") -> Iterator[tuple[str, click.Command]]:
@@ -95,19 +79,19 @@ def test_registry_verbs_read_a_registry_that_wants_credentials(
     published, tmp_path, no_credentials, verb
 ):
     args = [a.format(ref=published["ref"], digest=published["digest"], tmp=tmp_path) for a in verb]
-    code, text = run("--store", str(tmp_path / "store"), *args)
+    code, text = invoke_output("--store", str(tmp_path / "store"), *args)
     assert code == 1 and "asks for a user name and password" in text, text
-    code, text = run(
-        "--store", str(tmp_path / "store"), *args, "-u", USER, "--password-stdin", stdin=PASSWORD
+    code, text = invoke_output(
+        "--store", str(tmp_path / "store"), *args, "-u", USER, "--password-stdin", input=PASSWORD
     )
     assert code == 0, text
     assert published["digest"] in text or (tmp_path / "pulled" / "index.json").is_file()
-    code, text = run(*args, "--username", USER, "--password-stdin", stdin="wrong\n")
+    code, text = invoke_output(*args, "--username", USER, "--password-stdin", input="wrong\n")
     assert code == 1 and f"refused access for user {USER!r}" in text, text
 
 
 def test_build_push_reads_the_password_before_building(tmp_path, no_credentials):
-    code, text = run(
+    code, text = invoke_output(
         "build", str(tmp_path / "none.yaml"), "--push", "r.example/x", "--password-stdin"
     )
     assert code == 2 and "--password-stdin needs --username" in text, text
@@ -115,11 +99,13 @@ def test_build_push_reads_the_password_before_building(tmp_path, no_credentials)
 
 def test_password_stdin_needs_a_user_everywhere(published, tmp_path, no_credentials):
     ref = f"{published['ref']}:{NAME}"
-    code, text = run("release-set", "show", ref, "--password-stdin", stdin="x")
+    code, text = invoke_output("release-set", "show", ref, "--password-stdin", input="x")
     assert code == 2 and "--password-stdin needs --username" in text
-    code, text = run("release-set", "show", ref, "-u", USER)
+    code, text = invoke_output("release-set", "show", ref, "-u", USER)
     assert code == 2 and "nvkr release-set show ... --password-stdin" in text
     doc = json.loads(
-        run("release-set", "show", ref, "--json", "-u", USER, "--password-stdin", stdin=PASSWORD)[1]
+        invoke_output(
+            "release-set", "show", ref, "--json", "-u", USER, "--password-stdin", input=PASSWORD
+        )[1]
     )
     assert doc["digest"] == published["digest"]

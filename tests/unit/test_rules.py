@@ -15,12 +15,12 @@ from nvkr.catalog.facts import Disagreement, Fact
 from nvkr.catalog.loading import find_rules
 from nvkr.catalog.rules import CompatibilityRules
 from nvkr.catalog.versions import VersionError, parse_driver, parse_upstream
-from nvkr.cli import main
 from nvkr.errors import RecipeError
 from nvkr.recipe import expand, load_recipe
+from tests.helpers.cli import invoke
+from tests.helpers.recipes import RULES_FILE, write_leaf_recipe
 
 REPO = Path(__file__).resolve().parents[2]
-RULES_FILE = REPO / "recipes" / "compatibility.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -231,53 +231,10 @@ def test_pin_disagreement_is_a_violation(rules):
 
 
 # -- facts from recipes ------------------------------------------------------------------------
-RECIPE = """\
-apiVersion: nvkr.dev/v1alpha1
-kind: Recipe
-metadata: {{name: t}}
-matrix: {{gpu: [{gpu}], kubernetes: ["{line}"], arch: [{arch}]}}
-vars:
-{vars}
-sources:
-  node-packages:
-    apt: {{debian: {{url: "http://deb.debian.org/debian", suite: bookworm}}}}
-    arch: "{{{{ arch }}}}"
-    packages:
-{packages}
-releaseSet:
-  name: "t-{{{{ gpu }}}}-{{{{ arch }}}}"
-  clusterRelease: {{kubernetes: "{cluster}"}}
-"""
-
-
-def write_recipe(
-    path: Path,
-    *,
-    gpu: str = "hopper",
-    line: str = "1.36",
-    arch: str = "amd64",
-    cluster: str = "1.36.3",
-    vars: dict[str, str] | None = None,
-    packages: dict[str, str] | None = None,
-) -> Path:
-    vars = {"kubeletVersion": "1.36.3", **(vars or {})}
-    packages = {"systemd-sysv": "252.39-1~deb12u2", **(packages or {})}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(
-        RECIPE.format(
-            gpu=gpu,
-            line=line,
-            arch=arch,
-            cluster=cluster,
-            vars="\n".join(f'  {k}: "{v}"' for k, v in vars.items()),
-            packages="\n".join(f'      {k}: "{v}"' for k, v in packages.items()),
-        )
-    )
-    return path
 
 
 def test_facts_from_vars_and_pins(tmp_path):
-    path = write_recipe(
+    path = write_leaf_recipe(
         tmp_path / "r.yaml",
         gpu="blackwell",
         vars={"nvidiaDriverVersion": "580.95.05", "containerdVersion": "2.1.4"},
@@ -304,7 +261,7 @@ def test_facts_from_vars_and_pins(tmp_path):
 
 
 def test_var_and_pin_disagreeing(tmp_path, rules):
-    path = write_recipe(
+    path = write_leaf_recipe(
         tmp_path / "r.yaml",
         vars={"containerdVersion": "2.1.4"},
         packages={"containerd.io": "2.1.3-1~debian.12~bookworm"},
@@ -324,7 +281,7 @@ def test_var_and_pin_disagreeing(tmp_path, rules):
 
 
 def test_a_bad_version_var_names_file_and_field(tmp_path):
-    path = write_recipe(tmp_path / "r.yaml", vars={"kubeletVersion": "1.36"})
+    path = write_leaf_recipe(tmp_path / "r.yaml", vars={"kubeletVersion": "1.36"})
     (variant,) = expand(load_recipe(path))
     with pytest.raises(VersionError) as err:
         variant_facts(variant, "r.yaml")
@@ -392,14 +349,6 @@ def test_default_recipe_validates_with_the_real_rules():
 
 
 # -- the CLI -----------------------------------------------------------------------------------
-def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        main(args)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture
@@ -413,8 +362,8 @@ def catalog(tmp_path, monkeypatch) -> Path:
 
 
 def test_validate_passes_and_lists_rules(catalog, capsys):
-    write_recipe(catalog / "recipes" / "ok.yaml", vars={"kubeadmVersion": "1.36.3"})
-    code, out, err = run(["validate", "recipes/ok.yaml"], capsys)
+    write_leaf_recipe(catalog / "recipes" / "ok.yaml", vars={"kubeadmVersion": "1.36.3"})
+    code, out, err = invoke(*["validate", "recipes/ok.yaml"])
     assert code == 0, err
     assert (
         "compatibility rules recipes/compatibility.yaml: 8 rules checked: kubernetes.lines, " in out
@@ -428,13 +377,13 @@ def test_validate_passes_and_lists_rules(catalog, capsys):
 
 
 def test_validate_fails_with_every_violation(catalog, capsys):
-    write_recipe(
+    write_leaf_recipe(
         catalog / "recipes" / "bad.yaml",
         gpu="ampere",
         arch="arm64",
         vars={"kubeadmVersion": "1.36.2"},
     )
-    code, out, err = run(["validate", "recipes/bad.yaml"], capsys)
+    code, out, err = invoke(*["validate", "recipes/bad.yaml"])
     assert code == 2 and out == ""
     assert err.startswith(
         "error[NVKR-E-RECIPE]: recipes/bad.yaml: variant gpu=ampere,kubernetes=1.36,arch=arm64: "
@@ -446,21 +395,21 @@ def test_validate_fails_with_every_violation(catalog, capsys):
 
 
 def test_plan_refuses_an_invalid_combination(catalog, capsys):
-    write_recipe(catalog / "recipes" / "bad.yaml", gpu="volta")
-    code, _, err = run(["plan", "recipes/bad.yaml", "--offline"], capsys)
+    write_leaf_recipe(catalog / "recipes" / "bad.yaml", gpu="volta")
+    code, _, err = invoke(*["plan", "recipes/bad.yaml", "--offline"])
     assert code == 2
     assert "rule gpu.generations: GPU generation 'volta' is not supported" in err
 
 
 def test_validate_outside_a_catalog_and_with_rules(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    write_recipe(tmp_path / "r.yaml", gpu="volta")
-    code, out, _ = run(["validate", "r.yaml"], capsys)
+    write_leaf_recipe(tmp_path / "r.yaml", gpu="volta")
+    code, out, _ = invoke(*["validate", "r.yaml"])
     assert code == 0
     assert out.endswith(
         "no compatibility rules apply (no recipes/compatibility.yaml above r.yaml)\n"
     )
-    code, _, err = run(["validate", "r.yaml", "--rules", str(RULES_FILE)], capsys)
+    code, _, err = invoke(*["validate", "r.yaml", "--rules", str(RULES_FILE)])
     assert code == 2 and "rule gpu.generations" in err
 
 

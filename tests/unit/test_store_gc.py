@@ -18,10 +18,8 @@ from nvkr.errors import UsageError
 from nvkr.quantities import parse_duration, parse_size
 from nvkr.store import Store
 from nvkr.store_gc import collect, usage
-from tests.conftest import run_nvkr, start_nvkr
-from tests.registry import Registry, fast_retries, registry
-
-FIXTURES = (fast_retries, registry)  # used by name
+from tests.helpers.nvkr import run_nvkr, start_nvkr
+from tests.helpers.registry import Registry
 
 RECIPE = """\
 apiVersion: nvkr.dev/v1alpha1

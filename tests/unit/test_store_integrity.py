@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from nvkr.store import Store
-from tests.conftest import run_nvkr
+from tests.helpers.nvkr import run_nvkr
 
 RECIPE = """\
 apiVersion: nvkr.dev/v1alpha1

@@ -14,7 +14,6 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,41 +29,10 @@ from nvkr.sbom import SPDX_MEDIA_TYPE as SPDX_JSON
 from nvkr.sign import generate_key, load_private_key, load_public_key
 from nvkr.verify import compare, load_policy, verify_release_set
 from nvkr.verify.archive import first_difference
-from tests.unit.test_releaseset import EPOCH, NAME, build, tar_gz
+from tests.helpers.sample_set import EPOCH, NAME, build, tar_gz
 
 
 # -- helpers --------------------------------------------------------------------------------------
-@dataclass
-class Run:
-    code: int
-    stdout: str
-    stderr: str
-
-
-@pytest.fixture
-def nvkr(capsys: pytest.CaptureFixture[str]) -> Callable[..., Run]:
-    """Run the real CLI entry point in-process (keys and verify registered if not yet)."""
-    from nvkr.cli import cli, main
-    from nvkr.cli import keys as keys_cli
-    from nvkr.cli import verify as verify_cli
-
-    for module in (keys_cli, verify_cli):
-        if module.command.name not in cli.commands:
-            cli.add_command(module.command)
-
-    def run(*args: str) -> Run:
-        capsys.readouterr()
-        try:
-            main([str(a) for a in args])
-            code = 0
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else 1
-        out, err = capsys.readouterr()
-        return Run(code, out, err)
-
-    return run
-
-
 @dataclass
 class Signed:
     layout: Path
@@ -689,8 +657,8 @@ def test_diffoscope_output_goes_into_the_report(
 @pytest.fixture
 def small_project(tmp_path: Path, http_dir: Any) -> tuple[Path, Path]:
     """test_cli's small recipe (sources on a loopback server), locked and built: (project, store)."""
-    from tests.conftest import run_nvkr
-    from tests.unit.test_cli import write_recipe
+    from tests.helpers.nvkr import run_nvkr
+    from tests.helpers.recipes import write_small_recipe
 
     for arch in ("amd64", "arm64"):
         d = http_dir.root / "release" / "v1.0.0" / "bin" / "linux" / arch
@@ -701,7 +669,7 @@ def small_project(tmp_path: Path, http_dir: Any) -> tuple[Path, Path]:
     (http_dir.root / "README").write_bytes(b"readme\n")
     proj = tmp_path / "proj"
     (proj / "recipes").mkdir(parents=True)
-    write_recipe(proj, http_dir.url)
+    write_small_recipe(proj, http_dir.url)
     store = tmp_path / "store"
     for step in (("lock", "recipes/small.yaml"), ("build", "recipes/small.yaml", "--locked")):
         res = run_nvkr(*step, cwd=proj, store=store)

@@ -21,14 +21,9 @@ from nvkr.execute import run_action
 from nvkr.oci import mediatypes as mt
 from nvkr.recipe.models import PypiSource
 from nvkr.store import Store
-from tests.unit.builders.test_container_image import (  # noqa: F401 - the fixture
-    EPOCH,
-    World,
-    registered,
-    to_action,
-    tool,
-    write_image_layout,
-)
+from tests.helpers.container_images import EPOCH, World, to_action, tool, write_image_layout
+
+pytestmark = pytest.mark.usefixtures("container_image_builder")
 
 
 @pytest.fixture

@@ -33,9 +33,7 @@ from nvkr.oci import mediatypes as mt
 from nvkr.recipe import Variant
 from nvkr.repro import tar_bytes
 from nvkr.store import Store
-from tests.podman import podman_docker_host, podman_service
-
-__all__ = ["podman_docker_host"]  # a fixture: imported for pytest, used by name
+from tests.helpers.podman import podman_service
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "dockerfile"
 EPOCH = 1764547200

@@ -24,7 +24,7 @@ from nvkr.execute import execute
 from nvkr.fetch import FetchContext
 from nvkr.plan import Plan
 from nvkr.store import Store
-from tests.unit.builders.test_helm_chart import (
+from tests.helpers.charts import (
     DIGEST,
     build_chart,
     members,
@@ -221,7 +221,7 @@ def test_nvkr_build_prints_the_warning_on_every_build(tmp_path: Path) -> None:
     hard-codes its image builds with a warning line (and a JSON event), cached or not."""
     import json
 
-    from tests.conftest import run_nvkr
+    from tests.helpers.nvkr import run_nvkr
 
     proj = tmp_path / "proj"
     write_chart(proj / "charts" / "pinless", HARD_CODED)

@@ -31,7 +31,7 @@ from nvkr.recipe import expand, load_recipe
 from nvkr.recipe.models import PathSource, UrlSource
 from nvkr.repro import tar_bytes
 from nvkr.store import Store
-from tests.k8smirror import K8sMirror, crictl_archive, kube_payload, serve_k8s_mirror
+from tests.helpers.k8smirror import K8sMirror, crictl_archive, kube_payload, serve_k8s_mirror
 
 EPOCH = 1_764_547_200
 VERSION = "1.36.3"

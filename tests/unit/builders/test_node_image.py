@@ -150,7 +150,7 @@ def test_staged_directories_are_0755_whatever_the_umask(tmp_path: Path) -> None:
 def test_kubelet_settings_without_a_kubelet_are_refused(tmp_path: Path) -> None:
     """The default recipe stages kubectl only: kubelet settings on its node image would be
     dropped silently, so planning refuses them, naming the artifact."""
-    from tests.conftest import make_clone, run_nvkr
+    from tests.helpers.nvkr import make_clone, run_nvkr
 
     clone = make_clone(tmp_path / "clone")
     recipe = clone / "recipes" / "default.yaml"
@@ -185,7 +185,7 @@ def test_the_builders_boot_test_falls_back_to_tcg_and_keeps_the_console(
     after GRUB is booted again under TCG, the build log says so and names the console log kept
     under the store; under ``NVKR_BOOT_ACCEL=kvm`` the stall fails, naming that log."""
     from nvkr.machine import boot, qemu
-    from tests.fake_qemu import accels, fake_qemu
+    from tests.helpers.fake_qemu import accels, fake_qemu
 
     grub = [("say", "nvkr: loading /boot/vmlinuz-6.1.0-test-amd64\r\n")]
     fake = fake_qemu(tmp_path / "q", {"kvm": grub, "tcg": [*grub, ("say", "node login: ")]})

@@ -15,7 +15,7 @@ import pytest
 from nvkr.disk import assemble_disk, min_size_bytes, prepare_boot_files
 from nvkr.disk.layout import MIB
 from nvkr.errors import DiskError
-from tests.unit.disk.conftest import EPOCH, SEED, make_tree, needs_grub, needs_tools, umask
+from tests.helpers.disk import EPOCH, SEED, make_tree, needs_grub, needs_tools, umask
 
 pytestmark = [needs_tools, needs_grub]
 SIZE = 128 * MIB

@@ -3,52 +3,23 @@ its fake kernel: success, failure line, timeout, QEMU exit, interruption; no QEM
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import time
 from pathlib import Path
 
 import pytest
 
-from nvkr.disk import assemble_disk, prepare_boot_files
-from nvkr.disk.layout import MIB
 from nvkr.errors import BootTestError
 from nvkr.machine import boot, qemu
-from tests.unit.disk.conftest import EPOCH, KVER, SEED, make_tree, needs_grub, needs_tools
-
-needs_qemu = pytest.mark.skipif(
-    shutil.which("qemu-system-x86_64", path="/usr/bin:/bin") is None,
-    reason="qemu-system-x86 missing",
+from tests.helpers.disk import (
+    KVER,
+    LOADING,
+    build_image,
+    needs_grub,
+    needs_qemu,
+    needs_tools,
+    qemu_running,
 )
-LOADING = rf"nvkr: loading /boot/vmlinuz-{KVER}"
-
-
-def qemu_running(image: Path) -> list[int]:
-    """Pids of QEMU processes whose command line names ``image``."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"qemu-system" in cmdline and str(image).encode() in cmdline:
-            pids.append(int(entry))
-    return pids
-
-
-def build_image(base: Path) -> Path:
-    """A 96 MiB disk under ``base`` whose GRUB boots for real and then fails to load its fake
-    kernel after printing :data:`LOADING`."""
-    tree = make_tree(base / "tree")
-    layout = prepare_boot_files(tree, arch="amd64", seed=SEED, kernel_args=[], epoch=EPOCH)
-    work = base / "work"
-    work.mkdir()
-    out = base / "node.qcow2"
-    assemble_disk(tree, out, layout=layout, size_bytes=96 * MIB, epoch=EPOCH, workdir=work)
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import pytest
 from nvkr.disk import prepare_boot_files
 from nvkr.disk.bootfiles import ASSETS, GROWROOT_SCRIPT, GROWROOT_UNIT, GROWROOT_WANTS
 from nvkr.errors import DiskError
-from tests.unit.disk.conftest import EPOCH, KVER, SEED
+from tests.helpers.disk import EPOCH, KVER, SEED
 
 
 def _prepare(tree, **kw):

@@ -12,7 +12,7 @@ import pytest
 from nvkr.disk import ext4
 from nvkr.disk.layout import MIB, disk_layout
 from nvkr.errors import DiskError
-from tests.unit.disk.conftest import CAPABILITY, EPOCH, ODD_NAMES, SEED, is_root, needs_tools
+from tests.helpers.disk import CAPABILITY, EPOCH, ODD_NAMES, SEED, is_root, needs_tools
 
 
 def debugfs(image: Path, *requests: str) -> str:

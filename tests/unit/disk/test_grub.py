@@ -10,7 +10,7 @@ import pytest
 from nvkr.disk import grub
 from nvkr.disk.layout import disk_layout
 from nvkr.errors import DiskError
-from tests.unit.disk.conftest import HOST_GRUB, SEED, make_tree, needs_grub, needs_tools
+from tests.helpers.disk import HOST_GRUB, SEED, make_tree, needs_grub, needs_tools
 
 BOOT_IMG = HOST_GRUB / "i386-pc" / "boot.img"
 

@@ -18,7 +18,7 @@ from nvkr.disk.layout import (
     disk_layout,
 )
 from nvkr.errors import DiskError
-from tests.unit.disk.conftest import SEED, needs_tools
+from tests.helpers.disk import SEED, needs_tools
 
 
 def test_amd64_layout_bios_esp_root_last():

@@ -26,19 +26,7 @@ import pytest
 
 from nvkr.fetch import FetchContext
 from nvkr.store import Store
-from tests.tls import self_signed, serve_tls
-
-
-@pytest.fixture(autouse=True)
-def _fast_retries_no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Keep the retry policy (counts, statuses) but not its sleeps; never send loopback
-    requests (ours, pip's, git's) through a proxy the machine may configure."""
-    monkeypatch.setattr("nvkr.fetch.http.BACKOFF", 0.0)
-    for var in ("no_proxy", "NO_PROXY"):
-        current = os.environ.get(var, "")
-        monkeypatch.setenv(
-            var, ",".join(filter(None, [current, "127.0.0.1", "127.0.0.2", "localhost"]))
-        )
+from tests.helpers.tls import self_signed, serve_tls
 
 
 @pytest.fixture

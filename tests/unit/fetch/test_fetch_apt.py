@@ -1,4 +1,4 @@
-"""The ``apt`` source kind against a real, signed apt repository on loopback (tests/aptrepo.py):
+"""The ``apt`` source kind against a real, signed apt repository on loopback (tests/helpers/aptrepo.py):
 lock resolves the closure from the signed indexes and keeps every .deb; build never resolves,
 takes the store's copies without network and names the package when one is missing; bad
 signatures, unknown versions, replaced .debs and edited lock entries are clear errors."""
@@ -17,11 +17,8 @@ from nvkr.fetch import FetchContext, ensure, resolve
 from nvkr.fetch.apt import read_manifest
 from nvkr.recipe.models import AptSource
 from nvkr.store import Store
-from tests import aptrepo
-from tests.aptrepo import DRIVER_VERSION, TOOLKIT_VERSION, AptRepo
-
-apt_repos = aptrepo.apt_repos
-gpu_apt_repo = aptrepo.gpu_apt_repo
+from tests.helpers import aptrepo
+from tests.helpers.aptrepo import DRIVER_VERSION, TOOLKIT_VERSION, AptRepo
 
 
 def _source(repo: AptRepo, packages: dict[str, str], arch: str = "amd64") -> AptSource:

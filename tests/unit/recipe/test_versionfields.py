@@ -7,8 +7,7 @@ import pytest
 
 from nvkr.errors import RecipeError
 from nvkr.recipe import expand, load_recipe
-
-from .conftest import MINIMAL, WriteFile
+from tests.helpers.recipes import MINIMAL, WriteFile
 
 NODE = (
     MINIMAL.replace(

@@ -8,8 +8,7 @@ import pytest
 
 from nvkr.errors import RecipeError
 from nvkr.recipe.yamlsource import Location, format_path, read_yaml
-
-from .conftest import WriteFile
+from tests.helpers.recipes import WriteFile
 
 
 def test_locations_keep_raw_scalar_text(write: WriteFile) -> None:

@@ -7,7 +7,7 @@ containers.conf that works on a CI machine without systemd: host network namespa
 registry is searched for short names. The session fixture :func:`podman_docker_host` yields the
 ``DOCKER_HOST`` URL; a missing podman fails the tests (CI installs it), it never skips them.
 
-Import the fixture into a test module: ``from tests.podman import podman_docker_host``.
+A plugin of tests/conftest.py: a test names ``podman_docker_host`` as a parameter.
 """
 
 from __future__ import annotations

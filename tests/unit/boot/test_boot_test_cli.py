@@ -1,4 +1,4 @@
-"""``nvkr boot-test`` with fake QEMUs (tests/fake_qemu.py): the start line, the stall warning and
+"""``nvkr boot-test`` with fake QEMUs (tests/helpers/fake_qemu.py): the start line, the stall warning and
 the TCG retry, ``--accel`` and ``$NVKR_BOOT_ACCEL``, the console log (``--console-log``, by default
 under the store) named on failure, and ``--json`` events that carry the accelerator and the log."""
 
@@ -10,11 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-from nvkr.cli import main
-from nvkr.machine import boot, qemu
-from tests.fake_qemu import accels, fake_qemu
+from nvkr.machine import qemu
+from tests.helpers.cli import invoke
+from tests.helpers.fake_qemu import accels, fake_qemu
 
 FIRMWARE = [
     ("say", "SeaBIOS (version 1.16.2-debian-1.16.2-1)\r\n"),
@@ -28,44 +27,16 @@ BOOTS = [
 HANGS_UNDER_KVM = {"kvm": FIRMWARE, "tcg": BOOTS}
 
 
-@pytest.fixture
-def image(tmp_path: Path) -> Path:
-    path = tmp_path / "node.qcow2"
-    path.write_bytes(b"QFI\xfb" + bytes(508))
-    return path
-
-
-@pytest.fixture
-def kvm_host(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A host whose KVM passes the boot-sector probe; no stall seen yet in this process."""
-    monkeypatch.setattr(boot, "kvm_works", lambda arch="amd64": True)
-    monkeypatch.setattr(boot, "KVM_STALL_SECONDS", 2.0)
-    monkeypatch.setattr(boot, "_KVM_HANGS", set())
-    monkeypatch.delenv(boot.ACCEL_ENV, raising=False)
-
-
 def _fake(monkeypatch: pytest.MonkeyPatch, directory: Path, script: dict[str, Any]) -> Path:
     binary = fake_qemu(directory, script)
     monkeypatch.setitem(qemu.QEMU, "amd64", (str(binary), "qemu-system-x86"))
     return binary
 
 
-def _run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    """``nvkr.cli.main`` in-process, errors rendered as the console script renders them:
-    (exit code, stdout, stderr)."""
-    with CliRunner().isolation(env=env) as (out, err, _):
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as e:
-            code = int(e.code or 0)
-        return code, out.getvalue().decode(), err.getvalue().decode()
-
-
 def test_a_start_line_then_a_warning_and_the_tcg_retry(image, tmp_path, kvm_host, monkeypatch):
     fake = _fake(monkeypatch, tmp_path / "q", HANGS_UNDER_KVM)
     logs = tmp_path / "logs"
-    code, out, err = _run(
+    code, out, err = invoke(
         "boot-test", str(image), "--no-labels", "--timeout", "20", "--console-log", str(logs)
     )
     assert code == 0, err
@@ -91,12 +62,12 @@ def test_a_start_line_then_a_warning_and_the_tcg_retry(image, tmp_path, kvm_host
 def test_accel_option_and_nvkr_boot_accel(image, tmp_path, kvm_host, monkeypatch):
     fake = _fake(monkeypatch, tmp_path / "q", {"kvm": BOOTS, "tcg": BOOTS})
     base = ["boot-test", str(image), "--no-labels", "--console-log", str(tmp_path / "logs")]
-    assert _run(*base, "--accel", "tcg")[0] == 0
-    assert _run(*base, env={"NVKR_BOOT_ACCEL": "tcg"})[0] == 0
-    assert _run(*base, "--accel", "kvm", env={"NVKR_BOOT_ACCEL": "tcg"})[0] == 0
-    assert _run(*base)[0] == 0  # auto: KVM answers
+    assert invoke(*base, "--accel", "tcg")[0] == 0
+    assert invoke(*base, env={"NVKR_BOOT_ACCEL": "tcg"})[0] == 0
+    assert invoke(*base, "--accel", "kvm", env={"NVKR_BOOT_ACCEL": "tcg"})[0] == 0
+    assert invoke(*base)[0] == 0  # auto: KVM answers
     assert accels(fake) == ["tcg", "tcg", "kvm", "kvm"]
-    code, _, err = _run(*base, env={"NVKR_BOOT_ACCEL": "fast"})
+    code, _, err = invoke(*base, env={"NVKR_BOOT_ACCEL": "fast"})
     assert code == 2 and "NVKR_BOOT_ACCEL" in err and "'fast'" in err
     assert len(accels(fake)) == 4
 
@@ -106,7 +77,7 @@ def test_a_kvm_stall_under_accel_kvm_fails_naming_the_console_log(
 ):
     fake = _fake(monkeypatch, tmp_path / "q", HANGS_UNDER_KVM)
     logs = tmp_path / "logs"
-    code, _, err = _run(
+    code, _, err = invoke(
         "boot-test", str(image), "--no-labels", "--accel", "kvm", "--console-log", str(logs)
     )
     assert code == 1
@@ -120,7 +91,7 @@ def test_a_kvm_stall_under_accel_kvm_fails_naming_the_console_log(
 def test_json_events_carry_the_accelerator_and_the_log(image, tmp_path, kvm_host, monkeypatch):
     _fake(monkeypatch, tmp_path / "q", HANGS_UNDER_KVM)
     store = tmp_path / "store"
-    code, out, err = _run("--store", str(store), "boot-test", str(image), "--no-labels", "--json")
+    code, out, err = invoke("--store", str(store), "boot-test", str(image), "--no-labels", "--json")
     assert code == 0, err
     events = [json.loads(line) for line in out.splitlines()]
     assert [(e["event"], e["accel"]) for e in events] == [
@@ -140,7 +111,7 @@ def test_a_failure_in_json_names_the_accelerator_and_the_log(
 ):
     _fake(monkeypatch, tmp_path / "q", {"tcg": [*FIRMWARE, ("exit", 1)]})
     logs = tmp_path / "logs"
-    code, out, _ = _run(
+    code, out, _ = invoke(
         "boot-test",
         str(image),
         "--no-labels",

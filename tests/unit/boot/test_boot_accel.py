@@ -2,7 +2,7 @@
 after :data:`nvkr.machine.boot.KVM_STALL_SECONDS` and booted again under TCG (``accel="auto"``), or fails
 naming KVM (``"kvm"``); ``"tcg"`` never runs KVM; ``$NVKR_BOOT_ACCEL`` is the default.
 
-Fake QEMUs (tests/fake_qemu.py) play scripted consoles, fast; the last test injects the hang into
+Fake QEMUs (tests/helpers/fake_qemu.py) play scripted consoles, fast; the last test injects the hang into
 the real QEMU (``-S`` under ``-accel kvm``) and sees the TCG retry reach GRUB's line."""
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ import pytest
 
 from nvkr.errors import BootTestError, UsageError
 from nvkr.machine import boot, qemu
-from tests.fake_qemu import accels, fake_qemu, hanging_kvm_qemu
-from tests.unit.disk.conftest import needs_grub, needs_tools
-from tests.unit.disk.test_boot import LOADING, build_image, needs_qemu
+from tests.helpers.disk import LOADING, build_image, needs_grub, needs_qemu, needs_tools
+from tests.helpers.fake_qemu import STALL, accels, fake_qemu, hanging_kvm_qemu
 
 FIRMWARE = [
     ("say", "\x1bc\x1b[?7l\x1b[2J\x1b[0mSeaBIOS (version 1.16.2-debian-1.16.2-1)\r\n"),
@@ -26,23 +25,6 @@ FIRMWARE = [
 ]
 KERNEL = [("say", "[    0.000000] Linux version 6.1.0-test-amd64 (gcc 12)\r\n")]
 READY = [("say", "[    4.2] node-agent[9]: nvkr-node-agent: ready gpus=0 generation=none\r\n")]
-STALL = 2.0  # seconds: KVM_STALL_SECONDS in these tests
-
-
-@pytest.fixture
-def image(tmp_path: Path) -> Path:
-    path = tmp_path / "node.qcow2"
-    path.write_bytes(b"QFI\xfb" + bytes(508))
-    return path
-
-
-@pytest.fixture
-def kvm_host(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A host whose KVM passes the boot-sector probe; no stall seen yet in this process."""
-    monkeypatch.setattr(boot, "kvm_works", lambda arch="amd64": True)
-    monkeypatch.setattr(boot, "KVM_STALL_SECONDS", STALL)
-    monkeypatch.setattr(boot, "_KVM_HANGS", set())
-    monkeypatch.delenv(boot.ACCEL_ENV, raising=False)
 
 
 def _use(monkeypatch: pytest.MonkeyPatch, binary: Path) -> Path:

@@ -15,8 +15,8 @@ through the request body (the registry gets half a chunk), answer a status itsel
 relative ones, play a bearer-token gate (its own ``/token``, or a ``realm`` elsewhere) or a basic
 auth gate, and play a registry whose blobs live on a storage host: upload ``Location`` headers
 name another proxy, blob reads answer 307 to it. It logs the ``Authorization`` each request
-carried, and serves TLS when given a certificate (:mod:`tests.tls`). Test modules import the
-fixtures they use by name.
+carried, and serves TLS when given a certificate (:mod:`tests.helpers.tls`). A plugin of
+tests/conftest.py: a test names the fixtures it uses as parameters.
 """
 
 from __future__ import annotations
@@ -435,11 +435,11 @@ class FaultProxy:
 @contextlib.contextmanager
 def run_proxy(upstream: str, *, tls: tuple[Path, Path] | None = None) -> Iterator[FaultProxy]:
     """A :class:`FaultProxy` on a free loopback port in front of ``upstream``; with ``tls``
-    (cert, key from :func:`tests.tls.self_signed`) it speaks HTTPS."""
+    (cert, key from :func:`tests.helpers.tls.self_signed`) it speaks HTTPS."""
     server = _ProxyServer(("127.0.0.1", 0), _Handler)
     proxy = FaultProxy(upstream=upstream, host=f"127.0.0.1:{server.server_address[1]}")
     if tls is not None:
-        from tests.tls import serve_tls
+        from tests.helpers.tls import serve_tls
 
         serve_tls(server, *tls)
         proxy.scheme = "https"
@@ -457,16 +457,11 @@ def run_proxy(upstream: str, *, tls: tuple[Path, Path] | None = None) -> Iterato
 
 @pytest.fixture(autouse=True)
 def fast_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Keep the retry policy, not its sleeps; never send loopback requests through a proxy the
-    machine may configure (autouse wherever it is imported)."""
-    import os
-
+    """Keep the retry policies (counts, statuses), not their sleeps: the registry client's and
+    the HTTP fetcher's (autouse: registered as a plugin). Loopback bypasses any proxy through
+    :mod:`tests.helpers.isolation`."""
     monkeypatch.setattr("nvkr.oci.session.BACKOFF", 0.0)
-    for var in ("no_proxy", "NO_PROXY"):
-        current = os.environ.get(var, "")
-        monkeypatch.setenv(
-            var, ",".join(filter(None, [current, "127.0.0.1", "127.0.0.2", "localhost"]))
-        )
+    monkeypatch.setattr("nvkr.fetch.http.BACKOFF", 0.0)
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 RECIPE = """\
 apiVersion: nvkr.dev/v1alpha1

@@ -24,7 +24,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 NODE_MODULES = REPO / ".ci" / "node_modules"
 _BIN = Path(sys.executable).parent
@@ -195,3 +195,29 @@ def _cycles(tasks: list[dict[str, Any]]) -> list[str]:
         return False
 
     return [f"task {n}: its dependencies form a cycle" for n in deps if visit(n)][:1]
+
+
+#: a GitLab CI file's top-level keys that are not jobs
+GITLAB_KEYWORDS = {"workflow", "variables", "default", "stages", "include", "image", "cache"}
+
+
+def gitlab_problems(doc: dict, max_needs: int, max_matrix: int = 200) -> list[str]:
+    """What GitLab refuses at pipeline creation that its schema does not say: needs on jobs that
+    do not exist, more needs than the cap (each instance of a matrix job counts), a matrix
+    larger than 200 jobs, a job needing one in a later stage."""
+    jobs = {k: v for k, v in doc.items() if k not in GITLAB_KEYWORDS}
+    stages = doc["stages"]
+    size = {n: len((j.get("parallel") or {}).get("matrix") or [None]) for n, j in jobs.items()}
+    problems = []
+    for name, job in jobs.items():
+        if size[name] > max_matrix:
+            problems.append(f"{name}: a matrix of {size[name]}")
+        for need in job.get("needs", []):
+            if need not in jobs:
+                problems.append(f"{name}: needs {need!r}, no such job")
+            elif stages.index(jobs[need]["stage"]) > stages.index(job["stage"]):
+                problems.append(f"{name}: needs {need} of a later stage")
+        count = sum(size.get(n, 1) for n in job.get("needs", []))
+        if count > max_needs:
+            problems.append(f"{name}: needs {count} jobs, over {max_needs}")
+    return problems

@@ -5,7 +5,7 @@ clone`` of the source repository (its ``actions/checkout`` step), an empty ``HOM
 nvkr store, ``~/.cache/nvkr``, and no config) and nothing else from the other jobs: whatever a
 job needs from an earlier one has to come through the registry the workflow names. ``env:``
 values (workflow, then job, then step) are evaluated as GitHub evaluates ``${{ }}``
-(:mod:`tests.ghexpr`) over the ``github``, ``secrets``, ``matrix`` and ``env`` contexts; ``run:``
+(:mod:`tests.helpers.ghexpr`) over the ``github``, ``secrets``, ``matrix`` and ``env`` contexts; ``run:``
 steps run with ``bash -e`` in the clone. What this does not reproduce: ``runs-on`` (every job
 runs on this machine), ``container:`` (the host's tools instead of the pinned image),
 ``environment:`` protection rules (the secrets given are the ones the event would see).
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests import ghexpr
+from tests.helpers import ghexpr
 
 CHECKOUT = "actions/checkout@"
 

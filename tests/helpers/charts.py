@@ -1,0 +1,124 @@
+"""Helm charts for the helm-chart builder tests: plan and run the builder over a chart directory
+(:func:`plan_chart`, :func:`build_chart` with a fake image-index result), read what it wrote
+(:func:`output`, :func:`members`), and check an archive with real Helm (:func:`helm_checks`,
+helm-python-sdk, imported only there)."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
+from typing import Any
+
+from nvkr.action import Action, action_key
+from nvkr.builders import ActionSpec, ResolvedSource
+from nvkr.builders.helm_chart.artifact import HelmChartArtifact
+from nvkr.builders.helm_chart.builder import HelmChartBuilder
+from nvkr.execute import run_action
+from nvkr.recipe.models import PathSource
+from nvkr.repro import tar_bytes
+from nvkr.store import Store
+
+DIGEST = "sha256:" + "5e" * 32
+EPOCH = 1764547200
+CHART_MEDIA = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
+CONFIG_MEDIA = "application/vnd.cncf.helm.config.v1+json"
+
+
+class FakeRefs:
+    """PlanRefs for one chart: its source, and an image-index action per image artifact."""
+
+    def __init__(self, src: ResolvedSource) -> None:
+        self.src = src
+        self.indexes: dict[str, Action] = {}
+
+    def source(self, name: str) -> ResolvedSource:
+        assert name == self.src.name
+        return self.src
+
+    def artifact(self, name: str) -> Action:  # pragma: no cover - charts use image_index
+        raise AssertionError(name)
+
+    def image_index(self, name: str) -> Action:
+        params = {"name": name, "platforms": []}
+        key = action_key("image-index", "1", params, {}, {}, EPOCH)
+        action = Action(key, "image-index", "1", name, params, {}, {}, EPOCH)
+        return self.indexes.setdefault(name, action)
+
+
+def chart_source(store: Store, root: Path, name: str = "chart-src") -> ResolvedSource:
+    """A path source for ``root`` whose blob (the deterministic tar) is in ``store``."""
+    digest = store.add_bytes(tar_bytes(root, epoch=0)).digest
+    return ResolvedSource(
+        name=name,
+        spec=PathSource(path=root.name),
+        entry={"kind": "path", "path": f"charts/{root.name}", "digest": digest},
+        base_dir=root.parent,
+    )
+
+
+def plan_chart(store: Store, root: Path, **fields: Any) -> tuple[ActionSpec, Action, FakeRefs]:
+    """Plan a helm-chart artifact over ``root``; returns the spec, the action and the refs."""
+    src = chart_source(store, root)
+    artifact = HelmChartArtifact.model_validate(
+        {"builder": "helm-chart", "source": src.name, "version": "0.1.0", **fields}
+    )
+    refs = FakeRefs(src)
+    spec = HelmChartBuilder().plan("chart", artifact, None, refs)  # type: ignore[arg-type]
+    version = HelmChartBuilder.version
+    key = action_key("helm-chart", version, spec.params, spec.inputs, spec.tools, EPOCH, spec.deps)
+    action = Action(
+        key=key,
+        builder="helm-chart",
+        builder_version=version,
+        name="chart",
+        params=spec.params,
+        inputs=spec.inputs,
+        tools=spec.tools,
+        epoch=EPOCH,
+        deps=spec.deps,
+        sources=spec.sources,
+    )
+    return spec, action, refs
+
+
+def build_chart(
+    store: Store, root: Path, *, index_digest: str = DIGEST, **fields: Any
+) -> dict[str, Any]:
+    """Plan and run the builder (as the executor does) with a fake image-index result."""
+    _, action, _ = plan_chart(store, root, **fields)
+    deps = {k: {"outputs": [], "metadata": {"indexDigest": index_digest}} for k in action.deps}
+    return run_action(action, store, deps)
+
+
+def output(store: Store, result: dict[str, Any], role: str) -> bytes:
+    """The bytes of the one output of ``result`` with ``role``."""
+    (out,) = [o for o in result["outputs"] if o["role"] == role]
+    return store.read_blob(out["digest"])
+
+
+def members(tgz: bytes) -> dict[str, bytes]:
+    """name -> bytes of every member of a .tgz."""
+    with tarfile.open(fileobj=io.BytesIO(tgz), mode="r:gz") as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore[union-attr]
+
+
+def helm_checks(path: Path) -> dict[str, str]:
+    """Helm loads the archive, lints it strictly with no finding above info, and renders it
+    with its default values; returns the rendered manifests."""
+    import helm_python as helm
+
+    report = helm.lint(str(path), strict=True)
+    assert report["errors"] == [], report
+    assert all(m["severity"] < 2 for m in report["messages"]), report
+    with helm.Chart.load(str(path)) as chart:
+        return dict(chart.render(name="rel", namespace="default"))
+
+
+def write_chart(root: Path, files: dict[str, str]) -> Path:
+    """A chart directory at ``root`` holding ``files`` (relative path -> text)."""
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root

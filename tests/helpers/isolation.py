@@ -1,0 +1,65 @@
+"""Every test runs as a new user on this machine would: its own empty ``HOME`` (with only a git
+identity), its own XDG config, cache, data and state directories under it, no ``NVKR_*``
+variable but the machine's :data:`KEEP` (so the store defaults to ``~/.cache/nvkr`` and the
+config to ``~/.config/nvkr/config.yaml``, both inside that ``HOME``), no ``SOURCE_DATE_EPOCH``,
+no ``DOCKER_CONFIG`` or registry auth file, and loopback never sent through a proxy. No test
+reads the developer's config or store, and none writes to them.
+
+Kept from the machine: pip's own configuration (``PIP_CONFIG_FILE`` names the user's pip.conf
+when there is one), so source fetches keep the machine's package index route, as nvkr's pypi
+fetcher does for a real user. Session fixtures (``default_sources``, ``default_build``) are set up
+before this function-scoped fixture and pass their stores explicitly.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+#: NVKR_* variables that describe the machine, not the developer: kept (the README's end-to-end
+#: boot tests honour NVKR_BOOT_ACCEL where KVM misbehaves)
+KEEP = ("NVKR_BOOT_ACCEL",)
+#: variables that would point nvkr, skopeo or docker clients at the developer's state
+_UNSET = ("SOURCE_DATE_EPOCH", "DOCKER_CONFIG", "REGISTRY_AUTH_FILE")
+_XDG = {
+    "XDG_CONFIG_HOME": ".config",
+    "XDG_CACHE_HOME": ".cache",
+    "XDG_DATA_HOME": ".local/share",
+    "XDG_STATE_HOME": ".local/state",
+}
+LOOPBACK = ("127.0.0.1", "127.0.0.2", "localhost")
+GITCONFIG = "[user]\n\tname = nvkr tests\n\temail = tests@nvkr.invalid\n"
+
+
+def _user_pip_config() -> Path | None:
+    """The pip.conf pip would read from the real user's config dir, if any."""
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    path = Path(base) / "pip" / "pip.conf"
+    return path if path.is_file() else None
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Path]:
+    """A fresh ``HOME`` for the test (returned), and the environment described above."""
+    pip_config = _user_pip_config()
+    home = tmp_path_factory.mktemp("home")
+    (home / ".gitconfig").write_text(GITCONFIG)
+    monkeypatch.setenv("HOME", str(home))
+    for var, sub in _XDG.items():
+        monkeypatch.setenv(var, str(home / sub))
+    for var in [v for v in os.environ if v.startswith("NVKR_") and v not in KEEP] + list(_UNSET):
+        monkeypatch.delenv(var, raising=False)
+    if pip_config is not None and "PIP_CONFIG_FILE" not in os.environ:
+        monkeypatch.setenv("PIP_CONFIG_FILE", str(pip_config))
+    for var in ("no_proxy", "NO_PROXY"):
+        current = os.environ.get(var, "")
+        missing = [h for h in LOOPBACK if h not in current.split(",")]
+        monkeypatch.setenv(var, ",".join(filter(None, [current, *missing])))
+    yield home
+    shutil.rmtree(home, ignore_errors=True)  # per test, so a long session leaves no homes behind

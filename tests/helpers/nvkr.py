@@ -1,0 +1,152 @@
+"""The real ``nvkr`` command in a subprocess, as a user runs it (:func:`start_nvkr`,
+:func:`run_nvkr`), a copy of what a clone holds (:func:`make_clone`), and stores seeded from the
+session's source store or default build (:func:`seed`, :func:`seed_from_build`)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+from tests.helpers import REPO
+
+
+def seed(root: Path, go_toolchain: tuple[Path, str]) -> Path:
+    """Make a fresh store at ``root`` holding the default recipe's locked sources (as if fetched
+    before): every blob of the session's source store, hard-linked (copied across file systems).
+    Builds from it run every builder but download nothing."""
+    from nvkr.store import Store
+
+    src_root, _digest = go_toolchain
+    store = Store(root)
+    for blob in Store(src_root).blobs_dir.iterdir():
+        dst = store.blob_path("sha256:" + blob.name)
+        if dst.exists():
+            continue
+        try:
+            os.link(blob, dst)
+        except OSError:
+            shutil.copyfile(blob, dst)
+            os.chmod(dst, 0o444)
+    return root
+
+
+def seed_from_build(root: Path, built: Path) -> Path:
+    """A fresh store at ``root`` holding everything the store ``built`` holds: blobs hard-linked,
+    action records copied, unpacked toolchains hard-linked, tool caches (Go's build cache) copied.
+    A build of the default recipe from it runs only the actions whose inputs a test changed."""
+    from nvkr.store import Store
+
+    src, store = Store(built), Store(root)
+    for blob in src.blobs_dir.iterdir():
+        dst = store.blob_path("sha256:" + blob.name)
+        if not dst.exists():
+            os.link(blob, dst)
+    for record in (built / "actions").glob("*.json"):
+        shutil.copyfile(record, root / "actions" / record.name)
+    for part, flags in (("tools", "-al"), ("cache", "-a")):
+        if (built / part).is_dir():
+            (root / part).mkdir(exist_ok=True)
+            subprocess.run(["cp", flags, f"{built / part}/.", str(root / part)], check=True)
+    return root
+
+
+class Result(NamedTuple):
+    """What a run of the CLI left: exit code, stdout, stderr (``code, out, err = result``)."""
+
+    code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        """stdout then stderr: what a terminal shows (for messages on either stream)."""
+        return self.stdout + self.stderr
+
+    def json_events(self) -> list[dict]:
+        return [json.loads(line) for line in self.stdout.splitlines() if line.startswith("{")]
+
+
+class Started:
+    """A ``python -m nvkr`` started by :func:`start_nvkr`; :meth:`result` waits for it."""
+
+    def __init__(self, proc: subprocess.Popen[str], timeout: float) -> None:
+        self.proc, self.timeout = proc, timeout
+
+    def result(self) -> Result:
+        try:
+            out, err = self.proc.communicate(timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            out, err = self.proc.communicate()
+            err += f"\n(killed after {self.timeout} s)"
+        return Result(self.proc.returncode, out, err)
+
+    def kill(self, grace: float = 60.0) -> None:
+        """Stop it and every process it started (its own session): SIGTERM first, so a running
+        mmdebstrap unmounts the proc, sys and dev it mounted in its chroot (SIGKILL left them
+        mounted under the test's tmp dir, which then could not be deleted), then SIGKILL
+        whatever is left after ``grace`` seconds."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        with contextlib.suppress(ProcessLookupError):
+            while time.monotonic() < deadline:
+                self.proc.poll()  # reap the leader, so the group empties
+                os.killpg(self.proc.pid, 0)  # raises once no process of the group is left
+                time.sleep(0.2)
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.communicate()
+
+
+def start_nvkr(
+    *args: str,
+    cwd: Path,
+    store: Path,
+    env: dict[str, str] | None = None,
+    umask: int | None = None,
+    timeout: float = 1800,
+) -> Started:
+    """Start the real CLI (``python -m nvkr``) in a subprocess without waiting for it."""
+    full_env = {
+        **os.environ,
+        "NVKR_CACHE": str(store),
+        "NVKR_CONFIG": str(cwd / "no-config.yaml"),
+        **(env or {}),
+    }
+    if "SOURCE_DATE_EPOCH" not in (env or {}):
+        full_env.pop("SOURCE_DATE_EPOCH", None)
+    preexec = (lambda: os.umask(umask)) if umask is not None else None
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nvkr", *args],
+        cwd=cwd,
+        env=full_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=preexec,
+        start_new_session=True,
+    )
+    return Started(proc, timeout)
+
+
+def run_nvkr(
+    *args: str, cwd: Path, store: Path, env: dict[str, str] | None = None, umask: int | None = None
+) -> Result:
+    """Run the real CLI (``python -m nvkr``) in a subprocess, as a user would (see
+    :func:`start_nvkr`), and wait for it (at most 900 s)."""
+    return start_nvkr(*args, cwd=cwd, store=store, env=env, umask=umask, timeout=900).result()
+
+
+def make_clone(dest: Path) -> Path:
+    """A copy of the repository's recipes, lockfiles and agent sources (what a clone holds)."""
+    for part in ("recipes", "lockfiles", "agents", "charts"):
+        shutil.copytree(REPO / part, dest / part, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest

