@@ -46,12 +46,24 @@ from nvkr.builders import ActionContext, get_builder
 from nvkr.cache.entry import missing_closure
 from nvkr.errors import BuildError, Interrupted, NvkrError
 from nvkr.fetch import FetchContext, ensure
+from nvkr.monitor import Monitor, estimates
+from nvkr.monitor.events import (
+    ActionCached,
+    ActionDone,
+    ActionFailed,
+    ActionProgress,
+    ActionsPlanned,
+    ActionStarted,
+    ActionWarning,
+    Event,
+    SourceFetch,
+)
 from nvkr.plan import Action, Plan
 from nvkr.provenance import timestamp
 from nvkr.run import request_stop, resume, stop_requested, stop_tools, tail
 from nvkr.store import Store
 
-Event = Callable[..., None]
+Emit = Callable[[Event], None]
 #: ``on_result(action, result, how)``: how is ``built``, ``cached`` (the store) or ``remote``.
 ResultHook = Callable[[Action, dict[str, Any], str], None]
 
@@ -102,7 +114,7 @@ class BuildReport:
 class _SourceGate:
     """Fetch each source digest once, even when parallel actions ask for it at the same time."""
 
-    def __init__(self, ctx: FetchContext, emit: Event) -> None:
+    def __init__(self, ctx: FetchContext, emit: Emit) -> None:
         self.ctx = ctx
         self.emit = emit
         self._locks: dict[str, threading.Lock] = {}
@@ -114,7 +126,7 @@ class _SourceGate:
                 lock = self._locks.setdefault(src.digest, threading.Lock())
             with lock:
                 if src.entry.get("kind") != "path" and not self.ctx.store.has_blob(src.digest):
-                    self.emit("source-fetch", source=src)
+                    self.emit(SourceFetch(src))
                 got = ensure(src.name, src.spec, src.entry, self.ctx, base_dir=src.base_dir)
             if got != src.digest:  # a path source edited since the plan was made
                 raise BuildError(
@@ -152,6 +164,71 @@ class _Walk:
         return out
 
 
+class _Walker:
+    """The state of one :func:`_needed` walk (its docstring)."""
+
+    def __init__(
+        self, plan: Plan, store: Store, remote: RemoteLookup | None, targets: list[str] | None
+    ) -> None:
+        self.plan, self.store, self.remote = plan, store, remote
+        self.cached: dict[str, dict[str, Any]] = {}
+        self.hits: dict[str, RemoteHit] = {}
+        self.missing: set[str] = set()
+        self.absent: set[str] = set()
+        self.incomplete: set[str] = set()
+        self.seen: set[str] = set()
+        self.selected = set(targets) if targets is not None else None
+        self.pending: dict[Future[RemoteHit | None], str] = {}
+        self.pool = (
+            ThreadPoolExecutor(max_workers=LOOKUP_JOBS, thread_name_prefix="nvkr-lookup")
+            if remote is not None
+            else None
+        )
+
+    def descend(self, key: str) -> None:
+        for dep in self.plan.actions[key].deps:
+            self.visit(dep)
+
+    def not_found(self, key: str) -> None:
+        if self.selected is not None and key not in self.selected:
+            self.absent.add(key)
+        else:
+            self.missing.add(key)
+            self.descend(key)
+
+    def visit(self, key: str) -> None:
+        if key in self.seen:
+            return
+        self.seen.add(key)
+        result = self.store.get_action(key)
+        if result is not None:
+            self.cached[key] = result
+            # a result an earlier build took from a cache may still lack its closure
+            if "remote" in result and missing_closure(self.store, result.get("outputs") or []):
+                self.incomplete.add(key)
+                self.descend(key)
+            return
+        if self.pool is None or self.remote is None:
+            self.not_found(key)
+            return
+        self.pending[self.pool.submit(self.remote.lookup, self.plan.actions[key])] = key
+
+    def drain(self) -> None:
+        """Wait for the remote lookups, descending below each miss and incomplete hit."""
+        while self.pending:
+            done, _ = wait(self.pending, return_when=FIRST_COMPLETED)
+            for fut in done:
+                key = self.pending.pop(fut)
+                hit = fut.result()
+                if hit is None:
+                    self.not_found(key)
+                    continue
+                self.hits[key] = hit
+                if not hit.complete:
+                    self.incomplete.add(key)
+                    self.descend(key)
+
+
 def _needed(
     plan: Plan,
     store: Store,
@@ -162,72 +239,20 @@ def _needed(
     action is to run and its dependencies are looked at; with ``targets`` an action outside
     them is never run, and one found nowhere is ``absent``. Remote lookups run
     :data:`LOOKUP_JOBS` at a time."""
-    cached: dict[str, dict[str, Any]] = {}
-    hits: dict[str, RemoteHit] = {}
-    missing: set[str] = set()
-    absent: set[str] = set()
-    incomplete: set[str] = set()
-    seen: set[str] = set()
-    selected = set(targets) if targets is not None else None
-    pending: dict[Future[RemoteHit | None], str] = {}
-    pool = (
-        ThreadPoolExecutor(max_workers=LOOKUP_JOBS, thread_name_prefix="nvkr-lookup")
-        if remote is not None
-        else None
-    )
-
-    def descend(key: str) -> None:
-        for dep in plan.actions[key].deps:
-            visit(dep)
-
-    def not_found(key: str) -> None:
-        if selected is not None and key not in selected:
-            absent.add(key)
-        else:
-            missing.add(key)
-            descend(key)
-
-    def visit(key: str) -> None:
-        if key in seen:
-            return
-        seen.add(key)
-        result = store.get_action(key)
-        if result is not None:
-            cached[key] = result
-            # a result an earlier build took from a cache may still lack its closure
-            if "remote" in result and missing_closure(store, result.get("outputs") or []):
-                incomplete.add(key)
-                descend(key)
-            return
-        if pool is None:
-            not_found(key)
-            return
-        pending[pool.submit(remote.lookup, plan.actions[key])] = key  # type: ignore[union-attr]
-
+    walker = _Walker(plan, store, remote, targets)
     try:
         for root in targets if targets is not None else plan.roots:
-            visit(root)
-        while pending:
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in done:
-                key = pending.pop(fut)
-                hit = fut.result()
-                if hit is None:
-                    not_found(key)
-                else:
-                    hits[key] = hit
-                    if not hit.complete:
-                        incomplete.add(key)
-                        descend(key)
+            walker.visit(root)
+        walker.drain()
     finally:
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+        if walker.pool is not None:
+            walker.pool.shutdown(wait=True, cancel_futures=True)
     return _Walk(
-        [k for k in plan.actions if k in missing],
-        cached,
-        hits,
-        incomplete,
-        [k for k in plan.actions if k in absent],
+        [k for k in plan.actions if k in walker.missing],
+        walker.cached,
+        walker.hits,
+        walker.incomplete,
+        [k for k in plan.actions if k in walker.absent],
     )
 
 
@@ -265,6 +290,7 @@ def run_action(
     *,
     invocation_id: str | None = None,
     started: float | None = None,
+    progress: Callable[[ActionProgress], None] | None = None,
 ) -> dict[str, Any]:
     """Run one action's builder in a fresh work dir and record its result in the action cache.
 
@@ -275,7 +301,8 @@ def run_action(
     store), ``warnings`` what the builder warned about (``{"message"[, "hint"]}`` each),
     ``invocation_id`` (default: a new UUID),
     ``started`` (seconds since 1970, default: now) and the time the builder returned, both as
-    RFC 3339 UTC (:func:`nvkr.provenance.timestamp`).
+    RFC 3339 UTC (:func:`nvkr.provenance.timestamp`). ``progress`` gets what the builder
+    reports through :meth:`~nvkr.builders.ActionContext.progress`.
 
     Raises:
         NvkrError: the builder failed: the same class (so the same code and exit code, e.g. an
@@ -287,6 +314,8 @@ def run_action(
     started = time.time() if started is None else started
     with store.workdir(prefix=f"act-{action.key[7:19]}-") as workdir:
         ctx = ActionContext(action, store, workdir, deps)
+        if progress is not None:
+            ctx.on_progress = progress
         try:
             builder.run(ctx)
         except NvkrError as e:
@@ -344,7 +373,7 @@ def execute(
     fetch: FetchContext,
     *,
     jobs: int = 2,
-    event: Event | None = None,
+    monitor: Monitor | None = None,
     invocation_id: str | None = None,
     targets: list[str] | None = None,
     remote: RemoteLookup | None = None,
@@ -364,11 +393,12 @@ def execute(
     Each action run is recorded with ``invocation_id`` (default: a new UUID; the report's
     ``invocation_id`` either way) and its times (module docstring).
 
-    ``event(kind, **fields)`` is called for ``action-cached``, ``action-start``, ``action-done``
-    (with ``seconds``), ``action-failed`` (with ``error``), ``source-fetch`` (with ``source``,
-    a :class:`~nvkr.builders.ResolvedSource` about to be downloaded; from a worker thread) and,
-    once the roots are done, ``action-warning`` (with ``message`` and ``hint``, possibly None)
-    for each warning recorded by an action the roots need, built now or before.
+    ``monitor`` gets the events of :mod:`nvkr.monitor.events`: ``actions-planned`` once the
+    walk is done, ``action-cached``, ``action-start`` (with the estimate of earlier runs),
+    ``action-progress`` (what builders report), ``action-done``, ``action-failed``,
+    ``source-fetch`` (from worker threads) and, once the roots are done, ``action-warning`` for
+    each warning recorded by an action the roots need, built now or before. Each built action's
+    duration is recorded for the next estimate (:mod:`nvkr.monitor.estimates`).
 
     Raises:
         BuildError: an action failed (after running ones have finished and been cached); a
@@ -377,7 +407,7 @@ def execute(
             cache (each named).
         Interrupted: Ctrl-C (exit 130) or SIGTERM (exit 143).
     """
-    emit: Event = event or (lambda kind, **f: None)
+    emit: Emit = monitor.emit if monitor is not None else (lambda e: None)
     hook: ResultHook = on_result or (lambda action, result, how: None)
     report = BuildReport()
     if invocation_id is not None:
@@ -390,103 +420,157 @@ def execute(
             hint="build those first (the fan-out units they belong to come earlier, "
             "`nvkr plan --fan-out`), or select them too",
         )
-    to_run, cached = walk.to_run, walk.cached
-    report.cached = list(cached)
-    report.results.update(cached)
+    _take_found(plan, walk, report, emit, hook)
+    if cached_only and walk.to_run:
+        raise _missing_error(plan, walk.to_run)
+    if walk.to_run:
+        _Run(plan, store, fetch, walk, report, emit, hook, jobs).run()
+    _emit_warnings(plan, store, report, emit, targets)
+    return report
+
+
+def _take_found(plan: Plan, walk: _Walk, report: BuildReport, emit: Emit, hook: ResultHook) -> None:
+    """Put what the walk found (the store's results, the caches' hits) into ``report``."""
+    report.cached = list(walk.cached)
+    report.results.update(walk.cached)
     for key, hit in walk.remote.items():
         report.remote[key] = hit.cache
         report.results[key] = hit.result
-    for key in cached:
-        emit("action-cached", action=plan.actions[key])
-        hook(plan.actions[key], cached[key], "cached")
+    emit(
+        ActionsPlanned(
+            actions=len(walk.to_run) + len(walk.cached) + len(walk.remote),
+            to_run=len(walk.to_run),
+            cached=len(walk.cached),
+            remote=len(walk.remote),
+        )
+    )
+    for key in walk.cached:
+        emit(ActionCached(plan.actions[key]))
+        hook(plan.actions[key], walk.cached[key], "cached")
     for key, hit in walk.remote.items():
         hook(plan.actions[key], hit.result, "remote")
-    if cached_only and to_run:
-        raise _missing_error(plan, to_run)
-    if not to_run:
-        _emit_warnings(plan, store, report, emit, targets)
-        return report
 
-    gate = _SourceGate(fetch, emit)
-    pending = list(to_run)
-    waits = {key: walk.waits(plan, key) for key in to_run}
-    running: dict[Future[dict[str, Any]], str] = {}
-    failure: BaseException | None = None
-    failed: Action | None = None
 
-    def work(action: Action) -> dict[str, Any]:
+class _Run:
+    """Running the actions a walk left to run, ``jobs`` at a time (:func:`execute`)."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        store: Store,
+        fetch: FetchContext,
+        walk: _Walk,
+        report: BuildReport,
+        emit: Emit,
+        hook: ResultHook,
+        jobs: int,
+    ) -> None:
+        self.plan, self.store, self.report, self.emit, self.hook = plan, store, report, emit, hook
+        self.jobs = max(1, jobs)
+        self.gate = _SourceGate(fetch, emit)
+        self.pending = list(walk.to_run)
+        self.waits = {key: walk.waits(plan, key) for key in walk.to_run}
+        self.running: dict[Future[dict[str, Any]], str] = {}
+        self.started: dict[str, float] = {}
+        self.failure: BaseException | None = None
+        self.failed: Action | None = None
+        self.pool = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="nvkr-action")
+
+    def work(self, action: Action) -> dict[str, Any]:
         started = time.time()
-        gate.ensure(action)
-        deps = {k: report.results[k] for k in action.deps}
-        return run_action(action, store, deps, invocation_id=report.invocation_id, started=started)
+        self.gate.ensure(action)
+        deps = {k: self.report.results[k] for k in action.deps}
+        return run_action(
+            action,
+            self.store,
+            deps,
+            invocation_id=self.report.invocation_id,
+            started=started,
+            progress=self.emit,
+        )
 
-    pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="nvkr-action")
-    started: dict[str, float] = {}
-    try:
-        while pending or running:
-            if failure is None:
-                for key in list(pending):
-                    if len(running) >= max(1, jobs):
-                        break
-                    if all(d in report.results for d in waits[key]):
-                        pending.remove(key)
-                        started[key] = time.monotonic()
-                        emit("action-start", action=plan.actions[key])
-                        running[pool.submit(work, plan.actions[key])] = key
-            elif not running:
+    def start_ready(self) -> None:
+        for key in list(self.pending):
+            if len(self.running) >= self.jobs:
                 break
-            if not running:
-                raise NvkrError("internal: no action is ready but some are pending (cycle?)")
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
-            for fut in done:
-                key = running.pop(fut)
-                try:
-                    report.results[key] = fut.result()
-                    report.built.append(key)
-                    emit(
-                        "action-done",
-                        action=plan.actions[key],
-                        seconds=time.monotonic() - started[key],
-                    )
-                    hook(plan.actions[key], report.results[key], "built")
-                except BaseException as e:
-                    emit("action-failed", action=plan.actions[key], error=e)
-                    if failure is None:
-                        failure, failed = e, plan.actions[key]
-    except KeyboardInterrupt:
-        # Ctrl-C, or SIGTERM turned into one by the CLI: the running tools are stopped (they
-        # clean up, then are killed), their actions fail and are dropped, the finished ones
-        # stay cached.
-        request_stop(signal.SIGINT)  # a no-op after the CLI's signal handler made the request
-        signum = stop_requested() or signal.SIGINT
-        stop_tools()
-        pool.shutdown(wait=True, cancel_futures=True)
-        resume()
-        raise Interrupted(
-            f"{'terminated' if signum == signal.SIGTERM else 'interrupted'}; "
-            f"{len(report.built)} finished actions are cached",
-            hint="run the same command again to continue",
-            signum=signum,
-        ) from None
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-    if failure is not None:
-        assert failed is not None
-        if isinstance(failure, NvkrError):
-            raise failure
-        if isinstance(failure, OSError):  # fetching its sources: the disk, the permissions
-            where = f" ({failure.filename})" if failure.filename else ""
-            raise BuildError(
-                f"{_failed(failed)}: {failure.strerror or failure}{where}",
-                hint="free space in the store's file system, or check its permissions",
-            ) from failure
-        # Anything else is a bug in nvkr (a builder's own exception), reported as one.
-        raise NvkrError(
+            if all(d in self.report.results for d in self.waits[key]):
+                self.pending.remove(key)
+                self.started[key] = time.monotonic()
+                action = self.plan.actions[key]
+                self.emit(ActionStarted(action, estimates.estimate(self.store.root, key)))
+                self.running[self.pool.submit(self.work, action)] = key
+
+    def finished(self, fut: Future[dict[str, Any]]) -> None:
+        key = self.running.pop(fut)
+        action = self.plan.actions[key]
+        try:
+            self.report.results[key] = fut.result()
+        except BaseException as e:
+            self.emit(ActionFailed(action, e))
+            if self.failure is None:
+                self.failure, self.failed = e, action
+            return
+        self.report.built.append(key)
+        seconds = time.monotonic() - self.started[key]
+        self.emit(ActionDone(action, seconds))
+        estimates.record(self.store.root, key, seconds)
+        self.hook(action, self.report.results[key], "built")
+
+    def run(self) -> None:
+        """Run until every action ran or one failed (then the running ones finish first).
+
+        Raises: as :func:`execute`.
+        """
+        try:
+            while self.pending or self.running:
+                if self.failure is None:
+                    self.start_ready()
+                elif not self.running:
+                    break
+                if not self.running:
+                    raise NvkrError("internal: no action is ready but some are pending (cycle?)")
+                done, _ = wait(self.running, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    self.finished(fut)
+        except KeyboardInterrupt:
+            # Ctrl-C, or SIGTERM turned into one by the CLI: the running tools are stopped
+            # (they clean up, then are killed), their actions fail and are dropped, the
+            # finished ones stay cached.
+            request_stop(signal.SIGINT)  # a no-op after the CLI's signal handler made it
+            signum = stop_requested() or signal.SIGINT
+            stop_tools()
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            resume()
+            raise Interrupted(
+                f"{'terminated' if signum == signal.SIGTERM else 'interrupted'}; "
+                f"{len(self.report.built)} finished actions are cached",
+                hint="run the same command again to continue",
+                signum=signum,
+            ) from None
+        finally:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+        if self.failure is not None:
+            assert self.failed is not None
+            raise _failure_error(self.failure, self.failed)
+
+
+def _failure_error(failure: BaseException, failed: Action) -> BaseException:
+    """What the build raises for the first action that failed with ``failure``."""
+    if isinstance(failure, NvkrError):
+        return failure
+    if isinstance(failure, OSError):  # fetching its sources: the disk, the permissions
+        where = f" ({failure.filename})" if failure.filename else ""
+        error: NvkrError = BuildError(
+            f"{_failed(failed)}: {failure.strerror or failure}{where}",
+            hint="free space in the store's file system, or check its permissions",
+        )
+    else:  # anything else is a bug in nvkr (a builder's own exception), reported as one
+        error = NvkrError(
             f"internal error in {_failed(failed)}: {failure!r}",
             hint="run again with --debug for a traceback, and report it",
-        ) from failure
-    _emit_warnings(plan, store, report, emit, targets)
-    return report
+        )
+    error.__cause__ = failure
+    return error
 
 
 def _record(store: Store, key: str) -> dict[str, Any]:
@@ -500,7 +584,7 @@ def _record(store: Store, key: str) -> dict[str, Any]:
 
 
 def _emit_warnings(
-    plan: Plan, store: Store, report: BuildReport, emit: Event, targets: list[str] | None
+    plan: Plan, store: Store, report: BuildReport, emit: Emit, targets: list[str] | None
 ) -> None:
     """``action-warning`` for every warning in the records of the actions the roots (or the
     ``targets``) need, in plan order: those below a cached action were never looked at, so
@@ -512,9 +596,4 @@ def _emit_warnings(
             continue
         record = report.results.get(key) or _record(store, key)
         for warning in record.get("warnings") or []:
-            emit(
-                "action-warning",
-                action=action,
-                message=warning["message"],
-                hint=warning.get("hint"),
-            )
+            emit(ActionWarning(action, warning["message"], warning.get("hint")))

@@ -10,11 +10,13 @@ them: adding a builder means adding a module and a line in :data:`REGISTRY`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from nvkr.errors import UnknownBuilderError
+from nvkr.monitor.events import ActionProgress
 
 if TYPE_CHECKING:
     from nvkr.plan import Action
@@ -124,6 +126,14 @@ class ActionContext:
         self.outputs: list[dict[str, Any]] = []
         self.metadata: dict[str, Any] = {}
         self.warnings: list[dict[str, str]] = []
+        #: where :meth:`progress` reports go (the executor's monitor; by default nowhere)
+        self.on_progress: Callable[[ActionProgress], None] = lambda p: None
+
+    def progress(self, done: float, total: float | None, unit: str, what: str = "") -> None:
+        """Report how far the builder is: ``done`` of ``total`` ``unit`` (``steps``,
+        ``percent``, ``bytes``; ``total`` None when unknown), ``what`` it does now. Shown by the
+        live display and, at most every 30 s, as a line in a CI log (:mod:`nvkr.monitor`)."""
+        self.on_progress(ActionProgress(self.action, done, total, unit, what))
 
     def warn(self, message: str, *, hint: str | None = None) -> None:
         """Record a warning about the result (kept in its action record, so a cached result

@@ -50,6 +50,7 @@ TOOL = b"#!/bin/sh\necho the golden tool\n"
 
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _PORT = re.compile(r"127\.0\.0\.1:[0-9]+")
+_TS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 _VOLATILE_NUMBERS = {"milliseconds", "ts"}
 
 
@@ -74,7 +75,11 @@ def _stream(proj: Path, store: Path, names: dict[str, str], tmp: str, *args: str
     )
     assert all(line.startswith("{") for line in res.stdout.splitlines()), res.stdout
     lines = [f"# exit {res.code}"]
-    for event in res.json_events():
+    events = res.json_events()
+    for event in events:  # the envelope of stream version 1 (README, --json)
+        assert event["v"] == 1 and _TS.fullmatch(event["ts"]), event
+    assert events[-1]["event"] in ("result", "error") and events[-1]["exitCode"] == res.code
+    for event in events:
         lines.append(json.dumps(_normalise(event, names, tmp), sort_keys=True))
     return lines
 
