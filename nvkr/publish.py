@@ -330,7 +330,13 @@ def publish_layout(
         manifests=len(manifests),
     )
     run = _Publish(client, ref.repository, reader, report, on_event, jobs)
-    run.event("start", reference=report.reference, name=set_name, blobs=len(leaves))
+    run.event(
+        "start",
+        reference=report.reference,
+        name=set_name,
+        blobs=len(leaves),
+        bytes=sum(b.size for b in leaves),
+    )
 
     # 1. blobs
     _run(run.jobs, lambda b: run.blob(b, mount_from), leaves)

@@ -1,31 +1,20 @@
 """``nvkr publish``: push a release set's layout to a registry, the tag last (:mod:`nvkr.publish`).
 
-Humans get one line per upload, mount, manifest push, referrers tag and the tag on stderr, and a
-summary that says how many bytes went up (``0 bytes uploaded`` on a re-publish); ``--json``
-prints one JSON object per event on stdout and a final ``result`` (the report).
+Humans get one line per upload, mount, manifest push, referrers tag and the tag on stderr (a live
+display with a byte bar on a terminal, :mod:`nvkr.monitor`), and a summary that says how many
+bytes went up (``0 bytes uploaded`` on a re-publish); ``--json`` prints one JSON object per event
+on stdout and a final ``result`` (the report) or ``error``.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import click
 
 from nvkr.cli import App
-from nvkr.cli.common import RegistryAccess, n, registry_options
-from nvkr.cli.common import human_size as _size
-
-
-def _verb(word: str, colour: str = "cyan") -> str:
-    """``word`` in colour, padded to the column the digests start at (ANSI only on a terminal:
-    click.echo strips it elsewhere)."""
-    return "  " + click.style(word, fg=colour) + " " * (10 - len(word))
-
-
-def _dim(text: str) -> str:
-    return click.style(text, dim=True)
+from nvkr.cli.common import RegistryAccess, registry_options
 
 
 @click.command("publish")
@@ -85,55 +74,20 @@ def command(
             hint="publish a release set directory, e.g. dist/<name>/ as nvkr build writes it",
         )
 
-    def say(*parts: str) -> None:
-        click.echo("".join(parts), err=True)
+    from nvkr.monitor import monitoring, open_monitor
+    from nvkr.monitor.events import Result, Step
 
-    def event(kind: str, fields: dict[str, Any]) -> None:
-        if as_json:
-            click.echo(json.dumps({"event": kind, **fields}, sort_keys=True))
-            return
-        digest = str(fields.get("digest", ""))[:19]
-        if kind == "start":
-            say(f"nvkr: publishing {fields['reference']}")
-        elif kind == "blob-uploaded":
-            say(_verb("uploaded"), f"blob {digest} ", _dim(_size(fields["size"])))
-        elif kind == "blob-mounted":
-            say(_verb("mounted"), f"blob {digest} from {fields['source']}")
-        elif kind == "manifest-pushed":
-            what = fields.get("artifactType") or fields["mediaType"]
-            say(_verb("pushed"), f"manifest {digest} ", _dim(str(what)))
-        elif kind == "referrers-tag" and fields["written"]:
-            say(_verb("referrers"), f"{fields['tag'][:19]} ", _dim("(fallback tag)"))
-        elif kind == "tagged":  # when it happens: the build record goes up after it
-            target = f"{ref.registry}/{ref.repository}:{fields['tag']}"
-            if fields["previous"] != fields["digest"]:
-                previous = fields["previous"]
-                was = " " + _dim(f"(was {previous[:19]})") if previous else ""
-                say(_verb("tagged", "green"), f"{target} → {fields['digest']}{was}")
-            else:
-                say(_verb("tag", "green"), f"{target} already at {fields['digest']}")
-        elif kind == "build-record":
-            count = _dim(f"({n(len(fields['digests']), 'manifest')})")
-            if fields.get("pushed", True):
-                say(_verb("attached"), "build record ", count)
-            else:
-                say(_verb("attached"), "build record already there ", count)
+    with monitoring(open_monitor("publish", as_json=as_json)) as monitor:
 
-    with registry.client(
-        ref.registry, chunk_size=chunk_size << 20, pool_size=max(10, jobs)
-    ) as client:
-        report = publish_layout(
-            layout, ref, client, name=name, mount_from=mount_from, jobs=jobs, on_event=event
-        )
-    if as_json:
-        click.echo(json.dumps({"event": "result", **report.to_json()}, sort_keys=True))
-        return
-    uploaded = f"{report.blobs_uploaded} blobs, {_size(report.bytes_uploaded)} uploaded"
-    if report.bytes_uploaded == 0:
-        uploaded = "0 bytes uploaded"
-    say(
-        f"nvkr: {uploaded}; {report.blobs_skipped} blobs already there "
-        f"({_size(report.bytes_skipped)}), {report.blobs_mounted} mounted; "
-        f"{report.manifests_pushed} manifests pushed, {report.manifests_skipped} already there ",
-        _dim(f"({report.seconds:.1f} s)"),
-    )
+        def event(kind: str, fields: dict[str, Any]) -> None:
+            if kind == "tagged":  # the human line names the whole reference
+                fields = {**fields, "target": f"{ref.registry}/{ref.repository}"}
+            monitor.emit(Step("publish", kind, fields))
+
+        with registry.client(
+            ref.registry, chunk_size=chunk_size << 20, pool_size=max(10, jobs)
+        ) as client:
+            report = publish_layout(
+                layout, ref, client, name=name, mount_from=mount_from, jobs=jobs, on_event=event
+            )
+        monitor.emit(Result("publish", report.to_json()))
