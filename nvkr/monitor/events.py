@@ -1,7 +1,7 @@
 """The typed events of nvkr's one event stream: what the executor, the builders and the consumer
 verbs (publish, pull) report while they work, and how each reads as JSON.
 
-Producers build these frozen dataclasses and hand them to a :class:`~nvkr.monitor.Monitor`; the
+Producers build these immutable records (NamedTuples) and hand them to a :class:`~nvkr.monitor.Monitor`; the
 renderers (:mod:`nvkr.monitor.jsonl`, :mod:`nvkr.monitor.plain`, :mod:`nvkr.monitor.live`) decide
 what a human or a machine sees. :meth:`Event.to_json` gives the object ``--json`` prints (without
 the envelope keys ``v``, ``ts`` and ``event`` that :mod:`nvkr.monitor.jsonl` adds), in the one key
@@ -13,8 +13,7 @@ start-up nothing.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, NamedTuple
 
 _WORD = re.compile(r"_([a-z0-9])")
 
@@ -40,24 +39,11 @@ def _action_fields(action: Any) -> dict[str, Any]:
     return {"key": action.key, "name": action.name, "builder": action.builder}
 
 
-@dataclass(frozen=True)
-class Event:
-    """One thing that happened. ``kind`` is its ``event`` name in the JSON stream."""
-
-    kind: ClassVar[str] = "event"
-
-    def to_json(self) -> dict[str, Any]:
-        """The event's own keys as ``--json`` prints them."""
-        return {}
-
-
-@dataclass(frozen=True)
-class ActionsPlanned(Event):
+class ActionsPlanned(NamedTuple):
     """The executor's walk is done: ``actions`` in the plan's closure of the roots (or targets),
     ``to_run`` of them to build, ``cached`` in the store, ``remote`` taken from caches. What a
     display's done/total counts."""
 
-    kind: ClassVar[str] = "actions-planned"
     actions: int
     to_run: int
     cached: int
@@ -70,23 +56,19 @@ class ActionsPlanned(Event):
         )  # fmt: skip
 
 
-@dataclass(frozen=True)
-class ActionCached(Event):
+class ActionCached(NamedTuple):
     """``action`` (a :class:`~nvkr.plan.Action`) is in the store: it does not run."""
 
-    kind: ClassVar[str] = "action-cached"
     action: Any
 
     def to_json(self) -> dict[str, Any]:
         return _action_fields(self.action)
 
 
-@dataclass(frozen=True)
-class ActionStarted(Event):
+class ActionStarted(NamedTuple):
     """``action`` starts (its sources are fetched first). ``estimate``: seconds earlier runs of
     the same action key (or ref) took (:mod:`nvkr.monitor.estimates`), None when none ran."""
 
-    kind: ClassVar[str] = "action-start"
     action: Any
     estimate: float | None = None
 
@@ -97,12 +79,10 @@ class ActionStarted(Event):
         return out
 
 
-@dataclass(frozen=True)
-class ActionProgress(Event):
+class ActionProgress(NamedTuple):
     """A running builder's progress: ``done`` of ``total`` ``unit`` (``steps``, ``bytes``,
     ``percent``; ``total`` None when unknown) and ``what`` it is doing now (one line)."""
 
-    kind: ClassVar[str] = "action-progress"
     action: Any
     done: float
     total: float | None
@@ -114,11 +94,9 @@ class ActionProgress(Event):
                 "unit": self.unit, "what": self.what}  # fmt: skip
 
 
-@dataclass(frozen=True)
-class ActionDone(Event):
+class ActionDone(NamedTuple):
     """``action`` was built, in ``seconds`` (wall-clock, its source fetches included)."""
 
-    kind: ClassVar[str] = "action-done"
     action: Any
     seconds: float
 
@@ -126,11 +104,9 @@ class ActionDone(Event):
         return {**_action_fields(self.action), "milliseconds": round(self.seconds * 1000)}
 
 
-@dataclass(frozen=True)
-class ActionFailed(Event):
+class ActionFailed(NamedTuple):
     """``action`` failed with ``error`` (the exception; its text is the JSON ``error``)."""
 
-    kind: ClassVar[str] = "action-failed"
     action: Any
     error: BaseException
 
@@ -138,11 +114,9 @@ class ActionFailed(Event):
         return {**_action_fields(self.action), "error": str(self.error)}
 
 
-@dataclass(frozen=True)
-class ActionWarning(Event):
+class ActionWarning(NamedTuple):
     """A warning an action's builder recorded (shown on every build that needs it)."""
 
-    kind: ClassVar[str] = "action-warning"
     action: Any
     message: str
     hint: str | None = None
@@ -154,23 +128,19 @@ class ActionWarning(Event):
         return out
 
 
-@dataclass(frozen=True)
-class SourceFetch(Event):
+class SourceFetch(NamedTuple):
     """``source`` (a :class:`~nvkr.builders.ResolvedSource`) is about to be downloaded."""
 
-    kind: ClassVar[str] = "source-fetch"
     source: Any
 
     def to_json(self) -> dict[str, Any]:
         return {"source": self.source.name, "digest": self.source.digest}
 
 
-@dataclass(frozen=True)
-class StoreNotice(Event):
+class StoreNotice(NamedTuple):
     """The store found a blob corrupt (``blob-corrupt``) or an unpacked tool tree changed
     (``tools-changed``) and will fetch or unpack it again."""
 
-    kind: ClassVar[str] = "store-notice"
     notice: str  # blob-corrupt | tools-changed
     digest: str
     reason: str
@@ -179,13 +149,11 @@ class StoreNotice(Event):
         return {"digest": self.digest, "reason": self.reason}
 
 
-@dataclass(frozen=True)
-class Transfer(Event):
+class Transfer(NamedTuple):
     """Bytes moving: ``direction`` ``fetched`` (a source download), ``pushed`` (publish, the
     cache push) or ``pulled``; ``done`` of ``total`` bytes (None: unknown) of ``what`` (a
     source name, a reference). ``finished`` on the last report of a transfer."""
 
-    kind: ClassVar[str] = "bytes"
     direction: str
     what: str
     done: int
@@ -197,15 +165,13 @@ class Transfer(Event):
                 "total": self.total, "finished": self.finished}  # fmt: skip
 
 
-@dataclass(frozen=True)
-class CacheEvent(Event):
+class CacheEvent(NamedTuple):
     """What the remote cache did (:mod:`nvkr.cache`): ``cache-hit``, ``cache-miss``,
     ``cache-push``, ``cache-warning`` with their fields as the cache modules report them."""
 
-    kind: ClassVar[str] = "cache"
     name: str
     action: Any = None
-    fields: dict[str, Any] = field(default_factory=dict)
+    fields: dict[str, Any] = {}  # never mutated
 
     def to_json(self) -> dict[str, Any]:
         out = _action_fields(self.action) if self.action is not None else {}
@@ -213,53 +179,48 @@ class CacheEvent(Event):
         return out
 
 
-@dataclass(frozen=True)
-class Step(Event):
+class Step(NamedTuple):
     """A step of a consumer verb (``publish``: ``blob-uploaded``, ``tagged``...; ``pull``:
     ``blob``): its ``name`` and fields, JSON keys in camelCase."""
 
-    kind: ClassVar[str] = "step"
     verb: str
     name: str
-    fields: dict[str, Any] = field(default_factory=dict)
+    fields: dict[str, Any] = {}  # never mutated
 
     def to_json(self) -> dict[str, Any]:
         return camel_keys(self.fields)
 
 
-@dataclass(frozen=True)
-class Note(Event):
+class Note(NamedTuple):
     """A line for humans only (``note:``/``warning:``/an informational line); the JSON stream
     leaves it out, as it always did."""
 
-    kind: ClassVar[str] = "note"
     message: str
     level: str = "info"  # info | note | warning
     hint: str | None = None
 
+    def to_json(self) -> dict[str, Any]:
+        return {}
 
-@dataclass(frozen=True)
-class Result(Event):
+
+class Result(NamedTuple):
     """The verb's outcome, the last event of a stream that succeeded; ``exit_code`` 0.
     ``fields`` are the JSON result's keys, ``summary`` what the human summary line reads
     (:func:`nvkr.monitor.lines.result_lines`; never printed as JSON)."""
 
-    kind: ClassVar[str] = "result"
     verb: str
-    fields: dict[str, Any] = field(default_factory=dict)
+    fields: dict[str, Any] = {}  # never mutated
     exit_code: int = 0
-    summary: dict[str, Any] = field(default_factory=dict)
+    summary: dict[str, Any] = {}  # never mutated
 
     def to_json(self) -> dict[str, Any]:
         return {**camel_keys(self.fields), "exitCode": self.exit_code}
 
 
-@dataclass(frozen=True)
-class Error(Event):
+class Error(NamedTuple):
     """The verb failed: the last event of its stream. ``code`` is the error's stable reference
     (``NVKR-E-CHECKSUM``), ``exit_code`` what nvkr exits with."""
 
-    kind: ClassVar[str] = "error"
     code: str
     message: str
     exit_code: int
@@ -273,6 +234,35 @@ class Error(Event):
         return out
 
 
+#: Every event of the stream (each a NamedTuple: immutable, and cheap to define, which keeps
+#: this module out of a verb's start-up time, unlike ~15 frozen dataclasses).
+Event = (
+    ActionsPlanned | ActionCached | ActionStarted | ActionProgress | ActionDone | ActionFailed
+    | ActionWarning | SourceFetch | StoreNotice | Transfer | CacheEvent | Step | Note | Result
+    | Error
+)  # fmt: skip
+
+
+#: each event class's ``event`` name in the JSON stream
+KINDS: dict[type, str] = {
+    ActionsPlanned: "actions-planned",
+    ActionCached: "action-cached",
+    ActionStarted: "action-start",
+    ActionProgress: "action-progress",
+    ActionDone: "action-done",
+    ActionFailed: "action-failed",
+    ActionWarning: "action-warning",
+    SourceFetch: "source-fetch",
+    StoreNotice: "store-notice",
+    Transfer: "bytes",
+    CacheEvent: "cache",
+    Step: "step",
+    Note: "note",
+    Result: "result",
+    Error: "error",
+}
+
+
 def event_name(event: Event) -> str:
     """The ``event`` value of ``event`` in the JSON stream: its kind, or for the events that
     carry one, their own name (a cache event's ``cache-hit``, a store notice's
@@ -281,4 +271,4 @@ def event_name(event: Event) -> str:
         return event.name
     if isinstance(event, StoreNotice):
         return event.notice
-    return event.kind
+    return KINDS[type(event)]
