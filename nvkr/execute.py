@@ -46,7 +46,7 @@ from nvkr.builders import ActionContext, get_builder
 from nvkr.cache.entry import missing_closure
 from nvkr.errors import BuildError, Interrupted, NvkrError
 from nvkr.fetch import FetchContext, ensure
-from nvkr.monitor import Monitor, estimates
+from nvkr.monitor import Monitor, estimates, transfer
 from nvkr.monitor.events import (
     ActionCached,
     ActionDone,
@@ -57,6 +57,7 @@ from nvkr.monitor.events import (
     ActionWarning,
     Event,
     SourceFetch,
+    Transfer,
 )
 from nvkr.plan import Action, Plan
 from nvkr.provenance import timestamp
@@ -112,7 +113,8 @@ class BuildReport:
 
 
 class _SourceGate:
-    """Fetch each source digest once, even when parallel actions ask for it at the same time."""
+    """Fetch each source digest once, even when parallel actions ask for it at the same time;
+    a download's bytes go out as ``bytes`` events (``fetched``)."""
 
     def __init__(self, ctx: FetchContext, emit: Emit) -> None:
         self.ctx = ctx
@@ -120,14 +122,33 @@ class _SourceGate:
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
 
+    def _fetch(self, src: Any, fetching: bool) -> str:
+        """:func:`nvkr.fetch.ensure` of ``src``, its download's bytes reported."""
+        if not fetching:
+            return ensure(src.name, src.spec, src.entry, self.ctx, base_dir=src.base_dir)
+        total = src.entry.get("size") if isinstance(src.entry.get("size"), int) else None
+        last = [0]
+
+        def report(done: int) -> None:
+            last[0] = done
+            self.emit(Transfer("fetched", src.name, done, total))
+
+        with transfer.reporting(report):
+            got = ensure(src.name, src.spec, src.entry, self.ctx, base_dir=src.base_dir)
+        self.emit(Transfer("fetched", src.name, last[0], total, finished=True))
+        return got
+
     def ensure(self, action: Action) -> None:
         for src in action.sources.values():
             with self._guard:
                 lock = self._locks.setdefault(src.digest, threading.Lock())
             with lock:
-                if src.entry.get("kind") != "path" and not self.ctx.store.has_blob(src.digest):
+                fetching = src.entry.get("kind") != "path" and not self.ctx.store.has_blob(
+                    src.digest
+                )
+                if fetching:
                     self.emit(SourceFetch(src))
-                got = ensure(src.name, src.spec, src.entry, self.ctx, base_dir=src.base_dir)
+                got = self._fetch(src, fetching)
             if got != src.digest:  # a path source edited since the plan was made
                 raise BuildError(
                     f"source {src.name!r}: the store holds {got}, the plan expects {src.digest}",

@@ -33,7 +33,7 @@ from nvkr.cli.common import (
 )
 from nvkr.cli.common import n as _n
 from nvkr.errors import UsageError
-from nvkr.monitor.events import CacheEvent, Note, Result, StoreNotice
+from nvkr.monitor.events import CacheEvent, Note, Result, StoreNotice, Transfer
 
 if TYPE_CHECKING:
     from nvkr.monitor import Monitor
@@ -415,6 +415,11 @@ def _execute(
     from nvkr.execute import execute
 
     def event(kind: str, **fields: Any) -> None:  # the cache modules' events
+        if kind == "cache-bytes":  # an upload's byte bar
+            done, size = fields["done"], fields["size"]
+            what = f"cache {str(fields['digest'])[:19]}"
+            monitor.emit(Transfer("pushed", what, done, size, finished=done >= size))
+            return
         monitor.emit(CacheEvent(kind, fields.pop("action", None), fields))
 
     with contextlib.ExitStack() as stack:

@@ -9,12 +9,15 @@ on stdout and a final ``result`` (the report) or ``error``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from nvkr.cli import App
 from nvkr.cli.common import RegistryAccess, registry_options
+
+if TYPE_CHECKING:
+    from nvkr.monitor import Monitor
 
 
 @click.command("publish")
@@ -61,7 +64,25 @@ def command(
     Blobs the repository holds are skipped, everything is pushed before the release set index,
     and the tag (default: the release set's name) is written last.
     """
+    from nvkr.monitor import monitoring, open_monitor
+
+    with monitoring(open_monitor("publish", as_json=as_json)) as monitor:
+        _publish(monitor, layout, reference, registry, name, mount_from, jobs, chunk_size)
+
+
+def _publish(
+    monitor: Monitor,
+    layout: Path,
+    reference: str,
+    registry: RegistryAccess,
+    name: str | None,
+    mount_from: tuple[str, ...],
+    jobs: int,
+    chunk_size: int,
+) -> None:
+    """Check the arguments, publish, and report to ``monitor`` (:func:`command`)."""
     from nvkr.errors import UsageError
+    from nvkr.monitor.events import Result, Step, Transfer
     from nvkr.oci.registry import Reference
     from nvkr.publish import publish_layout
 
@@ -74,20 +95,20 @@ def command(
             hint="publish a release set directory, e.g. dist/<name>/ as nvkr build writes it",
         )
 
-    from nvkr.monitor import monitoring, open_monitor
-    from nvkr.monitor.events import Result, Step
+    def event(kind: str, fields: dict[str, Any]) -> None:
+        if kind == "blob-progress":  # a byte bar, not a step
+            done, size = fields["done"], fields["size"]
+            what = str(fields["digest"])[:19]
+            monitor.emit(Transfer("pushed", what, done, size, finished=done >= size))
+            return
+        if kind == "tagged":  # the human line names the whole reference
+            fields = {**fields, "target": f"{ref.registry}/{ref.repository}"}
+        monitor.emit(Step("publish", kind, fields))
 
-    with monitoring(open_monitor("publish", as_json=as_json)) as monitor:
-
-        def event(kind: str, fields: dict[str, Any]) -> None:
-            if kind == "tagged":  # the human line names the whole reference
-                fields = {**fields, "target": f"{ref.registry}/{ref.repository}"}
-            monitor.emit(Step("publish", kind, fields))
-
-        with registry.client(
-            ref.registry, chunk_size=chunk_size << 20, pool_size=max(10, jobs)
-        ) as client:
-            report = publish_layout(
-                layout, ref, client, name=name, mount_from=mount_from, jobs=jobs, on_event=event
-            )
-        monitor.emit(Result("publish", report.to_json()))
+    with registry.client(
+        ref.registry, chunk_size=chunk_size << 20, pool_size=max(10, jobs)
+    ) as client:
+        report = publish_layout(
+            layout, ref, client, name=name, mount_from=mount_from, jobs=jobs, on_event=event
+        )
+    monitor.emit(Result("publish", report.to_json()))

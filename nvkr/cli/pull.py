@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from nvkr.cli import App
 from nvkr.cli.common import RegistryAccess, registry_options
+
+if TYPE_CHECKING:
+    from nvkr.monitor import Monitor
 
 
 @click.command("pull")
@@ -52,7 +55,24 @@ def command(
     Every blob is checked against its digest, and with --key every signature, before DIRECTORY
     is written (atomically; an existing one is replaced only when every check passed).
     """
+    from nvkr.monitor import monitoring, open_monitor
+
+    with monitoring(open_monitor("pull", as_json=as_json)) as monitor:
+        _pull(monitor, app, reference, directory, keys, registry, jobs)
+
+
+def _pull(
+    monitor: Monitor,
+    app: App,
+    reference: str,
+    directory: Path,
+    keys: tuple[str, ...],
+    registry: RegistryAccess,
+    jobs: int,
+) -> None:
+    """Check the arguments, pull, and report to ``monitor`` (:func:`command`)."""
     from nvkr.errors import UsageError
+    from nvkr.monitor.events import Result, Step
     from nvkr.oci.registry import Reference
     from nvkr.pull import pull_release_set
     from nvkr.sign import load_public_key
@@ -66,19 +86,13 @@ def command(
         )
     public_keys = [load_public_key(k) for k in keys]
 
-    from nvkr.monitor import monitoring, open_monitor
-    from nvkr.monitor.events import Result, Step
+    def event(kind: str, fields: dict[str, Any]) -> None:
+        monitor.emit(Step("pull", kind, fields))
 
     store = app.store_root or default_root()  # its blobs are reused, never written
-    with monitoring(open_monitor("pull", as_json=as_json)) as monitor:
-
-        def event(kind: str, fields: dict[str, Any]) -> None:
-            monitor.emit(Step("pull", kind, fields))
-
-        with reader_lock(store), registry.client(ref.registry) as client:
-            report = pull_release_set(
-                ref, directory, client, keys=public_keys, on_event=event, workers=jobs,
-                reuse=[store],
-            )  # fmt: skip
-        fields = asdict(report)
-        monitor.emit(Result("pull", fields, summary={**fields, "target_dir": str(directory)}))
+    with reader_lock(store), registry.client(ref.registry) as client:
+        report = pull_release_set(
+            ref, directory, client, keys=public_keys, on_event=event, workers=jobs, reuse=[store]
+        )
+    fields = asdict(report)
+    monitor.emit(Result("pull", fields, summary={**fields, "target_dir": str(directory)}))
