@@ -72,7 +72,7 @@ def _pull(
 ) -> None:
     """Check the arguments, pull, and report to ``monitor`` (:func:`command`)."""
     from nvkr.errors import UsageError
-    from nvkr.monitor.events import Result, Step
+    from nvkr.monitor.events import Result, Step, Transfer
     from nvkr.oci.registry import Reference
     from nvkr.pull import pull_release_set
     from nvkr.sign import load_public_key
@@ -87,6 +87,11 @@ def _pull(
     public_keys = [load_public_key(k) for k in keys]
 
     def event(kind: str, fields: dict[str, Any]) -> None:
+        if kind == "blob-progress":  # a byte bar, not a step
+            done, size = fields["done"], fields["size"]
+            what = str(fields["digest"])[:19]
+            monitor.emit(Transfer("pulled", what, done, size, finished=done >= size))
+            return
         monitor.emit(Step("pull", kind, fields))
 
     store = app.store_root or default_root()  # its blobs are reused, never written

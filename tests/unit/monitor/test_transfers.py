@@ -13,7 +13,9 @@ from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import artifact_manifest, descriptor, manifest_bytes
 from nvkr.oci.registry import RegistryClient
 from nvkr.publish import publish_layout
+from tests.conftest import run_nvkr
 from tests.registry import nvkr_cli, registry
+from tests.unit.monitor.test_golden_stream import RECIPE, TOOL
 
 FIXTURES = (registry,)  # used by name as a parameter
 
@@ -83,3 +85,30 @@ def test_a_bad_reference_still_ends_the_stream_with_an_error(tmp_path):
         res = nvkr_cli(*args)
         (last,) = [json.loads(line) for line in res.stdout.splitlines()]
         assert res.returncode == 2 and last["event"] == "error" and last["exitCode"] == 2, args
+
+
+def test_pull_json_streams_bytes_and_its_result_in_the_one_key_style(registry, tmp_path, http_dir):
+    (http_dir.root / "tool").write_bytes(TOOL)
+    proj = tmp_path / "proj"
+    (proj / "recipes").mkdir(parents=True)
+    (proj / "recipes" / "small.yaml").write_text(
+        RECIPE.format(base=http_dir.url, sha=hashlib.sha256(TOOL).hexdigest())
+    )
+    built = run_nvkr("build", "recipes/small.yaml", "--json", cwd=proj, store=tmp_path / "s")
+    assert built.code == 0, built.stderr
+    (release,) = built.json_events()[-1]["releaseSets"]
+    ref = f"{registry.host}/t/pull"
+    assert nvkr_cli("publish", str(proj / release["path"]), ref, "--insecure").returncode == 0
+    res = nvkr_cli(
+        "--store", str(tmp_path / "empty"), "pull", f"{ref}@{release['digest']}",
+        str(tmp_path / "out"), "--insecure", "--json",
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    events = [json.loads(line) for line in res.stdout.splitlines()]
+    pulled = [e for e in events if e["event"] == "bytes"]
+    assert pulled and {e["direction"] for e in pulled} == {"pulled"}
+    assert any(e["finished"] and e["done"] == e["total"] for e in pulled)
+    result = events[-1]
+    assert result["event"] == "result" and result["exitCode"] == 0 and result["v"] == 1
+    assert {"buildRecord", "downloadedBytes", "reusedBlobs", "milliseconds"} <= result.keys()
+    assert not {"build_record", "seconds", "downloaded_bytes"} & result.keys()
