@@ -1,11 +1,13 @@
 """``nvkr build``: plan, execute against the store, and write each release set to ``--out``.
 
-Humans get one line per action on stderr; ``--json`` prints one JSON object per event on stdout
-(``action-cached``, ``action-start``, ``action-done``, ``action-failed``, ``action-warning`` with
-``message`` and ``hint``; with a remote cache ``cache-hit``, ``cache-miss`` with its
-``reason``, ``cache-push`` and ``cache-warning``) and a final ``result`` (``built``: keys a
-builder ran for; ``cached``: found in the store; ``remote``: ``[{key, name, cache}]`` taken
-from a cache). The remote cache options (:mod:`nvkr.cache.settings`) are checked, and
+Every event goes to one :class:`~nvkr.monitor.Monitor` (:mod:`nvkr.monitor`): humans get the
+live display on a terminal and one line per action on stderr elsewhere; ``--json`` prints one
+JSON object per event on stdout (stream version 1: ``actions-planned``, ``action-cached``,
+``action-start``, ``action-progress``, ``action-done``, ``action-failed``, ``action-warning``
+with ``message`` and ``hint``, ``source-fetch``, ``bytes``; with a remote cache ``cache-hit``,
+``cache-miss`` with its ``reason``, ``cache-push`` and ``cache-warning``) and a final ``result``
+(``built``: keys a builder ran for; ``cached``: found in the store; ``remote``:
+``[{key, name, cache}]`` taken from a cache) or ``error``. The remote cache options (:mod:`nvkr.cache.settings`) are checked, and
 ``--cache-to``'s push access asked, before anything is built.
 Beside each release set ``dist/<name>/`` goes its build record, ``dist/<name>.build-record.json``
 (with ``--sign`` also ``.build-record.dsse.json``): the times of the actions, which the set itself
