@@ -12,7 +12,7 @@ leaves the store consistent, since every store write is a verified rename.
 
 With a remote cache (``nvkr build --cache-from``, :mod:`nvkr.cache`) the walk asks the local
 store, then the caches, then builds: an action missing locally is looked up remotely (in a pool
-of :data:`LOOKUP_JOBS`, as the walk reaches it), and a hit stops the descent like a local one, so
+of :data:`~nvkr.walk.LOOKUP_JOBS`, as the walk reaches it, :mod:`nvkr.walk`), and a hit stops the descent like a local one, so
 a fresh runner whose cache holds the node images downloads them and never the root filesystems
 beneath. A result whose outputs reference blobs the store lacks (an image index taken from a cache
 without the per-arch images its dependencies made) is used, and its dependencies are looked at
@@ -40,10 +40,9 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any
 
 from nvkr.builders import ActionContext, get_builder
-from nvkr.cache.entry import missing_closure
 from nvkr.errors import BuildError, Interrupted, NvkrError
 from nvkr.fetch import FetchContext, ensure
 from nvkr.monitor import Monitor, estimates, transfer
@@ -63,36 +62,11 @@ from nvkr.plan import Action, Plan
 from nvkr.provenance import timestamp
 from nvkr.run import request_stop, resume, stop_requested, stop_tools, tail
 from nvkr.store import Store
+from nvkr.walk import RemoteLookup, Walk, closure, needed
 
 Emit = Callable[[Event], None]
 #: ``on_result(action, result, how)``: how is ``built``, ``cached`` (the store) or ``remote``.
 ResultHook = Callable[[Action, dict[str, Any], str], None]
-
-#: Remote lookups at a time: each is a few small requests (tag, referrers, signature, config)
-#: before any download, so a handful in flight hides a registry's latency; more would only
-#: burst requests at a registry that may rate-limit a CI fleet.
-LOOKUP_JOBS: Final = 8
-
-
-@dataclass(frozen=True)
-class RemoteHit:
-    """An action result taken from a remote cache: ``result`` (already in the action cache,
-    its outputs in the store), ``cache`` (``REGISTRY/REPOSITORY``) and ``complete``: False when
-    its outputs reference blobs the store lacks, so its dependencies are needed as well."""
-
-    result: dict[str, Any]
-    cache: str
-    complete: bool = True
-
-
-class RemoteLookup(Protocol):
-    """What the executor asks before building an action the store lacks (:mod:`nvkr.cache`).
-
-    ``lookup`` is called from worker threads; it never raises for a bad or missing entry (a
-    miss is None) and reports what it did through its own events.
-    """
-
-    def lookup(self, action: Action) -> RemoteHit | None: ...
 
 
 @dataclass
@@ -154,139 +128,6 @@ class _SourceGate:
                     f"source {src.name!r}: the store holds {got}, the plan expects {src.digest}",
                     hint="the source changed during the build; run the same command again",
                 )
-
-
-@dataclass
-class _Walk:
-    """What :func:`_needed` found: keys ``to_run`` (dependencies first), results ``cached`` in
-    the store, ``remote`` hits, ``incomplete``: results whose outputs reference blobs only
-    their dependencies' results hold (so whatever reads them waits for those too), and
-    ``absent``: dependencies of the targets (``nvkr build --action``) that are not targets and
-    were found nowhere (only targets are built)."""
-
-    to_run: list[str]
-    cached: dict[str, dict[str, Any]]
-    remote: dict[str, RemoteHit]
-    incomplete: set[str] = field(default_factory=set)
-    absent: list[str] = field(default_factory=list)
-
-    def waits(self, plan: Plan, key: str) -> set[str]:
-        """The keys whose results must be in before ``key`` runs: its dependencies, and through
-        an incomplete one, that one's dependencies (transitively)."""
-        out: set[str] = set()
-        stack = list(plan.actions[key].deps)
-        while stack:
-            dep = stack.pop()
-            if dep in out:
-                continue
-            out.add(dep)
-            if dep in self.incomplete:
-                stack.extend(plan.actions[dep].deps)
-        return out
-
-
-class _Walker:
-    """The state of one :func:`_needed` walk (its docstring)."""
-
-    def __init__(
-        self, plan: Plan, store: Store, remote: RemoteLookup | None, targets: list[str] | None
-    ) -> None:
-        self.plan, self.store, self.remote = plan, store, remote
-        self.cached: dict[str, dict[str, Any]] = {}
-        self.hits: dict[str, RemoteHit] = {}
-        self.missing: set[str] = set()
-        self.absent: set[str] = set()
-        self.incomplete: set[str] = set()
-        self.seen: set[str] = set()
-        self.selected = set(targets) if targets is not None else None
-        self.pending: dict[Future[RemoteHit | None], str] = {}
-        self.pool = (
-            ThreadPoolExecutor(max_workers=LOOKUP_JOBS, thread_name_prefix="nvkr-lookup")
-            if remote is not None
-            else None
-        )
-
-    def descend(self, key: str) -> None:
-        for dep in self.plan.actions[key].deps:
-            self.visit(dep)
-
-    def not_found(self, key: str) -> None:
-        if self.selected is not None and key not in self.selected:
-            self.absent.add(key)
-        else:
-            self.missing.add(key)
-            self.descend(key)
-
-    def visit(self, key: str) -> None:
-        if key in self.seen:
-            return
-        self.seen.add(key)
-        result = self.store.get_action(key)
-        if result is not None:
-            self.cached[key] = result
-            # a result an earlier build took from a cache may still lack its closure
-            if "remote" in result and missing_closure(self.store, result.get("outputs") or []):
-                self.incomplete.add(key)
-                self.descend(key)
-            return
-        if self.pool is None or self.remote is None:
-            self.not_found(key)
-            return
-        self.pending[self.pool.submit(self.remote.lookup, self.plan.actions[key])] = key
-
-    def drain(self) -> None:
-        """Wait for the remote lookups, descending below each miss and incomplete hit."""
-        while self.pending:
-            done, _ = wait(self.pending, return_when=FIRST_COMPLETED)
-            for fut in done:
-                key = self.pending.pop(fut)
-                hit = fut.result()
-                if hit is None:
-                    self.not_found(key)
-                    continue
-                self.hits[key] = hit
-                if not hit.complete:
-                    self.incomplete.add(key)
-                    self.descend(key)
-
-
-def _needed(
-    plan: Plan,
-    store: Store,
-    remote: RemoteLookup | None = None,
-    targets: list[str] | None = None,
-) -> _Walk:
-    """Walk down from the roots (or ``targets``): the store first, then ``remote``, then the
-    action is to run and its dependencies are looked at; with ``targets`` an action outside
-    them is never run, and one found nowhere is ``absent``. Remote lookups run
-    :data:`LOOKUP_JOBS` at a time."""
-    walker = _Walker(plan, store, remote, targets)
-    try:
-        for root in targets if targets is not None else plan.roots:
-            walker.visit(root)
-        walker.drain()
-    finally:
-        if walker.pool is not None:
-            walker.pool.shutdown(wait=True, cancel_futures=True)
-    return _Walk(
-        [k for k in plan.actions if k in walker.missing],
-        walker.cached,
-        walker.hits,
-        walker.incomplete,
-        [k for k in plan.actions if k in walker.absent],
-    )
-
-
-def _closure(plan: Plan, keys: list[str]) -> set[str]:
-    """``keys`` and every action they depend on, directly or not."""
-    seen: set[str] = set()
-    stack = list(keys)
-    while stack:
-        key = stack.pop()
-        if key not in seen:
-            seen.add(key)
-            stack.extend(plan.actions[key].deps)
-    return seen
 
 
 def _missing_error(plan: Plan, to_run: list[str]) -> BuildError:
@@ -433,7 +274,7 @@ def execute(
     report = BuildReport()
     if invocation_id is not None:
         report.invocation_id = invocation_id
-    walk = _needed(plan, store, remote, targets)
+    walk = needed(plan, store, remote, targets)
     if walk.absent:
         raise BuildError(
             f"the selected actions need {len(walk.absent)} action(s) that are not cached: "
@@ -450,7 +291,7 @@ def execute(
     return report
 
 
-def _take_found(plan: Plan, walk: _Walk, report: BuildReport, emit: Emit, hook: ResultHook) -> None:
+def _take_found(plan: Plan, walk: Walk, report: BuildReport, emit: Emit, hook: ResultHook) -> None:
     """Put what the walk found (the store's results, the caches' hits) into ``report``."""
     report.cached = list(walk.cached)
     report.results.update(walk.cached)
@@ -480,7 +321,7 @@ class _Run:
         plan: Plan,
         store: Store,
         fetch: FetchContext,
-        walk: _Walk,
+        walk: Walk,
         report: BuildReport,
         emit: Emit,
         hook: ResultHook,
@@ -611,7 +452,7 @@ def _emit_warnings(
     ``targets``) need, in plan order: those below a cached action were never looked at, so
     their records are read from the action cache (a no-op rebuild warns as the first build
     did)."""
-    needed = _closure(plan, targets if targets is not None else plan.roots)
+    needed = closure(plan, targets if targets is not None else plan.roots)
     for key, action in plan.actions.items():
         if key not in needed:
             continue

@@ -430,7 +430,7 @@ def _execute(
             import functools
 
             from nvkr.cache.remote import DOWNLOAD_JOBS, CacheReader
-            from nvkr.execute import LOOKUP_JOBS
+            from nvkr.walk import LOOKUP_JOBS
 
             # a connection for every lookup and download that may run at once
             client_for = functools.partial(registry.client, pool_size=LOOKUP_JOBS + DOWNLOAD_JOBS)
