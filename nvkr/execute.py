@@ -12,7 +12,7 @@ leaves the store consistent, since every store write is a verified rename.
 
 With a remote cache (``nvkr build --cache-from``, :mod:`nvkr.cache`) the walk asks the local
 store, then the caches, then builds: an action missing locally is looked up remotely (in a pool
-of :data:`LOOKUP_JOBS`, as the walk reaches it), and a hit stops the descent like a local one, so
+of :data:`~nvkr.walk.LOOKUP_JOBS`, as the walk reaches it, :mod:`nvkr.walk`), and a hit stops the descent like a local one, so
 a fresh runner whose cache holds the node images downloads them and never the root filesystems
 beneath. A result whose outputs reference blobs the store lacks (an image index taken from a cache
 without the per-arch images its dependencies made) is used, and its dependencies are looked at
@@ -40,47 +40,34 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any
 
 from nvkr.action import Action
 from nvkr.builders import ActionContext, get_builder
-from nvkr.cache.entry import missing_closure
 from nvkr.errors import BuildError, Interrupted, NvkrError
 from nvkr.fetch import FetchContext, ensure
+from nvkr.monitor import Monitor, estimates, transfer
+from nvkr.monitor.events import (
+    ActionCached,
+    ActionDone,
+    ActionFailed,
+    ActionProgress,
+    ActionsPlanned,
+    ActionStarted,
+    ActionWarning,
+    Event,
+    SourceFetch,
+    Transfer,
+)
 from nvkr.plan import Plan
 from nvkr.provenance import timestamp
 from nvkr.run import request_stop, resume, stop_requested, stop_tools, tail
 from nvkr.store import Store
+from nvkr.walk import RemoteLookup, Walk, closure, needed
 
-Event = Callable[..., None]
+Emit = Callable[[Event], None]
 #: ``on_result(action, result, how)``: how is ``built``, ``cached`` (the store) or ``remote``.
 ResultHook = Callable[[Action, dict[str, Any], str], None]
-
-#: Remote lookups at a time: each is a few small requests (tag, referrers, signature, config)
-#: before any download, so a handful in flight hides a registry's latency; more would only
-#: burst requests at a registry that may rate-limit a CI fleet.
-LOOKUP_JOBS: Final = 8
-
-
-@dataclass(frozen=True)
-class RemoteHit:
-    """An action result taken from a remote cache: ``result`` (already in the action cache,
-    its outputs in the store), ``cache`` (``REGISTRY/REPOSITORY``) and ``complete``: False when
-    its outputs reference blobs the store lacks, so its dependencies are needed as well."""
-
-    result: dict[str, Any]
-    cache: str
-    complete: bool = True
-
-
-class RemoteLookup(Protocol):
-    """What the executor asks before building an action the store lacks (:mod:`nvkr.cache`).
-
-    ``lookup`` is called from worker threads; it never raises for a bad or missing entry (a
-    miss is None) and reports what it did through its own events.
-    """
-
-    def lookup(self, action: Action) -> RemoteHit | None: ...
 
 
 @dataclass
@@ -101,147 +88,47 @@ class BuildReport:
 
 
 class _SourceGate:
-    """Fetch each source digest once, even when parallel actions ask for it at the same time."""
+    """Fetch each source digest once, even when parallel actions ask for it at the same time;
+    a download's bytes go out as ``bytes`` events (``fetched``)."""
 
-    def __init__(self, ctx: FetchContext, emit: Event) -> None:
+    def __init__(self, ctx: FetchContext, emit: Emit) -> None:
         self.ctx = ctx
         self.emit = emit
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
+
+    def _fetch(self, src: Any, fetching: bool) -> str:
+        """:func:`nvkr.fetch.ensure` of ``src``, its download's bytes reported."""
+        if not fetching:
+            return ensure(src.name, src.spec, src.entry, self.ctx, base_dir=src.base_dir)
+        total = src.entry.get("size") if isinstance(src.entry.get("size"), int) else None
+        last = [0]
+
+        def report(done: int) -> None:
+            last[0] = done
+            self.emit(Transfer("fetched", src.name, done, total))
+
+        with transfer.reporting(report):
+            got = ensure(src.name, src.spec, src.entry, self.ctx, base_dir=src.base_dir)
+        self.emit(Transfer("fetched", src.name, last[0], total, finished=True))
+        return got
 
     def ensure(self, action: Action) -> None:
         for src in action.sources.values():
             with self._guard:
                 lock = self._locks.setdefault(src.digest, threading.Lock())
             with lock:
-                if src.entry.get("kind") != "path" and not self.ctx.store.has_blob(src.digest):
-                    self.emit("source-fetch", source=src)
-                got = ensure(src.name, src.spec, src.entry, self.ctx, base_dir=src.base_dir)
+                fetching = src.entry.get("kind") != "path" and not self.ctx.store.has_blob(
+                    src.digest
+                )
+                if fetching:
+                    self.emit(SourceFetch(src))
+                got = self._fetch(src, fetching)
             if got != src.digest:  # a path source edited since the plan was made
                 raise BuildError(
                     f"source {src.name!r}: the store holds {got}, the plan expects {src.digest}",
                     hint="the source changed during the build; run the same command again",
                 )
-
-
-@dataclass
-class _Walk:
-    """What :func:`_needed` found: keys ``to_run`` (dependencies first), results ``cached`` in
-    the store, ``remote`` hits, ``incomplete``: results whose outputs reference blobs only
-    their dependencies' results hold (so whatever reads them waits for those too), and
-    ``absent``: dependencies of the targets (``nvkr build --action``) that are not targets and
-    were found nowhere (only targets are built)."""
-
-    to_run: list[str]
-    cached: dict[str, dict[str, Any]]
-    remote: dict[str, RemoteHit]
-    incomplete: set[str] = field(default_factory=set)
-    absent: list[str] = field(default_factory=list)
-
-    def waits(self, plan: Plan, key: str) -> set[str]:
-        """The keys whose results must be in before ``key`` runs: its dependencies, and through
-        an incomplete one, that one's dependencies (transitively)."""
-        out: set[str] = set()
-        stack = list(plan.actions[key].deps)
-        while stack:
-            dep = stack.pop()
-            if dep in out:
-                continue
-            out.add(dep)
-            if dep in self.incomplete:
-                stack.extend(plan.actions[dep].deps)
-        return out
-
-
-def _needed(
-    plan: Plan,
-    store: Store,
-    remote: RemoteLookup | None = None,
-    targets: list[str] | None = None,
-) -> _Walk:
-    """Walk down from the roots (or ``targets``): the store first, then ``remote``, then the
-    action is to run and its dependencies are looked at; with ``targets`` an action outside
-    them is never run, and one found nowhere is ``absent``. Remote lookups run
-    :data:`LOOKUP_JOBS` at a time."""
-    cached: dict[str, dict[str, Any]] = {}
-    hits: dict[str, RemoteHit] = {}
-    missing: set[str] = set()
-    absent: set[str] = set()
-    incomplete: set[str] = set()
-    seen: set[str] = set()
-    selected = set(targets) if targets is not None else None
-    pending: dict[Future[RemoteHit | None], str] = {}
-    pool = (
-        ThreadPoolExecutor(max_workers=LOOKUP_JOBS, thread_name_prefix="nvkr-lookup")
-        if remote is not None
-        else None
-    )
-
-    def descend(key: str) -> None:
-        for dep in plan.actions[key].deps:
-            visit(dep)
-
-    def not_found(key: str) -> None:
-        if selected is not None and key not in selected:
-            absent.add(key)
-        else:
-            missing.add(key)
-            descend(key)
-
-    def visit(key: str) -> None:
-        if key in seen:
-            return
-        seen.add(key)
-        result = store.get_action(key)
-        if result is not None:
-            cached[key] = result
-            # a result an earlier build took from a cache may still lack its closure
-            if "remote" in result and missing_closure(store, result.get("outputs") or []):
-                incomplete.add(key)
-                descend(key)
-            return
-        if pool is None:
-            not_found(key)
-            return
-        pending[pool.submit(remote.lookup, plan.actions[key])] = key  # type: ignore[union-attr]
-
-    try:
-        for root in targets if targets is not None else plan.roots:
-            visit(root)
-        while pending:
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in done:
-                key = pending.pop(fut)
-                hit = fut.result()
-                if hit is None:
-                    not_found(key)
-                else:
-                    hits[key] = hit
-                    if not hit.complete:
-                        incomplete.add(key)
-                        descend(key)
-    finally:
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
-    return _Walk(
-        [k for k in plan.actions if k in missing],
-        cached,
-        hits,
-        incomplete,
-        [k for k in plan.actions if k in absent],
-    )
-
-
-def _closure(plan: Plan, keys: list[str]) -> set[str]:
-    """``keys`` and every action they depend on, directly or not."""
-    seen: set[str] = set()
-    stack = list(keys)
-    while stack:
-        key = stack.pop()
-        if key not in seen:
-            seen.add(key)
-            stack.extend(plan.actions[key].deps)
-    return seen
 
 
 def _missing_error(plan: Plan, to_run: list[str]) -> BuildError:
@@ -266,6 +153,7 @@ def run_action(
     *,
     invocation_id: str | None = None,
     started: float | None = None,
+    progress: Callable[[ActionProgress], None] | None = None,
 ) -> dict[str, Any]:
     """Run one action's builder in a fresh work dir and record its result in the action cache.
 
@@ -276,7 +164,8 @@ def run_action(
     store), ``warnings`` what the builder warned about (``{"message"[, "hint"]}`` each),
     ``invocation_id`` (default: a new UUID),
     ``started`` (seconds since 1970, default: now) and the time the builder returned, both as
-    RFC 3339 UTC (:func:`nvkr.provenance.timestamp`).
+    RFC 3339 UTC (:func:`nvkr.provenance.timestamp`). ``progress`` gets what the builder
+    reports through :meth:`~nvkr.builders.ActionContext.progress`.
 
     Raises:
         NvkrError: the builder failed: the same class (so the same code and exit code, e.g. an
@@ -288,6 +177,8 @@ def run_action(
     started = time.time() if started is None else started
     with store.workdir(prefix=f"act-{action.key[7:19]}-") as workdir:
         ctx = ActionContext(action, store, workdir, deps)
+        if progress is not None:
+            ctx.on_progress = progress
         try:
             builder.run(ctx)
         except NvkrError as e:
@@ -345,7 +236,7 @@ def execute(
     fetch: FetchContext,
     *,
     jobs: int = 2,
-    event: Event | None = None,
+    monitor: Monitor | None = None,
     invocation_id: str | None = None,
     targets: list[str] | None = None,
     remote: RemoteLookup | None = None,
@@ -365,11 +256,12 @@ def execute(
     Each action run is recorded with ``invocation_id`` (default: a new UUID; the report's
     ``invocation_id`` either way) and its times (module docstring).
 
-    ``event(kind, **fields)`` is called for ``action-cached``, ``action-start``, ``action-done``
-    (with ``seconds``), ``action-failed`` (with ``error``), ``source-fetch`` (with ``source``,
-    a :class:`~nvkr.builders.ResolvedSource` about to be downloaded; from a worker thread) and,
-    once the roots are done, ``action-warning`` (with ``message`` and ``hint``, possibly None)
-    for each warning recorded by an action the roots need, built now or before.
+    ``monitor`` gets the events of :mod:`nvkr.monitor.events`: ``actions-planned`` once the
+    walk is done, ``action-cached``, ``action-start`` (with the estimate of earlier runs),
+    ``action-progress`` (what builders report), ``action-done``, ``action-failed``,
+    ``source-fetch`` (from worker threads) and, once the roots are done, ``action-warning`` for
+    each warning recorded by an action the roots need, built now or before. Each built action's
+    duration is recorded for the next estimate (:mod:`nvkr.monitor.estimates`).
 
     Raises:
         BuildError: an action failed (after running ones have finished and been cached); a
@@ -378,12 +270,12 @@ def execute(
             cache (each named).
         Interrupted: Ctrl-C (exit 130) or SIGTERM (exit 143).
     """
-    emit: Event = event or (lambda kind, **f: None)
+    emit: Emit = monitor.emit if monitor is not None else (lambda e: None)
     hook: ResultHook = on_result or (lambda action, result, how: None)
     report = BuildReport()
     if invocation_id is not None:
         report.invocation_id = invocation_id
-    walk = _needed(plan, store, remote, targets)
+    walk = needed(plan, store, remote, targets)
     if walk.absent:
         raise BuildError(
             f"the selected actions need {len(walk.absent)} action(s) that are not cached: "
@@ -391,103 +283,157 @@ def execute(
             hint="build those first (the fan-out units they belong to come earlier, "
             "`nvkr plan --fan-out`), or select them too",
         )
-    to_run, cached = walk.to_run, walk.cached
-    report.cached = list(cached)
-    report.results.update(cached)
+    _take_found(plan, walk, report, emit, hook)
+    if cached_only and walk.to_run:
+        raise _missing_error(plan, walk.to_run)
+    if walk.to_run:
+        _Run(plan, store, fetch, walk, report, emit, hook, jobs).run()
+    _emit_warnings(plan, store, report, emit, targets)
+    return report
+
+
+def _take_found(plan: Plan, walk: Walk, report: BuildReport, emit: Emit, hook: ResultHook) -> None:
+    """Put what the walk found (the store's results, the caches' hits) into ``report``."""
+    report.cached = list(walk.cached)
+    report.results.update(walk.cached)
     for key, hit in walk.remote.items():
         report.remote[key] = hit.cache
         report.results[key] = hit.result
-    for key in cached:
-        emit("action-cached", action=plan.actions[key])
-        hook(plan.actions[key], cached[key], "cached")
+    emit(
+        ActionsPlanned(
+            actions=len(walk.to_run) + len(walk.cached) + len(walk.remote),
+            to_run=len(walk.to_run),
+            cached=len(walk.cached),
+            remote=len(walk.remote),
+        )
+    )
+    for key in walk.cached:
+        emit(ActionCached(plan.actions[key]))
+        hook(plan.actions[key], walk.cached[key], "cached")
     for key, hit in walk.remote.items():
         hook(plan.actions[key], hit.result, "remote")
-    if cached_only and to_run:
-        raise _missing_error(plan, to_run)
-    if not to_run:
-        _emit_warnings(plan, store, report, emit, targets)
-        return report
 
-    gate = _SourceGate(fetch, emit)
-    pending = list(to_run)
-    waits = {key: walk.waits(plan, key) for key in to_run}
-    running: dict[Future[dict[str, Any]], str] = {}
-    failure: BaseException | None = None
-    failed: Action | None = None
 
-    def work(action: Action) -> dict[str, Any]:
+class _Run:
+    """Running the actions a walk left to run, ``jobs`` at a time (:func:`execute`)."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        store: Store,
+        fetch: FetchContext,
+        walk: Walk,
+        report: BuildReport,
+        emit: Emit,
+        hook: ResultHook,
+        jobs: int,
+    ) -> None:
+        self.plan, self.store, self.report, self.emit, self.hook = plan, store, report, emit, hook
+        self.jobs = max(1, jobs)
+        self.gate = _SourceGate(fetch, emit)
+        self.pending = list(walk.to_run)
+        self.waits = {key: walk.waits(plan, key) for key in walk.to_run}
+        self.running: dict[Future[dict[str, Any]], str] = {}
+        self.started: dict[str, float] = {}
+        self.failure: BaseException | None = None
+        self.failed: Action | None = None
+        self.pool = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="nvkr-action")
+
+    def work(self, action: Action) -> dict[str, Any]:
         started = time.time()
-        gate.ensure(action)
-        deps = {k: report.results[k] for k in action.deps}
-        return run_action(action, store, deps, invocation_id=report.invocation_id, started=started)
+        self.gate.ensure(action)
+        deps = {k: self.report.results[k] for k in action.deps}
+        return run_action(
+            action,
+            self.store,
+            deps,
+            invocation_id=self.report.invocation_id,
+            started=started,
+            progress=self.emit,
+        )
 
-    pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="nvkr-action")
-    started: dict[str, float] = {}
-    try:
-        while pending or running:
-            if failure is None:
-                for key in list(pending):
-                    if len(running) >= max(1, jobs):
-                        break
-                    if all(d in report.results for d in waits[key]):
-                        pending.remove(key)
-                        started[key] = time.monotonic()
-                        emit("action-start", action=plan.actions[key])
-                        running[pool.submit(work, plan.actions[key])] = key
-            elif not running:
+    def start_ready(self) -> None:
+        for key in list(self.pending):
+            if len(self.running) >= self.jobs:
                 break
-            if not running:
-                raise NvkrError("internal: no action is ready but some are pending (cycle?)")
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
-            for fut in done:
-                key = running.pop(fut)
-                try:
-                    report.results[key] = fut.result()
-                    report.built.append(key)
-                    emit(
-                        "action-done",
-                        action=plan.actions[key],
-                        seconds=time.monotonic() - started[key],
-                    )
-                    hook(plan.actions[key], report.results[key], "built")
-                except BaseException as e:
-                    emit("action-failed", action=plan.actions[key], error=e)
-                    if failure is None:
-                        failure, failed = e, plan.actions[key]
-    except KeyboardInterrupt:
-        # Ctrl-C, or SIGTERM turned into one by the CLI: the running tools are stopped (they
-        # clean up, then are killed), their actions fail and are dropped, the finished ones
-        # stay cached.
-        request_stop(signal.SIGINT)  # a no-op after the CLI's signal handler made the request
-        signum = stop_requested() or signal.SIGINT
-        stop_tools()
-        pool.shutdown(wait=True, cancel_futures=True)
-        resume()
-        raise Interrupted(
-            f"{'terminated' if signum == signal.SIGTERM else 'interrupted'}; "
-            f"{len(report.built)} finished actions are cached",
-            hint="run the same command again to continue",
-            signum=signum,
-        ) from None
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-    if failure is not None:
-        assert failed is not None
-        if isinstance(failure, NvkrError):
-            raise failure
-        if isinstance(failure, OSError):  # fetching its sources: the disk, the permissions
-            where = f" ({failure.filename})" if failure.filename else ""
-            raise BuildError(
-                f"{_failed(failed)}: {failure.strerror or failure}{where}",
-                hint="free space in the store's file system, or check its permissions",
-            ) from failure
-        # Anything else is a bug in nvkr (a builder's own exception), reported as one.
-        raise NvkrError(
+            if all(d in self.report.results for d in self.waits[key]):
+                self.pending.remove(key)
+                self.started[key] = time.monotonic()
+                action = self.plan.actions[key]
+                self.emit(ActionStarted(action, estimates.estimate(self.store.root, key)))
+                self.running[self.pool.submit(self.work, action)] = key
+
+    def finished(self, fut: Future[dict[str, Any]]) -> None:
+        key = self.running.pop(fut)
+        action = self.plan.actions[key]
+        try:
+            self.report.results[key] = fut.result()
+        except BaseException as e:
+            self.emit(ActionFailed(action, e))
+            if self.failure is None:
+                self.failure, self.failed = e, action
+            return
+        self.report.built.append(key)
+        seconds = time.monotonic() - self.started[key]
+        self.emit(ActionDone(action, seconds))
+        estimates.record(self.store.root, key, seconds)
+        self.hook(action, self.report.results[key], "built")
+
+    def run(self) -> None:
+        """Run until every action ran or one failed (then the running ones finish first).
+
+        Raises: as :func:`execute`.
+        """
+        try:
+            while self.pending or self.running:
+                if self.failure is None:
+                    self.start_ready()
+                elif not self.running:
+                    break
+                if not self.running:
+                    raise NvkrError("internal: no action is ready but some are pending (cycle?)")
+                done, _ = wait(self.running, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    self.finished(fut)
+        except KeyboardInterrupt:
+            # Ctrl-C, or SIGTERM turned into one by the CLI: the running tools are stopped
+            # (they clean up, then are killed), their actions fail and are dropped, the
+            # finished ones stay cached.
+            request_stop(signal.SIGINT)  # a no-op after the CLI's signal handler made it
+            signum = stop_requested() or signal.SIGINT
+            stop_tools()
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            resume()
+            raise Interrupted(
+                f"{'terminated' if signum == signal.SIGTERM else 'interrupted'}; "
+                f"{len(self.report.built)} finished actions are cached",
+                hint="run the same command again to continue",
+                signum=signum,
+            ) from None
+        finally:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+        if self.failure is not None:
+            assert self.failed is not None
+            raise _failure_error(self.failure, self.failed)
+
+
+def _failure_error(failure: BaseException, failed: Action) -> BaseException:
+    """What the build raises for the first action that failed with ``failure``."""
+    if isinstance(failure, NvkrError):
+        return failure
+    if isinstance(failure, OSError):  # fetching its sources: the disk, the permissions
+        where = f" ({failure.filename})" if failure.filename else ""
+        error: NvkrError = BuildError(
+            f"{_failed(failed)}: {failure.strerror or failure}{where}",
+            hint="free space in the store's file system, or check its permissions",
+        )
+    else:  # anything else is a bug in nvkr (a builder's own exception), reported as one
+        error = NvkrError(
             f"internal error in {_failed(failed)}: {failure!r}",
             hint="run again with --debug for a traceback, and report it",
-        ) from failure
-    _emit_warnings(plan, store, report, emit, targets)
-    return report
+        )
+    error.__cause__ = failure
+    return error
 
 
 def _record(store: Store, key: str) -> dict[str, Any]:
@@ -501,21 +447,16 @@ def _record(store: Store, key: str) -> dict[str, Any]:
 
 
 def _emit_warnings(
-    plan: Plan, store: Store, report: BuildReport, emit: Event, targets: list[str] | None
+    plan: Plan, store: Store, report: BuildReport, emit: Emit, targets: list[str] | None
 ) -> None:
     """``action-warning`` for every warning in the records of the actions the roots (or the
     ``targets``) need, in plan order: those below a cached action were never looked at, so
     their records are read from the action cache (a no-op rebuild warns as the first build
     did)."""
-    needed = _closure(plan, targets if targets is not None else plan.roots)
+    needed = closure(plan, targets if targets is not None else plan.roots)
     for key, action in plan.actions.items():
         if key not in needed:
             continue
         record = report.results.get(key) or _record(store, key)
         for warning in record.get("warnings") or []:
-            emit(
-                "action-warning",
-                action=action,
-                message=warning["message"],
-                hint=warning.get("hint"),
-            )
+            emit(ActionWarning(action, warning["message"], warning.get("hint")))

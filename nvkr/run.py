@@ -180,6 +180,27 @@ def _end(proc: subprocess.Popen[bytes], grace: float = STOP_GRACE) -> None:
         proc.wait()
 
 
+def _pump(proc: subprocess.Popen[bytes], sink: IO[bytes], on_line: Callable[[str], bool]) -> None:
+    """Copy ``proc``'s output to ``sink`` line by line (``\n`` or ``\r`` ends one), calling
+    ``on_line`` for each; a line it returns True for is not logged. An exception of
+    ``on_line`` (a display's bug) never stops the copying."""
+    assert proc.stdout is not None
+    pending = b""
+    while chunk := os.read(proc.stdout.fileno(), 65536):
+        pending += chunk
+        *lines, pending = pending.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+        for raw in lines:
+            skip = False
+            with contextlib.suppress(Exception):
+                skip = bool(on_line(raw.decode(errors="replace")))
+            if not skip:
+                sink.write(raw + b"\n")
+        sink.flush()
+    if pending:
+        sink.write(pending)
+        sink.flush()
+
+
 def run(
     argv: Sequence[str | os.PathLike[str]],
     *,
@@ -191,6 +212,7 @@ def run(
     timeout: float | None = None,
     isolate: bool = False,
     cleanup: bool = False,
+    on_line: Callable[[str], bool] | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
     """Run ``argv`` with a pinned environment and wait for it.
 
@@ -202,6 +224,10 @@ def run(
         timeout: seconds before the tool is stopped (SIGTERM, then SIGKILL).
         isolate: run it in namespaces of its own (:func:`isolated`): for tools that mount.
         cleanup: a clean-up step (``umount``, ``losetup --detach``): it runs after a stop too.
+        on_line: with ``log_file``: called with each line of output as it comes (a line ends at
+            a newline or a carriage return, as a tool's progress meter writes); a line it
+            returns True for is left out of the log (a meter's hundred updates). A tool's
+            progress is read this way (:func:`_pump`).
     Returns:
         the completed process (stdout/stderr as bytes when captured).
     Raises:
@@ -223,6 +249,8 @@ def run(
             lf.write(f"$ {shlex.join(args)}\n".encode())
             lf.flush()
             out = {"stdout": lf, "stderr": subprocess.STDOUT}
+            if on_line is not None:
+                out = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
         with _tools.changed:  # a stop request and a start never cross
             if _tools.stop_signal is not None and not cleanup:
                 raise Interrupted(f"stopping: {Path(args[0]).name} not started")
@@ -245,8 +273,19 @@ def run(
                     f"tool {real[0]!r} not found", hint="run the README's install command"
                 ) from e
             _tools.running.add(proc)
+        pump = None
+        if on_line is not None and log_file is not None:
+            pump = threading.Thread(
+                target=_pump, args=(proc, lf, on_line), name="nvkr-tool-output", daemon=True
+            )
+            pump.start()
         try:
-            stdout, stderr = proc.communicate(input, timeout=timeout)
+            if pump is not None:
+                proc.wait(timeout=timeout)
+                pump.join()
+                stdout, stderr = b"", b""
+            else:
+                stdout, stderr = proc.communicate(input, timeout=timeout)
         except subprocess.TimeoutExpired as e:
             _end(proc)
             raise ToolError(f"{shlex.join(args)} timed out after {timeout} s") from e

@@ -12,13 +12,14 @@ them: adding a builder means adding a package ``nvkr/builders/<name>/`` and a li
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from nvkr.errors import UnknownBuilderError
+from nvkr.monitor.events import ActionProgress
 
 if TYPE_CHECKING:
     from nvkr.action import Action
@@ -130,6 +131,14 @@ class ActionContext:
         self.outputs: list[dict[str, Any]] = []
         self.metadata: dict[str, Any] = {}
         self.warnings: list[dict[str, str]] = []
+        #: where :meth:`progress` reports go (the executor's monitor; by default nowhere)
+        self.on_progress: Callable[[ActionProgress], None] = lambda p: None
+
+    def progress(self, done: float, total: float | None, unit: str, what: str = "") -> None:
+        """Report how far the builder is: ``done`` of ``total`` ``unit`` (``steps``,
+        ``percent``, ``bytes``; ``total`` None when unknown), ``what`` it does now. Shown by the
+        live display and, at most every 30 s, as a line in a CI log (:mod:`nvkr.monitor`)."""
+        self.on_progress(ActionProgress(self.action, done, total, unit, what))
 
     def warn(self, message: str, *, hint: str | None = None) -> None:
         """Record a warning about the result (kept in its action record, so a cached result

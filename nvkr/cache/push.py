@@ -57,6 +57,7 @@ from nvkr.cache.entry import (
 )
 from nvkr.canonical import canonical_json
 from nvkr.errors import IntegrityError, RegistryError
+from nvkr.monitor.transfer import counted
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import LayoutBlob, artifact_manifest, descriptor, manifest_bytes
 from nvkr.oci.referrers import list_referrers, referrer_descriptor, update_referrers_tag
@@ -412,7 +413,11 @@ class CacheWriter:
         for source in self.mount_from:
             if self.client.mount_blob(self.repo, digest, source):
                 return 0
-        return self.client.push_blob(self.repo, digest, size, opener)
+
+        def progress(done: int) -> None:
+            self._emit("cache-bytes", digest=digest, size=size, done=done)
+
+        return self.client.push_blob(self.repo, digest, size, lambda: counted(opener(), progress))
 
     def _put_referrers(self, entry: Entry, manifests: list[bytes]) -> None:
         entries = []

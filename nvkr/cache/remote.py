@@ -1,6 +1,6 @@
 """Reading a remote cache: an entry looked up, checked, downloaded into the store.
 
-:class:`CacheReader` is the executor's :class:`~nvkr.execute.RemoteLookup`. For an action the
+:class:`CacheReader` is the executor's :class:`~nvkr.walk.RemoteLookup`. For an action the
 store lacks it asks each ``--cache-from`` repository in order, and takes the first entry that
 passes every check, in this order (a failure is a miss with its reason, and the next cache, then
 the builder, is tried):
@@ -57,11 +57,11 @@ from nvkr.cache.entry import (
     missing_closure,
 )
 from nvkr.errors import ChecksumError, DowngradeError, IntegrityError, RegistryError
-from nvkr.execute import RemoteHit
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.referrers import list_referrers
 from nvkr.provenance import timestamp
 from nvkr.sign import PublicKey, check_envelope, envelope_parts, key_id
+from nvkr.walk import RemoteHit
 
 if TYPE_CHECKING:
     from nvkr.action import Action

@@ -1,11 +1,13 @@
 """``nvkr build``: plan, execute against the store, and write each release set to ``--out``.
 
-Humans get one line per action on stderr; ``--json`` prints one JSON object per event on stdout
-(``action-cached``, ``action-start``, ``action-done``, ``action-failed``, ``action-warning`` with
-``message`` and ``hint``; with a remote cache ``cache-hit``, ``cache-miss`` with its
-``reason``, ``cache-push`` and ``cache-warning``) and a final ``result`` (``built``: keys a
-builder ran for; ``cached``: found in the store; ``remote``: ``[{key, name, cache}]`` taken
-from a cache). The remote cache options (:mod:`nvkr.cache.settings`) are checked, and
+Every event goes to one :class:`~nvkr.monitor.Monitor` (:mod:`nvkr.monitor`): humans get the
+live display on a terminal and one line per action on stderr elsewhere; ``--json`` prints one
+JSON object per event on stdout (stream version 1: ``actions-planned``, ``action-cached``,
+``action-start``, ``action-progress``, ``action-done``, ``action-failed``, ``action-warning``
+with ``message`` and ``hint``, ``source-fetch``, ``bytes``; with a remote cache ``cache-hit``,
+``cache-miss`` with its ``reason``, ``cache-push`` and ``cache-warning``) and a final ``result``
+(``built``: keys a builder ran for; ``cached``: found in the store; ``remote``:
+``[{key, name, cache}]`` taken from a cache) or ``error``. The remote cache options (:mod:`nvkr.cache.settings`) are checked, and
 ``--cache-to``'s push access asked, before anything is built.
 Beside each release set ``dist/<name>/`` goes its build record, ``dist/<name>.build-record.json``
 (with ``--sign`` also ``.build-record.dsse.json``): the times of the actions, which the set itself
@@ -14,10 +16,9 @@ never holds (:mod:`nvkr.releaseset.record`).
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -26,8 +27,6 @@ from nvkr.cli.common import (
     RegistryAccess,
     cleanup_line,
     fetch_options,
-    human_size,
-    make_console,
     make_session_plan,
     open_session,
     recipe_argument,
@@ -36,6 +35,10 @@ from nvkr.cli.common import (
 )
 from nvkr.cli.common import n as _n
 from nvkr.errors import UsageError
+from nvkr.monitor.events import CacheEvent, Note, Result, StoreNotice, Transfer
+
+if TYPE_CHECKING:
+    from nvkr.monitor import Monitor
 
 
 @click.command("build")
@@ -155,110 +158,81 @@ def command(
     registry: RegistryAccess,
 ) -> None:
     """Build RECIPE (default recipes/default.yaml) into release sets under --out."""
-    from rich.markup import escape
+    from nvkr.monitor import monitoring, open_monitor
 
-    from nvkr.releaseset import materialize
-    from nvkr.releaseset.record import plan_build_record, write_build_record
+    with monitoring(open_monitor("build", as_json=as_json)) as monitor:
+        # Bad push references, cache settings and unreadable keys fail before anything builds.
+        push_ref = None
+        if push is not None:
+            from nvkr.oci.registry import Reference
 
-    console = make_console(stderr=True)
+            push_ref = Reference.parse(push)
+        signing_key = None
+        if sign_key is not None:
+            from nvkr.sign import load_private_key
 
-    def event(kind: str, **fields: Any) -> None:
-        action = fields.get("action")
-        if kind.startswith("cache-"):
-            cache_event(kind, fields)
-            return
-        if as_json:
-            doc: dict[str, Any] = {"event": kind}
-            if action is not None:
-                doc.update(key=action.key, name=action.name, builder=action.builder)
-            if "seconds" in fields:
-                doc["milliseconds"] = round(fields["seconds"] * 1000)
-            if "error" in fields:
-                doc["error"] = str(fields["error"])
-            if "source" in fields:
-                doc["source"] = fields["source"].name
-                doc["digest"] = fields["source"].digest
-            if kind in ("blob-corrupt", "tools-changed"):
-                doc.update(digest=fields["digest"], reason=fields["reason"])
-            if kind == "action-warning":
-                doc["message"] = fields["message"]
-                if fields.get("hint"):
-                    doc["hint"] = fields["hint"]
-            click.echo(json.dumps(doc, sort_keys=True))
-            return
-        if kind in ("blob-corrupt", "tools-changed"):
-            from nvkr.store import corrupt_line, tree_changed_line
+            signing_key = load_private_key(sign_key)
+        settings = _cache_settings(
+            app, monitor, registry, offline, cache_from, cache_to, cache_mode, cache_salt,
+            cache_sign_key, cache_trust, cache_trust_unsigned,
+        )  # fmt: skip
+        session = open_session(
+            app, recipe, variants, mirrors=mirrors, offline=offline, locked=locked,
+            lockfile=lockfile,
+        )  # fmt: skip
+        _check_session(session, monitor, recipe, push, action_refs, locked, out)
+        with session.store.lock() as cleaned:
+            if said := cleanup_line(cleaned):
+                monitor.emit(Note(said))
+            plan = make_session_plan(session)
+            if session.resolver.resolved_now and session.resolver.lock is not None:
+                monitor.emit(Note(
+                    f"{session.lock_path} lacks "
+                    f"{', '.join(sorted(set(session.resolver.resolved_now)))}; "
+                    "resolved now — run `nvkr lock` to pin them", level="warning",
+                ))  # fmt: skip
+            monitor.emit(Note(
+                f"nvkr: {recipe}: {_n(len(plan.variants), 'variant')}, "
+                f"{_n(len(plan.actions), 'action')} (build digest {plan.build_digest[:19]})"
+            ))  # fmt: skip
+            targets = None
+            if action_refs:
+                from nvkr.actionrefs import resolve
 
-            line = corrupt_line if kind == "blob-corrupt" else tree_changed_line
-            console.print(f"[yellow]warning:[/] {escape(line(fields['digest'], fields['reason']))}")
-            return
-        if kind == "source-fetch":
-            src = fields["source"]
-            uri = src.descriptor().get("uri") or (
-                f"{len(src.entry.get('packages') or [])} .debs ({src.entry.get('arch')})"
-                if src.entry.get("kind") == "apt"
-                else src.name
+                targets = resolve(plan, action_refs)
+            report, pushed = _execute(
+                plan, session, settings, registry, jobs, monitor, cached_only, targets
             )
-            console.print(f"  [cyan]fetching[/] {escape(src.name)} [dim]{escape(uri)}[/]")
-            return
-        if action is None:
-            return
-        name = escape(action.name)
-        if kind == "action-start":
-            console.print(
-                f"  [cyan]building[/] {name} [dim]({action.builder}, {action.key[7:19]})[/]"
-            )
-        elif kind == "action-done":
-            console.print(f"  [green]built[/]    {name} [dim]{fields['seconds']:.1f} s[/]")
-        elif kind == "action-failed":
-            console.print(f"  [red]failed[/]   {name}")
-        elif kind == "action-warning":
-            console.print(f"[yellow]warning:[/] {escape(fields['message'])}")
-            if fields.get("hint"):
-                console.print(f"  [dim]hint: {escape(fields['hint'])}[/]")
+            written = _write_release_sets(plan, report, session, out, signing_key, targets)
+            from nvkr.store_gc import write_root  # what gc keeps: everything this build used
 
-    def cache_event(kind: str, fields: dict[str, Any]) -> None:
-        action = fields.get("action")
-        if as_json:
-            doc: dict[str, Any] = {"event": kind}
-            if action is not None:
-                doc.update(key=action.key, name=action.name, builder=action.builder)
-            doc.update({k: v for k, v in fields.items() if k != "action"})
-            click.echo(json.dumps(doc, sort_keys=True))
-            return
-        name = escape(action.name) if action is not None else ""
-        if kind == "cache-hit":
-            size = human_size(int(fields["bytes"]))
-            console.print(
-                f"  [green]from cache[/] {name} [dim]{escape(fields['cache'])}, {size}[/]"
+            write_root(
+                session.store,
+                invocation_id=report.invocation_id,
+                recipe=f"{Path(recipe).resolve()} {' '.join(sorted(v.id for v in plan.variants))}",
+                plan=plan,
+                release_sets=written,
             )
-        elif kind == "cache-miss" and not fields.get("absent"):
-            console.print(
-                f"  [yellow]cache miss:[/] {name}: {escape(fields['reason'])} "
-                f"[dim]({escape(fields['cache'])})[/]"
-            )
-        elif kind == "cache-push" and fields["state"] in ("pushed", "signed"):
-            verb = "pushed" if fields["state"] == "pushed" else "signed"
-            console.print(
-                f"  [cyan]{verb}[/]   {name} [dim]→ {escape(fields['cache'])}:"
-                f"{fields['tag'][:15]}…[/]"
-            )
-        elif kind == "cache-warning":
-            level = "note" if fields.get("level") == "note" else "warning"
-            prefix = f"{name}: " if action is not None and level == "note" else ""
-            console.print(f"  [yellow]{level}:[/] {prefix}{escape(fields['message'])}")
+        if push_ref is not None:
+            _push(push_ref, push, written, registry, monitor)
+        monitor.emit(_result(plan, report, written, pushed, settings, targets))
 
-    # Bad push references, cache settings and unreadable keys fail before anything is built.
-    push_ref = None
-    if push is not None:
-        from nvkr.oci.registry import Reference
 
-        push_ref = Reference.parse(push)
-    signing_key = None
-    if sign_key is not None:
-        from nvkr.sign import load_private_key
-
-        signing_key = load_private_key(sign_key)
+def _cache_settings(
+    app: App,
+    monitor: Monitor,
+    registry: RegistryAccess,
+    offline: bool,
+    cache_from: tuple[str, ...],
+    cache_to: str | None,
+    cache_mode: str | None,
+    cache_salt: str | None,
+    cache_sign_key: str | None,
+    cache_trust: tuple[str, ...],
+    cache_trust_unsigned: bool,
+) -> Any:
+    """The remote cache settings (:mod:`nvkr.cache.settings`), checked, with ``--cache-to``'s
+    push access asked now, not after the build."""
     from nvkr.cache.settings import CacheSettings, resolve_settings
 
     settings = resolve_settings(
@@ -274,25 +248,31 @@ def command(
         else Path.home() / ".config" / "nvkr" / "config.yaml",
     )
     if offline and settings.enabled:
-        if not as_json:
-            console.print("[yellow]note:[/] --offline: the remote caches are not used")
+        monitor.emit(Note("--offline: the remote caches are not used", level="note"))
         settings = CacheSettings()
-    if settings.target is not None:  # no push access: say so now, not after the build
+    if settings.target is not None:
         with registry.client(settings.target.registry) as probe:
             probe.check_push(settings.target.repository)
     if settings.sources and settings.trust_unsigned:
         names = ", ".join(f"{r.registry}/{r.repository}" for r in settings.sources)
-        cache_event(
-            "cache-warning",
-            {
-                "message": f"--cache-trust-unsigned: entries of {names} are used without a "
-                "trusted signature; whoever can push there decides what this build uses"
-            },
-        )
+        monitor.emit(CacheEvent("cache-warning", fields={
+            "message": f"--cache-trust-unsigned: entries of {names} are used without a "
+            "trusted signature; whoever can push there decides what this build uses"
+        }))  # fmt: skip
+    return settings
 
-    session = open_session(
-        app, recipe, variants, mirrors=mirrors, offline=offline, locked=locked, lockfile=lockfile
-    )
+
+def _check_session(
+    session: Any,
+    monitor: Monitor,
+    recipe: Path,
+    push: str | None,
+    action_refs: tuple[str, ...],
+    locked: bool,
+    out: Path,
+) -> None:
+    """Refuse what this session cannot build or push, before anything is built; route the
+    store's notices to ``monitor``; say what a partial or unlocked build means."""
     if push is not None and (action_refs or not session.all_variants):
         # A partial set carries the full set's name: pushed, its tag would stand for a release
         # that holds only some variants (or none of the selected actions' release sets).
@@ -303,148 +283,120 @@ def command(
             "`nvkr build --cached-only --push ...`), or `nvkr publish DIR REGISTRY/REPO:TAG` "
             "a partial set under a tag of your own",
         )
-    session.store.notice = lambda digest, reason: event(
-        "blob-corrupt", digest=digest, reason=reason
+    session.store.notice = lambda digest, reason: monitor.emit(
+        StoreNotice("blob-corrupt", digest, reason)
     )
-    session.store.tree_notice = lambda digest, reason: event(
-        "tools-changed", digest=digest, reason=reason
+    session.store.tree_notice = lambda digest, reason: monitor.emit(
+        StoreNotice("tools-changed", digest, reason)
     )
     from nvkr.catalog import check_variants  # an invalid combination never builds
 
     check_variants(recipe, session.variants)
     if locked:
         session.resolver.check_locked(session.variants, all_variants=session.all_variants)
-    if not session.all_variants and not as_json and not action_refs:
-        console.print(
-            f"[yellow]note:[/] building {_n(len(session.variants), 'selected variant')}: each release set in "
-            f"{out} holds only those (use another --out to keep a full build)"
-        )
-    if session.resolver.lock is None and not as_json:
-        console.print(
-            f"[yellow]warning:[/] no lockfile {session.lock_path}: every source is resolved "
-            "(fetched and checked) now; `nvkr lock` pins them first"
-        )
-    with session.store.lock() as cleaned:
-        if said := cleanup_line(cleaned):
-            console.print(escape(said))
-        plan = make_session_plan(session)
-        if session.resolver.resolved_now and session.resolver.lock is not None and not as_json:
-            console.print(
-                f"[yellow]warning:[/] {session.lock_path} lacks {', '.join(sorted(set(session.resolver.resolved_now)))}; "
-                "resolved now — run `nvkr lock` to pin them"
-            )
-        if not as_json:
-            console.print(
-                f"nvkr: {recipe}: {_n(len(plan.variants), 'variant')}, {_n(len(plan.actions), 'action')} "
-                f"[dim](build digest {plan.build_digest[:19]})[/]"
-            )
-        targets = None
-        if action_refs:
-            from nvkr.actionrefs import resolve
+    if not session.all_variants and not action_refs:
+        monitor.emit(Note(
+            f"building {_n(len(session.variants), 'selected variant')}: each release set in "
+            f"{out} holds only those (use another --out to keep a full build)", level="note",
+        ))  # fmt: skip
+    if session.resolver.lock is None:
+        monitor.emit(Note(
+            f"no lockfile {session.lock_path}: every source is resolved (fetched and checked) "
+            "now; `nvkr lock` pins them first", level="warning",
+        ))  # fmt: skip
 
-            targets = resolve(plan, action_refs)
-        report, pushed = _execute(
-            plan, session, settings, registry, jobs, event, cached_only, targets
-        )
-        written = []
-        for name, key in sorted(plan.release_sets.items()):
-            if targets is not None and key not in targets:
-                continue
-            result = report.results[key]
-            path = materialize(result, session.store, out)
-            if signing_key is not None:
-                from nvkr.releaseset.signing import sign_release_set
 
-                sign_release_set(path, signing_key)
-            record = plan_build_record(plan, report, name, path, session.store)
-            record_path, _ = write_build_record(path, record, signing_key)
-            written.append(
-                {
-                    "name": name,
-                    "path": str(path),
-                    "digest": result["metadata"]["releaseSetDigest"],
-                    "buildRecord": str(record_path),
-                }
-            )
-        from nvkr.store_gc import write_root  # what gc keeps: everything this build used
+def _write_release_sets(
+    plan: Any,
+    report: Any,
+    session: Any,
+    out: Path,
+    signing_key: Any,
+    targets: list[str] | None,
+) -> list[dict[str, Any]]:
+    """Materialize (and sign) each release set the build made under ``out`` with its build
+    record; ``[{name, path, digest, buildRecord}]``."""
+    from nvkr.releaseset import materialize
+    from nvkr.releaseset.record import plan_build_record, write_build_record
 
-        write_root(
-            session.store,
-            invocation_id=report.invocation_id,
-            recipe=f"{Path(recipe).resolve()} {' '.join(sorted(v.id for v in plan.variants))}",
-            plan=plan,
-            release_sets=written,
-        )
-    if push_ref is not None:
-        if push_ref.tag is not None and len(written) > 1:
-            raise UsageError(
-                f"--push {push} names one tag but the build wrote {len(written)} release sets",
-                hint="leave the tag out: each release set is tagged with its own name",
-            )
-        from nvkr.delivery.publish import publish_layout
+    written = []
+    for name, key in sorted(plan.release_sets.items()):
+        if targets is not None and key not in targets:
+            continue
+        result = report.results[key]
+        path = materialize(result, session.store, out)
+        if signing_key is not None:
+            from nvkr.releaseset.signing import sign_release_set
 
-        with registry.client(push_ref.registry) as client:
-            for item in written:
-                pushed = publish_layout(Path(item["path"]), push_ref, client)
-                item["pushed"] = f"{push_ref.registry}/{push_ref.repository}:{pushed.tag}"
-                if not as_json:
-                    console.print(
-                        f"  pushed [bold]{escape(item['name'])}[/] → {escape(item['pushed'])}"
-                    )
-    if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "event": "result",
-                    "upToDate": report.up_to_date,
-                    "buildDigest": plan.build_digest,
-                    "built": report.built,
-                    "cached": report.cached,
-                    "remote": [
-                        {"key": k, "name": plan.actions[k].name, "cache": c}
-                        for k, c in report.remote.items()
-                    ],
-                    "releaseSets": written,
-                },
-                sort_keys=True,
-            )
+            sign_release_set(path, signing_key)
+        record = plan_build_record(plan, report, name, path, session.store)
+        record_path, _ = write_build_record(path, record, signing_key)
+        written.append(
+            {
+                "name": name,
+                "path": str(path),
+                "digest": result["metadata"]["releaseSetDigest"],
+                "buildRecord": str(record_path),
+            }
         )
-        return
-    if report.remote:
-        caches = ", ".join(sorted(set(report.remote.values())))
-        console.print(
-            f"nvkr: {_n(len(report.remote), 'action')} from {caches}"
-            + ("" if report.built else "; no builder ran")
+    return written
+
+
+def _push(
+    push_ref: Any,
+    push: str | None,
+    written: list[dict[str, Any]],
+    registry: RegistryAccess,
+    monitor: Monitor,
+) -> None:
+    """``--push``: publish each written release set; its item gains ``pushed``."""
+    if push_ref.tag is not None and len(written) > 1:
+        raise UsageError(
+            f"--push {push} names one tag but the build wrote {len(written)} release sets",
+            hint="leave the tag out: each release set is tagged with its own name",
         )
-    if pushed is not None and settings.target is not None:
-        states = pushed.states
-        there = states.get("present", 0) + states.get("signed", 0)
-        console.print(
-            f"nvkr: cache {settings.target.registry}/{settings.target.repository}: "
-            f"{states.get('pushed', 0)} entries pushed, {there} there already"
-            + (f", {states['conflict']} not reproducible" if states.get("conflict") else "")
-            + (f", {len(pushed.local)} kept local" if pushed.local else "")
-        )
-    if targets is not None:
-        console.print(
-            f"nvkr: {len(report.built)} of {_n(len(targets), 'selected action')} built"
-            + (
-                f", {len(targets) - len(report.built)} cached"
-                if len(report.built) < len(targets)
-                else ""
-            )
-        )
-    elif report.up_to_date and not report.remote:
-        console.print(f"nvkr: up to date — {len(plan.actions)} actions, no builder ran")
-    elif not report.up_to_date:
-        console.print(
-            f"nvkr: built {len(report.built)} of {_n(len(plan.actions), 'action')}"
-            + ("" if len(report.built) == len(plan.actions) else "; the rest were cached")
-        )
-    for item in written:
-        console.print(
-            f"  release set [bold]{escape(item['name'])}[/] → {escape(item['path'])} [dim]{item['digest']}[/]"
-        )
+    from nvkr.delivery.publish import publish_layout
+
+    with registry.client(push_ref.registry) as client:
+        for item in written:
+            pushed = publish_layout(Path(item["path"]), push_ref, client)
+            item["pushed"] = f"{push_ref.registry}/{push_ref.repository}:{pushed.tag}"
+            monitor.emit(Note(f"  pushed {item['name']} → {item['pushed']}"))
+
+
+def _result(
+    plan: Any,
+    report: Any,
+    written: list[dict[str, Any]],
+    pushed: Any,
+    settings: Any,
+    targets: list[str] | None,
+) -> Result:
+    """The build's ``result`` event: the JSON keys, and what the human summary reads."""
+    fields = {
+        "upToDate": report.up_to_date,
+        "buildDigest": plan.build_digest,
+        "built": report.built,
+        "cached": report.cached,
+        "remote": [
+            {"key": k, "name": plan.actions[k].name, "cache": c} for k, c in report.remote.items()
+        ],
+        "releaseSets": written,
+    }
+    target = settings.target
+    summary = {
+        "remote": dict(report.remote),
+        "built": len(report.built),
+        "actions": len(plan.actions),
+        "targets": len(targets) if targets is not None else None,
+        "cache": f"{target.registry}/{target.repository}"
+        if pushed is not None and target is not None
+        else None,
+        "states": pushed.states if pushed is not None else {},
+        "local": len(pushed.local) if pushed is not None else 0,
+        "releaseSets": written,
+    }
+    return Result("build", fields, summary=summary)
 
 
 def _execute(
@@ -453,7 +405,7 @@ def _execute(
     settings: Any,
     registry: RegistryAccess,
     jobs: int,
-    event: Any,
+    monitor: Monitor,
     cached_only: bool,
     targets: list[str] | None,
 ) -> tuple[Any, Any]:
@@ -464,13 +416,21 @@ def _execute(
 
     from nvkr.execute import execute
 
+    def event(kind: str, **fields: Any) -> None:  # the cache modules' events
+        if kind == "cache-bytes":  # an upload's byte bar
+            done, size = fields["done"], fields["size"]
+            what = f"cache {str(fields['digest'])[:19]}"
+            monitor.emit(Transfer("pushed", what, done, size, finished=done >= size))
+            return
+        monitor.emit(CacheEvent(kind, fields.pop("action", None), fields))
+
     with contextlib.ExitStack() as stack:
         reader = writer = None
         if settings.sources:
             import functools
 
             from nvkr.cache.remote import DOWNLOAD_JOBS, CacheReader
-            from nvkr.execute import LOOKUP_JOBS
+            from nvkr.walk import LOOKUP_JOBS
 
             # a connection for every lookup and download that may run at once
             client_for = functools.partial(registry.client, pool_size=LOOKUP_JOBS + DOWNLOAD_JOBS)
@@ -486,7 +446,7 @@ def _execute(
             session.store,
             session.fetch,
             jobs=jobs,
-            event=event,
+            monitor=monitor,
             remote=reader,
             cached_only=cached_only,
             targets=targets,

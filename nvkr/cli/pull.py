@@ -2,20 +2,23 @@
 
 Humans get a summary on stderr (with the bytes downloaded and reused when blobs of an earlier pull
 into DIR, or of the store, were reused); ``--json`` prints one JSON object per event on stdout and
-a final ``result``. A failed digest or signature check exits 3 and leaves DIR as it was.
+a final ``result`` or ``error`` (stream version 1: camelCase keys, ``milliseconds``;
+:mod:`nvkr.monitor`). A failed digest or signature check exits 3 and leaves DIR as it was.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from nvkr.cli import App
-from nvkr.cli.common import RegistryAccess, human_size, registry_options
+from nvkr.cli.common import RegistryAccess, registry_options
+
+if TYPE_CHECKING:
+    from nvkr.monitor import Monitor
 
 
 @click.command("pull")
@@ -52,8 +55,25 @@ def command(
     Every blob is checked against its digest, and with --key every signature, before DIRECTORY
     is written (atomically; an existing one is replaced only when every check passed).
     """
+    from nvkr.monitor import monitoring, open_monitor
+
+    with monitoring(open_monitor("pull", as_json=as_json)) as monitor:
+        _pull(monitor, app, reference, directory, keys, registry, jobs)
+
+
+def _pull(
+    monitor: Monitor,
+    app: App,
+    reference: str,
+    directory: Path,
+    keys: tuple[str, ...],
+    registry: RegistryAccess,
+    jobs: int,
+) -> None:
+    """Check the arguments, pull, and report to ``monitor`` (:func:`command`)."""
     from nvkr.delivery.pull import pull_release_set
     from nvkr.errors import UsageError
+    from nvkr.monitor.events import Result, Step, Transfer
     from nvkr.oci.registry import Reference
     from nvkr.sign import load_public_key
     from nvkr.store import default_root, reader_lock
@@ -67,27 +87,17 @@ def command(
     public_keys = [load_public_key(k) for k in keys]
 
     def event(kind: str, fields: dict[str, Any]) -> None:
-        if as_json:
-            click.echo(json.dumps({"event": kind, **fields}, sort_keys=True))
+        if kind == "blob-progress":  # a byte bar, not a step
+            done, size = fields["done"], fields["size"]
+            what = str(fields["digest"])[:19]
+            monitor.emit(Transfer("pulled", what, done, size, finished=done >= size))
+            return
+        monitor.emit(Step("pull", kind, fields))
 
     store = app.store_root or default_root()  # its blobs are reused, never written
     with reader_lock(store), registry.client(ref.registry) as client:
         report = pull_release_set(
             ref, directory, client, keys=public_keys, on_event=event, workers=jobs, reuse=[store]
         )
-    if as_json:
-        click.echo(json.dumps({"event": "result", **asdict(report)}, sort_keys=True))
-        return
-    checked = "signatures verified" if report.verified else "signatures not checked (no --key)"
-    reused = ""
-    if report.reused_blobs:
-        reused = (
-            f" ({human_size(report.downloaded_bytes)} downloaded, {report.reused_blobs} blobs "
-            f"of {human_size(report.reused_bytes)} reused from {directory} or the store)"
-        )
-    click.echo(
-        f"nvkr: pulled {report.name} {report.digest} into {directory}: {report.blobs} blobs, "
-        f"{human_size(report.bytes)}{reused}, {report.signatures} signatures; digests checked, "
-        f"{checked} ({report.seconds:.1f} s)",
-        err=True,
-    )
+    fields = asdict(report)
+    monitor.emit(Result("pull", fields, summary={**fields, "target_dir": str(directory)}))

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from nvkr.errors import IntegrityError, RegistryError, UsageError
+from nvkr.monitor.transfer import counted
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import LayoutBlob, LayoutReader
 from nvkr.oci.referrers import referrer_descriptor, update_referrers_tag
@@ -215,11 +216,17 @@ class _Publish:
                 self.event("blob-mounted", digest=blob.digest, size=blob.size, source=source)
                 return
         path = self.reader.blob_path(blob.digest)
+
+        def progress(done: int) -> None:
+            if self._on_event is not None:  # not counted: only passed on (a byte bar)
+                self._on_event("blob-progress", {"digest": blob.digest, "size": blob.size,
+                                                 "done": done})  # fmt: skip
+
         sent = self.client.push_blob(
             self.repo,
             blob.digest,
             blob.size,
-            lambda: open(path, "rb"),  # noqa: SIM115
+            lambda: counted(open(path, "rb"), progress),  # noqa: SIM115
         )
         self.event("blob-uploaded", digest=blob.digest, size=blob.size, sent=sent)
 
@@ -262,7 +269,8 @@ def publish_layout(
             ``start``, ``blob-skipped``/``blob-mounted``/``blob-uploaded`` (``digest``, ``size``
             in bytes), ``manifest-skipped``/``manifest-pushed``, ``referrers-tag`` (``tag``,
             ``subject``, ``written``), ``tagged`` (``tag``, ``digest``, ``previous``),
-            ``build-record`` (``subject``, ``digests`` of its manifests).
+            ``build-record`` (``subject``, ``digests`` of its manifests), and while a blob goes
+            up ``blob-progress`` (``digest``, ``size``, ``done``: bytes read so far).
     Returns:
         a :class:`PublishReport`.
     Raises:
@@ -304,7 +312,13 @@ def publish_layout(
         manifests=len(manifests),
     )
     run = _Publish(client, ref.repository, reader, report, on_event, jobs)
-    run.event("start", reference=report.reference, name=set_name, blobs=len(leaves))
+    run.event(
+        "start",
+        reference=report.reference,
+        name=set_name,
+        blobs=len(leaves),
+        bytes=sum(b.size for b in leaves),
+    )
 
     # 1. blobs
     _run(run.jobs, lambda b: run.blob(b, mount_from), leaves)

@@ -239,7 +239,8 @@ def pull_release_set(
         keys: public keys; when given, the pulled layout must pass
             :func:`nvkr.verify.verify_release_set` with them (signatures required).
         on_event: ``on_event(kind, fields)``: ``blob`` (``digest``, ``size`` in bytes,
-            ``reused``: from a local copy; in the order downloads finish), ``signature``
+            ``reused``: from a local copy; in the order downloads finish), ``blob-progress``
+            while one downloads (``digest``, ``size``, ``done``: bytes so far), ``signature``
             (``digest``, ``subject``), ``verified``.
             Called from worker threads too, one call at a time.
         workers: leaf blobs downloaded at once (threads sharing ``client``; keep it within the

@@ -39,15 +39,19 @@ class _Cancelled(Exception):
 
 class _Sink:
     """A blob's temp file as :meth:`RegistryClient.get_blob`'s writer: stops the download at the
-    next block once the pull is cancelled."""
+    next block once the pull is cancelled; ``progress(bytes so far)`` after each block."""
 
-    def __init__(self, f: IO[bytes], cancel: threading.Event) -> None:
-        self._f, self._cancel = f, cancel
+    def __init__(
+        self, f: IO[bytes], cancel: threading.Event, progress: Callable[[int], None]
+    ) -> None:
+        self._f, self._cancel, self._progress = f, cancel, progress
 
     def write(self, data: bytes, /) -> int:
         if self._cancel.is_set():
             raise _Cancelled
-        return self._f.write(data)
+        written = self._f.write(data)
+        self._progress(self._f.tell())
+        return written
 
 
 _NO_LINK = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES})
@@ -269,7 +273,12 @@ class Puller:
             return
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as f:
-            got = self.client.get_blob(self.repo, digest, _Sink(f, self._cancel), size=size)
+            sink = _Sink(
+                f,
+                self._cancel,
+                lambda done: self.event("blob-progress", digest=digest, size=size, done=done),
+            )
+            got = self.client.get_blob(self.repo, digest, sink, size=size)
             os.fchmod(f.fileno(), BLOB_MODE)
         if got != size:
             raise IntegrityError(f"{what}: {digest} is {got} bytes, its descriptor says {size}")

@@ -27,6 +27,7 @@ from nvkr.disk import ext4, fat, grub, qcow2, raw
 from nvkr.disk.gpt import write_gpt
 from nvkr.disk.layout import ESP_LABEL, DiskLayout, PlacedPartition, disk_layout
 from nvkr.errors import DiskError
+from nvkr.monitor.tools import Report, qemu_img_lines
 
 
 @dataclass(frozen=True)
@@ -61,12 +62,20 @@ class DiskResult:
     raw: Path | None = None
 
 
+#: the phases of :func:`assemble_disk`, in order (its progress reports count them)
+PHASES = ("filesystem", "times", "bootloader", "disk", "convert")
+
+
 @dataclass
 class _Timer:
     phases: dict[str, float] = field(default_factory=dict)
+    report: Report | None = None  # told of each phase as it starts
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
+        if self.report is not None:
+            k = PHASES.index(name) + 1
+            self.report(k, len(PHASES), "steps", f"disk: {name}")
         start = time.monotonic()
         try:
             yield
@@ -92,6 +101,7 @@ def assemble_disk(
     workdir: Path,
     log_file: Path | None = None,
     keep_raw: bool = False,
+    progress: Report | None = None,
 ) -> DiskResult:
     """Make the bootable QCOW2 ``out`` of ``size_bytes`` virtual bytes from ``tree``.
 
@@ -109,6 +119,8 @@ def assemble_disk(
             both sparse).
         log_file: tool output is appended there.
         keep_raw: keep the raw disk (``workdir/disk-*/disk.raw``), in :attr:`DiskResult.raw`.
+        progress: told ``(k, 5, "steps", "disk: <phase>")`` as each of :data:`PHASES` starts,
+            then qemu-img's percentage (:mod:`nvkr.monitor.tools`).
     Raises:
         DiskError: a bad size, a tree that does not fit (both sizes named), missing GRUB
             modules or grub.cfg, a tool output nvkr does not accept.
@@ -124,7 +136,7 @@ def assemble_disk(
     by_role = {pp.partition.role: pp for pp in placed}
     workdir.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="disk-", dir=workdir))
-    timer = _Timer()
+    timer = _Timer(report=progress)
     raw_path = scratch / "disk.raw"
     try:
         root = by_role["root"]
@@ -189,7 +201,12 @@ def assemble_disk(
                     room=bios.sectors,
                 )
         with timer.phase("convert"):
-            qcow2_size = qcow2.convert(raw_path, out, log_file=log_file)
+            qcow2_size = qcow2.convert(
+                raw_path,
+                out,
+                log_file=log_file,
+                on_line=qemu_img_lines(progress) if progress is not None else None,
+            )
     finally:
         if keep_raw and raw_path.exists():
             for p in scratch.iterdir():

@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from nvkr.errors import IntegrityError
@@ -22,10 +23,19 @@ QCOW2_OPTIONS = (
 )
 
 
-def convert(raw: Path, out: Path, *, log_file: Path | None = None) -> int:
+def convert(
+    raw: Path,
+    out: Path,
+    *,
+    log_file: Path | None = None,
+    on_line: Callable[[str], bool] | None = None,
+) -> int:
     """Convert the raw disk ``raw`` into the QCOW2 file ``out``; returns its size in bytes.
 
     Written to a temporary name in ``out``'s directory, checked, then renamed over ``out``.
+    With ``on_line`` (and ``log_file``) qemu-img runs with ``-p`` and its output goes through
+    it (:func:`nvkr.monitor.tools.qemu_img_lines` reads the percentage); ``-p`` changes no byte
+    of the image.
 
     Raises:
         IntegrityError: ``qemu-img check`` finds the new image corrupt or leaking clusters, or
@@ -38,11 +48,13 @@ def convert(raw: Path, out: Path, *, log_file: Path | None = None) -> int:
     tmp = Path(tmp_name)
     env = pinned_env()
     try:
+        meter = ["-p"] if on_line is not None and log_file is not None else []
         run(
-            ["qemu-img", "convert", "-f", "raw", "-O", "qcow2", "-o", QCOW2_OPTIONS,
+            ["qemu-img", "convert", *meter, "-f", "raw", "-O", "qcow2", "-o", QCOW2_OPTIONS,
              str(raw), str(tmp)],
             env=env,
             log_file=log_file,
+            on_line=on_line,
         )  # fmt: skip
         check = run(
             ["qemu-img", "check", "-f", "qcow2", "--output=json", str(tmp)], env=env, check=False

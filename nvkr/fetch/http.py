@@ -39,6 +39,7 @@ from nvkr.errors import ChecksumError, FetchError
 from nvkr.fetch.checksums import algorithm_for, is_html, parse_checksum_file
 from nvkr.fetch.context import NET_HINT, FetchContext, check_entry
 from nvkr.fetch.mirrors import mirror_label
+from nvkr.monitor import transfer
 from nvkr.origin import MAX_REDIRECTS, redirect_target, refuse_downgrade
 from nvkr.recipe.models import UrlSource
 from nvkr.store import BlobInfo, BlobWriter, Store
@@ -148,6 +149,7 @@ def _pour(chunks: Iterable[bytes], writer: BlobWriter, *, url: str, what: str) -
             if is_html(chunk[:512]) and not _is_html_url(url):
                 raise _html_error(what, url)
         writer.write(chunk)
+        transfer.report(writer.size)  # the live display's byte bar (nvkr.monitor.transfer)
     if writer.size == 0:
         raise FetchError(
             f"{what}: {url} returned an empty body", hint="check the URL; nothing was stored"

@@ -14,12 +14,13 @@ from nvkr.cache.push import CacheWriter
 from nvkr.cache.remote import CacheReader
 from nvkr.cache.settings import CacheSettings, resolve_settings
 from nvkr.errors import UsageError
-from nvkr.execute import LOOKUP_JOBS, execute
+from nvkr.execute import execute
 from nvkr.fetch import FetchContext
 from nvkr.oci.reference import Reference
 from nvkr.oci.registry import RegistryClient
 from nvkr.sign import generate_key, load_private_key, load_public_key
 from nvkr.store import Store
+from nvkr.walk import LOOKUP_JOBS
 from tests.helpers.recorder import echo_action, make_plan
 
 

@@ -21,6 +21,8 @@ from nvkr.errors import (
 )
 from nvkr.execute import execute
 from nvkr.fetch import FetchContext
+from nvkr.monitor import ListMonitor
+from nvkr.monitor.events import ActionStarted, ActionWarning, Event, event_name
 from nvkr.run import run
 from nvkr.store import Store
 from tests.helpers.recorder import echo_action, make_plan
@@ -125,13 +127,21 @@ def test_ctrl_c_cancels_pending_and_leaves_store_consistent(recorder, store):
     a, b = echo_action("a"), echo_action("b")
     top = echo_action("top", deps=[a.key, b.key])
 
-    def event(kind, **fields):
-        if kind == "action-start" and fields["action"].name == "a":
-            raise KeyboardInterrupt
+    class Stop:
+        def emit(self, event):
+            if isinstance(event, ActionStarted) and event.action.name == "a":
+                raise KeyboardInterrupt
+
+        def close(self):
+            pass
 
     with pytest.raises(Interrupted) as e:
         execute(
-            make_plan(a, b, top, roots=[top]), store, FetchContext(store=store), jobs=1, event=event
+            make_plan(a, b, top, roots=[top]),
+            store,
+            FetchContext(store=store),
+            jobs=1,
+            monitor=Stop(),
         )
     assert e.value.exit_code == 130
     assert "top" not in recorder.calls
@@ -194,17 +204,18 @@ def test_sources_are_fetched_once_before_the_builders_that_read_them(recorder, s
                 sources={"tool": src},
             )
         )
-    events: list[str] = []
+    events: list[Event] = []
     top = echo_action("top", deps=[a.key for a in actions])
     execute(
         make_plan(*actions, top, roots=[top]),
         store,
         FetchContext(store=store),
         jobs=2,
-        event=lambda kind, **f: events.append(kind),
+        monitor=ListMonitor(events),
     )
     assert seen == [True, True], "the source is in the store before each builder runs"
-    assert events.count("source-fetch") == 1, "two actions share one download"
+    kinds = [event_name(e) for e in events]
+    assert kinds.count("source-fetch") == 1, "two actions share one download"
     assert store.read_blob(digest) == b"tool bytes"
 
 
@@ -262,23 +273,17 @@ def test_records_say_hermetic_and_warnings_come_back_from_the_cache(recorder, st
     b = dataclasses.replace(echo_action("b"), hermetic=False)
     top = echo_action("top", deps=[a.key, b.key])
     plan = make_plan(a, b, top, roots=[top])
-    events: list[tuple[str, dict]] = []
-
-    def event(kind, **fields):
-        events.append((kind, fields))
-
-    execute(plan, store, FetchContext(store=store), jobs=1, event=event)
+    events: list[Event] = []
+    execute(plan, store, FetchContext(store=store), jobs=1, monitor=ListMonitor(events))
     record_a, record_b = store.get_action(a.key), store.get_action(b.key)
     assert record_a is not None and record_b is not None
     assert record_a["hermetic"] is True and record_b["hermetic"] is False
     assert record_a["warnings"] == [{"message": "a is odd", "hint": "make it even"}]
     assert "warnings" not in record_b
-    warned = [
-        (f["action"].name, f["message"], f["hint"]) for k, f in events if k == "action-warning"
-    ]
+    warned = [(e.action.name, e.message, e.hint) for e in events if isinstance(e, ActionWarning)]
     assert warned == [("a", "a is odd", "make it even")]
     events.clear()
-    again = execute(plan, store, FetchContext(store=store), jobs=1, event=event)
+    again = execute(plan, store, FetchContext(store=store), jobs=1, monitor=ListMonitor(events))
     assert again.up_to_date
-    warned = [(f["action"].name, f["message"]) for k, f in events if k == "action-warning"]
+    warned = [(e.action.name, e.message) for e in events if isinstance(e, ActionWarning)]
     assert warned == [("a", "a is odd")]

@@ -40,13 +40,13 @@ def test_a_second_pull_into_the_same_dir_downloads_no_payload(registry, publishe
     with run_proxy(registry.host) as proxy:
         ref = f"{proxy.host}/{published['repo']}@{published['digest']}"
         first = pull(tmp_path / "store", ref, out)
-        assert first["reused_blobs"] == 0 and first["downloaded_bytes"] == first["bytes"]
+        assert first["reusedBlobs"] == 0 and first["downloadedBytes"] == first["bytes"]
         proxy.clear()
         second = pull(tmp_path / "store", ref, out)
         big = payload(published["layout"]).digest
         assert big not in blob_gets(proxy)
-        assert second["reused_blobs"] == second["blobs"] == first["blobs"]
-        assert second["reused_bytes"] == second["bytes"] and second["downloaded_bytes"] == 0
+        assert second["reusedBlobs"] == second["blobs"] == first["blobs"]
+        assert second["reusedBytes"] == second["bytes"] and second["downloadedBytes"] == 0
     assert blobs(out) == blobs(published["layout"])
 
 
@@ -58,8 +58,8 @@ def test_blobs_in_the_store_are_not_downloaded(registry, published, tmp_path):
         ref = f"{proxy.host}/{published['repo']}@{published['digest']}"
         result = pull(store.root, ref, tmp_path / "pulled")
         assert big.digest not in blob_gets(proxy)
-    assert result["reused_blobs"] == 1 and result["reused_bytes"] == big.size
-    assert result["downloaded_bytes"] == result["bytes"] - big.size
+    assert result["reusedBlobs"] == 1 and result["reusedBytes"] == big.size
+    assert result["downloadedBytes"] == result["bytes"] - big.size
     assert blobs(tmp_path / "pulled") == blobs(published["layout"])
 
 
@@ -74,7 +74,7 @@ def test_a_corrupt_local_copy_is_downloaded_again(registry, published, tmp_path)
         ref = f"{proxy.host}/{published['repo']}@{published['digest']}"
         result = pull(store.root, ref, out)
         assert big.digest in blob_gets(proxy)
-        assert result["reused_blobs"] == 0
+        assert result["reusedBlobs"] == 0
         # an earlier pull's DIR with a damaged blob: that one is fetched again, the rest reused
         damaged = out / "blobs" / "sha256" / big.digest[7:]
         os.chmod(damaged, 0o644)
@@ -83,8 +83,8 @@ def test_a_corrupt_local_copy_is_downloaded_again(registry, published, tmp_path)
         proxy.clear()
         again = pull(store.root, ref, out)
         assert blob_gets(proxy).count(big.digest) == 1
-        assert again["reused_blobs"] == again["blobs"] - 1
-        assert again["downloaded_bytes"] == big.size
+        assert again["reusedBlobs"] == again["blobs"] - 1
+        assert again["downloadedBytes"] == big.size
     assert (out / "blobs" / "sha256" / big.digest[7:]).read_bytes() == good
     assert LayoutReader(out).index["manifests"][0]["digest"] == published["digest"]
 

@@ -282,6 +282,7 @@ class NodeImageBuilder(Builder[NodeImageArtifact]):
                 epoch=ctx.action.epoch,
                 workdir=ctx.workdir,
                 log_file=ctx.log_file,
+                progress=ctx.progress,
             )
             timings.update({k: int(v * 1000) for k, v in result.phases.items()})
             disk_meta = {

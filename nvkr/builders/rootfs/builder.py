@@ -45,6 +45,7 @@ from nvkr.canonical import sha256_bytes
 from nvkr.errors import IntegrityError, ToolError
 from nvkr.fetch.apt import file_sha256, keyring_path, read_manifest
 from nvkr.hosttools import package_version
+from nvkr.monitor.tools import mmdebstrap_lines
 from nvkr.recipe import Variant
 from nvkr.recipe.models import AptSource
 from nvkr.repro import tar_bytes
@@ -229,7 +230,14 @@ class RootfsBuilder(Builder[RootfsArtifact]):
         )
         # In namespaces of its own: mmdebstrap mounts proc, sys and dev in its chroot, and
         # when nvkr is SIGKILLed those mounts go with the namespace instead of staying in tmp/.
-        run(argv, env=env, log_file=ctx.log_file, cwd=ctx.workdir, isolate=True)
+        run(
+            argv,
+            env=env,
+            log_file=ctx.log_file,
+            cwd=ctx.workdir,
+            isolate=True,
+            on_line=mmdebstrap_lines(ctx.progress),
+        )
         ctx.add_output(out, name="rootfs.tar", media_type=ROOTFS_MEDIA_TYPE)
         ctx.metadata["packages"] = [
             {k: pkg[k] for k in ("name", "version", "arch", "sha256", "url")}

@@ -22,6 +22,8 @@ from nvkr.builders.helm_chart.builder import HelmChartBuilder
 from nvkr.errors import BuildError
 from nvkr.execute import execute
 from nvkr.fetch import FetchContext
+from nvkr.monitor import ListMonitor
+from nvkr.monitor.events import ActionWarning, Event, event_name
 from nvkr.plan import Plan
 from nvkr.store import Store
 from tests.helpers.charts import (
@@ -173,17 +175,14 @@ def test_the_warning_is_an_event_when_built_and_when_cached(
         release_sets={},
     )
     for expected in ("action-done", "action-cached"):
-        events: list[tuple[str, dict[str, Any]]] = []
-
-        def event(kind: str, events: list[Any] = events, **fields: Any) -> None:
-            events.append((kind, fields))
-
-        execute(plan, store, FetchContext(store=store), event=event)
-        kinds = [k for k, _ in events if k in ("action-done", "action-cached", "action-warning")]
+        events: list[Event] = []
+        execute(plan, store, FetchContext(store=store), monitor=ListMonitor(events))
+        named = [event_name(e) for e in events]
+        kinds = [k for k in named if k in ("action-done", "action-cached", "action-warning")]
         assert kinds[-2:] == [expected, "action-warning"], events
-        warned = [f for k, f in events if k == "action-warning"]
-        assert [f["action"].key for f in warned] == [action.key]
-        assert DIGEST in warned[0]["message"] and "image.digest" in warned[0]["message"]
+        warned = [e for e in events if isinstance(e, ActionWarning)]
+        assert [e.action.key for e in warned] == [action.key]
+        assert DIGEST in warned[0].message and "image.digest" in warned[0].message
 
 
 RECIPE = """\

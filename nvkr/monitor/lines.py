@@ -1,0 +1,198 @@
+"""The human lines of the event stream: what the plain renderer prints and the live display
+prints above its running actions. One place, so a CI log and a terminal say the same words
+(tests and users grep for ``built``, ``from cache``, ``up to date``).
+
+:func:`event_lines` gives the lines of one event (none for events only the live display shows:
+a cached action, a progress report); :func:`result_lines` the summary of a verb's result.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nvkr.monitor.events import (
+    ActionDone,
+    ActionFailed,
+    ActionStarted,
+    ActionWarning,
+    CacheEvent,
+    Event,
+    Note,
+    Result,
+    SourceFetch,
+    Step,
+    StoreNotice,
+)
+
+
+def human_size(n: int) -> str:
+    """``512 bytes``, ``6.0 MiB``, ``2.5 GiB`` (binary units, one decimal)."""
+    size = float(n)
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{n} bytes" if unit == "bytes" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 variant``, ``4 variants``."""
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
+def event_lines(event: Event) -> list[str]:
+    """The lines a human sees for ``event`` (possibly none)."""
+    match event:
+        case Note(message=message, level=level, hint=hint):
+            head = message if level == "info" else f"{level}: {message}"
+            return [head] + ([f"  hint: {hint}"] if hint else [])
+        case SourceFetch(source=src):
+            return [f"  fetching {src.name} {_source_where(src)}"]
+        case ActionStarted(action=a):
+            return [f"  building {a.name} ({a.builder}, {a.key[7:19]})"]
+        case ActionDone(action=a, seconds=seconds):
+            return [f"  built    {a.name} {seconds:.1f} s"]
+        case ActionFailed(action=a):
+            return [f"  failed   {a.name}"]
+        case ActionWarning(message=message, hint=hint):
+            return [f"warning: {message}"] + ([f"  hint: {hint}"] if hint else [])
+        case StoreNotice(notice=notice, digest=digest, reason=reason):
+            from nvkr.store import corrupt_line, tree_changed_line
+
+            line = corrupt_line if notice == "blob-corrupt" else tree_changed_line
+            return [f"warning: {line(digest, reason)}"]
+        case CacheEvent():
+            return _cache_lines(event)
+        case Step(verb="publish"):
+            return _publish_lines(event)
+        case Result():
+            return result_lines(event)
+    return []
+
+
+def _source_where(src: Any) -> str:
+    uri = src.descriptor().get("uri")
+    if uri:
+        return str(uri)
+    if src.entry.get("kind") == "apt":
+        return f"{len(src.entry.get('packages') or [])} .debs ({src.entry.get('arch')})"
+    return str(src.name)
+
+
+def _cache_lines(event: CacheEvent) -> list[str]:
+    f, name = event.fields, event.action.name if event.action is not None else ""
+    if event.name == "cache-hit":
+        return [f"  from cache {name} {f['cache']}, {human_size(int(f['bytes']))}"]
+    if event.name == "cache-miss" and not f.get("absent"):
+        return [f"  cache miss: {name}: {f['reason']} ({f['cache']})"]
+    if event.name == "cache-push" and f["state"] in ("pushed", "signed"):
+        return [f"  {f['state']}   {name} → {f['cache']}:{f['tag'][:15]}…"]
+    if event.name == "cache-warning":
+        level = "note" if f.get("level") == "note" else "warning"
+        prefix = f"{name}: " if event.action is not None and level == "note" else ""
+        return [f"  {level}: {prefix}{f['message']}"]
+    return []
+
+
+def _verb(word: str) -> str:
+    """``word`` padded to the column publish's digests start at."""
+    return "  " + word + " " * (10 - len(word))
+
+
+def _publish_lines(event: Step) -> list[str]:
+    f, kind = event.fields, event.name
+    digest = str(f.get("digest", ""))[:19]
+    if kind == "start":
+        return [f"nvkr: publishing {f['reference']}"]
+    if kind == "blob-uploaded":
+        return [f"{_verb('uploaded')}blob {digest} {human_size(f['size'])}"]
+    if kind == "blob-mounted":
+        return [f"{_verb('mounted')}blob {digest} from {f['source']}"]
+    if kind == "manifest-pushed":
+        return [f"{_verb('pushed')}manifest {digest} {f.get('artifactType') or f['mediaType']}"]
+    if kind == "referrers-tag" and f["written"]:
+        return [f"{_verb('referrers')}{f['tag'][:19]} (fallback tag)"]
+    if kind == "tagged":
+        target = f"{f['target']}:{f['tag']}"
+        if f["previous"] != f["digest"]:
+            was = f" (was {f['previous'][:19]})" if f["previous"] else ""
+            return [f"{_verb('tagged')}{target} → {f['digest']}{was}"]
+        return [f"{_verb('tag')}{target} already at {f['digest']}"]
+    if kind == "build-record":
+        count = f"({plural(len(f['digests']), 'manifest')})"
+        there = "" if f.get("pushed", True) else "already there "
+        return [f"{_verb('attached')}build record {there}{count}"]
+    return []
+
+
+def result_lines(event: Result) -> list[str]:
+    """The summary of a verb's result (``event.fields`` as the JSON result has them)."""
+    if event.verb == "publish":
+        return _publish_summary(event.fields)
+    if event.verb == "pull":
+        return _pull_summary(event.summary)
+    if event.verb == "build":
+        return _build_summary(event.summary)
+    return []
+
+
+def _build_summary(s: dict[str, Any]) -> list[str]:
+    """``s``: ``remote`` (key → cache), ``built`` and ``actions`` (counts), ``targets`` (count
+    or None), ``cache`` (the --cache-to repository or None) with ``states`` and ``local`` of
+    its push, ``releaseSets`` (name, path, digest each)."""
+    lines = []
+    remote, built = s["remote"], s["built"]
+    if remote:
+        caches = ", ".join(sorted(set(remote.values())))
+        lines.append(
+            f"nvkr: {plural(len(remote), 'action')} from {caches}"
+            + ("" if built else "; no builder ran")
+        )
+    if s.get("cache") is not None:
+        states = s["states"]
+        there = states.get("present", 0) + states.get("signed", 0)
+        lines.append(
+            f"nvkr: cache {s['cache']}: {states.get('pushed', 0)} entries pushed, "
+            f"{there} there already"
+            + (f", {states['conflict']} not reproducible" if states.get("conflict") else "")
+            + (f", {s['local']} kept local" if s["local"] else "")
+        )
+    targets = s["targets"]
+    if targets is not None:
+        rest = f", {targets - built} cached" if built < targets else ""
+        lines.append(f"nvkr: {built} of {plural(targets, 'selected action')} built{rest}")
+    elif not built and not remote:
+        lines.append(f"nvkr: up to date — {s['actions']} actions, no builder ran")
+    elif built:
+        rest = "" if built == s["actions"] else "; the rest were cached"
+        lines.append(f"nvkr: built {built} of {plural(s['actions'], 'action')}{rest}")
+    for item in s["releaseSets"]:
+        lines.append(f"  release set {item['name']} → {item['path']} {item['digest']}")
+    return lines
+
+
+def _publish_summary(r: dict[str, Any]) -> list[str]:
+    uploaded = f"{r['blobsUploaded']} blobs, {human_size(r['bytesUploaded'])} uploaded"
+    if r["bytesUploaded"] == 0:
+        uploaded = "0 bytes uploaded"
+    return [
+        f"nvkr: {uploaded}; {r['blobsSkipped']} blobs already there "
+        f"({human_size(r['bytesSkipped'])}), {r['blobsMounted']} mounted; "
+        f"{r['manifestsPushed']} manifests pushed, {r['manifestsSkipped']} already there "
+        f"({r['milliseconds'] / 1000:.1f} s)"
+    ]
+
+
+def _pull_summary(r: dict[str, Any]) -> list[str]:
+    checked = "signatures verified" if r["verified"] else "signatures not checked (no --key)"
+    reused = ""
+    if r["reused_blobs"]:
+        reused = (
+            f" ({human_size(r['downloaded_bytes'])} downloaded, {r['reused_blobs']} blobs "
+            f"of {human_size(r['reused_bytes'])} reused from {r['target_dir']} or the store)"
+        )
+    return [
+        f"nvkr: pulled {r['name']} {r['digest']} into {r['target_dir']}: {r['blobs']} blobs, "
+        f"{human_size(r['bytes'])}{reused}, {r['signatures']} signatures; digests checked, "
+        f"{checked} ({r['seconds']:.1f} s)"
+    ]

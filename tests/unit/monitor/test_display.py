@@ -1,0 +1,113 @@
+"""The display a human gets: the rich live display under a real pseudo-terminal, plain lines
+without one (a CI log), and the plain renderer's progress lines for a long, silent action."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import pty
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from nvkr.monitor.events import ActionProgress, ActionStarted
+from nvkr.monitor.plain import PlainMonitor
+from tests.helpers import REPO
+from tests.helpers.nvkr import run_nvkr
+from tests.helpers.streams import RECIPE, TOOL
+
+_ANSI = re.compile(rb"\x1b\[")
+
+
+def _project(tmp_path: Path, http_dir) -> Path:
+    (http_dir.root / "tool").write_bytes(TOOL)
+    proj = tmp_path / "proj"
+    (proj / "recipes").mkdir(parents=True)
+    (proj / "recipes" / "small.yaml").write_text(
+        RECIPE.format(base=http_dir.url, sha=hashlib.sha256(TOOL).hexdigest())
+    )
+    return proj
+
+
+def _under_pty(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, bytes]:
+    """Run ``argv`` with stdin, stdout and stderr on a new pseudo-terminal; all it wrote."""
+    main, child = pty.openpty()
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=child, stdout=child, stderr=child)
+    os.close(child)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # EIO: the child closed its end
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(main)
+    return proc.wait(timeout=300), out
+
+
+def test_build_under_a_pty_shows_the_live_display_and_plain_lines_without(tmp_path, http_dir):
+    proj = _project(tmp_path, http_dir)
+    env = {
+        **os.environ,
+        "NVKR_CACHE": str(tmp_path / "store"),
+        "NVKR_CONFIG": str(tmp_path / "none.yaml"),
+        "TERM": "xterm-256color",
+        "COLUMNS": "120",
+    }
+    env.pop("NVKR_PROGRESS", None)
+    argv = [sys.executable, "-m", "nvkr", "build", "recipes/small.yaml", "--jobs", "1"]
+    code, out = _under_pty(argv, proj, env)
+    assert code == 0, out.decode(errors="replace")
+    assert _ANSI.search(out), "no ANSI codes on a terminal"
+    assert b"\x1b[?25l" in out, "the live display hides the cursor while it runs"
+    text = re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]", b"", out).decode(errors="replace")
+    assert re.search(r"build 5 actions.*\b[0-5]/5\b", text), "done/total of the build"
+    assert "built    pkgs [amd64]" in text and "nvkr: build took" in text
+
+    plain = run_nvkr(
+        "build", "recipes/small.yaml", cwd=proj, store=tmp_path / "store2", env={"TERM": "xterm"}
+    )
+    assert plain.code == 0, plain.stderr
+    assert "\x1b" not in plain.stderr, "ANSI codes in a CI log"
+    assert "  built    pkgs [amd64]" in plain.stderr
+    assert "release set small → dist/small sha256:" in plain.stderr
+    assert plain.stdout == ""
+
+
+def test_plain_renderer_prints_progress_of_a_silent_action_every_n_seconds():
+    """A long action that prints nothing still gives a CI log a line every ``every`` seconds,
+    with the latest progress its builder reported."""
+
+    class Action:
+        key, name, builder = "sha256:" + "a" * 64, "rootfs [arm64]", "rootfs"
+
+    out = io.StringIO()
+    monitor = PlainMonitor("build", out, every=0.2)
+    monitor.emit(ActionStarted(Action()))
+    monitor.emit(ActionProgress(Action(), 4, 9, "steps", "installing remaining packages"))
+    time.sleep(0.7)
+    monitor.close()
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("  building rootfs [arm64] (rootfs, aaaaaaaaaaaa)")
+    running = [line for line in lines if line.startswith("  running  rootfs [arm64] ")]
+    assert len(running) >= 2, lines
+    assert running[-1].endswith(": installing remaining packages (4/9 steps)")
+
+
+def test_live_display_is_not_imported_off_a_terminal():
+    """rich stays out of ``nvkr publish``'s start-up when stderr is no terminal."""
+    probe = (
+        "import sys\nfrom nvkr.monitor import open_monitor\n"
+        "m = open_monitor('publish', as_json=False); m.close()\n"
+        "print(type(m).__name__, any(n == 'rich' or n.startswith('rich.') for n in sys.modules))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "NVKR_PROGRESS"}
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=REPO, env=env
+    ).stdout
+    assert out.split() == ["PlainMonitor", "False"]
