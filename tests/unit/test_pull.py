@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import shutil
 
-from nvkr.cli import cli
-from nvkr.cli import pull as pull_cli
 from nvkr.delivery.publish import publish_layout
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import LayoutReader
@@ -19,9 +17,6 @@ from nvkr.releaseset.remote import read_remote_metadata
 from tests.helpers.cli import invoke_output
 from tests.helpers.registry import run_proxy
 from tests.helpers.releasesets import NAME, blobs, payload
-
-if "pull" not in cli.commands:  # the lead registers it in nvkr.cli; until then, here
-    cli.add_command(pull_cli.command)
 
 
 def test_pull_round_trips_with_signatures(published, tmp_path):
