@@ -1,8 +1,14 @@
-"""``nvkr boot-test``: boot machine images in QEMU and wait for the node agent's readiness line."""
+"""``nvkr boot-test``: boot machine images in QEMU and wait for the node agent's readiness line.
+
+It reports through :mod:`nvkr.monitor`: each attempt's start and a KVM stall
+(:class:`~nvkr.monitor.events.BootStart`, :class:`~nvkr.monitor.events.BootStall`, from
+:func:`nvkr.machine.boot.boot_test`), each image's outcome
+(:class:`~nvkr.monitor.events.BootImageResult`, ``image-result`` in ``--json``), then a ``result``
+(every image booted) or an ``error`` (exit 1 when one failed).
+"""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -13,6 +19,8 @@ from nvkr.errors import BootTestError, UsageError
 
 if TYPE_CHECKING:
     from nvkr.machine.boot import BootEvent
+    from nvkr.monitor import Monitor
+    from nvkr.monitor.events import BootStall
 
 
 def _images_of_set(layout: Path, artifact: str | None, variant: str | None) -> list[dict[str, Any]]:
@@ -110,7 +118,10 @@ def _images_of_set(layout: Path, artifact: str | None, variant: str | None) -> l
     help="Directory for the console logs, one file per image [default: <store>/logs/boot-test].",
 )
 @click.option(
-    "--json", "as_json", is_flag=True, help="JSON events (start, stall, result) on stdout."
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="JSON events on stdout (boot-start, boot-stall, image-result; then result or error).",
 )
 @click.pass_obj
 def command(
@@ -138,99 +149,103 @@ def command(
     to a file in --console-log, named when the boot starts; on failure the last 40 console lines
     are printed and the exit status is 1.
     """
-    from nvkr.agent_labels import AGENT_LABELS, check_agent_labels
-    from nvkr.machine.boot import CONSOLE_LOGS, boot_test, new_console_log
+    from nvkr.monitor import monitoring, open_monitor
+    from nvkr.monitor.events import Result
 
+    with monitoring(open_monitor("boot-test", as_json=as_json)) as monitor:
+        images = _images(target, artifact, variant, arch)
+        if console_log is None:
+            from nvkr.machine.boot import CONSOLE_LOGS
+            from nvkr.store import default_root
+
+            console_log = (app.store_root or default_root()) / CONSOLE_LOGS
+        options = {"expect": expect, "timeout": timeout, "memory_mib": memory, "accel": accel}
+        failed = sum(
+            not _boot_one(monitor, image, console_log, labels, options) for image in images
+        )
+        if failed:
+            raise BootTestError(f"{failed} of {len(images)} machine images failed their boot test")
+        monitor.emit(Result("boot-test", {"images": len(images)}))
+
+
+def _images(
+    target: Path, artifact: str | None, variant: str | None, arch: str
+) -> list[dict[str, Any]]:
+    """The images TARGET names (see :func:`_images_of_set`; a QCOW2 file's ``shown`` is how the
+    start line names it)."""
     if target.is_dir():
         from nvkr.oci.layout import require_layout
 
         require_layout(target)
-        images = _images_of_set(target, artifact, variant)
-    elif target.is_file():
-        if artifact or variant:
-            raise UsageError("--artifact and --variant select images in a release set directory")
-        with open(target, "rb") as f:
-            if f.read(4) != b"QFI\xfb":
-                raise UsageError(
-                    f"{target} is not a QCOW2 image (no QFI magic)",
-                    hint="give a .qcow2 file or a release set directory (dist/<name>)",
-                )
-        images = [
-            {"label": str(target), "path": target, "arch": arch, "digest": None,
-             "slug": target.stem, "shown": f"{target} ({arch})"},
-        ]  # fmt: skip
-    else:
+        return _images_of_set(target, artifact, variant)
+    if not target.is_file():
         raise UsageError(f"{target}: no such file or directory")
-    if console_log is None:
-        from nvkr.store import default_root
-
-        console_log = (app.store_root or default_root()) / CONSOLE_LOGS
-    failed = 0
-    for image in images:
-        log_file = new_console_log(console_log, image["slug"])
-        seen: dict[str, Any] = {"accel": None}  # the accelerator of the last attempt
-        try:
-            result = boot_test(
-                Path(image["path"]),
-                arch=image["arch"],
-                expect=expect,
-                timeout=timeout,
-                memory_mib=memory,
-                then=AGENT_LABELS if labels else None,
-                accel=accel,
-                log_file=log_file,
-                event=_reporter(image, as_json, seen),
+    if artifact or variant:
+        raise UsageError("--artifact and --variant select images in a release set directory")
+    with open(target, "rb") as f:
+        if f.read(4) != b"QFI\xfb":
+            raise UsageError(
+                f"{target} is not a QCOW2 image (no QFI magic)",
+                hint="give a .qcow2 file or a release set directory (dist/<name>)",
             )
-            printed = check_agent_labels(result.matched, result.lines) if labels else {}
-        except BootTestError as e:
-            failed += 1
-            if as_json:
-                doc = {
-                    "event": "result", "image": image["label"], "digest": image["digest"],
-                    "ok": False, "error": e.message, "accel": seen["accel"], "log": str(log_file),
-                }  # fmt: skip
-                click.echo(json.dumps(doc, sort_keys=True))
-            click.echo(e.render(), err=True)
-            continue
-        if as_json:
-            doc = {
-                "event": "result",
-                "image": image["label"],
-                "digest": image["digest"],
-                "ok": True,
-                "line": result.matched,
-                "seconds": round(result.seconds, 1),
-                "accel": result.accel,
-                "fallback": result.fallback,
-                "firmware": result.firmware,
-                "labels": printed,
-                "log": str(log_file),
-            }
-            click.echo(json.dumps(doc, sort_keys=True))
+    return [
+        {"label": str(target), "path": target, "arch": arch, "digest": None,
+         "slug": target.stem, "shown": f"{target} ({arch})"},
+    ]  # fmt: skip
+
+
+def _boot_one(
+    monitor: Monitor, image: dict[str, Any], logs: Path, labels: bool, options: dict[str, Any]
+) -> bool:
+    """Boot one image (``options``: :func:`nvkr.machine.boot.boot_test`'s ``expect``,
+    ``timeout``, ``memory_mib``, ``accel``), reporting its attempts and its
+    :class:`~nvkr.monitor.events.BootImageResult` to ``monitor``; whether it booted."""
+    from nvkr.agent_labels import AGENT_LABELS, check_agent_labels
+    from nvkr.machine.boot import boot_test, new_console_log
+    from nvkr.monitor.events import BootImageResult
+
+    log_file = new_console_log(logs, image["slug"])
+    seen: dict[str, Any] = {"accel": None}  # the accelerator of the last attempt
+    label, digest = image["label"], image["digest"]
+    try:
+        result = boot_test(
+            Path(image["path"]),
+            arch=image["arch"],
+            then=AGENT_LABELS if labels else None,
+            log_file=log_file,
+            event=_reporter(monitor, image, seen),
+            **options,
+        )
+        printed = check_agent_labels(result.matched, result.lines) if labels else {}
+    except BootTestError as e:
+        monitor.emit(
+            BootImageResult(
+                label, digest, False, seen["accel"], str(log_file), code=e.code,
+                error=e.message, hint=e.hint,
+            )
+        )  # fmt: skip
+        return False
+    monitor.emit(
+        BootImageResult(
+            label, digest, True, result.accel, str(log_file), line=result.matched,
+            seconds=result.seconds, fallback=result.fallback, firmware=result.firmware,
+            labels=printed,
+        )
+    )  # fmt: skip
+    return True
+
+
+def _reporter(monitor: Monitor, image: dict[str, Any], seen: dict[str, Any]) -> BootEvent:
+    """The ``event`` of one image's boot test: its start and stall events to ``monitor``, named
+    with the image's label and digest; ``seen["accel"]`` follows the attempts."""
+    from nvkr.monitor.events import BootStart
+
+    def event(e: BootStart | BootStall) -> None:
+        seen["accel"] = e.accel
+        if isinstance(e, BootStart):
+            shown = image.get("shown", image["label"])
+            monitor.emit(e._replace(image=image["label"], digest=image["digest"], shown=shown))
         else:
-            how = f"{result.accel} after a KVM stall" if result.fallback else result.accel
-            click.echo(f"ok {image['label']}: {result.matched} ({result.seconds:.1f} s, {how})")
-            if printed:
-                shown_labels = ",".join(f"{k}={v}" for k, v in sorted(printed.items()))
-                click.echo(f"   labels: {shown_labels}")
-    if failed:
-        raise BootTestError(f"{failed} of {len(images)} machine images failed their boot test")
-
-
-def _reporter(image: dict[str, Any], as_json: bool, seen: dict[str, Any]) -> BootEvent:
-    """The ``event`` of one image's boot test: a JSON line each (image label and digest added),
-    or the start line and the stall warning on stderr; ``seen["accel"]`` follows the attempts."""
-    from nvkr.machine.boot import event_line
-
-    def event(kind: str, fields: dict[str, Any]) -> None:
-        seen["accel"] = fields["accel"]
-        if as_json:
-            doc = {**fields, "event": kind, "image": image["label"], "digest": image["digest"]}
-            click.echo(json.dumps(doc, sort_keys=True))
-        elif kind == "start":
-            line = event_line(kind, fields, image.get("shown", image["label"]))
-            click.echo(f"boot-test: {line}", err=True)
-        elif kind == "stall" and fields["retry"]:
-            click.echo(f"warning: boot-test: {event_line(kind, fields, image['label'])}", err=True)
+            monitor.emit(e._replace(image=image["label"], digest=image["digest"]))
 
     return event

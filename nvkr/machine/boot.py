@@ -24,7 +24,8 @@ tried again in this process; under ``kvm`` it is a :class:`~nvkr.errors.BootTest
 kernel has spoken KVM runs the guest, and only ``timeout`` limits the boot. TCG has no stall limit
 (a slow guest is not a hung one).
 
-Each attempt is reported through ``event(kind, fields)`` (``start``, ``stall``; default: the
+Each attempt is reported through ``event`` (typed events of :mod:`nvkr.monitor.events`:
+:class:`~nvkr.monitor.events.BootStart`, :class:`~nvkr.monitor.events.BootStall`; default: the
 ``nvkr.boot`` logger) and written, whole, to ``log_file``.
 """
 
@@ -41,10 +42,11 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal, TextIO, get_args
+from typing import Final, Literal, TextIO, get_args
 
 from nvkr.errors import BootTestError, NvkrError, UsageError
 from nvkr.machine.qemu import QEMU, QemuProcess, accept, kvm_works, listen, peer_pid, qemu_argv
+from nvkr.monitor.events import BootStall, BootStart
 from nvkr.run import FIXED_PATH
 
 log = logging.getLogger("nvkr.boot")
@@ -53,8 +55,9 @@ Accel = Literal["auto", "kvm", "tcg"]
 ACCELS: Final[tuple[Accel, ...]] = get_args(Accel)
 #: The environment variable that gives ``accel`` when the caller does not (CLI, builder, tests).
 ACCEL_ENV: Final = "NVKR_BOOT_ACCEL"
-#: An event of a boot test: ``event(kind, fields)`` (see :func:`boot_test`).
-BootEvent = Callable[[str, dict[str, Any]], None]
+#: Where a boot test reports its attempts: ``event(BootStart(...))``, ``event(BootStall(...))``
+#: (see :func:`boot_test`).
+BootEvent = Callable[[BootStart | BootStall], None]
 
 #: Seconds without a console byte under KVM, before the guest's kernel printed its first line,
 #: that mean KVM hangs the guest: a KVM guest's kernel speaks within a few seconds of its boot
@@ -228,24 +231,11 @@ def accel_from_env() -> Accel:
 _KVM_HANGS: set[str] = set()
 
 
-def event_line(kind: str, fields: dict[str, Any], image: str | None = None) -> str:
-    """A boot-test event (see :func:`boot_test`) as a line for people, naming the image as
-    ``image`` (default: its path and arch): ``booting X (amd64) under kvm, timeout 300 s,
-    console log PATH`` or ``X: no console output for 30 s ...; booting it again under tcg``."""
-    name = image or f"{fields['image']} ({fields.get('arch', '?')})"
-    if kind == "start":
-        why = f" ({fields['why']})" if fields["why"] else ""
-        return (
-            f"booting {name} under {fields['accel']}, timeout {fields['timeout']:.0f} s, "
-            f"console log {fields['log'] or '(none)'}{why}"
-        )
-    retry = f"; booting it again under {fields['retry']}" if fields.get("retry") else ""
-    return f"{image or fields['image']}: {fields['reason']}{retry}"
-
-
-def _log_event(kind: str, fields: dict[str, Any]) -> None:
+def _log_event(event: BootStart | BootStall) -> None:
     """The default ``event``: the ``nvkr.boot`` logger (a stall as a warning)."""
-    (log.warning if kind == "stall" else log.info)("%s", event_line(kind, fields))
+    from nvkr.monitor.lines import boot_line
+
+    (log.warning if isinstance(event, BootStall) else log.info)("%s", boot_line(event))
 
 
 def new_console_log(directory: Path, name: str) -> Path:
@@ -406,13 +396,12 @@ def boot_test(
             when its console falls silent: the guest ignores the ACPI power button).
         then: a regular expression for a line that must follow the ``expect`` line (e.g. the
             agent's labels after its readiness line), within ``then_timeout`` seconds.
-        event: ``event(kind, fields)`` is called with ``"start"`` before each attempt
-            (fields ``image``, ``arch``, ``firmware``, ``accel``, ``timeout`` in seconds,
-            ``log`` (``log_file`` or None), ``attempt`` (1, 2), ``why`` (why TCG after a stall,
-            else empty)) and ``"stall"`` when KVM made no progress (``image``, ``accel``,
-            ``seconds`` of silence, ``after`` (the last console text, maybe empty), ``reason``
-            (a sentence), ``retry`` (``"tcg"``, or None under ``"kvm"``), ``log``). Default:
-            the ``nvkr.boot`` logger.
+        event: called with a :class:`~nvkr.monitor.events.BootStart` before each attempt
+            (``image`` the path, ``timeout`` in seconds, ``log`` ``log_file`` or None,
+            ``attempt`` 1 or 2, ``why`` TCG after a stall, else empty) and a
+            :class:`~nvkr.monitor.events.BootStall` when KVM made no progress (``seconds`` of
+            silence, ``after`` the last console text, ``retry`` ``"tcg"``, or None under
+            ``"kvm"``). Default: the ``nvkr.boot`` logger.
     Returns:
         a :class:`BootResult`.
     Raises:
@@ -444,11 +433,7 @@ def boot_test(
     logged = str(log_file) if log_file is not None else None
 
     def attempt(number: int, why: str) -> _Attempt:
-        emit(
-            "start",
-            {"image": str(image), "arch": arch, "firmware": fw, "accel": acc,
-             "timeout": timeout, "log": logged, "attempt": number, "why": why},
-        )  # fmt: skip
+        emit(BootStart(str(image), arch, fw, acc, timeout, logged, number, why))
         header = (
             f"boot-test: attempt {number}: {arch} image {image} under {acc} ({fw}), timeout "
             f"{timeout:.0f} s" + (f" ({why})" if why else "")
@@ -465,11 +450,7 @@ def boot_test(
     if result.outcome == "stall":
         reason = _no_progress(result.matched, KVM_STALL_SECONDS)
         retry = "tcg" if mode == "auto" else None
-        emit(
-            "stall",
-            {"image": str(image), "accel": acc, "seconds": KVM_STALL_SECONDS,
-             "after": result.matched, "reason": reason, "retry": retry, "log": logged},
-        )  # fmt: skip
+        emit(BootStall(str(image), acc, KVM_STALL_SECONDS, result.matched, reason, retry, logged))
         if retry is not None:
             _KVM_HANGS.add(arch)
             fallback = f"{reason}; booted again under tcg"

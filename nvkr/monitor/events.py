@@ -1,5 +1,5 @@
 """The typed events of nvkr's one event stream: what the executor, the builders and the consumer
-verbs (publish, pull) report while they work, and how each reads as JSON.
+verbs (publish, pull, boot-test) report while they work, and how each reads as JSON.
 
 Producers build these immutable records (NamedTuples) and hand them to a :class:`~nvkr.monitor.Monitor`; the
 renderers (:mod:`nvkr.monitor.jsonl`, :mod:`nvkr.monitor.plain`, :mod:`nvkr.monitor.live`) decide
@@ -203,6 +203,86 @@ class Note(NamedTuple):
         return {}
 
 
+class BootStart(NamedTuple):
+    """An attempt of a boot test starts (:func:`nvkr.machine.boot.boot_test`): ``image`` (its
+    path, or the label ``nvkr boot-test`` gives a release set's image), ``accel`` ``kvm`` or
+    ``tcg``, ``timeout`` in seconds, ``log`` the console log (None: none), ``attempt`` 1 or 2,
+    ``why`` TCG after a KVM stall (else empty); ``shown``: how a human line names the image
+    (default ``image (arch)``)."""
+
+    image: str
+    arch: str
+    firmware: str
+    accel: str
+    timeout: float
+    log: str | None
+    attempt: int
+    why: str = ""
+    digest: str | None = None
+    shown: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"image": self.image, "digest": self.digest, "arch": self.arch,
+                "firmware": self.firmware, "accel": self.accel,
+                "timeoutMilliseconds": round(self.timeout * 1000), "log": self.log,
+                "attempt": self.attempt, "why": self.why}  # fmt: skip
+
+
+class BootStall(NamedTuple):
+    """A KVM guest made no progress: its console was silent ``seconds`` ``after`` its last
+    text (maybe empty) before the guest's kernel spoke; ``reason`` says so in a sentence,
+    ``retry`` is ``tcg`` when it is booted again under TCG (None: the boot test fails)."""
+
+    image: str
+    accel: str
+    seconds: float
+    after: str
+    reason: str
+    retry: str | None
+    log: str | None
+    digest: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"image": self.image, "digest": self.digest, "accel": self.accel,
+                "milliseconds": round(self.seconds * 1000), "after": self.after,
+                "reason": self.reason, "retry": self.retry, "log": self.log}  # fmt: skip
+
+
+class BootImageResult(NamedTuple):
+    """One image of ``nvkr boot-test`` booted (``ok``) or failed. Booted: the matching console
+    ``line``, ``seconds`` from QEMU's start to it, ``accel``, ``fallback`` (why TCG after
+    KVM answered, else empty), ``firmware``, the agent's ``labels``. Failed: the error's
+    ``code``, ``error`` (its message) and ``hint``; ``accel`` of the last attempt (None when
+    none started). ``log``: the console log."""
+
+    image: str
+    digest: str | None
+    ok: bool
+    accel: str | None
+    log: str
+    line: str = ""
+    seconds: float = 0.0
+    fallback: str = ""
+    firmware: str = ""
+    labels: dict[str, str] = {}  # never mutated
+    code: str = ""
+    error: str = ""
+    hint: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"image": self.image, "digest": self.digest, "ok": self.ok,
+                               "accel": self.accel, "log": self.log}  # fmt: skip
+        if self.ok:
+            out.update(line=self.line, milliseconds=round(self.seconds * 1000),
+                       fallback=self.fallback, firmware=self.firmware,
+                       labels=self.labels)  # fmt: skip
+        else:
+            out.update(code=self.code, error=self.error)
+            if self.hint:
+                out["hint"] = self.hint
+        return out
+
+
 class Result(NamedTuple):
     """The verb's outcome, the last event of a stream that succeeded; ``exit_code`` 0.
     ``fields`` are the JSON result's keys, ``summary`` what the human summary line reads
@@ -238,8 +318,8 @@ class Error(NamedTuple):
 #: this module out of a verb's start-up time, unlike ~15 frozen dataclasses).
 Event = (
     ActionsPlanned | ActionCached | ActionStarted | ActionProgress | ActionDone | ActionFailed
-    | ActionWarning | SourceFetch | StoreNotice | Transfer | CacheEvent | Step | Note | Result
-    | Error
+    | ActionWarning | SourceFetch | StoreNotice | Transfer | CacheEvent | Step | BootStart
+    | BootStall | BootImageResult | Note | Result | Error
 )  # fmt: skip
 
 
@@ -257,6 +337,9 @@ KINDS: dict[type, str] = {
     Transfer: "bytes",
     CacheEvent: "cache",
     Step: "step",
+    BootStart: "boot-start",
+    BootStall: "boot-stall",
+    BootImageResult: "image-result",
     Note: "note",
     Result: "result",
     Error: "error",

@@ -15,6 +15,9 @@ from nvkr.monitor.events import (
     ActionFailed,
     ActionStarted,
     ActionWarning,
+    BootImageResult,
+    BootStall,
+    BootStart,
     CacheEvent,
     Event,
     Note,
@@ -65,6 +68,12 @@ def event_lines(event: Event) -> list[str]:
             return _cache_lines(event)
         case Step(verb="publish"):
             return _publish_lines(event)
+        case BootStart():
+            return [f"boot-test: {boot_line(event)}"]
+        case BootStall(retry=retry) if retry:
+            return [f"warning: boot-test: {boot_line(event)}"]
+        case BootImageResult():
+            return _image_result_lines(event)
         case Result():
             return result_lines(event)
     return []
@@ -92,6 +101,31 @@ def _cache_lines(event: CacheEvent) -> list[str]:
         prefix = f"{name}: " if event.action is not None and level == "note" else ""
         return [f"  {level}: {prefix}{f['message']}"]
     return []
+
+
+def boot_line(event: BootStart | BootStall) -> str:
+    """A boot test's start or stall as a line for people (the CLI's and the build log's):
+    ``booting X (amd64) under kvm, timeout 300 s, console log PATH`` or ``X: no console output
+    for 30 s ...; booting it again under tcg``."""
+    if isinstance(event, BootStart):
+        why = f" ({event.why})" if event.why else ""
+        return (
+            f"booting {event.shown or f'{event.image} ({event.arch})'} under {event.accel}, "
+            f"timeout {event.timeout:.0f} s, console log {event.log or '(none)'}{why}"
+        )
+    retry = f"; booting it again under {event.retry}" if event.retry else ""
+    return f"{event.image}: {event.reason}{retry}"
+
+
+def _image_result_lines(r: BootImageResult) -> list[str]:
+    """``ok IMAGE: LINE (12.3 s, kvm)`` and its labels, or the error as the CLI renders one."""
+    if not r.ok:
+        return [f"error[{r.code}]: {r.error}"] + ([f"  hint: {r.hint}"] if r.hint else [])
+    how = f"{r.accel} after a KVM stall" if r.fallback else r.accel
+    lines = [f"ok {r.image}: {r.line} ({r.seconds:.1f} s, {how})"]
+    if r.labels:
+        lines.append("   labels: " + ",".join(f"{k}={v}" for k, v in sorted(r.labels.items())))
+    return lines
 
 
 def _verb(word: str) -> str:

@@ -5,7 +5,8 @@ loads it). Above the live area go the same lines a CI log gets (:mod:`nvkr.monit
 area itself shows, while work runs: one row for the verb's total (actions done/total for a
 build), one per running action with a spinner, its builder's progress bar when it reports one,
 its elapsed time and, where earlier runs of its action key give one, the estimate
-(``~2m10s``), and one byte bar per transfer (downloads, uploads, pulls). The live area is
+(``~2m10s``), one byte bar per transfer (downloads, uploads, pulls), and the image a boot test
+is booting with its elapsed time. The live area is
 cleared at the end, and the total time is the last line.
 """
 
@@ -37,6 +38,9 @@ from nvkr.monitor.events import (
     ActionProgress,
     ActionsPlanned,
     ActionStarted,
+    BootImageResult,
+    BootStall,
+    BootStart,
     Event,
     Step,
     Transfer,
@@ -136,6 +140,8 @@ class LiveMonitor:
             case Step(name="blob-uploaded" | "blob-skipped" | "blob-mounted" | "blob", fields=f):
                 if self._total is not None and not f.get("reused"):
                     self.progress.advance(self._total, f.get("size", 0))
+            case BootStart() | BootStall() | BootImageResult():
+                self._boot(event)
             case Step(verb="pull", name="start", fields=f):
                 self._total = self.progress.add_task(
                     f"[bold]pull[/] {escape(str(f['reference']))}",
@@ -154,6 +160,18 @@ class LiveMonitor:
             completed=p.done,
             unit=p.unit,
         )
+
+    def _boot(self, event: BootStart | BootStall | BootImageResult) -> None:
+        """One row for the image being booted, with its elapsed time: a new row per attempt,
+        none once the image has its result."""
+        task = self._actions.pop(f"boot:{event.image}", None)
+        if task is not None:
+            self.progress.remove_task(task)
+        if isinstance(event, BootStart):
+            name = event.shown or f"{event.image} ({event.arch})"
+            self._actions[f"boot:{event.image}"] = self.progress.add_task(
+                f"booting {escape(name)} [dim]under {event.accel}[/]", total=None, unit=""
+            )
 
     def _transfer(self, t: Transfer) -> None:
         key = (t.direction, t.what)

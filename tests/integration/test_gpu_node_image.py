@@ -172,8 +172,9 @@ def test_gpu_stack_from_a_signed_apt_repo_and_kube_binaries_from_a_mirror(
     booted = run_nvkr("boot-test", "dist/gpu-node", "--json", cwd=project, store=store)
     assert booted.code == 0, booted.stdout + booted.stderr
     events = [json.loads(line) for line in booted.stdout.splitlines()]
-    (result,) = [e for e in events if e["event"] == "result"]
+    (result,) = [e for e in events if e["event"] == "image-result"]
     assert "manifest=ok(4 files)" in result["line"], result
+    assert events[-1]["event"] == "result" and events[-1]["exitCode"] == 0, events[-1]
 
 
 def test_a_gpu_repo_whose_signature_fails_is_refused_at_lock(

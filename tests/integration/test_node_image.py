@@ -80,8 +80,10 @@ def test_every_machine_image_boots_to_the_agent_readiness_line(default_build, la
     )
     assert res.code == 0, res.stdout + res.stderr
     events = [json.loads(line) for line in res.stdout.splitlines()]
-    booted = [e for e in events if e["event"] == "result"]
+    booted = [e for e in events if e["event"] == "image-result"]
     assert len(booted) == 4 and all(b["ok"] for b in booted), booted
+    assert events[-1]["event"] == "result" and events[-1]["images"] == 4, events[-1]
+    assert all(e["v"] == 1 and e["ts"] for e in events)
     for b in booted:  # the whole console of each image stays in the store's logs/boot-test
         assert b["accel"] in ("kvm", "tcg") and b["log"].startswith(f"{default_build.store}/")
         assert "console: " in Path(b["log"]).read_text()

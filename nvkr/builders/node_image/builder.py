@@ -64,6 +64,7 @@ from nvkr.sbom.debian import tree_licenses
 if TYPE_CHECKING:
     from nvkr.action import Action
     from nvkr.machine.boot import BootResult
+    from nvkr.monitor.tools import Report
 
 SANDBOX_IMAGE = "registry.k8s.io/pause:3.10"
 
@@ -297,6 +298,7 @@ class NodeImageBuilder(Builder[NodeImageArtifact]):
                 booted = boot_check(
                     out, arch=p.arch, agent=agent, build_log=ctx.log_file,
                     store_root=ctx.store.root, name=f"{ctx.action.name}-{ctx.action.key[7:19]}",
+                    progress=ctx.progress,
                 )  # fmt: skip
             _log(ctx, f"boot test: {booted.matched} ({booted.seconds:.1f} s, {booted.accel})")
         name = f"node-image-{p.gpu}-k8s{p.kubernetes}-{p.arch}.qcow2"
@@ -326,28 +328,45 @@ def _log(ctx: ActionContext, line: str) -> None:
 
 
 def boot_check(
-    image: Path, *, arch: str, agent: bool, build_log: Path, store_root: Path, name: str
+    image: Path,
+    *,
+    arch: str,
+    agent: bool,
+    build_log: Path,
+    store_root: Path,
+    name: str,
+    progress: Report | None = None,
 ) -> BootResult:
     """``bootTest``: boot ``image`` as ``nvkr boot-test`` does (accelerator from
     ``$NVKR_BOOT_ACCEL``, a stalled KVM guest booted again under TCG) until the agent's readiness
     line and labels (``agent``), else a login prompt. Its whole console goes to a new file in
     ``<store_root>/logs/boot-test`` (the work dir, with the build log, is gone after a failure),
     named with each attempt in ``build_log``; a stall is also a warning on the ``nvkr.boot``
-    logger.
+    logger. ``progress`` (the action's :meth:`~nvkr.builders.ActionContext.progress`) hears
+    ``boot test: booting under kvm`` (step 1 of 2), a stall and its retry, and ``boot test:
+    ready under tcg`` (step 2).
 
     Raises:
         BootTestError: the boot failed (the hint names the console log).
     """
     from nvkr.agent_labels import AGENT_LABELS, check_agent_labels
-    from nvkr.machine.boot import CONSOLE_LOGS, boot_test, event_line, new_console_log
+    from nvkr.machine.boot import CONSOLE_LOGS, boot_test, new_console_log
     from nvkr.machine.boot import log as boot_log
+    from nvkr.monitor.events import BootStall, BootStart
+    from nvkr.monitor.lines import boot_line
 
-    def event(kind: str, fields: dict[str, Any]) -> None:
-        line = event_line(kind, fields)
+    report = progress or (lambda done, total, unit, what: None)
+
+    def event(e: BootStart | BootStall) -> None:
+        line = boot_line(e)
         with open(build_log, "a") as f:
-            f.write(f"boot test: {'warning: ' if kind == 'stall' else ''}{line}\n")
-        if kind == "stall":
+            f.write(f"boot test: {'warning: ' if isinstance(e, BootStall) else ''}{line}\n")
+        if isinstance(e, BootStart):
+            report(1, 2, "steps", f"boot test: booting under {e.accel}")
+        else:
             boot_log.warning("%s", line)
+            again = f"; booting again under {e.retry}" if e.retry else ""
+            report(1, 2, "steps", f"boot test: KVM made no progress{again}")
 
     booted = boot_test(
         image,
@@ -359,6 +378,7 @@ def boot_check(
     )
     if agent:
         check_agent_labels(booted.matched, booted.lines)
+    report(2, 2, "steps", f"boot test: ready under {booted.accel}")
     return booted
 
 

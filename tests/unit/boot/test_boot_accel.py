@@ -15,6 +15,7 @@ import pytest
 
 from nvkr.errors import BootTestError, UsageError
 from nvkr.machine import boot, qemu
+from nvkr.monitor.events import BootStall, BootStart, event_name
 from tests.helpers.disk import LOADING, build_image, needs_grub, needs_qemu, needs_tools
 from tests.helpers.fake_qemu import STALL, accels, fake_qemu, hanging_kvm_qemu
 
@@ -33,11 +34,11 @@ def _use(monkeypatch: pytest.MonkeyPatch, binary: Path) -> Path:
     return binary
 
 
-def _boot(image: Path, events: list[tuple[str, dict[str, Any]]] | None = None, **kw: Any):
+def _boot(image: Path, events: list[BootStart | BootStall] | None = None, **kw: Any):
     args: dict[str, Any] = {"timeout": 20.0, "grace": 0.0, "expect": "nvkr-node-agent: ready"}
     args.update(kw)
     if events is not None:
-        args["event"] = lambda kind, fields: events.append((kind, fields))
+        args["event"] = events.append
     return boot.boot_test(image, **args)
 
 
@@ -52,7 +53,7 @@ def test_a_kvm_guest_silent_after_the_firmware_is_booted_again_under_tcg(
             tmp_path / "q", {"kvm": FIRMWARE, "tcg": [*FIRMWARE, ("sleep", 3.0), *KERNEL, *READY]}
         ),
     )
-    events: list[tuple[str, dict[str, Any]]] = []
+    events: list[BootStart | BootStall] = []
     log = tmp_path / "console.log"
     start = time.monotonic()
     result = _boot(image, events, accel="auto", timeout=5.0, log_file=log)
@@ -60,12 +61,16 @@ def test_a_kvm_guest_silent_after_the_firmware_is_booted_again_under_tcg(
     assert accels(fake) == ["kvm", "tcg"]
     assert result.accel == "tcg" and "nvkr-node-agent: ready" in result.matched
     assert "no console output for 2 s under kvm" in result.fallback
-    assert [k for k, _ in events] == ["start", "stall", "start"]
-    assert [f["accel"] for k, f in events if k == "start"] == ["kvm", "tcg"]
-    assert all(f["log"] == str(log) and f["timeout"] == 5.0 for k, f in events if k == "start")
-    stall = events[1][1]
-    assert stall["after"] == "nvkr: loading /boot/vmlinuz-6.1.0-test-amd64"
-    assert stall["retry"] == "tcg" and stall["seconds"] == STALL
+    assert [event_name(e) for e in events] == ["boot-start", "boot-stall", "boot-start"]
+    starts = [e for e in events if isinstance(e, BootStart)]
+    assert [e.accel for e in starts] == ["kvm", "tcg"] and [e.attempt for e in starts] == [1, 2]
+    assert all(e.log == str(log) and e.timeout == 5.0 for e in starts)
+    assert starts[0].to_json()["timeoutMilliseconds"] == 5000
+    stall = events[1]
+    assert isinstance(stall, BootStall)
+    assert stall.after == "nvkr: loading /boot/vmlinuz-6.1.0-test-amd64"
+    assert stall.retry == "tcg" and stall.seconds == STALL
+    assert stall.to_json()["milliseconds"] == round(STALL * 1000)
     text = log.read_text()
     assert text.count("console: nvkr: loading /boot/vmlinuz") == 2
     assert "under tcg" in text and "console: [    0.000000] Linux version" in text
@@ -118,11 +123,12 @@ def test_after_a_stall_the_process_boots_under_tcg_at_once(image, tmp_path, kvm_
     script = {"kvm": FIRMWARE, "tcg": [*FIRMWARE, *KERNEL, *READY]}
     fake = _use(monkeypatch, fake_qemu(tmp_path / "q", script))
     assert _boot(image, accel="auto").accel == "tcg"
-    events: list[tuple[str, dict[str, Any]]] = []
+    events: list[BootStart | BootStall] = []
     second = _boot(image, events, accel="auto")
     assert accels(fake) == ["kvm", "tcg", "tcg"]
     assert second.accel == "tcg" and "stalled" in second.fallback
-    assert [k for k, _ in events] == ["start"] and "stalled" in events[0][1]["why"]
+    (start,) = events
+    assert isinstance(start, BootStart) and "stalled" in start.why
 
 
 def test_the_accelerator_defaults_to_nvkr_boot_accel(image, tmp_path, kvm_host, monkeypatch):
@@ -148,15 +154,15 @@ def test_real_qemu_hung_under_kvm_is_booted_again_under_tcg(kvm_host, tmp_path, 
     console stays silent, the boot test gives KVM up and GRUB prints its line under TCG."""
     wrapper = _use(monkeypatch, hanging_kvm_qemu(tmp_path / "q"))
     image = build_image(tmp_path / "img")
-    events: list[tuple[str, dict[str, Any]]] = []
+    events: list[BootStart | BootStall] = []
     log = tmp_path / "console.log"
     result = _boot(image, events, accel="auto", expect=LOADING, fail="Kernel panic", log_file=log)
     assert len((wrapper.parent / "kvm-calls").read_text().splitlines()) == 1
     assert result.accel == "tcg" and result.matched.startswith("nvkr: loading /boot/vmlinuz")
-    assert [(k, f.get("accel")) for k, f in events] == [
-        ("start", "kvm"),
-        ("stall", "kvm"),
-        ("start", "tcg"),
+    assert [(event_name(e), e.accel) for e in events] == [
+        ("boot-start", "kvm"),
+        ("boot-stall", "kvm"),
+        ("boot-start", "tcg"),
     ]
-    assert events[1][1]["after"] == ""
+    assert isinstance(events[1], BootStall) and events[1].after == ""
     assert "console: nvkr: loading /boot/vmlinuz" in log.read_text()

@@ -1,6 +1,7 @@
 """``nvkr boot-test`` with fake QEMUs (tests/helpers/fake_qemu.py): the start line, the stall warning and
 the TCG retry, ``--accel`` and ``$NVKR_BOOT_ACCEL``, the console log (``--console-log``, by default
-under the store) named on failure, and ``--json`` events that carry the accelerator and the log."""
+under the store) named on failure, and ``--json`` events (stream version 1) that carry the accelerator and the
+log and end with ``result`` or ``error``."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ def test_a_start_line_then_a_warning_and_the_tcg_retry(image, tmp_path, kvm_host
         "boot-test", str(image), "--no-labels", "--timeout", "20", "--console-log", str(logs)
     )
     assert code == 0, err
+    assert out == ""  # every line is the event stream's, on stderr
     assert accels(fake) == ["kvm", "tcg"]
     (log,) = logs.iterdir()
     starts = re.findall(r"^boot-test: booting (.*)$", err, re.M)
@@ -53,7 +55,7 @@ def test_a_start_line_then_a_warning_and_the_tcg_retry(image, tmp_path, kvm_host
         "booting it again under tcg" in err
     )
     assert re.search(
-        r"^ok .*: .*nvkr-node-agent: ready .*\(\d+\.\d s, tcg after a KVM stall\)$", out, re.M
+        r"^ok .*: .*nvkr-node-agent: ready .*\(\d+\.\d s, tcg after a KVM stall\)$", err, re.M
     )
     text = log.read_text()
     assert "attempt 1" in text and "attempt 2" in text and "nvkr-node-agent: ready" in text
@@ -94,16 +96,21 @@ def test_json_events_carry_the_accelerator_and_the_log(image, tmp_path, kvm_host
     code, out, err = invoke("--store", str(store), "boot-test", str(image), "--no-labels", "--json")
     assert code == 0, err
     events = [json.loads(line) for line in out.splitlines()]
-    assert [(e["event"], e["accel"]) for e in events] == [
-        ("start", "kvm"),
-        ("stall", "kvm"),
-        ("start", "tcg"),
-        ("result", "tcg"),
+    assert all(e["v"] == 1 and re.fullmatch(r"\d{4}-.*T.*\.\d{3}Z", e["ts"]) for e in events)
+    *images, result = events
+    assert [(e["event"], e["accel"]) for e in images] == [
+        ("boot-start", "kvm"),
+        ("boot-stall", "kvm"),
+        ("boot-start", "tcg"),
+        ("image-result", "tcg"),
     ]
+    assert result == {**result, "event": "result", "images": 1, "exitCode": 0}
     (log,) = (store / "logs" / "boot-test").iterdir()  # the default: under the store
-    assert all(e["log"] == str(log) and e["image"] == str(image) for e in events)
-    assert events[1]["retry"] == "tcg" and events[1]["seconds"] == 2.0
-    assert events[-1]["ok"] is True and "2 s under kvm" in events[-1]["fallback"]
+    assert all(e["log"] == str(log) and e["image"] == str(image) for e in images)
+    assert images[0]["timeoutMilliseconds"] == 300_000 and "timeout" not in images[0]
+    assert images[1]["retry"] == "tcg" and images[1]["milliseconds"] == 2000
+    assert images[-1]["ok"] is True and "2 s under kvm" in images[-1]["fallback"]
+    assert isinstance(images[-1]["milliseconds"], int) and "seconds" not in images[-1]
 
 
 def test_a_failure_in_json_names_the_accelerator_and_the_log(
@@ -122,8 +129,10 @@ def test_a_failure_in_json_names_the_accelerator_and_the_log(
         str(logs),
     )
     assert code == 1
-    result = json.loads(out.splitlines()[-1])
+    *_, result, error = [json.loads(line) for line in out.splitlines()]
     (log,) = logs.iterdir()
-    assert result["event"] == "result" and result["ok"] is False
+    assert result["event"] == "image-result" and result["ok"] is False
     assert result["accel"] == "tcg" and result["log"] == str(log)
-    assert "QEMU exited" in result["error"]
+    assert "QEMU exited" in result["error"] and result["code"] == "NVKR-E-BOOT"
+    assert error["event"] == "error" and error["exitCode"] == 1
+    assert "1 of 1 machine images failed" in error["message"]

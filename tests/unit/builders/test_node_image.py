@@ -183,7 +183,8 @@ def test_the_builders_boot_test_falls_back_to_tcg_and_keeps_the_console(
 ) -> None:
     """``bootTest: true`` boots through nvkr.machine.boot like ``nvkr boot-test``: a KVM guest silent
     after GRUB is booted again under TCG, the build log says so and names the console log kept
-    under the store; under ``NVKR_BOOT_ACCEL=kvm`` the stall fails, naming that log."""
+    under the store, the action's progress says booting, the stall and its retry, ready; under
+    ``NVKR_BOOT_ACCEL=kvm`` the stall fails, naming that log."""
     from nvkr.machine import boot, qemu
     from tests.helpers.fake_qemu import accels, fake_qemu
 
@@ -198,10 +199,18 @@ def test_the_builders_boot_test_falls_back_to_tcg_and_keeps_the_console(
     image.write_bytes(b"QFI\xfb" + bytes(508))
     build_log, store = tmp_path / "build.log", tmp_path / "store"
 
+    reports: list[tuple[float, float | None, str, str]] = []
     booted = node_image.boot_check(
-        image, arch="amd64", agent=False, build_log=build_log, store_root=store, name="ni"
-    )
+        image, arch="amd64", agent=False, build_log=build_log, store_root=store, name="ni",
+        progress=lambda *report: reports.append(report),
+    )  # fmt: skip
     assert booted.accel == "tcg" and booted.matched == "node login:"
+    assert reports == [
+        (1, 2, "steps", "boot test: booting under kvm"),
+        (1, 2, "steps", "boot test: KVM made no progress; booting again under tcg"),
+        (1, 2, "steps", "boot test: booting under tcg"),
+        (2, 2, "steps", "boot test: ready under tcg"),
+    ]
     assert accels(fake) == ["kvm", "tcg"]
     (console,) = (store / "logs" / "boot-test").iterdir()
     text = build_log.read_text()

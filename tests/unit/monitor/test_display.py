@@ -111,3 +111,25 @@ def test_live_display_is_not_imported_off_a_terminal():
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=REPO, env=env
     ).stdout
     assert out.split() == ["PlainMonitor", "False"]
+
+
+def test_live_display_shows_the_image_being_booted_with_its_elapsed_time():
+    from nvkr.monitor.events import BootImageResult, BootStall, BootStart
+    from nvkr.monitor.live import LiveMonitor
+
+    monitor = LiveMonitor("boot-test")
+    try:
+        start = BootStart("disk.qcow2", "amd64", "bios", "kvm", 300.0, "c.log", 1, shown="")
+        monitor.emit(start)
+        (task,) = monitor.progress.tasks
+        assert task.description == "booting disk.qcow2 (amd64) [dim]under kvm[/]"
+        assert task.started and task.elapsed is not None  # TimeElapsedColumn's figure
+        monitor.emit(BootStall("disk.qcow2", "kvm", 30.0, "", "silent", "tcg", "c.log"))
+        assert monitor.progress.tasks == []
+        monitor.emit(start._replace(accel="tcg", attempt=2, shown="set [cpu k8s1.31 amd64]"))
+        (task,) = monitor.progress.tasks
+        assert task.description == r"booting set \[cpu k8s1.31 amd64] [dim]under tcg[/]"
+        monitor.emit(BootImageResult("disk.qcow2", None, True, "tcg", "c.log", line="ready"))
+        assert monitor.progress.tasks == []
+    finally:
+        monitor.close()
