@@ -49,14 +49,19 @@ JOIN = "join"
 
 @dataclass(frozen=True)
 class Estimate:
-    """``seconds`` the store's records give for ``timed`` of the unit's ``actions``."""
+    """``seconds`` the store's records give for ``timed`` of the unit's ``actions`` (JSON:
+    ``milliseconds``, an int, as every verb's durations)."""
 
     seconds: float
     timed: int
     actions: int
 
     def to_json(self) -> dict[str, Any]:
-        return {"seconds": round(self.seconds, 1), "timed": self.timed, "actions": self.actions}
+        return {
+            "milliseconds": round(self.seconds * 1000),
+            "timed": self.timed,
+            "actions": self.actions,
+        }
 
 
 @dataclass(frozen=True)

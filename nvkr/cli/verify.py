@@ -198,15 +198,16 @@ def _print(doc: dict[str, Any]) -> None:
     if rebuilt is not None:
         same = sum(1 for a in rebuilt["artifacts"] if a["identical"])
         click.echo(
-            f"  rebuild ({rebuilt['seconds']} s): {same} of {len(rebuilt['artifacts'])} artifacts "
-            f"identical; release set index {'identical' if rebuilt['identical'] else 'differs'}"
+            f"  rebuild ({rebuilt['milliseconds'] / 1000:.1f} s): {same} of "
+            f"{len(rebuilt['artifacts'])} artifacts identical; release set index "
+            f"{'identical' if rebuilt['identical'] else 'differs'}"
         )
     for warning in doc["warnings"]:
         click.echo(f"  warning: {warning}")
     for problem in doc["problems"]:
         click.echo(f"  FAILED ({problem['check']}): {problem['message']}")
     if doc["ok"]:
-        click.echo(f"verified in {doc['seconds']:.2f} s")
+        click.echo(f"verified in {doc['milliseconds'] / 1000:.2f} s")
 
 
 def _signed(signatures: list[dict[str, Any]]) -> str:

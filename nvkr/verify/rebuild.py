@@ -61,7 +61,7 @@ def rebuild(
     Args:
         layout: a verified release set layout (``dist/<name>/``).
         report: gets ``rebuild`` (:func:`compare`'s result plus ``recipe``, ``lockfile`` and
-            ``seconds``) and a ``rebuild`` problem per differing artifact.
+            ``milliseconds``, the rebuild's wall time) and a ``rebuild`` problem per differing artifact.
         project: the directory the original build ran in; the recipe and lockfile paths of
             the metadata are taken relative to it.
         seed_store: an existing store whose blobs are hard-linked (copied, across file
@@ -126,7 +126,8 @@ def rebuild(
                 "sources (--seed-store DIR reuses a store's downloads)",
             )
         result = compare(layout, out / name)
-    result.update(recipe=recipe, lockfile=lockfile, seconds=round(time.perf_counter() - started, 1))
+    elapsed = round((time.perf_counter() - started) * 1000)
+    result.update(recipe=recipe, lockfile=lockfile, milliseconds=elapsed)
     report.rebuild = result
     for art in result["artifacts"]:
         if not art["identical"]:

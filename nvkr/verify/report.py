@@ -125,7 +125,8 @@ class VerifyReport:
         return next((a for a in self.artifacts if a.digest == digest), None)
 
     def to_json(self) -> dict[str, Any]:
-        """The report as JSON-able data (``--json``); ``seconds`` rounded to milliseconds."""
+        """The report as JSON-able data (``--json``): camelCase keys, the wall time as
+        ``milliseconds`` (an int)."""
         return {
             "path": self.path,
             "ok": self.ok,
@@ -142,5 +143,5 @@ class VerifyReport:
             "warnings": self.warnings,
             "rebuild": self.rebuild,
             "buildRecord": self.build_record,
-            "seconds": round(self.seconds, 3),
+            "milliseconds": round(self.seconds * 1000),
         }

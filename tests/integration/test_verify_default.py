@@ -74,7 +74,8 @@ def test_signed_default_release_set_verifies_with_its_key(signed: Built) -> None
     for art in doc["artifacts"]:
         assert art["provenance"], art
         assert [s["verifiedBy"] for s in art["signatures"]] == [[keyid]], art
-    assert doc["seconds"] < 2.0, f"verify took {doc['seconds']} s (target: under 2 s)"
+    # how long it took is measured by benchmarks/verify.py, not asserted here
+    assert isinstance(doc["milliseconds"], int) and "seconds" not in doc
 
 
 def test_the_default_policy_holds(signed: Built) -> None:

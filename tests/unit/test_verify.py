@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -244,6 +245,7 @@ def test_signed_set_verifies_with_its_key_and_json_reports_it(signed: Signed, nv
     assert res.code == 0, res.stderr
     doc = json.loads(res.stdout)
     assert doc["ok"] is True and doc["problems"] == []
+    assert isinstance(doc["milliseconds"], int) and "seconds" not in doc  # one key style
     keyid = doc["keys"][0]["keyid"]
     assert doc["keys"][0] == {
         "keyid": keyid,
@@ -257,6 +259,7 @@ def test_signed_set_verifies_with_its_key_and_json_reports_it(signed: Signed, nv
         assert art["provenance"] and [s["verifiedBy"] for s in art["signatures"]] == [[keyid]]
     human = nvkr("verify", signed.layout, "--key", signed.pub)
     assert human.code == 0 and "verified by key " + keyid[:12] in human.stdout
+    assert re.search(r"^verified in \d+\.\d\d s$", human.stdout, re.M)
     # without --key the signatures are shown but not checked
     plain = nvkr("verify", signed.layout)
     assert plain.code == 0 and "not checked" in plain.stdout
@@ -688,6 +691,7 @@ def test_rebuild_reports_every_artifact_identical(
     assert rebuilt["identical"] is True
     assert rebuilt["recipe"] == "recipes/small.yaml"
     assert rebuilt["lockfile"] == "lockfiles/small.lock.json"
+    assert isinstance(rebuilt["milliseconds"], int) and "seconds" not in rebuilt
     assert rebuilt["digest"] == rebuilt["rebuiltDigest"] == _top(layout)["manifests"][0]["digest"]
     assert not list((store / "tmp").iterdir()), "the fresh store is removed afterwards"
     # from elsewhere without --project: the recipe cannot be found, and the message says why
