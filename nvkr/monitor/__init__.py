@@ -1,4 +1,5 @@
-"""One event stream, one display: how every long verb (``build``, ``publish``, ``pull``) reports.
+"""One event stream, one display: how every long verb (``build``, ``publish``, ``pull``,
+``boot-test``) reports.
 
 Producers (the executor, the builders through :meth:`nvkr.builders.ActionContext.progress`, the
 remote cache, publish and pull) send typed events (:mod:`nvkr.monitor.events`) to a
@@ -70,7 +71,7 @@ def wants_live(stream: object) -> bool:
 
 
 def open_monitor(verb: str, *, as_json: bool) -> Monitor:
-    """The renderer for ``verb`` (``build``, ``publish``, ``pull``): JSON on stdout with
+    """The renderer for ``verb`` (``build``, ``publish``, ``pull``, ``boot-test``): JSON on stdout with
     ``as_json``, else the live display when stderr is a terminal, else plain lines on stderr."""
     if as_json:
         from nvkr.monitor.jsonl import JsonMonitor

@@ -2,21 +2,25 @@
 
 No colour, no cursor movement, never cut to a width: :func:`nvkr.monitor.lines.event_lines` for
 each event, and, so that a long action never leaves a log silent, a ``running`` line for every
-action still running at most every :data:`PROGRESS_EVERY` seconds, with the latest progress a
-builder reported (mmdebstrap's phase, qemu-img's percentage) and byte counts of transfers.
+action (or image a boot test is booting) still running at most every :data:`PROGRESS_EVERY`
+seconds, with the latest progress a builder reported (mmdebstrap's phase, qemu-img's
+percentage) and byte counts of transfers.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from typing import IO, Any, Final
+from typing import IO, Any, Final, NamedTuple
 
 from nvkr.monitor.events import (
     ActionDone,
     ActionFailed,
     ActionProgress,
     ActionStarted,
+    BootImageResult,
+    BootStall,
+    BootStart,
     Event,
     Transfer,
 )
@@ -34,6 +38,12 @@ def elapsed(seconds: float) -> str:
     if s < 3600:
         return f"{s // 60}m{s % 60:02d}s"
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+class _Booting(NamedTuple):
+    """What a ``running`` line names for an image a boot test is booting."""
+
+    name: str
 
 
 class PlainMonitor:
@@ -66,6 +76,12 @@ class PlainMonitor:
                 self._progress.pop(a.key, None)
             case ActionProgress(action=a):
                 self._progress[a.key] = event
+            case BootStart():
+                name = f"boot-test {event.shown or f'{event.image} ({event.arch})'}"
+                self._running[f"boot:{event.image}"] = (_Booting(name), time.monotonic())
+                self._start_ticker()
+            case BootStall() | BootImageResult():
+                self._running.pop(f"boot:{event.image}", None)
             case Transfer(finished=True):
                 self._transfers.pop((event.direction, event.what), None)
             case Transfer():

@@ -99,6 +99,31 @@ def test_plain_renderer_prints_progress_of_a_silent_action_every_n_seconds():
     assert running[-1].endswith(": installing remaining packages (4/9 steps)")
 
 
+def test_plain_renderer_prints_a_running_line_for_a_long_boot():
+    """A boot test under TCG can take minutes before its console says ready: a CI log gets a
+    ``running`` line for the image every ``every`` seconds until its result."""
+    from nvkr.monitor.events import BootImageResult, BootStart
+
+    out = io.StringIO()
+    monitor = PlainMonitor("boot-test", out, every=0.2)
+    monitor.emit(BootStart("disk.qcow2", "amd64", "bios", "tcg", 300.0, "c.log", 1))
+    time.sleep(0.7)
+    monitor.emit(BootImageResult("disk.qcow2", None, True, "tcg", "c.log", line="ready"))
+    stopped = len(out.getvalue().splitlines())
+    time.sleep(0.5)
+    monitor.close()
+    lines = out.getvalue().splitlines()
+    assert (
+        lines[0]
+        == "boot-test: booting disk.qcow2 (amd64) under tcg, timeout 300 s, console log c.log"
+    )
+    running = [
+        line for line in lines if line.startswith("  running  boot-test disk.qcow2 (amd64) ")
+    ]
+    assert len(running) >= 2, lines
+    assert lines[stopped - 1] == "ok disk.qcow2: ready (0.0 s, tcg)" and len(lines) == stopped
+
+
 def test_live_display_is_not_imported_off_a_terminal():
     """rich stays out of ``nvkr publish``'s start-up when stderr is no terminal."""
     probe = (
