@@ -7,9 +7,9 @@ importing each other.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -59,6 +59,12 @@ class ArtifactModel(Strict):
         all exist (``artifacts``: the recipe's, by name), reported as one recipe error
         (:func:`nvkr.recipe.references.check_artifact_fields`); none unless a subclass says so."""
         return []
+
+    def tree_c_toolchain(self, packages: Iterable[Mapping[str, Any]], arch: str) -> dict[str, str]:
+        """name → version of the packages of a tools tree's locked closure (``packages``, of
+        apt source arch ``arch``) that make its C toolchain: the lockfile's summary of each
+        source :meth:`tool_sources` lists in ``c_trees``; empty unless a subclass says so."""
+        return {}
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Literal
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -58,6 +58,12 @@ class GoBinaryArtifact(ArtifactModel):
         if isinstance(tree, RootfsArtifact):
             trees = frozenset({tree.packages})
         return ToolSources(toolchains=frozenset({self.toolchain}), c_trees=trees)
+
+    def tree_c_toolchain(self, packages: Iterable[Mapping[str, Any]], arch: str) -> dict[str, str]:
+        """See :func:`nvkr.builders.go_binary.tools_tree.tree_c_toolchain`."""
+        from nvkr.builders.go_binary.tools_tree import tree_c_toolchain
+
+        return tree_c_toolchain(packages, arch)
 
     def recipe_problems(self, artifacts: Mapping[str, ArtifactModel]) -> list[FieldProblem]:
         """A cgo build names the tools tree its C compiler comes from, and only a cgo build does.
