@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from nvkr.builders import ResolvedSource
-from nvkr.builders.go_binary.tools_tree import tree_c_toolchain
 from nvkr.canonical import canonical_json, canonical_json_file, sha256_bytes
 from nvkr.errors import ChecksumError, LockError
 from nvkr.fetch import FetchContext, resolve
 from nvkr.recipe import LoadedRecipe, Variant
+from nvkr.recipe.base import ArtifactModel
 from nvkr.recipe.yamlsource import where
 
 #: The fields of a source that pin its bytes, in the order a checksum error points at them.
@@ -294,7 +294,8 @@ class Resolver:
             if entry["name"] in trees and r.get("kind") == "apt":
                 tool = tools.setdefault(entry["name"], {"source": entry["name"], "cToolchain": {}})
                 arch = str(r.get("arch"))
-                tool["cToolchain"][arch] = tree_c_toolchain(r.get("packages") or [], arch)
+                summary = trees[entry["name"]].tree_c_toolchain(r.get("packages") or [], arch)
+                tool["cToolchain"][arch] = summary
         recipe_rel = os.path.relpath(
             os.path.abspath(self.loaded.path), os.path.abspath(self.lock_path.parent)
         )
@@ -309,10 +310,15 @@ class Resolver:
             "tools": tools,
         }
 
-    def _tools_tree_sources(self) -> set[str]:
-        """The apt sources of the tools trees cgo builds name (their C toolchains are tools)."""
+    def _tools_tree_sources(self) -> dict[str, ArtifactModel]:
+        """The apt sources of the tools trees the artifacts name (their C toolchains are tools),
+        each with the first artifact naming it, whose model summarises the tree's C toolchain."""
         artifacts = self.loaded.recipe.artifacts
-        return {n for art in artifacts.values() for n in art.tool_sources(artifacts).c_trees}
+        trees: dict[str, ArtifactModel] = {}
+        for art in artifacts.values():
+            for name in sorted(art.tool_sources(artifacts).c_trees):
+                trees.setdefault(name, art)
+        return trees
 
     def _toolchain_sources(self) -> set[str]:
         """The sources holding a toolchain the artifacts build with (the Go toolchain)."""

@@ -7,9 +7,9 @@ importing each other.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -27,6 +27,9 @@ class Strict(BaseModel):
 
 #: ``(field path, "source" | "artifact", name)``: one name an artifact's fields refer to.
 Reference = tuple[tuple[str, ...], str, str]
+#: ``(field path, message, hint)``: one problem of an artifact's fields with the rest of the
+#: recipe (:meth:`ArtifactModel.recipe_problems`).
+FieldProblem = tuple[tuple[str, ...], str, str]
 
 
 class ArtifactModel(Strict):
@@ -34,7 +37,9 @@ class ArtifactModel(Strict):
 
     A subclass declares ``builder: Literal["<its builder name>"]`` (the recipe's discriminator)
     and the fields its builder reads; :meth:`references` names the sources and artifacts they
-    refer to, which :mod:`nvkr.recipe.references` checks and the planner follows.
+    refer to, which :mod:`nvkr.recipe.references` checks and the planner follows, and
+    :meth:`recipe_problems` what its fields get wrong together that a validator of one field
+    cannot see.
     """
 
     if TYPE_CHECKING:
@@ -48,6 +53,18 @@ class ArtifactModel(Strict):
         """The sources the lockfile records as this artifact's tools (``artifacts``: the
         recipe's, by name); none unless a subclass says so."""
         return ToolSources()
+
+    def recipe_problems(self, artifacts: Mapping[str, ArtifactModel]) -> list[FieldProblem]:
+        """The problems of this artifact's fields in a rendered, validated variant whose names
+        all exist (``artifacts``: the recipe's, by name), reported as one recipe error
+        (:func:`nvkr.recipe.references.check_artifact_fields`); none unless a subclass says so."""
+        return []
+
+    def tree_c_toolchain(self, packages: Iterable[Mapping[str, Any]], arch: str) -> dict[str, str]:
+        """name → version of the packages of a tools tree's locked closure (``packages``, of
+        apt source arch ``arch``) that make its C toolchain: the lockfile's summary of each
+        source :meth:`tool_sources` lists in ``c_trees``; empty unless a subclass says so."""
+        return {}
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,9 @@ from nvkr.recipe.merge import merge
 from nvkr.recipe.models import Recipe
 from nvkr.recipe.overlays import AXES, axis_values, matches
 from nvkr.recipe.references import (
+    check_artifact_fields,
     check_references,
     check_release_set_name,
-    check_tools_trees,
 )
 from nvkr.recipe.templates import render_document
 from nvkr.recipe.validation import validate
@@ -175,7 +175,7 @@ def _variant(loaded: LoadedRecipe, cell: dict[str, str]) -> Variant:
     document = render_document(document, cell)
     recipe = validate(Recipe, document.data, document.locations)
     check_references(recipe, document.locations)
-    check_tools_trees(recipe, document.locations)
+    check_artifact_fields(recipe, document.locations)
     check_release_set_name(recipe, document.locations)
     return Variant(
         gpu=cell["gpu"],

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import re
 
-from nvkr.builders.go_binary.artifact import GoBinaryArtifact
-from nvkr.builders.rootfs.artifact import RootfsArtifact
 from nvkr.errors import RecipeError, RecipeReferenceError
 from nvkr.recipe.models import Recipe
 from nvkr.recipe.validation import describe_value
@@ -63,47 +61,23 @@ def check_references(recipe: Recipe, locations: LocationMap) -> None:
     raise RecipeReferenceError("\n".join(lines), hint="existing " + "; ".join(hints))
 
 
-def check_tools_trees(recipe: Recipe, locations: LocationMap) -> None:
-    """A cgo build names the tools tree its C compiler comes from, and only a cgo build does.
-
-    The host's gcc and libc headers are in no action key, lock, provenance or SBOM: another
-    machine's compiler would give another binary under the same key. So ``cgo: true`` needs
-    ``toolsTree`` (a rootfs artifact of locked Debian packages); a ``toolsTree`` without cgo
-    would be dropped unused. (That the tree is a rootfs artifact with a compiler for the
-    variant's arch is checked at plan time, where its locked packages are known.)
+def check_artifact_fields(recipe: Recipe, locations: LocationMap) -> None:
+    """What each artifact's fields get wrong together (``ArtifactModel.recipe_problems``, e.g. a
+    cgo build without a tools tree), once its names are known to exist.
 
     Raises:
-        RecipeError: one ``FILE:LINE: artifacts.NAME.cgo: ...`` line per artifact; the hint
-            shows the fix.
+        RecipeError: one ``FILE:LINE: artifacts.NAME.FIELD: ...`` line per problem; the hint
+            is the problems' (each different one once, in order).
     """
     lines: list[str] = []
+    hints: list[str] = []
     for name, artifact in recipe.artifacts.items():
-        if not isinstance(artifact, GoBinaryArtifact):
-            continue
-        if artifact.cgo and artifact.toolsTree is None:
-            lines.append(
-                f"{where(locations, ('artifacts', name, 'cgo'))}: cgo: true needs a toolsTree, a "
-                "rootfs artifact whose locked gcc and libc6-dev compile the C code (the host's "
-                "C compiler and headers are in no action key, lock or provenance)"
-            )
-        elif artifact.toolsTree is not None and not artifact.cgo:
-            lines.append(
-                f"{where(locations, ('artifacts', name, 'toolsTree'))}: toolsTree "
-                f"'{artifact.toolsTree}' is set but cgo is false, so the tree would be unused"
-            )
-    if not lines:
-        return
-    trees = sorted(n for n, a in recipe.artifacts.items() if isinstance(a, RootfsArtifact))
-    tree = trees[0] if trees else "build-tools"
-    raise RecipeError(
-        "\n".join(lines),
-        hint=f"give the cgo artifact `toolsTree: {tree}` and define {tree} as a rootfs of "
-        "locked packages, e.g. sources: {build-tools-packages: {apt: {debian: {url: "
-        '"http://deb.debian.org/debian", suite: bookworm}}, arch: amd64, packages: {gcc: '
-        '"4:12.2.0-3", libc6-dev: "2.36-9+deb12u14"}}} (add gcc-aarch64-linux-gnu and '
-        f"libc6-dev-arm64-cross for arm64 targets) and artifacts: {{{tree}: {{builder: rootfs, "
-        "packages: build-tools-packages}}; or set cgo: false (a static binary, CGO_ENABLED=0)",
-    )
+        for field_path, message, hint in artifact.recipe_problems(recipe.artifacts):
+            lines.append(f"{where(locations, ('artifacts', name, *field_path))}: {message}")
+            if hint not in hints:
+                hints.append(hint)
+    if lines:
+        raise RecipeError("\n".join(lines), hint="\n".join(hints))
 
 
 def check_release_set_name(recipe: Recipe, locations: LocationMap) -> None:

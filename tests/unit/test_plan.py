@@ -50,6 +50,8 @@ class Fake(builders.Builder[Any]):
         self.artifact_model = real.artifact_model
 
     def sbom_inputs(self, action, actions):
+        if self.name == "container-image":  # the real one reads its own params; these have no files
+            return builders.SbomInputs()
         return self.real.sbom_inputs(action, actions)
 
     def plan(self, artifact_name, artifact, variant, refs):

@@ -13,7 +13,6 @@ metadata, which the planner's ``image-index`` action joins across arches.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -32,6 +31,17 @@ from nvkr.builders import (
 )
 from nvkr.builders.container_image.artifact import ContainerImageArtifact, ImageBase
 from nvkr.builders.container_image.layout import assemble, rootfs_layer
+from nvkr.builders.container_image.params import (
+    ArtifactFile,
+    DaemonlessParams,
+    DockerParams,
+    FileParams,
+    RootfsBase,
+    SourceFile,
+    TreeFile,
+    UnpackedFile,
+    image_params,
+)
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.image import (
     Layer,
@@ -71,51 +81,43 @@ _SUFFIX = {
 
 def _file_spec(
     dest: str, entry: ImageFile, refs: PlanRefs, spec: dict[str, Any], role: str
-) -> dict[str, Any]:
+) -> FileParams:
     """One ``files`` entry as params (checked by :func:`check_files`); adds its source (as
     input ``role``) or dependency to ``spec``."""
     rel = fc.image_path(dest)
     if entry.artifact is not None:
         action = refs.artifact(entry.artifact)
         spec["deps"].append(action.key)
-        return {
-            "path": rel,
-            "artifact": entry.artifact,
-            "action": action.key,
-            "mode": entry.mode or "0755",
-        }
+        return ArtifactFile(
+            path=rel, artifact=entry.artifact, action=action.key, mode=entry.mode or "0755"
+        )
     assert entry.source is not None
     src = refs.source(entry.source)
     spec["inputs"][role] = src.digest
     spec["sources"][role] = src
     if entry.unpack:
-        return {
-            "path": rel,
-            "source": entry.source,
-            "input": role,
-            "tree": False,
-            "unpack": True,
-            "select": "",
-            "mode": entry.mode,
-        }
+        return UnpackedFile(
+            path=rel,
+            source=entry.source,
+            input=role,
+            tree=False,
+            unpack=True,
+            select="",
+            mode=entry.mode,
+        )
     if src.entry.get("kind") in TREE_KINDS:
         select = fc.inner_path(entry.path) if entry.path is not None else ""
-        return {
-            "path": rel,
-            "source": entry.source,
-            "input": role,
-            "tree": True,
-            "select": select,
-            "mode": entry.mode,
-        }
-    return {
-        "path": rel,
-        "source": entry.source,
-        "input": role,
-        "tree": False,
-        "select": "",
-        "mode": entry.mode or "0644",
-    }
+        return TreeFile(
+            path=rel, source=entry.source, input=role, tree=True, select=select, mode=entry.mode
+        )
+    return SourceFile(
+        path=rel,
+        source=entry.source,
+        input=role,
+        tree=False,
+        select="",
+        mode=entry.mode or "0644",
+    )
 
 
 def _check_file(
@@ -285,35 +287,35 @@ def plan_daemonless(
     where = f"artifact {artifact_name!r}"
     spec: dict[str, Any] = {"inputs": {}, "sources": {}, "deps": []}
     base_entry: dict[str, Any] | None = None
-    base_param: str | dict[str, str] = (
-        artifact.base if isinstance(artifact.base, str) else {"rootfs": artifact.base.rootfs}
-    )
+    base_param: str | RootfsBase
     if isinstance(artifact.base, ImageBase):
         tree = refs.artifact(artifact.base.rootfs)  # a rootfs artifact: check_files ran
         spec["deps"].append(tree.key)
-        base_param = {"rootfs": artifact.base.rootfs, "action": tree.key}
-    elif artifact.base != "scratch":
-        base = refs.source(artifact.base)
-        spec["inputs"]["base"] = base.digest
-        spec["sources"]["base"] = base
-        base_entry = base.entry
-    files = []
+        base_param = RootfsBase(rootfs=artifact.base.rootfs, action=tree.key)
+    else:
+        base_param = artifact.base
+        if artifact.base != "scratch":
+            base = refs.source(artifact.base)
+            spec["inputs"]["base"] = base.digest
+            spec["sources"]["base"] = base
+            base_entry = base.entry
+    files: list[FileParams] = []
     for dest, raw in sorted(artifact.files.items()):
         # a list lays several entries out at one path, in order; each is its own input
         for n, one in enumerate(raw if isinstance(raw, list) else [raw]):
             entry = ImageFile(artifact=one) if isinstance(one, str) else one
             role = f"file:{dest}#{n}" if isinstance(raw, list) else f"file:{dest}"
             files.append(_file_spec(dest, entry, refs, spec, role))
-    params: dict[str, Any] = {
-        "backend": "daemonless",
-        "platform": platform_of(variant.arch),
-        "base": base_param,
-        "files": files,
+    params = DaemonlessParams(
+        backend="daemonless",
+        platform=platform_of(variant.arch),
+        base=base_param,
+        files=files,
         **execution_params(artifact),
-        "annotations": image_annotations(where, artifact, refs, base_entry),
-    }
+        annotations=image_annotations(where, artifact, refs, base_entry),
+    )
     return ActionSpec(
-        params=params,
+        params=params.to_json(),
         inputs=spec["inputs"],
         sources=spec["sources"],
         deps=tuple(sorted(set(spec["deps"]))),
@@ -321,20 +323,21 @@ def plan_daemonless(
 
 
 # -- run ---------------------------------------------------------------------------------------
-def _warn_dynamic_on_scratch(ctx: ActionContext) -> None:
+def _warn_dynamic_on_scratch(ctx: ActionContext, p: DaemonlessParams) -> None:
     """Warn about each artifact file that needs an ELF interpreter (its go-binary result says
     ``linkage: dynamic``) on ``scratch``, where none is: such an image cannot start."""
-    p = ctx.action.params
-    if p["base"] != "scratch":
+    if p.base != "scratch":
         return
-    paths = {f["path"] for f in p["files"]}
-    for f in p["files"]:
-        meta = (ctx.deps[f["action"]].get("metadata") or {}) if "action" in f else {}
+    paths = {f.path for f in p.files}
+    for f in p.files:
+        if not isinstance(f, ArtifactFile):
+            continue
+        meta = ctx.deps[f.action].get("metadata") or {}
         interpreter = str(meta.get("interpreter") or "")
         if meta.get("linkage") != "dynamic" or interpreter.lstrip("/") in paths:
             continue
         ctx.warn(
-            f"image {ctx.action.name}: /{f['path']} (artifact '{f['artifact']}') is dynamically "
+            f"image {ctx.action.name}: /{f.path} (artifact '{f.artifact}') is dynamically "
             f"linked (ELF interpreter {interpreter or '?'}) and cannot start on base scratch, "
             "which has no ELF interpreter and no libc",
             hint='link it statically (go-binary ldflags: ["-extldflags=-static"]), build it '
@@ -342,7 +345,7 @@ def _warn_dynamic_on_scratch(ctx: ActionContext) -> None:
         )
 
 
-def run_daemonless(ctx: ActionContext) -> None:
+def run_daemonless(ctx: ActionContext, p: DaemonlessParams) -> None:
     """Write the image: files layer, config, manifest (see the module doc for the outputs).
     A dynamically linked binary on ``scratch`` gets a warning (it cannot start there).
 
@@ -352,32 +355,29 @@ def run_daemonless(ctx: ActionContext) -> None:
             two files collide.
         IntegrityError: the base's closure is not complete in the store.
     """
-    p = ctx.action.params
     epoch = ctx.action.epoch
-    platform = p["platform"]
+    platform = p.platform
     base: StoredImage | None = None
     if "base" in ctx.action.inputs:
         base = load_image(
             ctx.store,
             ctx.action.inputs["base"],
             platform,
-            what=f"base {p['base']!r} ({platform_label(platform)})",
+            what=f"base {p.base!r} ({platform_label(platform)})",
         )
     new_layers: list[Layer] = []
     history: list[dict[str, Any]] = []
-    if isinstance(p["base"], dict):  # {rootfs, action}: the tree's tar, as the first layer
-        new_layers.append(rootfs_layer(ctx, p["base"]))
-        history.append({"created_by": f"nvkr container-image: rootfs {p['base']['rootfs']}"})
-    dests = " ".join(dict.fromkeys("/" + f["path"] for f in p["files"]))
-    if p["files"] or (base is None and not new_layers):
+    if isinstance(p.base, RootfsBase):  # the tree's tar, as the first layer
+        new_layers.append(rootfs_layer(ctx, p.base, p.compression))
+        history.append({"created_by": f"nvkr container-image: rootfs {p.base.rootfs}"})
+    dests = " ".join(dict.fromkeys("/" + f.path for f in p.files))
+    if p.files or (base is None and not new_layers):
         rootfs = ctx.workdir / "rootfs"
         rootfs.mkdir()
         os.chmod(rootfs, 0o755)
-        modes = assemble(ctx, rootfs)
+        modes = assemble(ctx, rootfs, p.files)
         new_layers.append(
-            layer_from_tree(
-                rootfs, ctx.store, epoch=epoch, compression=p["compression"], modes=modes
-            )
+            layer_from_tree(rootfs, ctx.store, epoch=epoch, compression=p.compression, modes=modes)
         )
         history.append({"created_by": f"nvkr container-image: files {dests}".rstrip()})
     elif not new_layers:
@@ -386,12 +386,12 @@ def run_daemonless(ctx: ActionContext) -> None:
         arch=platform["architecture"],
         diff_ids=[layer.diff_id for layer in new_layers],
         epoch=epoch,
-        entrypoint=p["entrypoint"] or None,
-        cmd=p["cmd"] or None,
-        env=p["env"],
-        user=p["user"],
-        workdir=p["workdir"],
-        labels=p["labels"],
+        entrypoint=p.entrypoint or None,
+        cmd=p.cmd or None,
+        env=p.env,
+        user=p.user,
+        workdir=p.workdir,
+        labels=p.labels,
         history=history,
         base_config=base.config if base is not None else None,
     )
@@ -405,7 +405,7 @@ def run_daemonless(ctx: ActionContext) -> None:
         *(base.layers if base is not None else []),
         *(layer.descriptor() for layer in new_layers),
     ]
-    annotations = {mt.ANN_CREATED: rfc3339(epoch), **p["annotations"]}
+    annotations = {mt.ANN_CREATED: rfc3339(epoch), **p.annotations}
     manifest_info = ctx.store.add_bytes(image_manifest(config_desc, layers, annotations))
     for i, layer in enumerate(layers):
         name = f"layer-{i}{_SUFFIX.get(layer['mediaType'], '')}"
@@ -424,7 +424,7 @@ def run_daemonless(ctx: ActionContext) -> None:
             "configDigest": config_info.digest,
         }
     )
-    _warn_dynamic_on_scratch(ctx)
+    _warn_dynamic_on_scratch(ctx, p)
 
 
 def _record(ctx: ActionContext, name: str, desc: dict[str, Any], role: str) -> None:
@@ -464,29 +464,30 @@ class ContainerImageBuilder(Builder[ContainerImageArtifact]):
         self, artifact_name: str, artifact: ContainerImageArtifact, variant: Variant, refs: PlanRefs
     ) -> ActionSpec:
         """See :func:`plan_daemonless`, or :func:`nvkr.builders.container_image.docker_backend.plan` for
-        ``backend: docker`` (its params always carry ``"backend": "docker"``)."""
+        ``backend: docker``."""
         if artifact.backend == "docker":
             from nvkr.builders.container_image import docker_backend
 
-            spec = docker_backend.plan(artifact_name, artifact, variant, refs)
-            if spec.params.get("backend") != "docker":
-                spec = dataclasses.replace(spec, params={**spec.params, "backend": "docker"})
-            return spec
+            return docker_backend.plan(artifact_name, artifact, variant, refs)
         return plan_daemonless(artifact_name, artifact, variant, refs)
 
     def sbom_inputs(self, action: Action, actions: Mapping[str, Action]) -> SbomInputs:
         """The artifacts the image holds as files (a Go binary's build info names the modules
         linked into that file)."""
-        files = action.params.get("files") or []
-        return SbomInputs(
-            binaries=tuple(f["action"] for f in files if isinstance(f.get("action"), str))
-        )
+        p = image_params(action.params)
+        files = p.files if isinstance(p, DaemonlessParams) else []
+        return SbomInputs(binaries=tuple(f.action for f in files if isinstance(f, ArtifactFile)))
 
     def run(self, ctx: ActionContext) -> None:
-        """See :func:`run_daemonless`, or :func:`nvkr.builders.container_image.docker_backend.run`."""
-        if ctx.action.params.get("backend") == "docker":
+        """See :func:`run_daemonless`, or :func:`nvkr.builders.container_image.docker_backend.run`.
+
+        Raises:
+            pydantic.ValidationError: params no plan of this builder writes.
+        """
+        p = image_params(ctx.action.params)
+        if isinstance(p, DockerParams):
             from nvkr.builders.container_image import docker_backend
 
             docker_backend.run(ctx)
             return
-        run_daemonless(ctx)
+        run_daemonless(ctx, p)

@@ -33,6 +33,7 @@ import requests
 from nvkr.builders import ActionContext, ActionSpec, PlanRefs, Problem, a_kind, source_kind_of
 from nvkr.builders.container_image.artifact import ContainerImageArtifact
 from nvkr.builders.container_image.builder import execution_params, image_annotations
+from nvkr.builders.container_image.params import DockerParams
 from nvkr.errors import BuildError, ToolError
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.image import (
@@ -127,18 +128,21 @@ def plan(
     assert artifact.context is not None  # the model requires one for backend docker
     src = refs.source(artifact.context)
     dockerfile = PurePosixPath(fc.dockerfile_path(artifact.dockerfile))
-    params: dict[str, Any] = {
-        "backend": "docker",
-        "platform": platform_of(variant.arch),
-        "dockerfile": dockerfile.as_posix(),
-        "buildArgs": dict(sorted(artifact.buildArgs.items())),
+    params = DockerParams(
+        backend="docker",
+        platform=platform_of(variant.arch),
+        dockerfile=dockerfile.as_posix(),
+        buildArgs=dict(sorted(artifact.buildArgs.items())),
         **execution_params(artifact),
         # the daemonless backend's rules (version, revision, source; the recipe's own win)
-        "annotations": image_annotations(where, artifact, refs, None),
-    }
+        annotations=image_annotations(where, artifact, refs, None),
+    )
     # The daemon (its builder, and the base images a FROM line resolves by tag) is in no key.
     return ActionSpec(
-        params=params, inputs={"context": src.digest}, sources={"context": src}, hermetic=False
+        params=params.to_json(),
+        inputs={"context": src.digest},
+        sources={"context": src},
+        hermetic=False,
     )
 
 
@@ -173,22 +177,22 @@ def run(ctx: ActionContext) -> None:
         BuildError: the build failed (the message holds the tail of the daemon's build log; for a
             foreign platform without qemu emulation it names the platform), or the daemon built
             an image for another platform than asked.
+        pydantic.ValidationError: params :func:`plan` does not write.
     """
-    p = ctx.action.params
-    arch = p["platform"]["architecture"]
+    p = DockerParams.model_validate(ctx.action.params)
     context = ctx.workdir / "context"
     context.mkdir()
     with open(ctx.input_path("context"), "rb") as f:
         src = ctx.action.sources.get("context")
         extract_tar(f, context, what=f"build context {src.name if src else 'source'!r}")
-    if not (context / p["dockerfile"]).is_file():
+    if not (context / p.dockerfile).is_file():
         raise BuildError(
-            f"{ctx.action.name}: the build context has no {p['dockerfile']!r}",
+            f"{ctx.action.name}: the build context has no {p.dockerfile!r}",
             hint="dockerfile is a path relative to the context source's root",
         )
     client = connect()
     try:
-        image_id, step_images = _build(client, ctx, context)
+        image_id, step_images = _build(client, ctx, p, context)
         try:
             archive = ctx.workdir / "image.tar"
             with open(archive, "wb") as out:
@@ -200,10 +204,12 @@ def run(ctx: ActionContext) -> None:
             _remove(client, [image_id, *reversed(step_images)])
     finally:
         client.close()
-    _normalise(ctx, archive, arch)
+    _normalise(ctx, p, archive)
 
 
-def _build(client: docker.DockerClient, ctx: ActionContext, context: Path) -> tuple[str, list[str]]:
+def _build(
+    client: docker.DockerClient, ctx: ActionContext, p: DockerParams, context: Path
+) -> tuple[str, list[str]]:
     """Run the build, streaming the daemon's log into the action's log file.
 
     Returns:
@@ -211,19 +217,18 @@ def _build(client: docker.DockerClient, ctx: ActionContext, context: Path) -> tu
     Raises:
         BuildError: the daemon reported an error or no image (see :func:`_build_failed`).
     """
-    p = ctx.action.params
-    platform = f"linux/{p['platform']['architecture']}"
+    platform = f"linux/{p.platform['architecture']}"
     image_id: str | None = None
     step_images: list[str] = []
     error: str | None = None
     with open(ctx.log_file, "a", encoding="utf-8") as log_file:
-        log_file.write(f"$ docker build --platform {platform} -f {p['dockerfile']} {context}\n")
+        log_file.write(f"$ docker build --platform {platform} -f {p.dockerfile} {context}\n")
         try:
             events: Iterator[dict[str, Any]] = client.api.build(
                 path=str(context),
-                dockerfile=p["dockerfile"],
+                dockerfile=p.dockerfile,
                 platform=platform,
-                buildargs={**p["buildArgs"], "SOURCE_DATE_EPOCH": str(ctx.action.epoch)},
+                buildargs={**p.buildArgs, "SOURCE_DATE_EPOCH": str(ctx.action.epoch)},
                 # every step runs again: a cached layer from an earlier build would carry that
                 # build's files and times, not necessarily this context's
                 nocache=True,
@@ -256,12 +261,12 @@ def _build(client: docker.DockerClient, ctx: ActionContext, context: Path) -> tu
         error = "the daemon reported no image id"
     if error is not None or image_id is None:
         _remove(client, list(reversed(step_images)))
-        raise _build_failed(client, ctx, platform, error or "")
+        raise _build_failed(client, ctx, p.platform["architecture"], platform, error or "")
     return image_id, step_images
 
 
 def _build_failed(
-    client: docker.DockerClient, ctx: ActionContext, platform: str, error: str
+    client: docker.DockerClient, ctx: ActionContext, arch: str, platform: str, error: str
 ) -> BuildError:
     """The error for a failed build: the daemon's message and the tail of its log.
 
@@ -269,7 +274,6 @@ def _build_failed(
     is named only after a failure, when the daemon runs another arch and the machine has no qemu
     emulation registered for this one (or the daemon is remote and cannot be checked).
     """
-    arch = ctx.action.params["platform"]["architecture"]
     log_tail = tail(ctx.log_file.read_text(errors="replace"))
     try:
         daemon_arch = str(client.version().get("Arch", ""))
@@ -312,9 +316,9 @@ def _remove(client: docker.DockerClient, ids: list[str]) -> None:
             log.debug("could not remove image %s: %s", image_id, e)
 
 
-def _normalise(ctx: ActionContext, archive: Path, arch: str) -> None:
+def _normalise(ctx: ActionContext, p: DockerParams, archive: Path) -> None:
     """Rewrite the docker-archive ``archive`` into the store as a reproducible OCI image."""
-    p = ctx.action.params
+    arch = p.platform["architecture"]
     epoch = ctx.action.epoch
     what = f"{ctx.action.name}: the saved image"
     with tarfile.open(archive) as tar:
@@ -337,7 +341,7 @@ def _normalise(ctx: ActionContext, archive: Path, arch: str) -> None:
             with stream:
                 layers.append(
                     normalise_layer(
-                        cast(BinaryIO, stream), ctx.store, epoch=epoch, compression=p["compression"]
+                        cast(BinaryIO, stream), ctx.store, epoch=epoch, compression=p.compression
                     )
                 )
     if not layers:
@@ -349,12 +353,12 @@ def _normalise(ctx: ActionContext, archive: Path, arch: str) -> None:
         arch=arch,
         diff_ids=[layer.diff_id for layer in layers],
         epoch=epoch,
-        entrypoint=p["entrypoint"],
-        cmd=p["cmd"],
-        env=p["env"],
-        user=p["user"],
-        workdir=p["workdir"],
-        labels=p["labels"],
+        entrypoint=p.entrypoint,
+        cmd=p.cmd,
+        env=p.env,
+        user=p.user,
+        workdir=p.workdir,
+        labels=p.labels,
         history=_history(built.get("history") or []),
         # Only the execution config is carried over: the daemon's rootfs.diff_ids name its own
         # (unnormalised) layers and its history holds creation times.
@@ -366,7 +370,7 @@ def _normalise(ctx: ActionContext, archive: Path, arch: str) -> None:
         "digest": config_info.digest,
         "size": config_info.size,
     }
-    annotations = {mt.ANN_CREATED: rfc3339(epoch), **p["annotations"]}
+    annotations = {mt.ANN_CREATED: rfc3339(epoch), **p.annotations}
     manifest = image_manifest(config_desc, [layer.descriptor() for layer in layers], annotations)
     manifest_info = ctx.store.add_bytes(manifest)
     for i, layer in enumerate(layers):
@@ -380,7 +384,7 @@ def _normalise(ctx: ActionContext, archive: Path, arch: str) -> None:
     _record(ctx, "manifest.json", manifest_desc, "manifest")
     ctx.metadata.update(
         {
-            "platform": dict(p["platform"]),
+            "platform": dict(p.platform),
             "manifestDigest": manifest_info.digest,
             "configDigest": config_info.digest,
         }

@@ -12,10 +12,18 @@ import os
 import shutil
 import tarfile
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
-from typing import IO, Any
+from typing import IO
 
 from nvkr.builders import ActionContext
+from nvkr.builders.container_image.params import (
+    ArtifactFile,
+    FileParams,
+    RootfsBase,
+    TreeFile,
+    UnpackedFile,
+)
 from nvkr.errors import BuildError
 from nvkr.oci.image import Layer, normalise_layer
 
@@ -45,48 +53,46 @@ def _put_file(src: Path, root: Path, rel: str, mode: int) -> None:
         os.chmod(target, mode)
 
 
-def _primary(ctx: ActionContext, f: dict[str, Any]) -> Path:
-    result = ctx.deps[f["action"]]
+def _primary(ctx: ActionContext, f: ArtifactFile) -> Path:
+    result = ctx.deps[f.action]
     found = [o for o in result["outputs"] if o.get("role") == "primary"]
     if len(found) != 1:
         raise BuildError(
-            f"artifact {f['artifact']!r} has {len(found)} primary outputs, expected one file"
+            f"artifact {f.artifact!r} has {len(found)} primary outputs, expected one file"
         )
     return ctx.store.checked_path(found[0]["digest"])
 
 
-def _put_tree(
-    ctx: ActionContext, i: int, f: dict[str, Any], rootfs: Path, modes: dict[str, int]
-) -> None:
+def _put_tree(ctx: ActionContext, i: int, f: TreeFile, rootfs: Path, modes: dict[str, int]) -> None:
     staging = ctx.workdir / f"source-{i}"
     staging.mkdir()
-    with tarfile.open(ctx.input_path(f["input"]), mode="r:*") as tar:
+    with tarfile.open(ctx.input_path(f.input), mode="r:*") as tar:
         # 'tar' and not 'data': symlinks to absolute paths are normal inside an image
         tar.extractall(staging, filter="tar")
-    chosen = staging / f["select"] if f["select"] else staging
+    chosen = staging / f.select if f.select else staging
     # a symlinked directory on the way to 'path' must not lead out of the source (to the host)
-    way = chosen.parent if f["select"] else staging
+    way = chosen.parent if f.select else staging
     if not Path(os.path.realpath(way)).is_relative_to(os.path.realpath(staging)):
-        raise BuildError(f"source {f['source']!r}: {f['select']!r} leads outside the source")
+        raise BuildError(f"source {f.source!r}: {f.select!r} leads outside the source")
     if not chosen.exists() and not chosen.is_symlink():
         raise BuildError(
-            f"source {f['source']!r} has no {f['select']!r}",
+            f"source {f.source!r} has no {f.select!r}",
             hint="files.<dest>.path is relative to the root of the source",
         )
-    rel = f["path"]
-    mode = int(f["mode"], 8) if f["mode"] else None
+    rel = f.path
+    mode = int(f.mode, 8) if f.mode else None
     if chosen.is_dir() and not chosen.is_symlink():
         target = _parents(rootfs, rel) if rel else rootfs
         # merging into files laid out before: a symlink there would have copytree write through
         # it, possibly outside the work dir
         if target.is_symlink():
-            raise BuildError(f"source {f['source']!r} goes to /{rel}, which is already a symlink")
+            raise BuildError(f"source {f.source!r} goes to /{rel}, which is already a symlink")
         for dirpath, dirnames, filenames in os.walk(target):
             for name in (*dirnames, *filenames):
                 if os.path.islink(os.path.join(dirpath, name)):
                     inner = os.path.relpath(os.path.join(dirpath, name), rootfs)
                     raise BuildError(
-                        f"source {f['source']!r} goes to /{rel}, where /{inner} is already a "
+                        f"source {f.source!r} goes to /{rel}, where /{inner} is already a "
                         "symlink; give overlapping files separate destinations"
                     )
         shutil.copytree(chosen, target, symlinks=True, dirs_exist_ok=True)
@@ -100,28 +106,26 @@ def _put_tree(
                         modes[str(PurePosixPath(rel, inner))] = mode
         return
     if not rel:
-        raise BuildError(f"source {f['source']!r}: {f['select']!r} is a file; it cannot be '/'")
+        raise BuildError(f"source {f.source!r}: {f.select!r} is a file; it cannot be '/'")
     if mode is None:  # the source's own mode (its tar holds 0644 or 0755)
         mode = 0o755 if os.lstat(chosen).st_mode & 0o111 else 0o644
     _put_file(chosen, rootfs, rel, mode)
     modes[rel] = mode
 
 
-def rootfs_layer(ctx: ActionContext, base: dict[str, str]) -> Layer:
+def rootfs_layer(ctx: ActionContext, base: RootfsBase, compression: str) -> Layer:
     """The rootfs artifact's tar as a layer: every member kept as mmdebstrap wrote it (owners,
     modes, setuid bits, links, device nodes, file capabilities), sorted, times clamped to the
     epoch, compressed like the image's other layers (:func:`nvkr.oci.image.normalise_layer`)."""
-    result = ctx.deps[base["action"]]
+    result = ctx.deps[base.action]
     found = [o for o in result["outputs"] if o.get("role") == "primary"]
     if len(found) != 1:
-        raise BuildError(f"base rootfs {base['rootfs']!r} has {len(found)} primary outputs")
+        raise BuildError(f"base rootfs {base.rootfs!r} has {len(found)} primary outputs")
     with open(ctx.store.checked_path(found[0]["digest"]), "rb") as tar:
-        return normalise_layer(
-            tar, ctx.store, epoch=ctx.action.epoch, compression=ctx.action.params["compression"]
-        )
+        return normalise_layer(tar, ctx.store, epoch=ctx.action.epoch, compression=compression)
 
 
-def _unpack(ctx: ActionContext, f: dict[str, Any], root: Path, modes: dict[str, int]) -> None:
+def _unpack(ctx: ActionContext, f: UnpackedFile, root: Path, modes: dict[str, int]) -> None:
     """Lay the members of a zip (a wheel) or tar source out under ``root/path``: regular files
     and directories, each mode 0755 when the archive marks it executable, else 0644 (a wheel's
     installer would do the same). A file already in the image is an error, not overwritten.
@@ -131,8 +135,8 @@ def _unpack(ctx: ActionContext, f: dict[str, Any], root: Path, modes: dict[str, 
             (scripts, headers: they need an installer), a member that is neither file nor
             directory, or one already in the image.
     """
-    where = f"source {f['source']!r} (unpacked to /{f['path']})"
-    path = ctx.input_path(f["input"])
+    where = f"source {f.source!r} (unpacked to /{f.path})"
+    path = ctx.input_path(f.input)
     if zipfile.is_zipfile(path):
         with zipfile.ZipFile(path) as archive:
             for info in archive.infolist():
@@ -157,7 +161,7 @@ def _unpack(ctx: ActionContext, f: dict[str, Any], root: Path, modes: dict[str, 
 
 def _unpack_member(
     where: str,
-    f: dict[str, Any],
+    f: UnpackedFile,
     root: Path,
     modes: dict[str, int],
     name: str,
@@ -174,7 +178,7 @@ def _unpack_member(
             "(scripts, headers, data) needs an installer",
             hint="unpack takes wheels whose files all go to site-packages",
         )
-    rel = str(PurePosixPath(f["path"], inner)) if f["path"] else str(inner)
+    rel = str(PurePosixPath(f.path, inner)) if f.path else str(inner)
     if is_dir or data is None:
         _mkdirs(root, rel)
         return
@@ -197,22 +201,23 @@ def _mkdirs(root: Path, rel: str) -> None:
         os.chmod(target, 0o755)
 
 
-def assemble(ctx: ActionContext, rootfs: Path) -> dict[str, int]:
-    """Lay the files out under ``rootfs``; return the explicit modes (relative path → mode)."""
+def assemble(ctx: ActionContext, rootfs: Path, files: Sequence[FileParams]) -> dict[str, int]:
+    """Lay ``files`` (the action's, in order) out under ``rootfs``; return the explicit modes
+    (relative path → mode)."""
     modes: dict[str, int] = {}
-    for i, f in enumerate(ctx.action.params["files"]):
-        if f.get("unpack"):
-            if f["path"]:
-                _mkdirs(rootfs, f["path"])
+    for i, f in enumerate(files):
+        if isinstance(f, UnpackedFile):
+            if f.path:
+                _mkdirs(rootfs, f.path)
             _unpack(ctx, f, rootfs, modes)
-        elif "action" in f:
-            mode = int(f["mode"], 8)
-            _put_file(_primary(ctx, f), rootfs, f["path"], mode)
-            modes[f["path"]] = mode
-        elif f["tree"]:
+        elif isinstance(f, ArtifactFile):
+            mode = int(f.mode, 8)
+            _put_file(_primary(ctx, f), rootfs, f.path, mode)
+            modes[f.path] = mode
+        elif isinstance(f, TreeFile):
             _put_tree(ctx, i, f, rootfs, modes)
         else:
-            mode = int(f["mode"], 8)
-            _put_file(ctx.input_path(f["input"]), rootfs, f["path"], mode)
-            modes[f["path"]] = mode
+            mode = int(f.mode, 8)
+            _put_file(ctx.input_path(f.input), rootfs, f.path, mode)
+            modes[f.path] = mode
     return modes

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Literal
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
 
 from pydantic import Field
 
 from nvkr.builders.rootfs.artifact import RootfsArtifact
-from nvkr.recipe.base import ArtifactModel, Name, ToolSources
+from nvkr.recipe.base import ArtifactModel, FieldProblem, Name, ToolSources
 
 
 class GoBinaryArtifact(ArtifactModel):
@@ -58,3 +58,46 @@ class GoBinaryArtifact(ArtifactModel):
         if isinstance(tree, RootfsArtifact):
             trees = frozenset({tree.packages})
         return ToolSources(toolchains=frozenset({self.toolchain}), c_trees=trees)
+
+    def tree_c_toolchain(self, packages: Iterable[Mapping[str, Any]], arch: str) -> dict[str, str]:
+        """See :func:`nvkr.builders.go_binary.tools_tree.tree_c_toolchain`."""
+        from nvkr.builders.go_binary.tools_tree import tree_c_toolchain
+
+        return tree_c_toolchain(packages, arch)
+
+    def recipe_problems(self, artifacts: Mapping[str, ArtifactModel]) -> list[FieldProblem]:
+        """A cgo build names the tools tree its C compiler comes from, and only a cgo build does.
+
+        The host's gcc and libc headers are in no action key, lock, provenance or SBOM: another
+        machine's compiler would give another binary under the same key. So ``cgo: true`` needs
+        ``toolsTree`` (a rootfs artifact of locked Debian packages); a ``toolsTree`` without cgo
+        would be dropped unused. (That the tree is a rootfs artifact with a compiler for the
+        variant's arch is checked at plan time, where its locked packages are known.) The hint
+        shows the fix, naming the recipe's first rootfs artifact (or ``build-tools``).
+        """
+        if self.cgo and self.toolsTree is None:
+            field = "cgo"
+            message = (
+                "cgo: true needs a toolsTree, a rootfs artifact whose locked gcc and libc6-dev "
+                "compile the C code (the host's C compiler and headers are in no action key, "
+                "lock or provenance)"
+            )
+        elif self.toolsTree is not None and not self.cgo:
+            field = "toolsTree"
+            message = (
+                f"toolsTree '{self.toolsTree}' is set but cgo is false, so the tree would be unused"
+            )
+        else:
+            return []
+        trees = sorted(n for n, a in artifacts.items() if isinstance(a, RootfsArtifact))
+        tree = trees[0] if trees else "build-tools"
+        hint = (
+            f"give the cgo artifact `toolsTree: {tree}` and define {tree} as a rootfs of "
+            "locked packages, e.g. sources: {build-tools-packages: {apt: {debian: {url: "
+            '"http://deb.debian.org/debian", suite: bookworm}}, arch: amd64, packages: {gcc: '
+            '"4:12.2.0-3", libc6-dev: "2.36-9+deb12u14"}}} (add gcc-aarch64-linux-gnu and '
+            f"libc6-dev-arm64-cross for arm64 targets) and artifacts: {{{tree}: {{builder: "
+            "rootfs, packages: build-tools-packages}}; or set cgo: false (a static binary, "
+            "CGO_ENABLED=0)"
+        )
+        return [((field,), message, hint)]

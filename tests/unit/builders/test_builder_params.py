@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ValidationError
 
+from nvkr.builders.container_image import params as ci
 from nvkr.builders.go_binary.params import GoBinaryParams
 from nvkr.builders.helm_chart.params import HelmChartParams
 from nvkr.builders.kube_packages.params import KubePackagesParams
@@ -44,6 +45,64 @@ NODE: dict[str, Any] = {
         {"path": "/etc/y", "mode": "0644", "input": "file:/etc/y", "member": None},
     ],
     "sandboxImage": "registry.k8s.io/pause:3.10",
+}
+IMAGE: dict[str, Any] = {
+    "platform": {"os": "linux", "architecture": "arm64", "variant": "v8"},
+    "entrypoint": ["/usr/bin/x"],
+    "cmd": [],
+    "env": {"A": "1"},
+    "user": None,
+    "workdir": None,
+    "labels": {},
+    "compression": "gzip",
+    "annotations": {"org.opencontainers.image.version": "0.1.0"},
+}
+DAEMONLESS: dict[str, Any] = {
+    **IMAGE,
+    "backend": "daemonless",
+    "base": "scratch",
+    "files": [
+        {"path": "usr/bin/x", "artifact": "agent", "action": KEY, "mode": "0755"},
+        {
+            "path": "etc/app.toml",
+            "source": "conf",
+            "input": "file:/etc/app.toml",
+            "tree": False,
+            "select": "",
+            "mode": "0644",
+        },
+        {
+            "path": "",
+            "source": "app",
+            "input": "file:/",
+            "tree": True,
+            "select": "",
+            "mode": None,
+        },
+        {
+            "path": "srv/lib",
+            "source": "app",
+            "input": "file:/srv/lib#0",
+            "tree": True,
+            "select": "lib",
+            "mode": "0600",
+        },
+        {
+            "path": "usr/lib/python3/dist-packages",
+            "source": "wheel",
+            "input": "file:/usr/lib/python3/dist-packages",
+            "tree": False,
+            "unpack": True,
+            "select": "",
+            "mode": None,
+        },
+    ],
+}
+DOCKER: dict[str, Any] = {
+    **IMAGE,
+    "backend": "docker",
+    "dockerfile": "build/Dockerfile",
+    "buildArgs": {"VERSION": "1"},
 }
 CASES: list[tuple[type[BaseModel], dict[str, Any]]] = [
     (GoBinaryParams, GO),
@@ -114,6 +173,10 @@ CASES: list[tuple[type[BaseModel], dict[str, Any]]] = [
         },
     ),
     (NodeImageParams, NODE),
+    (ci.DaemonlessParams, DAEMONLESS),
+    (ci.DaemonlessParams, {**DAEMONLESS, "base": "debian", "files": []}),
+    (ci.DaemonlessParams, {**DAEMONLESS, "base": {"rootfs": "tree", "action": KEY}}),
+    (ci.DockerParams, DOCKER),
 ]
 
 
@@ -133,3 +196,42 @@ def test_unknown_or_missing_keys_are_refused() -> None:
         GoBinaryParams.model_validate({**GO, "extra": 1})
     with pytest.raises(ValidationError):
         GoBinaryParams.model_validate({k: v for k, v in GO.items() if k != "cgo"})
+
+
+def test_container_image_params_keep_their_backend_and_kinds() -> None:
+    daemonless = ci.image_params(DAEMONLESS)
+    assert isinstance(daemonless, ci.DaemonlessParams)
+    assert [type(f) for f in daemonless.files] == [
+        ci.ArtifactFile,
+        ci.SourceFile,
+        ci.TreeFile,
+        ci.TreeFile,
+        ci.UnpackedFile,
+    ]
+    assert isinstance(
+        ci.image_params({**DAEMONLESS, "base": {"rootfs": "t", "action": KEY}}).base, ci.RootfsBase
+    )
+    assert isinstance(ci.image_params(DOCKER), ci.DockerParams)
+    assert ci.image_params(DOCKER).to_json() == DOCKER
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        # unpack is there only when true: false or null would be another key
+        {**DAEMONLESS, "files": [{**DAEMONLESS["files"][1], "unpack": False}]},
+        {**DAEMONLESS, "files": [{**DAEMONLESS["files"][1], "unpack": None}]},
+        # user and workdir are null when unset, never absent
+        {k: v for k, v in DAEMONLESS.items() if k != "user"},
+        # a whole file source always has its mode, a select only in a tree
+        {**DAEMONLESS, "files": [{**DAEMONLESS["files"][1], "mode": None}]},
+        {**DAEMONLESS, "files": [{**DAEMONLESS["files"][1], "select": "a"}]},
+        # each backend has only its own fields
+        {**DAEMONLESS, "dockerfile": "Dockerfile"},
+        {**DOCKER, "files": []},
+        {**DOCKER, "backend": "kaniko"},
+    ],
+)
+def test_container_image_params_refuse_what_no_plan_writes(params: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError):
+        ci.image_params(params)

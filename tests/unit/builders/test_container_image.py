@@ -23,6 +23,7 @@ import pytest
 import nvkr.builders
 from nvkr.builders import ActionSpec, ResolvedSource
 from nvkr.builders.container_image.artifact import ContainerImageArtifact
+from nvkr.builders.container_image.params import DockerParams
 from nvkr.canonical import canonical_json
 from nvkr.errors import BuildError
 from nvkr.execute import execute, run_action
@@ -299,19 +300,31 @@ def test_missing_path_in_a_source_is_a_build_error(world):
 
 def test_docker_backend_is_delegated(world, monkeypatch):
     calls: list[Any] = []
+    params = DockerParams(
+        backend="docker",
+        platform=platform_of("amd64"),
+        dockerfile="Dockerfile",
+        buildArgs={},
+        entrypoint=[],
+        cmd=[],
+        env={},
+        user=None,
+        workdir=None,
+        labels={},
+        compression="gzip",
+        annotations={},
+    ).to_json()
     fake = types.SimpleNamespace(
-        plan=lambda *a: (
-            calls.append(("plan", a)) or ActionSpec(params={"dockerfile": "Dockerfile"})
-        ),
+        plan=lambda *a: calls.append(("plan", a)) or ActionSpec(params=params),
         run=lambda ctx: calls.append(("run", ctx.action.params)),
     )
     monkeypatch.setitem(sys.modules, "nvkr.builders.container_image.docker_backend", fake)
     monkeypatch.setattr(nvkr.builders.container_image, "docker_backend", fake, raising=False)
     spec = world.plan(backend="docker", context="app")
-    assert spec.params == {"dockerfile": "Dockerfile", "backend": "docker"}
+    assert spec.params == params
     assert calls[0][0] == "plan" and calls[0][1][0] == "img"
     run_action(to_action(spec), world.store, {})
-    assert calls[1] == ("run", {"dockerfile": "Dockerfile", "backend": "docker"})
+    assert calls[1] == ("run", params)
 
 
 # -- through the planner and the executor ----------------------------------------------------------------
