@@ -5,7 +5,7 @@ Builds a release set shaped like a default one — ``--blobs`` machine images of
 random bytes each (as QCOW2 disks would be, incompressible) next to their small manifests,
 provenance and metadata — starts CNCF distribution (``/usr/bin/docker-registry``) on 127.0.0.1
 the way the tests do (:func:`tests.helpers.registry.run_registry`), publishes the set with
-:func:`nvkr.publish.publish_layout`, then for each of ``--runs`` rounds pulls it by digest with
+:func:`nvkr.delivery.publish.publish_layout`, then for each of ``--runs`` rounds pulls it by digest with
 ``workers=1`` and ``workers=--workers`` (alternating who goes first), each pull in a fresh Python
 process into a fresh directory. Prints the median pull time of each (the report's ``seconds``:
 the whole pull, from the first manifest to the layout in place), the ratio, and the peak RSS of

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 #: seconds without console progress before the boot tests give a KVM guest up (their
-#: ``kvm_host`` sets nvkr.boot.KVM_STALL_SECONDS to it)
+#: ``kvm_host`` sets nvkr.machine.boot.KVM_STALL_SECONDS to it)
 STALL = 2.0
 
 _FAKE = r"""#!{python}

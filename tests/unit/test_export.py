@@ -1,4 +1,4 @@
-"""nvkr.export and ``nvkr release-set export``: JSON against its schema, Cluster API YAML."""
+"""nvkr.delivery.export and ``nvkr release-set export``: JSON against its schema, Cluster API YAML."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""nvkr.boot's accelerator choice: a KVM guest that makes no progress on its console is given up
+"""nvkr.machine.boot's accelerator choice: a KVM guest that makes no progress on its console is given up
 after :data:`nvkr.machine.boot.KVM_STALL_SECONDS` and booted again under TCG (``accel="auto"``), or fails
 naming KVM (``"kvm"``); ``"tcg"`` never runs KVM; ``$NVKR_BOOT_ACCEL`` is the default.
 

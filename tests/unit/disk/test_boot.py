@@ -1,4 +1,4 @@
-"""nvkr.boot against a small image whose GRUB runs for real (SeaBIOS, TCG) and then fails to load
+"""nvkr.machine.boot against a small image whose GRUB runs for real (SeaBIOS, TCG) and then fails to load
 its fake kernel: success, failure line, timeout, QEMU exit, interruption; no QEMU left behind."""
 
 from __future__ import annotations
