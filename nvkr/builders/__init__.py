@@ -304,6 +304,26 @@ class Builder(Protocol[A_contra]):
         return {}
 
 
+class PlannerBuilder(Builder[Any]):
+    """A builder the planner makes actions for itself (sbom, image-index, release-set): never named
+    in a recipe, so it has no artifact model, nothing to check, and :meth:`plan` refuses with
+    ``refusal`` (formatted with the artifact's name) and ``refusal_hint``."""
+
+    per_arch = False
+    artifact_model = None
+    release_kind = ReleaseKind.INTERNAL
+    refusal: str
+    refusal_hint: str
+
+    def check(self, artifact_name: str, artifact: Any, variant: Any) -> list[Problem]:
+        return []  # made by the planner, never named in a recipe
+
+    def plan(self, artifact_name: str, artifact: Any, variant: Any, refs: PlanRefs) -> ActionSpec:
+        from nvkr.errors import RecipeError
+
+        raise RecipeError(f"artifact {artifact_name!r}: {self.refusal}", hint=self.refusal_hint)
+
+
 def _load(line: BuilderLine) -> Builder[Any]:
     """The builder of a table line, its module imported now (``module:Class``)."""
     module, _, cls = line.builder.partition(":")

@@ -10,20 +10,16 @@ use to pin their images.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nvkr.builders import (
     ActionContext,
-    ActionSpec,
-    Builder,
-    PlanRefs,
-    Problem,
-    ReleaseKind,
+    PlannerBuilder,
     SbomInputs,
     get_builder,
 )
 from nvkr.canonical import canonical_json
-from nvkr.errors import BuildError, RecipeError
+from nvkr.errors import BuildError
 
 if TYPE_CHECKING:
     from nvkr.action import Action
@@ -32,21 +28,11 @@ if TYPE_CHECKING:
 INDEX_MEDIA_TYPE = "application/vnd.oci.image.index.v1+json"
 
 
-class ImageIndexBuilder(Builder[Any]):
+class ImageIndexBuilder(PlannerBuilder):
     name = "image-index"
     version = "1"
-    per_arch = False
-    artifact_model = None
-    release_kind = ReleaseKind.INTERNAL
-
-    def check(self, artifact_name: str, artifact: Any, variant: Any) -> list[Problem]:
-        return []  # made by the planner, never named in a recipe
-
-    def plan(self, artifact_name: str, artifact: Any, variant: Any, refs: PlanRefs) -> ActionSpec:
-        raise RecipeError(
-            f"artifact {artifact_name!r}: image-index is made by the planner, not named in recipes",
-            hint="use builder: container-image; its arches are joined automatically",
-        )
+    refusal = "image-index is made by the planner, not named in recipes"
+    refusal_hint = "use builder: container-image; its arches are joined automatically"
 
     def sbom_inputs(self, action: Action, actions: Mapping[str, Action]) -> SbomInputs:
         """What its per-arch images' SBOMs would read: the binaries they hold as files."""

@@ -9,27 +9,14 @@ an output, ``index.json`` last.
 
 from __future__ import annotations
 
-from typing import Any
-
-from nvkr.builders import ActionContext, ActionSpec, Builder, PlanRefs, Problem, ReleaseKind
-from nvkr.errors import RecipeError
+from nvkr.builders import ActionContext, PlannerBuilder
 
 
-class ReleaseSetBuilder(Builder[Any]):
+class ReleaseSetBuilder(PlannerBuilder):
     name = "release-set"
     version = "3"
-    per_arch = False
-    artifact_model = None
-    release_kind = ReleaseKind.INTERNAL
-
-    def check(self, artifact_name: str, artifact: Any, variant: Any) -> list[Problem]:
-        return []  # made by the planner, never named in a recipe
-
-    def plan(self, artifact_name: str, artifact: Any, variant: Any, refs: PlanRefs) -> ActionSpec:
-        raise RecipeError(
-            f"artifact {artifact_name!r}: the release-set builder is not for artifacts",
-            hint="list artifacts under releaseSet instead",
-        )
+    refusal = "the release-set builder is not for artifacts"
+    refusal_hint = "list artifacts under releaseSet instead"
 
     def run(self, ctx: ActionContext) -> None:
         from nvkr.releaseset import assemble

@@ -20,14 +20,12 @@ from nvkr.builders import (
     RELEASED_KINDS,
     ActionContext,
     ActionSpec,
-    Builder,
-    PlanRefs,
-    Problem,
+    PlannerBuilder,
     ReleaseKind,
 )
 from nvkr.builders.sbom.params import SbomParams
 from nvkr.canonical import canonical_json
-from nvkr.errors import BuildError, RecipeError
+from nvkr.errors import BuildError
 from nvkr.oci.layout import rfc3339
 from nvkr.sbom import (
     SPDX_MEDIA_TYPE,
@@ -112,23 +110,13 @@ def _other_sbom(ctx: ActionContext, key: str) -> OtherSbom:
     )
 
 
-class SbomBuilder(Builder[Any]):
+class SbomBuilder(PlannerBuilder):
     """Builder ``sbom``: made by the planner for every released artifact, never named in recipes."""
 
     name = "sbom"
     version = "1"
-    per_arch = False
-    artifact_model = None
-    release_kind = ReleaseKind.INTERNAL
-
-    def check(self, artifact_name: str, artifact: Any, variant: Any) -> list[Problem]:
-        return []  # made by the planner, never named in a recipe
-
-    def plan(self, artifact_name: str, artifact: Any, variant: Any, refs: PlanRefs) -> ActionSpec:
-        raise RecipeError(
-            f"artifact {artifact_name!r}: the sbom builder is run by the planner, not named in recipes",
-            hint="every artifact of a release set gets its SBOM automatically",
-        )
+    refusal = "the sbom builder is run by the planner, not named in recipes"
+    refusal_hint = "every artifact of a release set gets its SBOM automatically"
 
     @staticmethod
     def _binaries(ctx: ActionContext, keys: list[str]) -> dict[str, dict[str, Any]]:
