@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.aptrepo import AptRepo, DebSpec, gpu_stack_packages
+from tests.helpers.aptrepo import AptRepo, DebSpec, build_apt_repo, gpu_stack_packages
 from tests.helpers.disk import read_root_file
 from tests.helpers.k8smirror import K8sMirror, serve_k8s_mirror
-from tests.helpers.nvkr import make_clone, run_nvkr
+from tests.helpers.nvkr import Result, make_clone, run_nvkr, seed
 
 pytestmark = pytest.mark.slow
 
@@ -81,20 +83,32 @@ def _fingerprint(repo: AptRepo) -> str:
     return repo._gpg.fingerprint
 
 
-@pytest.fixture
-def k8s(tmp_path: Path):
-    m = serve_k8s_mirror(tmp_path / "k8s", releases=("1.36.4",), arches=("amd64",))
-    try:
-        yield m
-    finally:
-        m.close()
+@dataclass
+class Leaf:
+    """The loopback leaf locked and built once per module: ``project`` (the clone holding the
+    leaf recipe and its lockfile), ``store``, ``rel`` (the leaf's path in ``project``),
+    ``mirrors`` (the ``--mirror`` arguments), ``layout`` (the release set), ``built`` (the
+    build's result) and the served stand-ins (``k8s``, ``nvidia``, ``docker``)."""
+
+    project: Path
+    store: Path
+    rel: str
+    mirrors: list[str]
+    layout: Path
+    locked: Result
+    built: Result
+    k8s: K8sMirror
+    nvidia: AptRepo
+    docker: AptRepo
 
 
-def test_catalog_leaf_locks_and_builds_against_loopback_upstreams(
-    apt_repos, k8s: K8sMirror, seed_store, tmp_path: Path
-) -> None:
-    nvidia: AptRepo = apt_repos("nvidia", suite="/", components=(), packages=_nvidia_packages())
-    (nvidia.root / "3bf863cc.pub").write_bytes(nvidia.keyring.read_bytes())
+@pytest.fixture(scope="module")
+def leaf(
+    tmp_path_factory: pytest.TempPathFactory, go_toolchain: tuple[Path, str]
+) -> Iterator[Leaf]:
+    tmp = tmp_path_factory.mktemp("catalog-leaf")
+    k8s = serve_k8s_mirror(tmp / "k8s", releases=("1.36.4",), arches=("amd64",))
+    nvidia = build_apt_repo(tmp / "nvidia", suite="/", components=(), packages=_nvidia_packages())
     containerd = DebSpec(
         "containerd.io",
         CONTAINERD,
@@ -103,31 +117,54 @@ def test_catalog_leaf_locks_and_builds_against_loopback_upstreams(
         files={"/usr/bin/containerd": b"#!/bin/sh\necho containerd 2.2.1\n"},
         fields={"Provides": "containerd, runc", "Conflicts": "containerd, runc"},
     )
-    docker: AptRepo = apt_repos(
-        "docker", suite="bookworm", components=("stable",), packages=[containerd]
+    docker = build_apt_repo(
+        tmp / "docker", suite="bookworm", components=("stable",), packages=[containerd]
     )
-    (docker.root / "gpg").write_bytes(docker.keyring.read_bytes())
-
-    project = make_clone(tmp_path / "project")
-    leaf = project / "recipes" / "catalog" / "loopback.yaml"
-    leaf.write_text(
-        LEAF.replace("@NVIDIA_FPR@", _fingerprint(nvidia)).replace(
-            "@DOCKER_FPR@", _fingerprint(docker)
+    try:
+        for repo in (nvidia, docker):
+            repo.serve()
+        (nvidia.root / "3bf863cc.pub").write_bytes(nvidia.keyring.read_bytes())
+        (docker.root / "gpg").write_bytes(docker.keyring.read_bytes())
+        project = make_clone(tmp / "project")
+        (project / "recipes" / "catalog" / "loopback.yaml").write_text(
+            LEAF.replace("@NVIDIA_FPR@", _fingerprint(nvidia)).replace(
+                "@DOCKER_FPR@", _fingerprint(docker)
+            )
         )
-    )
-    mirrors = [
-        *k8s.mirror_args(),
-        *("--mirror", f"{NVIDIA_UPSTREAM}={nvidia.url}/"),
-        *("--mirror", f"{DOCKER_UPSTREAM}={docker.url}"),
-    ]
-    store = seed_store(tmp_path / "store")  # Debian's .debs and the Go toolchain, fetched before
-    rel = "recipes/catalog/loopback.yaml"
+        mirrors = [
+            *k8s.mirror_args(),
+            *("--mirror", f"{NVIDIA_UPSTREAM}={nvidia.url}/"),
+            *("--mirror", f"{DOCKER_UPSTREAM}={docker.url}"),
+        ]
+        # Debian's .debs and the Go toolchain, fetched before
+        store = seed(tmp / "store", go_toolchain)
+        rel = "recipes/catalog/loopback.yaml"
+        locked = run_nvkr("lock", rel, *mirrors, cwd=project, store=store)
+        built = (
+            run_nvkr("build", rel, "--locked", *mirrors, "--json", cwd=project, store=store)
+            if locked.code == 0
+            else locked
+        )
+        yield Leaf(
+            project, store, rel, mirrors, project / "dist" / "nvkr-hopper-k8s1.36", locked,
+            built, k8s, nvidia, docker,
+        )  # fmt: skip
+    finally:
+        for served in (k8s, nvidia, docker):
+            served.close()
+
+
+def test_catalog_leaf_locks_and_builds_against_loopback_upstreams(
+    leaf: Leaf, tmp_path: Path
+) -> None:
+    project, store, rel = leaf.project, leaf.store, leaf.rel
+    k8s, nvidia = leaf.k8s, leaf.nvidia
 
     validated = run_nvkr("validate", rel, cwd=project, store=store)
     assert validated.code == 0, validated.stderr
     assert "containerd.kubernetes" in validated.stdout
 
-    locked = run_nvkr("lock", rel, *mirrors, cwd=project, store=store)
+    locked = leaf.locked
     assert locked.code == 0, locked.stderr
     lock = json.loads((project / "lockfiles" / "catalog" / "loopback.lock.json").read_text())
     entries = {e["name"]: e["resolved"] for e in lock["sources"]}
@@ -144,9 +181,9 @@ def test_catalog_leaf_locks_and_builds_against_loopback_upstreams(
     assert entries["kubelet"]["url"] == "https://dl.k8s.io/release/v1.36.4/bin/linux/amd64/kubelet"
     assert entries["kubelet"]["digest"] == "sha256:" + k8s.kube("kubelet", "amd64").sha256
 
-    built = run_nvkr("build", rel, "--locked", *mirrors, "--json", cwd=project, store=store)
+    built = leaf.built
     assert built.code == 0, built.stderr
-    layout = project / "dist" / "nvkr-hopper-k8s1.36"
+    layout = leaf.layout
     from nvkr.releaseset import read_metadata
 
     meta = read_metadata(layout)
