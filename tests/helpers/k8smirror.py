@@ -75,6 +75,32 @@ def kube_payload(name: str, version: str, arch: str) -> bytes:
     return f'#!/bin/sh\n# {name} v{version} linux/{arch} (nvkr test payload)\necho "{name} v{version}"\n'.encode()
 
 
+#: Where the recording kubeadm stand-in (:func:`recording_kubeadm_payload`) leaves what it was
+#: given, in the machine that ran it: its arguments, one per line, and a copy of ``--config``.
+KUBEADM_ARGS = "/var/lib/nvkr-test/kubeadm.args"
+KUBEADM_CONFIG = "/var/lib/nvkr-test/kubeadm-config.yaml"
+
+
+def recording_kubeadm_payload(version: str, arch: str) -> bytes:
+    """A kubeadm stand-in for boot tests: ``kubeadm version`` (or no argument) prints
+    ``"kubeadm v<version>"`` as :func:`kube_payload`'s does; any other call writes its arguments
+    (one per line) to :data:`KUBEADM_ARGS`, copies the file after ``--config`` to
+    :data:`KUBEADM_CONFIG`, says so on stdout and exits 0 (what a join that succeeded returns).
+    It cannot tell whether a real kubeadm would accept the configuration."""
+    return f"""#!/bin/sh
+# kubeadm v{version} linux/{arch} (nvkr test payload: records its arguments)
+case "${{1:-version}}" in version) echo "kubeadm v{version}"; exit 0 ;; esac
+mkdir -p {KUBEADM_ARGS.rsplit("/", 1)[0]}
+printf '%s\\n' "$@" > {KUBEADM_ARGS}
+prev=
+for arg in "$@"; do
+    if [ "$prev" = --config ]; then cp "$arg" {KUBEADM_CONFIG}; fi
+    prev=$arg
+done
+echo "kubeadm v{version} (stand-in): recorded $*"
+""".encode()
+
+
 def crictl_archive(version: str, arch: str) -> bytes:
     """``crictl-v{version}-linux-{arch}.tar.gz``: a deterministic tar.gz with one member, ``crictl``
     (a shell script printing ``"crictl version v{version}"``, mode 0755)."""
@@ -114,17 +140,24 @@ def write_k8s_tree(
     releases: tuple[str, ...] = DEFAULT_RELEASES,
     arches: tuple[str, ...] = DEFAULT_ARCHES,
     crictl_version: str = DEFAULT_CRICTL,
+    recording_kubeadm: bool = False,
 ) -> dict[str, MirrorFile]:
     """Write every payload and checksum file under ``root`` (the served directory).
 
     Returns the payloads by URL path. Checksum files: Kubernetes binaries get bare hex without a
-    newline, crictl archives bare hex with one (see the module docstring).
+    newline, crictl archives bare hex with one (see the module docstring). With
+    ``recording_kubeadm`` kubeadm is :func:`recording_kubeadm_payload`.
     """
     files: dict[str, MirrorFile] = {}
     for arch in arches:
         for version in releases:
             for name in KUBE_BINARIES:
-                f = _file(kube_path(version, arch, name), kube_payload(name, version, arch))
+                data = (
+                    recording_kubeadm_payload(version, arch)
+                    if recording_kubeadm and name == "kubeadm"
+                    else kube_payload(name, version, arch)
+                )
+                f = _file(kube_path(version, arch, name), data)
                 files[f.path] = f
         f = _file(crictl_path(crictl_version, arch), crictl_archive(crictl_version, arch))
         files[f.path] = f
@@ -227,11 +260,19 @@ def serve_k8s_mirror(
     releases: tuple[str, ...] = DEFAULT_RELEASES,
     arches: tuple[str, ...] = DEFAULT_ARCHES,
     crictl_version: str = DEFAULT_CRICTL,
+    recording_kubeadm: bool = False,
 ) -> K8sMirror:
     """Write the tree under ``root`` (created if missing) and serve it on 127.0.0.1 (a free port,
-    a daemon thread). Close it with :meth:`K8sMirror.close` or use it as a context manager."""
+    a daemon thread). Close it with :meth:`K8sMirror.close` or use it as a context manager.
+    ``recording_kubeadm``: see :func:`write_k8s_tree`."""
     root.mkdir(parents=True, exist_ok=True)
-    files = write_k8s_tree(root, releases=releases, arches=arches, crictl_version=crictl_version)
+    files = write_k8s_tree(
+        root,
+        releases=releases,
+        arches=arches,
+        crictl_version=crictl_version,
+        recording_kubeadm=recording_kubeadm,
+    )
     requests: list[str] = []
     handler = functools.partial(_Handler, directory=str(root), requests=requests)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)

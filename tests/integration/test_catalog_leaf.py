@@ -107,7 +107,9 @@ def leaf(
     tmp_path_factory: pytest.TempPathFactory, go_toolchain: tuple[Path, str]
 ) -> Iterator[Leaf]:
     tmp = tmp_path_factory.mktemp("catalog-leaf")
-    k8s = serve_k8s_mirror(tmp / "k8s", releases=("1.36.4",), arches=("amd64",))
+    k8s = serve_k8s_mirror(
+        tmp / "k8s", releases=("1.36.4",), arches=("amd64",), recording_kubeadm=True
+    )
     nvidia = build_apt_repo(tmp / "nvidia", suite="/", components=(), packages=_nvidia_packages())
     containerd = DebSpec(
         "containerd.io",
