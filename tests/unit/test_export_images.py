@@ -11,8 +11,10 @@ import errno
 import hashlib
 import json
 import os
+import shutil
 import stat
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -143,6 +145,29 @@ def test_copy_where_no_hard_link_can_be_made(layout, tmp_path, monkeypatch):
         assert not os.path.samefile(image, layout / "blobs" / "sha256" / hexdigest)
         assert image.stat().st_nlink == 1
     assert listing(copied) == listing(linked)
+
+
+@pytest.fixture
+def other_file_system(tmp_path: Path) -> Iterator[Path]:
+    """A directory on another file system than ``tmp_path`` (the tmpfs at /dev/shm)."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or shm.stat().st_dev == tmp_path.stat().st_dev:
+        pytest.skip("no second file system at /dev/shm (the forced-copy test covers the path)")
+    path = Path(tempfile.mkdtemp(prefix="nvkr-images-", dir=shm))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path)
+
+
+def test_copy_onto_another_file_system(layout, tmp_path, other_file_system):
+    out = other_file_system / "images"
+    result = export(layout, out)
+    assert result.code == 0, result.output
+    assert "3 copied" in result.stderr
+    linked = tmp_path / "linked"
+    assert export(layout, linked).code == 0
+    assert listing(out) == listing(linked)
 
 
 def test_a_re_export_adds_and_keeps(layout, other_layout, tmp_path):
@@ -339,7 +364,14 @@ def test_registry_urls_of_an_open_registry_pass_one_anonymous_head_each(registry
         assert all(e.status == 200 and e.authorization is None for e in heads)
 
 
-def test_registry_urls_of_an_authenticated_registry_warn(auth_registry, auth_published):
+def test_registry_urls_of_an_authenticated_registry_warn(
+    auth_registry, auth_published, tmp_path, monkeypatch
+):
+    # credentials in a netrc file requests would apply by itself: the HEAD must not send them
+    netrc = tmp_path / "netrc"
+    netrc.write_text(f"machine 127.0.0.1 login {USER} password {PASSWORD}\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
     result = metal3(auth_published, "-u", USER, "--password-stdin", input=PASSWORD)
     assert result.code == 0, result.output
     urls = template_urls(result.stdout)
@@ -400,3 +432,14 @@ def test_a_set_without_qcow2_machine_images(tmp_path):
     meta["artifacts"][0]["primary"]["mediaType"] = mt.OCTET_STREAM
     with pytest.raises(UsageError, match="writes QCOW2 disks"):
         disk_images(meta)
+
+
+def test_registry_urls_that_cannot_be_reached_warn(pooled, tmp_path):
+    from tests.helpers.registry import free_port
+
+    host = f"127.0.0.1:{free_port()}"  # nothing listens there
+    result = metal3(str(pooled), "--repository", f"{host}/images/set")
+    assert result.code == 0, result.output
+    warnings = [line for line in result.stderr.splitlines() if "anonymous HEAD" in line]
+    assert len(warnings) == 2 and all("could not be reached" in w for w in warnings), warnings
+    assert all(f"http://{host}/v2/images/set/blobs/sha256:" in w for w in warnings)

@@ -396,22 +396,20 @@ def check_anonymous_reads(urls: Iterable[str], warn: Callable[[str], None]) -> N
     downloads (``ironic/common/image_service.py``, ``HttpImageService.validate_href``: anything
     but 200 fails the deployment); a warning to ``warn`` for each that does not answer 200.
 
-    No ``Authorization`` goes out: the session ignores ``~/.netrc`` (``trust_env`` off) and takes
-    only the proxy settings of the environment. Redirects are followed (a registry may send blob
+    No ``Authorization`` goes out: no credentials are given, and the session's do-nothing auth
+    keeps requests from applying ``~/.netrc`` (the environment's proxies and CA bundle still
+    apply, as they do to Ironic's requests). Redirects are followed (a registry may send blob
     reads to a storage host) and the final answer counts.
     """
     import requests
 
+    from nvkr.oci.session import _NoNetrc
+
     with requests.Session() as session:
-        session.trust_env = False
+        session.auth = _NoNetrc()
         for url in urls:
             try:
-                resp = session.head(
-                    url,
-                    allow_redirects=True,
-                    timeout=HEAD_TIMEOUT,
-                    proxies=requests.utils.get_environ_proxies(url),
-                )
+                resp = session.head(url, allow_redirects=True, timeout=HEAD_TIMEOUT)
                 resp.close()
             except requests.RequestException as e:
                 answer = f"could not be reached ({type(e).__name__}: {e})"
