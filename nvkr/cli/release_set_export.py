@@ -64,6 +64,15 @@ from nvkr.cli.common import RegistryAccess, registry_options
     "handshake (not ghcr.io or Docker Hub).",
 )
 @click.option(
+    "--images-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    metavar="DIR",
+    help="Also write each machine image as DIR/<sha256 hex>.qcow2 (a hard link to the "
+    "layout's blob where possible, else a copy; from REF, downloaded and verified) with "
+    "<hex>.qcow2.sha256sum and SHA256SUMS for Ironic: serve DIR at --image-base-url. DIR must "
+    "be new, empty or an earlier export (which keeps its images).",
+)
+@click.option(
     "--control-plane-pool",
     metavar="NAME",
     help="metal3: the node-pool release whose machine image the control plane boots "
@@ -94,6 +103,7 @@ def command(
     infrastructure: str | None,
     image_base_url: str | None,
     image_url_from_registry: bool,
+    images_dir: Path | None,
     control_plane_pool: str | None,
     host_arch_label: str | None,
     registry: RegistryAccess,
@@ -115,6 +125,7 @@ def command(
         image_url_from_registry=image_url_from_registry,
         control_plane_pool=control_plane_pool,
         host_arch_label=host_arch_label,
+        images_dir=images_dir,
     )
     text = export_release_set(source, options, registry, lambda line: click.echo(line, err=True))
     if out is None:

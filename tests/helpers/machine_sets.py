@@ -24,11 +24,18 @@ IMAGE_SIZE = 1 << 20  # bytes each
 
 
 def make_machine_image_set(
-    root: Path, *, count: int = 4, size: int = IMAGE_SIZE, seed: int | None = 0
+    root: Path,
+    *,
+    count: int = 4,
+    size: int = IMAGE_SIZE,
+    seed: int | None = 0,
+    pools: bool = False,
+    name: str = NAME,
 ) -> Path:
     """A release set of ``count`` machine-image artifacts of ``size`` random bytes each (seeded
     for a reproducible set; ``seed`` None: os.urandom), materialised under ``root/dist``; its
-    layout dir."""
+    layout dir. ``pools``: a node-pool release ``pool-<n>`` booting each image (what a Metal3
+    export needs)."""
     store = Store(root / "store")
     rng = random.Random(seed)
     artifacts: dict[str, dict[str, Any]] = {}
@@ -64,7 +71,7 @@ def make_machine_image_set(
             }
         )
     spec = {
-        "name": NAME,
+        "name": name,
         "epoch": EPOCH,
         "recipe": {"path": "recipes/test.yaml", "digest": "sha256:" + "4" * 64},
         "lockfile": {"path": "lockfiles/test.lock.json", "digest": "sha256:" + "5" * 64},
@@ -73,7 +80,16 @@ def make_machine_image_set(
         "artifacts": spec_artifacts,
         "machineImages": [a["name"] for a in spec_artifacts],
         "clusterRelease": {"kubernetes": "1.36.3", "charts": [], "images": []},
-        "nodePoolReleases": [],
+        "nodePoolReleases": [
+            {
+                "name": f"pool-{n}",
+                "machineImage": a["name"],
+                "artifacts": [],
+                "variant": a["variant"],
+            }
+            for n, a in enumerate(spec_artifacts)
+            if pools
+        ],
     }
     result = releaseset.assemble(spec, artifacts, store)
     return releaseset.materialize(result, store, root / "dist")

@@ -579,6 +579,13 @@ def test_cli_metal3(
         return with_node_image(meta), {"digest": digest}
 
     monkeypatch.setattr(export_release, "load_release_set", fake_load)
+    # reg.example does not exist: the anonymous HEADs are tested against a real registry in
+    # test_export_images.py; here only which URLs they go to
+    heads: list[list[str]] = []
+    monkeypatch.setattr(
+        "nvkr.delivery.export.images.check_anonymous_reads",
+        lambda urls, warn: heads.append(list(urls)),
+    )
     target = tmp_path / "metal3.yaml"
     ref = "reg.example/gpu/sets:v1"
     argv = [
@@ -604,6 +611,7 @@ def test_cli_metal3(
         if d["kind"] == "Metal3MachineTemplate"
     }
     assert urls == {f"https://reg.example/v2/gpu/sets/blobs/{_disk(v)}" for v in meta["variants"]}
+    assert heads == [sorted(urls)] * 2
     first = target.read_bytes()
     assert invoke(*argv)[0] == 0 and target.read_bytes() == first
     # a directory exported with --repository: that registry's blobs

@@ -4,8 +4,12 @@ registry reference, its metadata only), check the options against each other and
 :func:`~nvkr.delivery.export.capi.export_capi` as text.
 
 ``capi`` also reads the SBOM of each node-pool machine image and warns when it shows no kubeadm
-or kubelet: the Kubeadm* resources could not bootstrap such nodes. The warnings go to ``warn`` as
-they arise, before the text is returned.
+or kubelet: the Kubeadm* resources could not bootstrap such nodes; with
+``--image-url-from-registry`` it asks each blob URL the Metal3 templates name whether it can be
+read anonymously, as Ironic will (:func:`~nvkr.delivery.export.images.check_anonymous_reads`).
+``--images-dir`` writes the machine images beside the text
+(:func:`~nvkr.delivery.export.images.write_images_dir`). The warnings and the images dir's summary
+go to ``warn`` as they arise, before the text is returned.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from nvkr.delivery.export.document import (
     machine_image_sboms,
     missing_for_kubeadm,
 )
+from nvkr.delivery.export.images import ImagesReport
 from nvkr.delivery.export.metal3 import METAL3_MACHINE_TEMPLATE, ImageUrls
 from nvkr.delivery.show import RegistryClients, load_release_set
 from nvkr.errors import UsageError
@@ -49,6 +54,7 @@ class ExportOptions:
     image_url_from_registry: bool = False
     control_plane_pool: str | None = None
     host_arch_label: str | None = None
+    images_dir: Path | None = None
 
 
 def export_release_set(
@@ -69,6 +75,8 @@ def export_release_set(
     urls = image_urls(source, options, registry.insecure)
     meta, top = load_release_set(source, registry=registry)
     digest = str(top["digest"])
+    if options.images_dir is not None:
+        warn(export_images(source, meta, options.images_dir, registry).summary())
     if options.fmt == "json":
         doc = export_json(meta, digest, repository=options.repository)
         return json.dumps(doc, indent=2, sort_keys=True) + "\n"
@@ -86,7 +94,38 @@ def export_release_set(
         host_arch_label=options.host_arch_label,
     )
     _warn_capi(source, meta, digest, options, registry, warn)
+    if options.image_url_from_registry:
+        from nvkr.delivery.export.images import check_anonymous_reads, template_image_urls
+
+        check_anonymous_reads(template_image_urls(resources), warn)
     return dump_yaml(resources)
+
+
+def export_images(
+    source: str, meta: dict[str, Any], out: Path, registry: RegistryClients
+) -> ImagesReport:
+    """``--images-dir OUT``: the machine images of the set at ``source`` written to ``out`` from
+    the layout's blobs (a directory) or downloaded from the registry (a reference).
+
+    Raises:
+        UsageError, IntegrityError, RegistryError: as
+            :func:`~nvkr.delivery.export.images.write_images_dir` says.
+    """
+    from nvkr.delivery.export.images import (
+        disk_images,
+        layout_fetch,
+        registry_fetch,
+        write_images_dir,
+    )
+
+    images = disk_images(meta)
+    if Path(source).is_dir():
+        return write_images_dir(out, images, layout_fetch(Path(source)))
+    from nvkr.oci.reference import Reference
+
+    ref = Reference.parse(source)
+    with registry.client(ref.registry) as client:
+        return write_images_dir(out, images, registry_fetch(client, ref.repository))
 
 
 def _check_options(options: ExportOptions) -> None:
