@@ -347,12 +347,18 @@ def _empty(value: Any) -> bool:
     return value is _MISSING or value is None or value == "" or value == {} or value == []
 
 
-def check_documents(docs: Sequence[Mapping[str, Any]]) -> list[str]:
+def check_documents(
+    docs: Sequence[Mapping[str, Any]], external: frozenset[str] = frozenset()
+) -> list[str]:
     """Problems of an export against :data:`RULES`, one line each (``Kind/name: ...``); empty
     when every document passes: DNS-1123 names, required fields, no unknown spec fields, enum
-    values, v1beta1/v1beta2 shapes, and references that resolve to a document of the export."""
+    values, v1beta1/v1beta2 shapes, and references that resolve to a document of the export
+    (except references to a kind in ``external``, which the user supplies: the machine
+    templates of an export without ``--infrastructure``)."""
     problems: list[str] = []
-    index = {(d.get("kind"), (d.get("metadata") or {}).get("name")): d for d in docs}
+    index: dict[tuple[Any, Any], Mapping[str, Any] | None] = {
+        (d.get("kind"), (d.get("metadata") or {}).get("name")): d for d in docs
+    }
     for doc in docs:
         kind, api_version = doc.get("kind"), doc.get("apiVersion")
         meta = doc.get("metadata") or {}
@@ -366,7 +372,7 @@ def check_documents(docs: Sequence[Mapping[str, Any]]) -> list[str]:
             if str(api_version).split("/")[0] in RULED_GROUPS:
                 problems.append(f"{where}: no field rule for {api_version} {kind}")
             continue
-        problems += _check_rule(where, doc, rule, str(api_version), index)
+        problems += _check_rule(where, doc, rule, str(api_version), index, external)
     return problems
 
 
@@ -375,7 +381,8 @@ def _check_rule(
     doc: Mapping[str, Any],
     rule: Mapping[str, Any],
     api_version: str,
-    index: Mapping[tuple[Any, Any], Mapping[str, Any]],
+    index: Mapping[tuple[Any, Any], Mapping[str, Any] | None],
+    external: frozenset[str],
 ) -> list[str]:
     kind = doc.get("kind")
     problems = _missing(where, doc, rule)
@@ -402,6 +409,8 @@ def _check_rule(
         for ref in _values(doc, path):
             if ref is _MISSING:
                 continue
+            if isinstance(ref, Mapping) and ref.get("kind") in external:
+                continue
             problems += _check_ref(where, path, ref, want_kind, api_version, index)
     return problems
 
@@ -427,7 +436,7 @@ def _check_ref(
     ref: Any,
     want_kind: str | None,
     api_version: str,
-    index: Mapping[tuple[Any, Any], Mapping[str, Any]],
+    index: Mapping[tuple[Any, Any], Mapping[str, Any] | None],
 ) -> list[str]:
     if not isinstance(ref, Mapping) or not ref.get("name"):
         return [f"{where}: {path} is no reference (name missing)"]
