@@ -163,9 +163,9 @@ def _warn_capi(
     for label, tools in kubeadm_gaps(source, meta, registry):
         if "cloud-init" in tools:
             warn(
-                f"warning: the SBOM of machine image {label} shows no cloud-init: the "
-                "bootstrap data Cluster API's kubeadm bootstrap provider writes (cloud-config) "
-                "is never run on its nodes; build from a recipe that installs cloud-init"
+                f"warning: the SBOM of machine image {label} shows no cloud-init: nothing on "
+                "its nodes runs the bootstrap data (a cloud-config) Cluster API hands them; "
+                "build from a recipe that installs cloud-init"
             )
             tools = [t for t in tools if t != "cloud-init"]
             if not tools:
