@@ -87,7 +87,7 @@ from nvkr.cli.common import RegistryAccess, registry_options
     type=click.Choice(["v1beta1", "v1beta2"]),
     default="v1beta1",
     show_default=True,
-    help="metal3: CAPM3 version of the Metal3 resources (released CAPM3 serves v1beta1).",
+    help="metal3: CAPM3 version of the Metal3 resources (released CAPM3 serves v1beta1; v1beta2 is refused: no field rules were read for it).",
 )
 @click.option(
     "--control-plane-endpoint",

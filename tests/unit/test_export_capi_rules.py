@@ -187,6 +187,50 @@ def _broken(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
             lambda d: _broken(d, "Cluster").update(apiVersion="cluster.x-k8s.io/v9"),
             "no field rule",
         ),
+        (
+            "v1beta2",
+            lambda d: _broken(d, "ClusterResourceSet")["spec"].pop("resources"),
+            "required field spec.resources is missing",
+        ),
+        (
+            "v1beta1",
+            lambda d: _broken(d, "MachineDeployment")["spec"].update(clusterName="c" * 64),
+            "spec.clusterName is longer than 63",
+        ),
+        (
+            "v1beta2",
+            lambda d: _broken(d, "MachineHealthCheck")["spec"].update(clusterName="c" * 64),
+            "spec.clusterName is longer than 63",
+        ),
+        (
+            "v1beta1",
+            lambda d: _broken(d, "KubeadmControlPlane")["spec"].update(version="v" * 257),
+            "spec.version is longer than 256",
+        ),
+        (
+            "v1beta1",
+            lambda d: _broken(d, "MachineHealthCheck")["spec"].update(unhealthyRange="3-5"),
+            "does not match",
+        ),
+        (
+            "v1beta1",
+            lambda d: _broken(d, "Metal3MachineTemplate")["spec"]["template"]["spec"].update(
+                bogus=1
+            ),
+            "spec.template.spec.bogus is no field",
+        ),
+        (
+            "v1beta1",
+            lambda d: _broken(d, "Metal3MachineTemplate")["spec"]["template"]["spec"].update(
+                automatedCleaningMode="all"
+            ),
+            "'all' is not one of",
+        ),
+        (
+            "v1beta1",
+            lambda d: _broken(d, "Metal3DataTemplate")["spec"].update(clusterName=""),
+            "required field spec.clusterName is missing",
+        ),
     ],
 )
 def test_a_broken_document_fails_the_rules(
@@ -365,3 +409,31 @@ def test_warns_for_an_image_without_cloud_init(
     assert "node-image [hopper amd64]" in warning and warning.startswith("warning:")
     # only cloud-init lacks: no kubeadm warning
     assert "cannot bootstrap" not in err
+
+
+def test_v1beta1_cluster_resource_set_resources_are_optional(
+    loaded: tuple[dict[str, Any], str],
+) -> None:
+    """exp/addons/api/v1beta1 has ``resources`` ``+optional``/omitempty; v1beta2 made it
+    ``+required`` (MinItems=1): only v1beta2's rule may ask for it."""
+    meta, digest = loaded
+    docs = copy.deepcopy(_export(meta, digest, "v1beta1", True))
+    _broken(docs, "ClusterResourceSet")["spec"].pop("resources")
+    assert check_documents(docs) == []
+
+
+def test_every_rule_names_a_file_and_commit() -> None:
+    for key, rule in RULES.items():
+        if key[0] == "v1":
+            continue
+        assert "@" in rule["source"] and ".go" in rule["source"], (key, rule["source"])
+
+
+def test_metal3_v1beta2_is_refused(layout: Path) -> None:
+    """No CAPM3 v1beta2 field rules were read, so nvkr does not write unchecked documents."""
+    with pytest.raises(UsageError, match="no field rules were read for CAPM3 v1beta2"):
+        export.ApiVersions("v1beta2", "v1beta2")
+    argv = ["release-set", "export", str(layout), "--format", "capi"]
+    result = invoke(*argv, "--metal3-api-version", "v1beta2")
+    assert result.code == 2, result.output
+    assert "no field rules were read for CAPM3 v1beta2" in result.output

@@ -4,13 +4,16 @@ API types, and :func:`check_documents`, which checks an export against them.
 Each rule names the file and commit it was read from (the search index stores commits, not
 tags: the kubernetes-sigs/cluster-api v1beta2 files were read at main-branch commits after the
 v1.11 release, which first served v1beta2, and checked against fields v1.11 already has; the
-v1beta1 files at the commits named). A rule holds:
+v1beta1 files at the commits named; where a file names no release, the rule says what dates it).
+CAPM3 v1beta2 has no rules: :class:`.names.ApiVersions` refuses it. A rule holds:
 
 - ``required``: dotted paths (``[]`` for every list item) that are ``+required`` (or
   non-omitempty without ``+optional``) in the types, for the fields nvkr writes and their parents;
 - ``spec``: every json field of the kind's Spec struct (a field outside it is unknown, which the
   API server prunes or, with strict field validation, rejects);
-- ``enums``: ``+kubebuilder:validation:Enum`` values;
+- ``enums``: ``+kubebuilder:validation:Enum`` values; ``lengths``: ``(MinLength, MaxLength)``;
+  ``patterns``: ``+kubebuilder:validation:Pattern``;
+- ``nested``: the json fields of a struct below spec (same unknown-field check);
 - ``types``: paths whose JSON type changed between versions (``list`` or ``map``);
 - ``refs``: paths holding a reference to another object of the export (``kind`` fixed when the
   type says so), resolved by :func:`check_documents`.
@@ -32,19 +35,68 @@ _V1B2_MD = (
     f"{CAPI} api/core/v1beta2/machinedeployment_types.go @0288f904465e2cb639a9a03cac1514c2de6e1486, "
     "machine_types.go @1da285b34c5cf0c8a9e5a25a34a432361fc1b5f0 (MachineSpec, Bootstrap)"
 )
-_V1B2_REF = f"{CAPI} api/core/v1beta2/common_types.go (ContractVersionedObjectReference)"
+#: common_types.go ContractVersionedObjectReference (kind MaxLength 63, name MaxLength 253,
+#: apiGroup), read as index file 338119958 (a main-branch version after v1.11).
+_V1B2_REF = f"{CAPI} api/core/v1beta2/common_types.go @index-338119958"
 _V1B2_KCP = (
     f"{CAPI} api/controlplane/kubeadm/v1beta2/kubeadm_control_plane_types.go "
-    "(KubeadmControlPlaneMachineTemplate{metadata, spec{infrastructureRef}})"
+    "@be6043dc9b023c8ec942c9619bb8e1b9dd4a702f (the index's stored commit; field list from the "
+    "previous reading, not re-read)"
 )
 _V1B2_KCS = (
     f"{CAPI} api/bootstrap/kubeadm/v1beta2/kubeadmconfig_types.go "
     "@0a938afc87a3f26adddf48763bc9b2b93c719424 (KubeadmConfigSpec), kubeadm_types.go "
     "@0046d1c9f49868c89a121793d47140723aaf5211 (ClusterConfiguration, NodeRegistrationOptions)"
 )
-_V1B1 = f"{CAPI} api/*/v1beta1 (same field names as v1beta2 where not listed otherwise)"
-_CAPM3_V1B1 = (
-    f"{CAPM3} api/v1beta1/{{metal3cluster,metal3datatemplate,metal3machinetemplate}}_types.go"
+_V1B2_MHC = (
+    f"{CAPI} api/core/v1beta2/machinehealthcheck_types.go @1a8011f6c5d18c6eb288189a1ddb1d83d755d652"
+)
+_V1B2_CRS = f"{CAPI} api/addons/v1beta2/clusterresourceset_types.go @0a938afc87a3f26adddf48763bc9b2b93c719424"
+# v1beta1: files at api/v1beta1 etc. (the pre-1.11 layout; v1.11 moved them under api/). The
+# ones with a ``v1beta2`` status group are the v1.9/v1.10 line.
+_V1B1_CLUSTER = f"{CAPI} api/v1beta1/cluster_types.go @029b8c9561155c10795259c086c05d64fc25415d (v1.9/1.10: v1beta2 status group)"
+_V1B1_MD = (
+    f"{CAPI} api/v1beta1/machinedeployment_types.go @08fcee6ade701463e26b7e8e72babff60ab2e01c "
+    "(v1.9/1.10: v1beta2 status group, machineNamingStrategy), machine_types.go "
+    "@e18dabd0478293b1353e6f79f31f4639a3702f1f (MachineSpec, Bootstrap)"
+)
+_V1B1_MHC = f"{CAPI} api/v1beta1/machinehealthcheck_types.go @937302dc0709f4477a60f9a13e220890bad6f0e2 (unhealthyConditions +optional, maxUnhealthy deprecated)"
+_V1B1_KCP = (
+    f"{CAPI} controlplane/kubeadm/api/v1beta1/kubeadm_control_plane_types.go @9e02b83080286bd20b881a6aa382803b945e339d "
+    "and its later v1beta1 version (index file 1513527732: +required version/machineTemplate/"
+    "kubeadmConfigSpec/infrastructureRef, version MaxLength 256, machineNamingStrategy)"
+)
+_V1B1_KCS = (
+    f"{CAPI} bootstrap/kubeadm/api/v1beta1/kubeadmconfig_types.go @8dfdece84f1deb6aae6204d74ba740ddebd6ceee "
+    "(KubeadmConfigSpec), kubeadm_types.go @146988ad0ff9e2b42db2f3f630487afe53728076 "
+    "(ClusterConfiguration), kubeadmconfigtemplate_types.go @a093b060856f09f70cd28d84294ce5b3b1bd8491"
+)
+_V1B1_CRS = f"{CAPI} exp/addons/api/v1beta1/clusterresourceset_types.go @0267234e59d1616c4110d2548af34c93858cb4ec (resources +optional)"
+_CAPM3_V1B1_M3C = (
+    f"{CAPM3} api/v1beta1/metal3cluster_types.go @8d8b6cab198d5afd42de4d309b9c60fa3c9b6cda and "
+    "index file 687196269 (the version with cloudProviderEnabled, failureDomains); "
+    "common_types.go @58845d7856bb99be04a158d94c639e013d996394 (APIEndpoint host, port)"
+)
+_CAPM3_V1B1_M3MT = (
+    f"{CAPM3} api/v1beta1/metal3machinetemplate_types.go, metal3machine_types.go "
+    "@78377efde2813a54260075f7643acf84e6187226, common_types.go "
+    "@58845d7856bb99be04a158d94c639e013d996394 (Image)"
+)
+_CAPM3_V1B1_M3DT = (
+    f"{CAPM3} api/v1beta1/metal3datatemplate_types.go @78377efde2813a54260075f7643acf84e6187226"
+)
+#: Metal3MachineSpec's json fields (metal3machine_types.go @78377ef).
+_M3M_SPEC: Final = frozenset(
+    [
+        "providerID",
+        "image",
+        "userData",
+        "hostSelector",
+        "dataTemplate",
+        "metaData",
+        "networkData",
+        "automatedCleaningMode",
+    ]
 )
 
 #: KubeadmConfigSpec's json fields (v1beta2 kubeadmconfig_types.go; v1beta1 adds
@@ -67,8 +119,10 @@ _KCS_V1B2: Final = frozenset(
         "ignition",
     ]
 )
-_KCS_V1B1: Final = _KCS_V1B2 | {"useExperimentalRetryJoin"}
-#: ClusterConfiguration's json fields: v1beta2 dropped networking, kubernetesVersion,
+#: v1beta1 (kubeadmconfig_types.go @8dfdece) has useExperimentalRetryJoin and no bootCommands.
+_KCS_V1B1: Final = (_KCS_V1B2 - {"bootCommands"}) | {"useExperimentalRetryJoin"}
+#: ClusterConfiguration's json fields (v1beta1: kubeadm_types.go @146988a, TypeMeta inline
+#: gives apiVersion and kind); v1beta2 dropped networking, kubernetesVersion,
 #: clusterName (kubeadm_types.go @0046d1c).
 _CC_V1B2: Final = frozenset(
     [
@@ -102,7 +156,6 @@ _CC_V1B1: Final = frozenset(
         "clusterName",
         "apiVersion",
         "kind",
-        "encryptionAlgorithm",
     ]
 )
 
@@ -123,11 +176,11 @@ def _rules() -> dict[tuple[str, str], dict[str, Any]]:
     for version in ("v1beta1", "v1beta2"):
         b2 = version == "v1beta2"
         src = {
-            "Cluster": _V1B2_CLUSTER if b2 else _V1B1,
-            "MachineDeployment": _V1B2_MD if b2 else _V1B1,
+            "Cluster": _V1B2_CLUSTER if b2 else _V1B1_CLUSTER,
+            "MachineDeployment": _V1B2_MD if b2 else _V1B1_MD,
         }
         rules[(f"cluster.x-k8s.io/{version}", "Cluster")] = {
-            "source": src["Cluster"] + "; " + _V1B2_REF,
+            "source": src["Cluster"] + ("; " + _V1B2_REF if b2 else ""),
             "required": [],
             "spec": {
                 "paused",
@@ -149,6 +202,8 @@ def _rules() -> dict[tuple[str, str], dict[str, Any]]:
         }
         rules[(f"cluster.x-k8s.io/{version}", "MachineDeployment")] = {
             "source": src["MachineDeployment"],
+            # clusterName +required MinLength=1 MaxLength=63 (both versions)
+            "lengths": {"spec.clusterName": (1, 63)},
             "required": [
                 "spec.clusterName",
                 "spec.selector",
@@ -190,7 +245,14 @@ def _rules() -> dict[tuple[str, str], dict[str, Any]]:
             },
         }
         rules[(f"cluster.x-k8s.io/{version}", "MachineHealthCheck")] = {
-            "source": f"{CAPI} api/core/{version}/machinehealthcheck_types.go",
+            "source": _V1B2_MHC if b2 else _V1B1_MHC,
+            "lengths": {"spec.clusterName": (1, 63) if b2 else (1, None)},
+            # v1beta1 unhealthyRange, v1beta2 remediation.triggerIf.unhealthyInRange
+            "patterns": {
+                (
+                    "spec.remediation.triggerIf.unhealthyInRange" if b2 else "spec.unhealthyRange"
+                ): r"^\[[0-9]+-[0-9]+\]$"
+            },
             "required": ["spec.clusterName", "spec.selector"],
             "spec": (
                 {"clusterName", "selector", "checks", "remediation"}
@@ -226,7 +288,8 @@ def _rules() -> dict[tuple[str, str], dict[str, Any]]:
             else "spec.machineTemplate.infrastructureRef"
         )
         rules[(f"controlplane.cluster.x-k8s.io/{version}", "KubeadmControlPlane")] = {
-            "source": _V1B2_KCP if b2 else _V1B1,
+            "source": _V1B2_KCP if b2 else _V1B1_KCP,
+            "lengths": {} if b2 else {"spec.version": (1, 256)},
             "required": ["spec.version", "spec.machineTemplate", kcp_ref, "spec.kubeadmConfigSpec"],
             "spec": (
                 {
@@ -255,15 +318,19 @@ def _rules() -> dict[tuple[str, str], dict[str, Any]]:
             **_kcs("spec.kubeadmConfigSpec", b2, control_plane=True),
         }
         rules[(f"bootstrap.cluster.x-k8s.io/{version}", "KubeadmConfigTemplate")] = {
-            "source": _V1B2_KCS if b2 else _V1B1,
+            "source": _V1B2_KCS if b2 else _V1B1_KCS,
             "required": ["spec.template"],
             "spec": {"template"},
             "refs": {},
             **_kcs("spec.template.spec", b2, control_plane=False),
         }
         rules[(f"addons.cluster.x-k8s.io/{version}", "ClusterResourceSet")] = {
-            "source": f"{CAPI} api/addons/{version}/clusterresourceset_types.go",
-            "required": ["spec.clusterSelector", "spec.resources"],
+            "source": _V1B2_CRS if b2 else _V1B1_CRS,
+            # v1beta1: resources +optional (omitempty); v1beta2: +required, MinItems=1
+            "required": ["spec.clusterSelector", "spec.resources"]
+            if b2
+            else ["spec.clusterSelector"],
+            "lengths": {"spec.resources[].name": (1, 253) if b2 else (1, None)},
             "required_if": ["spec.resources[].name", "spec.resources[].kind"],
             "spec": {"clusterSelector", "resources", "strategy"},
             "enums": {
@@ -274,14 +341,20 @@ def _rules() -> dict[tuple[str, str], dict[str, Any]]:
         }
     m3 = "infrastructure.cluster.x-k8s.io/v1beta1"
     rules[(m3, "Metal3Cluster")] = {
-        "source": _CAPM3_V1B1 + " (Metal3ClusterSpec; webhook IsValid: host and port)",
+        "source": _CAPM3_V1B1_M3C + " (IsValid: host and port)",
         "required": ["spec.controlPlaneEndpoint.host", "spec.controlPlaneEndpoint.port"],
-        "spec": {"controlPlaneEndpoint", "noCloudProvider", "cloudProviderEnabled"},
+        "spec": {
+            "controlPlaneEndpoint",
+            "noCloudProvider",
+            "cloudProviderEnabled",
+            "failureDomains",
+        },
         "refs": {},
     }
     rules[(m3, "Metal3DataTemplate")] = {
-        "source": _CAPM3_V1B1 + " (Metal3DataTemplateSpec: clusterName required)",
+        "source": _CAPM3_V1B1_M3DT + " (clusterName MinLength=1, no omitempty)",
         "required": ["spec.clusterName"],
+        "lengths": {"spec.clusterName": (1, None)},
         "spec": {"clusterName", "templateReference", "metaData", "networkData"},
         "enums": {
             "spec.metaData.objectNames[].object": {"machine", "metal3machine", "baremetalhost"}
@@ -289,13 +362,21 @@ def _rules() -> dict[tuple[str, str], dict[str, Any]]:
         "refs": {},
     }
     rules[(m3, "Metal3MachineTemplate")] = {
-        "source": _CAPM3_V1B1 + " (Metal3MachineTemplateSpec{template{spec: Metal3MachineSpec}}, "
-        "common_types.go Image)",
-        "required": ["spec.template.spec.image.url", "spec.template.spec.image.checksum"],
+        "source": _CAPM3_V1B1_M3MT,
+        # template, template.spec, spec.image, image.url and image.checksum have no omitempty
+        "required": [
+            "spec.template",
+            "spec.template.spec",
+            "spec.template.spec.image",
+            "spec.template.spec.image.url",
+            "spec.template.spec.image.checksum",
+        ],
+        "nested": {"spec.template.spec": _M3M_SPEC},
         "spec": {"template", "nodeReuse"},
         "enums": {
             "spec.template.spec.image.checksumType": {"md5", "sha256", "sha512"},
             "spec.template.spec.image.format": {"raw", "qcow2", "vdi", "vmdk", "live-iso"},
+            "spec.template.spec.automatedCleaningMode": {"metadata", "disabled"},
         },
         "refs": {"spec.template.spec.dataTemplate": "Metal3DataTemplate"},
     }
@@ -396,10 +477,7 @@ def _check_rule(
                     f"{where}: {path}.{f} is no field of {api_version} {kind}"
                     for f in sorted(set(value) - set(allowed))
                 ]
-    for path, allowed in rule.get("enums", {}).items():
-        for value in _values(doc, path):
-            if value is not _MISSING and value not in allowed:
-                problems.append(f"{where}: {path} {value!r} is not one of {sorted(allowed)}")
+    problems += _check_values(where, doc, rule)
     for path, shape in rule.get("types", {}).items():
         want = list if shape == "list" else dict
         for value in _values(doc, path):
@@ -412,6 +490,26 @@ def _check_rule(
             if isinstance(ref, Mapping) and ref.get("kind") in external:
                 continue
             problems += _check_ref(where, path, ref, want_kind, api_version, index)
+    return problems
+
+
+def _check_values(where: str, doc: Mapping[str, Any], rule: Mapping[str, Any]) -> list[str]:
+    """``lengths`` (MinLength/MaxLength), ``patterns`` (Pattern) and ``enums`` (Enum) markers."""
+    problems: list[str] = []
+    for path, (low, high) in rule.get("lengths", {}).items():
+        for value in _values(doc, path):
+            if isinstance(value, str) and len(value) < low:
+                problems.append(f"{where}: {path} is shorter than {low}")
+            if isinstance(value, str) and high is not None and len(value) > high:
+                problems.append(f"{where}: {path} is longer than {high}")
+    for path, pattern in rule.get("patterns", {}).items():
+        for value in _values(doc, path):
+            if isinstance(value, str) and not re.match(pattern, value):
+                problems.append(f"{where}: {path} {value!r} does not match {pattern}")
+    for path, allowed in rule.get("enums", {}).items():
+        for value in _values(doc, path):
+            if value is not _MISSING and value not in allowed:
+                problems.append(f"{where}: {path} {value!r} is not one of {sorted(allowed)}")
     return problems
 
 

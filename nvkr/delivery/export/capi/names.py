@@ -64,6 +64,14 @@ class ApiVersions:
                 f"--api-version {self.capi!r} is not a Cluster API version nvkr writes",
                 hint="one of: " + ", ".join(CAPI_API_VERSIONS),
             )
+        if self.metal3 == "v1beta2":
+            # CAPM3's api/v1beta2 is in the index, but no field rules were read from it
+            # (fieldrules.py): refuse rather than write documents nothing checked.
+            raise UsageError(
+                "--metal3-api-version v1beta2: no field rules were read for CAPM3 v1beta2, so "
+                "nvkr does not write Metal3 documents of that version",
+                hint="use --metal3-api-version v1beta1 (what released CAPM3 serves)",
+            )
         if self.metal3 not in METAL3_API_VERSIONS:
             raise UsageError(
                 f"--metal3-api-version {self.metal3!r} is not a CAPM3 version nvkr writes",
