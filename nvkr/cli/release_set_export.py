@@ -22,7 +22,7 @@ from nvkr.cli.common import RegistryAccess, registry_options
     type=click.Choice(["json", "capi"]),
     required=True,
     help="json: the versioned export schema (schema/release-set-export.schema.json); "
-    "capi: Cluster API v1beta1 resources as multi-document YAML.",
+    "capi: Cluster API resources (see --api-version) as multi-document YAML.",
 )
 @click.option("--cluster-name", default="nvkr", show_default=True, help="capi: Cluster name.")
 @click.option("--namespace", default="default", show_default=True, help="capi: namespace.")
@@ -84,6 +84,34 @@ from nvkr.cli.common import RegistryAccess, registry_options
     help="metal3: each template selects BareMetalHosts labelled KEY=<arch of its machine image> "
     "(amd64, arm64), e.g. kubernetes.io/arch; without it Metal3 may put any image on any host.",
 )
+@click.option(
+    "--api-version",
+    type=click.Choice(["v1beta1", "v1beta2"]),
+    default="v1beta1",
+    show_default=True,
+    help="capi: Cluster API version of the resources (v1beta2: Cluster API 1.11 and later).",
+)
+@click.option(
+    "--metal3-api-version",
+    type=click.Choice(["v1beta1", "v1beta2"]),
+    default="v1beta1",
+    show_default=True,
+    help="metal3: CAPM3 version of the Metal3 resources (released CAPM3 serves v1beta1; v1beta2 is refused: no field rules were read for it).",
+)
+@click.option(
+    "--control-plane-endpoint",
+    metavar="HOST:PORT",
+    help="capi: the API server's stable address (Cluster and infrastructure cluster; bare "
+    "metal: a VIP such as kube-vip's). Required with --infrastructure metal3.",
+)
+@click.option(
+    "--bootstrap-data",
+    nargs=2,
+    metavar="POOL OUT",
+    help="capi: also write to OUT the cloud-init user-data Cluster API's kubeadm bootstrap "
+    "provider would give a node of POOL (an exported pool such as hopper-amd64, or "
+    "control-plane) joining with the exported configuration (placeholder token and CA hash).",
+)
 @registry_options("REF", insecure_note="registry image URLs are then http:// too")
 @click.option(
     "--out",
@@ -106,6 +134,10 @@ def command(
     images_dir: Path | None,
     control_plane_pool: str | None,
     host_arch_label: str | None,
+    api_version: str,
+    metal3_api_version: str,
+    control_plane_endpoint: str | None,
+    bootstrap_data: tuple[str, str] | None,
     registry: RegistryAccess,
     out: Path | None,
 ) -> None:
@@ -126,11 +158,23 @@ def command(
         control_plane_pool=control_plane_pool,
         host_arch_label=host_arch_label,
         images_dir=images_dir,
+        api_version=api_version,
+        metal3_api_version=metal3_api_version,
+        control_plane_endpoint=control_plane_endpoint,
     )
     text = export_release_set(source, options, registry, lambda line: click.echo(line, err=True))
+    if bootstrap_data:
+        from nvkr.delivery.export.release import bootstrap_user_data
+
+        pool, target = bootstrap_data
+        _write(Path(target), bootstrap_user_data(text, pool, control_plane_endpoint))
     if out is None:
         click.echo(text, nl=False)
         return
+    _write(out, text)
+
+
+def _write(out: Path, text: str) -> None:
     tmp = out.with_name(f".{out.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(out)

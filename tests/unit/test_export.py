@@ -105,11 +105,16 @@ def test_capi_resources(loaded: tuple[dict[str, Any], str]) -> None:
     assert kinds.count("MachineDeployment") == kinds.count("KubeadmConfigTemplate") == len(pools)
     api = {d["kind"]: d["apiVersion"] for d in docs}
     assert api == {
+        "Cluster": "cluster.x-k8s.io/v1beta1",
+        # the placeholder infrastructure cluster, of the default machine template's provider
+        "Metal3Cluster": "infrastructure.cluster.x-k8s.io/v1beta1",
         "KubeadmControlPlane": "controlplane.cluster.x-k8s.io/v1beta1",
         "MachineDeployment": "cluster.x-k8s.io/v1beta1",
         "KubeadmConfigTemplate": "bootstrap.cluster.x-k8s.io/v1beta1",
+        "MachineHealthCheck": "cluster.x-k8s.io/v1beta1",
     }
-    names = [d["metadata"]["name"] for d in docs]
+    assert "nvkr.dev/placeholder" in docs[1]["metadata"]["annotations"]
+    names = [d["metadata"]["name"] for d in docs if d["kind"] != "Metal3Cluster"]
     assert all(DNS_LABEL.match(n) and len(n) <= 63 for n in names)
     assert len(set(names)) == len(names) - len(pools)  # MD and its template share a name
     for d in docs:
@@ -212,7 +217,16 @@ def test_cli_json_and_capi(
     assert len([line for line in err.splitlines() if line.startswith("warning:")]) == 1
     assert "no machine image" in err
     kinds = {d["kind"] for d in yaml.safe_load_all(target.read_text())}
-    assert kinds == {"KubeadmControlPlane", "MachineDeployment", "KubeadmConfigTemplate"}
+    assert kinds == {
+        "Cluster",
+        "Metal3Cluster",
+        "KubeadmControlPlane",
+        "MachineDeployment",
+        "KubeadmConfigTemplate",
+        "MachineHealthCheck",
+        "ConfigMap",
+        "ClusterResourceSet",
+    }
 
 
 def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -236,6 +250,7 @@ def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 # -- Metal3 infrastructure templates -------------------------------------------------------------
 BASE = "https://images.example/nvkr/"
+VIP = export.parse_endpoint("10.0.0.10:6443")
 
 
 def _disk(variant: dict[str, str]) -> str:
@@ -281,7 +296,11 @@ def test_metal3_templates(loaded: tuple[dict[str, Any], str]) -> None:
     meta, digest = loaded
     meta = with_node_image(meta)
     docs = _capi(
-        meta, digest, infrastructure="metal3", image_urls=export.ImageUrls.from_base_url(BASE)
+        meta,
+        digest,
+        infrastructure="metal3",
+        image_urls=export.ImageUrls.from_base_url(BASE),
+        control_plane_endpoint=VIP,
     )
     for d in docs:
         assert isinstance(d["apiVersion"], str) and isinstance(d["kind"], str)
@@ -320,7 +339,8 @@ def test_metal3_templates(loaded: tuple[dict[str, Any], str]) -> None:
                         "checksum": hexdigest,
                         "checksumType": "sha256",
                         "format": "qcow2",
-                    }
+                    },
+                    "dataTemplate": {"name": "gpu-cluster-1-metadata"},
                 }
             }
         }
@@ -330,9 +350,9 @@ def test_metal3_templates(loaded: tuple[dict[str, Any], str]) -> None:
     # the control plane boots the first amd64 pool's image (hopper, amd64)
     [kcp] = _by_kind(docs, "KubeadmControlPlane").values()
     cp_ref = kcp["spec"]["machineTemplate"]["infrastructureRef"]
-    assert cp_ref["kind"] == "Metal3MachineTemplate" and order[0] == (
-        cp_ref["kind"],
-        cp_ref["name"],
+    assert cp_ref["kind"] == "Metal3MachineTemplate"
+    assert order.index((cp_ref["kind"], cp_ref["name"])) < order.index(
+        ("KubeadmControlPlane", kcp["metadata"]["name"])
     )
     cp_image = templates[cp_ref["name"]]["spec"]["template"]["spec"]["image"]
     assert cp_image["checksum"] == _disk({"gpu": "hopper", "arch": "amd64"})[7:]
@@ -352,7 +372,9 @@ def test_metal3_adds_only_templates_and_is_deterministic(
     kw: dict[str, Any] = {"cluster_name": "c", "namespace": "n"}
     urls = export.ImageUrls.from_registry("reg.example:5000", "gpu/sets")
     first = export.dump_yaml(
-        export.export_capi(meta, digest, infrastructure="metal3", image_urls=urls, **kw)
+        export.export_capi(
+            meta, digest, infrastructure="metal3", image_urls=urls, control_plane_endpoint=VIP, **kw
+        )
     )
     again = export.dump_yaml(
         export.export_capi(
@@ -360,15 +382,20 @@ def test_metal3_adds_only_templates_and_is_deterministic(
             digest,
             infrastructure="metal3",
             image_urls=export.ImageUrls.from_registry("reg.example:5000", "gpu/sets"),
+            control_plane_endpoint=VIP,
             **kw,
         )
     )
     assert first == again
-    plain = export.dump_yaml(export.export_capi(meta, digest, **kw))
+    plain = export.dump_yaml(export.export_capi(meta, digest, control_plane_endpoint=VIP, **kw))
     docs = list(yaml.safe_load_all(first))
-    assert [d for d in docs if d["kind"] != "Metal3MachineTemplate"] == list(
-        yaml.safe_load_all(plain)
-    )
+    # Metal3 adds its templates and fills in the infrastructure cluster the plain export leaves
+    # a placeholder; everything else is the same
+    added = {"Metal3MachineTemplate", "Metal3DataTemplate", "Metal3Cluster"}
+    plain_docs = [d for d in yaml.safe_load_all(plain) if d["kind"] != "Metal3Cluster"]
+    assert [d for d in docs if d["kind"] not in added] == plain_docs
+    [m3c] = [d for d in docs if d["kind"] == "Metal3Cluster"]
+    assert m3c["spec"] == {"controlPlaneEndpoint": {"host": "10.0.0.10", "port": 6443}}
     for d in docs:
         if d["kind"] == "Metal3MachineTemplate":
             image = d["spec"]["template"]["spec"]["image"]
@@ -415,6 +442,7 @@ def test_metal3_control_plane_pool(loaded: tuple[dict[str, Any], str]) -> None:
             namespace="n",
             infrastructure="metal3",
             image_urls=export.ImageUrls.from_base_url(BASE),
+            control_plane_endpoint=VIP,
             control_plane_pool=pool,
         )
         [kcp] = [d for d in docs if d["kind"] == "KubeadmControlPlane"]
@@ -449,6 +477,7 @@ def test_metal3_host_arch_label(loaded: tuple[dict[str, Any], str]) -> None:
         "namespace": "n",
         "infrastructure": "metal3",
         "image_urls": export.ImageUrls.from_base_url(BASE),
+        "control_plane_endpoint": VIP,
     }
     plain = _by_kind(export.export_capi(meta, digest, **kw), "Metal3MachineTemplate")
     assert all("hostSelector" not in t["spec"]["template"]["spec"] for t in plain.values())
@@ -474,7 +503,7 @@ def test_metal3_host_arch_label(loaded: tuple[dict[str, Any], str]) -> None:
     for bad in ("-arch", "a/b/c", "UPPER.example/arch", "x" * 64, "example.com/", "a b"):
         with pytest.raises(UsageError, match="not a Kubernetes label key"):
             export.export_capi(meta, digest, host_arch_label=bad, **kw)
-    kw.pop("infrastructure"), kw.pop("image_urls")
+    kw.pop("infrastructure"), kw.pop("image_urls"), kw.pop("control_plane_endpoint")
     with pytest.raises(UsageError, match="hosts of Metal3 templates") as err:
         export.export_capi(meta, digest, host_arch_label="kubernetes.io/arch", **kw)
     assert err.value.hint == "add --infrastructure metal3"
@@ -510,7 +539,7 @@ def test_machine_image_sboms_of_the_pools(loaded: tuple[dict[str, Any], str]) ->
 def test_metal3_errors(loaded: tuple[dict[str, Any], str]) -> None:
     meta, digest = loaded
     urls = export.ImageUrls.from_base_url(BASE)
-    kw: dict[str, Any] = {"cluster_name": "c", "namespace": "n"}
+    kw: dict[str, Any] = {"cluster_name": "c", "namespace": "n", "control_plane_endpoint": VIP}
     with pytest.raises(UsageError, match="have none") as err:
         export.export_capi(meta, digest, infrastructure="metal3", image_urls=urls, **kw)
     assert "hopper" in err.value.message and "blackwell-arm64" in err.value.message
@@ -557,6 +586,7 @@ def test_cli_metal3(
 ) -> None:
     path = str(layout)
     metal3 = ["--format", "capi", "--infrastructure", "metal3"]
+    metal3 += ["--control-plane-endpoint", "10.0.0.10:6443"]
     for extra, want in [
         (["--image-base-url", BASE], "have none"),  # the fixture's pools have no machine image
         ([], "needs a URL"),
@@ -586,6 +616,8 @@ def test_cli_metal3(
         "nvkr.delivery.export.images.check_anonymous_reads",
         lambda urls, warn: heads.append(list(urls)),
     )
+    # the charts are read from the registry too: no add-ons here (rendered in test_addons_*)
+    monkeypatch.setattr(export_release, "rendered_addons", lambda *_: {})
     target = tmp_path / "metal3.yaml"
     ref = "reg.example/gpu/sets:v1"
     argv = [

@@ -10,6 +10,7 @@ The public surface::
 """
 
 from nvkr.delivery.export.capi import ANN_MACHINE_IMAGE, dns_label, dump_yaml, export_capi
+from nvkr.delivery.export.capi.names import ApiVersions, parse_endpoint
 from nvkr.delivery.export.document import (
     EXPORT_SCHEMA_VERSION,
     export_json,
@@ -22,6 +23,7 @@ __all__ = [
     "ANN_MACHINE_IMAGE",
     "EXPORT_SCHEMA_VERSION",
     "METAL3_MACHINE_TEMPLATE",
+    "ApiVersions",
     "ImageUrls",
     "check_label_key",
     "dns_label",
@@ -30,4 +32,5 @@ __all__ = [
     "export_json",
     "machine_image_sboms",
     "missing_for_kubeadm",
+    "parse_endpoint",
 ]

@@ -102,6 +102,8 @@ def _machine_images(metadata: Mapping[str, Any], repository: str | None) -> list
 
 #: What a node needs for the Kubeadm* resources of ``--format capi`` to bootstrap it.
 KUBEADM_NEEDS: Final = ("kubeadm", "kubelet")
+#: What runs the bootstrap data CABPK writes (a cloud-config) on a node: the Debian package.
+BOOTSTRAP_NEEDS: Final = ("cloud-init",)
 
 
 def machine_image_sboms(metadata: Mapping[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
@@ -119,17 +121,20 @@ def machine_image_sboms(metadata: Mapping[str, Any]) -> dict[str, tuple[str, dic
     return out
 
 
-def missing_for_kubeadm(spdx: Mapping[str, Any]) -> list[str]:
-    """Which of :data:`KUBEADM_NEEDS` a machine image's SPDX 2.3 SBOM shows neither as a
-    package (``packages[].name``, the Debian packages) nor as a staged file
-    (``files[].fileName`` ending in ``/kubeadm``...). Empty: it can bootstrap."""
+def missing_for_kubeadm(
+    spdx: Mapping[str, Any], needs: tuple[str, ...] = KUBEADM_NEEDS
+) -> list[str]:
+    """Which of ``needs`` (default :data:`KUBEADM_NEEDS`; :data:`BOOTSTRAP_NEEDS` for
+    cloud-init) a machine image's SPDX 2.3 SBOM shows neither as a package
+    (``packages[].name``, the Debian packages) nor as a staged file (``files[].fileName``
+    ending in ``/kubeadm``...). Empty: it can bootstrap."""
     names = {str(p.get("name")) for p in spdx.get("packages") or [] if isinstance(p, dict)}
     names |= {
         str(f.get("fileName", "")).rsplit("/", 1)[-1]
         for f in spdx.get("files") or []
         if isinstance(f, dict)
     }
-    return [tool for tool in KUBEADM_NEEDS if tool not in names]
+    return [tool for tool in needs if tool not in names]
 
 
 def _artifacts(metadata: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -132,19 +132,63 @@ def metal3_image(
 
 
 def metal3_template(
-    metadata: dict[str, Any], image: dict[str, str], match_labels: dict[str, str] | None
+    metadata: dict[str, Any],
+    image: dict[str, str],
+    match_labels: dict[str, str] | None,
+    *,
+    api_version: str = METAL3_API_VERSION,
+    data_template: str | None = None,
 ) -> dict[str, Any]:
+    """A Metal3MachineTemplate booting ``image``, selecting hosts by ``match_labels``, its
+    machines' metadata from the Metal3DataTemplate ``data_template``."""
     # cluster-api-provider-metal3 api/v1beta1: Metal3MachineTemplate spec.template.spec is a
-    # Metal3MachineSpec, whose `image` is the Image type (see metal3_image) and whose
-    # `hostSelector` (HostSelector: matchLabels, matchExpressions) filters BareMetalHosts by label.
+    # Metal3MachineSpec, whose `image` is the Image type (see metal3_image), whose
+    # `hostSelector` (HostSelector: matchLabels, matchExpressions) filters BareMetalHosts by
+    # label and whose `dataTemplate` (corev1.ObjectReference) names the Metal3DataTemplate.
     spec: dict[str, Any] = {"image": dict(image)}
+    if data_template is not None:
+        spec["dataTemplate"] = {"name": data_template}
     if match_labels:
         spec["hostSelector"] = {"matchLabels": dict(match_labels)}
     return {
-        "apiVersion": METAL3_API_VERSION,
+        "apiVersion": api_version,
         "kind": METAL3_MACHINE_TEMPLATE,
         "metadata": metadata,
         "spec": {"template": {"spec": spec}},
+    }
+
+
+def metal3_cluster(
+    metadata: dict[str, Any], api_version: str, host: str, port: int
+) -> dict[str, Any]:
+    """The Metal3Cluster: the control-plane endpoint (bare metal has no load balancer to ask
+    for one: a VIP the user runs, e.g. kube-vip or keepalived)."""
+    # CAPM3 api/v1beta1/metal3cluster_types.go: Metal3ClusterSpec{controlPlaneEndpoint
+    # APIEndpoint{host, port}, noCloudProvider (deprecated), cloudProviderEnabled}; the
+    # webhook requires host and port.
+    return {
+        "apiVersion": api_version,
+        "kind": "Metal3Cluster",
+        "metadata": metadata,
+        "spec": {"controlPlaneEndpoint": {"host": host, "port": port}},
+    }
+
+
+def metal3_data_template(
+    metadata: dict[str, Any], api_version: str, cluster_name: str
+) -> dict[str, Any]:
+    """The Metal3DataTemplate whose meta data gives each node its name: ``name``,
+    ``local-hostname`` and ``local_hostname`` from the Machine's name (the node image bakes no
+    hostname in; cloud-init reads it from the config drive Ironic writes)."""
+    # CAPM3 api/v1beta1/metal3datatemplate_types.go: Metal3DataTemplateSpec{clusterName
+    # (required), metaData *MetaData{strings, objectNames [{key, object: machine|
+    # metal3machine|baremetalhost}], ...}, networkData}.
+    names = [{"key": k, "object": "machine"} for k in ("name", "local-hostname", "local_hostname")]
+    return {
+        "apiVersion": api_version,
+        "kind": "Metal3DataTemplate",
+        "metadata": metadata,
+        "spec": {"clusterName": cluster_name, "metaData": {"objectNames": names}},
     }
 
 

@@ -4,12 +4,13 @@ registry reference, its metadata only), check the options against each other and
 :func:`~nvkr.delivery.export.capi.export_capi` as text.
 
 ``capi`` also reads the SBOM of each node-pool machine image and warns when it shows no kubeadm
-or kubelet: the Kubeadm* resources could not bootstrap such nodes; with
-``--image-url-from-registry`` it asks each blob URL the Metal3 templates name whether it can be
-read anonymously, as Ironic will (:func:`~nvkr.delivery.export.images.check_anonymous_reads`).
-``--images-dir`` writes the machine images beside the text
-(:func:`~nvkr.delivery.export.images.write_images_dir`). The warnings and the images dir's summary
-go to ``warn`` as they arise, before the text is returned.
+or kubelet, or no cloud-init (through which CABPK's bootstrap data reaches a node): the Kubeadm*
+resources could not bootstrap such nodes. It renders the cluster release's charts with Helm
+(:mod:`nvkr.delivery.export.addons`) for the add-ons. With ``--image-url-from-registry`` it asks
+each blob URL the Metal3 templates name whether it can be read anonymously, as Ironic will
+(:func:`~nvkr.delivery.export.images.check_anonymous_reads`). ``--images-dir`` writes the machine
+images beside the text (:func:`~nvkr.delivery.export.images.write_images_dir`). The warnings and
+the images dir's summary go to ``warn`` as they arise, before the text is returned.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nvkr.delivery.export.addons import rendered_addons
 from nvkr.delivery.export.capi import (
     ANN_MACHINE_IMAGE,
     DEFAULT_INFRASTRUCTURE_API_VERSION,
@@ -28,7 +30,10 @@ from nvkr.delivery.export.capi import (
     dump_yaml,
     export_capi,
 )
+from nvkr.delivery.export.capi.names import ApiVersions, parse_endpoint
 from nvkr.delivery.export.document import (
+    BOOTSTRAP_NEEDS,
+    KUBEADM_NEEDS,
     export_json,
     machine_image_sboms,
     missing_for_kubeadm,
@@ -54,6 +59,9 @@ class ExportOptions:
     image_url_from_registry: bool = False
     control_plane_pool: str | None = None
     host_arch_label: str | None = None
+    api_version: str = "v1beta1"
+    metal3_api_version: str = "v1beta1"
+    control_plane_endpoint: str | None = None
     images_dir: Path | None = None
 
 
@@ -72,6 +80,12 @@ def export_release_set(
         IntegrityError: a digest does not match; RegistryError: the registry fails.
     """
     _check_options(options)
+    api = ApiVersions(options.api_version, options.metal3_api_version)
+    endpoint = (
+        parse_endpoint(options.control_plane_endpoint)
+        if options.control_plane_endpoint is not None
+        else None
+    )
     urls = image_urls(source, options, registry.insecure)
     meta, top = load_release_set(source, registry=registry)
     digest = str(top["digest"])
@@ -92,6 +106,9 @@ def export_release_set(
         image_urls=urls,
         control_plane_pool=options.control_plane_pool,
         host_arch_label=options.host_arch_label,
+        api=api,
+        control_plane_endpoint=endpoint,
+        addons=rendered_addons(source, meta, registry),
     )
     _warn_capi(source, meta, digest, options, registry, warn)
     if options.image_url_from_registry:
@@ -145,6 +162,16 @@ def _check_options(options: ExportOptions) -> None:
             "--host-arch-label selects the hosts of Metal3 templates",
             hint="use it with --format capi --infrastructure metal3",
         )
+    capi_only = {
+        "--control-plane-endpoint": options.control_plane_endpoint is not None,
+        "--api-version": options.api_version != "v1beta1",
+        "--metal3-api-version": options.metal3_api_version != "v1beta1",
+    }
+    given = [flag for flag, set_ in capi_only.items() if set_]
+    if options.fmt == "json" and given:
+        raise UsageError(
+            f"{', '.join(given)} shape the Cluster API resources", hint="use with --format capi"
+        )
     if options.fmt == "json" and options.infrastructure is not None:
         raise UsageError(
             "--infrastructure writes Cluster API templates", hint="use it with --format capi"
@@ -172,6 +199,15 @@ def _warn_capi(
         )
     gaps: dict[str, list[str]] = {}
     for label, tools in kubeadm_gaps(source, meta, registry):
+        if "cloud-init" in tools:
+            warn(
+                f"warning: the SBOM of machine image {label} shows no cloud-init: nothing on "
+                "its nodes runs the bootstrap data (a cloud-config) Cluster API hands them; "
+                "build from a recipe that installs cloud-init"
+            )
+            tools = [t for t in tools if t != "cloud-init"]
+            if not tools:
+                continue
         gaps.setdefault(" or ".join(tools), []).append(label)
     for lacking, labels in gaps.items():
         warn(
@@ -223,8 +259,8 @@ def image_urls(source: str, options: ExportOptions, insecure: bool) -> ImageUrls
 def kubeadm_gaps(
     source: str, meta: dict[str, Any], registry: RegistryClients
 ) -> list[tuple[str, list[str]]]:
-    """``(label, missing)`` for each node-pool machine image whose SBOM lacks kubeadm or
-    kubelet (:func:`~nvkr.delivery.export.document.missing_for_kubeadm`): read from the layout,
+    """``(label, missing)`` for each node-pool machine image whose SBOM lacks kubeadm,
+    kubelet or cloud-init (:func:`~nvkr.delivery.export.document.missing_for_kubeadm`): read from the layout,
     or from the registry (one manifest and one SBOM blob each)."""
     from nvkr.oci.layout import LayoutReader
 
@@ -240,7 +276,8 @@ def kubeadm_gaps(
             manifest = json.loads(read_manifest(desc))
             layers = [la for la in manifest.get("layers") or [] if isinstance(la, dict)]
             if layers:
-                missing = missing_for_kubeadm(json.loads(read_blob(layers[0])))
+                spdx = json.loads(read_blob(layers[0]))
+                missing = missing_for_kubeadm(spdx, KUBEADM_NEEDS + BOOTSTRAP_NEEDS)
                 if missing:
                     gaps.append((label, missing))
         return gaps
@@ -263,3 +300,36 @@ def kubeadm_gaps(
             return buf.getvalue()
 
         return spdx_docs(manifest, blob)
+
+
+def bootstrap_user_data(capi_yaml: str, pool: str, endpoint: str | None) -> str:
+    """CABPK's user-data (:func:`nvkr.delivery.export.cabpk.user_data`) for a node of ``pool``
+    joining with the KubeadmConfigTemplate (or, for ``control-plane``, the KubeadmControlPlane)
+    of the export ``capi_yaml``; the discovery endpoint is ``endpoint`` when given.
+
+    Raises:
+        UsageError: no such pool in the export.
+    """
+    import yaml
+
+    from nvkr.delivery.export import cabpk
+
+    docs = [d for d in yaml.safe_load_all(capi_yaml) if d is not None]
+    template = cabpk.pick_template(docs, pool)
+    kcp = next(d for d in docs if d["kind"] == "KubeadmControlPlane")
+    version = str(kcp["spec"]["version"])
+    if template["kind"] == "KubeadmConfigTemplate":
+        md = next(
+            (
+                d
+                for d in docs
+                if d["kind"] == "MachineDeployment"
+                and d["metadata"]["name"] == template["metadata"]["name"]
+            ),
+            None,
+        )
+        if md is not None:
+            version = str(md["spec"]["template"]["spec"].get("version") or version)
+    if endpoint is not None:
+        return cabpk.user_data(template, version, str(parse_endpoint(endpoint)))
+    return cabpk.user_data(template, version)

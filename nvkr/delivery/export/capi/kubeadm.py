@@ -1,0 +1,101 @@
+"""The kubeadm configuration of a Cluster API export: KubeadmControlPlane's ``kubeadmConfigSpec``
+and each KubeadmConfigTemplate's, made to fit what an nvkr node image already holds.
+
+The node-image builder (:mod:`nvkr.builders.node_image.staging`, assets in
+``builders/node-image/``) stages containerd (CRI socket ``unix:///run/containerd/containerd.sock``,
+the ``containerRuntimeEndpoint`` of its kubelet configuration), a kubelet configuration at
+``/etc/kubernetes/kubelet-config.yaml`` (client CA ``/etc/kubernetes/pki/ca.crt``) and the
+drop-in ``kubelet.service.d/20-nvkr.conf``, which *replaces* kubelet's ExecStart: kubelet runs
+with that configuration, ``--kubeconfig=/etc/kubernetes/kubelet.conf``,
+``--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf`` and the node agent's labels,
+and starts only once one of those kubeconfigs exists. So nothing here fights the image:
+
+- ``kubeadm join`` writes ``/etc/kubernetes/pki/ca.crt`` and ``bootstrap-kubelet.conf`` (what
+  the drop-in and the kubelet configuration name) and restarts kubelet, which then starts; no
+  ``files`` or commands are needed for that, and none are written (the image has the configs).
+- ``certificatesDir`` is ``/etc/kubernetes/pki``, where the image's kubelet looks for its CA.
+- ``criSocket`` is the image's containerd socket.
+- ``kubeletExtraArgs`` carries the node labels of the node-pool release (GPU generation, arch,
+  pool), the labels the node agent writes for the drop-in too. kubeadm records kubelet flags in
+  ``/var/lib/kubelet/kubeadm-flags.env``, which nvkr's drop-in does not read (its ExecStart
+  wins): the same labels reach kubelet either way, and no flag of kubeadm's can override a
+  setting the image made.
+
+Cluster API v1beta1 writes ``kubeletExtraArgs`` as a map and ClusterConfiguration with its own
+``networking``; v1beta2 (api/bootstrap/kubeadm/v1beta2/kubeadm_types.go) as a list of
+``{name, value}``, and its ClusterConfiguration has no networking, kubernetesVersion or
+clusterName (they come from the Cluster). See :mod:`.fieldrules` for the sources.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from nvkr.delivery.export.capi.names import ApiVersions, Endpoint
+
+#: The image's containerd socket (builders/node-image/kubelet-config.yaml.j2).
+CRI_SOCKET: Final = "unix:///run/containerd/containerd.sock"
+#: Where kubeadm keeps certificates; the image's kubelet reads its client CA from here.
+CERTIFICATES_DIR: Final = "/etc/kubernetes/pki"
+#: Cluster networking written into the Cluster (clusterNetwork) and, for v1beta1, into
+#: ClusterConfiguration.networking (kubeadm's own defaults for services and the domain).
+POD_CIDR: Final = "10.244.0.0/16"
+SERVICE_CIDR: Final = "10.96.0.0/12"
+SERVICE_DOMAIN: Final = "cluster.local"
+
+
+def kubelet_args(
+    api: ApiVersions, args: Mapping[str, str]
+) -> dict[str, str] | list[dict[str, str]]:
+    """kubelet flags (without ``--``) as ``kubeletExtraArgs``: v1beta1 a map, v1beta2 a list of
+    ``{name, value}`` sorted by name (kubeadm_types.go, type Arg)."""
+    if api.v1beta2:
+        return [{"name": k, "value": args[k]} for k in sorted(args)]
+    return {k: args[k] for k in sorted(args)}
+
+
+def kubelet_args_dict(value: Any) -> dict[str, str]:
+    """``kubeletExtraArgs`` of either shape back as a map (for CABPK's rendering)."""
+    if isinstance(value, list):
+        return {str(a["name"]): str(a["value"]) for a in value}
+    return {str(k): str(v) for k, v in (value or {}).items()}
+
+
+def node_registration(api: ApiVersions, labels: Mapping[str, str]) -> dict[str, Any]:
+    """``nodeRegistration`` for init and join: the image's CRI socket and the pool's labels."""
+    node_labels = ",".join(f"{k}={v}" for k, v in labels.items() if v)
+    return {
+        "criSocket": CRI_SOCKET,
+        "kubeletExtraArgs": kubelet_args(api, {"node-labels": node_labels}),
+    }
+
+
+def control_plane_spec(
+    api: ApiVersions, labels: Mapping[str, str], endpoint: Endpoint | None
+) -> dict[str, Any]:
+    """KubeadmControlPlane ``spec.kubeadmConfigSpec``: clusterConfiguration, initConfiguration
+    (the first control-plane node) and joinConfiguration (the others, which join with
+    ``controlPlane: {}``)."""
+    cluster: dict[str, Any] = {"certificatesDir": CERTIFICATES_DIR}
+    if endpoint is not None:
+        cluster["apiServer"] = {"certSANs": [endpoint.host]}
+    if not api.v1beta2:
+        cluster["networking"] = {
+            "podSubnet": POD_CIDR,
+            "serviceSubnet": SERVICE_CIDR,
+            "dnsDomain": SERVICE_DOMAIN,
+        }
+    return {
+        "clusterConfiguration": cluster,
+        "initConfiguration": {"nodeRegistration": node_registration(api, labels)},
+        "joinConfiguration": {
+            "nodeRegistration": node_registration(api, labels),
+            "controlPlane": {},
+        },
+    }
+
+
+def worker_spec(api: ApiVersions, labels: Mapping[str, str]) -> dict[str, Any]:
+    """KubeadmConfigTemplate ``spec.template.spec``: the joinConfiguration of a worker."""
+    return {"joinConfiguration": {"nodeRegistration": node_registration(api, labels)}}

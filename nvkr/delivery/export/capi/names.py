@@ -1,0 +1,196 @@
+"""Names, API versions and the control-plane endpoint of a Cluster API export.
+
+Shared by every part of :mod:`nvkr.delivery.export.capi`: the annotation and label keys, the
+DNS-1123 names Kubernetes requires (:func:`dns_label`, :func:`pool_names`), the API versions
+``--api-version`` and ``--metal3-api-version`` choose (:class:`ApiVersions`), the object
+references whose shape changed between Cluster API v1beta1 and v1beta2 (:meth:`ApiVersions.ref`),
+``--control-plane-endpoint HOST:PORT`` (:func:`parse_endpoint`) and the YAML writer
+(:func:`dump_yaml`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import yaml
+
+from nvkr.errors import UsageError
+from nvkr.yamlemit import Dumper
+
+ANN_MACHINE_IMAGE: Final = "nvkr.dev/machine-image"
+ANN_MACHINE_IMAGE_REF: Final = "nvkr.dev/machine-image-ref"
+ANN_RELEASE_SET: Final = "nvkr.dev/release-set"
+ANN_RELEASE_SET_NAME: Final = "nvkr.dev/release-set-name"
+#: On an infrastructure cluster nvkr cannot fill in (no ``--infrastructure``): what to do.
+ANN_PLACEHOLDER: Final = "nvkr.dev/placeholder"
+LABEL_GPU: Final = "nvkr.dev/gpu-generation"
+LABEL_ARCH: Final = "kubernetes.io/arch"
+LABEL_POOL: Final = "nvkr.dev/node-pool"
+LABEL_CLUSTER: Final = "cluster.x-k8s.io/cluster-name"
+#: On the Cluster; the ClusterResourceSet of the add-ons selects clusters by it.
+LABEL_ADDONS: Final = "nvkr.dev/addons"
+
+#: Cluster API versions ``--api-version`` accepts: v1beta1 (served by every CAPI 1.x) and
+#: v1beta2 (served from CAPI 1.11, its storage version).
+CAPI_API_VERSIONS: Final = ("v1beta1", "v1beta2")
+DEFAULT_CAPI_API_VERSION: Final = "v1beta1"
+#: CAPM3 API versions ``--metal3-api-version`` accepts; v1beta1 is what CAPM3's released
+#: versions (1.x) serve, v1beta2 is on its main branch (api/v1beta2).
+METAL3_API_VERSIONS: Final = ("v1beta1", "v1beta2")
+DEFAULT_METAL3_API_VERSION: Final = "v1beta1"
+
+_DNS_LABEL: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_LABEL_MAX: Final = 63
+_DNS_SUBDOMAIN: Final = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
+
+
+@dataclass(frozen=True)
+class ApiVersions:
+    """The API versions one export writes: Cluster API's (``capi``) and CAPM3's (``metal3``)."""
+
+    capi: str = DEFAULT_CAPI_API_VERSION
+    metal3: str = DEFAULT_METAL3_API_VERSION
+
+    def __post_init__(self) -> None:
+        if self.capi not in CAPI_API_VERSIONS:
+            raise UsageError(
+                f"--api-version {self.capi!r} is not a Cluster API version nvkr writes",
+                hint="one of: " + ", ".join(CAPI_API_VERSIONS),
+            )
+        if self.metal3 == "v1beta2":
+            # CAPM3's api/v1beta2 is in the index, but no field rules were read from it
+            # (fieldrules.py): refuse rather than write documents nothing checked.
+            raise UsageError(
+                "--metal3-api-version v1beta2: no field rules were read for CAPM3 v1beta2, so "
+                "nvkr does not write Metal3 documents of that version",
+                hint="use --metal3-api-version v1beta1 (what released CAPM3 serves)",
+            )
+        if self.metal3 not in METAL3_API_VERSIONS:
+            raise UsageError(
+                f"--metal3-api-version {self.metal3!r} is not a CAPM3 version nvkr writes",
+                hint="one of: " + ", ".join(METAL3_API_VERSIONS),
+            )
+
+    @property
+    def v1beta2(self) -> bool:
+        return self.capi == "v1beta2"
+
+    def group(self, group: str) -> str:
+        """``<group>/<capi version>``, e.g. ``cluster.x-k8s.io/v1beta2``."""
+        return f"{group}/{self.capi}"
+
+    def ref(self, api_version: str, kind: str, name: str) -> dict[str, str]:
+        """An object reference: v1beta1's ``corev1.ObjectReference`` (apiVersion, kind, name);
+        v1beta2's ``ContractVersionedObjectReference`` (apiGroup, kind, name: the version is
+        found from the CRD's contract labels; api/core/v1beta2/common_types.go)."""
+        if self.v1beta2:
+            return {"apiGroup": api_version.split("/", 1)[0], "kind": kind, "name": name}
+        return {"apiVersion": api_version, "kind": kind, "name": name}
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """``--control-plane-endpoint``: the API server's stable address (a VIP on bare metal)."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+def parse_endpoint(text: str) -> Endpoint:
+    """``HOST:PORT`` (``10.0.0.10:6443``, ``api.example.com:6443``, ``[fd00::10]:6443``).
+
+    Raises:
+        UsageError: no port, a port outside 1..65535, or a host that is neither an IP address
+            nor a DNS subdomain (RFC 1123, what Cluster API's APIEndpoint.host holds).
+    """
+    hint = "HOST:PORT, e.g. --control-plane-endpoint 10.0.0.10:6443 (bare metal: a VIP)"
+    match = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\]:(\d+)|([^:\[\]]+):(\d+)", text.strip())
+    if match is None:
+        raise UsageError(f"control-plane endpoint {text!r} is not HOST:PORT", hint=hint)
+    host = match.group(1) or match.group(3)
+    port = int(match.group(2) or match.group(4))
+    if not 1 <= port <= 65535:
+        raise UsageError(f"control-plane endpoint {text!r}: port {port} is not 1..65535", hint=hint)
+    try:
+        host = str(ipaddress.ip_address(host))
+    except ValueError:
+        if match.group(1) or len(host) > 253 or not _DNS_SUBDOMAIN.match(host.lower()):
+            raise UsageError(
+                f"control-plane endpoint {text!r}: {host!r} is neither an IP address nor a DNS "
+                "name",
+                hint=hint,
+            ) from None
+        host = host.lower()
+    return Endpoint(host, port)
+
+
+class _NoAliasDumper(Dumper):
+    # kubectl and kustomize read anchors, but people diff and patch this output: no &id001.
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def dump_yaml(resources: Sequence[Mapping[str, Any]]) -> str:
+    """``resources`` as multi-document YAML (``---`` before each), keys in their given order."""
+    return yaml.dump_all(
+        [dict(r) for r in resources],
+        Dumper=_NoAliasDumper,
+        sort_keys=False,
+        default_flow_style=False,
+        explicit_start=True,
+        width=1000,
+    )
+
+
+def dns_label(text: str) -> str:
+    """``text`` as a DNS-1123 label (RFC 1123): lower-case ``[a-z0-9-]``, at most 63 characters.
+
+    Any other character becomes ``-``; a name cut to fit ends in 8 hex digits of its sha256 so
+    two long names stay distinct.
+
+    Raises:
+        UsageError: nothing of ``text`` is left.
+    """
+    label = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+    label = re.sub(r"-{2,}", "-", label)
+    if len(label) > _DNS_LABEL_MAX:
+        suffix = hashlib.sha256(text.encode()).hexdigest()[:8]
+        label = label[: _DNS_LABEL_MAX - 9].rstrip("-") + "-" + suffix
+    if not _DNS_LABEL.match(label):
+        raise UsageError(
+            f"{text!r} has no characters left for a Kubernetes name", hint="use [a-z0-9-]"
+        )
+    return label
+
+
+def pool_names(pools: Sequence[Mapping[str, Any]]) -> list[str]:
+    """A distinct DNS label per exported node-pool release (a shared name gets arch, then GPU)."""
+    names = [dns_label(p["name"]) for p in pools]
+    for extra in ("arch", "gpuGeneration"):
+        dupes = {n for n in names if names.count(n) > 1}
+        names = [
+            dns_label(f"{n}-{p.get(extra) or ''}") if n in dupes else n
+            for n, p in zip(names, pools, strict=True)
+        ]
+    if len(set(names)) != len(names):
+        raise UsageError("node-pool releases do not have distinct names for Cluster API")
+    return names
+
+
+def image_annotations(image: str | None, repository: str | None) -> dict[str, str]:
+    """``nvkr.dev/machine-image`` (digest or ``none``) and, with a repository, its reference."""
+    annotations = {ANN_MACHINE_IMAGE: image or "none"}
+    if image and repository:
+        annotations[ANN_MACHINE_IMAGE_REF] = f"{repository}@{image}"
+    return annotations
