@@ -261,7 +261,8 @@ def _read_inventory(side: _ReleaseSet, desc: Mapping[str, Any]) -> _Inventory:
     Packages with a purl other than ``pkg:oci`` (images, platforms and layers are digests, which
     the artifact's digest already covers) are keyed by their name (the purl without its version
     when two share a name); files by ``fileName``, valued by their SHA256 (several when the name
-    is in several layers or platforms).
+    is in several layers or platforms) and the ``mode: NNNN`` annotations of a machine image's
+    staged files.
 
     Raises:
         IntegrityError: the manifest or its SPDX layer fails its digest or is not SPDX JSON.
@@ -301,7 +302,12 @@ def _read_inventory(side: _ReleaseSet, desc: Mapping[str, Any]) -> _Inventory:
     packages = {(n if names[n] == 1 else k): p for n, k, p in found}
     files: dict[str, list[str]] = {}
     for f in _objects(doc.get("files")):
-        files.setdefault(str(f.get("fileName")), []).append(_sha256(f) or "")
+        modes = [
+            str(a.get("comment"))
+            for a in _objects(f.get("annotations"))
+            if str(a.get("comment", "")).startswith("mode: ")
+        ]
+        files.setdefault(str(f.get("fileName")), []).append(" ".join([_sha256(f) or "", *modes]))
     return _Inventory(packages, {k: tuple(sorted(v)) for k, v in files.items()})
 
 

@@ -502,3 +502,88 @@ def test_errors_exit_2_or_3_with_a_message(
     meta.write_bytes(bytes(data))
     code, _, err = invoke("diff", str(release_sets[0]), str(damaged))
     assert code == 3 and err.startswith("error[NVKR-E-INTEGRITY]:")
+
+
+def _staged_image(tmp_path: Path, store: Any, name: str, files: dict[str, bytes]) -> dict[str, Any]:
+    """The SBOM manifest (in layout ``tmp_path/name``) of a node image whose tree got the
+    agent and ``files`` (a source each, mode 0644) from the node-image builder's own staging."""
+    from types import SimpleNamespace
+
+    from nvkr.builders.node_image.artifact import KubeletSettings
+    from nvkr.builders.node_image.params import NodeImageParams, SourceFile
+    from nvkr.builders.node_image.staging import stage
+    from nvkr.sbom.debian import describe_machine_image
+    from nvkr.sbom.spdx import SpdxDocument
+
+    agent = store.add_bytes(b"\x7fELF the agent")
+    blobs = {f"file:{path}": store.add_bytes(data) for path, data in files.items()}
+    params = NodeImageParams(
+        arch="amd64", gpu="hopper", kubernetes="1.36", kubernetesVersion="1.36.3",
+        nvidiaRuntime=None, kubelet=KubeletSettings().model_dump(), sizeBytes=1 << 30, kernelArgs=[], format="qcow2",
+        backend="nvkr", bootTest=False, deps={"agent": "sha256:" + "a" * 64},
+        files=[SourceFile(path=p, mode=None, input=f"file:{p}", member=None) for p in files],
+        sandboxImage="registry.k8s.io/pause:3.10",
+    )  # fmt: skip
+    ctx = SimpleNamespace(
+        action=SimpleNamespace(params=params.to_json()),
+        store=store,
+        deps={"sha256:" + "a" * 64: {"outputs": [{"role": "primary", "digest": agent.digest}]}},
+        input_path=lambda role: store.blob_path(blobs[role].digest),
+    )
+    tree = tmp_path / f"{name}-tree"
+    tree.mkdir()
+    staged = stage(ctx, tree, {"metadata": {"packages": []}})  # type: ignore[arg-type]
+    disk = store.add_bytes(b"QFI\xfb" + name.encode())
+    result = {
+        "outputs": [{"name": "node.qcow2", "digest": disk.digest, "size": disk.size,
+                     "role": "primary", "mediaType": "application/vnd.nvkr.disk.qcow2"}],
+        "metadata": {"arch": "amd64", "packages": [], "staged": staged},
+    }  # fmt: skip
+    doc = SpdxDocument("node-image (linux/amd64)", "node-image")
+    describe_machine_image(doc, store, result, "node-image")
+    spdx = doc.to_json(created="2025-12-01T00:00:00Z", creators=["Tool: nvkr-test"])
+    side = _side(tmp_path / name)
+    layer = _put(side.path, json.dumps(spdx).encode(), "application/spdx+json")
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "artifactType": "application/spdx+json",
+        "layers": [layer],
+    }
+    return _put(side.path, json.dumps(manifest).encode(), manifest["mediaType"])
+
+
+def test_a_file_staged_into_a_node_image_shows_in_the_diff(tmp_path: Path) -> None:
+    """Issue 15 item 5: a configuration file (mode 0644, no binary) the builder stages into
+    one image and not the other is an added file of the release sets' diff, and the SBOM lists
+    every staged file with its mode, /etc/nvkr/manifest.json and the rendered units included."""
+    from nvkr.store import Store
+
+    store = Store(tmp_path / "store")
+    da = _staged_image(tmp_path, store, "a", {})
+    db = _staged_image(tmp_path, store, "b", {"/etc/nvkr/extra.conf": b"extra = 1\n"})
+    sa, sb = _side(tmp_path / "a"), _side(tmp_path / "b")
+    report = Report({"path": "a", "kind": "release-set"}, {"path": "b", "kind": "release-set"})
+    report.variants([HOPPER_AMD], [HOPPER_AMD])
+    _Details(sa, sb).sbom(report, "node-image", da, db, HOPPER_AMD)
+    assert report.document()["files"] == [
+        {"in": "node-image", "path": "./etc/nvkr/extra.conf", "change": "added",
+         "variants": [HOPPER_AMD]},
+    ]  # fmt: skip
+    manifest = json.loads((sb.path / "blobs" / "sha256" / db["digest"][7:]).read_text())
+    spdx = json.loads(sb.reader.read_blob(manifest["layers"][0]))
+    files = {f["fileName"]: f for f in spdx["files"]}
+    assert sorted(files) == [
+        "./etc/nvkr/extra.conf",
+        "./etc/nvkr/manifest.json",
+        "./etc/systemd/system/nvkr-node-agent.service",
+        "./usr/bin/node-agent",
+    ]
+    modes = {name: [a["comment"] for a in f.get("annotations", [])] for name, f in files.items()}
+    assert modes["./usr/bin/node-agent"] == ["mode: 0755"]
+    assert modes["./etc/nvkr/extra.conf"] == ["mode: 0644"]
+    extra = files["./etc/nvkr/extra.conf"]["checksums"]
+    assert {
+        "algorithm": "SHA256",
+        "checksumValue": hashlib.sha256(b"extra = 1\n").hexdigest(),
+    } in extra
