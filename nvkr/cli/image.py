@@ -54,8 +54,11 @@ def _split(args: tuple[str, ...], what: str) -> tuple[str, str | None, str | Non
     from nvkr.errors import UsageError
 
     source, rest = args[0], list(args[1:])
-    artifact = None if Path(source).is_file() else (rest.pop(0) if rest else None)
+    disk = Path(source).is_file()
+    artifact = None if disk else (rest.pop(0) if rest else None)
     if len(rest) > 1:
+        if disk:
+            raise UsageError(f"{source} is a disk image file: it takes no ARTIFACT", hint=what)
         raise UsageError(f"too many arguments: {' '.join(args)}", hint=what)
     return source, artifact, (rest[0] if rest else None)
 

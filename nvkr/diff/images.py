@@ -119,7 +119,7 @@ def diff_trees(
             fields["mode"] = (mode_text(ea.mode), mode_text(eb.mode))
         if (ea.uid, ea.gid) != (eb.uid, eb.gid):
             fields["owner"] = (f"{ea.uid}:{ea.gid}", f"{eb.uid}:{eb.gid}")
-        if ea.kind == eb.kind and ea.size != eb.size and ea.kind != "dir":
+        if ea.kind == eb.kind and ea.size != eb.size and ea.kind not in ("dir", "symlink"):
             fields["size"] = (ea.size, eb.size)
         if ea.kind == eb.kind == "file" and ea.size == eb.size:
             ha, hb = digests_a.get(ea.inode), digests_b.get(eb.inode)

@@ -504,7 +504,9 @@ def test_errors_exit_2_or_3_with_a_message(
     assert code == 3 and err.startswith("error[NVKR-E-INTEGRITY]:")
 
 
-def _staged_image(tmp_path: Path, store: Any, name: str, files: dict[str, bytes]) -> dict[str, Any]:
+def _staged_image(
+    tmp_path: Path, store: Any, name: str, files: dict[str, bytes], mode: str | None = None
+) -> dict[str, Any]:
     """The SBOM manifest (in layout ``tmp_path/name``) of a node image whose tree got the
     agent and ``files`` (a source each, mode 0644) from the node-image builder's own staging."""
     from types import SimpleNamespace
@@ -521,7 +523,7 @@ def _staged_image(tmp_path: Path, store: Any, name: str, files: dict[str, bytes]
         arch="amd64", gpu="hopper", kubernetes="1.36", kubernetesVersion="1.36.3",
         nvidiaRuntime=None, kubelet=KubeletSettings().model_dump(), sizeBytes=1 << 30, kernelArgs=[], format="qcow2",
         backend="nvkr", bootTest=False, deps={"agent": "sha256:" + "a" * 64},
-        files=[SourceFile(path=p, mode=None, input=f"file:{p}", member=None) for p in files],
+        files=[SourceFile(path=p, mode=mode, input=f"file:{p}", member=None) for p in files],
         sandboxImage="registry.k8s.io/pause:3.10",
     )  # fmt: skip
     ctx = SimpleNamespace(
@@ -582,6 +584,14 @@ def test_a_file_staged_into_a_node_image_shows_in_the_diff(tmp_path: Path) -> No
     modes = {name: [a["comment"] for a in f.get("annotations", [])] for name, f in files.items()}
     assert modes["./usr/bin/node-agent"] == ["mode: 0755"]
     assert modes["./etc/nvkr/extra.conf"] == ["mode: 0644"]
+    # a mode change alone is a change
+    dc = _staged_image(tmp_path, store, "c", {"/etc/nvkr/extra.conf": b"extra = 1\n"}, "0600")
+    report = Report({"path": "b", "kind": "release-set"}, {"path": "c", "kind": "release-set"})
+    report.variants([HOPPER_AMD], [HOPPER_AMD])
+    _Details(sb, _side(tmp_path / "c")).sbom(report, "node-image", db, dc, HOPPER_AMD)
+    assert [(f["path"], f["change"]) for f in report.document()["files"]] == [
+        ("./etc/nvkr/extra.conf", "changed")
+    ]
     extra = files["./etc/nvkr/extra.conf"]["checksums"]
     assert {
         "algorithm": "SHA256",
