@@ -17,16 +17,9 @@ import click
 
 from nvkr.cli import App
 from nvkr.cli.common import RegistryAccess, registry_options
-from nvkr.errors import NvkrError
+from nvkr.errors import ImagePathError
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class ImagePathError(NvkrError):
-    """A path the command names is not in the machine image (or is of the wrong kind)."""
-
-    code = "NVKR-E-IMAGE-PATH"
-    exit_code = 1
 
 
 def _variant(f: F) -> F:
