@@ -189,29 +189,23 @@ def diff(
     --artifact naming the image, or a disk file): the paths added, removed, and changed in type,
     mode, owner, size, content (sha256) or symlink target. The same release set twice with
     --variant-a and --variant-b compares two of its variants."""
-    import contextlib
+    from concurrent.futures import ThreadPoolExecutor
     from pathlib import Path
 
-    from nvkr.delivery.machine_image import machine_image_file
-    from nvkr.diff.images import compare_images, entry_json, mode_text, show_path
-    from nvkr.disk.imageread import open_root_fs
+    from nvkr.diff.images import diff_trees, entry_json, mode_text, read_tree, show_path
 
-    def pick(source: str, side: str | None) -> tuple[str | None, str | None]:
-        if Path(source).is_file():
-            return None, None
-        return artifact, side or variant
+    def side(source: str, own: str | None) -> tuple[str, Any, Any]:
+        disk = Path(source).is_file()
+        name, v = (None, None) if disk else (artifact, own or variant)
+        with _root_fs(source, name, v, registry) as (fs, label):
+            return (label, *read_tree(fs))
 
-    with contextlib.ExitStack() as stack:
-        readers = []
-        labels = []
-        for source, side in ((a, variant_a), (b, variant_b)):
-            name, v = pick(source, side)
-            disk, label = stack.enter_context(
-                machine_image_file(source, name, v, registry=registry)
-            )
-            readers.append(stack.enter_context(open_root_fs(disk, what=label)))
-            labels.append(label)
-        result = compare_images(readers[0], readers[1])
+    # each side from its download or conversion to its last digest in a thread of its own
+    with ThreadPoolExecutor(2, thread_name_prefix="nvkr-image-diff") as pool:
+        sides = [pool.submit(side, a, variant_a), pool.submit(side, b, variant_b)]
+        (la, ea, da), (lb, eb, db) = (f.result() for f in sides)
+    labels = [la, lb]
+    result = diff_trees(ea, eb, da, db)
     if as_json:
         doc = {
             "a": labels[0],

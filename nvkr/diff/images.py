@@ -1,9 +1,9 @@
 """``nvkr image diff``: the files two machine images' root file systems differ in.
 
-Each side is walked once (:meth:`nvkr.disk.ext4read.Ext4Reader.walk`) and its regular files that
-may be equal to the other side's (same path, both regular files, the same size) are hashed
-(:meth:`~nvkr.disk.ext4read.Ext4Reader.digests`); both sides run at once, in two threads, since
-each mostly waits for its debugfs. A path is ``added``, ``removed`` or ``changed`` in its type,
+Each side is walked once (:meth:`nvkr.disk.ext4read.Ext4Reader.walk`) and its regular files are
+hashed (:meth:`~nvkr.disk.ext4read.Ext4Reader.digests`), by :func:`read_tree`; ``nvkr image diff``
+reads both sides at once, each in a thread of its own from the download or QCOW2 conversion to
+the last digest, since each mostly waits for qemu-img and debugfs. A path is ``added``, ``removed`` or ``changed`` in its type,
 permission bits, owner, size, content sha256 or symlink target. Device numbers and times are not
 compared (debugfs's listing gives neither, and nvkr pins every time to the epoch).
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,26 +79,14 @@ class TreeDiff:
         return bool(self.added or self.removed or self.changed)
 
 
-def _candidates(
-    a: Mapping[bytes, Entry], b: Mapping[bytes, Entry]
-) -> tuple[list[Entry], list[Entry]]:
-    """The regular files of each side whose content must be hashed to compare them."""
-    both = [
-        (a[p], b[p])
-        for p in a.keys() & b.keys()
-        if stat.S_ISREG(a[p].mode) and stat.S_ISREG(b[p].mode) and a[p].size == b[p].size
-    ]
-    return [x for x, _ in both], [y for _, y in both]
-
-
 def diff_trees(
     a: Sequence[Entry],
     b: Sequence[Entry],
     digests_a: Mapping[int, str],
     digests_b: Mapping[int, str],
 ) -> TreeDiff:
-    """Compare two walks (``digests_*``: ``{inode: sha256 hex}`` of at least the files
-    :func:`_candidates` names)."""
+    """Compare two walks (``digests_*``: ``{inode: sha256 hex}`` of their regular files, as
+    :func:`read_tree` gives them)."""
     by_a = {e.path: e for e in a}
     by_b = {e.path: e for e in b}
     result = TreeDiff()
@@ -135,14 +122,12 @@ def diff_trees(
     return result
 
 
-def compare_images(a: Ext4Reader, b: Ext4Reader) -> TreeDiff:
-    """Walk and hash both file systems (both at once) and compare them.
+def read_tree(fs: Ext4Reader) -> tuple[list[Entry], dict[int, str]]:
+    """One side of a diff: every path of ``fs`` (one walk) and the sha256 hex of each regular
+    file's content by inode.
 
     Raises:
-        DiskError: a file system cannot be read (see :class:`Ext4Reader`).
+        DiskError: the file system cannot be read (see :class:`Ext4Reader`).
     """
-    with ThreadPoolExecutor(2, thread_name_prefix="nvkr-image-diff") as pool:
-        walks = list(pool.map(lambda r: r.walk(), (a, b)))
-        ca, cb = _candidates({e.path: e for e in walks[0]}, {e.path: e for e in walks[1]})
-        digests = list(pool.map(lambda rc: rc[0].digests(rc[1]), ((a, ca), (b, cb))))
-    return diff_trees(walks[0], walks[1], digests[0], digests[1])
+    entries = fs.walk()
+    return entries, fs.digests(entries)
