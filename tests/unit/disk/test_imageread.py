@@ -68,6 +68,19 @@ def test_the_gpt_is_read_from_the_first_sectors(disk: tuple[Path, Path, Path]) -
         read_gpt(bytes(34 * 512), what="d.raw")
 
 
+def test_the_root_partition_is_found_by_its_type_not_its_place() -> None:
+    """Ironic adds a config-2 partition after the root one: root is still the root type's."""
+    from nvkr.disk.gpt import GptEntry
+
+    root = GptEntry(3, "4F68BCE3-E8CD-4DB1-96E7-FBCAF984B709", "A", "root-x86-64", 135168, 8192)
+    config = GptEntry(4, "0FC63DAF-8483-4772-8E79-3D69D8477DE4", "B", "config-2", 143360, 2048)
+    esp = GptEntry(2, "C12A7328-F81F-11D2-BA4B-00A0C93EC93B", "C", "EFI System", 4096, 131072)
+    assert root_entry([esp, root, config]) == root
+    assert root_entry([esp, config]) == config  # no typed root: the last, as nvkr lays it out
+    with pytest.raises(DiskError, match="lists no partition"):
+        root_entry([])
+
+
 def test_a_walk_finds_every_path_with_its_mode_owner_size_and_target(
     disk: tuple[Path, Path, Path],
 ) -> None:
