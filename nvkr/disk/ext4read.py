@@ -172,8 +172,8 @@ class Ext4Reader:
         while pos < len(out):
             echo = _ECHO.match(out, pos)
             if echo is not None and echo.group(1).startswith(b"ls -p <"):
-                current = next(wanted)
-                if echo.group(1) != f"ls -p <{current}>".encode():
+                current = next(wanted, None)
+                if current is None or echo.group(1) != f"ls -p <{current}>".encode():
                     raise DiskError(
                         f"{self.what}: debugfs answered out of order ({echo.group(1)!r})"
                     )
