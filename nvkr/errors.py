@@ -168,6 +168,14 @@ class DiskError(NvkrError):
     exit_code = 1
 
 
+class ImagePathError(NvkrError):
+    """A path ``nvkr image`` is asked for is not in the machine image's root file system, or is
+    of the wrong kind (a directory given to ``cat``); the message names the path and the image."""
+
+    code = "NVKR-E-IMAGE-PATH"
+    exit_code = 1
+
+
 class BootTestError(NvkrError):
     """A boot test failed: the image did not reach the expected console line within the time
     limit, or printed a not-ready line; the message ends with the last console lines."""

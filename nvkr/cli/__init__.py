@@ -51,6 +51,7 @@ VERBS: dict[str, str] = {
     "verify": "verify",
     "keys": "keys",
     "release-set": "release_set",
+    "image": "image",
     "mirror": "mirror",
     "store": "store",
     "cache": "cache",

@@ -189,6 +189,9 @@ class _Inventory:
 
     packages: dict[str, Package]
     files: dict[str, tuple[str, ...]]
+    #: ``mode: 0644`` annotations by fileName (machine images' staged files; an SBOM made before
+    #: they were written has none, and then no mode change is seen)
+    modes: dict[str, tuple[str, ...]]
 
 
 class _Details:
@@ -243,7 +246,8 @@ class _Details:
         package_changes(report, name, ia.packages, ib.packages, variant)
         for path in sorted({*ia.files, *ib.files}):
             fa, fb = ia.files.get(path), ib.files.get(path)
-            if fa == fb:
+            ma, mb = ia.modes.get(path), ib.modes.get(path)
+            if fa == fb and (ma is None or mb is None or ma == mb):
                 continue
             change = "added" if fa is None else "removed" if fb is None else "changed"
             report.record("files", {"in": name, "path": path, "change": change}, variant)
@@ -261,7 +265,8 @@ def _read_inventory(side: _ReleaseSet, desc: Mapping[str, Any]) -> _Inventory:
     Packages with a purl other than ``pkg:oci`` (images, platforms and layers are digests, which
     the artifact's digest already covers) are keyed by their name (the purl without its version
     when two share a name); files by ``fileName``, valued by their SHA256 (several when the name
-    is in several layers or platforms).
+    is in several layers or platforms); and the ``mode: NNNN`` annotations of a machine image's
+    staged files by ``fileName``.
 
     Raises:
         IntegrityError: the manifest or its SPDX layer fails its digest or is not SPDX JSON.
@@ -300,9 +305,20 @@ def _read_inventory(side: _ReleaseSet, desc: Mapping[str, Any]) -> _Inventory:
     names = Counter(n for n, _, _ in found)
     packages = {(n if names[n] == 1 else k): p for n, k, p in found}
     files: dict[str, list[str]] = {}
+    modes: dict[str, list[str]] = {}
     for f in _objects(doc.get("files")):
-        files.setdefault(str(f.get("fileName")), []).append(_sha256(f) or "")
-    return _Inventory(packages, {k: tuple(sorted(v)) for k, v in files.items()})
+        name = str(f.get("fileName"))
+        files.setdefault(name, []).append(_sha256(f) or "")
+        modes.setdefault(name, []).extend(
+            str(a.get("comment"))
+            for a in _objects(f.get("annotations"))
+            if str(a.get("comment", "")).startswith("mode: ")
+        )
+    return _Inventory(
+        packages,
+        {k: tuple(sorted(v)) for k, v in files.items()},
+        {k: tuple(sorted(v)) for k, v in modes.items() if v},
+    )
 
 
 def _objects(value: Any) -> list[dict[str, Any]]:

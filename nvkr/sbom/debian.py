@@ -9,7 +9,10 @@ files it staged (path, sha1, sha256, size). :func:`describe_machine_image` turns
   package per .deb (``pkg:deb/debian/NAME@VERSION?arch=ARCH`` purl, the .deb's SHA256,
   ``downloadLocation`` its URL, ``licenseDeclared`` when every licence named maps to an SPDX
   identifier, else NOASSERTION with the names in ``licenseComments``);
-- and ``CONTAINS`` one file per staged binary (``./usr/bin/node-agent``...).
+- and ``CONTAINS`` one file per file nvkr staged into the image (``./usr/bin/node-agent``,
+  ``./etc/nvkr/manifest.json``, the rendered units and configuration, the recipe's ``files``):
+  SHA1 and SHA256, and its mode in an annotation (``mode: 0755``; SPDX 2.3's file has no field
+  for it, clause 12 annotations carry what the other clauses lack).
 
 Debian's licence short names (DEP-5 §"License specification") are not SPDX identifiers; the
 table :data:`DEBIAN_TO_SPDX` maps the common ones.
@@ -181,7 +184,7 @@ def describe_machine_image(
     Args:
         result: the node-image action's result: one ``primary`` output (the QCOW2), metadata
             ``packages`` (``{"name", "version", "arch", "sha256", "url"[, "licenses"]}``) and
-            ``staged`` (``{"path", "sha1", "sha256", "size"}``).
+            ``staged`` (``{"path", "sha1", "sha256", "size"[, "mode", "elf"]}``).
         binaries: ``{"sha256:<hex>": Go build info}`` of the Go binaries the image stages; a
             staged file with that digest gets the binary's modules (``STATIC_LINK``).
     Returns:
@@ -223,6 +226,7 @@ def describe_machine_image(
             "." + path,
             FileDigest(str(f["sha1"]), str(f["sha256"]), int(f["size"]), elf=bool(f.get("elf"))),
             comment=build_comment(info) if info else None,
+            annotations=[f"mode: {f['mode']}"] if f.get("mode") else [],
         )
         doc.contains_file(root, file_id)
         if info:

@@ -151,10 +151,19 @@ class SpdxDocument:
         return self._put(self._packages, element)
 
     def add_file(
-        self, spdxid: str, file_name: str, digest: FileDigest, *, comment: str | None = None
+        self,
+        spdxid: str,
+        file_name: str,
+        digest: FileDigest,
+        *,
+        comment: str | None = None,
+        annotations: Iterable[str] = (),
     ) -> str:
         """Add a file (clause 8): ``file_name`` relative to its package root, ``./``-prefixed;
-        SHA1 (mandatory in 2.3) and SHA256 checksums; ``BINARY`` for ELF files."""
+        SHA1 (mandatory in 2.3) and SHA256 checksums; ``BINARY`` for ELF files.
+        ``annotations``: texts of annotations on the file (clause 12, type ``OTHER``, by the
+        document's first creator at its creation time), for what clause 8 has no field for
+        (a file's mode: ``mode: 0644``)."""
         element: dict[str, Any] = {
             "SPDXID": spdxid,
             "fileName": file_name,
@@ -164,6 +173,9 @@ class SpdxDocument:
             element["fileTypes"] = ["BINARY"]
         if comment:
             element["comment"] = comment
+        notes = sorted(set(annotations))
+        if notes:
+            element["annotations"] = notes  # completed by to_json, which knows annotator, date
         self._file_sha1[spdxid] = digest.sha1
         return self._put(self._files, element)
 
@@ -240,7 +252,7 @@ class SpdxDocument:
                 else {}
             ),
             "packages": packages,
-            "files": [f for _, f in sorted(self._files.items())],
+            "files": [_annotated(f, created, creators) for _, f in sorted(self._files.items())],
             "relationships": [
                 {"spdxElementId": a, "relationshipType": kind, "relatedSpdxElement": b}
                 for a, kind, b in sorted(self._relationships)
@@ -254,6 +266,25 @@ class SpdxDocument:
     def to_bytes(self, *, created: str, creators: Iterable[str]) -> bytes:
         """:meth:`to_json` as canonical JSON bytes (UTF-8, sorted keys, no whitespace)."""
         return canonical_json(self.to_json(created=created, creators=creators))
+
+
+def _annotated(element: dict[str, Any], created: str, creators: Iterable[str]) -> dict[str, Any]:
+    """``element`` with its annotation texts made clause 12 annotations."""
+    if "annotations" not in element:
+        return element
+    annotator = sorted(set(creators))[0]
+    return {
+        **element,
+        "annotations": [
+            {
+                "annotationDate": created,
+                "annotationType": "OTHER",
+                "annotator": annotator,
+                "comment": text,
+            }
+            for text in element["annotations"]
+        ],
+    }
 
 
 def verification_code(sha1s: Iterable[str]) -> str:

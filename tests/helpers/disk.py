@@ -7,7 +7,6 @@ file system)."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import stat
@@ -120,15 +119,55 @@ def build_image(base: Path) -> Path:
 
 
 def read_root_file(raw: Path, path: str) -> str:
-    """The text of ``path`` in the last partition (the root file system) of the raw disk image
-    ``raw``, read with debugfs."""
-    table = json.loads(
-        subprocess.run(["sfdisk", "--json", str(raw)], capture_output=True, check=True).stdout
-    )
-    root = table["partitiontable"]["partitions"][-1]
-    out = subprocess.run(
-        ["debugfs", "-R", f"cat {path}", f"{raw}?offset={root['start'] * 512}"],
-        capture_output=True,
+    """The text of ``path`` in the root file system of the disk image ``raw`` (raw or QCOW2),
+    read as ``nvkr image cat`` reads it (:func:`nvkr.disk.imageread.open_root_fs`)."""
+    from nvkr.disk.imageread import open_root_fs
+
+    with open_root_fs(raw) as fs:
+        entry = fs.lookup(os.fsencode(path), follow=True)
+        assert entry is not None, f"{path} is not in {raw}"
+        return fs.read(entry).decode()
+
+
+#: The partitions of :func:`make_disk`: a 1 MiB partition that is no file system, then root.
+SMALL_DISK_SCRIPT = """label: gpt
+label-id: 0E5EED00-0000-4000-8000-000000000001
+unit: sectors
+first-lba: 2048
+sector-size: 512
+
+1 : start=2048, size=2048, type=21686148-6449-6E6F-744E-656564454649, uuid=0E5EED00-0000-4000-8000-000000000002, name="BIOS boot"
+2 : start=4096, size={root}, type=4F68BCE3-E8CD-4DB1-96E7-FBCAF984B709, uuid=0E5EED00-0000-4000-8000-000000000003, name="root-x86-64"
+"""
+
+
+def make_disk(base: Path, tree: Path, *, fs_mib: int = 16) -> tuple[Path, Path]:
+    """``(raw, qcow2)``: a GPT disk under ``base`` whose second partition holds ``tree`` as
+    ext4 (real mkfs.ext4 -d, sfdisk and qemu-img convert), laid out as nvkr's amd64 images are
+    (root type GUID, root last)."""
+    base.mkdir(parents=True, exist_ok=True)
+    fs = base / "root.ext4"
+    subprocess.run(
+        ["mkfs.ext4", "-q", "-F", "-d", str(tree), "-b", "4096", "-I", "256", str(fs),
+         f"{fs_mib}M"],
+        check=True, capture_output=True,
+        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "E2FSPROGS_FAKE_TIME": str(EPOCH)},
+    )  # fmt: skip
+    raw = base / "disk.raw"
+    sectors = fs_mib * MIB // 512
+    with open(raw, "wb") as f:
+        f.truncate(2 * MIB + fs_mib * MIB + MIB)
+    script = SMALL_DISK_SCRIPT.format(root=sectors)
+    subprocess.run(
+        ["sfdisk", "--no-reread", "--no-tell-kernel", "-q", str(raw)],
+        input=script.encode(), check=True, capture_output=True,
+    )  # fmt: skip
+    subprocess.run(
+        ["dd", f"if={fs}", f"of={raw}", "bs=1M", "seek=2", "conv=notrunc,sparse", "status=none"],
         check=True,
     )
-    return out.stdout.decode()
+    qcow2 = base / "disk.qcow2"
+    subprocess.run(
+        ["qemu-img", "convert", "-f", "raw", "-O", "qcow2", str(raw), str(qcow2)], check=True
+    )
+    return raw, qcow2

@@ -93,3 +93,49 @@ def make_machine_image_set(
     }
     result = releaseset.assemble(spec, artifacts, store)
     return releaseset.materialize(result, store, root / "dist")
+
+
+def make_disk_set(root: Path, disks: list[tuple[dict[str, str], Path]]) -> Path:
+    """A release set whose machine images, all named ``node-image``, are the given disk files
+    (``(variant, QCOW2 path)``, e.g. made by :func:`tests.helpers.disk.make_disk`),
+    materialised under ``root/dist``; its layout dir."""
+    store = Store(root / "store")
+    artifacts: dict[str, dict[str, Any]] = {}
+    spec_artifacts = []
+    for n, (variant, disk) in enumerate(disks):
+        info = store.add_bytes(disk.read_bytes())
+        key = f"sha256:{n + 1:064x}"
+        artifacts[key] = {
+            "outputs": [
+                {"name": f"node-image-{variant['gpu']}.qcow2", "digest": info.digest,
+                 "size": info.size, "mediaType": mt.NVKR_QCOW2, "role": "primary"}
+            ],
+            "metadata": {},
+        }  # fmt: skip
+        spec_artifacts.append(
+            {
+                "name": "node-image",
+                "kind": "machine-image",
+                "actionKey": key,
+                "builder": "node-image",
+                "builderVersion": "2",
+                "variant": variant,
+                "platform": {"os": "linux", "architecture": variant["arch"]},
+                "artifactType": mt.NVKR_MACHINE_IMAGE,
+                "dependencies": [{"name": "rootfs", "digest": {"sha256": "9" * 64}}],
+            }
+        )
+    spec = {
+        "name": NAME,
+        "epoch": EPOCH,
+        "recipe": {"path": "recipes/test.yaml", "digest": "sha256:" + "4" * 64},
+        "lockfile": {"path": "lockfiles/test.lock.json", "digest": "sha256:" + "5" * 64},
+        "nvkrVersion": "0.1.0",
+        "variants": [v for v, _ in disks],
+        "artifacts": spec_artifacts,
+        "machineImages": ["node-image"],
+        "clusterRelease": {"kubernetes": "1.36.3", "charts": [], "images": []},
+        "nodePoolReleases": [],
+    }
+    result = releaseset.assemble(spec, artifacts, store)
+    return releaseset.materialize(result, store, root / "dist")

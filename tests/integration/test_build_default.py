@@ -335,3 +335,49 @@ def test_every_artifact_has_an_spdx_sbom_naming_the_agent_module_and_go_version(
                 "pkg:deb/debian/containerd@"
             )
             assert "Apache-2.0" in debs[0]["licenseDeclared"].split(" AND ")
+
+
+def check_image_ls_lists_etc(layout: Path, cwd: Path, store: Path) -> None:
+    """``nvkr image ls`` lists /etc of the release set's hopper/amd64 node image (what nvkr
+    staged there among it), and every file its SBOM says nvkr staged is in the image with that
+    mode and sha256, as ``nvkr image ls --json`` and ``cat`` read them. A function of the layout,
+    so it also runs against a layout built by hand (issue 15 item 5)."""
+    from nvkr.oci.layout import LayoutReader
+
+    variant = ("--variant", "gpu=hopper,arch=amd64")
+    done = run_nvkr("image", "ls", str(layout), "node-image", "/etc", "-l", *variant,
+                    cwd=cwd, store=store)  # fmt: skip
+    assert done.code == 0, done.stderr
+    lines = done.stdout.splitlines()
+    paths = {line.split()[-1] for line in lines if " -> " not in line}
+    assert {"/etc/fstab", "/etc/nvkr", "/etc/containerd", "/etc/systemd", "/etc/passwd"} <= paths
+    assert any(line.startswith("drwxr-xr-x 0:0") and line.endswith(" /etc/nvkr") for line in lines)
+    meta = _metadata(layout)
+    (art,) = [
+        a for a in meta["artifacts"]
+        if a["kind"] == "machine-image" and a["variant"]["gpu"] == "hopper"
+        and a["variant"]["arch"] == "amd64"
+    ]  # fmt: skip
+    reader = LayoutReader(layout)
+    (layer,) = reader.read_json(art["sbom"])["layers"]
+    spdx = json.loads(reader.read_blob(layer))
+    staged = {f["fileName"][1:]: f for f in spdx["files"]}
+    assert {"/etc/nvkr/manifest.json", "/usr/bin/node-agent",
+            "/etc/systemd/system/nvkr-node-agent.service"} <= staged.keys()  # fmt: skip
+    done = run_nvkr("image", "ls", str(layout), "node-image", "/", "-R", "--json", *variant,
+                    cwd=cwd, store=store)  # fmt: skip
+    assert done.code == 0, done.stderr
+    listed = {e["path"]: e for e in json.loads(done.stdout)["entries"]}
+    for path, f in staged.items():
+        mode = [a["comment"] for a in f["annotations"]]
+        assert mode == [f"mode: {listed[path]['mode']}"], path
+        if listed[path]["size"] < 1 << 20:
+            done = run_nvkr("image", "cat", str(layout), "node-image", path, *variant,
+                            cwd=cwd, store=store)  # fmt: skip
+            sha = next(c["checksumValue"] for c in f["checksums"] if c["algorithm"] == "SHA256")
+            assert hashlib.sha256(done.stdout.encode()).hexdigest() == sha, path
+
+
+def test_image_ls_lists_etc_of_the_hopper_amd64_image(built):
+    clone, store, _, _ = built
+    check_image_ls_lists_etc(clone / "dist" / SET, clone, store)

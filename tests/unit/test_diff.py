@@ -502,3 +502,123 @@ def test_errors_exit_2_or_3_with_a_message(
     meta.write_bytes(bytes(data))
     code, _, err = invoke("diff", str(release_sets[0]), str(damaged))
     assert code == 3 and err.startswith("error[NVKR-E-INTEGRITY]:")
+
+
+def _staged_set(
+    tmp_path: Path, name: str, files: dict[str, bytes], mode: str | None = None
+) -> Path:
+    """A release set (assembled as the release-set action does) of one node image whose tree
+    got the agent and ``files`` (a source each) from the node-image builder's own staging, with
+    the SBOM the sbom builder's describer makes of that result; its layout dir."""
+    from types import SimpleNamespace
+
+    from nvkr import releaseset
+    from nvkr.builders.node_image.artifact import KubeletSettings
+    from nvkr.builders.node_image.params import NodeImageParams, SourceFile
+    from nvkr.builders.node_image.staging import stage
+    from nvkr.canonical import canonical_json
+    from nvkr.oci import mediatypes as mt
+    from nvkr.sbom.debian import describe_machine_image
+    from nvkr.sbom.spdx import SpdxDocument
+    from nvkr.store import Store
+
+    store = Store(tmp_path / f"{name}-store")
+    agent = store.add_bytes(b"\x7fELF the agent")
+    blobs = {f"file:{path}": store.add_bytes(data) for path, data in files.items()}
+    params = NodeImageParams(
+        arch="amd64", gpu="hopper", kubernetes="1.36", kubernetesVersion="1.36.3",
+        nvidiaRuntime=None, kubelet=KubeletSettings().model_dump(), sizeBytes=1 << 30,
+        kernelArgs=[], format="qcow2", backend="nvkr", bootTest=False,
+        deps={"agent": "sha256:" + "a" * 64},
+        files=[SourceFile(path=p, mode=mode, input=f"file:{p}", member=None) for p in files],
+        sandboxImage="registry.k8s.io/pause:3.10",
+    )  # fmt: skip
+    ctx = SimpleNamespace(
+        action=SimpleNamespace(params=params.to_json()),
+        store=store,
+        deps={"sha256:" + "a" * 64: {"outputs": [{"role": "primary", "digest": agent.digest}]}},
+        input_path=lambda role: store.blob_path(blobs[role].digest),
+    )
+    tree = tmp_path / f"{name}-tree"
+    tree.mkdir()
+    staged = stage(ctx, tree, {"metadata": {"packages": []}})  # type: ignore[arg-type]
+    disk = store.add_bytes(b"QFI\xfb" + name.encode())
+    image_key, sbom_key = "sha256:" + "1" * 64, "sha256:" + "2" * 64
+    result = {
+        "outputs": [{"name": "node.qcow2", "digest": disk.digest, "size": disk.size,
+                     "role": "primary", "mediaType": mt.NVKR_QCOW2}],
+        "metadata": {"arch": "amd64", "packages": [], "staged": staged},
+    }  # fmt: skip
+    doc = SpdxDocument("node-image (linux/amd64)", "node-image")
+    describes = describe_machine_image(doc, store, result, "node-image")
+    spdx = store.add_bytes(
+        canonical_json(doc.to_json(created="2025-12-01T00:00:00Z", creators=["Tool: nvkr-test"]))
+    )
+    sbom = {
+        "outputs": [{"name": "node-image.spdx.json", "digest": spdx.digest, "size": spdx.size,
+                     "role": "sbom", "mediaType": "application/spdx+json"}],
+        "metadata": {"describes": describes},
+    }  # fmt: skip
+    variant = {"gpu": "hopper", "kubernetes": "1.36", "arch": "amd64"}
+    spec = {
+        "name": "staged-k8s1.36",
+        "epoch": 1764547200,
+        "recipe": {"path": "recipes/r.yaml", "digest": "sha256:" + "4" * 64},
+        "lockfile": {"path": "lockfiles/r.lock.json", "digest": "sha256:" + "5" * 64},
+        "nvkrVersion": "0.1.0",
+        "variants": [variant],
+        "artifacts": [
+            {"name": "node-image", "kind": "machine-image", "actionKey": image_key,
+             "builder": "node-image", "builderVersion": "2", "variant": variant,
+             "platform": {"os": "linux", "architecture": "amd64"},
+             "artifactType": mt.NVKR_MACHINE_IMAGE, "sbomActionKey": sbom_key,
+             "dependencies": [{"name": "rootfs", "digest": {"sha256": "9" * 64}}]}
+        ],
+        "machineImages": ["node-image"],
+        "clusterRelease": {"kubernetes": "1.36.3", "charts": [], "images": []},
+        "nodePoolReleases": [],
+    }  # fmt: skip
+    assembled = releaseset.assemble(spec, {image_key: result, sbom_key: sbom}, store)
+    return releaseset.materialize(assembled, store, tmp_path / f"{name}-dist")
+
+
+def test_a_file_staged_into_a_node_image_shows_in_the_diff(tmp_path: Path) -> None:
+    """Issue 15 item 5: a configuration file (mode 0644, no binary) the builder stages into
+    one image and not the other is an added file in nvkr diff of the two release sets; a mode
+    change alone is a change; the SBOM lists every staged file with its mode,
+    /etc/nvkr/manifest.json and the rendered units included."""
+    a = _staged_set(tmp_path, "a", {})
+    b = _staged_set(tmp_path, "b", {"/etc/nvkr/extra.conf": b"extra = 1\n"})
+    c = _staged_set(tmp_path, "c", {"/etc/nvkr/extra.conf": b"extra = 1\n"}, "0600")
+    code, out, err = invoke("diff", a, b)
+    assert code == 0, err
+    lines = out.splitlines()
+    i = lines.index("files:")
+    assert lines[i : i + 3] == [
+        "files:",
+        f"  node-image ({HOPPER_AMD}):",
+        "    + ./etc/nvkr/extra.conf",
+    ]
+    doc = diff(b, c)
+    assert [(f["path"], f["change"]) for f in doc["files"]] == [
+        ("./etc/nvkr/extra.conf", "changed")
+    ]
+    from nvkr.releaseset import read_metadata
+
+    reader = LayoutReader(b)
+    (art,) = read_metadata(b)["artifacts"]
+    (layer,) = reader.read_json(art["sbom"])["layers"]
+    files = {f["fileName"]: f for f in json.loads(reader.read_blob(layer))["files"]}
+    assert sorted(files) == [
+        "./etc/nvkr/extra.conf",
+        "./etc/nvkr/manifest.json",
+        "./etc/systemd/system/nvkr-node-agent.service",
+        "./usr/bin/node-agent",
+    ]
+    modes = {name: [a["comment"] for a in f.get("annotations", [])] for name, f in files.items()}
+    assert modes["./usr/bin/node-agent"] == ["mode: 0755"]
+    assert modes["./etc/nvkr/extra.conf"] == ["mode: 0644"]
+    sha = hashlib.sha256(b"extra = 1\n").hexdigest()
+    assert {"algorithm": "SHA256", "checksumValue": sha} in files["./etc/nvkr/extra.conf"][
+        "checksums"
+    ]

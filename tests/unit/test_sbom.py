@@ -726,7 +726,11 @@ def test_machine_image_sbom_is_valid_spdx_with_debs_and_staged_files(
             ],
             "staged": [
                 {"path": "/usr/bin/node-agent", "sha1": hashlib.sha1(agent).hexdigest(),
-                 "sha256": hashlib.sha256(agent).hexdigest(), "size": len(agent), "elf": True},
+                 "sha256": hashlib.sha256(agent).hexdigest(), "size": len(agent), "elf": True,
+                 "mode": "0755", "binary": True},
+                {"path": "/etc/nvkr/manifest.json", "sha1": hashlib.sha1(b"{}").hexdigest(),
+                 "sha256": hashlib.sha256(b"{}").hexdigest(), "size": 2, "elf": False,
+                 "mode": "0644", "binary": False},
             ],
         },
     }  # fmt: skip
@@ -742,4 +746,12 @@ def test_machine_image_sbom_is_valid_spdx_with_debs_and_staged_files(
     assert packages["bsdutils"]["externalRefs"][0]["referenceLocator"] == (
         "pkg:deb/debian/bsdutils@1%3A2.38.1-5%2Bdeb12u3?arch=amd64"
     )
-    assert [f["fileName"] for f in spdx["files"]] == ["./usr/bin/node-agent"]
+    files = {f["fileName"]: f for f in spdx["files"]}
+    assert sorted(files) == ["./etc/nvkr/manifest.json", "./usr/bin/node-agent"]
+    # the mode, which SPDX 2.3's file element has no field for, as an annotation (clause 12)
+    assert files["./usr/bin/node-agent"]["annotations"] == [
+        {"annotationDate": "2025-12-01T00:00:00Z", "annotationType": "OTHER",
+         "annotator": "Tool: nvkr-test", "comment": "mode: 0755"},
+    ]  # fmt: skip
+    assert files["./usr/bin/node-agent"]["fileTypes"] == ["BINARY"]
+    assert "fileTypes" not in files["./etc/nvkr/manifest.json"]

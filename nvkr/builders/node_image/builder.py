@@ -12,7 +12,8 @@ times describe the run, not the image, so they stay out of the metadata a cache 
    ``nvidiaRuntime``, the NVIDIA runtime handler; kubelet's KubeletConfiguration, unit and
    drop-in passing ``--node-labels`` from the agent's label file; kernel modules and sysctls),
    then ``/etc/nvkr/manifest.json`` with the sha256 of every staged binary, which the agent
-   checks at boot. Every mtime in the tree is clamped to the epoch.
+   checks at boot. Every staged file (path, mode, digests) goes into the metadata's ``staged``,
+   which the machine image's SBOM lists. Every mtime in the tree is clamped to the epoch.
 3. **filesystem / times / bootloader / disk / convert**: :mod:`nvkr.disk` (``mkfs.ext4 -d``,
    the debugfs time pass, GPT, GRUB, ``qemu-img convert``).
 
@@ -104,7 +105,9 @@ def _arch_mismatch(rootfs: str, rootfs_arch: str, variant_arch: str) -> str:
 
 class NodeImageBuilder(Builder[NodeImageArtifact]):
     name = "node-image"
-    version = "1"
+    # 2: metadata ``staged`` lists every staged file with its mode, not the binaries alone (a
+    # record of version 1 would give the SBOM a partial file list)
+    version = "2"
     per_arch = True
     per_gpu = True  # labels name the GPU generation: each variant has its own image
     artifact_model = NodeImageArtifact

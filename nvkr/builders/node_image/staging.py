@@ -43,7 +43,9 @@ _WANTS = f"{_UNITS}/multi-user.target.wants"
 # -- staging -------------------------------------------------------------------------------------
 def stage(ctx: ActionContext, tree: Path, rootfs: dict[str, Any]) -> list[dict[str, Any]]:
     """Stage the agent, the kube packages, ``files`` and the rendered units into ``tree``;
-    returns the staged binaries (path, sha1, sha256, size, elf), sorted by path."""
+    returns every file staged (``path``, ``mode`` as four octal digits, ``binary``: listed in
+    the manifest, ``sha1``, ``sha256``, ``size`` in bytes, ``elf``), sorted by path. The units'
+    enabling symlinks are not listed (the unit files are)."""
     p = NodeImageParams.model_validate(ctx.action.params)
     staging = _Staging(tree)
     packages = {pkg["name"] for pkg in (rootfs.get("metadata") or {}).get("packages", [])}
@@ -102,31 +104,33 @@ def _file_bytes(ctx: ActionContext, item: ArtifactFile | SourceFile) -> bytes:
 
 # -- staging ---------------------------------------------------------------------------
 class _Staging:
-    """Files put into the tree being staged, and the binaries among them (for the manifest)."""
+    """Files put into the tree being staged, with their digests and modes (the machine image's
+    SBOM lists them all); the binaries among them go into the manifest."""
 
     def __init__(self, tree: Path) -> None:
         self.tree = tree
-        self.staged: list[dict[str, Any]] = []
+        self.staged: dict[str, dict[str, Any]] = {}
 
     def put(self, rel: str, data: bytes, mode: int, *, binary: bool) -> None:
-        """Write ``data`` at ``rel`` with ``mode`` (replacing what is there); a binary is
-        recorded with its digests."""
+        """Write ``data`` at ``rel`` with ``mode`` (replacing what is there, and what was
+        recorded for it) and record it with its digests, its mode and whether it is a binary
+        (which the manifest lists)."""
         path = _inside(self.tree, rel)
         _mkdirs(path.parent)
         if path.is_symlink() or path.exists():
             path.unlink()
         path.write_bytes(data)
         os.chmod(path, mode)
-        if binary:
-            self.staged.append(
-                {
-                    "path": "/" + rel.lstrip("/"),
-                    "sha1": hashlib.sha1(data, usedforsecurity=False).hexdigest(),
-                    "sha256": hashlib.sha256(data).hexdigest(),
-                    "size": len(data),
-                    "elf": data[:4] == b"\x7fELF",
-                }
-            )
+        where = "/" + rel.lstrip("/")
+        self.staged[where] = {
+            "path": where,
+            "mode": f"{mode & 0o7777:04o}",
+            "binary": binary,
+            "sha1": hashlib.sha1(data, usedforsecurity=False).hexdigest(),
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "size": len(data),
+            "elf": data[:4] == b"\x7fELF",
+        }
 
     def enable(self, dest: str) -> None:
         """Enable the systemd unit at ``dest`` (a link in multi-user.target.wants)."""
@@ -138,13 +142,13 @@ class _Staging:
 
     def finish(self) -> list[dict[str, Any]]:
         """Write ``/etc/nvkr/manifest.json`` (the staged binaries' sha256) when there are any;
-        return them sorted by path."""
-        self.staged.sort(key=lambda s: s["path"])
-        if self.staged:
-            files = [{"path": s["path"], "sha256": s["sha256"]} for s in self.staged]
+        return every staged file (the manifest too) sorted by path."""
+        binaries = [s for _, s in sorted(self.staged.items()) if s["binary"]]
+        if binaries:
+            files = [{"path": s["path"], "sha256": s["sha256"]} for s in binaries]
             data = canonical_json({"files": files}) + b"\n"
             self.put("etc/nvkr/manifest.json", data, 0o644, binary=False)
-        return self.staged
+        return [s for _, s in sorted(self.staged.items())]
 
 
 def _nvidia_runtime(wanted: bool | None, packages: set[str]) -> bool:
