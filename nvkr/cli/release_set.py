@@ -1,5 +1,6 @@
-"""``nvkr release-set show``: what a release set holds, read from its index and metadata only
-(:mod:`nvkr.delivery.show`); ``nvkr release-set export`` hangs off this group.
+"""``nvkr release-set show``: what a release set holds, read from its index and metadata
+(:mod:`nvkr.delivery.show`) and, for each machine image's size, its manifest and QCOW2 header
+(:mod:`nvkr.delivery.imagesizes`); ``nvkr release-set export`` hangs off this group.
 """
 
 from __future__ import annotations
