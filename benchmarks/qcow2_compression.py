@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The default recipe's hopper/amd64 node image built uncompressed, zlib- and zstd-compressed from
 the same rootfs, in one run: QCOW2 size (bytes, ratio against uncompressed) and build time (the
-node-image action and its convert phase, ratio against uncompressed).
+node-image action and its convert phase, ratio against uncompressed; a compressed image's
+action also hashes the raw disk for its provenance, timed apart).
 
 The store is a hard-linked copy of a store that holds the whole default recipe built (default
 ``/tmp/bench-default/store``, never written to), so only the node-image action runs: for
@@ -46,17 +47,17 @@ def clone(dest: Path, compression: str) -> Path:
     return dest
 
 
-def nvkr(args: list[str], cwd: Path, store: Path) -> list[dict[str, object]]:
+def nvkr(args: list[str], cwd: Path, store: Path) -> str:
     env = {**os.environ, "NVKR_CACHE": str(store), "NVKR_CONFIG": str(cwd / "none.yaml")}
     proc = subprocess.run([sys.executable, "-m", "nvkr", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, check=False)  # fmt: skip
     if proc.returncode != 0:
         sys.exit(f"nvkr {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
-    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    return proc.stdout
 
 
 def node_image_key(cwd: Path, store: Path) -> str:
-    (plan,) = nvkr(["plan", "--json", "--variant", VARIANT], cwd, store)
+    plan = json.loads(nvkr(["plan", "--json", "--variant", VARIANT], cwd, store))
     (key,) = [a["key"] for a in plan["actions"] if a["builder"] == "node-image"]  # type: ignore[index,union-attr]
     return str(key)
 
@@ -67,7 +68,8 @@ def build(compression: str, base: Path, store: Path) -> dict[str, object]:
     key = node_image_key(work, store)
     (store / "actions" / f"{key[7:]}.json").unlink(missing_ok=True)
     t0 = time.perf_counter()
-    events = nvkr(["build", "--variant", VARIANT, "--json"], work, store)
+    out = nvkr(["build", "--variant", VARIANT, "--json"], work, store)
+    events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     wall = time.perf_counter() - t0
     (done,) = [e for e in events if e.get("event") == "action-done" and e.get("key") == key]
     record = json.loads((store / "actions" / f"{key[7:]}.json").read_text())
@@ -77,6 +79,7 @@ def build(compression: str, base: Path, store: Path) -> dict[str, object]:
         "seconds": int(done["milliseconds"]) / 1000,  # type: ignore[call-overload]
         "wall": wall,
         "convert": record["run"]["timings"]["convert"] / 1000,
+        "hash": record["run"]["timings"].get("raw-digest", 0) / 1000,
         "bytes": qcow2["size"],
         "digest": qcow2["digest"],
         "blob": store / "blobs" / "sha256" / qcow2["digest"][7:],
@@ -129,19 +132,19 @@ def main() -> None:
         extra = pin_cost(runs["none"][0]["blob"], base) if args.pin_cost else []  # type: ignore[arg-type]
     load_after = os.getloadavg()
     med = {k: {f: statistics.median([r[f] for r in v])  # type: ignore[type-var]
-               for f in ("seconds", "convert", "bytes")} for k, v in runs.items()}  # fmt: skip
+               for f in ("seconds", "convert", "hash", "bytes")} for k, v in runs.items()}  # fmt: skip
     mib = 1 << 20
     base_s, base_c, base_b = (med["none"][f] for f in ("seconds", "convert", "bytes"))
     print(f"node image {VARIANT}, recipes/default.yaml, same rootfs; median of {args.runs}")
     print(f"load average before {load[0]:.2f}, after {load_after[0]:.2f} ({os.cpu_count()} cores)")
     print(f"{'compression':<12} {'QCOW2 bytes':>12} {'MiB':>8} {'size':>6} "
-          f"{'action s':>9} {'time':>6} {'convert s':>10} {'time':>6}")  # fmt: skip
+          f"{'action s':>9} {'time':>6} {'convert s':>10} {'time':>6} {'raw sha256 s':>13}")  # fmt: skip
     for kind in KINDS:
         m = med[kind]
         print(
             f"{kind:<12} {int(m['bytes']):>12} {m['bytes'] / mib:>8.1f} {m['bytes'] / base_b:>6.3f} "
             f"{m['seconds']:>9.2f} {m['seconds'] / base_s:>6.2f} {m['convert']:>10.2f} "
-            f"{m['convert'] / base_c:>6.2f}"
+            f"{m['convert'] / base_c:>6.2f} {m['hash']:>13.2f}"
         )
     raws = {str(r["raw"]) for k in ("zlib", "zstd") for r in runs[k]}
     digests = {k: {str(r["digest"]) for r in v} for k, v in runs.items()}
