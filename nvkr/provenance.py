@@ -113,11 +113,14 @@ def internal_parameters(
     builder_version: str,
     action_key: str,
     c_toolchain: Mapping[str, Any] | None = None,
+    disk_image: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """SLSA ``internalParameters`` of an nvkr build: ``{"epoch": <seconds>, "builder",
-    "builderVersion", "actionKey"[, "cToolchain"]}`` (what nvkr set; the epoch from the
-    release-set spec); ``cToolchain`` (``{"cc", "packages": {name: version}}``) for a cgo
-    binary, whose compiler came from a tools tree."""
+    "builderVersion", "actionKey"[, "cToolchain"][, "diskImage"]}`` (what nvkr set; the epoch
+    from the release-set spec); ``cToolchain`` (``{"cc", "packages": {name: version}}``) for a
+    cgo binary, whose compiler came from a tools tree; ``diskImage`` for a compressed machine
+    image: how its QCOW2 was compressed and the raw disk's digest (the node-image action's
+    ``disk.qcow2`` metadata, :func:`nvkr.builders.node_image.builder._compression_record`)."""
     params: dict[str, Any] = {
         "epoch": spec["epoch"],
         "builder": builder,
@@ -126,6 +129,8 @@ def internal_parameters(
     }
     if c_toolchain:
         params["cToolchain"] = dict(c_toolchain)
+    if disk_image:
+        params["diskImage"] = dict(disk_image)
     return params
 
 

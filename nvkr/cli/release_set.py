@@ -1,5 +1,6 @@
-"""``nvkr release-set show``: what a release set holds, read from its index and metadata only
-(:mod:`nvkr.delivery.show`); ``nvkr release-set export`` hangs off this group.
+"""``nvkr release-set show``: what a release set holds, read from its index and metadata
+(:mod:`nvkr.delivery.show`) and, for each machine image's size, its manifest and QCOW2 header
+(:mod:`nvkr.delivery.imagesizes`); ``nvkr release-set export`` hangs off this group.
 """
 
 from __future__ import annotations
@@ -25,18 +26,21 @@ def command() -> None:
 def show(app: App, source: str, as_json: bool, registry: RegistryAccess) -> None:
     """Show the release set in PATH (a dist/<name> directory) or at REF
     (REGISTRY/REPOSITORY:TAG or @sha256:<hex>; only its index and metadata are fetched):
-    artifacts, cluster release, node-pool releases."""
+    artifacts, each machine image's size (QCOW2 bytes, virtual disk, compression), cluster
+    release, node-pool releases."""
     from rich.markup import escape
     from rich.table import Table
 
     from nvkr.cli.common import make_console
+    from nvkr.delivery.imagesizes import machine_image_sizes
     from nvkr.delivery.show import artifact_rows, load_release_set
 
     meta, top = load_release_set(source, registry=registry)
+    sizes = machine_image_sizes(meta, source, registry=registry)
     if as_json:
-        click.echo(
-            json.dumps({"digest": top["digest"], "metadata": meta}, indent=2, sort_keys=True)
-        )
+        doc = {"digest": top["digest"], "metadata": meta}
+        doc["machineImages"] = [s.to_json() for s in sizes]
+        click.echo(json.dumps(doc, indent=2, sort_keys=True))
         return
     console = make_console()
     console.print(f"[bold]{escape(meta['name'])}[/] {top['digest']}")
@@ -51,6 +55,14 @@ def show(app: App, source: str, as_json: bool, registry: RegistryAccess) -> None
     for row in artifact_rows(meta):
         table.add_row(row.name, row.kind, row.arch, row.digest, ", ".join(row.variants))
     console.print(table)
+    if sizes:
+        images = Table("machine image", "variants", "QCOW2", "virtual disk", "compression")
+        for size in sizes:
+            virtual = "?" if size.virtual_size is None else _bytes(size.virtual_size)
+            images.add_row(
+                size.name, ", ".join(size.variants), _bytes(size.size), virtual, size.compression
+            )
+        console.print(images)
     cluster = meta.get("clusterRelease")
     if cluster:
         console.print(f"cluster release: Kubernetes {cluster['kubernetes']}")
@@ -60,6 +72,11 @@ def show(app: App, source: str, as_json: bool, registry: RegistryAccess) -> None
             console.print(f"  image {image['name']} {image['digest']}")
     for pool in meta.get("nodePoolReleases", []):
         console.print(f"node-pool release {escape(pool['name'])}: {', '.join(pool['artifacts'])}")
+
+
+def _bytes(n: int) -> str:
+    """``681705472 bytes (650.1 MiB)``: exact, then readable."""
+    return f"{n} bytes ({n / (1 << 20):.1f} MiB)"
 
 
 def _register_export() -> None:

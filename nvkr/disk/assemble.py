@@ -23,9 +23,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nvkr.canonical import hash_stream
 from nvkr.disk import ext4, fat, grub, qcow2, raw
 from nvkr.disk.gpt import write_gpt
 from nvkr.disk.layout import ESP_LABEL, DiskLayout, PlacedPartition, disk_layout
+from nvkr.disk.qcow2 import Compression
 from nvkr.errors import DiskError
 from nvkr.monitor.tools import Report, qemu_img_lines
 
@@ -38,11 +40,15 @@ class DiskResult:
         qcow2: the QCOW2 image (``out``).
         raw_size: the virtual disk size in bytes.
         qcow2_size: the QCOW2 file's size in bytes.
+        compression: ``none``, ``zlib`` or ``zstd`` (:mod:`nvkr.disk.qcow2`).
+        compressed_clusters: clusters the QCOW2 stores compressed.
+        raw_digest: ``sha256:<hex>`` of the raw disk (all ``raw_size`` bytes) when it was asked
+            for (``raw_digest=True``), else None.
         fs_uuid: the root file system's UUID.
         root_partuuid: the root partition's unique GUID.
         root_partition: the root partition's number.
         phases: seconds per phase: ``filesystem``, ``times``, ``bootloader``, ``disk``,
-            ``convert``.
+            ``convert`` (and ``raw-digest`` when it was asked for).
         grub_platforms: the GRUB platforms installed, e.g. ``("i386-pc", "x86_64-efi")``.
         partitions: the partitions as placed (first LBA, sectors).
         inodes: allocated inodes in the root file system.
@@ -60,6 +66,9 @@ class DiskResult:
     partitions: tuple[PlacedPartition, ...] = ()
     inodes: int = 0
     raw: Path | None = None
+    compression: Compression = "none"
+    compressed_clusters: int = 0
+    raw_digest: str | None = None
 
 
 #: the phases of :func:`assemble_disk`, in order (its progress reports count them)
@@ -83,6 +92,11 @@ class _Timer:
             self.phases[name] = round(self.phases.get(name, 0.0) + time.monotonic() - start, 3)
 
 
+def _sha256_of(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hash_stream(f)[0]["sha256"]
+
+
 def min_size_bytes(tree: Path, *, layout: DiskLayout | None = None) -> int:
     """An estimate of the smallest disk (bytes, a multiple of 1 MiB) that holds ``tree`` with
     ``layout``'s other partitions (default: the amd64 layout, the larger one). For messages."""
@@ -102,6 +116,8 @@ def assemble_disk(
     log_file: Path | None = None,
     keep_raw: bool = False,
     progress: Report | None = None,
+    compression: Compression = "none",
+    raw_digest: bool = False,
 ) -> DiskResult:
     """Make the bootable QCOW2 ``out`` of ``size_bytes`` virtual bytes from ``tree``.
 
@@ -121,6 +137,9 @@ def assemble_disk(
         keep_raw: keep the raw disk (``workdir/disk-*/disk.raw``), in :attr:`DiskResult.raw`.
         progress: told ``(k, 5, "steps", "disk: <phase>")`` as each of :data:`PHASES` starts,
             then qemu-img's percentage (:mod:`nvkr.monitor.tools`).
+        compression: the QCOW2's compressed clusters (:func:`nvkr.disk.qcow2.convert`).
+        raw_digest: hash the raw disk (in the convert phase), so the QCOW2's provenance can
+            name the disk it holds beside the container's own digest.
     Raises:
         DiskError: a bad size, a tree that does not fit (both sizes named), missing GRUB
             modules or grub.cfg, a tool output nvkr does not accept.
@@ -201,12 +220,18 @@ def assemble_disk(
                     room=bios.sectors,
                 )
         with timer.phase("convert"):
-            qcow2_size = qcow2.convert(
+            converted = qcow2.convert(
                 raw_path,
                 out,
+                compression=compression,
                 log_file=log_file,
                 on_line=qemu_img_lines(progress) if progress is not None else None,
             )
+        raw_sha = None
+        if raw_digest:  # read and hashed whole, holes too: timed apart from the conversion
+            start = time.monotonic()
+            raw_sha = _sha256_of(raw_path)
+            timer.phases["raw-digest"] = round(time.monotonic() - start, 3)
     finally:
         if keep_raw and raw_path.exists():
             for p in scratch.iterdir():
@@ -219,7 +244,7 @@ def assemble_disk(
     return DiskResult(
         qcow2=out,
         raw_size=size_bytes,
-        qcow2_size=qcow2_size,
+        qcow2_size=converted.size,
         fs_uuid=layout.fs_uuid,
         root_partuuid=layout.root_partuuid,
         root_partition=layout.root_partition,
@@ -228,4 +253,7 @@ def assemble_disk(
         partitions=tuple(placed),
         inodes=inodes,
         raw=raw_path if keep_raw else None,
+        compression=converted.compression,
+        compressed_clusters=converted.compressed_clusters,
+        raw_digest=raw_sha,
     )

@@ -231,6 +231,29 @@ class BlobTransfer(RegistrySession):
                 else:
                     location, offset = self._start_upload(repo, what), 0
 
+    def read_blob_start(self, repo: str, digest: str, length: int) -> bytes:
+        """The first ``length`` bytes of blob ``digest`` of ``repo`` (``Range: bytes=0-<n>``;
+        from a registry that ignores the range, the start of the whole body, the rest unread).
+        Not verified: the digest covers the whole blob. For a peek at a file header.
+
+        Raises:
+            RegistryError: an error answer (404: the repository lacks it), or unreachable.
+        """
+        what = f"blob {digest} of {self.registry}/{repo}"
+        resp = self.request(
+            "GET", self.url(repo, "blobs", digest), scopes=self._pull(repo), what=what,
+            headers={"Range": f"bytes=0-{length - 1}"}, stream=True,
+        )  # fmt: skip
+        if resp.status_code not in (200, 206):
+            raise self._fail(what, resp)
+        got = b""
+        with resp:
+            for chunk in resp.raw.stream(READ_BLOCK, decode_content=False):
+                got += chunk
+                if len(got) >= length:
+                    break
+        return got[:length]
+
     def get_blob(self, repo: str, digest: str, writer: Writer, *, size: int | None = None) -> int:
         """Stream blob ``digest`` of ``repo`` into ``writer.write``, verifying it; returns bytes.
 

@@ -103,6 +103,8 @@ ANN_NVKR_GPU: Final = "dev.nvkr.gpu"
 ANN_NVKR_KUBERNETES: Final = "dev.nvkr.kubernetes"
 ANN_NVKR_ARCH: Final = "dev.nvkr.arch"
 ANN_NVKR_DISK_FORMAT: Final = "dev.nvkr.disk-format"
+#: zlib or zstd on a machine image whose QCOW2 has compressed clusters (absent: uncompressed)
+ANN_NVKR_DISK_COMPRESSION: Final = "dev.nvkr.disk-compression"
 ANN_NVKR_RELEASE_SET: Final = "dev.nvkr.release-set"
 
 #: Indexes: JSON documents whose ``manifests`` list further manifests (or indexes).

@@ -119,9 +119,11 @@ def assemble(
                 created=created,
                 variants=variant_list,
             )
+        disk = (result.get("metadata") or {}).get("disk") or {}
         pdesc = _provenance(
-            spec, first, packed, blobs, what=what, label=label, key=key, variants=variant_list
-        )
+            spec, first, packed, blobs, what=what, label=label, key=key, variants=variant_list,
+            disk_image=disk.get("qcow2"),
+        )  # fmt: skip
         sdesc = _sbom(members, artifacts, packed, blobs, what=what, label=label, created=created)
         plat = packed.desc.get("platform") or {}
         entries.append(
@@ -206,15 +208,22 @@ def _provenance(
     label: str,
     key: str,
     variants: list[Any],
+    disk_image: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The in-toto provenance manifest of one artifact (``subject`` = its descriptor)."""
+    """The in-toto provenance manifest of one artifact (``subject`` = its descriptor);
+    ``disk_image``: a compressed machine image's compression record, into internalParameters."""
     try:
         statement = slsa_statement(
             packed.subjects,
             build_type=BUILD_TYPE,
             external_parameters=external_parameters(spec, variants, artifact=label),
             internal_parameters=internal_parameters(
-                spec, first["builder"], first["builderVersion"], key, first.get("cToolchain")
+                spec,
+                first["builder"],
+                first["builderVersion"],
+                key,
+                first.get("cToolchain"),
+                disk_image,
             ),
             resolved_dependencies=first.get("dependencies", []),
             builder_id=BUILDER_ID,

@@ -70,6 +70,12 @@ class NodeImageArtifact(ArtifactModel):
         default_factory=list, description="Optional. extra kernel command-line arguments"
     )
     format: Literal["qcow2"] = "qcow2"
+    compression: Literal["none", "zlib", "zstd"] = Field(
+        default="none",
+        description="Optional. compressed QCOW2 clusters: none, zlib (every qemu-img reads it: "
+        "older provisioning agents and ironic-python-agent ramdisks), or zstd (smaller and faster "
+        "to build; needs qemu-img 5.1 or newer built with zstd)",
+    )
     bootTest: bool = Field(
         default=False, description="Optional. boot the image in QEMU after building it"
     )

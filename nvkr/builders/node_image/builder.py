@@ -64,6 +64,7 @@ from nvkr.sbom.debian import tree_licenses
 
 if TYPE_CHECKING:
     from nvkr.action import Action
+    from nvkr.disk import DiskResult
     from nvkr.machine.boot import BootResult
     from nvkr.monitor.tools import Report
 
@@ -77,13 +78,22 @@ def assets_digest() -> str:
     return sha256_bytes(tar_bytes(ASSETS, epoch=0))
 
 
-def _host_tools() -> dict[str, str]:
+def _host_tools(compression: str = "none") -> dict[str, str]:
+    """Debian package versions for the action key; a compressed image adds the library qemu-img
+    compresses with (the compressed clusters are that library's output)."""
     purpose = "the node-image builder"
     tools = {
         pkg: package_version(pkg, purpose=purpose)
         for pkg in ("e2fsprogs", "fdisk", "qemu-utils", "grub-common", "mtools", "dosfstools")
     }
     tools["tar"] = package_version("tar", purpose=purpose)
+    if compression != "none":
+        from nvkr.disk.qcow2 import COMPRESSION_LIBRARY
+
+        library = COMPRESSION_LIBRARY[compression]
+        tools[library] = package_version(
+            library, purpose=f"a {compression}-compressed QCOW2 (the node-image builder)"
+        )
     return tools
 
 
@@ -145,6 +155,15 @@ class NodeImageBuilder(Builder[NodeImageArtifact]):
                     'write arch: "{{ arch }}" in the apt source',
                 )
             )
+        if artifact.compression != "none" and artifact.backend == "diskimage-builder":
+            problems.append(
+                (
+                    ("artifacts", artifact_name, "compression"),
+                    f"compression {artifact.compression!r} needs the native backend: "
+                    "diskimage-builder writes the QCOW2 itself",
+                    'remove compression, or write backend: "native"',
+                )
+            )
         if artifact.kubelet != KubeletSettings() and not _stages_kubelet(artifact, variant):
             problems.append(
                 (
@@ -198,6 +217,7 @@ class NodeImageBuilder(Builder[NodeImageArtifact]):
             sizeBytes=fc.size_bytes(artifact.size),
             kernelArgs=list(artifact.kernelArgs),
             format=artifact.format,
+            compression=artifact.compression,
             backend=artifact.backend,
             bootTest=artifact.bootTest,
             deps=deps,
@@ -208,7 +228,7 @@ class NodeImageBuilder(Builder[NodeImageArtifact]):
         return ActionSpec(
             params=params.to_json(),
             inputs=inputs,
-            tools=_host_tools(),
+            tools=_host_tools(artifact.compression),
             sources=sources,
             deps=tuple(sorted(action_deps)),
             # diskimage-builder stamps times and random ids and its version is in no key
@@ -260,7 +280,7 @@ class NodeImageBuilder(Builder[NodeImageArtifact]):
                     pkg["licenses"] = licenses[pkg["name"]]
             clamp_mtimes(tree, ctx.action.epoch)
         out = ctx.workdir / "disk.qcow2"
-        seed = ctx.action.key.split(":", 1)[1]
+        seed = disk_seed(ctx.action)
         if p.backend == "diskimage-builder":
             from nvkr.builders.node_image import dib
 
@@ -287,6 +307,8 @@ class NodeImageBuilder(Builder[NodeImageArtifact]):
                 workdir=ctx.workdir,
                 log_file=ctx.log_file,
                 progress=ctx.progress,
+                compression=p.compression,
+                raw_digest=p.compression != "none",
             )
             timings.update({k: int(v * 1000) for k, v in result.phases.items()})
             disk_meta = {
@@ -295,6 +317,8 @@ class NodeImageBuilder(Builder[NodeImageArtifact]):
                 "rootPartition": result.root_partition,
                 "virtualSize": p.sizeBytes,
             }
+            if p.compression != "none":
+                disk_meta["qcow2"] = _compression_record(ctx.action.tools, result)
         if p.bootTest:
             agent = any(s["path"] == "/usr/bin/node-agent" for s in staged)
             with _phase(ctx, timings, "boot-test"):
@@ -306,13 +330,16 @@ class NodeImageBuilder(Builder[NodeImageArtifact]):
             _log(ctx, f"boot test: {booted.matched} ({booted.seconds:.1f} s, {booted.accel})")
         name = f"node-image-{p.gpu}-k8s{p.kubernetes}-{p.arch}.qcow2"
         ctx.add_output(out, name=name, media_type=mt.NVKR_QCOW2)
+        annotations = {
+            mt.ANN_NVKR_GPU: p.gpu,
+            mt.ANN_NVKR_KUBERNETES: p.kubernetesVersion,
+            mt.ANN_NVKR_DISK_FORMAT: p.format,
+        }
+        if p.compression != "none":
+            annotations[mt.ANN_NVKR_DISK_COMPRESSION] = p.compression
         ctx.metadata.update(
             {
-                "annotations": {
-                    mt.ANN_NVKR_GPU: p.gpu,
-                    mt.ANN_NVKR_KUBERNETES: p.kubernetesVersion,
-                    mt.ANN_NVKR_DISK_FORMAT: p.format,
-                },
+                "annotations": annotations,
                 "arch": p.arch,
                 "disk": disk_meta,
                 "packages": packages,
@@ -323,6 +350,49 @@ class NodeImageBuilder(Builder[NodeImageArtifact]):
         _log(ctx, "timings: " + json.dumps(timings, sort_keys=True))
 
     # -- helpers ------------------------------------------------------------------------------------
+
+
+def disk_seed(action: Action) -> str:
+    """The hex the disk's identifiers (file system UUID, GPT GUIDs) derive from: the action key
+    of the image without compression. So a compressed image holds the very raw disk the
+    uncompressed one does (the same ``rawDigest``), and only the container differs."""
+    compression = action.params.get("compression", "none")
+    if compression == "none":
+        return action.key.split(":", 1)[1]
+    from nvkr.action import action_key
+    from nvkr.disk.qcow2 import COMPRESSION_LIBRARY
+
+    library = COMPRESSION_LIBRARY[compression]
+    plain = action_key(
+        action.builder,
+        action.builder_version,
+        {k: v for k, v in action.params.items() if k != "compression"},
+        action.inputs,
+        {k: v for k, v in action.tools.items() if k != library},
+        action.epoch,
+        action.deps,
+    )
+    return plain.split(":", 1)[1]
+
+
+def _compression_record(tools: Mapping[str, str], result: DiskResult) -> dict[str, Any]:
+    """What made a compressed QCOW2's bytes, for its record and provenance: ``{"compression":
+    "zlib"|"zstd", "level" (the library's default: qemu-img sets none), "coroutines",
+    "qemuImg" (qemu-utils' version), "library": {package: version}, "compressedClusters",
+    "rawDigest": "sha256:<hex>" of the raw disk the container holds, "rawSize" (bytes)}``."""
+    from nvkr.disk.qcow2 import COMPRESSION_LEVEL, COMPRESSION_LIBRARY, COROUTINES
+
+    library = COMPRESSION_LIBRARY[result.compression]
+    return {
+        "compression": result.compression,
+        "level": COMPRESSION_LEVEL[result.compression],
+        "coroutines": COROUTINES,
+        "qemuImg": tools["qemu-utils"],
+        "library": {library: tools[library]},
+        "compressedClusters": result.compressed_clusters,
+        "rawDigest": result.raw_digest,
+        "rawSize": result.raw_size,
+    }
 
 
 def _log(ctx: ActionContext, line: str) -> None:

@@ -11,6 +11,9 @@ from pydantic import BaseModel, ConfigDict
 #: The arches a node image's disk layout knows (a BIOS boot partition on amd64 only).
 DiskArch = Literal["amd64", "arm64"]
 
+#: :data:`nvkr.disk.qcow2.Compression`, spelt out so planning does not import the disk code.
+Compression = Literal["none", "zlib", "zstd"]
+
 
 class _Params(BaseModel):
     model_config = ConfigDict(strict=True, frozen=True, extra="forbid")
@@ -38,8 +41,8 @@ class SourceFile(_Params):
 class NodeImageParams(_Params):
     """The variant (``arch``, ``gpu``, ``kubernetes`` line and exact ``kubernetesVersion``), the
     image's settings (``nvidiaRuntime``, ``kubelet``, ``sizeBytes``, ``kernelArgs``, ``format``,
-    ``backend``, ``bootTest``, ``sandboxImage``), the action keys it stages (``deps``: rootfs,
-    agent, kubePackages) and its ``files``."""
+    ``compression``, ``backend``, ``bootTest``, ``sandboxImage``), the action keys it stages
+    (``deps``: rootfs, agent, kubePackages) and its ``files``."""
 
     arch: DiskArch
     gpu: str
@@ -50,6 +53,7 @@ class NodeImageParams(_Params):
     sizeBytes: int
     kernelArgs: list[str]
     format: str
+    compression: Compression = "none"
     backend: str
     bootTest: bool
     deps: dict[str, str]
@@ -57,5 +61,6 @@ class NodeImageParams(_Params):
     sandboxImage: str
 
     def to_json(self) -> dict[str, Any]:
-        """The params as the action holds them."""
-        return self.model_dump()
+        """The params as the action holds them: ``compression`` only when the image is
+        compressed, so an uncompressed image keeps the action key it had before the field."""
+        return self.model_dump(exclude={"compression"} if self.compression == "none" else set())

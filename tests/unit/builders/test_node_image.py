@@ -285,3 +285,112 @@ def test_the_rootfs_must_be_for_the_variants_arch() -> None:
     assert "rootfs 'rootfs' is built from an apt source for amd64, the variant is arm64" in str(
         err.value
     )
+
+
+def test_compression_enters_the_key_only_when_the_image_is_compressed() -> None:
+    """No ``compression`` (or ``none``): the params and tools every image had before the field,
+    so the default recipe's action keys stay; zlib or zstd: the value and the version of the
+    library qemu-img compresses with (its output is the compressed clusters)."""
+    from nvkr.action import action_key
+    from nvkr.hosttools import package_version
+
+    builder = node_image.NodeImageBuilder()
+
+    def plan(**fields: Any) -> Any:
+        return builder.plan("img", _node_image(**fields), _variant("amd64"), _Refs("amd64"))
+
+    absent, none, zlib, zstd = (
+        plan(),
+        plan(compression="none"),
+        plan(compression="zlib"),
+        plan(compression="zstd"),
+    )
+    assert "compression" not in absent.params and none.params == absent.params
+    assert none.tools == absent.tools
+    assert not {"zlib1g", "libzstd1"} & set(absent.tools)
+    assert zlib.params == {**absent.params, "compression": "zlib"}
+    assert zlib.tools == {**absent.tools, "zlib1g": package_version("zlib1g", purpose="t")}
+    assert zstd.tools == {**absent.tools, "libzstd1": package_version("libzstd1", purpose="t")}
+
+    def key(spec: Any) -> str:
+        return action_key(
+            builder="node-image", version=builder.version, params=spec.params,
+            inputs=spec.inputs, tools=spec.tools, epoch=0,
+        )  # fmt: skip
+
+    assert len({key(absent), key(zlib), key(zstd)}) == 3 and key(none) == key(absent)
+
+
+def test_compression_with_diskimage_builder_is_refused_naming_the_field() -> None:
+    variant = cast(
+        Variant,
+        SimpleNamespace(
+            gpu="hopper", kubernetes="1.36", arch="amd64",
+            recipe=SimpleNamespace(artifacts={}, sources={}),
+        ),
+    )  # fmt: skip
+    builder = node_image.NodeImageBuilder()
+    art = _node_image(backend="diskimage-builder", compression="zlib")
+    ((path, message, hint),) = builder.check("img", art, variant)
+    assert path == ("artifacts", "img", "compression")
+    assert "compression 'zlib' needs the native backend" in message and hint
+    assert builder.check("img", _node_image(compression="zstd"), variant) == []
+
+
+def test_an_unknown_compression_is_a_recipe_error_naming_the_field(tmp_path: Path) -> None:
+    from tests.helpers.nvkr import make_clone, run_nvkr
+
+    clone = make_clone(tmp_path / "clone")
+    recipe = clone / "recipes" / "default.yaml"
+    text = recipe.read_text()
+    assert "    size: 4GiB\n" in text
+    recipe.write_text(text.replace("    size: 4GiB\n", "    size: 4GiB\n    compression: gzip\n"))
+    res = run_nvkr("plan", "--offline", cwd=clone, store=tmp_path / "store")
+    assert res.code == 2, res.stderr
+    assert (
+        "recipes/default.yaml:132: artifacts.node-image.compression: expected 'none', 'zlib' or "
+        "'zstd' (got 'gzip')"
+    ) in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_the_compression_record_names_every_option() -> None:
+    from nvkr.disk import DiskResult
+
+    result = DiskResult(
+        qcow2=Path("/x.qcow2"), raw_size=4 << 30, qcow2_size=1 << 28, fs_uuid="u",
+        root_partuuid="p", root_partition=2, phases={}, compression="zstd",
+        compressed_clusters=10088, raw_digest="sha256:" + "c" * 64,
+    )  # fmt: skip
+    tools = {"qemu-utils": "1:7.2+dfsg-7+deb12u18+b3", "libzstd1": "1.5.4+dfsg2-5"}
+    assert node_image._compression_record(tools, result) == {
+        "compression": "zstd",
+        "level": "ZSTD_CLEVEL_DEFAULT",
+        "coroutines": 1,
+        "qemuImg": "1:7.2+dfsg-7+deb12u18+b3",
+        "library": {"libzstd1": "1.5.4+dfsg2-5"},
+        "compressedClusters": 10088,
+        "rawDigest": "sha256:" + "c" * 64,
+        "rawSize": 4 << 30,
+    }
+
+
+def test_a_compressed_image_holds_the_raw_disk_of_the_uncompressed_one() -> None:
+    """The disk's UUIDs and GUIDs derive from the key of the image without compression, so the
+    raw disk is the same whatever the container (only the QCOW2 around it differs)."""
+    from nvkr.action import action_key
+
+    builder = node_image.NodeImageBuilder()
+
+    def action(**fields: Any) -> Action:
+        spec = builder.plan("img", _node_image(**fields), _variant("amd64"), _Refs("amd64"))
+        key = action_key("node-image", builder.version, spec.params, spec.inputs, spec.tools, 0,
+                         spec.deps)  # fmt: skip
+        return Action(key=key, builder="node-image", builder_version=builder.version, name="img",
+                      params=spec.params, inputs=spec.inputs, tools=spec.tools, epoch=0,
+                      deps=spec.deps)  # fmt: skip
+
+    plain, zlib, zstd = action(), action(compression="zlib"), action(compression="zstd")
+    assert len({plain.key, zlib.key, zstd.key}) == 3
+    assert node_image.disk_seed(plain) == plain.key.split(":", 1)[1]
+    assert node_image.disk_seed(zlib) == node_image.disk_seed(zstd) == node_image.disk_seed(plain)
