@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nvkr.errors import BootTestError
+from nvkr.errors import BootTestError, UsageError
 from nvkr.machine.boot import BootResult, boot_test
 from nvkr.machine.seed import PROBE_END, PROBE_PREFIX, make_seed, meta_data, probe_vendor_data
 from nvkr.machine.userdata import FileExpectation, UserData, load_user_data
@@ -183,8 +183,11 @@ def boot_with_user_data(
 
 
 def _read(path: Path) -> bytes:
-    from nvkr.errors import UsageError
+    """The user-data's bytes, as the seed holds them.
 
+    Raises:
+        UsageError: the file is missing or unreadable.
+    """
     try:
         return path.read_bytes()
     except FileNotFoundError:
