@@ -119,15 +119,26 @@ def build_image(base: Path) -> Path:
     return out
 
 
-def read_root_file(raw: Path, path: str) -> str:
-    """The text of ``path`` in the last partition (the root file system) of the raw disk image
-    ``raw``, read with debugfs."""
+def read_root_file(
+    raw: Path, path: str, *, partition: int = -1, command: str = "cat", unclean: bool = False
+) -> str:
+    """The text of ``path`` in the last partition (the root file system; ``partition``: another
+    index, e.g. -2 when a config drive follows it) of the raw disk image ``raw``, read with
+    debugfs ``command`` (``cat``, or ``ls -l`` for a directory; empty when it is missing).
+    ``unclean``: the file system was still mounted when QEMU quit (a guest that ignores the
+    ACPI power button): debugfs -c reads it without its allocation bitmaps."""
     table = json.loads(
         subprocess.run(["sfdisk", "--json", str(raw)], capture_output=True, check=True).stdout
     )
-    root = table["partitiontable"]["partitions"][-1]
+    root = table["partitiontable"]["partitions"][partition]
     out = subprocess.run(
-        ["debugfs", "-R", f"cat {path}", f"{raw}?offset={root['start'] * 512}"],
+        [
+            "debugfs",
+            *(["-c"] if unclean else []),
+            "-R",
+            f"{command} {path}",
+            f"{raw}?offset={root['start'] * 512}",
+        ],
         capture_output=True,
         check=True,
     )

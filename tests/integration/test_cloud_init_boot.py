@@ -29,6 +29,7 @@ import pytest
 from nvkr.agent_labels import AGENT_LABELS, check_agent_labels
 from nvkr.machine.boot import boot_test
 from nvkr.releaseset import read_metadata
+from tests.helpers.disk import read_root_file
 from tests.helpers.nvkr import make_clone, run_nvkr, seed, seed_from_build, start_nvkr
 
 pytestmark = [
@@ -141,35 +142,20 @@ def _config_drive(work: Path, size: int) -> Path:
     return fs
 
 
-def _read_root_file(disk: Path, part: dict, path: str, work: Path, command: str = "cat") -> str:
-    """debugfs ``command`` (``cat``, ``ls -l``) of ``path`` in the ext4 of ``part``; empty when
-    it is not there."""
-    root = work / "root.ext4"
-    subprocess.run(
-        ["dd", f"if={disk}", f"of={root}", "bs=512", f"skip={part['start']}",
-         f"count={part['size']}", "conv=sparse", "status=none"], check=True,
-    )  # fmt: skip
-    out = subprocess.run(["debugfs", "-R", f"{command} {path}", str(root)], capture_output=True)
-    root.unlink()
-    return out.stdout.decode()
-
-
 def test_the_image_holds_nothing_of_a_first_run(cloud_init_image, tmp_path) -> None:
     """Read from the image's root file system, unbooted: machine-id(5)'s first-boot marker, no
     host name, no cloud-init instance state, no SSH host keys; nvkr's datasources."""
     disk = tmp_path / "disk.raw"
     subprocess.run(["qemu-img", "convert", "-O", "raw", str(cloud_init_image), str(disk)],
                    check=True)  # fmt: skip
-    root = _sfdisk(disk)["partitions"][-1]
-    assert _read_root_file(disk, root, "/etc/machine-id", tmp_path) == "uninitialized\n"
-    assert _read_root_file(disk, root, "/etc/hostname", tmp_path) == ""
-    assert "127.0.1.1" not in _read_root_file(disk, root, "/etc/hosts", tmp_path)
-    cfg = _read_root_file(disk, root, "/etc/cloud/cloud.cfg.d/90-nvkr.cfg", tmp_path)
+    assert read_root_file(disk, "/etc/machine-id") == "uninitialized\n"
+    assert read_root_file(disk, "/etc/hostname") == ""
+    assert "127.0.1.1" not in read_root_file(disk, "/etc/hosts")
+    cfg = read_root_file(disk, "/etc/cloud/cloud.cfg.d/90-nvkr.cfg")
     assert "\ndatasource_list: [ NoCloud, ConfigDrive, None ]\n" in cfg
-    listing = _read_root_file(disk, root, "/var/lib/cloud", tmp_path, command="ls -l")
+    listing = read_root_file(disk, "/var/lib/cloud", command="ls -l")
     assert set(_names(listing)) <= {".", ".."}, listing
-    ssh = _read_root_file(disk, root, "/etc/ssh", tmp_path, command="ls -l")
-    assert "ssh_host_" not in ssh
+    assert "ssh_host_" not in read_root_file(disk, "/etc/ssh", command="ls -l")
 
 
 def _names(listing: str) -> list[str]:
@@ -218,7 +204,7 @@ def test_a_config_drive_partition_is_read_and_left_alone(cloud_init_image, tmp_p
     assert root_after["start"] == root_before["start"]
     assert root_before["size"] <= root_after["size"]
     assert root_after["start"] + root_after["size"] <= drive_part["start"]
-    hostname = _read_root_file(after_disk, root_after, "/etc/hostname", tmp_path)
+    hostname = read_root_file(after_disk, "/etc/hostname", partition=-2, unclean=True)
     assert hostname.strip() == CONFIG_DRIVE_HOST
     print(f"root partition: {root_before['size'] * 512 // mib} MiB -> "
           f"{root_after['size'] * 512 // mib} MiB; config-2 at sector {drive_part['start']}")  # fmt: skip
