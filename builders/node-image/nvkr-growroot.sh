@@ -2,6 +2,8 @@
 # nvkr-growroot: grow the root partition (the last one on its disk) to the end of the disk and
 # the ext4 on it, online. Run once by nvkr-growroot.service; the stamp file keeps it from running
 # again. A root that is not on a partition, or a partition already at the end, is not an error.
+# growpart grows a partition only up to the next one: a config-2 partition (the config drive
+# Metal3/Ironic add at the disk's end) behind the root stays where it is, bytes and all.
 set -eu
 
 stamp=/var/lib/nvkr/growroot.done
@@ -33,7 +35,8 @@ if command -v growpart > /dev/null 2>&1; then
         log "$out"
     else
         case $out in
-            NOCHANGE*) log "partition $part of $disk already ends at the end of the disk" ;;
+            # the disk's end, or a partition behind it (a config drive Ironic added)
+            NOCHANGE*) log "partition $part of $disk already ends at the end of the disk or at the next partition" ;;
             *) log "growpart $disk $part failed: $out"; exit 1 ;;
         esac
     fi

@@ -118,6 +118,27 @@ def _images_of_set(layout: Path, artifact: str | None, variant: str | None) -> l
     help="Directory for the console logs, one file per image [default: <store>/logs/boot-test].",
 )
 @click.option(
+    "--user-data",
+    "user_data",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Cloud-config (or a '## template: jinja' one) on a NoCloud seed; validated before "
+    "booting, then what it asks for is checked in the guest.",
+)
+@click.option(
+    "--meta-data",
+    "meta_data",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The seed's meta-data [default: instance-id from the user-data's digest, "
+    "local-hostname nvkr-boot-test].",
+)
+@click.option(
+    "--expect-file",
+    "expect_files",
+    multiple=True,
+    metavar="PATH",
+    help="With --user-data: a file the user-data's commands leave in the guest (repeatable).",
+)
+@click.option(
     "--json",
     "as_json",
     is_flag=True,
@@ -136,6 +157,9 @@ def command(
     memory: int,
     accel: Literal["auto", "kvm", "tcg"],
     console_log: Path | None,
+    user_data: Path | None,
+    meta_data: Path | None,
+    expect_files: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Boot TARGET in QEMU until the node agent prints its readiness line.
@@ -148,18 +172,39 @@ def command(
     the agent prints next are checked against its readiness line. Each image's whole console goes
     to a file in --console-log, named when the boot starts; on failure the last 40 console lines
     are printed and the exit status is 1.
+
+    With --user-data each image boots with a NoCloud seed (a CIDATA volume: the user-data, the
+    meta-data and nvkr's probe as vendor-data). The user-data is validated first (cloud-init's
+    schema; exit 2 and no boot when it fails); after the boot the probe's report must show
+    cloud-init done without errors, every write_files entry with its content, mode and owner,
+    runcmd run, every --expect-file present and the meta-data's local-hostname as host name.
     """
     from nvkr.monitor import monitoring, open_monitor
     from nvkr.monitor.events import Result
 
     with monitoring(open_monitor("boot-test", as_json=as_json)) as monitor:
         images = _images(target, artifact, variant, arch)
+        if user_data is None and (meta_data is not None or expect_files):
+            raise UsageError("--meta-data and --expect-file go with --user-data")
+        if user_data is not None:
+            from nvkr.machine.seed import meta_data as seed_meta
+            from nvkr.machine.userdata import load_user_data
+
+            # before any image boots: bad input costs no boot
+            raw = user_data.read_bytes() if user_data.is_file() else b""
+            for image in images:
+                load_user_data(user_data, seed_meta(raw, meta_data)[1], arch=image["arch"])
         if console_log is None:
             from nvkr.machine.boot import CONSOLE_LOGS
             from nvkr.store import default_root
 
             console_log = (app.store_root or default_root()) / CONSOLE_LOGS
-        options = {"expect": expect, "timeout": timeout, "memory_mib": memory, "accel": accel}
+        options: dict[str, Any] = {
+            "expect": expect, "timeout": timeout, "memory_mib": memory, "accel": accel,
+        }  # fmt: skip
+        if user_data is not None:
+            options.update(user_data=user_data, meta_data_file=meta_data,
+                           expect_files=expect_files)  # fmt: skip
         failed = sum(
             not _boot_one(monitor, image, console_log, labels, options) for image in images
         )
@@ -198,24 +243,28 @@ def _boot_one(
     monitor: Monitor, image: dict[str, Any], logs: Path, labels: bool, options: dict[str, Any]
 ) -> bool:
     """Boot one image (``options``: :func:`nvkr.machine.boot.boot_test`'s ``expect``,
-    ``timeout``, ``memory_mib``, ``accel``), reporting its attempts and its
+    ``timeout``, ``memory_mib``, ``accel``; with ``user_data`` also
+    :func:`nvkr.machine.cloudinit.boot_with_user_data`'s), reporting its attempts and its
     :class:`~nvkr.monitor.events.BootImageResult` to ``monitor``; whether it booted."""
     from nvkr.agent_labels import AGENT_LABELS, check_agent_labels
     from nvkr.machine.boot import boot_test, new_console_log
+    from nvkr.machine.cloudinit import boot_with_user_data
     from nvkr.monitor.events import BootImageResult
 
     log_file = new_console_log(logs, image["slug"])
     seen: dict[str, Any] = {"accel": None}  # the accelerator of the last attempt
     label, digest = image["label"], image["digest"]
+    checks: list[dict[str, Any]] = []
     try:
-        result = boot_test(
-            Path(image["path"]),
-            arch=image["arch"],
-            then=AGENT_LABELS if labels else None,
-            log_file=log_file,
-            event=_reporter(monitor, image, seen),
-            **options,
-        )
+        common = {
+            "arch": image["arch"], "then": AGENT_LABELS if labels else None,
+            "log_file": log_file, "event": _reporter(monitor, image, seen), **options,
+        }  # fmt: skip
+        if "user_data" in options:
+            booted = boot_with_user_data(Path(image["path"]), **common)
+            result, checks = booted.boot, [c.to_json() for c in booted.checks]
+        else:
+            result = boot_test(Path(image["path"]), **common)
         printed = check_agent_labels(result.matched, result.lines) if labels else {}
     except BootTestError as e:
         monitor.emit(
@@ -229,7 +278,7 @@ def _boot_one(
         BootImageResult(
             label, digest, True, result.accel, str(log_file), line=result.matched,
             seconds=result.seconds, fallback=result.fallback, firmware=result.firmware,
-            labels=printed,
+            labels=printed, checks=checks,
         )
     )  # fmt: skip
     return True

@@ -1,7 +1,8 @@
 """Boot tests: start a node image in QEMU and watch its serial console for a line.
 
 The image boots by itself (GRUB from the disk, SeaBIOS or UEFI firmware), on a throw-away overlay
-(``-snapshot``: the image file is never written), started by :mod:`nvkr.machine.qemu` with its serial
+(``-snapshot``: the image file is never written; ``snapshot=False`` boots a QCOW2 overlay the
+caller made and reads afterwards), with ``drives`` (a NoCloud seed) attached read-only, started by :mod:`nvkr.machine.qemu` with its serial
 console and QMP connected to Unix sockets nvkr listens on in a private temp dir (so not a byte is
 lost before nvkr reads). The console is read line by line: the first line matching ``expect``
 ends the test with success, a line matching ``fail``, QEMU exiting or the time limit ends it with
@@ -39,7 +40,7 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal, TextIO, get_args
@@ -281,6 +282,7 @@ class _Attempt:
     lines: list[str]
     seconds: float
     errors: list[BaseException]
+    then: str | None = None  # the pattern a ``then-`` outcome waited for
 
 
 def _attempt(
@@ -301,6 +303,9 @@ def _attempt(
     log_file: Path | None,
     stall: float | None,
     header: str,
+    drives: Sequence[Path] = (),
+    snapshot: bool = True,
+    wait_for: Sequence[str] = (),
 ) -> _Attempt:
     """Run QEMU once under ``accel`` and watch its console (``stall``: see :func:`_watch`; QEMU
     not connecting within it counts too); ``header`` starts this attempt in ``log_file``."""
@@ -312,6 +317,7 @@ def _attempt(
         argv = qemu_argv(
             image.resolve(), arch=arch, accel=accel, firmware=firmware, memory_mib=memory_mib,
             smp=smp, console=console_path, qmp=qmp_path, pidfile=pidfile, network=network,
+            drives=[d.resolve() for d in drives], snapshot=snapshot,
         )  # fmt: skip
         qemu = QemuProcess(argv, pidfile=pidfile, log_file=log_file, limit=timeout + grace + 60)
         # line-buffered: the log can be followed while the guest boots
@@ -340,6 +346,17 @@ def _attempt(
                     )  # fmt: skip
                     if after != "ok":
                         outcome, matched = f"then-{after}", followed or matched
+                for pattern in wait_for if outcome == "ok" else ():
+                    # a line that may come before or after the others (a probe's report)
+                    if any(re.search(pattern, line) for line in lines):
+                        continue
+                    after, seen = _watch(
+                        console, qemu, expect=re.compile(pattern), fail=fail,
+                        deadline=time.monotonic() + then_timeout, lines=lines, log=log,
+                    )  # fmt: skip
+                    if after != "ok":
+                        outcome, matched, then = f"then-{after}", seen or matched, pattern
+                        break
             elif time.monotonic() >= deadline:
                 outcome = "timeout"
             elif qemu.alive():
@@ -355,7 +372,7 @@ def _attempt(
             if log is not None:
                 log.close()
         seconds = round(time.monotonic() - start, 3)
-    return _Attempt(outcome, matched, followed, lines, seconds, qemu.error)
+    return _Attempt(outcome, matched, followed, lines, seconds, qemu.error, then)
 
 
 def boot_test(
@@ -375,6 +392,9 @@ def boot_test(
     then: str | None = None,
     then_timeout: float = 60.0,
     event: BootEvent | None = None,
+    drives: Sequence[Path] = (),
+    snapshot: bool = True,
+    wait_for: Sequence[str] = (),
 ) -> BootResult:
     """Boot ``image`` (QCOW2) in QEMU and wait for a console line matching ``expect``.
 
@@ -396,6 +416,11 @@ def boot_test(
             when its console falls silent: the guest ignores the ACPI power button).
         then: a regular expression for a line that must follow the ``expect`` line (e.g. the
             agent's labels after its readiness line), within ``then_timeout`` seconds.
+        drives: raw images attached read-only after the image (a NoCloud seed).
+        snapshot: False: the guest writes into ``image`` (a QCOW2 overlay made for the test,
+            read after the boot); True: ``-snapshot``, the image is never changed.
+        wait_for: regular expressions of lines that must also appear, before or after the
+            ``expect`` line, each within ``then_timeout`` seconds of the last one seen.
         event: called with a :class:`~nvkr.monitor.events.BootStart` before each attempt
             (``image`` the path, ``timeout`` in seconds, ``log`` ``log_file`` or None,
             ``attempt`` 1 or 2, ``why`` TCG after a stall, else empty) and a
@@ -443,7 +468,7 @@ def boot_test(
             network=network, timeout=timeout, grace=grace, expect=re.compile(expect),
             fail=re.compile(fail) if fail else None, then=then, then_timeout=then_timeout,
             log_file=log_file, stall=KVM_STALL_SECONDS if acc == "kvm" else None,
-            header=header,
+            header=header, drives=drives, snapshot=snapshot, wait_for=wait_for,
         )  # fmt: skip
 
     result = attempt(1, fallback)
@@ -462,7 +487,8 @@ def boot_test(
             firmware=fw, followed=result.followed, fallback=fallback,
         )  # fmt: skip
     raise _failure(
-        result, what=f"{arch} image {image} ({fw}, {acc})", expect=expect, then=then,
+        result, what=f"{arch} image {image} ({fw}, {acc})", expect=expect,
+        then=result.then or then,
         then_timeout=then_timeout, timeout=timeout, log_file=log_file,
     )  # fmt: skip
 

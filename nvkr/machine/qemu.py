@@ -23,6 +23,7 @@ import struct
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
@@ -111,8 +112,14 @@ def qemu_argv(
     qmp: Path,
     pidfile: Path,
     network: bool,
+    drives: Sequence[Path] = (),
+    snapshot: bool = True,
 ) -> list[str]:
-    """The QEMU command line for a boot test (console and QMP as clients of nvkr's sockets)."""
+    """The QEMU command line for a boot test (console and QMP as clients of nvkr's sockets).
+
+    ``drives``: raw images attached read-only after the image (virtio, so ``/dev/vdb``...: a
+    NoCloud seed); ``snapshot``: False writes the guest's changes into ``image`` (a QCOW2
+    overlay the caller made), True (``-snapshot``) throws them away."""
     binary = QEMU[arch][0]
     machine = (
         ["-machine", "pc"]
@@ -122,9 +129,12 @@ def qemu_argv(
     return [
         binary, *machine, "-accel", accel, "-m", str(memory_mib), "-smp", str(smp),
         *_firmware(arch, firmware),
-        "-nodefaults", "-display", "none", "-no-user-config", "-no-reboot", "-snapshot",
+        "-nodefaults", "-display", "none", "-no-user-config", "-no-reboot",
+        *(["-snapshot"] if snapshot else []),
         "-pidfile", str(pidfile),
         "-drive", f"file={_drive_path(image)},if=virtio,format=qcow2",
+        *[arg for d in drives
+          for arg in ("-drive", f"file={_drive_path(d)},if=virtio,format=raw,readonly=on")],
         "-chardev", f"socket,id=console,path={_drive_path(console)}",
         "-serial", "chardev:console",
         "-chardev", f"socket,id=qmp,path={_drive_path(qmp)}",

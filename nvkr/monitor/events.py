@@ -253,7 +253,8 @@ class BootImageResult(NamedTuple):
     ``line``, ``seconds`` from QEMU's start to it, ``accel``, ``fallback`` (why TCG after
     KVM answered, else empty), ``firmware``, the agent's ``labels``. Failed: the error's
     ``code``, ``error`` (its message) and ``hint``; ``accel`` of the last attempt (None when
-    none started). ``log``: the console log."""
+    none started). ``log``: the console log. ``checks``: with ``--user-data``, what it asked
+    for as ``{"check", "ok", "detail"}`` (:class:`nvkr.machine.cloudinit.Check`)."""
 
     image: str
     digest: str | None
@@ -268,6 +269,7 @@ class BootImageResult(NamedTuple):
     code: str = ""
     error: str = ""
     hint: str | None = None
+    checks: list[dict[str, Any]] = []  # never mutated
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"image": self.image, "digest": self.digest, "ok": self.ok,
@@ -280,6 +282,8 @@ class BootImageResult(NamedTuple):
             out.update(code=self.code, error=self.error)
             if self.hint:
                 out["hint"] = self.hint
+        if self.checks:
+            out["checks"] = self.checks
         return out
 
 

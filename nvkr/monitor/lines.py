@@ -125,6 +125,8 @@ def _image_result_lines(r: BootImageResult) -> list[str]:
     lines = [f"ok {r.image}: {r.line} ({r.seconds:.1f} s, {how})"]
     if r.labels:
         lines.append("   labels: " + ",".join(f"{k}={v}" for k, v in sorted(r.labels.items())))
+    for c in r.checks:
+        lines.append(f"   {'ok' if c['ok'] else 'FAILED'} {c['check']}: {c['detail']}")
     return lines
 
 

@@ -7,6 +7,7 @@ file system)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import stat
@@ -127,6 +128,33 @@ def read_root_file(raw: Path, path: str) -> str:
         entry = fs.lookup(os.fsencode(path), follow=True)
         assert entry is not None, f"{path} is not in {raw}"
         return fs.read(entry).decode()
+
+
+def debugfs_read(
+    raw: Path, path: str, *, partition: int = -1, command: str = "cat", unclean: bool = False
+) -> str:
+    """What debugfs ``command`` (``cat``, or ``ls -l`` for a directory) prints for ``path`` in
+    partition ``partition`` (default the last: the root file system; -2 when a config drive
+    follows it) of the raw disk image ``raw``: empty when it is missing (where
+    :func:`read_root_file` fails). ``unclean``: the file system was still mounted when QEMU quit
+    (a guest that ignores the ACPI power button): debugfs -c reads it without its allocation
+    bitmaps."""
+    table = json.loads(
+        subprocess.run(["sfdisk", "--json", str(raw)], capture_output=True, check=True).stdout
+    )
+    root = table["partitiontable"]["partitions"][partition]
+    out = subprocess.run(
+        [
+            "debugfs",
+            *(["-c"] if unclean else []),
+            "-R",
+            f"{command} {path}",
+            f"{raw}?offset={root['start'] * 512}",
+        ],
+        capture_output=True,
+        check=True,
+    )
+    return out.stdout.decode()
 
 
 #: The partitions of :func:`make_disk`: a 1 MiB partition that is no file system, then root.

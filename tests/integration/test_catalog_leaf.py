@@ -10,6 +10,7 @@ keys' fingerprints (NVIDIA's and Docker's private keys are not ours) and the mat
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.helpers.aptrepo import AptRepo, DebSpec, build_apt_repo, gpu_stack_packages
 from tests.helpers.disk import read_root_file
@@ -28,6 +30,8 @@ pytestmark = pytest.mark.slow
 
 DRIVER = "580.105.08-1"
 CONTAINERD = "2.2.1-1~debian.12~bookworm"
+#: seconds: cloud-init's stages and the bootstrap under TCG on two loaded cores
+BOOT_TIMEOUT = 1800.0
 NVIDIA_UPSTREAM = "https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/"
 DOCKER_UPSTREAM = "https://download.docker.com/linux/debian"
 
@@ -245,3 +249,123 @@ def test_catalog_leaf_locks_and_builds_against_loopback_upstreams(
     assert rebuilt.code == 0, rebuilt.stderr
     again = project / "dist-offline" / "nvkr-hopper-k8s1.36" / "index.json"
     assert again.read_bytes() == (layout / "index.json").read_bytes()
+
+
+def test_cluster_api_bootstrap_data_joins_with_the_exports_kubeadm_configuration(
+    leaf: Leaf, tmp_path: Path
+) -> None:
+    """The leaf's node image boots with the user-data Cluster API's kubeadm bootstrap provider
+    writes for a node of its pool, made by ``release-set export --format capi --bootstrap-data``
+    from the export's own KubeadmConfigTemplate, on a NoCloud seed (``nvkr boot-test
+    --user-data``'s machinery). Its kubeadm is the mirror's recording stand-in.
+
+    What this proves: the image's cloud-init takes NoCloud bootstrap data in CABPK's form (the
+    ``## template: jinja`` header rendered from the meta-data, write_files, runcmd) and runs the
+    bootstrap as Cluster API writes it: ``kubeadm join --config
+    /run/kubeadm/kubeadm-join-config.yaml`` with exactly the join configuration the export
+    produced (the pool's node labels in it), then the bootstrap contract's sentinel; the image's
+    kubelet drop-in (the pool's kubelet arguments and labels) and the agent's readiness stay in
+    place beside it. What it cannot prove: that a real kubeadm accepts that configuration and
+    joins a control plane (kubeadm and a cluster are not reachable from here), nor the
+    placeholder token and CA hash a real CABPK fills in.
+    """
+    from nvkr.delivery.export.cabpk import JOIN_CONFIG_PATH, SENTINEL
+    from nvkr.machine.cloudinit import boot_with_user_data, parse_report
+    from nvkr.releaseset import read_metadata
+    from tests.helpers.k8smirror import KUBEADM_ARGS, KUBEADM_CONFIG
+
+    assert leaf.built.code == 0, leaf.built.stderr
+    user_data = tmp_path / "user-data"
+    capi = run_nvkr(
+        "release-set", "export", str(leaf.layout), "--format", "capi",
+        "--control-plane-endpoint", "192.0.2.10:6443",
+        "--bootstrap-data", "hopper-amd64", str(user_data),
+        cwd=leaf.project, store=leaf.store,
+    )  # fmt: skip
+    assert capi.code == 0, capi.stderr
+    assert "cloud-init" not in capi.stderr, "the leaf's image has cloud-init: no warning"
+    text = user_data.read_text()
+    assert text.startswith("## template: jinja\n#cloud-config\n"), text[:80]
+    written = {f["path"]: f for f in yaml.safe_load(text)["write_files"]}
+    join = yaml.safe_load(written[JOIN_CONFIG_PATH]["content"])
+    assert join["kind"] == "JoinConfiguration"
+    docs = [d for d in yaml.safe_load_all(capi.stdout) if d]
+    (template,) = [d for d in docs if d["kind"] == "KubeadmConfigTemplate"]
+    want_args = template["spec"]["template"]["spec"]["joinConfiguration"]["nodeRegistration"][
+        "kubeletExtraArgs"
+    ]
+    want_labels = (
+        want_args["node-labels"]
+        if isinstance(want_args, dict)
+        else next(a["value"] for a in want_args if a["name"] == "node-labels")
+    )
+    got_args = join["nodeRegistration"]["kubeletExtraArgs"]
+    got = {a["name"]: a["value"] for a in got_args} if isinstance(got_args, list) else got_args
+    assert got["node-labels"] == want_labels
+    assert "nvkr.dev/gpu-generation=hopper" in want_labels.split(",")
+
+    meta = read_metadata(leaf.layout)
+    (image,) = [a for a in meta["artifacts"] if a["kind"] == "machine-image"]
+    qcow2 = leaf.layout / "blobs" / "sha256" / image["primary"]["digest"][7:]
+    raw = tmp_path / "disk.raw"
+    subprocess.run(["qemu-img", "convert", "-O", "raw", str(qcow2), str(raw)], check=True)
+    dropin_path = "/etc/systemd/system/kubelet.service.d/20-nvkr.conf"
+    dropin = read_root_file(raw, dropin_path)
+    raw.unlink()
+    assert "nvidia.com/mig.config=all-disabled" in dropin
+
+    result = boot_with_user_data(
+        qcow2,
+        user_data=user_data,
+        expect_files=[SENTINEL, KUBEADM_ARGS, KUBEADM_CONFIG, dropin_path],
+        timeout=BOOT_TIMEOUT,
+        report_timeout=BOOT_TIMEOUT,
+        log_file=tmp_path / "console.log",
+    )
+    assert all(c.ok for c in result.checks), result.checks
+    report = parse_report(result.boot.lines)["files"]
+    args = f"join\n--config\n{JOIN_CONFIG_PATH}\n".encode()
+    assert report[KUBEADM_ARGS]["sha256"] == hashlib.sha256(args).hexdigest(), "kubeadm's argv"
+    # kubeadm was given the file cloud-init wrote, which is the user-data's (checked by
+    # boot_with_user_data): the export's join configuration
+    assert report[KUBEADM_CONFIG]["sha256"] == report[JOIN_CONFIG_PATH]["sha256"]
+    assert report[SENTINEL] is not None, "the bootstrap contract's sentinel"
+    assert report[dropin_path]["sha256"] == hashlib.sha256(dropin.encode()).hexdigest()
+    assert "nvkr-node-agent: ready" in result.boot.matched
+
+
+@pytest.mark.parametrize("api_version", ["v1beta1", "v1beta2"])
+def test_cluster_api_export_of_the_leaf_passes_the_field_rules(
+    leaf: Leaf, api_version: str
+) -> None:
+    """``release-set export --format capi --infrastructure metal3`` of the built leaf, for
+    Cluster API v1beta1 and v1beta2: every document passes the field rules read from the
+    published Go types (nvkr/delivery/export/capi/fieldrules.py), and the export holds the
+    Cluster, the Metal3Cluster and the cluster release's chart as add-ons (a ClusterResourceSet
+    and the ConfigMap of the chart's rendered manifests, which pin the agent image by digest)."""
+    from nvkr.delivery.export.capi.fieldrules import check_documents
+
+    assert leaf.built.code == 0, leaf.built.stderr
+    res = run_nvkr(
+        "release-set", "export", str(leaf.layout), "--format", "capi",
+        "--api-version", api_version, "--infrastructure", "metal3",
+        "--control-plane-endpoint", "192.0.2.10:6443",
+        "--image-base-url", "https://images.example/nvkr",
+        cwd=leaf.project, store=leaf.store,
+    )  # fmt: skip
+    assert res.code == 0, res.stderr
+    assert "warning" not in res.stderr, res.stderr  # kubeadm, kubelet and cloud-init are there
+    docs = [d for d in yaml.safe_load_all(res.stdout) if d]
+    assert check_documents(docs) == []
+    kinds = {d["kind"] for d in docs}
+    assert {
+        "Cluster", "Metal3Cluster", "KubeadmControlPlane", "KubeadmConfigTemplate",
+        "MachineDeployment", "MachineHealthCheck", "ClusterResourceSet", "ConfigMap",
+        "Metal3MachineTemplate", "Metal3DataTemplate",
+    } <= kinds  # fmt: skip
+    (cluster,) = [d for d in docs if d["kind"] == "Cluster"]
+    assert cluster["apiVersion"] == f"cluster.x-k8s.io/{api_version}"
+    addons = "\n".join(
+        str(v) for d in docs if d["kind"] == "ConfigMap" for v in d.get("data", {}).values()
+    )
+    assert "@sha256:" in addons, "the rendered chart pins the agent image by digest"

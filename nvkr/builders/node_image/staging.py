@@ -3,14 +3,17 @@
 :func:`stage` writes the agent (``/usr/bin/node-agent``), the kube-packages binaries, the
 recipe's ``files`` and the systemd units, containerd and kubelet configuration rendered from the
 Jinja2 templates in the builder's assets (:data:`TEMPLATES`, every one rendered on every build),
-and ``/etc/nvkr/manifest.json`` listing the staged binaries' sha256. The tree helpers keep every
-path inside the tree and every mtime at the epoch.
+and ``/etc/nvkr/manifest.json`` listing the staged binaries' sha256. In a tree holding Debian's
+cloud-init it writes nvkr's cloud-init configuration (:data:`CLOUD_INIT_CFG`), and in every tree
+it clears what a first run leaves (:func:`clear_first_run`). The tree helpers keep every path
+inside the tree and every mtime at the epoch.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -38,6 +41,12 @@ TEMPLATES = (
 )
 _UNITS = "etc/systemd/system"
 _WANTS = f"{_UNITS}/multi-user.target.wants"
+#: nvkr's cloud-init configuration (the datasources), copied from ASSETS into trees that hold
+#: the cloud-init package.
+CLOUD_INIT_CFG = "etc/cloud/cloud.cfg.d/90-nvkr.cfg"
+#: /etc/machine-id of a node image: systemd's first-boot marker (machine-id(5), "First Boot
+#: Semantics": an empty file would make the node's first boot no first boot at all).
+MACHINE_ID_FIRST_BOOT = b"uninitialized\n"
 
 
 # -- staging -------------------------------------------------------------------------------------
@@ -80,7 +89,47 @@ def stage(ctx: ActionContext, tree: Path, rootfs: dict[str, Any]) -> list[dict[s
         staging.put(dest, texts[template].encode(), 0o644, binary=False)
         if enable:
             staging.enable(dest)
+    if "cloud-init" in packages:
+        data = (ASSETS / "cloud-init-nvkr.cfg").read_bytes()
+        staging.put(CLOUD_INIT_CFG, data, 0o644, binary=False)
+    clear_first_run(tree)
     return staging.finish()
+
+
+def clear_first_run(tree: Path) -> None:
+    """Leave nothing of a first boot in ``tree``, so every node made from the image starts its
+    own: ``/etc/machine-id`` is :data:`MACHINE_ID_FIRST_BOOT` (systemd generates the node's id
+    and runs its first-boot units; ``/var/lib/dbus/machine-id`` goes unless it is a link),
+    cloud-init's instance state (``/var/lib/cloud/*``) and SSH host keys
+    (``/etc/ssh/ssh_host_*``) go. ``systemd-firstboot.service`` is masked: on a first boot it
+    would ask on the console for a locale, a time zone and a root password, and a node has no
+    one to answer (cloud-init configures what its user-data asks for)."""
+    machine_id = _inside(tree, "etc/machine-id")
+    _mkdirs(machine_id.parent)
+    if machine_id.is_symlink() or machine_id.exists():
+        machine_id.unlink()
+    machine_id.write_bytes(MACHINE_ID_FIRST_BOOT)
+    os.chmod(machine_id, 0o644)
+    dbus_id = _inside(tree, "var/lib/dbus/machine-id")
+    if dbus_id.is_file() and not dbus_id.is_symlink():
+        dbus_id.unlink()
+    cloud = _inside(tree, "var/lib/cloud")
+    if cloud.is_dir() and not cloud.is_symlink():
+        for entry in cloud.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+    ssh = _inside(tree, "etc/ssh")
+    if ssh.is_dir() and not ssh.is_symlink():
+        for key in ssh.glob("ssh_host_*"):
+            key.unlink()
+    if _inside(tree, "usr/lib/systemd/system/systemd-firstboot.service").exists():
+        mask = _inside(tree, f"{_UNITS}/systemd-firstboot.service")
+        _mkdirs(mask.parent)
+        if mask.is_symlink() or mask.exists():
+            mask.unlink()
+        mask.symlink_to("/dev/null")
 
 
 def _file_bytes(ctx: ActionContext, item: ArtifactFile | SourceFile) -> bytes:

@@ -14,7 +14,11 @@ class RootfsArtifact(ArtifactModel):
 
     builder: Literal["rootfs"]
     packages: str = Field(description="Required. the apt source with the package set")
-    hostname: str = Field(default="nvkr-node", description="Optional. /etc/hostname")
+    hostname: str | None = Field(
+        default=None,
+        description="Optional. /etc/hostname; absent: the image has none (systemd names the "
+        "machine localhost until cloud-init sets the name from its metadata's local-hostname)",
+    )
 
     def references(self) -> list[tuple[tuple[str, ...], str, str]]:
         return [(("packages",), "source", self.packages)]

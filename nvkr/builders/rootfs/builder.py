@@ -12,8 +12,8 @@ store, a ``Packages`` index built from each .deb's control fields), and runs::
 The repository holds nothing but the locked set, so apt has exactly one candidate per package:
 no version is resolved at build time and no network is used. A customize hook writes the image's
 own apt sources (the recipe's repositories, each with its keyring copied to
-``/etc/apt/keyrings/``), ``/etc/hostname`` and ``/etc/hosts``, so nothing of the build host or
-work dir stays in the tree. The hooks in ``builders/rootfs/`` defer ``update-initramfs`` to
+``/etc/apt/keyrings/``), ``/etc/hosts`` and, when the recipe names one, ``/etc/hostname`` (else
+it removes the build host's copy), so nothing of the build host or work dir stays in the tree. The hooks in ``builders/rootfs/`` defer ``update-initramfs`` to
 the end, so the initramfs is built once instead of twice (minutes saved under qemu-user). The
 output is mmdebstrap's tar (uncompressed, reproducible: two runs
 give the same bytes).
@@ -218,6 +218,7 @@ class RootfsBuilder(Builder[RootfsArtifact]):
         argv += [
             f"--essential-hook={ASSETS / 'defer-initramfs.essential-hook'}",
             f"--customize-hook=sync-in {overlay} /",
+            *([] if p.hostname else ['--customize-hook=rm -f "$1/etc/hostname"']),
             f"--customize-hook={ASSETS / 'build-initramfs.customize-hook'}",
             p.suite,
             out,
@@ -275,10 +276,14 @@ class RootfsBuilder(Builder[RootfsArtifact]):
         (overlay / "etc/apt/sources.list").write_text(
             "# written by nvkr from the recipe's apt repositories\n" + "\n".join(lines) + "\n"
         )
-        (overlay / "etc/hostname").write_text(p.hostname + "\n")
+        # Without a hostname the tree has no /etc/hostname (run() removes the one mmdebstrap
+        # copies from the build host): systemd names the machine from its fallback (localhost)
+        # until cloud-init sets the name the metadata gives.
+        named = f"127.0.1.1\t{p.hostname}\n" if p.hostname else ""
+        if p.hostname:
+            (overlay / "etc/hostname").write_text(p.hostname + "\n")
         (overlay / "etc/hosts").write_text(
-            f"127.0.0.1\tlocalhost\n127.0.1.1\t{p.hostname}\n"
-            "::1\tlocalhost ip6-localhost ip6-loopback\n"
+            f"127.0.0.1\tlocalhost\n{named}::1\tlocalhost ip6-localhost ip6-loopback\n"
         )
         (overlay / "etc/resolv.conf").write_text("")
         epoch = ctx.action.epoch

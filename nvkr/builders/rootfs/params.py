@@ -27,14 +27,14 @@ class AptRepositoryParams(_Params):
 class RootfsParams(_Params):
     """The tree's Debian ``arch``, the ``base`` set, the packages to ``include`` (sorted), the
     ``repositories``, the ``suite`` mmdebstrap installs the base set from, and the
-    ``hostname``."""
+    ``hostname`` (None: the tree has no ``/etc/hostname``)."""
 
     arch: str
     base: str
     include: list[str]
     repositories: list[AptRepositoryParams]
     suite: str
-    hostname: str
+    hostname: str | None
 
     def to_json(self) -> dict[str, Any]:
         """The params as the action holds them."""

@@ -394,3 +394,40 @@ def test_a_compressed_image_holds_the_raw_disk_of_the_uncompressed_one() -> None
     assert len({plain.key, zlib.key, zstd.key}) == 3
     assert node_image.disk_seed(plain) == plain.key.split(":", 1)[1]
     assert node_image.disk_seed(zlib) == node_image.disk_seed(zstd) == node_image.disk_seed(plain)
+
+
+def test_nothing_of_a_first_run_stays_in_the_image(tmp_path: Path) -> None:
+    """Every node made from an image starts its own first boot: machine-id(5)'s first-boot
+    marker (an empty file would be no first boot), no cloud-init instance state, no SSH host
+    keys, and systemd-firstboot (which would prompt on the console) masked."""
+    tree = tmp_path / "tree"
+    (tree / "usr" / "lib" / "systemd" / "system").mkdir(parents=True)
+    os.symlink("usr/lib", tree / "lib")
+    (tree / "usr/lib/systemd/system/systemd-firstboot.service").write_text("[Unit]\n")
+    (tree / "etc" / "ssh").mkdir(parents=True)
+    (tree / "etc/machine-id").write_text("")
+    (tree / "etc/ssh/ssh_host_ed25519_key").write_text("secret")
+    (tree / "etc/ssh/ssh_host_ed25519_key.pub").write_text("public")
+    (tree / "etc/ssh/sshd_config").write_text("kept")
+    (tree / "var/lib/cloud/instances/i-1").mkdir(parents=True)
+    os.symlink("instances/i-1", tree / "var/lib/cloud/instance")
+    (tree / "var/lib/cloud/data").mkdir()
+    (tree / "var/lib/dbus").mkdir(parents=True)
+    (tree / "var/lib/dbus/machine-id").write_text("0123456789abcdef0123456789abcdef\n")
+    staging.clear_first_run(tree)
+    assert (tree / "etc/machine-id").read_bytes() == b"uninitialized\n"
+    assert sorted(p.name for p in (tree / "etc/ssh").iterdir()) == ["sshd_config"]
+    assert list((tree / "var/lib/cloud").iterdir()) == []
+    assert not (tree / "var/lib/dbus/machine-id").exists()
+    mask = tree / "etc/systemd/system/systemd-firstboot.service"
+    assert os.readlink(mask) == "/dev/null"
+
+
+def test_the_cloud_init_configuration_names_the_datasources_on_one_line() -> None:
+    """ds-identify reads datasource_list only as a one-line list; cloud-init reads YAML."""
+    import yaml
+
+    text = (staging.ASSETS / "cloud-init-nvkr.cfg").read_text()
+    lines = [line for line in text.splitlines() if line.startswith("datasource_list:")]
+    assert lines == ["datasource_list: [ NoCloud, ConfigDrive, None ]"]
+    assert yaml.safe_load(text)["datasource_list"] == ["NoCloud", "ConfigDrive", "None"]
