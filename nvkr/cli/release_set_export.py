@@ -161,6 +161,7 @@ def command(
         api_version=api_version,
         metal3_api_version=metal3_api_version,
         control_plane_endpoint=control_plane_endpoint,
+        bootstrap_data=bootstrap_data[0] if bootstrap_data else None,
     )
     text = export_release_set(source, options, registry, lambda line: click.echo(line, err=True))
     if bootstrap_data:

@@ -437,3 +437,32 @@ def test_metal3_v1beta2_is_refused(layout: Path) -> None:
     result = invoke(*argv, "--metal3-api-version", "v1beta2")
     assert result.code == 2, result.output
     assert "no field rules were read for CAPM3 v1beta2" in result.output
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        ["--bootstrap-data", "hopper-amd64", "user-data"],
+        ["--cluster-name", "gpu"],
+        ["--namespace", "fleet"],
+        ["--infrastructure-kind", "FooMachineTemplate"],
+        ["--infrastructure-api-version", "infrastructure.cluster.x-k8s.io/v1beta2"],
+        ["--image-base-url", BASE],
+        ["--control-plane-pool", "hopper"],
+        ["--image-url-from-registry", "--repository", "127.0.0.1:5000/sets"],
+        ["--control-plane-endpoint", "10.0.0.10:6443"],
+        ["--api-version", "v1beta2"],
+        ["--infrastructure", "metal3"],
+        ["--host-arch-label", "kubernetes.io/arch"],
+    ],
+)
+def test_json_refuses_every_capi_only_option(
+    layout: Path, tmp_path: Path, option: list[str]
+) -> None:
+    """An option only a Cluster API export reads is a usage error with --format json (it would
+    be ignored, or, for --bootstrap-data, crash on the JSON document), and nothing is written."""
+    option = [str(tmp_path / o) if o == "user-data" else o for o in option]
+    argv = ["release-set", "export", str(layout), "--format", "json", *option]
+    code, out, err = invoke(*argv)
+    assert code == 2 and "use it with --format capi" in err and out == "", (option, err)
+    assert option[0] in err and not (tmp_path / "user-data").exists()

@@ -63,6 +63,7 @@ class ExportOptions:
     metal3_api_version: str = "v1beta1"
     control_plane_endpoint: str | None = None
     images_dir: Path | None = None
+    bootstrap_data: str | None = None  # the POOL of --bootstrap-data POOL OUT
 
 
 def export_release_set(
@@ -147,7 +148,7 @@ def export_images(
 
 def _check_options(options: ExportOptions) -> None:
     """Raise :class:`UsageError` for a ``--repository`` with a tag or digest, or a
-    ``capi``-only option with ``--format json``."""
+    ``capi``-only option (:func:`_capi_only`) with ``--format json``."""
     if options.repository is not None:
         from nvkr.oci.reference import Reference
 
@@ -157,25 +158,38 @@ def _check_options(options: ExportOptions) -> None:
                 f"--repository {options.repository!r} names a tag or digest",
                 hint="give REGISTRY/REPO: the machine images in it are addressed by digest",
             )
-    if options.fmt == "json" and options.host_arch_label is not None:
-        raise UsageError(
-            "--host-arch-label selects the hosts of Metal3 templates",
-            hint="use it with --format capi --infrastructure metal3",
-        )
-    capi_only = {
-        "--control-plane-endpoint": options.control_plane_endpoint is not None,
+    if options.fmt == "json":
+        # Every option only the Cluster API writer reads: with json it would be ignored (or,
+        # for --bootstrap-data, read a JSON document as YAML resources), so refuse it.
+        given = [flag for flag, set_ in _capi_only(options).items() if set_]
+        if given:
+            raise UsageError(
+                f"{', '.join(given)}: only a Cluster API export reads "
+                + ("these options" if len(given) > 1 else "this option"),
+                hint=f"use {'them' if len(given) > 1 else 'it'} with --format capi",
+            )
+
+
+def _capi_only(options: ExportOptions) -> dict[str, bool]:
+    """Each option only ``--format capi`` reads, and whether it was given (differs from its
+    default)."""
+    return {
+        "--cluster-name": options.cluster_name != "nvkr",
+        "--namespace": options.namespace != "default",
+        "--infrastructure-kind": options.infrastructure_kind != DEFAULT_INFRASTRUCTURE_KIND,
+        "--infrastructure-api-version": (
+            options.infrastructure_api_version != DEFAULT_INFRASTRUCTURE_API_VERSION
+        ),
+        "--infrastructure": options.infrastructure is not None,
+        "--image-base-url": options.image_base_url is not None,
+        "--image-url-from-registry": options.image_url_from_registry,
+        "--control-plane-pool": options.control_plane_pool is not None,
+        "--host-arch-label": options.host_arch_label is not None,
         "--api-version": options.api_version != "v1beta1",
         "--metal3-api-version": options.metal3_api_version != "v1beta1",
+        "--control-plane-endpoint": options.control_plane_endpoint is not None,
+        "--bootstrap-data": options.bootstrap_data is not None,
     }
-    given = [flag for flag, set_ in capi_only.items() if set_]
-    if options.fmt == "json" and given:
-        raise UsageError(
-            f"{', '.join(given)} shape the Cluster API resources", hint="use with --format capi"
-        )
-    if options.fmt == "json" and options.infrastructure is not None:
-        raise UsageError(
-            "--infrastructure writes Cluster API templates", hint="use it with --format capi"
-        )
 
 
 def _warn_capi(
