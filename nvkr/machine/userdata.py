@@ -21,7 +21,9 @@ What is validated, before any boot:
   (``cloudinit.config.schema.validate_cloudconfig_schema`` with ``strict=True``, run by the
   interpreter of the host's ``cloud-init`` command, which is what ``cloud-init schema
   --config-file`` runs; the library gives each error's key path, which this module maps to the
-  line of the file).
+  line of the file); then a top-level key no module's schema defines (the schema allows any)
+  is refused with the closest known key, unless cloud-init reads it elsewhere (``merge_how``,
+  ``_log``, ``datasource_list``, ...: :data:`KEYS_OUTSIDE_THE_SCHEMA`).
 
 Every problem is a :class:`~nvkr.errors.UsageError` naming the file, the line and what was
 expected (exit 2), with no boot.
@@ -30,6 +32,7 @@ expected (exit 2), with no boot.
 from __future__ import annotations
 
 import base64
+import difflib
 import gzip
 import hashlib
 import json
@@ -51,18 +54,43 @@ JINJA_HEADER: Final = re.compile(r"^##\s*template:\s*jinja\s*$", re.IGNORECASE)
 CLOUD_CONFIG: Final = "#cloud-config"
 
 #: Run by the interpreter of the host's cloud-init: validate the cloud-config on stdin (JSON)
-#: with cloud-init's schema, print {"errors": [[path, message], ...]}.
+#: with cloud-init's schema, print {"errors": [[path, message], ...], "keys": [...]}: the keys
+#: are the top-level keys the schema defines (the properties of each module's $defs entry its
+#: allOf references, and its own; 22.4.2's schema-cloud-config-v1.json has no others).
 _SCHEMA_CHECK: Final = """
 import json, sys
 from cloudinit.config.schema import SchemaValidationError, get_schema, validate_cloudconfig_schema
-config = json.load(sys.stdin)
+config, schema = json.load(sys.stdin), get_schema()
+keys = set(schema.get("properties", {}))
+for part in schema.get("allOf", ()):
+    ref = part.get("$ref", "")
+    entry = schema.get("$defs", {}).get(ref.rpartition("/")[2], {}) if ref else part
+    keys.update(entry.get("properties", {}))
 try:
-    validate_cloudconfig_schema(config, get_schema(), strict=True, log_details=False)
+    validate_cloudconfig_schema(config, schema, strict=True, log_details=False)
 except SchemaValidationError as e:
-    print(json.dumps({"errors": [list(p) for p in e.schema_errors or ()]}))
+    errors = [list(p) for p in e.schema_errors or ()]
 else:
-    print(json.dumps({"errors": []}))
+    errors = []
+print(json.dumps({"errors": errors, "keys": sorted(keys)}))
 """
+
+#: Top-level keys cloud-init 22.4 reads outside its module schemas, which its schema therefore
+#: does not name: the mergers (cloudinit/mergers: merge_how, merge_type), logging (log.py,
+#: util.py, stages.py: _log is where cloud.cfg.d/05_logging.cfg keeps its anchors), the
+#: datasource and system settings cloud.cfg holds (stages.py, cmd/main.py), and the legacy apt
+#: keys cc_apt_configure still converts (its mapoldkeys).
+KEYS_OUTSIDE_THE_SCHEMA: Final = frozenset(
+    {
+        "merge_how", "merge_type",
+        "_log", "log_cfgs", "logcfg", "log_basic", "output", "def_log_file", "syslog_fix_perms",
+        "datasource", "datasource_list", "datasource_pkg_list", "di_report", "system_info",
+        "network", "manual_cache_clean", "allow_userdata", "disable_network_activation",
+        "apt_sources", "apt_mirror", "apt_mirror_search", "apt_mirror_search_dns", "apt_proxy",
+        "apt_http_proxy", "apt_ftp_proxy", "apt_https_proxy", "apt_preserve_sources_list",
+        "apt_custom_sources_list", "add_apt_repo_match",
+    }
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -244,7 +272,8 @@ def _schema_check(path: Path, config: dict[str, Any], lines: dict[str, int]) -> 
         check=False,
     )  # fmt: skip
     try:
-        errors = json.loads(proc.stdout.decode().strip().splitlines()[-1])["errors"]
+        result = json.loads(proc.stdout.decode().strip().splitlines()[-1])
+        errors, known = result["errors"], set(result["keys"])
     except (ValueError, IndexError, KeyError) as e:
         raise ToolError(
             "cloud-init's schema check printed no result: "
@@ -260,6 +289,33 @@ def _schema_check(path: Path, config: dict[str, Any], lines: dict[str, int]) -> 
             hint="cloud-init's module reference lists each key and its type "
             "(`cloud-init schema --docs all`)",
         )
+    _unknown_keys(path, config, lines, known)
+
+
+def _unknown_keys(
+    path: Path, config: dict[str, Any], lines: dict[str, int], known: set[str]
+) -> None:
+    """Refuse a top-level key no module's schema defines (``known``) and cloud-init does not
+    read elsewhere (:data:`KEYS_OUTSIDE_THE_SCHEMA`): 22.4's schema allows additional top-level
+    keys, so a misspelt ``write_file:`` would boot and be ignored."""
+    unknown = sorted(
+        (_line_of(lines, str(k)), str(k))
+        for k in config
+        if str(k) not in known and str(k) not in KEYS_OUTSIDE_THE_SCHEMA
+    )
+    if not unknown:
+        return
+    line, key = unknown[0]
+    close = difflib.get_close_matches(key, sorted(known | KEYS_OUTSIDE_THE_SCHEMA), n=1)
+    guess = f": did you mean {close[0]!r}?" if close else ""
+    rest = [k for _, k in unknown[1:]]
+    more = f" (and {len(rest)} more: {', '.join(rest)})" if rest else ""
+    raise UsageError(
+        f"{path}:{line}: top-level key {key!r} is defined by no cloud-init module's "
+        f"schema{guess}{more}",
+        hint="cloud-init would ignore it; its module reference lists each key "
+        "(`cloud-init schema --docs all`)",
+    )
 
 
 def _content(entry: dict[str, Any]) -> bytes | None:

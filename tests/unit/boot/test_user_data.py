@@ -64,6 +64,46 @@ def test_a_schema_error_names_the_file_the_line_and_the_key(tmp_path: Path) -> N
     assert "line 7: runcmd: 5 is not of type 'array'" in e.value.message
 
 
+def test_a_top_level_key_no_module_defines_is_refused_with_the_closest(tmp_path: Path) -> None:
+    """cloud-init 22.4's schema allows any further top-level key, so ``write_file:`` would boot
+    and write nothing; a key of no module's schema is refused with the one meant."""
+    path = _write(tmp_path, GOOD.replace("write_files:", "write_file:"))
+    with pytest.raises(UsageError) as e:
+        load_user_data(path, META)
+    assert e.value.message == (
+        f"{path}:2: top-level key 'write_file' is defined by no cloud-init module's schema: "
+        "did you mean 'write_files'?"
+    )
+    far = _write(tmp_path, GOOD + "zzqx: 1\nruncmd2: []\n")
+    with pytest.raises(UsageError, match=r":9: top-level key 'zzqx' .* \(and 1 more: runcmd2\)$"):
+        load_user_data(far, META)
+
+
+def test_cluster_api_user_data_with_keys_read_outside_the_modules_passes(tmp_path: Path) -> None:
+    """CABPK's bootstrap data (with users, ntp, mounts and bootcmd), plus keys cloud-init reads
+    outside its module schemas (the mergers' merge_how, the logging's _log and output, the
+    datasource list), is accepted."""
+    from nvkr.delivery.export import cabpk
+
+    spec = {
+        "files": [{"path": "/etc/x.conf", "content": "x", "permissions": "0600"}],
+        "bootCommands": ["echo boot"],
+        "preKubeadmCommands": ["echo pre"],
+        "users": [{"name": "ops", "sudo": "ALL=(ALL) NOPASSWD:ALL", "lockPassword": True}],
+        "ntp": {"enabled": True, "servers": ["ntp.example"]},
+        "mounts": [["/dev/vdb", "/var/lib/etcd"]],
+        "joinConfiguration": {"nodeRegistration": {}},
+    }
+    doc = {"kind": "KubeadmConfigTemplate", "spec": {"template": {"spec": spec}}}
+    extra = (
+        "merge_how: 'list(append)+dict(recurse_array)+str()'\n"
+        "_log: ['[loggers]']\noutput: {all: '| tee -a /var/log/cloud-init-output.log'}\n"
+        "datasource_list: [NoCloud, None]\n"
+    )
+    loaded = load_user_data(_write(tmp_path, cabpk.user_data(doc, "1.36") + extra), META)
+    assert loaded.jinja and loaded.runcmd and {"users", "mounts", "merge_how"} <= set(loaded.config)
+
+
 def test_yaml_that_does_not_parse_names_its_line(tmp_path: Path) -> None:
     path = _write(tmp_path, "#cloud-config\nruncmd: [\n  - a\n")
     with pytest.raises(UsageError, match=rf"^{path}:3: the user-data is not valid YAML"):
