@@ -253,9 +253,21 @@ def test_control_plane_endpoint() -> None:
         ("10.0.0.1:70000", "not 1..65535"),
         ("bad_host!:6443", "neither an IP address"),
         ("[nothex]:6443", "not HOST:PORT"),
+        # an all-numeric dotted name is a mistyped IPv4 address, not a DNS name
+        ("999.1.1.1:6443", "not an IPv4 address"),
+        ("10.0.0:6443", "not an IPv4 address"),
+        # an unspecified address is no endpoint to reach
+        ("0.0.0.0:6443", "unspecified address"),
+        ("[::]:6443", "unspecified address"),
     ]:
         with pytest.raises(UsageError, match=want):
             export.parse_endpoint(bad)
+    with pytest.raises(UsageError, match="not HOST:PORT") as err:
+        export.parse_endpoint("fd00::1:6443")
+    assert err.value.hint is not None and "[fd00::1]:6443" in err.value.hint
+    with pytest.raises(UsageError, match="not HOST:PORT") as err:
+        export.parse_endpoint("fd00::10")
+    assert err.value.hint is not None and "[fd00::10]:6443" in err.value.hint
 
 
 def test_metal3_needs_an_endpoint(loaded: tuple[dict[str, Any], str]) -> None:

@@ -46,6 +46,7 @@ DEFAULT_METAL3_API_VERSION: Final = "v1beta1"
 
 _DNS_LABEL: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_LABEL_MAX: Final = 63
+_NUMERIC_DOTTED: Final = re.compile(r"^[0-9]+(\.[0-9]+)*\.?$")
 _DNS_SUBDOMAIN: Final = re.compile(
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 )
@@ -111,28 +112,57 @@ def parse_endpoint(text: str) -> Endpoint:
     """``HOST:PORT`` (``10.0.0.10:6443``, ``api.example.com:6443``, ``[fd00::10]:6443``).
 
     Raises:
-        UsageError: no port, a port outside 1..65535, or a host that is neither an IP address
+        UsageError: no port (an unbracketed IPv6 address: the hint brackets it), a port
+            outside 1..65535, the unspecified address (0.0.0.0, ::), an all-numeric dotted
+            host that is no IPv4 address (999.1.1.1), or a host that is neither an IP address
             nor a DNS subdomain (RFC 1123, what Cluster API's APIEndpoint.host holds).
     """
     hint = "HOST:PORT, e.g. --control-plane-endpoint 10.0.0.10:6443 (bare metal: a VIP)"
     match = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\]:(\d+)|([^:\[\]]+):(\d+)", text.strip())
     if match is None:
+        # An unbracketed IPv6 address's colons hide where a port starts; fd00::1:6443 is an
+        # address too, but one whose last group reads as a port more likely meant address:port.
+        bare, _, port_text = text.strip().rpartition(":")
+        if _is_ipv6(bare) and port_text.isdigit():
+            hint = f"an IPv6 address goes in brackets: [{bare}]:{port_text}"
+        elif _is_ipv6(text.strip()):
+            hint = f"an IPv6 address goes in brackets, then its port: [{text.strip()}]:6443"
         raise UsageError(f"control-plane endpoint {text!r} is not HOST:PORT", hint=hint)
     host = match.group(1) or match.group(3)
     port = int(match.group(2) or match.group(4))
     if not 1 <= port <= 65535:
         raise UsageError(f"control-plane endpoint {text!r}: port {port} is not 1..65535", hint=hint)
     try:
-        host = str(ipaddress.ip_address(host))
+        address = ipaddress.ip_address(host)
     except ValueError:
+        if _NUMERIC_DOTTED.match(host):
+            # a DNS subdomain by its syntax, but no resolver takes it for a name: a typo'd IPv4
+            raise UsageError(
+                f"control-plane endpoint {text!r}: {host!r} is not an IPv4 address (four "
+                "numbers 0..255) and an all-numeric name is no DNS name",
+                hint=hint,
+            ) from None
         if match.group(1) or len(host) > 253 or not _DNS_SUBDOMAIN.match(host.lower()):
             raise UsageError(
                 f"control-plane endpoint {text!r}: {host!r} is neither an IP address nor a DNS "
                 "name",
                 hint=hint,
             ) from None
-        host = host.lower()
-    return Endpoint(host, port)
+        return Endpoint(host.lower(), port)
+    if address.is_unspecified:
+        raise UsageError(
+            f"control-plane endpoint {text!r}: {host} is the unspecified address (what a server "
+            "listens on), not one a node can reach",
+            hint=hint,
+        )
+    return Endpoint(str(address), port)
+
+
+def _is_ipv6(text: str) -> bool:
+    try:
+        return isinstance(ipaddress.ip_address(text), ipaddress.IPv6Address)
+    except ValueError:
+        return False
 
 
 class _NoAliasDumper(Dumper):
