@@ -110,7 +110,9 @@ from nvkr.cli.common import RegistryAccess, registry_options
     metavar="POOL OUT",
     help="capi: also write to OUT the cloud-init user-data Cluster API's kubeadm bootstrap "
     "provider would give a node of POOL (an exported pool such as hopper-amd64, or "
-    "control-plane) joining with the exported configuration (placeholder token and CA hash).",
+    "control-plane: a control-plane JOIN, JoinConfiguration with controlPlane, not the first "
+    "node's kubeadm init) joining with the exported configuration (placeholder token and CA "
+    "hash; the endpoint is --control-plane-endpoint's, else a placeholder).",
 )
 @registry_options("REF", insecure_note="registry image URLs are then http:// too")
 @click.option(
@@ -163,12 +165,16 @@ def command(
         control_plane_endpoint=control_plane_endpoint,
         bootstrap_data=bootstrap_data[0] if bootstrap_data else None,
     )
-    text = export_release_set(source, options, registry, lambda line: click.echo(line, err=True))
+
+    def warn(line: str) -> None:
+        click.echo(line, err=True)
+
+    text = export_release_set(source, options, registry, warn)
     if bootstrap_data:
         from nvkr.delivery.export.release import bootstrap_user_data
 
         pool, target = bootstrap_data
-        _write(Path(target), bootstrap_user_data(text, pool, control_plane_endpoint))
+        _write(Path(target), bootstrap_user_data(text, pool, control_plane_endpoint, warn))
     if out is None:
         click.echo(text, nl=False)
         return

@@ -384,6 +384,32 @@ def test_cli_v1beta2_and_bootstrap_data(layout: Path, tmp_path: Path) -> None:
     assert code == 2 and "--format capi" in err
 
 
+def test_bootstrap_data_names_pools_as_the_readme_does(layout: Path, tmp_path: Path) -> None:
+    """POOL is a node-pool name (``hopper``, ``control-plane``); the MachineDeployment's name
+    (``nvkr-hopper``) works too. Without --control-plane-endpoint the join's endpoint is the
+    placeholder, which stderr says."""
+    argv = ["release-set", "export", str(layout), "--format", "capi", "--out", str(tmp_path / "c")]
+    code, _, err = invoke(*argv, "--bootstrap-data", "volta", str(tmp_path / "ud"))
+    assert code == 2, err
+    assert "hint: one of: control-plane, hopper, blackwell-amd64, blackwell-arm64\n" in err
+    for pool in ("blackwell-arm64", "nvkr-hopper", "control-plane"):
+        code, _, err = invoke(*argv, "--bootstrap-data", pool, str(tmp_path / pool))
+        assert code == 0, err
+        assert (
+            f"warning: the bootstrap data's apiServerEndpoint is {cabpk.PLACEHOLDER_ENDPOINT}"
+            in err
+        )
+    join = yaml.safe_load(
+        yaml.safe_load((tmp_path / "control-plane").read_text().split("\n", 2)[2])["write_files"][
+            -2
+        ]["content"]
+    )
+    assert join["kind"] == "JoinConfiguration" and "controlPlane" in join
+    argv += ["--control-plane-endpoint", "10.0.0.10:6443"]
+    code, _, err = invoke(*argv, "--bootstrap-data", "hopper", str(tmp_path / "ud"))
+    assert code == 0 and "apiServerEndpoint" not in err, err
+
+
 def test_render_chart_pins_what_the_chart_says() -> None:
     files = {
         "demo/Chart.yaml": b"apiVersion: v2\nname: demo\nversion: 0.1.0\n",

@@ -31,7 +31,7 @@ from typing import Any, Final
 import yaml
 
 from nvkr.delivery.export.capi.kubeadm import kubelet_args_dict
-from nvkr.delivery.export.capi.names import dump_yaml
+from nvkr.delivery.export.capi.names import LABEL_POOL, dump_yaml
 from nvkr.errors import UsageError
 
 HEADER: Final = "## template: jinja\n#cloud-config\n"
@@ -192,21 +192,39 @@ def _user(user: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def pick_template(resources: Sequence[Mapping[str, Any]], pool: str) -> Mapping[str, Any]:
-    """The KubeadmConfigTemplate of node pool ``pool`` (its ``nvkr.dev/node-pool`` label value,
-    e.g. ``hopper-amd64``, or the template's name), or the KubeadmControlPlane for
-    ``control-plane``.
+    """The KubeadmConfigTemplate of node pool ``pool`` (e.g. ``hopper-amd64``: the
+    ``nvkr.dev/node-pool`` label its MachineDeployment selects; or the template's name,
+    ``nvkr-hopper-amd64``), or the KubeadmControlPlane for ``control-plane`` (whose
+    joinConfiguration, with controlPlane, is what a further control-plane node joins with).
 
     Raises:
-        UsageError: no such pool, naming the ones there are.
+        UsageError: no such pool, naming the pools there are (by node-pool name).
     """
-    templates = [r for r in resources if r.get("kind") == "KubeadmConfigTemplate"]
-    for r in resources:
-        name = r["metadata"]["name"]
-        if r.get("kind") == "KubeadmControlPlane" and pool == "control-plane":
-            return r
-        if r in templates and (name == pool or name.endswith(f"-{pool}")):
-            return r
+    templates = {
+        str(r["metadata"]["name"]): r for r in resources if r.get("kind") == "KubeadmConfigTemplate"
+    }
+    # A MachineDeployment shares its template's name and selects its pool's label (a name cut
+    # to 63 characters keeps no readable pool name of its own).
+    by_pool = {
+        str(labels[LABEL_POOL]): templates[name]
+        for r in resources
+        if r.get("kind") == "MachineDeployment"
+        and (name := str(r["metadata"]["name"])) in templates
+        and LABEL_POOL
+        in (labels := (r.get("spec") or {}).get("selector", {}).get("matchLabels", {}))
+    }
+    if pool == "control-plane":
+        for r in resources:
+            if r.get("kind") == "KubeadmControlPlane":
+                return r
+    if pool in by_pool:
+        return by_pool[pool]
+    for name, template in templates.items():
+        if name == pool or name.endswith(f"-{pool}"):
+            return template
+    named = {id(t): p for p, t in by_pool.items()}
+    pools = [named.get(id(t), name) for name, t in templates.items()]
     raise UsageError(
         f"--bootstrap-data: no node pool {pool!r} in the export",
-        hint="one of: control-plane, " + ", ".join(str(t["metadata"]["name"]) for t in templates),
+        hint="one of: control-plane, " + ", ".join(pools),
     )

@@ -316,10 +316,14 @@ def kubeadm_gaps(
         return spdx_docs(manifest, blob)
 
 
-def bootstrap_user_data(capi_yaml: str, pool: str, endpoint: str | None) -> str:
+def bootstrap_user_data(
+    capi_yaml: str, pool: str, endpoint: str | None, warn: Callable[[str], None]
+) -> str:
     """CABPK's user-data (:func:`nvkr.delivery.export.cabpk.user_data`) for a node of ``pool``
-    joining with the KubeadmConfigTemplate (or, for ``control-plane``, the KubeadmControlPlane)
-    of the export ``capi_yaml``; the discovery endpoint is ``endpoint`` when given.
+    joining with the KubeadmConfigTemplate (or, for ``control-plane``, the KubeadmControlPlane:
+    a further control-plane node's join, not the first node's ``kubeadm init``) of the export
+    ``capi_yaml``; the discovery endpoint is ``endpoint`` when given, else the placeholder,
+    which ``warn`` is told.
 
     Raises:
         UsageError: no such pool in the export.
@@ -346,4 +350,8 @@ def bootstrap_user_data(capi_yaml: str, pool: str, endpoint: str | None) -> str:
             version = str(md["spec"]["template"]["spec"].get("version") or version)
     if endpoint is not None:
         return cabpk.user_data(template, version, str(parse_endpoint(endpoint)))
+    warn(
+        f"warning: the bootstrap data's apiServerEndpoint is {cabpk.PLACEHOLDER_ENDPOINT}, a "
+        "placeholder: no node joins with it; give --control-plane-endpoint HOST:PORT"
+    )
     return cabpk.user_data(template, version)
