@@ -17,7 +17,7 @@ import click
 
 from nvkr.cli import App
 from nvkr.cli.common import RegistryAccess, registry_options
-from nvkr.errors import ImagePathError
+from nvkr.errors import ImagePathError, UsageError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -54,6 +54,24 @@ def _split(args: tuple[str, ...], what: str) -> tuple[str, str | None, str | Non
             raise UsageError(f"{source} is a disk image file: it takes no ARTIFACT", hint=what)
         raise UsageError(f"too many arguments: {' '.join(args)}", hint=what)
     return source, artifact, (rest[0] if rest else None)
+
+
+def _artifact_missing(
+    source: str, path: str, what: str, verb: str, registry: RegistryAccess
+) -> UsageError:
+    """The :class:`UsageError` for ``nvkr image VERB SET PATH``: the one argument after a
+    release set is its FILE or DIR (``what``), so ARTIFACT is missing; names the machine images
+    the set holds (its metadata is read for them)."""
+    from nvkr.delivery.machine_image import machine_image_names
+    from nvkr.delivery.show import load_release_set
+
+    meta, _ = load_release_set(source, registry=registry)
+    names = machine_image_names(meta)
+    return UsageError(
+        f"{source} is a release set: give ARTIFACT before {what} {path}",
+        hint=f"nvkr image {verb} {source} {names[0] if names else 'ARTIFACT'} {path} "
+        f"(its machine images: {', '.join(names) or 'none'})",
+    )
 
 
 @contextlib.contextmanager
@@ -106,6 +124,8 @@ def ls(
     from nvkr.diff.images import entry_json
 
     source, artifact, where = _split(args, "nvkr image ls SOURCE [ARTIFACT] [DIR]")
+    if where is None and artifact is not None and artifact.startswith("/"):
+        raise _artifact_missing(source, artifact, "DIR", "ls", registry)
     where = where or "/"
     with _root_fs(source, artifact, variant, registry) as (fs, label):
         top = fs.lookup(os.fsencode(where), follow=True)
@@ -141,6 +161,8 @@ def cat(app: App, args: tuple[str, ...], variant: str | None, registry: Registry
     from nvkr.errors import UsageError
 
     source, artifact, path = _split(args, "nvkr image cat SOURCE [ARTIFACT] FILE")
+    if path is None and artifact is not None:
+        raise _artifact_missing(source, artifact, "FILE", "cat", registry)
     if path is None:
         raise UsageError(
             "nvkr image cat needs a FILE", hint="nvkr image cat SOURCE [ARTIFACT] FILE"

@@ -36,6 +36,14 @@ def _variant_text(v: dict[str, Any]) -> str:
     return ",".join(f"{k}={v[k]}" for k in ("gpu", "kubernetes", "arch") if k in v)
 
 
+def machine_image_names(meta: dict[str, Any]) -> list[str]:
+    """The names of the machine-image artifacts in release set metadata ``meta``, sorted, once
+    each (one name may have an image per variant)."""
+    return sorted(
+        {str(a["name"]) for a in meta.get("artifacts") or [] if a.get("kind") == "machine-image"}
+    )
+
+
 def choose_image(
     meta: dict[str, Any], artifact: str | None, variant: str | None, *, where: str
 ) -> ImageChoice:
@@ -49,7 +57,7 @@ def choose_image(
     from nvkr.recipe import parse_variant_option
 
     images = [a for a in meta.get("artifacts") or [] if a.get("kind") == "machine-image"]
-    names = sorted({str(a["name"]) for a in images})
+    names = machine_image_names(meta)
     if artifact is None:
         raise UsageError(
             f"{where} is a release set: name the machine image to read",

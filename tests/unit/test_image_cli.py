@@ -107,6 +107,13 @@ def test_a_release_set_needs_the_artifact_and_a_variant_when_ambiguous(
     assert f"no such file in node-image [hopper k8s1.36 amd64] of {layout}" in err
     code, _, err = invoke("image", "ls", images["a"], "node-image", "/etc")
     assert code == 2 and "is a disk image file: it takes no ARTIFACT" in err
+    # SOURCE a release set and one more argument: that is the FILE (or DIR), ARTIFACT is missing
+    code, _, err = invoke("image", "cat", layout, "/etc/hostname")
+    assert code == 2 and "needs a FILE" not in err, err
+    assert f"{layout} is a release set: give ARTIFACT before FILE /etc/hostname" in err
+    assert f"hint: nvkr image cat {layout} node-image /etc/hostname (its machine images: " in err
+    code, _, err = invoke("image", "ls", layout, "/etc")
+    assert code == 2 and f"{layout} is a release set: give ARTIFACT before DIR /etc" in err
     code, _, err = invoke("image", "ls", images["a"], "/etc", "--variant", "gpu=hopper")
     assert code == 2 and "is a disk image file: it takes no ARTIFACT or --variant" in err
 
