@@ -164,9 +164,10 @@ def load_user_data(path: Path, meta: dict[str, Any], *, arch: str = "amd64") -> 
         text, offset = _render(path, rest, instance_data(meta, arch)), 1
         first = text.partition("\n")[0]
     if first.rstrip() != CLOUD_CONFIG:
+        what = repr(CLOUD_CONFIG) if jinja else f"{CLOUD_CONFIG!r} or '## template: jinja'"
         where = "after the '## template: jinja' line" if jinja else "as its first line"
         raise UsageError(
-            f"{path}:{offset + 1}: expected {CLOUD_CONFIG!r} {where}, found {first[:60]!r}",
+            f"{path}:{offset + 1}: expected {what} {where}, found {first[:60]!r}",
             hint="boot-test checks cloud-config user-data (what Cluster API and Metal3 write); "
             "put the commands of a shell script in runcmd",
         )

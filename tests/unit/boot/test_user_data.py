@@ -46,8 +46,13 @@ def test_user_data_that_is_not_cloud_config_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UsageError) as e:
         load_user_data(path, META)
     assert e.value.message == (
-        f"{path}:1: expected '#cloud-config' as its first line, found '#!/bin/sh'"
+        f"{path}:1: expected '#cloud-config' or '## template: jinja' as its first line, found "
+        "'#!/bin/sh'"
     )
+    # after the Jinja header, the rendering must start with #cloud-config
+    path = _write(tmp_path, "## template: jinja\nruncmd: []\n")
+    with pytest.raises(UsageError, match="2: expected '#cloud-config' after the '## template"):
+        load_user_data(path, META)
 
 
 def test_a_schema_error_names_the_file_the_line_and_the_key(tmp_path: Path) -> None:
@@ -247,7 +252,7 @@ def test_bad_user_data_boots_nothing(tmp_path, monkeypatch) -> None:
     image = tmp_path / "node.qcow2"
     image.write_bytes(b"QFI\xfb" + bytes(508))
     for text, message in (
-        ("write_files: []\n", "expected '#cloud-config' as its first line"),
+        ("write_files: []\n", "expected '#cloud-config' or '## template: jinja' as its first"),
         ("#cloud-config\nruncmd: 5\n", "line 2: runcmd: 5 is not of type 'array'"),
     ):
         ud = _write(tmp_path, text)
