@@ -13,10 +13,10 @@ The repository holds nothing but the locked set, so apt has exactly one candidat
 no version is resolved at build time and no network is used. A customize hook writes the image's
 own apt sources (the recipe's repositories, each with its keyring copied to
 ``/etc/apt/keyrings/``), ``/etc/hosts`` and, when the recipe names one, ``/etc/hostname`` (else
-it removes the build host's copy), so nothing of the build host or work dir stays in the tree. The hooks in ``builders/rootfs/`` defer ``update-initramfs`` to
-the end, so the initramfs is built once instead of twice (minutes saved under qemu-user). The
-output is mmdebstrap's tar (uncompressed, reproducible: two runs
-give the same bytes).
+it removes the build host's copy), so nothing of the build host or work dir stays in the tree.
+The hooks in ``builders/rootfs/`` defer ``update-initramfs`` to the end, so the initramfs is
+built once instead of twice (minutes saved under qemu-user). The output is mmdebstrap's tar
+(uncompressed, reproducible: two runs give the same bytes).
 """
 
 from __future__ import annotations
