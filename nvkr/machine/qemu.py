@@ -100,6 +100,15 @@ def _firmware(arch: str, firmware: str) -> list[str]:
     )
 
 
+#: The emulated arm64 CPU: QEMU's ``max`` with pointer authentication's IMPLEMENTATION DEFINED
+#: algorithm instead of the architected QARMA5 one. Debian's arm64 kernel signs and checks return
+#: addresses in every function (PAC), and QARMA5 is costly to emulate: the default recipe's
+#: hopper/arm64 image reached the agent's readiness line in 203 s with it, against
+#: 410 s with plain ``max``, booted side by side on the same host. The guest sees the same
+#: features; only the (opaque) signature values differ.
+TCG_ARM64_CPU = "max,pauth-impdef=on"
+
+
 def qemu_argv(
     image: Path,
     *,
@@ -124,7 +133,7 @@ def qemu_argv(
     machine = (
         ["-machine", "pc"]
         if arch == "amd64"
-        else ["-machine", "virt", "-cpu", "max" if accel == "tcg" else "host"]
+        else ["-machine", "virt", "-cpu", TCG_ARM64_CPU if accel == "tcg" else "host"]
     )
     return [
         binary, *machine, "-accel", accel, "-m", str(memory_mib), "-smp", str(smp),

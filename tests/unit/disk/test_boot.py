@@ -46,6 +46,20 @@ def test_qemu_argv_is_a_throwaway_serial_boot(tmp_path):
     assert argv[argv.index("-nic") + 1] == "none"
 
 
+def test_an_emulated_arm64_cpu_uses_the_cheap_pointer_authentication(tmp_path):
+    """Under TCG the arm64 guest gets ``max`` with pauth-impdef (the kernel's PAC instructions
+    cost far less to emulate); under KVM the host's own CPU."""
+    kw = dict(
+        arch="arm64", firmware="bios", memory_mib=512, smp=1, console=tmp_path / "c.sock",
+        qmp=tmp_path / "q.sock", pidfile=tmp_path / "pid", network=False,
+    )  # fmt: skip
+    tcg = qemu.qemu_argv(tmp_path / "a.qcow2", accel="tcg", **kw)
+    assert tcg[0] == "qemu-system-aarch64"
+    assert tcg[tcg.index("-cpu") + 1] == "max,pauth-impdef=on"
+    kvm = qemu.qemu_argv(tmp_path / "a.qcow2", accel="kvm", **kw)
+    assert kvm[kvm.index("-cpu") + 1] == "host"
+
+
 def test_kvm_is_only_probed_for_amd64():
     assert qemu.kvm_works("arm64") is False
 
