@@ -3,7 +3,9 @@
 Inputs: an ``apt`` source (:mod:`nvkr.fetch.apt`), whose manifest lists every .deb with its
 sha256; the executor has put every one of them in the store before :meth:`RootfsBuilder.run`.
 The builder makes a flat apt repository in its work dir from those files (hard links to the
-store, a ``Packages`` index built from each .deb's control fields), and runs::
+store; for a foreign arch, copies with the data member decompressed natively, see
+:mod:`nvkr.builders.rootfs.debs`; a ``Packages`` index built from each .deb's control fields),
+and runs::
 
     SOURCE_DATE_EPOCH=E mmdebstrap --mode=root|unshare --variant=minbase --arch=ARCH \\
         --include=<recipe packages> --essential-hook=... --customize-hook=... \\
@@ -40,6 +42,7 @@ from nvkr.builders import (
 )
 from nvkr.builders.assets import asset_dir
 from nvkr.builders.rootfs.artifact import RootfsArtifact
+from nvkr.builders.rootfs.debs import decompress_data_member
 from nvkr.builders.rootfs.params import AptRepositoryParams, RootfsParams
 from nvkr.canonical import sha256_bytes
 from nvkr.errors import IntegrityError, ToolError
@@ -169,6 +172,9 @@ class RootfsBuilder(Builder[RootfsArtifact]):
         manifest = read_manifest(ctx.input_path("packages").read_bytes())
         repo = ctx.workdir / "repo"
         repo.mkdir()
+        # A foreign tree's dpkg runs under qemu-user: its repository holds the packages with
+        # their data member decompressed here, natively (the same tree, minutes sooner).
+        foreign = _MACHINE_ARCH.get(platform.machine()) != p.arch
         stanzas = []
         for pkg in manifest["packages"]:
             blob = ctx.store.blob_path(pkg["sha256"])
@@ -184,14 +190,18 @@ class RootfsBuilder(Builder[RootfsArtifact]):
                     hint="delete that blob from the store; the next build fetches it again",
                 )
             deb = repo / pkg["filename"]
-            try:
-                os.link(blob, deb)
-            except OSError:
-                shutil.copyfile(blob, deb)
+            size, sha256 = pkg["size"], pkg["sha256"]
+            if foreign and decompress_data_member(blob, deb):
+                size, sha256 = deb.stat().st_size, file_sha256(deb)
+            elif not deb.exists():
+                try:
+                    os.link(blob, deb)
+                except OSError:
+                    shutil.copyfile(blob, deb)
             control = run(["dpkg-deb", "--field", deb]).stdout.decode().rstrip("\n")
             stanzas.append(
-                f"{control}\nFilename: ./{pkg['filename']}\nSize: {pkg['size']}\n"
-                f"SHA256: {pkg['sha256'].split(':', 1)[1]}\n"
+                f"{control}\nFilename: ./{pkg['filename']}\nSize: {size}\n"
+                f"SHA256: {sha256.split(':', 1)[1]}\n"
             )
         index = "\n".join(stanzas).encode()
         (repo / "Packages").write_bytes(index)
