@@ -125,6 +125,10 @@ class DefaultBuild:
     started as soon as both builds are done and left running while other tests go on (a rebuild
     in a fresh store is minutes of mostly one busy core); its test collects the result.
 
+    Both builds start at the session's first test (:func:`_default_build_started`), and the
+    modules that use them run last (:func:`pytest_collection_modifyitems`): the unit tests and
+    the other end-to-end tests run while the default recipe builds.
+
     Tests that need the built artifacts make their own clone and build it with ``store``: a
     no-op that writes their own ``dist/``."""
 
@@ -137,8 +141,58 @@ class DefaultBuild:
     rebuild: Started
 
 
-@pytest.fixture(scope="session")
-def default_build(tmp_path_factory, go_toolchain) -> Iterator[DefaultBuild]:
+def uses_default_build(item: pytest.Item) -> bool:
+    """Whether a test needs the session's default build: as a fixture (directly or through
+    another, such as ``seed_built``), or, when it asks for it at run time
+    (``request.getfixturevalue``), through the ``default_build`` marker."""
+    return "default_build" in getattr(item, "fixturenames", ()) or bool(
+        item.get_closest_marker("default_build")
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "default_build: the test asks for the session's default build at run time "
+        "(it then runs with the modules that use it, after the others)",
+    )
+
+
+def pytest_collection_modifyitems(session: pytest.Session, items: list[pytest.Item]) -> None:
+    """Modules with a test that uses the session's default build run after every other module,
+    each in its collected order (whole modules move, so a module fixture is set up once): the
+    build starts at the first test and takes the longest of the session, so everything that
+    does not wait for it runs meanwhile."""
+    late = {item.nodeid.split("::")[0] for item in items if uses_default_build(item)}
+    items.sort(key=lambda item: item.nodeid.split("::")[0] in late)  # stable
+
+
+class _Running:
+    """Started builds whose output is read in a thread while they run (a pipe nobody reads
+    fills up and stops the build): :meth:`result` waits for one."""
+
+    def __init__(self, started: Started) -> None:
+        self._done: list[Result] = []
+        self._thread = threading.Thread(
+            target=lambda: self._done.append(started.result()), daemon=True
+        )
+        self.started = started
+        self._thread.start()
+
+    def result(self) -> Result:
+        self._thread.join()
+        return self._done[0]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _default_build_started(request, tmp_path_factory) -> Iterator[list | None]:
+    """At the session's first test, when any selected test uses the default build: both builds
+    of :class:`DefaultBuild` started, as ``[(clone, store, running), (twin, twin store,
+    running)]``; else None (and nothing is fetched)."""
+    if not any(uses_default_build(item) for item in request.session.items):
+        yield None
+        return
+    go_toolchain = request.getfixturevalue("go_toolchain")
     tmp = tmp_path_factory.mktemp("default-build")
     runs = []
     for name, umask, env, jobs in (
@@ -153,8 +207,25 @@ def default_build(tmp_path_factory, go_toolchain) -> Iterator[DefaultBuild]:
         clone = make_clone(tmp / f"{name}clone")
         store = seed(tmp / f"{name}store", go_toolchain)
         args = ("build", "--json", "--locked", *jobs)
-        runs.append((clone, store, start_nvkr(*args, cwd=clone, store=store, env=env, umask=umask)))
-    (clone, store, first), (twin, twin_store, second) = [(c, s, p.result()) for c, s, p in runs]
+        started = start_nvkr(*args, cwd=clone, store=store, env=env, umask=umask, timeout=3600)
+        runs.append((clone, store, _Running(started)))
+    try:
+        yield runs
+    finally:
+        for _, _, running in runs:  # the session ended before a test waited for them
+            if running.started.proc.poll() is None:
+                running.started.kill()
+
+
+@pytest.fixture(scope="session")
+def default_build(_default_build_started) -> Iterator[DefaultBuild]:
+    assert _default_build_started is not None, (
+        "a test asked for default_build at run time: "
+        "mark it (or its module) with pytest.mark.default_build"
+    )
+    (clone, store, first), (twin, twin_store, second) = [
+        (c, s, r.result()) for c, s, r in _default_build_started
+    ]
     assert first.code == 0, first.stderr
     assert second.code == 0, second.stderr
     # The rebuild covers one variant: the twin has already rebuilt every variant from scratch
@@ -168,7 +239,7 @@ def default_build(tmp_path_factory, go_toolchain) -> Iterator[DefaultBuild]:
     assert one.code == 0, one.stderr
     rebuild = start_nvkr(
         "verify", "dist-one/nvkr-default-k8s1.36", "--rebuild", "--seed-store", str(store),
-        "--json", cwd=clone, store=store,
+        "--json", cwd=clone, store=store, timeout=3600,
     )  # fmt: skip
     try:
         yield DefaultBuild(clone, store, first, twin, twin_store, second, rebuild)

@@ -141,8 +141,9 @@ def run_nvkr(
     *args: str, cwd: Path, store: Path, env: dict[str, str] | None = None, umask: int | None = None
 ) -> Result:
     """Run the real CLI (``python -m nvkr``) in a subprocess, as a user would (see
-    :func:`start_nvkr`), and wait for it (at most 900 s)."""
-    return start_nvkr(*args, cwd=cwd, store=store, env=env, umask=umask, timeout=900).result()
+    :func:`start_nvkr`), and wait for it (at most 1500 s: the session's default build runs in
+    the background meanwhile, so a build here may get half the machine)."""
+    return start_nvkr(*args, cwd=cwd, store=store, env=env, umask=umask, timeout=1500).result()
 
 
 def make_clone(dest: Path) -> Path:

@@ -39,6 +39,8 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="mmdebstrap --mode=root needs root"),
     pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None, reason="qemu missing"),
     pytest.mark.skipif(shutil.which("cloud-init") is None, reason="cloud-init missing"),
+    # the image comes from the session's default build unless $NVKR_TEST_BUILT_STORE names one
+    *([] if os.environ.get("NVKR_TEST_BUILT_STORE") else [pytest.mark.default_build]),
 ]
 
 BOOT_TIMEOUT = 1800.0  # seconds: cloud-init's four stages under TCG on two loaded cores

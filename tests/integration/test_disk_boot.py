@@ -26,6 +26,8 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="mmdebstrap --mode=root needs root"),
     pytest.mark.skipif(shutil.which("mmdebstrap") is None, reason="mmdebstrap missing"),
     pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None, reason="qemu missing"),
+    # the rootfs comes from the session's default build unless $NVKR_TEST_ROOTFS_TAR names one
+    *([] if os.environ.get("NVKR_TEST_ROOTFS_TAR") else [pytest.mark.default_build]),
 ]
 
 EPOCH = 1764547200
