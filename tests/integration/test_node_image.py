@@ -74,7 +74,9 @@ def test_qemu_img_accepts_every_machine_image(layout: Path) -> None:
         assert info["format"] == "qcow2" and info["virtual-size"] == 4 << 30
 
 
-def test_images_of_both_arches_and_generations_boot_to_the_agent_readiness_line(default_build, layout) -> None:
+def test_images_of_both_arches_and_generations_boot_to_the_agent_readiness_line(
+    default_build, layout
+) -> None:
     """Hopper's arm64 image and blackwell's amd64 one boot by themselves, through the CLI, to
     the agent's readiness line and labels: between them, both arches and both GPU generations.
     Hopper's amd64 image boots in tests/integration/test_cloud_init_boot.py (with a config drive,
