@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, StringConstraints
 
 from nvkr.builders.rootfs.artifact import RootfsArtifact
 from nvkr.recipe.base import ArtifactModel, FieldProblem, Name, ToolSources
+
+#: ``importpath.name`` of a Go string variable, as ``go build -ldflags=-X`` takes it
+GoSymbol = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.~/-]+\.[A-Za-z_][A-Za-z0-9_]*$")]
+#: What of a git source's pin a stamp takes: the commit id, or the commit's time in UTC as
+#: RFC 3339 (``2026-11-02T10:00:00Z``), the same on every machine (never the build's date)
+StampValue = Literal["commit", "commitDate"]
 
 
 class GoBinaryArtifact(ArtifactModel):
@@ -38,6 +44,12 @@ class GoBinaryArtifact(ArtifactModel):
     tags: list[str] = Field(default_factory=list, description="Optional. build tags")
     ldflags: list[str] = Field(
         default_factory=list, description="Optional. extra -ldflags (e.g. -X k=v)"
+    )
+    stamp: dict[GoSymbol, StampValue] = Field(
+        default_factory=dict,
+        description="Optional. Go string variables set at link time (-X) from the git pin of "
+        "`source`: {importpath.name: commit | commitDate}, e.g. {k8s.ovn.org/pkg/config.Commit: "
+        "commit}; commitDate is the commit's time (UTC, RFC 3339), never the build's",
     )
 
     def references(self) -> list[tuple[tuple[str, ...], str, str]]:

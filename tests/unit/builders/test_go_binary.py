@@ -273,3 +273,21 @@ def test_the_lock_lists_the_c_toolchain_of_a_tools_tree(tmp_path: Path) -> None:
     }
     _, plain = _planned(tmp_path / "plain", "")
     assert sorted(plain.document()["tools"]) == ["go"]
+
+
+def test_a_stamp_on_a_source_that_is_not_git_is_refused(tmp_path: Path) -> None:
+    """``stamp`` takes the commit of a git pin: a path source has none."""
+    with pytest.raises(RecipeError) as err:
+        plan_recipe(tmp_path, "    stamp: {example.org/m/pkg/config.Commit: commit}\n")
+    path = tmp_path / "cgo.yaml"
+    assert str(err.value).startswith(f"{path}:17: artifacts.hello.stamp: "), str(err.value)
+    assert "a git source, and source 'code' is a path source" in str(err.value)
+    assert err.value.hint is not None and "ldflags" in err.value.hint
+
+
+def test_a_stamp_names_a_go_variable_and_what_of_the_pin(tmp_path: Path) -> None:
+    for bad in ("{Commit: commit}", "{example.org/m/pkg/config.Commit: branch}"):
+        path = write_recipe(tmp_path, f"    stamp: {bad}\n")
+        with pytest.raises(RecipeError) as err:
+            expand(load_recipe(path))
+        assert "artifacts.hello.stamp" in str(err.value), str(err.value)

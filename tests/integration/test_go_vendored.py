@@ -1,0 +1,187 @@
+"""End to end: a Go module in a git source's subdirectory with a committed ``vendor/`` (the
+shape of OVN-Kubernetes: ``go-controller/`` holds go.mod, vendor/, cmd/ovnkube and pkg/),
+built by the go-binary builder with the pinned toolchain (issue: the seeds' node image, item 1).
+
+A loopback repository of that shape stands in for the upstream (unreachable here). Checked: two
+clones with two stores lock and build the same binary; it runs, with the vendored dependency
+linked and the commit and commit date stamped from the pin (``stamp``); a ``subdir`` without
+go.mod and a vendor tree out of sync with go.mod are clear errors that leave no release set.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from nvkr.releaseset import read_metadata
+from tests.helpers import REPO
+from tests.helpers.nvkr import run_nvkr, seed
+
+pytestmark = pytest.mark.slow
+
+MODULE = "example.org/ovn-kubernetes/go-controller"
+CONFIG = f"{MODULE}/pkg/config"
+COMMIT_TIME = 1_780_000_000  # 2026-05-28T20:26:40Z
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "Upstream",
+    "GIT_AUTHOR_EMAIL": "upstream@example.invalid",
+    "GIT_COMMITTER_NAME": "Upstream",
+    "GIT_COMMITTER_EMAIL": "upstream@example.invalid",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+}
+MAIN = f"""package main
+
+import (
+\t"fmt"
+
+\t"example.org/dep"
+\t"{CONFIG}"
+)
+
+func main() {{
+\tfmt.Println(dep.Greeting(), config.Commit, config.BuildDate)
+}}
+"""
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {
+        **os.environ,
+        **GIT_ENV,
+        "GIT_AUTHOR_DATE": f"@{COMMIT_TIME} +0000",
+        "GIT_COMMITTER_DATE": f"@{COMMIT_TIME} +0000",
+    }
+    out = subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True)
+    return out.stdout.decode().strip()
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory) -> tuple[Path, str, str]:
+    """(repository, good commit, commit whose go.mod requires a dependency version its vendor
+    tree does not hold)."""
+    repo = tmp_path_factory.mktemp("ovn-kubernetes") / "ovn-kubernetes"
+    repo.mkdir()
+    _git(repo, "-c", "init.defaultBranch=master", "init", "-q")
+    _write(
+        repo,
+        {
+            "README.md": "OVN-Kubernetes (stand-in)\n",
+            "docs/index.md": "no Go module here\n",
+            "go-controller/go.mod": f"module {MODULE}\n\ngo 1.22\n\n"
+            "require example.org/dep v1.2.3\n",
+            "go-controller/vendor/modules.txt": "# example.org/dep v1.2.3\n## explicit; go 1.22\n"
+            "example.org/dep\n",
+            "go-controller/vendor/example.org/dep/dep.go": "package dep\n\n"
+            'func Greeting() string { return "vendored dep v1.2.3" }\n',
+            "go-controller/pkg/config/config.go": "package config\n\n"
+            'var (\n\tCommit    = "unset"\n\tBuildDate = "unset"\n)\n',
+            "go-controller/cmd/ovnkube/main.go": MAIN,
+        },
+    )
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "vendored module in go-controller/")
+    good = _git(repo, "rev-parse", "HEAD")
+    gomod = repo / "go-controller" / "go.mod"
+    gomod.write_text(gomod.read_text().replace("v1.2.3", "v1.2.4"))  # vendor/ not refreshed
+    _git(repo, "commit", "-qam", "bump dep without go mod vendor")
+    return repo, good, _git(repo, "rev-parse", "HEAD")
+
+
+def _clone(root: Path, url: str, commit: str, subdir: str = "go-controller") -> Path:
+    """A repository holding one recipe: ovnkube from ``subdir`` of the upstream at ``commit``,
+    with the default recipe's pinned Go toolchain."""
+    default = yaml.safe_load((REPO / "recipes" / "default.yaml").read_text())
+    recipe = {
+        "apiVersion": "nvkr.dev/v1alpha1",
+        "kind": "Recipe",
+        "metadata": {"name": "ovn"},
+        "matrix": {"gpu": ["hopper"], "kubernetes": ["1.36"], "arch": ["amd64"]},
+        "sources": {
+            "ovn-kubernetes": {"git": url, "commit": commit, "subdir": subdir},
+            "go": default["sources"]["go"],
+        },
+        "artifacts": {
+            "ovnkube": {
+                "builder": "go-binary",
+                "source": "ovn-kubernetes",
+                "package": "./cmd/ovnkube",
+                "stamp": {f"{CONFIG}.Commit": "commit", f"{CONFIG}.BuildDate": "commitDate"},
+            }
+        },
+        "releaseSet": {"name": "ovn", "artifacts": ["ovnkube"]},
+    }
+    (root / "recipes").mkdir(parents=True)
+    (root / "recipes" / "ovn.yaml").write_text(yaml.safe_dump(recipe, sort_keys=False))
+    return root
+
+
+def _binary(clone: Path) -> Path:
+    layout = clone / "dist" / "ovn"
+    (art,) = [a for a in read_metadata(layout)["artifacts"] if a["name"] == "ovnkube"]
+    return layout / "blobs" / "sha256" / art["primary"]["digest"].split(":", 1)[1]
+
+
+def test_a_vendored_module_in_a_subdirectory_builds_the_same_from_two_clones(
+    upstream, go_toolchain, tmp_path
+) -> None:
+    repo, good, _ = upstream
+    binaries = []
+    for name in ("a", "b"):
+        clone = _clone(tmp_path / name, repo.as_uri(), good)
+        store = seed(tmp_path / f"{name}-store", go_toolchain)
+        locked = run_nvkr("lock", "recipes/ovn.yaml", cwd=clone, store=store)
+        assert locked.code == 0, locked.stderr
+        built = run_nvkr("build", "recipes/ovn.yaml", "--locked", cwd=clone, store=store)
+        assert built.code == 0, built.stderr
+        binaries.append(_binary(clone))
+    a, b = (p.read_bytes() for p in binaries)
+    assert a == b, "two clones, two stores: the same ovnkube"
+    ovnkube = tmp_path / "ovnkube"  # the layout's blob is read-only, not executable
+    ovnkube.write_bytes(a)
+    ovnkube.chmod(0o755)
+    out = subprocess.run([str(ovnkube)], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["vendored", "dep", "v1.2.3", good, "2026-05-28T20:26:40Z"]
+
+
+def test_a_subdir_without_go_mod_names_the_source_and_subdir(
+    upstream, go_toolchain, tmp_path
+) -> None:
+    repo, good, _ = upstream
+    clone = _clone(tmp_path / "clone", repo.as_uri(), good, subdir="docs")
+    store = seed(tmp_path / "store", go_toolchain)
+    assert run_nvkr("lock", "recipes/ovn.yaml", cwd=clone, store=store).code == 0
+    res = run_nvkr("build", "recipes/ovn.yaml", "--locked", cwd=clone, store=store)
+    assert res.code == 1, res.stderr
+    assert "source 'ovn-kubernetes' (subdir 'docs' of file://" in res.stderr
+    assert "is not a Go module: it has no go.mod at its root" in res.stderr
+    assert "Traceback" not in res.stderr and not (clone / "dist").exists()
+
+
+def test_a_vendor_tree_out_of_sync_with_go_mod_is_named_with_gos_lines(
+    upstream, go_toolchain, tmp_path
+) -> None:
+    repo, _, stale = upstream
+    clone = _clone(tmp_path / "clone", repo.as_uri(), stale)
+    store = seed(tmp_path / "store", go_toolchain)
+    assert run_nvkr("lock", "recipes/ovn.yaml", cwd=clone, store=store).code == 0
+    res = run_nvkr("build", "recipes/ovn.yaml", "--locked", cwd=clone, store=store)
+    assert res.code == 1, res.stderr
+    assert (
+        f"source 'ovn-kubernetes' (subdir 'go-controller' of {repo.as_uri()} at {stale}): "
+        "vendor/modules.txt is out of sync with go.mod" in res.stderr
+    )
+    assert "example.org/dep@v1.2.4" in res.stderr, "Go's own line, naming the module"
+    assert "go: inconsistent vendoring:" in res.stderr, "the work dir's path is not shown"
+    assert "go mod vendor" in res.stderr
+    assert not (clone / "dist").exists()
