@@ -47,6 +47,12 @@ from nvkr.cli.common import RegistryAccess, human_size, registry_options
     help="With --rebuild: hard-link this store's blobs into the fresh store (no re-download).",
 )
 @click.option(
+    "--offline",
+    is_flag=True,
+    help="With --rebuild: no network; every source comes from --seed-store (e.g. a store "
+    "`nvkr mirror import` filled), and what is missing is named.",
+)
+@click.option(
     "--jobs", "-j", type=click.IntRange(min=1), help="With --rebuild: actions in parallel."
 )
 @registry_options("REF")
@@ -60,6 +66,7 @@ def command(
     rebuild: bool,
     project: Path,
     seed_store: Path | None,
+    offline: bool,
     jobs: int | None,
     registry: RegistryAccess,
 ) -> None:
@@ -77,7 +84,9 @@ def command(
         from nvkr.oci.layout import require_layout
 
         require_layout(path)
-        _verify(app, path, public_keys, policy, as_json, rebuild, project, seed_store, jobs)
+        _verify(
+            app, path, public_keys, policy, as_json, rebuild, project, seed_store, jobs, offline
+        )
         return
     if "@sha256:" not in str(path):
         raise UsageError(
@@ -93,7 +102,9 @@ def command(
         with registry.client(ref.registry) as client:
             # every blob's digest (and with --key every signature) is checked on the way in
             pull_release_set(ref, layout, client, keys=public_keys)
-        _verify(app, layout, public_keys, policy, as_json, rebuild, project, seed_store, jobs)
+        _verify(
+            app, layout, public_keys, policy, as_json, rebuild, project, seed_store, jobs, offline
+        )
 
 
 def _verify(
@@ -106,6 +117,7 @@ def _verify(
     project: Path,
     seed_store: Path | None,
     jobs: int | None,
+    offline: bool = False,
 ) -> None:
     from nvkr.errors import IntegrityError
     from nvkr.verify import load_policy, verify_release_set
@@ -123,6 +135,7 @@ def _verify(
             seed_store=seed_store,
             config=app.config if app else None,
             jobs=jobs,
+            offline=offline,
         )
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))

@@ -55,6 +55,7 @@ def rebuild(
     seed_store: Path | None = None,
     config: Path | None = None,
     jobs: int | None = None,
+    offline: bool = False,
 ) -> None:
     """Rebuild the release set at ``layout`` and record the comparison in ``report``.
 
@@ -68,6 +69,7 @@ def rebuild(
             systems) into the fresh store, so sources are not downloaded again.
         config: the nvkr config file (mirrors) for the rebuild (env ``NVKR_CONFIG``).
         jobs: ``--jobs`` for the rebuild.
+        offline: rebuild with ``--offline``: every source must be in ``seed_store``.
     Raises:
         UsageError: the recipe or lockfile is not under ``project``, or ``seed_store`` is no
             store.
@@ -105,6 +107,8 @@ def rebuild(
             argv += ["--variant", ",".join(f"{k}={v}" for k, v in sorted(variant.items()))]
         if jobs:
             argv += ["--jobs", str(jobs)]
+        if offline:
+            argv.append("--offline")
         env = {
             **os.environ,
             "NVKR_CACHE": str(store),

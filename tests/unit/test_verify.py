@@ -699,6 +699,38 @@ def test_rebuild_reports_every_artifact_identical(
     assert res.code == 2 and "--project" in res.stderr
 
 
+def test_an_offline_rebuild_runs_the_build_offline_on_the_seed_stores_sources(
+    small_project: tuple[Path, Path], nvkr: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--offline: the rebuild's ``nvkr build`` gets --offline (it then names any source the
+    seed store lacks instead of fetching it), and from the build's own store it is identical."""
+    proj, store = small_project
+    layout = proj / "dist" / "small-1.36"
+    res = nvkr("verify", layout, "--rebuild", "--offline", "--project", proj,
+               "--seed-store", store, "--json")  # fmt: skip
+    assert res.code == 0, res.stderr
+    assert json.loads(res.stdout)["rebuild"]["identical"] is True
+
+    from nvkr.verify import verify_release_set
+
+    rebuild_module = sys.modules[
+        "nvkr.verify.rebuild"
+    ]  # the module (the package exports the function)
+
+    seen: list[list[str]] = []
+
+    def fake_run(argv: list[str], **kw: Any) -> Any:
+        seen.append([str(a) for a in argv])
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(rebuild_module, "run", fake_run)
+    report = verify_release_set(layout)
+    with pytest.raises(RuntimeError, match="stop here"):
+        rebuild_module.rebuild(layout, report, project=proj, seed_store=store, offline=True)
+    (argv,) = seen
+    assert argv[2:5] == ["nvkr", "build", "recipes/small.yaml"] and argv[-1] == "--offline"
+
+
 def test_rebuild_of_a_drifted_recipe_fails_with_the_build_error(
     small_project: tuple[Path, Path], nvkr: Any
 ) -> None:
