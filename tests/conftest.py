@@ -25,6 +25,10 @@ from tests.helpers.nvkr import (
 
 #: The variant the session's ``verify --rebuild`` rebuilds (see :class:`DefaultBuild`).
 REBUILD_VARIANT = "gpu=hopper,arch=amd64"
+#: The same variant in full, as ``nvkr mirror export --variant`` records it.
+MIRROR_VARIANT = "gpu=hopper,kubernetes=1.36,arch=amd64"
+#: The variants the session's twin build makes (see :class:`DefaultBuild`).
+TWIN_VARIANTS = "arch=amd64"
 
 #: the harness (tests/helpers/): fixtures a test names as parameters, never imports
 pytest_plugins = [
@@ -115,15 +119,22 @@ class DefaultBuild:
     set), ``store`` (every action cached) and the first build's ``result`` (``--json``), built
     with umask 022, ``TZ=UTC``, ``LC_ALL=C.UTF-8`` and the default ``--jobs``.
 
-    ``twin`` and ``twin_store``: a second, independent build of the same recipe, made at the same
-    time in another clone and another store with umask 002, ``TZ=Pacific/Chatham``, the C locale
-    and ``--jobs 1`` (``twin_result``); the reproducibility test compares the two. Both run at
-    once: each build's long pole is the arm64 root filesystem under qemu-user, one core each.
+    ``twin`` and ``twin_store``: a second, independent build of the recipe's amd64 variants
+    (:data:`TWIN_VARIANTS`), made at the same time in another clone and another store with umask
+    002, ``TZ=Pacific/Chatham``, the C locale and ``--jobs 1`` (``twin_result``); the
+    reproducibility test compares what it built with the first build's. Not the arm64 variants:
+    their root filesystem is a quarter hour of qemu-user on a core the whole suite shares (two
+    cores in CI, where the suite is CPU-bound), and every builder runs in the amd64 variants
+    (``verify --rebuild`` and the offline builds rebuild amd64 variants from scratch too).
 
-    ``rebuild``: ``nvkr verify dist-one/<set> --rebuild --json`` of the release set of one
-    variant (:data:`REBUILD_VARIANT`, built from ``store``'s cache into ``clone/dist-one/``),
+    ``rebuild``: ``nvkr verify dist-one/<set> --rebuild --offline --json`` of the release set of
+    one variant (:data:`REBUILD_VARIANT`, built from ``store``'s cache into ``clone/dist-one/``),
     started as soon as both builds are done and left running while other tests go on (a rebuild
-    in a fresh store is minutes of mostly one busy core); its test collects the result.
+    in a fresh store is minutes of mostly one busy core); its test collects the result. Its
+    sources come from ``mirror_store`` alone: ``nvkr mirror export --variant ... --offline`` of
+    that variant from ``store`` into ``mirror`` (``mirror_export``), imported into an empty store
+    (``mirror_import``), as a user carries them into an air-gapped site; so the one rebuild also
+    proves that the export holds all the variant needs (test_mirror_offline checks the export).
 
     Both builds start at the session's first test (:func:`_default_build_started`), and the
     modules that use them run last (:func:`pytest_collection_modifyitems`): the unit tests and
@@ -139,6 +150,10 @@ class DefaultBuild:
     twin_store: Path
     twin_result: Result
     rebuild: Started
+    mirror: Path
+    mirror_export: Result
+    mirror_import: Result
+    mirror_store: Path
 
 
 def uses_default_build(item: pytest.Item) -> bool:
@@ -201,7 +216,7 @@ def _default_build_started(request, tmp_path_factory) -> Iterator[list | None]:
             "twin-",
             0o002,
             {"TZ": "Pacific/Chatham", "LC_ALL": "C", "LANG": "POSIX"},
-            ["--jobs", "1"],
+            ["--jobs", "1", "--variant", TWIN_VARIANTS],
         ),
     ):
         clone = make_clone(tmp / f"{name}clone")
@@ -228,21 +243,30 @@ def default_build(_default_build_started) -> Iterator[DefaultBuild]:
     ]
     assert first.code == 0, first.stderr
     assert second.code == 0, second.stderr
-    # The rebuild covers one variant: the twin has already rebuilt every variant from scratch
-    # (the reproducibility test compares all of them), so a third full build (the arm64 root
-    # filesystem under qemu-user again) would prove nothing new; one variant runs every builder
-    # and the whole verify --rebuild path. Its set comes from the cache in a second.
+    # The rebuild covers one variant: one variant runs every builder and the whole verify
+    # --rebuild path. Its set comes from the cache in a second.
     one = run_nvkr(
         "build", "--locked", "--variant", REBUILD_VARIANT, "--out", "dist-one",
         cwd=clone, store=store,
     )  # fmt: skip
     assert one.code == 0, one.stderr
+    mirror, mirror_store = clone.parent / "mirror", clone.parent / "mirror-store"
+    exported = run_nvkr(
+        "mirror", "export", "recipes/default.yaml", str(mirror), "--variant", MIRROR_VARIANT,
+        "--offline", cwd=clone, store=store,
+    )  # fmt: skip
+    assert exported.code == 0, exported.stderr
+    imported = run_nvkr("mirror", "import", str(mirror), cwd=clone, store=mirror_store)
+    assert imported.code == 0, imported.stderr
     rebuild = start_nvkr(
-        "verify", "dist-one/nvkr-default-k8s1.36", "--rebuild", "--seed-store", str(store),
-        "--json", cwd=clone, store=store, timeout=3600,
+        "verify", "dist-one/nvkr-default-k8s1.36", "--rebuild", "--offline",
+        "--seed-store", str(mirror_store), "--json", cwd=clone, store=store, timeout=3600,
     )  # fmt: skip
     try:
-        yield DefaultBuild(clone, store, first, twin, twin_store, second, rebuild)
+        yield DefaultBuild(
+            clone, store, first, twin, twin_store, second, rebuild,
+            mirror, exported, imported, mirror_store,
+        )  # fmt: skip
     finally:
         if rebuild.proc.poll() is None:  # its test was not selected: do not leave it running
             rebuild.kill()

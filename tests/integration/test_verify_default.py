@@ -152,10 +152,11 @@ def test_a_flipped_byte_in_a_released_file_fails(
 
 
 def test_rebuild_reports_every_artifact_identical(default_build: Any) -> None:
-    """``nvkr verify --rebuild`` of one variant of the session's default build (started by the
-    fixture and running alongside the other tests; the twin build rebuilt every variant): a
-    rebuild from the lockfile in a fresh store gives the same digest for every artifact and for
-    the release set, and builds only that variant."""
+    """``nvkr verify --rebuild --offline`` of one variant of the session's default build
+    (started by the fixture and running alongside the other tests): a rebuild from the lockfile
+    in a fresh store, without network, its sources only those ``nvkr mirror export`` carried
+    for the variant into an empty store, gives the same digest for every artifact and for the
+    release set, and builds only that variant."""
     res = default_build.rebuild.result()
     assert res.code == 0, res.stdout[-4000:] + res.stderr
     rebuilt = json.loads(res.stdout)["rebuild"]
