@@ -45,7 +45,7 @@ from nvkr.builders.go_binary.tools_tree import c_toolchain, unpack_tree
 from nvkr.builders.rootfs.builder import check_can_run
 from nvkr.canonical import canonical_json, hex_of
 from nvkr.elf import read_elf
-from nvkr.errors import BuildError, RecipeError, ToolError
+from nvkr.errors import BuildError, LockError, RecipeError, ToolError
 from nvkr.mountns import Bind, chroot_argv
 from nvkr.recipe import Variant
 from nvkr.recipe.models import GitSource
@@ -129,10 +129,19 @@ def _stamp_ldflags(stamp: Mapping[str, str], entry: Mapping[str, Any]) -> list[s
     """``-X importpath.name=VALUE`` for each stamp, from the git source's lock entry (its
     ``commit``, or its ``commitTime`` as RFC 3339 UTC): a pin, so the binary is the same on
     every machine and its key changes with the commit."""
-    values = {"commit": str(entry.get("commit", ""))}
+    values = {}
+    if "commit" in entry:
+        values["commit"] = str(entry["commit"])
     if "commitTime" in entry:
         when = datetime.datetime.fromtimestamp(int(entry["commitTime"]), datetime.UTC)
         values["commitDate"] = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+    missing = sorted({what for what in stamp.values() if what not in values})
+    if missing:
+        raise LockError(
+            f"stamp needs the {' and '.join(missing)} of the source's git pin, and its lock "
+            "entry has none",
+            hint="run `nvkr lock` (a git source's entry records commit and commitTime)",
+        )
     return [f"-X {symbol}={values[what]}" for symbol, what in sorted(stamp.items())]
 
 

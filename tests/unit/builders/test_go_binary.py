@@ -291,3 +291,21 @@ def test_a_stamp_names_a_go_variable_and_what_of_the_pin(tmp_path: Path) -> None
         with pytest.raises(RecipeError) as err:
             expand(load_recipe(path))
         assert "artifacts.hello.stamp" in str(err.value), str(err.value)
+
+
+def test_stamps_come_from_the_git_pin_and_a_pin_without_them_is_a_lock_error() -> None:
+    from nvkr.builders.go_binary.builder import _stamp_ldflags
+    from nvkr.errors import LockError
+
+    commit = "a" * 40
+    stamp = {
+        "example.org/m/pkg/config.Commit": "commit",
+        "example.org/m/pkg/config.Date": "commitDate",
+    }
+    assert _stamp_ldflags(stamp, {"commit": commit, "commitTime": 1_780_000_000}) == [
+        f"-X example.org/m/pkg/config.Commit={commit}",
+        "-X example.org/m/pkg/config.Date=2026-05-28T20:26:40Z",
+    ]
+    assert _stamp_ldflags({}, {}) == []
+    with pytest.raises(LockError, match="needs the commitDate of the source's git pin"):
+        _stamp_ldflags(stamp, {"commit": commit})
