@@ -6,6 +6,7 @@ helm-python-sdk, imported only there)."""
 from __future__ import annotations
 
 import io
+import re
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -122,3 +123,23 @@ def write_chart(root: Path, files: dict[str, str]) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     return root
+
+
+def undocumented_values(values_yaml: Path) -> list[str]:
+    """The keys of a chart's values.yaml with no comment line above them and no documented
+    ancestor (a `# --` comment documents a key and everything under it)."""
+    documented: list[int] = []  # indents of the documented ancestors
+    previous = ""
+    missing = []
+    for line in values_yaml.read_text().splitlines():
+        m = re.match(r"^( *)([A-Za-z][\w.-]*):", line)
+        if m:
+            indent = len(m.group(1))
+            documented = [i for i in documented if i < indent]
+            if previous.lstrip().startswith("#"):
+                documented.append(indent)
+            elif not documented and not line.rstrip().endswith(":"):
+                missing.append(m.group(2))
+        if line.strip():
+            previous = line
+    return missing

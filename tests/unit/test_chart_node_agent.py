@@ -4,7 +4,6 @@ DaemonSet runs the agent the way the agent's daemon mode expects."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from tests.helpers.charts import (  # noqa: E402
     build_chart,
     helm_checks,
     output,
+    undocumented_values,
 )
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "node-agent"
@@ -180,18 +180,4 @@ def test_source_chart_refuses_to_render_an_unpinned_image() -> None:
 
 def test_every_value_is_documented() -> None:
     """Each key in values.yaml has a `# --` comment, or lies under a documented key."""
-    documented: list[int] = []  # indents of the documented ancestors
-    previous = ""
-    missing = []
-    for line in (CHART / "values.yaml").read_text().splitlines():
-        m = re.match(r"^( *)([A-Za-z][\w.-]*):", line)
-        if m:
-            indent = len(m.group(1))
-            documented = [i for i in documented if i < indent]
-            if previous.lstrip().startswith("#"):
-                documented.append(indent)
-            elif not documented and not line.rstrip().endswith(":"):
-                missing.append(m.group(2))
-        if line.strip():
-            previous = line
-    assert missing == []
+    assert undocumented_values(CHART / "values.yaml") == []

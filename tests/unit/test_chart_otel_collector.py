@@ -14,7 +14,7 @@ import yaml
 
 helm = pytest.importorskip("helm_python")
 
-from tests.helpers.charts import DIGEST  # noqa: E402
+from tests.helpers.charts import DIGEST, undocumented_values  # noqa: E402
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "otel-collector"
 PINNED = {"image": {"digest": DIGEST}, "otlp": {"endpoint": "otlp.example:4317"}}
@@ -216,18 +216,4 @@ def test_bad_values_fail_the_render_naming_the_value(values: dict[str, Any], mes
 
 def test_every_value_is_documented() -> None:
     """Each key in values.yaml has a `# --` comment, or lies under a documented key."""
-    documented: list[int] = []
-    previous = ""
-    missing = []
-    for line in (CHART / "values.yaml").read_text().splitlines():
-        m = re.match(r"^( *)([A-Za-z][\w.-]*):", line)
-        if m:
-            indent = len(m.group(1))
-            documented = [i for i in documented if i < indent]
-            if previous.lstrip().startswith("#"):
-                documented.append(indent)
-            elif not documented and not line.rstrip().endswith(":"):
-                missing.append(m.group(2))
-        if line.strip():
-            previous = line
-    assert missing == []
+    assert undocumented_values(CHART / "values.yaml") == []
