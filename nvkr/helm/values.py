@@ -57,8 +57,18 @@ class _Composer(yaml.SafeLoader):
         return cast(Node, super().compose_node(parent, index))
 
 
-def _tree(images: dict[str, tuple[str, str]], where: str) -> Tree:
+def _tree(
+    images: dict[str, tuple[str, str]], where: str, values: dict[str, str] | None = None
+) -> Tree:
     tree: Tree = {}
+    for key, value in sorted((values or {}).items()):
+        node = tree
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise BuildError(f"{where}: values key {key!r} lies under another value")
+        node[leaf] = value
     for key, (repository, digest) in sorted(images.items()):
         node = tree
         for part in key.split("."):
@@ -68,6 +78,8 @@ def _tree(images: dict[str, tuple[str, str]], where: str) -> Tree:
         for leaf, value in (("repository", repository), ("digest", digest)):
             if isinstance(node.get(leaf), dict):
                 raise BuildError(f"{where}: images key {key}.{leaf} lies under {key!r}'s pin")
+            if leaf in node:
+                raise BuildError(f"{where}: values key {key}.{leaf} is also {key!r}'s image pin")
             node[leaf] = value
     return tree
 
@@ -253,10 +265,16 @@ def _expected(values: Any, tree: Tree) -> Any:
     return values
 
 
-def set_images(data: bytes | None, images: dict[str, tuple[str, str]], where: str) -> bytes:
+def set_images(
+    data: bytes | None,
+    images: dict[str, tuple[str, str]],
+    where: str,
+    values: dict[str, str] | None = None,
+) -> bytes:
     """``values.yaml`` (``data``; None when the chart has none) with each
-    ``images[KEY] = (repository, "sha256:<hex>")`` written to ``KEY.repository``/``KEY.digest``,
-    every other byte unchanged (module docstring).
+    ``images[KEY] = (repository, "sha256:<hex>")`` written to ``KEY.repository``/``KEY.digest``
+    and each of ``values`` (``{dotted KEY: string}``, the recipe's own) to ``KEY``, every other
+    byte unchanged (module docstring).
 
     Raises:
         BuildError: the file is not UTF-8 or not one YAML mapping; a key on the way is defined
@@ -268,7 +286,7 @@ def set_images(data: bytes | None, images: dict[str, tuple[str, str]], where: st
         text = (data or b"").decode("utf-8")
     except UnicodeDecodeError as e:
         raise BuildError(f"{where}: not UTF-8 (byte {e.start})") from None
-    tree = _tree(images, where)
+    tree = _tree(images, where, values)
     newline = "\r\n" if "\r\n" in text else "\n"
     editor = _Editor(text, where, newline)
     try:
@@ -298,7 +316,7 @@ def set_images(data: bytes | None, images: dict[str, tuple[str, str]], where: st
         after = e
     if repr(after) != repr(_expected(before, tree)):
         raise BuildError(
-            f"{where}: setting the image pins in place did not give the values expected",
+            f"{where}: setting the image pins and values in place did not give the values expected",
             hint="this is a bug in nvkr, please report it with the chart's values.yaml",
         )
     return out.encode()

@@ -102,6 +102,32 @@ def image_repository(value: str) -> str:
     )
 
 
+#: The digest of an image pinned by a recipe: sha256, 64 lower-case hex (OCI image-spec).
+PINNED_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+def pinned_image(value: str) -> str:
+    """An image nvkr does not build, pinned by digest: ``REPOSITORY@sha256:<64 hex>``
+    (distribution/reference's canonical form), no tag: with the digest beside it every runtime
+    ignores the tag, so a tag would only tell the reader something nothing checks."""
+    if is_template(value):
+        return value
+    repository, at, digest = value.rpartition("@")
+    if at and PINNED_DIGEST_RE.match(digest):
+        if REPOSITORY_RE.match(repository):
+            return value
+        untagged, colon, tag = repository.rpartition(":")
+        if colon and "/" not in tag and REPOSITORY_RE.match(untagged):
+            raise ValueError(
+                f"{value!r}: the tag {tag!r} beside the digest is ignored by every runtime; "
+                f"write {untagged}@{digest} (keep the version in a comment)"
+            )
+    raise ValueError(
+        f"{value!r}: expected an image pinned by digest, REPOSITORY@sha256:<64 lower-case hex>, "
+        "e.g. otel/opentelemetry-collector-contrib@sha256:<hex> (the repository in lower case)"
+    )
+
+
 def image_path(value: str) -> str:
     """An absolute path in an image or a root file system, normalised (no ``..``, no ``//``);
     returns it relative to ``/`` (``""`` for ``/``)."""
@@ -210,6 +236,7 @@ ChartVersion = Annotated[str, AfterValidator(chart_version)]
 AppVersion = Annotated[str, AfterValidator(app_version)]
 ValuesKey = Annotated[str, AfterValidator(values_key)]
 ImageRepository = Annotated[str, AfterValidator(image_repository)]
+PinnedImage = Annotated[str, AfterValidator(pinned_image)]
 DiskSize = Annotated[str, AfterValidator(disk_size)]
 Epoch = Annotated[str, AfterValidator(epoch)]
 NoFloats = Annotated[dict[str, Any], AfterValidator(no_floats)]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -194,6 +195,22 @@ def test_catalog_leaf_locks_and_builds_against_loopback_upstreams(
 
     meta = read_metadata(layout)
     assert meta["clusterRelease"]["kubernetes"] == "1.36.4"
+    # the OpenTelemetry collector chart of the base layer, its upstream image pinned by digest
+    assert [c["name"] for c in meta["clusterRelease"]["charts"]] == [
+        "agent-chart",
+        "collector-chart",
+    ]
+    (collector,) = [a for a in meta["artifacts"] if a["name"] == "collector-chart"]
+    tgz = layout / "blobs" / "sha256" / collector["primary"]["digest"][7:]
+    with tarfile.open(tgz) as tf:
+        member = tf.extractfile("otel-collector/values.yaml")
+        assert member is not None
+        values = yaml.safe_load(member.read())
+    assert values["image"]["repository"] == "otel/opentelemetry-collector-contrib"
+    assert values["image"]["digest"] == (
+        "sha256:213886eb6407af91b87fa47551c3632be1a6419ff3a5114ef1e6fc364628496f"
+    )
+    assert values["otlp"]["endpoint"] == "otel-gateway.observability.svc:4317"
     (image,) = [a for a in meta["artifacts"] if a["kind"] == "machine-image"]
     qcow2 = layout / "blobs" / "sha256" / image["primary"]["digest"][7:]
     raw = tmp_path / "disk.raw"
@@ -369,3 +386,4 @@ def test_cluster_api_export_of_the_leaf_passes_the_field_rules(
         str(v) for d in docs if d["kind"] == "ConfigMap" for v in d.get("data", {}).values()
     )
     assert "@sha256:" in addons, "the rendered chart pins the agent image by digest"
+    assert "otel/opentelemetry-collector-contrib@sha256:213886eb" in addons, "the collector's"

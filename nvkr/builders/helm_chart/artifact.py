@@ -4,20 +4,42 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from nvkr.recipe import fieldchecks as fc
 from nvkr.recipe.base import ArtifactModel, Strict
 
 
 class ChartImage(Strict):
-    """Where a container-image artifact goes in a chart's values.yaml."""
+    """The image a chart's values.yaml pins: a container-image artifact the build makes (with the
+    repository it is published under), or an image nvkr does not build, by its ``reference``."""
 
-    artifact: str = Field(description="Required. a container-image artifact")
-    repository: fc.ImageRepository = Field(
-        description="Required. image repository in lower case, without tag or digest, e.g. "
-        "ghcr.io/nvkr/node-agent"
+    artifact: str | None = Field(
+        default=None, description="a container-image artifact (with repository)"
     )
+    repository: fc.ImageRepository | None = Field(
+        default=None,
+        description="with artifact: image repository in lower case, without tag or digest, e.g. "
+        "ghcr.io/nvkr/node-agent",
+    )
+    reference: fc.PinnedImage | None = Field(
+        default=None,
+        description="an image nvkr does not build, pinned by digest: REPOSITORY@sha256:<hex>",
+    )
+
+    @model_validator(mode="after")
+    def _one_origin(self) -> ChartImage:
+        if self.reference is not None:
+            if self.artifact is not None or self.repository is not None:
+                raise ValueError(
+                    "a chart image is an artifact with its repository, or a reference; not both"
+                )
+        elif self.artifact is None or self.repository is None:
+            raise ValueError(
+                "a chart image needs artifact and repository (an image the build makes), or "
+                "reference (REPOSITORY@sha256:<hex>, an image nvkr does not build)"
+            )
+        return self
 
 
 #: A Kubernetes namespace name: an RFC 1123 label (lower-case alphanumerics and '-', at most 63).
@@ -54,7 +76,13 @@ class HelmChartArtifact(ArtifactModel):
     )
     images: dict[fc.ValuesKey, ChartImage] = Field(
         default_factory=dict,
-        description="Optional. values.yaml key (dotted) -> image; sets KEY.repository and KEY.digest",
+        description="Optional. values.yaml key (dotted) -> image (an artifact with its repository, or a "
+        "reference pinned by digest); sets KEY.repository and KEY.digest",
+    )
+    values: dict[fc.ValuesKey, str] = Field(
+        default_factory=dict,
+        description="Optional. values.yaml key (dotted) -> string, written into the packaged "
+        "values.yaml in place as the image pins are (a fleet's defaults, e.g. otlp.endpoint)",
     )
     check: ChartCheck | None = Field(
         default=None,
@@ -65,5 +93,6 @@ class HelmChartArtifact(ArtifactModel):
     def references(self) -> list[tuple[tuple[str, ...], str, str]]:
         refs: list[tuple[tuple[str, ...], str, str]] = [(("source",), "source", self.source)]
         for key, image in self.images.items():
-            refs.append((("images", key, "artifact"), "artifact", image.artifact))
+            if image.artifact is not None:
+                refs.append((("images", key, "artifact"), "artifact", image.artifact))
         return refs

@@ -2,7 +2,8 @@
 
 Input is a source holding the chart directory (for a path source, the deterministic tar of the
 directory; ``subdir`` picks the chart inside it) and, for each ``images`` entry, the image-index
-action of a container-image artifact. The builder loads the chart as ``helm package`` does
+action of a container-image artifact, or the digest of an image the recipe pins by ``reference``
+(one nvkr does not build, such as an upstream collector). The builder loads the chart as ``helm package`` does
 (``.helmignore``, :mod:`nvkr.helm.chart`), requires ``apiVersion: v2`` and a chart name Helm and
 OCI registries both accept, sets ``version`` and ``appVersion`` from the recipe, writes each
 image's repository and index digest into ``values.yaml`` (:mod:`nvkr.helm.values`), checks the
@@ -38,7 +39,7 @@ from nvkr.builders import (
     source_kind_of,
 )
 from nvkr.builders.helm_chart.artifact import HelmChartArtifact
-from nvkr.builders.helm_chart.params import CheckParams, HelmChartParams, ImagePin
+from nvkr.builders.helm_chart.params import CheckParams, HelmChartParams, ImageDigest, ImagePin
 from nvkr.canonical import DIGEST_RE
 from nvkr.errors import BuildError
 from nvkr.helm.chart import ChartFile, load_dir
@@ -114,6 +115,8 @@ class HelmChartBuilder(Builder[HelmChartArtifact]):
                 )
             )
         for key, image in sorted(artifact.images.items()):
+            if image.artifact is None:
+                continue  # a reference pinned by digest
             builder = builder_of(variant, image.artifact)
             if builder is not None and builder != "container-image":
                 problems.append(
@@ -140,8 +143,13 @@ class HelmChartBuilder(Builder[HelmChartArtifact]):
         """
         subdir = fc.relative_dir(artifact.subdir) if artifact.subdir is not None else None
         src = refs.source(artifact.source)
-        images: dict[str, ImagePin] = {}
+        images: dict[str, ImagePin | ImageDigest] = {}
         for key, image in sorted(artifact.images.items()):
+            if image.reference is not None:
+                repository, _, digest = image.reference.rpartition("@")
+                images[key] = ImageDigest(repository=repository, digest=digest)
+                continue
+            assert image.artifact is not None and image.repository is not None  # the model's
             index = refs.image_index(image.artifact)
             images[key] = ImagePin(repository=image.repository, index=index.key)
         check = artifact.check
@@ -150,6 +158,7 @@ class HelmChartBuilder(Builder[HelmChartArtifact]):
             appVersion=artifact.appVersion,
             subdir=subdir,
             images=images,
+            values=dict(sorted(artifact.values.items())),
             # absent, not null: recipes without one keep their keys (HelmChartParams.to_json)
             check=None
             if check is None
@@ -160,7 +169,7 @@ class HelmChartBuilder(Builder[HelmChartArtifact]):
             inputs={"chart": src.digest},
             tools=emitter_versions(),
             sources={"chart": src},
-            deps=tuple(sorted({i.index for i in images.values()})),
+            deps=tuple(sorted({i.index for i in images.values() if isinstance(i, ImagePin)})),
         )
 
     def sbom_inputs(self, action: Action, actions: Mapping[str, Action]) -> SbomInputs:
@@ -201,14 +210,15 @@ class HelmChartBuilder(Builder[HelmChartArtifact]):
         log += verify_dependencies(chart)
 
         images = _image_digests(ctx, where)
-        if images:
+        if images or p.values:
             data = chart.values.data if chart.values else None
             chart.values = ChartFile(
-                "values.yaml", set_images(data, images, f"{where}/values.yaml")
+                "values.yaml", set_images(data, images, f"{where}/values.yaml", p.values)
             )
             log += [
                 f"values: {k}.repository={r} {k}.digest={d}" for k, (r, d) in sorted(images.items())
             ]
+            log += [f"values: {k}={v}" for k, v in sorted(p.values.items())]
 
         out = ctx.workdir / "out"
         out.mkdir()
@@ -272,9 +282,13 @@ def _chart_label(ctx: ActionContext) -> str:
 
 
 def _image_digests(ctx: ActionContext, where: str) -> dict[str, tuple[str, str]]:
-    """``{KEY: (repository, "sha256:<hex>")}`` from the image-index results in ``ctx.deps``."""
+    """``{KEY: (repository, "sha256:<hex>")}``: the recipe's digest, or the image-index's
+    result in ``ctx.deps``."""
     images: dict[str, tuple[str, str]] = {}
     for key, image in HelmChartParams.model_validate(ctx.action.params).images.items():
+        if isinstance(image, ImageDigest):
+            images[key] = (image.repository, image.digest)
+            continue
         result = ctx.deps.get(image.index)
         digest = (result or {}).get("metadata", {}).get("indexDigest")
         if (

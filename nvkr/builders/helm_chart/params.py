@@ -25,6 +25,14 @@ class ImagePin(_Params):
     index: str
 
 
+class ImageDigest(_Params):
+    """An image the recipe pins by digest (one nvkr does not build): its ``repository`` and
+    ``digest`` go into values.yaml as they are."""
+
+    repository: str
+    digest: str
+
+
 class CheckParams(_Params):
     """The namespace and values ``helm lint`` and ``helm template`` check the chart with."""
 
@@ -34,14 +42,18 @@ class CheckParams(_Params):
 
 class HelmChartParams(_Params):
     """The chart ``version`` and ``appVersion`` the recipe sets, the chart's ``subdir`` in its
-    source, the ``images`` pinned by values key, and the ``check``."""
+        source, the ``images`` pinned by values key (an image-index action, or a recipe's digest), the
+    recipe's ``values``, and the ``check``."""
 
     version: str
     appVersion: str | None
     subdir: str | None
-    images: dict[str, ImagePin]
+    images: dict[str, ImagePin | ImageDigest]
+    values: dict[str, str] = {}
     check: CheckParams | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The params as the action holds them."""
-        return self.model_dump(exclude={"check"} if self.check is None else set())
+        """The params as the action holds them (``values`` and ``check`` only when set, so the
+        charts without them keep their keys)."""
+        unset = {"check"} if self.check is None else set()
+        return self.model_dump(exclude=unset | ({"values"} if not self.values else set()))

@@ -236,6 +236,77 @@ def test_plan_names_the_image_index_actions(store: Store, demo: Path) -> None:
     assert set(spec.tools) == {"pyyaml", "ruamel.yaml"}, "the emitters enter the action key"
 
 
+UPSTREAM = "otel/opentelemetry-collector-contrib@sha256:" + "5" * 64
+
+
+def test_an_image_nvkr_does_not_build_is_pinned_by_its_reference(
+    store: Store, demo: Path, tmp_path: Path
+) -> None:
+    """A ``reference`` pins an upstream image by the recipe's digest: no image-index action,
+    the digest in the action key, in values.yaml, in the metadata and in what Helm renders."""
+    images = {"image": {"reference": UPSTREAM}}
+    spec, _action, _refs = plan_chart(store, demo, images=images)
+    assert spec.deps == ()
+    assert spec.params["images"] == {
+        "image": {
+            "repository": "otel/opentelemetry-collector-contrib",
+            "digest": "sha256:" + "5" * 64,
+        }
+    }
+    other, _, _ = plan_chart(store, demo, images={"image": {"reference": UPSTREAM[:-1] + "6"}})
+    assert other.params != spec.params, "another digest is another action"
+    result = build_chart(store, demo, images=images)
+    assert result["metadata"]["images"] == {"image": UPSTREAM}
+    tgz = tmp_path / "demo.tgz"
+    tgz.write_bytes(output(store, result, "primary"))
+    cm = yaml.safe_load(helm_checks(tgz)["demo/templates/cm.yaml"])
+    assert cm["data"]["image"] == UPSTREAM
+
+
+def test_recipe_values_are_written_into_the_packaged_values(store: Store, demo: Path) -> None:
+    """``values`` edit the packaged values.yaml in place like the pins (comments stay, a
+    missing key is added) and enter the action key; a key that is also a pin is refused."""
+    result = build_chart(
+        store,
+        demo,
+        images={"image": {"reference": UPSTREAM}},
+        values={"replicas": "3", "otlp.endpoint": "gateway.example:4317"},
+    )
+    values = members(output(store, result, "primary"))["demo/values.yaml"].decode()
+    assert values.startswith("# -- the image\nimage:\n  # -- repository\n")
+    loaded = yaml.safe_load(values)
+    assert loaded["replicas"] == "3" and loaded["otlp"] == {"endpoint": "gateway.example:4317"}
+    assert loaded["image"]["digest"] == UPSTREAM.rpartition("@")[2]
+    spec, _, _ = plan_chart(store, demo, values={"replicas": "3"})
+    assert spec.params["values"] == {"replicas": "3"}
+    assert "values" not in plan_chart(store, demo)[0].params, "no values: the key it had"
+    with pytest.raises(BuildError, match=r"values key image\.digest is also 'image'"):
+        build_chart(
+            store, demo, images={"image": {"reference": UPSTREAM}}, values={"image.digest": "x"}
+        )
+
+
+@pytest.mark.parametrize(
+    ("image", "message"),
+    [
+        ({"reference": "otel/c:0.115.0@sha256:" + "5" * 64}, "the tag '0.115.0' beside the digest"),
+        ({"reference": "otel/c"}, r"expected an image pinned by digest, REPOSITORY@sha256"),
+        ({"reference": "otel/c@sha256:abc"}, "expected an image pinned by digest"),
+        (
+            {"reference": UPSTREAM, "artifact": "a"},
+            "an artifact with its repository, or a reference",
+        ),
+        ({"artifact": "a"}, "needs artifact and repository"),
+        ({}, "needs artifact and repository"),
+    ],
+)
+def test_a_chart_image_is_an_artifact_or_a_pinned_reference(
+    image: dict[str, str], message: str
+) -> None:
+    with pytest.raises(pydantic.ValidationError, match=message):
+        _chart_model(images={"image": image})
+
+
 def test_subdir_selects_the_chart(store: Store, tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     write_chart(repo / "charts" / "demo", DEMO)
