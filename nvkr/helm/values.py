@@ -2,7 +2,8 @@
 
 For each image the recipe names (``images: {KEY: {artifact, repository}}``) the helm-chart
 builder sets ``KEY.repository`` and ``KEY.digest`` (``sha256:<hex>`` of the image index it built),
-where ``KEY`` is a dotted path of mappings (``image``, ``agent.image``), created when missing.
+where ``KEY`` is a dotted path of mappings (``image``, ``agent.image``), created when missing;
+the recipe's ``values`` (``{KEY: string}``, e.g. ``otlp.endpoint``) are set the same way.
 
 The file is edited as text, never re-dumped: PyYAML composes it into nodes that know where they
 were written, each scalar the build sets is replaced where it stands (in its quoting, unless the

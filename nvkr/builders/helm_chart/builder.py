@@ -3,11 +3,12 @@
 Input is a source holding the chart directory (for a path source, the deterministic tar of the
 directory; ``subdir`` picks the chart inside it) and, for each ``images`` entry, the image-index
 action of a container-image artifact, or the digest of an image the recipe pins by ``reference``
-(one nvkr does not build, such as an upstream collector). The builder loads the chart as ``helm package`` does
-(``.helmignore``, :mod:`nvkr.helm.chart`), requires ``apiVersion: v2`` and a chart name Helm and
-OCI registries both accept, sets ``version`` and ``appVersion`` from the recipe, writes each
-image's repository and index digest into ``values.yaml`` (:mod:`nvkr.helm.values`), checks the
-packaged subcharts against ``Chart.lock`` (:mod:`nvkr.helm.dependencies`) and writes
+(one nvkr does not build, such as an upstream collector). The builder loads the chart as ``helm
+package`` does (``.helmignore``, :mod:`nvkr.helm.chart`), requires ``apiVersion: v2`` and a chart
+name Helm and OCI registries both accept, sets ``version`` and ``appVersion`` from the recipe,
+writes each image's repository and digest, and the recipe's ``values``, into ``values.yaml``
+(:mod:`nvkr.helm.values`), checks the packaged subcharts against ``Chart.lock``
+(:mod:`nvkr.helm.dependencies`) and writes
 ``<name>-<version>.tgz`` with Helm's layout and fixed bytes (:mod:`nvkr.helm.package`). Helm
 itself then lints the archive strictly and renders it, in the namespace and with the values of
 the recipe's ``check`` (default: ``default`` and the chart's own values; :mod:`nvkr.helm.check`);

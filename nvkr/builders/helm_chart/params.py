@@ -42,8 +42,8 @@ class CheckParams(_Params):
 
 class HelmChartParams(_Params):
     """The chart ``version`` and ``appVersion`` the recipe sets, the chart's ``subdir`` in its
-        source, the ``images`` pinned by values key (an image-index action, or a recipe's digest), the
-    recipe's ``values``, and the ``check``."""
+    source, the ``images`` pinned by values key (an image-index action, or a recipe's digest),
+    the recipe's ``values`` and the ``check``."""
 
     version: str
     appVersion: str | None
