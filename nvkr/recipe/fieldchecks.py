@@ -83,10 +83,10 @@ def relative_dir(value: str) -> str | None:
 
 
 def values_key(value: str) -> str:
-    """A key of a chart's ``images``: a dotted values path."""
+    """A key of a chart's ``images`` or ``values``: a dotted values path."""
     if not VALUES_KEY_RE.match(value):
         raise ValueError(
-            f"images key {value!r} is not a dotted values path, e.g. image or agent.image"
+            f"key {value!r} is not a dotted values path, e.g. image, agent.image or otlp.endpoint"
         )
     return value
 

@@ -342,8 +342,10 @@ def test_bad_recipe_fields_are_refused_by_the_model() -> None:
         _chart_model(appVersion="two\nlines")
     with pytest.raises(pydantic.ValidationError, match="relative path inside the source"):
         _chart_model(subdir="../elsewhere")
-    with pytest.raises(pydantic.ValidationError, match=r"images key 'a\.\.b'"):
+    with pytest.raises(pydantic.ValidationError, match=r"key 'a\.\.b' is not a dotted values path"):
         _chart_model(images={"a..b": {"artifact": "x", "repository": "r/x"}})
+    with pytest.raises(pydantic.ValidationError, match=r"key 'otlp\.' is not a dotted values path"):
+        _chart_model(values={"otlp.": "x"})
     with pytest.raises(pydantic.ValidationError, match="without tag or digest"):
         _chart_model(images={"image": {"artifact": "x", "repository": "r/x:1.0"}})
     with pytest.raises(pydantic.ValidationError, match="in lower case"):
