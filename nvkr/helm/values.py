@@ -63,19 +63,12 @@ def _tree(
 ) -> Tree:
     tree: Tree = {}
     for key, value in sorted((values or {}).items()):
-        node = tree
         *parents, leaf = key.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise BuildError(f"{where}: values key {key!r} lies under another value")
+        node = _mapping_at(tree, parents, f"{where}: values key {key!r} lies under another value")
         node[leaf] = value
     for key, (repository, digest) in sorted(images.items()):
-        node = tree
-        for part in key.split("."):
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise BuildError(f"{where}: images key {key!r} lies under another key's pin")
+        error = f"{where}: images key {key!r} lies under another key's pin"
+        node = _mapping_at(tree, key.split("."), error)
         for leaf, value in (("repository", repository), ("digest", digest)):
             if isinstance(node.get(leaf), dict):
                 raise BuildError(f"{where}: images key {key}.{leaf} lies under {key!r}'s pin")
@@ -83,6 +76,17 @@ def _tree(
                 raise BuildError(f"{where}: values key {key}.{leaf} is also {key!r}'s image pin")
             node[leaf] = value
     return tree
+
+
+def _mapping_at(tree: Tree, parts: list[str], error: str) -> Tree:
+    """The mapping of ``tree`` at the path ``parts``, created when missing; ``error`` when a
+    part on the way already holds a value."""
+    node = tree
+    for part in parts:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise BuildError(error)
+    return node
 
 
 def _kind(node: Node) -> str:
