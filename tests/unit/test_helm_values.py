@@ -127,3 +127,30 @@ def test_the_node_agent_chart_changes_only_in_its_digest_line() -> None:
 def test_what_cannot_be_edited_in_place_is_an_error(data: str, message: str) -> None:
     with pytest.raises(BuildError, match=message):
         set_images(data.encode(), {"image": ("new", DIGEST)}, "values.yaml")
+
+
+@pytest.mark.parametrize(
+    ("images", "values", "message"),
+    [
+        (
+            {"a": ("r", DIGEST), "a.repository.x": ("s", DIGEST)},
+            {},
+            "images key 'a.repository.x' lies under",
+        ),
+        (
+            {},
+            {"otlp": "x", "otlp.endpoint": "y"},
+            "values key 'otlp.endpoint' lies under another value",
+        ),
+        (
+            {"image": ("r", DIGEST)},
+            {"image.digest": "x"},
+            r"values key image\.digest is also 'image'",
+        ),
+    ],
+)
+def test_keys_that_collide_are_refused_naming_the_key(
+    images: dict[str, tuple[str, str]], values: dict[str, str], message: str
+) -> None:
+    with pytest.raises(BuildError, match=message):
+        set_images(b"replicas: 1\n", images, "values.yaml", values)
