@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from nvkr.recipe import fieldchecks as fc
 from nvkr.recipe.base import ArtifactModel, Strict
@@ -24,6 +24,47 @@ class KubeletSettings(Strict):
     extraArgs: list[str] = Field(
         default_factory=list, description="Optional. extra kubelet flags in the drop-in"
     )
+
+
+#: A SPIFFE trust domain name (SPIFFE-ID spec, section 2.1): lower-case letters, digits, dots,
+#: dashes and underscores.
+TRUST_DOMAIN_PATTERN = r"^[a-z0-9._-]{1,255}$"
+
+
+class SpireAgentSettings(Strict):
+    """The SPIRE agent a node image carries (``spireAgent``): the binary, a systemd unit and
+    ``/etc/spire/agent/agent.conf``. What is per node or per cluster (the server's address and
+    port, a join token, the trust bundle, and the trust domain unless it is given here) is not in
+    the image: the node's cloud-init user-data writes ``/etc/spire/agent/agent.env`` and
+    ``/etc/spire/agent/bundle.pem``, and the agent runs with ``-expandEnv`` on its environment."""
+
+    binary: str | ImageFile = Field(
+        description="Required. spire-agent: an artifact, or {source, path} (the release "
+        "archive's member, e.g. spire-1.15.3/bin/spire-agent)"
+    )
+    trustDomain: str | None = Field(
+        default=None,
+        pattern=TRUST_DOMAIN_PATTERN,
+        description="Optional. the SPIFFE trust domain (e.g. example.org); default: the node's "
+        "SPIRE_TRUST_DOMAIN from agent.env",
+    )
+    nodeAttestor: Literal["join_token", "tpm_devid", "x509pop"] = Field(
+        default="join_token",
+        description="Optional. join_token (SPIRE_JOIN_TOKEN from agent.env), tpm_devid (an "
+        "LDevID provisioned into the TPM, its files under /etc/spire/agent/devid.*) or x509pop "
+        "(a node certificate and key at /etc/spire/agent/node.crt.pem, node.key.pem)",
+    )
+    config: ImageFile | None = Field(
+        default=None,
+        description="Optional. {source, path}: a Jinja2 template of agent.conf replacing "
+        "nvkr's (it is given trustDomain, nodeAttestor, paths, arch, gpu, kubernetes)",
+    )
+
+    @model_validator(mode="after")
+    def _config_is_a_source(self) -> SpireAgentSettings:
+        if self.config is not None and self.config.source is None:
+            raise ValueError("config is a template from a source: {source, path}")
+        return self
 
 
 class NodeImageArtifact(ArtifactModel):
@@ -79,6 +120,11 @@ class NodeImageArtifact(ArtifactModel):
     bootTest: bool = Field(
         default=False, description="Optional. boot the image in QEMU after building it"
     )
+    spireAgent: SpireAgentSettings | None = Field(
+        default=None,
+        description="Optional. the SPIRE agent: binary, unit and agent.conf; its per-node "
+        "settings come from cloud-init user-data",
+    )
 
     def references(self) -> list[tuple[tuple[str, ...], str, str]]:
         refs: list[tuple[tuple[str, ...], str, str]] = [(("rootfs",), "artifact", self.rootfs)]
@@ -86,4 +132,17 @@ class NodeImageArtifact(ArtifactModel):
             refs.append((("agent",), "artifact", self.agent))
         if self.kubePackages is not None:
             refs.append((("kubePackages",), "artifact", self.kubePackages))
-        return refs + file_refs(self.files)
+        refs += file_refs(self.files)
+        if self.spireAgent is not None:
+            spire = self.spireAgent
+            binary = (
+                ImageFile(artifact=spire.binary) if isinstance(spire.binary, str) else spire.binary
+            )
+            where = ("spireAgent", "binary")
+            if binary.artifact is not None:
+                refs.append(((*where, "artifact"), "artifact", binary.artifact))
+            elif binary.source is not None:
+                refs.append(((*where, "source"), "source", binary.source))
+            if spire.config is not None and spire.config.source is not None:
+                refs.append((("spireAgent", "config", "source"), "source", spire.config.source))
+        return refs

@@ -47,7 +47,18 @@ from nvkr.builders import (
 )
 from nvkr.builders.kube_packages.artifact import KubePackagesArtifact
 from nvkr.builders.node_image.artifact import KubeletSettings, NodeImageArtifact
-from nvkr.builders.node_image.params import ArtifactFile, DiskArch, NodeImageParams, SourceFile
+from nvkr.builders.node_image.params import (
+    ArtifactFile,
+    DiskArch,
+    NodeImageParams,
+    SourceFile,
+    SpireAgentParams,
+)
+from nvkr.builders.node_image.spire import (
+    SPIRE_AGENT_BINARY,
+    SPIRE_AGENT_CONF,
+    spire_assets_digest,
+)
 from nvkr.builders.node_image.staging import ASSETS, clamp_mtimes, primary_output, stage
 from nvkr.builders.rootfs.artifact import RootfsArtifact
 from nvkr.canonical import sha256_bytes
@@ -191,22 +202,33 @@ class NodeImageBuilder(Builder[NodeImageArtifact]):
             deps["agent"] = refs.artifact(artifact.agent).key
         if artifact.kubePackages is not None:
             deps["kubePackages"] = refs.artifact(artifact.kubePackages).key
-        files: list[ArtifactFile | SourceFile] = []
         inputs: dict[str, str] = {"assets": assets_digest()}
-        sources = {}
-        for dest, entry in sorted(artifact.files.items()):
+        sources: dict[str, Any] = {}
+
+        def image_file(dest: str, entry: str | ImageFile, role: str) -> ArtifactFile | SourceFile:
             e = ImageFile(artifact=entry) if isinstance(entry, str) else entry
             if e.artifact is not None:
-                files.append(
-                    ArtifactFile(path=dest, mode=e.mode, action=refs.artifact(e.artifact).key)
-                )
-            else:
-                assert e.source is not None
-                src = refs.source(e.source)
-                role = f"file:{dest}"
-                inputs[role] = src.digest
-                sources[role] = src
-                files.append(SourceFile(path=dest, mode=e.mode, input=role, member=e.path))
+                return ArtifactFile(path=dest, mode=e.mode, action=refs.artifact(e.artifact).key)
+            assert e.source is not None
+            src = refs.source(e.source)
+            inputs[role] = src.digest
+            sources[role] = src
+            return SourceFile(path=dest, mode=e.mode, input=role, member=e.path)
+
+        files = [
+            image_file(dest, entry, f"file:{dest}")
+            for dest, entry in sorted(artifact.files.items())
+        ]
+        spire = None
+        if artifact.spireAgent is not None:
+            s = artifact.spireAgent
+            inputs["spire-assets"] = spire_assets_digest()
+            binary = image_file(SPIRE_AGENT_BINARY, s.binary, "spire:binary")
+            config = image_file(SPIRE_AGENT_CONF, s.config, "spire:config") if s.config else None
+            assert not isinstance(config, ArtifactFile)  # the model allows a source only
+            spire = SpireAgentParams(
+                binary=binary, trustDomain=s.trustDomain, nodeAttestor=s.nodeAttestor, config=config
+            )
         params = NodeImageParams(
             arch=cast(DiskArch, variant.arch),  # the matrix allows these only; checked again
             gpu=variant.gpu,
@@ -223,8 +245,10 @@ class NodeImageBuilder(Builder[NodeImageArtifact]):
             deps=deps,
             files=files,
             sandboxImage=SANDBOX_IMAGE,
+            spireAgent=spire,
         )
-        action_deps = {*deps.values(), *(f.action for f in files if isinstance(f, ArtifactFile))}
+        staged = [*files, *([spire.binary] if spire else [])]
+        action_deps = {*deps.values(), *(f.action for f in staged if isinstance(f, ArtifactFile))}
         return ActionSpec(
             params=params.to_json(),
             inputs=inputs,

@@ -38,11 +38,23 @@ class SourceFile(_Params):
     member: str | None
 
 
+class SpireAgentParams(_Params):
+    """``spireAgent``: the binary (staged as /usr/bin/spire-agent), the ``trustDomain`` (None:
+    the node's SPIRE_TRUST_DOMAIN), the ``nodeAttestor`` and the recipe's agent.conf template
+    (``config``; None: the builder's)."""
+
+    binary: ArtifactFile | SourceFile
+    trustDomain: str | None
+    nodeAttestor: str
+    config: SourceFile | None
+
+
 class NodeImageParams(_Params):
     """The variant (``arch``, ``gpu``, ``kubernetes`` line and exact ``kubernetesVersion``), the
     image's settings (``nvidiaRuntime``, ``kubelet``, ``sizeBytes``, ``kernelArgs``, ``format``,
     ``compression``, ``backend``, ``bootTest``, ``sandboxImage``), the action keys it stages
-    (``deps``: rootfs, agent, kubePackages) and its ``files``."""
+    (``deps``: rootfs, agent, kubePackages), its ``files`` and the SPIRE agent
+    (``spireAgent``)."""
 
     arch: DiskArch
     gpu: str
@@ -59,8 +71,13 @@ class NodeImageParams(_Params):
     deps: dict[str, str]
     files: list[ArtifactFile | SourceFile]
     sandboxImage: str
+    spireAgent: SpireAgentParams | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The params as the action holds them: ``compression`` only when the image is
-        compressed, so an uncompressed image keeps the action key it had before the field."""
-        return self.model_dump(exclude={"compression"} if self.compression == "none" else set())
+        compressed and ``spireAgent`` only when it is set, so an image without them keeps the
+        action key it had before the fields."""
+        exclude = {"compression"} if self.compression == "none" else set()
+        if self.spireAgent is None:
+            exclude.add("spireAgent")
+        return self.model_dump(exclude=exclude)

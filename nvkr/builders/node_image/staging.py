@@ -23,7 +23,21 @@ import jinja2.sandbox
 
 from nvkr.builders import ActionContext
 from nvkr.builders.assets import asset_dir
-from nvkr.builders.node_image.params import ArtifactFile, NodeImageParams, SourceFile
+from nvkr.builders.node_image.params import (
+    ArtifactFile,
+    NodeImageParams,
+    SourceFile,
+    SpireAgentParams,
+)
+from nvkr.builders.node_image.spire import (
+    CONFIG_TEMPLATE,
+    SPIRE_AGENT_BINARY,
+    SPIRE_AGENT_CONF,
+    SPIRE_AGENT_UNIT,
+    SPIRE_ASSETS,
+    UNIT_TEMPLATE,
+)
+from nvkr.builders.node_image.spire import template_values as spire_template_values
 from nvkr.canonical import canonical_json
 from nvkr.errors import BuildError
 
@@ -89,6 +103,8 @@ def stage(ctx: ActionContext, tree: Path, rootfs: dict[str, Any]) -> list[dict[s
         staging.put(dest, texts[template].encode(), 0o644, binary=False)
         if enable:
             staging.enable(dest)
+    if p.spireAgent is not None:
+        _stage_spire(ctx, staging, p.spireAgent, values)
     if "cloud-init" in packages:
         data = (ASSETS / "cloud-init-nvkr.cfg").read_bytes()
         staging.put(CLOUD_INIT_CFG, data, 0o644, binary=False)
@@ -219,6 +235,32 @@ def _nvidia_runtime(wanted: bool | None, packages: set[str]) -> bool:
     return nvidia
 
 
+def _stage_spire(
+    ctx: ActionContext, staging: _Staging, spire: SpireAgentParams, image: dict[str, Any]
+) -> None:
+    """The SPIRE agent: its binary, agent.conf (the recipe's template, or the builder's) and
+    its enabled unit (:mod:`nvkr.builders.node_image.spire`). Both builder templates are
+    rendered, the recipe's config or not."""
+    binary = spire.binary
+    data = _file_bytes(ctx, binary)
+    mode = int(binary.mode, 8) if binary.mode else 0o755
+    staging.put(SPIRE_AGENT_BINARY.lstrip("/"), data, mode, binary=True)
+    values = spire_template_values(spire, image)
+    env = _template_env(SPIRE_ASSETS)
+    texts = {t: render_template(env, t, values) for t in (CONFIG_TEMPLATE, UNIT_TEMPLATE)}
+    config = texts[CONFIG_TEMPLATE]
+    if spire.config is not None:
+        src = ctx.action.sources.get(spire.config.input)
+        member = f", path {spire.config.member}" if spire.config.member else ""
+        field = f"artifacts.{ctx.action.artifact}.spireAgent.config"
+        where = f"{field} (source {src.name if src else spire.config.input}{member})"
+        config = render_recipe_template(_file_bytes(ctx, spire.config), where, values)
+    staging.put(SPIRE_AGENT_CONF.lstrip("/"), config.encode(), 0o644, binary=False)
+    unit = SPIRE_AGENT_UNIT.lstrip("/")
+    staging.put(unit, texts[UNIT_TEMPLATE].encode(), 0o644, binary=False)
+    staging.enable(unit)
+
+
 def _stage_deps(ctx: ActionContext, staging: _Staging, deps: dict[str, str]) -> None:
     """The agent binary as /usr/bin/node-agent and every file of the kube-packages tar."""
     if "agent" in deps:
@@ -303,9 +345,12 @@ def clamp_mtimes(tree: Path, epoch: int) -> None:
         os.utime(tree, (epoch, epoch))
 
 
-def _template_env() -> jinja2.Environment:
+def _template_env(root: Path | None = None, *, loader: bool = True) -> jinja2.Environment:
+    """The sandboxed Jinja2 environment of the templates in ``root`` (default :data:`ASSETS`);
+    without a ``loader``, of a recipe's template rendered from its text
+    (:func:`render_recipe_template`)."""
     return jinja2.sandbox.SandboxedEnvironment(
-        loader=jinja2.FileSystemLoader(str(ASSETS)),
+        loader=jinja2.FileSystemLoader(str(root or ASSETS)) if loader else None,
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         autoescape=False,
@@ -313,12 +358,15 @@ def _template_env() -> jinja2.Environment:
 
 
 def render_template(env: jinja2.Environment, name: str, values: dict[str, Any]) -> str:
-    """Render ``builders/node-image/<name>``.
+    """Render ``<name>`` of the environment's directory (``builders/node-image``,
+    ``builders/spire-agent``).
 
     Raises:
         BuildError: a syntax error or an undefined value, naming the template file and line.
     """
-    path = ASSETS / name
+    loader = env.loader
+    assert isinstance(loader, jinja2.FileSystemLoader)
+    path = Path(loader.searchpath[0]) / name
     try:
         return env.get_template(name).render(**values)
     except jinja2.TemplateSyntaxError as e:
@@ -327,6 +375,31 @@ def render_template(env: jinja2.Environment, name: str, values: dict[str, Any]) 
         line = _template_line(e, str(path))
         where = f"{path}:{line}" if line else str(path)
         raise BuildError(f"{where}: template error: {e}") from e
+
+
+def render_recipe_template(text: bytes, where: str, values: dict[str, Any]) -> str:
+    """Render a template the recipe gives (``spireAgent.config``), ``where`` naming it (the
+    field, its source and path).
+
+    Raises:
+        BuildError: the text is not UTF-8, has a syntax error or uses an undefined value,
+            naming ``where``, the line and the values a template is given.
+    """
+    try:
+        source = text.decode()
+    except UnicodeDecodeError as e:
+        raise BuildError(f"{where}: not UTF-8 text (byte {e.start}), not a template") from e
+    given = "the template is given " + ", ".join(sorted(values))
+    try:
+        return _template_env(loader=False).from_string(source).render(**values)
+    except jinja2.TemplateSyntaxError as e:
+        raise BuildError(
+            f"{where}, line {e.lineno}: template syntax error: {e.message}", hint=given
+        ) from e
+    except jinja2.TemplateError as e:
+        line = _template_line(e, "<template>")
+        at = f", line {line}" if line else ""
+        raise BuildError(f"{where}{at}: template error: {e}", hint=given) from e
 
 
 def _template_line(exc: BaseException, filename: str) -> int | None:
