@@ -439,7 +439,7 @@ def test_warns_for_an_image_without_cloud_init(
     assert export.missing_for_kubeadm(spdx) == []
     assert export.missing_for_kubeadm(spdx, ("cloud-init",)) == ["cloud-init"]
     monkeypatch.setattr(
-        export_release, "kubeadm_gaps", lambda *_: [("node-image [hopper amd64]", ["cloud-init"])]
+        export_release, "image_sboms", lambda *_: [("node-image [hopper amd64]", spdx)]
     )
     code, _, err = invoke(*["release-set", "export", str(layout), "--format", "capi"])
     assert code == 0, err
@@ -447,6 +447,46 @@ def test_warns_for_an_image_without_cloud_init(
     assert "node-image [hopper amd64]" in warning and warning.startswith("warning:")
     # only cloud-init lacks: no kubeadm warning
     assert "cannot bootstrap" not in err
+
+
+@pytest.mark.parametrize(
+    ("kernel", "infrastructure", "warns"),
+    [
+        ("linux-image-cloud-amd64", "metal3", True),
+        ("linux-image-6.1.0-57-cloud-arm64", "metal3", True),
+        ("linux-image-amd64", "metal3", False),
+        ("linux-image-6.1.0-57-amd64", "metal3", False),
+        ("linux-image-cloud-amd64", None, False),  # a VM's infrastructure: the cloud kernel fits
+    ],
+)
+def test_a_metal3_export_warns_for_a_pool_booting_the_cloud_kernel(
+    loaded: tuple[dict[str, Any], str],
+    monkeypatch: pytest.MonkeyPatch,
+    kernel: str,
+    infrastructure: str | None,
+    warns: bool,
+) -> None:
+    """Debian's cloud kernel is built without bare-metal NIC and disk drivers, the AMD IOMMU,
+    MCE, EDAC, IPMI and DRM (its /boot/config: ``# CONFIG_E1000E is not set``...): a Metal3
+    export says which pool's image boots it."""
+    spdx = {"packages": [{"name": n} for n in ("kubeadm", "kubelet", "cloud-init", kernel)]}
+    assert export.cloud_kernels(spdx) == ([kernel] if "cloud" in kernel else [])
+    monkeypatch.setattr(
+        export_release, "image_sboms", lambda *_: [("node-image [hopper amd64]", spdx)]
+    )
+    meta, digest = loaded
+    warnings: list[str] = []
+    options = export_release.ExportOptions(fmt="capi", infrastructure=infrastructure)
+    export_release._warn_capi("layout", meta, digest, options, None, warnings.append)  # type: ignore[arg-type]
+    found = [w for w in warnings if "cloud kernel" in w]
+    if not warns:
+        assert found == [], found
+        return
+    [warning] = found
+    assert warning.startswith(
+        f"warning: machine image node-image [hopper amd64] boots Debian's cloud kernel ({kernel})"
+    )
+    assert "e1000e" in warning and "AMD IOMMU" in warning and "recipes/kernel/full.yaml" in warning
 
 
 def test_v1beta1_cluster_resource_set_resources_are_optional(

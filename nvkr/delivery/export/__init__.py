@@ -13,6 +13,7 @@ from nvkr.delivery.export.capi import ANN_MACHINE_IMAGE, dns_label, dump_yaml, e
 from nvkr.delivery.export.capi.names import ApiVersions, parse_endpoint
 from nvkr.delivery.export.document import (
     EXPORT_SCHEMA_VERSION,
+    cloud_kernels,
     export_json,
     machine_image_sboms,
     missing_for_kubeadm,
@@ -26,6 +27,7 @@ __all__ = [
     "ApiVersions",
     "ImageUrls",
     "check_label_key",
+    "cloud_kernels",
     "dns_label",
     "dump_yaml",
     "export_capi",

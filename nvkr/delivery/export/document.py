@@ -12,6 +12,7 @@ same release set, same bytes out. The machine images' SBOMs tell whether a node 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -135,6 +136,24 @@ def missing_for_kubeadm(
         if isinstance(f, dict)
     }
     return [tool for tool in needs if tool not in names]
+
+
+#: Debian's cloud kernel packages: the metapackage (``linux-image-cloud-amd64``) and the image
+#: itself (``linux-image-6.1.0-57-cloud-amd64``).
+_CLOUD_KERNEL = re.compile(r"^linux-image-(?:[0-9][^ ]*-)?cloud-(?:amd64|arm64)$")
+#: What Debian's cloud kernel is built without (its ``/boot/config-*``: ``# CONFIG_E1000E is not
+#: set``, and so on) that a bare-metal GPU server needs.
+CLOUD_KERNEL_LACKS: Final = (
+    "the drivers of bare-metal NICs and disks (e1000e, igb, ixgbe, i40e, ice; AHCI), the AMD "
+    "IOMMU, MCE, EDAC, IPMI and DRM"
+)
+
+
+def cloud_kernels(spdx: Mapping[str, Any]) -> list[str]:
+    """The Debian cloud-kernel packages a machine image's SPDX 2.3 SBOM lists (sorted); empty
+    when it boots another kernel (Debian's full ``linux-image-amd64``, say)."""
+    names = {str(p.get("name")) for p in spdx.get("packages") or [] if isinstance(p, dict)}
+    return sorted(n for n in names if _CLOUD_KERNEL.match(n))
 
 
 def _artifacts(metadata: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -33,7 +33,9 @@ from nvkr.delivery.export.capi import (
 from nvkr.delivery.export.capi.names import ApiVersions, parse_endpoint
 from nvkr.delivery.export.document import (
     BOOTSTRAP_NEEDS,
+    CLOUD_KERNEL_LACKS,
     KUBEADM_NEEDS,
+    cloud_kernels,
     export_json,
     machine_image_sboms,
     missing_for_kubeadm,
@@ -201,8 +203,9 @@ def _warn_capi(
     warn: Callable[[str], None],
 ) -> None:
     """What a Cluster API export cannot do by itself: templates that select any host for images
-    of several arches, machine images whose SBOMs show no kubeadm or kubelet, node-pool
-    releases without a machine image."""
+    of several arches, machine images whose SBOMs show no kubeadm or kubelet, for Metal3 images
+    booting Debian's cloud kernel (no bare-metal drivers), node-pool releases without a
+    machine image."""
     pools = export_json(meta, digest)["nodePoolReleases"]
     arches = {p["arch"] for p in pools} - {None}
     if options.infrastructure is not None and options.host_arch_label is None and len(arches) > 1:
@@ -211,8 +214,20 @@ def _warn_capi(
             f"{METAL3_MACHINE_TEMPLATE}s select any host; label the BareMetalHosts "
             "by arch and pass --host-arch-label KEY"
         )
+    sboms = image_sboms(source, meta, registry)
+    if options.infrastructure == "metal3":
+        for label, spdx in sboms:
+            kernels = cloud_kernels(spdx)
+            if kernels:
+                warn(
+                    f"warning: machine image {label} boots Debian's cloud kernel "
+                    f"({', '.join(kernels)}), built without {CLOUD_KERNEL_LACKS}: a bare-metal "
+                    "host may find neither its disk nor its network; build its pool with "
+                    "Debian's full kernel (recipes/kernel/full.yaml: linux-image-amd64, "
+                    "linux-image-arm64)"
+                )
     gaps: dict[str, list[str]] = {}
-    for label, tools in kubeadm_gaps(source, meta, registry):
+    for label, tools in kubeadm_gaps(sboms):
         if "cloud-init" in tools:
             warn(
                 f"warning: the SBOM of machine image {label} shows no cloud-init: nothing on "
@@ -270,12 +285,24 @@ def image_urls(source: str, options: ExportOptions, insecure: bool) -> ImageUrls
     return ImageUrls.from_registry(ref.registry, ref.repository, insecure=insecure)
 
 
-def kubeadm_gaps(
+def kubeadm_gaps(sboms: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, list[str]]]:
+    """``(label, missing)`` for each of the machine images' SBOMs (:func:`image_sboms`) that
+    lacks kubeadm, kubelet or cloud-init
+    (:func:`~nvkr.delivery.export.document.missing_for_kubeadm`)."""
+    gaps = []
+    for label, spdx in sboms:
+        missing = missing_for_kubeadm(spdx, KUBEADM_NEEDS + BOOTSTRAP_NEEDS)
+        if missing:
+            gaps.append((label, missing))
+    return gaps
+
+
+def image_sboms(
     source: str, meta: dict[str, Any], registry: RegistryClients
-) -> list[tuple[str, list[str]]]:
-    """``(label, missing)`` for each node-pool machine image whose SBOM lacks kubeadm,
-    kubelet or cloud-init (:func:`~nvkr.delivery.export.document.missing_for_kubeadm`): read from the layout,
-    or from the registry (one manifest and one SBOM blob each)."""
+) -> list[tuple[str, dict[str, Any]]]:
+    """``(label, SPDX document)`` of each node-pool machine image that has an SBOM
+    (:func:`~nvkr.delivery.export.document.machine_image_sboms`): read from the layout, or from
+    the registry (one manifest and one SBOM blob each)."""
     from nvkr.oci.layout import LayoutReader
 
     sboms = machine_image_sboms(meta)
@@ -284,17 +311,14 @@ def kubeadm_gaps(
 
     Read = Callable[[Mapping[str, Any]], bytes]
 
-    def spdx_docs(read_manifest: Read, read_blob: Read) -> list[tuple[str, list[str]]]:
-        gaps = []
+    def spdx_docs(read_manifest: Read, read_blob: Read) -> list[tuple[str, dict[str, Any]]]:
+        docs = []
         for label, desc in sboms.values():
             manifest = json.loads(read_manifest(desc))
             layers = [la for la in manifest.get("layers") or [] if isinstance(la, dict)]
             if layers:
-                spdx = json.loads(read_blob(layers[0]))
-                missing = missing_for_kubeadm(spdx, KUBEADM_NEEDS + BOOTSTRAP_NEEDS)
-                if missing:
-                    gaps.append((label, missing))
-        return gaps
+                docs.append((label, json.loads(read_blob(layers[0]))))
+        return docs
 
     if Path(source).is_dir():
         reader = LayoutReader(Path(source))
