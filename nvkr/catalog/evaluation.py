@@ -192,10 +192,16 @@ class _Run:
                 "the cluster (kube-apiserver)",
                 "no cluster version (releaseSet.clusterRelease.kubernetes)",
             )
+        if against == "spire-server":
+            return (
+                self.facts.components.get(against),
+                "the SPIRE server",
+                f"no SPIRE server version of the fleet (vars.{_var(against)})",
+            )
         return (
             self.facts.components.get(against),
             against,
-            f"no {against} staged (vars.{against}Version)",
+            f"no {against} staged (vars.{_var(against)})",
         )
 
     def _skew(self, rule: VersionSkewRule) -> None:

@@ -37,6 +37,10 @@ VERSION_VARS: dict[str, str] = {
     "runcVersion": "runc",
     "nvidiaDriverVersion": "nvidia-driver",
     "nvidiaContainerToolkitVersion": "nvidia-container-toolkit",
+    # the SPIRE agent the node image stages, and the SPIRE server of the fleet it joins (a
+    # fact of the fleet, not of the image: a layer of the user's sets it)
+    "spireVersion": "spire-agent",
+    "spireServerVersion": "spire-server",
 }
 DRIVER = "nvidia-driver"
 COMPONENTS: tuple[str, ...] = tuple(VERSION_VARS.values())

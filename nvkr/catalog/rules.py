@@ -31,7 +31,15 @@ _ID_PATTERN = r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$"
 
 RuleId = Annotated[str, Field(pattern=_ID_PATTERN, description="Required. e.g. skew.kubelet")]
 Component = Literal[
-    "kubelet", "kubeadm", "kubectl", "crictl", "containerd", "runc", "nvidia-container-toolkit"
+    "kubelet",
+    "kubeadm",
+    "kubectl",
+    "crictl",
+    "containerd",
+    "runc",
+    "nvidia-container-toolkit",
+    "spire-agent",
+    "spire-server",
 ]
 
 
@@ -95,11 +103,12 @@ class GpuOpenKernelModulesRule(_Rule):
 
 class VersionSkewRule(_Rule):
     """``component`` at most ``newerMinors`` minor releases newer and ``olderMinors`` older than
-    ``against`` (the cluster version or the kubelet); ``samePatch``: the very same version."""
+    ``against`` (the cluster version, the kubelet, or the fleet's SPIRE server);
+    ``samePatch``: the very same version."""
 
     check: Literal["version-skew"]
     component: Component
-    against: Literal["cluster", "kubelet"]
+    against: Literal["cluster", "kubelet", "spire-server"]
     newerMinors: int = Field(ge=0)
     olderMinors: int = Field(ge=0)
     samePatch: bool = False

@@ -48,6 +48,8 @@ def facts(
         "crictl": "1.36.0",
         "containerd": "2.1.4",
         "nvidia_driver": "580.95.05",
+        "spire_agent": "1.15.3",
+        "spire_server": "1.15.3",
     }
     base.update(components)
     return VariantFacts(
@@ -140,6 +142,24 @@ def test_containerd_by_kubelet_line(rules):
     older = failures(facts(kubelet="1.33.1", crictl="1.33.0", containerd="2.1.4"), rules)
     assert older["containerd.kubernetes"].startswith(
         "no containerd constraint for Kubernetes 1.33 (kubelet 1.33.1)"
+    )
+
+
+def test_spire_agent_not_newer_than_the_server_and_one_minor_older_at_most(rules):
+    """spiffe/spire doc/upgrading.md: agents must not be newer than the oldest server they talk
+    to and may be up to one minor version older; without the fleet's server version the rule
+    does not apply."""
+    assert failures(facts(spire_agent="1.14.0", spire_server="1.15.3"), rules) == {}
+    got = failures(facts(spire_agent="1.16.0", spire_server="1.15.3"), rules)
+    assert got == {
+        "skew.spire-agent": "spire-agent 1.16.0 is 1 minor version newer than the SPIRE server "
+        "1.15.3 (allowed: not newer; x.yaml:1: vars.v)"
+    }
+    got = failures(facts(spire_agent="1.13.3", spire_server="1.15.3"), rules)
+    assert "2 minor versions older than the SPIRE server 1.15.3" in got["skew.spire-agent"]
+    result = evaluate_all(facts(spire_server=None), rules)
+    assert result.not_applicable["skew.spire-agent"] == (
+        "no SPIRE server version of the fleet (vars.spireServerVersion)"
     )
 
 
