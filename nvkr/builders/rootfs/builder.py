@@ -17,7 +17,12 @@ own apt sources (the recipe's repositories, each with its keyring copied to
 ``/etc/apt/keyrings/``), ``/etc/hosts`` and, when the recipe names one, ``/etc/hostname`` (else
 it removes the build host's copy), so nothing of the build host or work dir stays in the tree.
 The hooks in ``builders/rootfs/`` defer ``update-initramfs`` to the end, so the initramfs is
-built once instead of twice (minutes saved under qemu-user). The output is mmdebstrap's tar
+built once instead of twice (minutes saved under qemu-user). When the locked packages include
+``dkms`` (NVIDIA's driver from Debian: nvidia-kernel-dkms), the package scripts build its modules
+for the tree's own kernels; the hooks in ``builders/rootfs-dkms/`` keep dkms from generating a
+signing key (a private key in the image, and other bytes on every build), check that each
+module is installed for each kernel with a matching vermagic and symbols depmod resolves against
+the kernel's exports (its headers' Module.symvers), and remove the build trees and logs. The output is mmdebstrap's tar
 (uncompressed, reproducible: two runs give the same bytes).
 """
 
@@ -60,6 +65,9 @@ if TYPE_CHECKING:
 ROOTFS_MEDIA_TYPE = "application/vnd.nvkr.rootfs.v1.tar"
 #: mmdebstrap hooks (builders/rootfs/): the initramfs is built once, at the end.
 ASSETS = asset_dir("rootfs")
+#: The hooks of trees with dkms (builders/rootfs-dkms/): modules built unsigned, checked against
+#: their kernels, build logs removed. A key input of those trees only.
+DKMS_ASSETS = asset_dir("rootfs-dkms")
 PACKAGES_MEDIA_TYPE = "application/vnd.nvkr.rootfs.packages.v1+json"
 
 
@@ -146,6 +154,8 @@ class RootfsBuilder(Builder[RootfsArtifact]):
         # The suite mmdebstrap installs the base set from: the first non-flat repository's
         # (a flat vendor repository, such as NVIDIA's, has none).
         suites = [r.suite for r in repos if not r.suite.endswith("/")]
+        # dkms comes in as a dependency (of nvidia-kernel-dkms, say): the lock lists it
+        dkms = any(pkg.get("name") == "dkms" for pkg in src.entry.get("packages") or [])
         params = RootfsParams(
             arch=spec.arch,
             base=spec.base,
@@ -153,10 +163,14 @@ class RootfsBuilder(Builder[RootfsArtifact]):
             repositories=repos,
             suite=suites[0],
             hostname=artifact.hostname,
+            dkms=dkms,
         )
+        inputs = {"packages": src.digest, "assets": sha256_bytes(tar_bytes(ASSETS, epoch=0))}
+        if dkms:
+            inputs["dkms-assets"] = sha256_bytes(tar_bytes(DKMS_ASSETS, epoch=0))
         return ActionSpec(
             params=params.to_json(),
-            inputs={"packages": src.digest, "assets": sha256_bytes(tar_bytes(ASSETS, epoch=0))},
+            inputs=inputs,
             tools={"mmdebstrap": package_version("mmdebstrap", purpose="the rootfs builder")},
             sources={"packages": src},
         )
@@ -225,8 +239,13 @@ class RootfsBuilder(Builder[RootfsArtifact]):
         ]
         if p.include:
             argv.append("--include=" + ",".join(p.include))
+        dkms_hooks = [
+            f"--essential-hook={DKMS_ASSETS / 'no-module-signing.essential-hook'}",
+            f"--customize-hook={DKMS_ASSETS / 'check-and-clean.customize-hook'}",
+        ]
         argv += [
             f"--essential-hook={ASSETS / 'defer-initramfs.essential-hook'}",
+            *(dkms_hooks if p.dkms else []),
             f"--customize-hook=sync-in {overlay} /",
             *([] if p.hostname else ['--customize-hook=rm -f "$1/etc/hostname"']),
             f"--customize-hook={ASSETS / 'build-initramfs.customize-hook'}",

@@ -26,8 +26,9 @@ class AptRepositoryParams(_Params):
 
 class RootfsParams(_Params):
     """The tree's Debian ``arch``, the ``base`` set, the packages to ``include`` (sorted), the
-    ``repositories``, the ``suite`` mmdebstrap installs the base set from, and the
-    ``hostname`` (None: the tree has no ``/etc/hostname``)."""
+    ``repositories``, the ``suite`` mmdebstrap installs the base set from, the
+    ``hostname`` (None: the tree has no ``/etc/hostname``) and whether the locked packages
+    include ``dkms`` (its modules are built unsigned and checked, its build logs removed)."""
 
     arch: str
     base: str
@@ -35,7 +36,9 @@ class RootfsParams(_Params):
     repositories: list[AptRepositoryParams]
     suite: str
     hostname: str | None
+    dkms: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        """The params as the action holds them."""
-        return self.model_dump()
+        """The params as the action holds them: ``dkms`` only when the packages include dkms,
+        so every other tree keeps the action key it had before the field."""
+        return self.model_dump(exclude=set() if self.dkms else {"dkms"})
