@@ -157,6 +157,25 @@ def debugfs_read(
     return out.stdout.decode()
 
 
+def debugfs_rdump(raw: Path, path: str, dest: Path, *, partition: int = -1) -> Path:
+    """Copy the directory or file ``path`` of the root file system (partition ``partition``)
+    of the raw disk image ``raw`` into the directory ``dest`` (debugfs ``rdump``, which keeps
+    modes and symlinks); returns ``dest / basename(path)``."""
+    table = json.loads(
+        subprocess.run(["sfdisk", "--json", str(raw)], capture_output=True, check=True).stdout
+    )
+    root = table["partitiontable"]["partitions"][partition]
+    dest.mkdir(parents=True, exist_ok=True)
+    res = subprocess.run(
+        ["debugfs", "-R", f"rdump {path} {dest}", f"{raw}?offset={root['start'] * 512}"],
+        capture_output=True,
+        check=True,
+    )
+    out = dest / path.rstrip("/").rsplit("/", 1)[-1]
+    assert out.exists(), f"debugfs rdump {path}: {res.stderr.decode()}"
+    return out
+
+
 #: The partitions of :func:`make_disk`: a 1 MiB partition that is no file system, then root.
 SMALL_DISK_SCRIPT = """label: gpt
 label-id: 0E5EED00-0000-4000-8000-000000000001

@@ -26,7 +26,34 @@ def test_catalog_has_a_leaf_per_generation_and_release() -> None:
     names = {p.stem for p in LEAVES}
     assert names == {
         f"{g}-k8s{k}" for g in ("ampere", "hopper", "blackwell") for k in ("1.34", "1.35", "1.36")
-    }
+    } | {"hopper-debian-k8s1.36"}  # NVIDIA's driver from Debian's archive (driver only)
+
+
+def test_every_leaf_boots_the_full_kernel() -> None:
+    """Bare-metal pools: every leaf extends kernel/full.yaml (Debian's linux-image-amd64/-arm64,
+    with the NIC, disk, IOMMU, MCE/EDAC/IPMI and DRM drivers the cloud kernel lacks)."""
+    for leaf in LEAVES:
+        assert "../kernel/full.yaml" in leaf.read_text(), leaf.name
+
+
+def test_debians_535_driver_is_refused_for_blackwell(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The Debian GPU layer's 535 branch is below Blackwell's minimum (570): a leaf putting it
+    on Blackwell is refused by gpu.driver-branch, naming the value and where it is set."""
+    import shutil
+
+    shutil.copytree(REPO / "recipes", tmp_path / "recipes")
+    leaf = tmp_path / "recipes" / "catalog" / "blackwell-debian.yaml"
+    leaf.write_text(
+        "apiVersion: nvkr.dev/v1alpha1\nkind: Recipe\nmetadata: {name: blackwell-debian}\n"
+        "extends: [hopper-debian-k8s1.36.yaml]\nmatrix: {gpu: [blackwell]}\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    code, _out, err = invoke(*["validate", "recipes/catalog/blackwell-debian.yaml"])
+    assert code == 2, err
+    assert "gpu.driver-branch" in err and "535" in err and "570" in err, err
+    assert "recipes/gpu/hopper-debian.yaml" in err, err
 
 
 @pytest.mark.parametrize("leaf", LEAVES, ids=lambda p: p.stem)

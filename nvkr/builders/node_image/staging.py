@@ -1,9 +1,10 @@
 """Staging a node image's tree: what the ``node-image`` builder puts onto the rootfs.
 
 :func:`stage` writes the agent (``/usr/bin/node-agent``), the kube-packages binaries, the
-recipe's ``files`` and the systemd units, containerd and kubelet configuration rendered from the
-Jinja2 templates in the builder's assets (:data:`TEMPLATES`, every one rendered on every build),
-and ``/etc/nvkr/manifest.json`` listing the staged binaries' sha256. In a tree holding Debian's
+recipe's ``files``, the SPIRE agent with its unit and agent.conf (``spireAgent``:
+:mod:`nvkr.builders.node_image.spire`) and the systemd units, containerd and kubelet
+configuration rendered from the Jinja2 templates in the builder's assets (:data:`TEMPLATES`,
+every one rendered on every build), and ``/etc/nvkr/manifest.json`` listing the staged binaries' sha256. In a tree holding Debian's
 cloud-init it writes nvkr's cloud-init configuration (:data:`CLOUD_INIT_CFG`), and in every tree
 it clears what a first run leaves (:func:`clear_first_run`). The tree helpers keep every path
 inside the tree and every mtime at the epoch.
