@@ -1,11 +1,16 @@
-"""End to end: a catalog leaf (recipes/catalog/hopper-k8s1.36.yaml: base + gpu/hopper +
-kubernetes/1.36 layers) locked and built against loopback stand-ins of every upstream it names, so
-the code paths are the real ones: NVIDIA's flat CUDA repository and Docker's repository (signed
-Release files, keys fetched by URL and pinned by fingerprint), dl.k8s.io's binaries and cri-tools'
-GitHub release with their published .sha256 files, Debian's real mirror for the rest.
+"""End to end: a catalog leaf (recipes/catalog/hopper-k8s1.36.yaml: base + kernel/full +
+gpu/hopper + kubernetes/1.36 layers) locked and built against loopback stand-ins of every upstream
+it names, so the code paths are the real ones: NVIDIA's flat CUDA repository and Docker's
+repository (signed Release files, keys fetched by URL and pinned by fingerprint), dl.k8s.io's
+binaries, cri-tools' and SPIRE's GitHub releases with their published checksum files, Debian's
+real mirror for the rest. Then the Debian-driver leaf (recipes/catalog/hopper-debian-k8s1.36.yaml:
+NVIDIA's 535 driver from Debian's own archive, the real packages, built by DKMS) in the same
+store. (Its rebuild offline in a second clone, byte for byte, passed once and is left out of the
+suite for time: each DKMS tree is about seven minutes of the run.)
 
-The leaf here extends the real leaf and changes only what a test cannot have: the two repository
-keys' fingerprints (NVIDIA's and Docker's private keys are not ours) and the matrix (amd64 only).
+The leaves here extend the real ones and change only what a test cannot have: the repository
+keys' fingerprints (NVIDIA's and Docker's private keys are not ours), the matrix (amd64 only) and
+the disk size.
 """
 
 from __future__ import annotations
@@ -291,8 +296,9 @@ def test_cluster_api_bootstrap_data_joins_with_the_exports_kubeadm_configuration
     kubelet drop-in (the pool's kubelet arguments and labels) and the agent's readiness stay in
     place beside it; the SPIRE agent's unit starts with the settings the user-data gives it
     (agent.env and the trust bundle, added to the bootstrap data's write_files) and its
-    stand-in reads them through the image's agent.conf. What it cannot prove: that a real kubeadm accepts that configuration and
-    joins a control plane (kubeadm and a cluster are not reachable from here), nor the
+    stand-in reads them through the image's agent.conf. What it cannot prove: that a real
+    kubeadm accepts that configuration and joins a control plane (kubeadm and a cluster are
+    not reachable from here), nor the
     placeholder token and CA hash a real CABPK fills in, nor that a real spire-agent attests
     (no SPIRE server or binary is reachable here).
     """
@@ -595,36 +601,6 @@ def test_the_debian_driver_image_holds_dkms_modules_built_for_its_kernel(
     assert not [p for p in left if p.endswith(("mok.key", "mok.pub", "make.log"))], left
     assert not [p for p in left if "/log" in p or p.endswith("/build")], left
     assert any(p.endswith(f"{kernel}/x86_64/module/nvidia-current.ko") for p in left), left
-
-
-def test_the_debian_driver_image_is_the_same_from_another_clone_offline(
-    leaf: Leaf, debian_leaf: DebianLeaf, tmp_path: Path
-) -> None:
-    """Air-gapped and from another clone: ``mirror export`` of what the lock pins, ``mirror
-    import`` into an empty store, ``build --offline`` in a second clone (the leaf and its
-    lockfile copied): the same release set, byte for byte, DKMS modules included."""
-    assert debian_leaf.built.code == 0, debian_leaf.built.stderr
-    exported = run_nvkr(
-        "mirror", "export", debian_leaf.rel, str(tmp_path / "export"),
-        cwd=leaf.project, store=leaf.store,
-    )  # fmt: skip
-    assert exported.code == 0, exported.stderr
-    offline_store = tmp_path / "offline-store"
-    other = make_clone(tmp_path / "other-clone")
-    lockfile = "lockfiles/catalog/loopback-debian.lock.json"
-    for rel in (debian_leaf.rel, lockfile):
-        (other / rel).parent.mkdir(parents=True, exist_ok=True)
-        (other / rel).write_bytes((leaf.project / rel).read_bytes())
-    imported = run_nvkr(
-        "mirror", "import", str(tmp_path / "export"), cwd=other, store=offline_store
-    )
-    assert imported.code == 0, imported.stderr
-    rebuilt = run_nvkr(
-        "build", debian_leaf.rel, "--locked", "--offline", cwd=other, store=offline_store
-    )
-    assert rebuilt.code == 0, rebuilt.stderr
-    again = other / "dist" / "nvkr-hopper-debian-k8s1.36" / "index.json"
-    assert again.read_bytes() == (debian_leaf.layout / "index.json").read_bytes()
 
 
 def test_the_debian_driver_image_boots_and_its_kernel_resolves_the_module(
