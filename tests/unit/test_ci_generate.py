@@ -184,19 +184,19 @@ def test_gitlab_needs_over_the_cap_go_through_aggregator_jobs(fan):
 
 
 def test_gitlab_aggregators_nest_when_one_level_is_not_enough(repo_root, tmp_path):
-    """The catalog's nine leaves: the final job needs nine joins; with a cap of 2 that takes
+    """The catalog's ten leaves: the final job needs ten joins; with a cap of 2 that takes
     aggregators of aggregators."""
     project = make_clone(tmp_path / "repo")
     leaves = tuple(
         sorted(f"recipes/catalog/{p.name}" for p in (project / "recipes" / "catalog").iterdir())
     )
-    assert len(leaves) == 9
+    assert len(leaves) == 10
     doc = _gitlab_text(project, tmp_path / "store", leaves, 2)
     assert gitlab_problems(doc, max_needs=2) == []
     jobs = gitlab_jobs(doc)
     assert len(jobs["final"]["needs"]) <= 2
     levels = {n.split("-needs-")[1].split("-")[0] for n in jobs if n.startswith("final-needs-")}
-    assert levels == {"1", "2", "3"}, sorted(jobs)  # 9 needs -> 5 -> 3 -> 2
+    assert levels == {"1", "2", "3"}, sorted(jobs)  # 10 needs -> 5 -> 3 -> 2
 
 
 def _fake_nvkr(tmp_path: Path) -> tuple[Path, Path]:
