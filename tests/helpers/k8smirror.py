@@ -105,13 +105,24 @@ def crictl_archive(version: str, arch: str) -> bytes:
     """``crictl-v{version}-linux-{arch}.tar.gz``: a deterministic tar.gz with one member, ``crictl``
     (a shell script printing ``"crictl version v{version}"``, mode 0755)."""
     script = f'#!/bin/sh\n# crictl v{version} linux/{arch} (nvkr test payload)\necho "crictl version v{version}"\n'.encode()
+    return deterministic_tar_gz({"crictl": (script, 0o755)})
+
+
+def deterministic_tar_gz(members: dict[str, tuple[bytes, int]]) -> bytes:
+    """A tar.gz of ``members`` (name -> (bytes, mode)) and their parent directories (0755),
+    GNU format, uid/gid 0, no owner names, mtime 0, gzip mtime 0: the same bytes on every run."""
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT) as tar:
-        info = tarfile.TarInfo("crictl")
-        info.size, info.mode, info.mtime = len(script), 0o755, 0
-        info.uid = info.gid = 0
-        info.uname = info.gname = ""
-        tar.addfile(info, io.BytesIO(script))
+        for d in sorted({str(Path(name).parent) for name in members} - {"."}):
+            info = tarfile.TarInfo(d)
+            info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, 0
+            tar.addfile(info)
+        for name, (data, mode) in sorted(members.items()):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), mode, 0
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            tar.addfile(info, io.BytesIO(data))
     out = io.BytesIO()
     with gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0) as gz:
         gz.write(raw.getvalue())

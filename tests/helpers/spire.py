@@ -17,13 +17,12 @@ named, so its unit fails. It cannot attest: there is no SPIRE server here.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import io
 import re
 import string
-import tarfile
 from pathlib import Path
+
+from tests.helpers.k8smirror import deterministic_tar_gz
 
 VERSION = "1.15.3"
 #: Where the stand-in writes the configuration it was given, expanded (a tmpfs in the guest).
@@ -105,33 +104,13 @@ def expand_env(config: str, env: dict[str, str]) -> str:
     return string.Template(config).substitute(_Empty(env))
 
 
-def _deterministic_tar_gz(members: dict[str, tuple[bytes, int]]) -> bytes:
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT) as tar:
-        dirs = sorted({str(Path(name).parent) for name in members} - {"."})
-        for d in dirs:
-            info = tarfile.TarInfo(d)
-            info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, 0
-            tar.addfile(info)
-        for name, (data, mode) in sorted(members.items()):
-            info = tarfile.TarInfo(name)
-            info.size, info.mode, info.mtime = len(data), mode, 0
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            tar.addfile(info, io.BytesIO(data))
-    out = io.BytesIO()
-    with gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0) as gz:
-        gz.write(raw.getvalue())
-    return out.getvalue()
-
-
 def release_archive(version: str, arch: str) -> bytes:
     """``spire-{version}-linux-{arch}-musl.tar.gz``: the upstream layout, stand-in binaries."""
     top = f"spire-{version}"
     server = (
         f'#!/bin/sh\n# spire-server {version} linux/{arch} (nvkr test stand-in)\necho "{version}"\n'
     )
-    return _deterministic_tar_gz(
+    return deterministic_tar_gz(
         {
             f"{top}/bin/spire-agent": (agent_standin(version, arch), 0o755),
             f"{top}/bin/spire-server": (server.encode(), 0o755),
