@@ -26,6 +26,7 @@ from nvkr.catalog.rules import (
     GpuOpenKernelModulesRule,
     KubernetesLinesRule,
     Rule,
+    VersionAtLeastRule,
     VersionByLineRule,
     VersionSkewRule,
     Violation,
@@ -138,6 +139,8 @@ class _Run:
             self._skew(rule)
         elif isinstance(rule, VersionByLineRule):
             self._by_line(rule)
+        elif isinstance(rule, VersionAtLeastRule):
+            self._at_least(rule)
 
     def _driver_branch(self, rule: GpuDriverBranchRule) -> None:
         f = self.facts
@@ -297,6 +300,23 @@ class _Run:
                 {**values, "constraint": constraint},
             )
 
+    def _at_least(self, rule: VersionAtLeastRule) -> None:
+        f = self.facts
+        fact, minimum = f.components.get(rule.component), f.components.get(rule.minimum)
+        for name, found in ((rule.component, fact), (rule.minimum, minimum)):
+            if found is None:
+                self._skip(rule.id, f"no {name} staged ({_declared(name)})")
+                return
+        assert fact is not None and minimum is not None
+        self.applied.append(rule.id)
+        if fact.version < minimum.version:
+            self._fail(
+                rule.id,
+                f"{rule.component} {fact.text} ({fact.where}) is older than {rule.minimum} "
+                f"{minimum.text} ({minimum.where}), which it must be at least",
+                {"component": rule.component, "version": fact.text, "minimum": minimum.text},
+            )
+
     def cluster_line(self) -> None:
         f = self.facts
         if f.cluster is None:
@@ -326,6 +346,14 @@ class _Run:
 
 def _minors(n: int) -> str:
     return f"{n} minor version" + ("" if n == 1 else "s")
+
+
+def _declared(component: str) -> str:
+    """Where a recipe declares ``component``'s version, for messages."""
+    from nvkr.catalog.facts import VERSION_VARS
+
+    var = next((name for name, c in VERSION_VARS.items() if c == component), None)
+    return "an apt pin" if var is None else f"vars.{var} or an apt pin"
 
 
 def _var(component: str) -> str:

@@ -19,6 +19,7 @@ from pathlib import Path
 from nvkr.catalog.versions import (
     DriverVersion,
     UpstreamVersion,
+    parse_calendar,
     parse_debian,
     parse_driver,
     parse_upstream,
@@ -41,9 +42,15 @@ VERSION_VARS: dict[str, str] = {
     # fact of the fleet, not of the image: a layer of the user's sets it)
     "spireVersion": "spire-agent",
     "spireServerVersion": "spire-server",
+    # the OVN schema OVN-Kubernetes' database models are generated from (its go-controller
+    # Makefile's OVN_SCHEMA_VERSION at the pinned commit): the node's OVN must have it
+    "ovnKubernetesOvnSchema": "ovn-kubernetes-ovn-schema",
 }
 DRIVER = "nvidia-driver"
-COMPONENTS: tuple[str, ...] = tuple(VERSION_VARS.values())
+OVN = "ovn"
+# components versioned YY.MM.PATCH (OVN's releases), parsed with parse_calendar
+CALENDAR: frozenset[str] = frozenset({OVN, "ovn-kubernetes-ovn-schema"})
+COMPONENTS: tuple[str, ...] = (*VERSION_VARS.values(), OVN)
 
 # NVIDIA's packaging (driver installation guide, "Kernel Modules"): nvidia-open installs the open
 # kernel modules, cuda-drivers the proprietary ones; Debian's own packages are
@@ -107,7 +114,9 @@ class VariantFacts:
 def pinned_component(package: str) -> str | None:
     """The component an apt package pin stages: ``containerd`` (``containerd``,
     ``containerd.io``), ``runc``, ``nvidia-container-toolkit``, the NVIDIA driver
-    (``nvidia-driver*``, ``cuda-drivers*``, ``nvidia-open*``), else None."""
+    (``nvidia-driver*``, ``cuda-drivers*``, ``nvidia-open*``), OVN (``ovn-host``,
+    ``ovn-central``, ``ovn-common``: the node's ovn-controller and the databases an image
+    carries, all of one release), else None."""
     if package in ("containerd", "containerd.io"):
         return "containerd"
     if package == "runc":
@@ -116,6 +125,8 @@ def pinned_component(package: str) -> str | None:
         return "nvidia-container-toolkit"
     if package.startswith(("nvidia-driver", "cuda-drivers", "nvidia-open")):
         return DRIVER
+    if package in ("ovn-host", "ovn-central", "ovn-common"):
+        return OVN
     return None
 
 
@@ -196,6 +207,8 @@ def variant_facts(variant: Variant, file: str | Path) -> VariantFacts:
 def _parse(component: str, text: str, place: str) -> UpstreamVersion | DriverVersion:
     if component == DRIVER:
         return parse_driver(text, where=place)
+    if component in CALENDAR:
+        return parse_calendar(text, where=place)
     return parse_upstream(text, where=place)
 
 
@@ -206,4 +219,6 @@ def _parse_pin(component: str, text: str, place: str) -> UpstreamVersion | Drive
     debian = parse_debian(text, where=place)
     if component == DRIVER:
         return parse_driver(debian.upstream, where=f"{place}: {text!r}: upstream part")
+    if component in CALENDAR:
+        return parse_calendar(debian.upstream, where=f"{place}: {text!r}: upstream part")
     return debian.upstream_semver(where=place)

@@ -40,6 +40,8 @@ Component = Literal[
     "nvidia-container-toolkit",
     "spire-agent",
     "spire-server",
+    "ovn",
+    "ovn-kubernetes-ovn-schema",
 ]
 
 
@@ -124,6 +126,16 @@ class VersionByLineRule(_Rule):
     constraints: dict[str, str] = Field(min_length=1)
 
 
+class VersionAtLeastRule(_Rule):
+    """``component`` must be at least the version of ``minimum``, another component of the same
+    variant (the node's OVN against the OVN schema OVN-Kubernetes' models need). Applies when
+    the variant has both."""
+
+    check: Literal["version-at-least"]
+    component: Component
+    minimum: Component
+
+
 Rule = Annotated[
     KubernetesLinesRule
     | ArchitecturesRule
@@ -132,7 +144,8 @@ Rule = Annotated[
     | GpuDriverBranchRule
     | GpuOpenKernelModulesRule
     | VersionSkewRule
-    | VersionByLineRule,
+    | VersionByLineRule
+    | VersionAtLeastRule,
     Field(discriminator="check"),
 ]
 CHECKS = (
@@ -144,6 +157,7 @@ CHECKS = (
     "gpu-open-kernel-modules",
     "version-skew",
     "version-by-line",
+    "version-at-least",
 )
 # The checks that decide which cells exist at all; each must appear exactly once.
 TABLE_CHECKS = ("kubernetes-lines", "architectures", "gpu-generations")

@@ -247,6 +247,26 @@ def parse_upstream(text: str, *, where: str | None = None) -> UpstreamVersion:
     return UpstreamVersion(sv.major, sv.minor, sv.patch, sv.prerelease, sv.build)
 
 
+def parse_calendar(text: str, *, where: str | None = None) -> UpstreamVersion:
+    """A calendar version ``YY.MM.PATCH`` (OVN's releases: ``23.03.1``) as an
+    :class:`UpstreamVersion` for comparison: the month's leading zero is dropped (``23.3.1``),
+    which keeps the order of releases.
+
+    Raises:
+        VersionError: naming ``text`` when it is not three dot-separated numbers.
+    """
+    if not _CALENDAR_RE.fullmatch(text):
+        raise VersionError(
+            text,
+            "is not a calendar version; expected YY.MM.PATCH such as 23.03.1",
+            where=where,
+        )
+    return parse_upstream(".".join(str(int(part)) for part in text.split(".")), where=where)
+
+
+_CALENDAR_RE = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+")
+
+
 # ---------------------------------------------------------------------------------------------
 # NVIDIA driver versions
 

@@ -14,7 +14,7 @@ from nvkr.catalog.evaluation import evaluate_cell
 from nvkr.catalog.facts import Disagreement, Fact
 from nvkr.catalog.loading import find_rules
 from nvkr.catalog.rules import CompatibilityRules
-from nvkr.catalog.versions import VersionError, parse_driver, parse_upstream
+from nvkr.catalog.versions import VersionError, parse_calendar, parse_driver, parse_upstream
 from nvkr.errors import RecipeError
 from nvkr.recipe import expand, load_recipe
 from tests.helpers.cli import invoke
@@ -28,8 +28,11 @@ def rules() -> CompatibilityRules:
     return load_rules(RULES_FILE).rules
 
 
-def fact(text: str, place: str = "x.yaml:1: vars.v", *, driver: bool = False) -> Fact:
-    return Fact((parse_driver if driver else parse_upstream)(text), text, place)
+def fact(
+    text: str, place: str = "x.yaml:1: vars.v", *, driver: bool = False, calendar: bool = False
+) -> Fact:
+    parse = parse_driver if driver else parse_calendar if calendar else parse_upstream
+    return Fact(parse(text), text, place)
 
 
 def facts(
@@ -50,6 +53,8 @@ def facts(
         "nvidia_driver": "580.95.05",
         "spire_agent": "1.15.3",
         "spire_server": "1.15.3",
+        "ovn": "23.03.1",
+        "ovn_kubernetes_ovn_schema": "23.03.0",
     }
     base.update(components)
     return VariantFacts(
@@ -60,7 +65,7 @@ def facts(
         arch=arch,
         cluster=fact(cluster) if cluster else None,
         components={
-            k.replace("_", "-"): fact(v, driver=k == "nvidia_driver")
+            k.replace("_", "-"): fact(v, driver=k == "nvidia_driver", calendar=k.startswith("ovn"))
             for k, v in base.items()
             if v is not None
         },
@@ -161,6 +166,25 @@ def test_spire_agent_not_newer_than_the_server_and_one_minor_older_at_most(rules
     assert result.not_applicable["skew.spire-agent"] == (
         "no SPIRE server version of the fleet (vars.spireServerVersion)"
     )
+
+
+def test_the_nodes_ovn_has_the_schema_ovn_kubernetes_models(rules):
+    """libovsdb refuses a server whose schema lacks a table or column of ovnkube's model
+    (ovn-org/ovn-kubernetes#3590): the node's OVN must be at least the schema the pinned commit's
+    models are generated from. OVN's versions are YY.MM.PATCH, compared as numbers."""
+    assert failures(facts(ovn="23.03.1", ovn_kubernetes_ovn_schema="23.03.0"), rules) == {}
+    assert failures(facts(ovn="24.03.2", ovn_kubernetes_ovn_schema="23.09.0"), rules) == {}
+    got = failures(facts(ovn="23.03.1", ovn_kubernetes_ovn_schema="23.06.0"), rules)
+    assert got == {
+        "ovn-kubernetes.ovn-schema": "ovn 23.03.1 (x.yaml:1: vars.v) is older than "
+        "ovn-kubernetes-ovn-schema 23.06.0 (x.yaml:1: vars.v), which it must be at least"
+    }
+    result = evaluate_all(facts(ovn_kubernetes_ovn_schema=None), rules)
+    assert result.not_applicable["ovn-kubernetes.ovn-schema"] == (
+        "no ovn-kubernetes-ovn-schema staged (vars.ovnKubernetesOvnSchema or an apt pin)"
+    )
+    result = evaluate_all(facts(ovn=None), rules)
+    assert result.not_applicable["ovn-kubernetes.ovn-schema"] == "no ovn staged (an apt pin)"
 
 
 def test_driver_branch(rules):
@@ -278,6 +302,38 @@ def test_facts_from_vars_and_pins(tmp_path):
     assert str(f.cluster.version) == "1.36.3"  # type: ignore[union-attr]
     assert f.kernel_modules == {"open"}
     assert f.disagreements == ()
+
+
+def test_ovn_pins_are_one_calendar_version_checked_against_the_schema(tmp_path, rules):
+    """The node's ovn-host and an image's ovn-central are OVN pins: read as OVN's YY.MM.PATCH
+    (the month's leading zero kept in messages), they must agree (pins.agree) and be at least
+    the schema var."""
+    path = write_leaf_recipe(
+        tmp_path / "r.yaml",
+        vars={"ovnKubernetesOvnSchema": "23.06.0"},
+        packages={"ovn-host": "23.03.1-1~deb12u2", "ovn-central": "23.09.0-1"},
+    )
+    (variant,) = expand(load_recipe(path))
+    f = variant_facts(variant, "r.yaml")
+    assert f.components["ovn"].text == "23.09.0-1"  # the first pin, by package name
+    got = failures(f, rules)
+    assert got["pins.agree"].startswith("ovn 23.09.0-1 (")
+    assert "disagrees with the pin 23.03.1-1~deb12u2" in got["pins.agree"]
+    assert "ovn-kubernetes.ovn-schema" not in got, "23.09 has the 23.06 schema"
+    path.write_text(path.read_text().replace("23.09.0-1", "23.03.1-1~deb12u2"))
+    (variant,) = expand(load_recipe(path))
+    got = failures(variant_facts(variant, "r.yaml"), rules)
+    assert list(got) == ["ovn-kubernetes.ovn-schema"], got
+    assert got["ovn-kubernetes.ovn-schema"].startswith("ovn 23.03.1-1~deb12u2 (")
+
+
+def test_a_bad_calendar_version_names_file_and_field(tmp_path):
+    path = write_leaf_recipe(tmp_path / "r.yaml", vars={"ovnKubernetesOvnSchema": "23.03"})
+    (variant,) = expand(load_recipe(path))
+    with pytest.raises(VersionError) as err:
+        variant_facts(variant, "r.yaml")
+    assert err.value.message.startswith(f"{path}:7: vars.ovnKubernetesOvnSchema: '23.03'")
+    assert "expected YY.MM.PATCH such as 23.03.1" in err.value.message
 
 
 def test_var_and_pin_disagreeing(tmp_path, rules):
