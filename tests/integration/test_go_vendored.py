@@ -10,7 +10,6 @@ go.mod and a vendor tree out of sync with go.mod are clear errors that leave no 
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
@@ -20,82 +19,16 @@ import yaml
 from nvkr.releaseset import read_metadata
 from tests.helpers import REPO
 from tests.helpers.nvkr import run_nvkr, seed
+from tests.helpers.ovnkubernetes import CONFIG, Upstream, make_upstream
 
 pytestmark = pytest.mark.slow
 
-MODULE = "example.org/ovn-kubernetes/go-controller"
-CONFIG = f"{MODULE}/pkg/config"
-COMMIT_TIME = 1_780_000_000  # 2026-05-28T20:26:40Z
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "Upstream",
-    "GIT_AUTHOR_EMAIL": "upstream@example.invalid",
-    "GIT_COMMITTER_NAME": "Upstream",
-    "GIT_COMMITTER_EMAIL": "upstream@example.invalid",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": "/dev/null",
-}
-MAIN = f"""package main
-
-import (
-\t"fmt"
-
-\t"example.org/dep"
-\t"{CONFIG}"
-)
-
-func main() {{
-\tfmt.Println(dep.Greeting(), config.Commit, config.BuildDate)
-}}
-"""
-
-
-def _git(repo: Path, *args: str) -> str:
-    env = {
-        **os.environ,
-        **GIT_ENV,
-        "GIT_AUTHOR_DATE": f"@{COMMIT_TIME} +0000",
-        "GIT_COMMITTER_DATE": f"@{COMMIT_TIME} +0000",
-    }
-    out = subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True)
-    return out.stdout.decode().strip()
-
-
-def _write(root: Path, files: dict[str, str]) -> None:
-    for name, text in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text)
-
 
 @pytest.fixture(scope="module")
-def upstream(tmp_path_factory) -> tuple[Path, str, str]:
-    """(repository, good commit, commit whose go.mod requires a dependency version its vendor
-    tree does not hold)."""
-    repo = tmp_path_factory.mktemp("ovn-kubernetes") / "ovn-kubernetes"
-    repo.mkdir()
-    _git(repo, "-c", "init.defaultBranch=master", "init", "-q")
-    _write(
-        repo,
-        {
-            "README.md": "OVN-Kubernetes (stand-in)\n",
-            "docs/index.md": "no Go module here\n",
-            "go-controller/go.mod": f"module {MODULE}\n\ngo 1.22\n\n"
-            "require example.org/dep v1.2.3\n",
-            "go-controller/vendor/modules.txt": "# example.org/dep v1.2.3\n## explicit; go 1.22\n"
-            "example.org/dep\n",
-            "go-controller/vendor/example.org/dep/dep.go": "package dep\n\n"
-            'func Greeting() string { return "vendored dep v1.2.3" }\n',
-            "go-controller/pkg/config/config.go": "package config\n\n"
-            'var (\n\tCommit    = "unset"\n\tBuildDate = "unset"\n)\n',
-            "go-controller/cmd/ovnkube/main.go": MAIN,
-        },
-    )
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "vendored module in go-controller/")
-    good = _git(repo, "rev-parse", "HEAD")
-    gomod = repo / "go-controller" / "go.mod"
-    gomod.write_text(gomod.read_text().replace("v1.2.3", "v1.2.4"))  # vendor/ not refreshed
-    _git(repo, "commit", "-qam", "bump dep without go mod vendor")
-    return repo, good, _git(repo, "rev-parse", "HEAD")
+def upstream(tmp_path_factory) -> Upstream:
+    """The stand-in repository: a good commit, then one whose go.mod requires a dependency
+    version its vendor tree does not hold."""
+    return make_upstream(tmp_path_factory.mktemp("upstream") / "ovn-kubernetes")
 
 
 def _clone(root: Path, url: str, commit: str, subdir: str = "go-controller") -> Path:
