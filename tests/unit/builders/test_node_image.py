@@ -162,7 +162,7 @@ def test_kubelet_settings_without_a_kubelet_are_refused(tmp_path: Path) -> None:
     res = run_nvkr("plan", "--offline", cwd=clone, store=tmp_path / "store")
     assert res.code == 2, res.stderr
     assert (
-        "recipes/default.yaml:132: artifacts.node-image.kubelet: kubelet settings are given but "
+        "recipes/default.yaml:133: artifacts.node-image.kubelet: kubelet settings are given but "
         "the image stages no kubelet"
     ) in res.stderr
 
@@ -348,7 +348,7 @@ def test_an_unknown_compression_is_a_recipe_error_naming_the_field(tmp_path: Pat
     res = run_nvkr("plan", "--offline", cwd=clone, store=tmp_path / "store")
     assert res.code == 2, res.stderr
     assert (
-        "recipes/default.yaml:132: artifacts.node-image.compression: expected 'none', 'zlib' or "
+        "recipes/default.yaml:133: artifacts.node-image.compression: expected 'none', 'zlib' or "
         "'zstd' (got 'gzip')"
     ) in res.stderr
     assert "Traceback" not in res.stderr
