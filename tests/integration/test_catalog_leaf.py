@@ -2,22 +2,26 @@
 gpu/hopper + kubernetes/1.36 layers) locked and built against loopback stand-ins of every upstream
 it names, so the code paths are the real ones: NVIDIA's flat CUDA repository and Docker's
 repository (signed Release files, keys fetched by URL and pinned by fingerprint), dl.k8s.io's
-binaries, cri-tools' and SPIRE's GitHub releases with their published checksum files, Debian's
-real mirror for the rest. Then the Debian-driver leaf (recipes/catalog/hopper-debian-k8s1.36.yaml:
+binaries, cri-tools' and SPIRE's GitHub releases with their published checksum files,
+OVN-Kubernetes' git repository (:mod:`tests.helpers.ovnkubernetes`), Debian's real mirror for
+the rest. The ovnkube image (ovnkube on its Debian-package base) is built again in a second
+clone with a second store and compared byte for byte. Then the Debian-driver leaf (recipes/catalog/hopper-debian-k8s1.36.yaml:
 NVIDIA's 535 driver from Debian's own archive, the real packages, built by DKMS) in the same
 store. (Its rebuild offline in a second clone, byte for byte, passed once and is left out of the
 suite for time: each DKMS tree is about seven minutes of the run.)
 
 The leaves here extend the real ones and change only what a test cannot have: the repository
-keys' fingerprints (NVIDIA's and Docker's private keys are not ours), the matrix (amd64 only) and
-the disk size.
+keys' fingerprints (NVIDIA's and Docker's private keys are not ours), OVN-Kubernetes' commit (the
+stand-in's), the matrix (amd64 only) and the disk size.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import shutil
 import subprocess
 import tarfile
 from collections.abc import Iterator
@@ -32,6 +36,8 @@ from tests.helpers.aptrepo import AptRepo, DebSpec, build_apt_repo, gpu_stack_pa
 from tests.helpers.disk import read_root_file
 from tests.helpers.k8smirror import K8sMirror, serve_k8s_mirror
 from tests.helpers.nvkr import Result, make_clone, run_nvkr, seed
+from tests.helpers.ovnkubernetes import UPSTREAM as OVNK_UPSTREAM
+from tests.helpers.ovnkubernetes import Upstream, make_upstream
 
 pytestmark = pytest.mark.slow
 
@@ -55,6 +61,7 @@ sources:
     apt:
       nvidia-cuda: {keyring: {fingerprint: @NVIDIA_FPR@}}
       docker: {keyring: {fingerprint: @DOCKER_FPR@}}
+  ovn-kubernetes: {commit: @OVNK_COMMIT@}
 artifacts:
   node-image: {size: 3GiB}
 """
@@ -100,7 +107,8 @@ class Leaf:
     """The loopback leaf locked and built once per module: ``project`` (the clone holding the
     leaf recipe and its lockfile), ``store``, ``rel`` (the leaf's path in ``project``),
     ``mirrors`` (the ``--mirror`` arguments), ``layout`` (the release set), ``built`` (the
-    build's result) and the served stand-ins (``k8s``, ``nvidia``, ``docker``)."""
+    build's result) and the stand-ins (``k8s``, ``nvidia``, ``docker`` served, ``ovnk`` the
+    OVN-Kubernetes repository)."""
 
     project: Path
     store: Path
@@ -112,6 +120,7 @@ class Leaf:
     k8s: K8sMirror
     nvidia: AptRepo
     docker: AptRepo
+    ovnk: Upstream
 
 
 @pytest.fixture(scope="module")
@@ -135,6 +144,7 @@ def leaf(
     docker = build_apt_repo(
         tmp / "docker", suite="bookworm", components=("stable",), packages=[containerd]
     )
+    ovnk = make_upstream(tmp / "ovn-kubernetes")
     try:
         for repo in (nvidia, docker):
             repo.serve()
@@ -142,14 +152,15 @@ def leaf(
         (docker.root / "gpg").write_bytes(docker.keyring.read_bytes())
         project = make_clone(tmp / "project")
         (project / "recipes" / "catalog" / "loopback.yaml").write_text(
-            LEAF.replace("@NVIDIA_FPR@", _fingerprint(nvidia)).replace(
-                "@DOCKER_FPR@", _fingerprint(docker)
-            )
+            LEAF.replace("@NVIDIA_FPR@", _fingerprint(nvidia))
+            .replace("@DOCKER_FPR@", _fingerprint(docker))
+            .replace("@OVNK_COMMIT@", ovnk.good)
         )
         mirrors = [
             *k8s.mirror_args(),
             *("--mirror", f"{NVIDIA_UPSTREAM}={nvidia.url}/"),
             *("--mirror", f"{DOCKER_UPSTREAM}={docker.url}"),
+            *("--mirror", f"{OVNK_UPSTREAM}={ovnk.repo.as_uri()}"),
         ]
         # Debian's .debs and the Go toolchain, fetched before
         store = seed(tmp / "store", go_toolchain)
@@ -162,7 +173,7 @@ def leaf(
         )
         yield Leaf(
             project, store, rel, mirrors, project / "dist" / "nvkr-hopper-k8s1.36", locked,
-            built, k8s, nvidia, docker,
+            built, k8s, nvidia, docker, ovnk,
         )  # fmt: skip
     finally:
         for served in (k8s, nvidia, docker):
@@ -208,6 +219,12 @@ def test_catalog_leaf_locks_and_builds_against_loopback_upstreams(
         "sha256:" + hashlib.sha256(spire_data.read_bytes()).hexdigest()
     )
 
+    # OVN-Kubernetes: its git repository pinned by commit, the URL the upstream's
+    ovnk = entries["ovn-kubernetes"]
+    assert (ovnk["url"], ovnk["commit"]) == (OVNK_UPSTREAM, leaf.ovnk.good)
+    assert debs["ovn-host"]["version"] == "23.03.1-1~deb12u2"
+    assert debs["openvswitch-switch"]["version"] == "3.1.0-2+deb12u1"
+
     built = leaf.built
     assert built.code == 0, built.stderr
     layout = leaf.layout
@@ -219,7 +236,9 @@ def test_catalog_leaf_locks_and_builds_against_loopback_upstreams(
     assert [c["name"] for c in meta["clusterRelease"]["charts"]] == [
         "agent-chart",
         "collector-chart",
+        "ovnkube-chart",
     ]
+    assert [i["name"] for i in meta["clusterRelease"]["images"]] == ["agent-image", "ovnkube-image"]
     (collector,) = [a for a in meta["artifacts"] if a["name"] == "collector-chart"]
     tgz = layout / "blobs" / "sha256" / collector["primary"]["digest"][7:]
     with tarfile.open(tgz) as tf:
@@ -245,6 +264,10 @@ def test_catalog_leaf_locks_and_builds_against_loopback_upstreams(
     dropin = read_root_file(raw, "/etc/systemd/system/kubelet.service.d/20-nvkr.conf")
     assert "nvidia.com/mig.config=all-disabled" in dropin
     assert "iommu=pt" in read_root_file(raw, "/boot/grub/grub.cfg")
+    # Open vSwitch and ovn-controller run on the node, from Debian (the network layer)
+    status = read_root_file(raw, "/var/lib/dpkg/status")
+    for package in ("openvswitch-switch", "ovn-host"):
+        assert f"Package: {package}\n" in status, package
     # the full kernel's modules: bare-metal NICs and disks, the AMD IOMMU is built in
     (kernel,) = [n for n in debs if re.fullmatch(r"linux-image-[0-9].*-amd64", n)]
     release = kernel.removeprefix("linux-image-")
@@ -464,6 +487,121 @@ def test_cluster_api_export_of_the_leaf_passes_the_field_rules(
     assert "otel/opentelemetry-collector-contrib@sha256:213886eb" in addons, "the collector's"
 
 
+# -- the ovnkube image, from a second clone ---------------------------------------------------
+OVNKUBE_ONLY = """\
+apiVersion: nvkr.dev/v1alpha1
+kind: Recipe
+metadata: {name: ovnkube-loopback}
+extends: [loopback.yaml]
+releaseSet:
+  name: ovnkube-loopback
+  artifacts: [ovnkube-image]
+  machineImages: []
+  clusterRelease: null
+  nodePoolReleases: []
+"""
+
+
+def _image_root(layout: Path, name: str, dest: Path) -> tuple[dict, Path]:
+    """The amd64 image ``name`` of the release set at ``layout``: its config, and its layers
+    unpacked in order at ``dest``."""
+    import zstandard
+
+    from nvkr.releaseset import read_metadata
+
+    (art,) = [a for a in read_metadata(layout)["artifacts"] if a["name"] == name]
+    blobs = layout / "blobs" / "sha256"
+    (entry,) = json.loads((blobs / art["index"]["digest"][7:]).read_bytes())["manifests"]
+    manifest = json.loads((blobs / entry["digest"][7:]).read_bytes())
+    config = json.loads((blobs / manifest["config"]["digest"][7:]).read_bytes())
+    dest.mkdir()
+    for layer in manifest["layers"]:
+        with (
+            zstandard.open(blobs / layer["digest"][7:], "rb") as f,
+            tarfile.open(fileobj=f, mode="r|") as tar,
+        ):
+            tar.extractall(dest, filter="tar")
+    return config, dest
+
+
+def test_the_ovnkube_image_is_the_same_from_a_second_clone_and_holds_the_ovn_tools(
+    leaf: Leaf, tmp_path: Path
+) -> None:
+    """ovnkube's image (recipes/network/ovn-kubernetes.yaml): ovnkube and its CNI plugin,
+    compiled from the pinned commit's vendored module, on a base made from locked Debian
+    packages. A second clone, with the first's lockfile and a store holding only the sources
+    (every builder runs again: the root filesystem, both Go builds, the image), gives the same
+    image index and release set byte for byte; inside the image, ovnkube carries the pin's
+    commit and date, and the OVS and OVN tools it calls are there (OVN 23.03, OVS 3.1)."""
+    from nvkr.releaseset import read_metadata
+    from nvkr.store import Store
+
+    assert leaf.built.code == 0, leaf.built.stderr
+    rel = "recipes/catalog/ovnkube-loopback.yaml"
+    first = leaf.project
+    (first / rel).write_text(OVNKUBE_ONLY)
+    locked = run_nvkr("lock", rel, *leaf.mirrors, cwd=first, store=leaf.store)
+    assert locked.code == 0, locked.stderr
+    again = run_nvkr(
+        "build", rel, "--locked", *leaf.mirrors, "--json", cwd=first, store=leaf.store
+    )  # fmt: skip
+    assert again.code == 0, again.stderr
+    ran = {e["name"] for e in again.json_events() if e["event"] == "action-done"}
+    assert ran == {"release set ovnkube-loopback"}, "the leaf's build holds the image already"
+
+    second = make_clone(tmp_path / "second")
+    shutil.copyfile(
+        first / "recipes/catalog/loopback.yaml", second / "recipes/catalog/loopback.yaml"
+    )
+    (second / rel).write_text(OVNKUBE_ONLY)
+    lock = "lockfiles/catalog/ovnkube-loopback.lock.json"
+    (second / "lockfiles" / "catalog").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(first / lock, second / lock)
+    store = Store(tmp_path / "store")  # the sources only, as fetched before: no action record
+    for blob in Store(leaf.store).blobs_dir.iterdir():
+        dst = store.blob_path("sha256:" + blob.name)
+        if not dst.exists():
+            os.link(blob, dst)
+    built = run_nvkr(
+        "build", rel, "--locked", *leaf.mirrors, "--json", cwd=second, store=tmp_path / "store",
+        umask=0o002, env={"TZ": "Asia/Kolkata"},
+    )  # fmt: skip
+    assert built.code == 0, built.stderr
+    done = {e["name"] for e in built.json_events() if e["event"] == "action-done"}
+    assert {"ovnkube-rootfs [amd64]", "ovnkube [amd64]", "ovnkube-image [amd64]"} <= done, done
+
+    a, b = first / "dist" / "ovnkube-loopback", second / "dist" / "ovnkube-loopback"
+    assert (a / "index.json").read_bytes() == (b / "index.json").read_bytes()
+    assert sorted(p.name for p in (a / "blobs" / "sha256").iterdir()) == sorted(
+        p.name for p in (b / "blobs" / "sha256").iterdir()
+    )
+    (image,) = [x for x in read_metadata(leaf.layout)["artifacts"] if x["name"] == "ovnkube-image"]
+    (only,) = read_metadata(b)["artifacts"]
+    assert only["index"]["digest"] == image["index"]["digest"], "the leaf's own ovnkube image"
+
+    config, root = _image_root(b, "ovnkube-image", tmp_path / "root")
+    assert config["config"]["Entrypoint"] == ["/usr/bin/ovnkube"]
+
+    def inside(*argv: str) -> str:
+        proc = subprocess.run(["chroot", str(root), *argv], capture_output=True, text=True)
+        assert proc.returncode == 0, f"{argv}: {proc.stderr}"
+        return proc.stdout
+
+    assert inside("/usr/bin/ovnkube", "--version").splitlines() == [
+        "Version: stand-in",
+        f"Git commit: {leaf.ovnk.good}",
+        "Build date: 2026-05-28T20:26:40Z",
+    ]
+    assert inside("/usr/libexec/cni/ovn-k8s-cni-overlay").strip() == "ovn-k8s-cni-overlay stand-in"
+    assert "23.03.1" in inside("ovn-nbctl", "--version")
+    assert "23.03.1" in inside("ovn-northd", "--version")
+    assert "3.1.0" in inside("ovs-vsctl", "--version")
+    for tool in ("ovn-sbctl", "ovsdb-tool", "ovsdb-client", "ip", "iptables", "conntrack"):
+        inside("sh", "-c", f"command -v {tool}")
+    assert (root / "usr/share/ovn/scripts/ovn-ctl").is_file()
+    assert (root / "usr/share/ovn/ovn-nb.ovsschema").is_file()
+
+
 # -- NVIDIA's driver from Debian's own archive, built by DKMS ---------------------------------
 LEAF_DEBIAN = """\
 apiVersion: nvkr.dev/v1alpha1
@@ -474,6 +612,7 @@ sources:
   node-packages:
     apt:
       docker: {keyring: {fingerprint: @DOCKER_FPR@}}
+  ovn-kubernetes: {commit: @OVNK_COMMIT@}
 artifacts:
   node-image: {size: 4GiB}
 """
@@ -522,7 +661,11 @@ class DebianLeaf:
 def debian_leaf(leaf: Leaf) -> DebianLeaf:
     project, store = leaf.project, leaf.store
     rel = "recipes/catalog/loopback-debian.yaml"
-    (project / rel).write_text(LEAF_DEBIAN.replace("@DOCKER_FPR@", _fingerprint(leaf.docker)))
+    (project / rel).write_text(
+        LEAF_DEBIAN.replace("@DOCKER_FPR@", _fingerprint(leaf.docker)).replace(
+            "@OVNK_COMMIT@", leaf.ovnk.good
+        )
+    )
     locked = run_nvkr("lock", rel, *leaf.mirrors, cwd=project, store=store)
     built = (
         run_nvkr("build", rel, "--locked", *leaf.mirrors, "--json", cwd=project, store=store)
