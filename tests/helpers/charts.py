@@ -92,6 +92,37 @@ def build_chart(
     return run_action(action, store, deps)
 
 
+def package_chart(tmp: Path, root: Path, **fields: Any) -> Path:
+    """The chart at ``root`` packaged by the helm-chart builder (with a fake image-index result
+    and ``fields`` as the recipe's artifact), written to ``tmp/<dir name>-<version>.tgz``; the
+    builder table is left as it was."""
+    from nvkr import builders
+
+    builders.get_builder("go-binary")
+    saved = builders.REGISTRY.get("helm-chart")
+    builders.REGISTRY["helm-chart"] = HelmChartBuilder()
+    try:
+        store = Store(tmp / "store")
+        result = build_chart(store, root, **fields)
+        tgz = tmp / f"{root.name}-{fields['version']}.tgz"
+        tgz.write_bytes(output(store, result, "primary"))
+        return tgz
+    finally:
+        if saved is None:
+            builders.REGISTRY.pop("helm-chart", None)
+        else:
+            builders.REGISTRY["helm-chart"] = saved
+
+
+def merge_values(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` merged onto ``base`` as Helm merges values: maps by key, anything else replaced."""
+    out = dict(base)
+    for key, value in over.items():
+        merged = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = merge_values(out[key], value) if merged else value
+    return out
+
+
 def output(store: Store, result: dict[str, Any], role: str) -> bytes:
     """The bytes of the one output of ``result`` with ``role``."""
     (out,) = [o for o in result["outputs"] if o["role"] == role]

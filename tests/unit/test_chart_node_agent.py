@@ -4,7 +4,6 @@ DaemonSet runs the agent the way the agent's daemon mode expects."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +12,10 @@ import yaml
 
 helm = pytest.importorskip("helm_python")
 
-from nvkr.store import Store  # noqa: E402
 from tests.helpers.charts import (  # noqa: E402
     DIGEST,
-    build_chart,
     helm_checks,
-    output,
+    package_chart,
     undocumented_values,
 )
 
@@ -27,32 +24,15 @@ REPOSITORY = "registry.example/nvkr/node-agent"
 
 
 @pytest.fixture(scope="module")
-def packaged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def packaged(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """charts/node-agent packaged by the builder with a fake image index digest."""
-    from nvkr import builders
-    from nvkr.builders.helm_chart.builder import HelmChartBuilder
-
-    builders.get_builder("go-binary")
-    saved = builders.REGISTRY.get("helm-chart")
-    builders.REGISTRY["helm-chart"] = HelmChartBuilder()
-    try:
-        tmp = tmp_path_factory.mktemp("node-agent")
-        store = Store(tmp / "store")
-        result = build_chart(
-            store,
-            CHART,
-            version="0.1.0",
-            appVersion="0.1.0",
-            images={"image": {"artifact": "agent-image", "repository": REPOSITORY}},
-        )
-        tgz = tmp / "node-agent-0.1.0.tgz"
-        tgz.write_bytes(output(store, result, "primary"))
-        yield tgz
-    finally:
-        if saved is None:
-            builders.REGISTRY.pop("helm-chart", None)
-        else:
-            builders.REGISTRY["helm-chart"] = saved
+    return package_chart(
+        tmp_path_factory.mktemp("node-agent"),
+        CHART,
+        version="0.1.0",
+        appVersion="0.1.0",
+        images={"image": {"artifact": "agent-image", "repository": REPOSITORY}},
+    )
 
 
 def render(chart: Path, values: dict[str, Any] | None = None) -> dict[str, Any]:

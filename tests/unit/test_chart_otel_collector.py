@@ -14,24 +14,19 @@ import yaml
 
 helm = pytest.importorskip("helm_python")
 
-from tests.helpers.charts import DIGEST, undocumented_values  # noqa: E402
+from tests.helpers.charts import DIGEST, merge_values, undocumented_values  # noqa: E402
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "otel-collector"
 PINNED = {"image": {"digest": DIGEST}, "otlp": {"endpoint": "otlp.example:4317"}}
 COMPONENTS = ("receivers", "processors", "exporters", "extensions")
 
 
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in over.items():
-        out[key] = _merge(out[key], value) if isinstance(value, dict) and key in out else value
-    return out
-
-
 def render(values: dict[str, Any] | None = None) -> dict[tuple[str, str], Any]:
     """The rendered objects by (kind, name), with PINNED under ``values``."""
     with helm.Chart.load(str(CHART)) as chart:
-        rendered = chart.render(_merge(PINNED, values or {}), name="obs", namespace="monitoring")
+        rendered = chart.render(
+            merge_values(PINNED, values or {}), name="obs", namespace="monitoring"
+        )
     docs = [
         d
         for name, text in rendered.items()

@@ -8,7 +8,6 @@ the control plane, grants exactly the RBAC it lists, and refuses bad values nami
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +16,11 @@ import yaml
 
 helm = pytest.importorskip("helm_python")
 
-from nvkr.store import Store  # noqa: E402
 from tests.helpers.charts import (  # noqa: E402
     DIGEST,
-    build_chart,
     helm_checks,
-    output,
+    merge_values,
+    package_chart,
     undocumented_values,
 )
 
@@ -52,13 +50,6 @@ READS = [
 ]  # fmt: skip
 
 
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in over.items():
-        out[key] = _merge(out[key], value) if isinstance(value, dict) and key in out else value
-    return out
-
-
 def render_raw(values: dict[str, Any] | None) -> dict[str, str]:
     with helm.Chart.load(str(CHART)) as c:
         return dict(c.render(values, name="ovn-kubernetes", namespace=NS))
@@ -79,7 +70,7 @@ def objects(rendered: dict[str, str]) -> dict[tuple[str, str], Any]:
 
 def render(values: dict[str, Any] | None = None) -> dict[tuple[str, str], Any]:
     """The rendered objects by (kind, name), with PINNED under ``values``."""
-    return objects(render_raw(_merge(PINNED, values or {})))
+    return objects(render_raw(merge_values(PINNED, values or {})))
 
 
 def pod(objs: dict[tuple[str, str], Any], key: tuple[str, str] = DS) -> dict[str, Any]:
@@ -116,34 +107,17 @@ def rules_of(objs: dict[tuple[str, str], Any], kind: str, name: str) -> list[dic
 
 
 @pytest.fixture(scope="module")
-def packaged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def packaged(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """charts/ovn-kubernetes packaged by the builder with a fake image index digest and the
     recipe's check (lint and render in the chart's namespace)."""
-    from nvkr import builders
-    from nvkr.builders.helm_chart.builder import HelmChartBuilder
-
-    builders.get_builder("go-binary")
-    saved = builders.REGISTRY.get("helm-chart")
-    builders.REGISTRY["helm-chart"] = HelmChartBuilder()
-    try:
-        tmp = tmp_path_factory.mktemp("ovn-kubernetes")
-        store = Store(tmp / "store")
-        result = build_chart(
-            store,
-            CHART,
-            version="0.1.0",
-            appVersion="7e7e141d",
-            images={"image": {"artifact": "ovnkube-image", "repository": REPOSITORY}},
-            check={"namespace": NS},
-        )
-        tgz = tmp / "ovn-kubernetes-0.1.0.tgz"
-        tgz.write_bytes(output(store, result, "primary"))
-        yield tgz
-    finally:
-        if saved is None:
-            builders.REGISTRY.pop("helm-chart", None)
-        else:
-            builders.REGISTRY["helm-chart"] = saved
+    return package_chart(
+        tmp_path_factory.mktemp("ovn-kubernetes"),
+        CHART,
+        version="0.1.0",
+        appVersion="7e7e141d",
+        images={"image": {"artifact": "ovnkube-image", "repository": REPOSITORY}},
+        check={"namespace": NS},
+    )
 
 
 def test_chart_yaml() -> None:
