@@ -199,12 +199,12 @@ class _Run:
             return (
                 self.facts.components.get(against),
                 "the SPIRE server",
-                f"no SPIRE server version of the fleet (vars.{_var(against)})",
+                f"no SPIRE server version of the fleet ({_declared(against, pins=False)})",
             )
         return (
             self.facts.components.get(against),
             against,
-            f"no {against} staged (vars.{_var(against)})",
+            f"no {against} staged ({_declared(against, pins=False)})",
         )
 
     def _skew(self, rule: VersionSkewRule) -> None:
@@ -212,7 +212,9 @@ class _Run:
         fact = f.components.get(rule.component)
         reference, ref_name, missing = self._reference(rule.against)
         if fact is None:
-            self._skip(rule.id, f"no {rule.component} staged (vars.{_var(rule.component)})")
+            self._skip(
+                rule.id, f"no {rule.component} staged ({_declared(rule.component, pins=False)})"
+            )
             return
         if reference is None:
             self._skip(rule.id, missing)
@@ -265,9 +267,7 @@ class _Run:
         f = self.facts
         fact = f.components.get(rule.component)
         if fact is None:
-            self._skip(
-                rule.id, f"no {rule.component} staged (vars.{_var(rule.component)} or an apt pin)"
-            )
+            self._skip(rule.id, f"no {rule.component} staged ({_declared(rule.component)})")
             return
         if rule.line == "matrix":
             line, by = f.kubernetes, "the variant's Kubernetes line"
@@ -348,18 +348,15 @@ def _minors(n: int) -> str:
     return f"{n} minor version" + ("" if n == 1 else "s")
 
 
-def _declared(component: str) -> str:
-    """Where a recipe declares ``component``'s version, for messages."""
+def _declared(component: str, *, pins: bool = True) -> str:
+    """Where a recipe declares ``component``'s version, for messages: ``vars.NAME`` (``or an
+    apt pin`` with ``pins``), or ``an apt pin`` for a component no var names (OVN)."""
     from nvkr.catalog.facts import VERSION_VARS
 
     var = next((name for name, c in VERSION_VARS.items() if c == component), None)
-    return "an apt pin" if var is None else f"vars.{var} or an apt pin"
-
-
-def _var(component: str) -> str:
-    from nvkr.catalog.facts import VERSION_VARS
-
-    return next(name for name, c in VERSION_VARS.items() if c == component)
+    if var is None:
+        return "an apt pin"
+    return f"vars.{var} or an apt pin" if pins else f"vars.{var}"
 
 
 # -- checking recipes --------------------------------------------------------------------------

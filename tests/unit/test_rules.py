@@ -187,6 +187,32 @@ def test_the_nodes_ovn_has_the_schema_ovn_kubernetes_models(rules):
     assert result.not_applicable["ovn-kubernetes.ovn-schema"] == "no ovn staged (an apt pin)"
 
 
+def test_a_rule_on_a_component_without_a_var_is_not_applicable_when_absent():
+    """A rules file of the user's may name OVN (an apt pin only) in any version check; without
+    the pin the rule does not apply, and says where the version would come from."""
+    own = CompatibilityRules.model_validate(
+        {
+            "apiVersion": "nvkr.dev/v1alpha1",
+            "kind": "CompatibilityRules",
+            "rules": [
+                {"id": "lines", "check": "kubernetes-lines", "source": "s", "lines": ["1.36"]},
+                {"id": "arch", "check": "architectures", "source": "s", "values": ["amd64"]},
+                {"id": "gpus", "check": "gpu-generations", "source": "s",
+                 "generations": {"hopper": {}}},
+                {"id": "ovn.skew", "check": "version-skew", "source": "s", "component": "ovn",
+                 "against": "kubelet", "newerMinors": 0, "olderMinors": 0},
+                {"id": "ovn.line", "check": "version-by-line", "source": "s", "component": "ovn",
+                 "line": "matrix", "constraints": {"1.36": ">=23.3.0"}},
+            ],
+        }
+    )  # fmt: skip
+    result = evaluate_all(facts(ovn=None), own)
+    assert result.not_applicable == {
+        "ovn.skew": "no ovn staged (an apt pin)",
+        "ovn.line": "no ovn staged (an apt pin)",
+    }
+
+
 def test_driver_branch(rules):
     got = failures(facts(gpu="blackwell", nvidia_driver="535.247.01"), rules)
     assert got == {
