@@ -101,11 +101,19 @@ def write_root(
 class Root:
     path: Path
     doc: dict[str, Any]
+    #: the root file's mtime in nanoseconds: orders builds that finished in the same second
+    written: int = 0
 
     @property
     def finished(self) -> int:
         value = self.doc.get("finishedOn")
         return value if isinstance(value, int) else 0
+
+    @property
+    def order(self) -> tuple[int, int, str]:
+        """Oldest first: ``finishedOn`` (whole seconds), then when the file was written, then
+        the name."""
+        return (self.finished, self.written, self.path.name)
 
 
 def _roots(store: Store) -> list[Root]:
@@ -113,11 +121,12 @@ def _roots(store: Store) -> list[Root]:
     for path in sorted(store.roots_dir.glob("*.json")):
         try:
             doc = json.loads(path.read_bytes())
+            written = path.stat().st_mtime_ns
         except (OSError, ValueError):
             continue  # unreadable: not a root, swept with the rest
         if isinstance(doc, dict):
-            roots.append(Root(path, doc))
-    return sorted(roots, key=lambda r: (r.finished, r.path.name))
+            roots.append(Root(path, doc, written))
+    return sorted(roots, key=lambda r: r.order)
 
 
 def _records(store: Store) -> Iterator[tuple[Path, str, dict[str, Any] | None]]:
@@ -341,7 +350,7 @@ def collect(
         if max_size is not None:
             pinned_paths = {r.path for r in pinned}
             evictable = sorted(
-                (r for r in kept.values() if r.path not in pinned_paths), key=lambda r: r.finished
+                (r for r in kept.values() if r.path not in pinned_paths), key=lambda r: r.order
             )
             while sum(sizes.get(d, 0) for d in blobs) > max_size and evictable:
                 del kept[evictable.pop(0).path]

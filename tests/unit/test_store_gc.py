@@ -303,3 +303,29 @@ def test_a_build_running_during_gc_keeps_what_it_uses(project):
         store=project.store,
     )
     assert res.code == 0 and res.json_events()[-1]["upToDate"], res.stderr
+
+
+def test_builds_finished_in_the_same_second_are_ordered_by_when_their_root_was_written(tmp_path):
+    """finishedOn holds whole seconds, and three builds of a small recipe on a fast machine end
+    in one: --max-size evicted by invocation id then, so the newest build could be the one let
+    go (test_older_than_and_max_size failed so once). The root file's write time orders them."""
+    import os
+    from types import SimpleNamespace
+
+    from nvkr.store_gc import _roots, write_root
+
+    store = Store(tmp_path / "store")
+    plan = SimpleNamespace(actions={})
+    # invocation ids in the reverse of the order the builds finished, all in one second
+    for i, invocation in enumerate(("c-last", "b-middle", "a-first")[::-1]):
+        path = write_root(
+            store, invocation_id=invocation, recipe="r.yaml", plan=plan, release_sets=[],
+            finished=1_800_000_000.5,
+        )  # fmt: skip
+        os.utime(path, ns=(1_800_000_000_000_000_000 + i, 1_800_000_000_000_000_000 + i))
+    assert [r.path.stem for r in _roots(store)] == ["a-first", "b-middle", "c-last"]
+    # and in the reverse: the newest written is last, whatever its name
+    for i, invocation in enumerate(("a-first", "b-middle", "c-last")[::-1]):
+        path = store.roots_dir / f"{invocation}.json"
+        os.utime(path, ns=(1_900_000_000_000_000_000 + i, 1_900_000_000_000_000_000 + i))
+    assert [r.path.stem for r in _roots(store)] == ["c-last", "b-middle", "a-first"]
