@@ -1,14 +1,14 @@
 """End to end: a catalog leaf (recipes/catalog/hopper-k8s1.36.yaml: base + kernel/full +
-gpu/hopper + kubernetes/1.36 layers) locked and built against loopback stand-ins of every upstream
-it names, so the code paths are the real ones: NVIDIA's flat CUDA repository and Docker's
-repository (signed Release files, keys fetched by URL and pinned by fingerprint), dl.k8s.io's
-binaries, cri-tools' and SPIRE's GitHub releases with their published checksum files,
-OVN-Kubernetes' git repository (:mod:`tests.helpers.ovnkubernetes`), Debian's real mirror for
-the rest. The ovnkube image (ovnkube on its Debian-package base) is built again in a second
-clone with a second store and compared byte for byte. Then the Debian-driver leaf (recipes/catalog/hopper-debian-k8s1.36.yaml:
+gpu/hopper + kubernetes/1.36 + network/ovn-kubernetes layers) locked and built against loopback
+stand-ins of every upstream it names, so the code paths are the real ones: NVIDIA's flat CUDA
+repository and Docker's repository (signed Release files, keys fetched by URL and pinned by
+fingerprint), dl.k8s.io's binaries, cri-tools' and SPIRE's GitHub releases with their published
+checksum files, OVN-Kubernetes' git repository (:mod:`tests.helpers.ovnkubernetes`), Debian's
+real mirror for the rest. Then the Debian-driver leaf (recipes/catalog/hopper-debian-k8s1.36.yaml:
 NVIDIA's 535 driver from Debian's own archive, the real packages, built by DKMS) in the same
-store. (Its rebuild offline in a second clone, byte for byte, passed once and is left out of the
-suite for time: each DKMS tree is about seven minutes of the run.)
+store. The ovnkube image and the Debian-driver machine image (DKMS modules included) are built
+again in a second clone from a store holding only the sources, and compared byte for byte
+(:func:`_rebuild_in_a_second_clone`).
 
 The leaves here extend the real ones and change only what a test cannot have: the repository
 keys' fingerprints (NVIDIA's and Docker's private keys are not ours), OVN-Kubernetes' commit (the
@@ -524,6 +524,57 @@ def _image_root(layout: Path, name: str, dest: Path) -> tuple[dict, Path]:
     return config, dest
 
 
+def _rebuild_in_a_second_clone(
+    leaf: Leaf, rel: str, recipe: str, tmp_path: Path, *, offline: bool = False
+) -> tuple[Path, Path, Result]:
+    """``recipe`` (a recipe extending the loopback leaves, naming its own release set) written to
+    ``rel`` and locked in the leaf's project, whose store builds its release set from the cache
+    (only the release set action runs); then built in a second clone holding that recipe, the
+    leaves and the lockfile, with a store holding only the blobs of the first (the sources as
+    fetched before: no action record, so every builder runs again), umask 002 and another TZ.
+    Checks the two release sets are the same bytes; returns (first layout, second layout, the
+    second build's result)."""
+    from nvkr.store import Store
+
+    name = yaml.safe_load(recipe)["releaseSet"]["name"]
+    first = leaf.project
+    (first / rel).write_text(recipe)
+    locked = run_nvkr("lock", rel, *leaf.mirrors, cwd=first, store=leaf.store)
+    assert locked.code == 0, locked.stderr
+    again = run_nvkr(
+        "build", rel, "--locked", *leaf.mirrors, "--json", cwd=first, store=leaf.store
+    )  # fmt: skip
+    assert again.code == 0, again.stderr
+    ran = {e["name"] for e in again.json_events() if e["event"] == "action-done"}
+    assert ran == {f"release set {name}"}, "the leaf's build holds the rest already"
+
+    second = make_clone(tmp_path / "second")
+    lockfile = "lockfiles/" + rel.removeprefix("recipes/").removesuffix(".yaml") + ".lock.json"
+    for path in (
+        *(p.relative_to(first) for p in (first / "recipes/catalog").glob("loopback*.yaml")),
+        rel,
+        lockfile,
+    ):
+        (second / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(first / path, second / path)
+    store = Store(tmp_path / "store")
+    for blob in Store(leaf.store).blobs_dir.iterdir():
+        dst = store.blob_path("sha256:" + blob.name)
+        if not dst.exists():
+            os.link(blob, dst)
+    built = run_nvkr(
+        "build", rel, "--locked", *(["--offline"] if offline else leaf.mirrors), "--json",
+        cwd=second, store=tmp_path / "store", umask=0o002, env={"TZ": "Asia/Kolkata"},
+    )  # fmt: skip
+    assert built.code == 0, built.stderr
+    a, b = first / "dist" / name, second / "dist" / name
+    assert (a / "index.json").read_bytes() == (b / "index.json").read_bytes()
+    assert sorted(p.name for p in (a / "blobs" / "sha256").iterdir()) == sorted(
+        p.name for p in (b / "blobs" / "sha256").iterdir()
+    )
+    return a, b, built
+
+
 def test_the_ovnkube_image_is_the_same_from_a_second_clone_and_holds_the_ovn_tools(
     leaf: Leaf, tmp_path: Path
 ) -> None:
@@ -534,47 +585,14 @@ def test_the_ovnkube_image_is_the_same_from_a_second_clone_and_holds_the_ovn_too
     image index and release set byte for byte; inside the image, ovnkube carries the pin's
     commit and date, and the OVS and OVN tools it calls are there (OVN 23.03, OVS 3.1)."""
     from nvkr.releaseset import read_metadata
-    from nvkr.store import Store
 
     assert leaf.built.code == 0, leaf.built.stderr
-    rel = "recipes/catalog/ovnkube-loopback.yaml"
-    first = leaf.project
-    (first / rel).write_text(OVNKUBE_ONLY)
-    locked = run_nvkr("lock", rel, *leaf.mirrors, cwd=first, store=leaf.store)
-    assert locked.code == 0, locked.stderr
-    again = run_nvkr(
-        "build", rel, "--locked", *leaf.mirrors, "--json", cwd=first, store=leaf.store
-    )  # fmt: skip
-    assert again.code == 0, again.stderr
-    ran = {e["name"] for e in again.json_events() if e["event"] == "action-done"}
-    assert ran == {"release set ovnkube-loopback"}, "the leaf's build holds the image already"
-
-    second = make_clone(tmp_path / "second")
-    shutil.copyfile(
-        first / "recipes/catalog/loopback.yaml", second / "recipes/catalog/loopback.yaml"
+    _, b, built = _rebuild_in_a_second_clone(
+        leaf, "recipes/catalog/ovnkube-loopback.yaml", OVNKUBE_ONLY, tmp_path
     )
-    (second / rel).write_text(OVNKUBE_ONLY)
-    lock = "lockfiles/catalog/ovnkube-loopback.lock.json"
-    (second / "lockfiles" / "catalog").mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(first / lock, second / lock)
-    store = Store(tmp_path / "store")  # the sources only, as fetched before: no action record
-    for blob in Store(leaf.store).blobs_dir.iterdir():
-        dst = store.blob_path("sha256:" + blob.name)
-        if not dst.exists():
-            os.link(blob, dst)
-    built = run_nvkr(
-        "build", rel, "--locked", *leaf.mirrors, "--json", cwd=second, store=tmp_path / "store",
-        umask=0o002, env={"TZ": "Asia/Kolkata"},
-    )  # fmt: skip
-    assert built.code == 0, built.stderr
     done = {e["name"] for e in built.json_events() if e["event"] == "action-done"}
     assert {"ovnkube-rootfs [amd64]", "ovnkube [amd64]", "ovnkube-image [amd64]"} <= done, done
 
-    a, b = first / "dist" / "ovnkube-loopback", second / "dist" / "ovnkube-loopback"
-    assert (a / "index.json").read_bytes() == (b / "index.json").read_bytes()
-    assert sorted(p.name for p in (a / "blobs" / "sha256").iterdir()) == sorted(
-        p.name for p in (b / "blobs" / "sha256").iterdir()
-    )
     (image,) = [x for x in read_metadata(leaf.layout)["artifacts"] if x["name"] == "ovnkube-image"]
     (only,) = read_metadata(b)["artifacts"]
     assert only["index"]["digest"] == image["index"]["digest"], "the leaf's own ovnkube image"
@@ -744,6 +762,42 @@ def test_the_debian_driver_image_holds_dkms_modules_built_for_its_kernel(
     assert not [p for p in left if p.endswith(("mok.key", "mok.pub", "make.log"))], left
     assert not [p for p in left if "/log" in p or p.endswith("/build")], left
     assert any(p.endswith(f"{kernel}/x86_64/module/nvidia-current.ko") for p in left), left
+
+
+DEBIAN_IMAGE_ONLY = """\
+apiVersion: nvkr.dev/v1alpha1
+kind: Recipe
+metadata: {name: debian-image-loopback}
+extends: [loopback-debian.yaml]
+releaseSet:
+  name: debian-image-loopback
+  artifacts: [node-image]
+  machineImages: [node-image]
+  clusterRelease: null
+  nodePoolReleases: []
+"""
+
+
+def test_the_debian_driver_image_is_the_same_from_a_second_clone_offline(
+    debian_leaf: DebianLeaf, leaf: Leaf, tmp_path: Path
+) -> None:
+    """The Debian-driver leaf's machine image, DKMS modules included, built again in a second
+    clone (the leaves and the lockfile copied) from a store holding only the sources, offline:
+    the root filesystem with dkms's build of nvidia-current for the image's kernel, the agent,
+    the Kubernetes binaries and the disk are the same bytes, and the image is the leaf's own."""
+    from nvkr.releaseset import read_metadata
+
+    assert debian_leaf.built.code == 0, debian_leaf.built.stderr
+    _, b, built = _rebuild_in_a_second_clone(
+        leaf, "recipes/catalog/debian-image-loopback.yaml", DEBIAN_IMAGE_ONLY, tmp_path,
+        offline=True,
+    )  # fmt: skip
+    done = {e["builder"] for e in built.json_events() if e["event"] == "action-done"}
+    assert {"rootfs", "node-image", "go-binary", "kube-packages"} <= done, done
+    (image,) = [a for a in read_metadata(b)["artifacts"] if a["kind"] == "machine-image"]
+    assert (b / "blobs" / "sha256" / image["primary"]["digest"][7:]).read_bytes() == (
+        debian_leaf.image().read_bytes()
+    ), "the leaf's own machine image"
 
 
 def test_the_debian_driver_image_boots_and_its_kernel_resolves_the_module(
