@@ -159,6 +159,7 @@ def test_default_render_objects_and_pinned_image_everywhere() -> None:
         ("RoleBinding", "ovn-kubernetes-node-configmaps"),
         ("RoleBinding", "ovn-kubernetes-cluster-manager-configmaps"),
         ("RoleBinding", "ovn-kubernetes-cluster-manager-leader-election"),
+        ("RoleBinding", "ovn-kubernetes-node-leader-election"),
     }
     images = [
         c["image"]
@@ -452,6 +453,9 @@ def test_rbac_grants_exactly_what_ovnkube_needs() -> None:
             ("Role", "ovn-kubernetes-configmaps", [cm]),
         ("RoleBinding", "ovn-kubernetes-cluster-manager-leader-election"):
             ("Role", "ovn-kubernetes-leader-election", [cm]),
+        # the zone's network controller elects a leader on a Lease too (ovnkube.go, 2023)
+        ("RoleBinding", "ovn-kubernetes-node-leader-election"):
+            ("Role", "ovn-kubernetes-leader-election", [node]),
     }  # fmt: skip
 
 
