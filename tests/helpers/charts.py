@@ -135,14 +135,22 @@ def members(tgz: bytes) -> dict[str, bytes]:
         return {m.name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore[union-attr]
 
 
+def assert_lints_clean(path: Path, values: dict[str, Any] | None = None) -> None:
+    """Helm lints the chart (directory or archive) at ``path`` strictly, with ``values``: no
+    error and no finding above info."""
+    import helm_python as helm
+
+    report = helm.lint(str(path), values=values, strict=True)
+    assert report["errors"] == [], report
+    assert all(m["severity"] < 2 for m in report["messages"]), report
+
+
 def helm_checks(path: Path) -> dict[str, str]:
     """Helm loads the archive, lints it strictly with no finding above info, and renders it
     with its default values; returns the rendered manifests."""
     import helm_python as helm
 
-    report = helm.lint(str(path), strict=True)
-    assert report["errors"] == [], report
-    assert all(m["severity"] < 2 for m in report["messages"]), report
+    assert_lints_clean(path)
     with helm.Chart.load(str(path)) as chart:
         return dict(chart.render(name="rel", namespace="default"))
 

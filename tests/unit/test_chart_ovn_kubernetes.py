@@ -18,6 +18,7 @@ helm = pytest.importorskip("helm_python")
 
 from tests.helpers.charts import (  # noqa: E402
     DIGEST,
+    assert_lints_clean,
     helm_checks,
     merge_values,
     package_chart,
@@ -128,9 +129,7 @@ def test_chart_yaml() -> None:
 
 
 def test_lints_clean_with_a_pinned_image() -> None:
-    report = helm.lint(str(CHART), values=PINNED, strict=True)
-    assert report["errors"] == [], report
-    assert all(m["severity"] < 2 for m in report["messages"]), report
+    assert_lints_clean(CHART, PINNED)
 
 
 def test_packaged_chart_lints_and_renders_with_its_packaged_values(packaged: Path) -> None:
