@@ -71,11 +71,14 @@ class Combination:
 @dataclass
 class Listing:
     """:func:`list_catalog`'s result: the combinations (table cells first, in rule order, then
-    cells leaves cover outside the table) and the broken files."""
+    cells leaves cover outside the table), the broken files, and the leaves that break a rule
+    (``nvkr validate`` fails them) with how many of their variants do: a cell another leaf
+    covers stays ``ok``, so a failing leaf is named here too, not only under its cells."""
 
     rules: str
     combinations: list[Combination]
     broken: list[Broken]
+    failing: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> list[dict[str, Any]]:
         """One object per combination, then one per broken file (``status: broken``, ``recipes``
@@ -112,6 +115,7 @@ def list_catalog(directory: Path, rules: LoadedRules) -> Listing:
         for a in table.architectures
     }
     broken: list[Broken] = []
+    failing_leaves: dict[str, int] = {}
     rules_file = Path(rules.path).resolve()
     for path in sorted(directory.rglob("*.yaml")):
         if path.resolve() == rules_file or not path.is_file():
@@ -123,6 +127,8 @@ def list_catalog(directory: Path, rules: LoadedRules) -> Listing:
             broken.append(Broken(shown, exc.message))
             continue
         for (gpu, kubernetes, arch), violations in evaluated:
+            if violations:
+                failing_leaves[shown] = failing_leaves.get(shown, 0) + 1
             combo = cells.setdefault((gpu, kubernetes, arch), Combination(gpu, kubernetes, arch))
             combo.recipes.append(shown)
             combo.violations.extend((shown, v) for v in violations)
@@ -136,7 +142,9 @@ def list_catalog(directory: Path, rules: LoadedRules) -> Listing:
         else:  # ok when one covering leaf passes; the others' violations stay listed
             failing = {recipe for recipe, _ in combo.violations}
             combo.status = "ok" if any(r not in failing for r in combo.recipes) else "invalid"
-    return Listing(rules=rules.path, combinations=list(cells.values()), broken=broken)
+    return Listing(
+        rules=rules.path, combinations=list(cells.values()), broken=broken, failing=failing_leaves
+    )
 
 
 def _evaluate_leaf(

@@ -40,8 +40,9 @@ def command() -> None:
 def list_command(app: App, as_json: bool, directory: Path, rules_path: Path | None) -> None:
     """Every GPU generation x Kubernetes line x arch of the rules, the leaf recipes covering it,
     and its status: ok (a covering leaf passes every rule), invalid (every covering leaf breaks
-    a rule), unsupported (the rules exclude it), no recipe. Files that fail to load are listed
-    as broken. Exit 0 whatever the statuses (a listing); `nvkr validate` fails on a bad leaf."""
+    a rule), unsupported (the rules exclude it), no recipe. A leaf that breaks a rule is marked
+    in every row covering it and named below the counts, even where another leaf keeps the
+    combination ok. Files that fail to load are listed as broken. Exit 0 whatever the statuses (a listing); `nvkr validate` fails on a bad leaf."""
     from nvkr.catalog.listing import list_catalog
     from nvkr.catalog.loading import load_rules
     from nvkr.catalog.rules import RULES_FILE
@@ -82,7 +83,9 @@ def list_command(app: App, as_json: bool, directory: Path, rules_path: Path | No
         status = combo.status.ljust(status_width)
         if color:
             status = click.style(status, fg=_STYLE[combo.status])
-        click.echo(f"{cells}  {status}  {', '.join(combo.recipes)}".rstrip())
+        failing = {r for r, _ in combo.violations}
+        recipes = ", ".join(f"{r} (breaks a rule)" if r in failing else r for r in combo.recipes)
+        click.echo(f"{cells}  {status}  {recipes}".rstrip())
         for recipe, v in combo.violations:
             where = f"{recipe}: " if recipe else ""
             click.echo(f"    {where}rule {v.rule}: {v.message}")
@@ -91,6 +94,13 @@ def list_command(app: App, as_json: bool, directory: Path, rules_path: Path | No
         f"{_n(len(listing.combinations), 'combination')} under {listing.rules}: "
         + ", ".join(f"{count} {status}" for status, count in counts.items())
     )
+    if listing.failing:
+        click.echo(
+            "leaves breaking a rule (nvkr validate fails them): "
+            + ", ".join(
+                f"{r} ({_n(count, 'variant')})" for r, count in sorted(listing.failing.items())
+            )
+        )
     for broken in listing.broken:
         first, *rest = broken.error.splitlines() or [""]
         click.echo(f"broken {broken.recipe}: {first}")

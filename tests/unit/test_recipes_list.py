@@ -164,3 +164,36 @@ def test_a_combination_is_ok_when_one_covering_leaf_passes(catalog, capsys):
         "recipes/catalog/hopper.yaml",
     ]
     assert {v["recipe"] for v in cell["violations"]} == {"recipes/catalog/hopper-bad.yaml"}
+
+
+def test_a_leaf_breaking_a_rule_is_named_even_where_its_combination_is_ok(catalog, capsys):
+    # A user's leaf beside the catalog's: the cell stays ok because hopper.yaml covers it, but
+    # the table marks the failing leaf in its rows and names it under the counts, so a new leaf
+    # that breaks a rule never reads as "ok, 0 invalid" only.
+    write_leaf_recipe(
+        catalog / "recipes" / "catalog" / "hopper-bad.yaml",
+        vars={"kubeletVersion": "1.37.0"},
+        arch="amd64, arm64",
+    )
+    code, out, err = invoke(*["recipes", "list"])
+    assert code == 0, err
+    (amd64,) = [
+        line for line in out.splitlines() if line.split()[:4] == ["hopper", "1.36", "amd64", "ok"]
+    ]
+    assert amd64.endswith(
+        "recipes/catalog/hopper-bad.yaml (breaks a rule), recipes/catalog/hopper.yaml"
+    )
+    assert "    recipes/catalog/hopper-bad.yaml: rule " in out
+    assert (
+        "leaves breaking a rule (nvkr validate fails them): "
+        "recipes/catalog/ampere.yaml (1 variant), recipes/catalog/blackwell.yaml (1 variant), "
+        "recipes/catalog/hopper-bad.yaml (2 variants), recipes/catalog/volta.yaml (1 variant)"
+    ) in out
+
+
+def test_no_failing_leaf_line_when_every_leaf_passes(catalog, capsys):
+    for name in ("blackwell", "ampere", "volta"):
+        (catalog / "recipes" / "catalog" / f"{name}.yaml").unlink()
+    code, out, err = invoke(*["recipes", "list"])
+    assert code == 0, err
+    assert "breaks a rule" not in out and "leaves breaking a rule" not in out
