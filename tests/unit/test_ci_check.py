@@ -112,6 +112,21 @@ def test_the_committed_pipelines_are_current(tmp_path):
     assert "6 generated pipelines were up to date" in res.stderr
 
 
+@pytest.mark.parametrize(
+    "name", ["ci/github/catalog.yml", "ci/gitlab/catalog.gitlab-ci.yml", "ci/argo/catalog.yaml"]
+)
+def test_the_catalog_pipelines_build_every_leaf_of_the_catalog(name):
+    """`nvkr ci check` regenerates from the header's own leaf list, so a leaf added to
+    recipes/catalog/ and left out of the header passed it (hopper-debian did, for two stops)."""
+    import shlex
+
+    command = shlex.split((REPO / name).read_text().splitlines()[1].removeprefix("#   "))
+    leaves = sorted(
+        p.relative_to(REPO).as_posix() for p in (REPO / "recipes/catalog").glob("*.yaml")
+    )
+    assert sorted(a for a in command if a.startswith("recipes/catalog/")) == leaves
+
+
 COMMITTED = sorted(
     p.relative_to(REPO).as_posix()
     for p in (REPO / "ci").glob("*/*.y*ml")
