@@ -44,7 +44,10 @@ def _relock(session: Session) -> tuple[dict[str, Any], list[str]]:
         ctx=session.fetch,
     )
     session.resolver = fresh
-    bind_sources(session)
+    if offline:
+        bind_sources(session)
+    else:
+        _resolve_all(session, fresh)
     if offline:
         checked: set[str] = set()
         for variant in session.variants:
@@ -64,6 +67,52 @@ def _relock(session: Session) -> tuple[dict[str, Any], list[str]]:
         if canonical_json([e["name"], e["spec"], e["resolved"]]) not in before
     ]
     return doc, changed
+
+
+def _resolve_all(session: Session, resolver: Any) -> None:
+    """Bind every source of every variant, going on past sources that cannot be fetched (an
+    unreachable host, an HTTP error) so that one run names them all; then raise one FetchError
+    listing each (its variants and its own message). A checksum or signature failure still stops
+    at once: that is tampering or a wrong pin, not a network to route. A source that failed is
+    not asked again for the next variant sharing its spec (one timeout, not one per variant)."""
+    from nvkr.errors import FetchError, OfflineError
+    from nvkr.lock import _spec, _spec_key
+
+    failed: dict[bytes, tuple[str, FetchError, list[str]]] = {}
+    for variant in session.variants:
+        for name in sorted(variant.recipe.sources):
+            key = _spec_key(name, _spec(variant.recipe.sources[name]))
+            if key in failed:
+                failed[key][2].append(variant.id)
+                continue
+            try:
+                resolver.source_for(variant, name)
+            except OfflineError:
+                raise
+            except FetchError as e:
+                failed[key] = (name, e, [variant.id])
+    if not failed:
+        return
+    if len(failed) == 1:
+        ((_, error, _),) = failed.values()
+        raise error
+    everyone = len(session.variants)
+    lines = [
+        f"source {name!r} ({'all variants' if len(ids) == everyone > 1 else '; '.join(ids)}): "
+        + error.message.removeprefix(f"source {name!r}: ").replace("\n", "\n    ")
+        for name, error, ids in failed.values()
+    ]
+    hints = list(dict.fromkeys(e.hint for _, e, _ in failed.values() if e.hint))
+    raise FetchError(
+        f"{len(failed)} sources could not be fetched; nothing was written:\n  - "
+        + "\n  - ".join(lines),
+        hint=hints[0]
+        if len(hints) == 1
+        else (
+            "lock on a machine that reaches these upstreams, or map each to a reachable copy "
+            "with --mirror URL=URL"
+        ),
+    )
 
 
 def _report(session: Session, doc: dict[str, Any], changed: list[str], had_lock: bool) -> None:

@@ -247,6 +247,33 @@ def test_unreachable_upstream_changes_no_file(project: Project) -> None:
     assert project.snapshot() == before
 
 
+def test_lock_names_every_source_it_cannot_fetch_in_one_run(project: Project) -> None:
+    # A first lock on a machine missing two upstreams: one run names both (crictl for each
+    # arch, kubelet for arm64), not the first only, and writes no lockfile.
+    from tests.helpers.k8smirror import crictl_path
+
+    for path in (
+        crictl_path("1.36.0", "amd64") + ".sha256",
+        crictl_path("1.36.0", "arm64") + ".sha256",
+        kube_path("1.36.3", "arm64", "kubelet"),
+    ):
+        (project.mirror.root / path.lstrip("/")).unlink()
+    res = project.lock()
+    assert res.code == 1, res.stdout + res.stderr
+    assert "error[NVKR-E-FETCH]: 3 sources could not be fetched; nothing was written" in res.stderr
+    lines = [x for x in res.stderr.splitlines() if x.startswith("  - source ")]
+    assert [x.split(":")[0] for x in lines] == [
+        "  - source 'crictl' (gpu=hopper,kubernetes=1.36,arch=amd64)",
+        "  - source 'crictl' (gpu=hopper,kubernetes=1.36,arch=arm64)",
+        "  - source 'kubelet' (gpu=hopper,kubernetes=1.36,arch=arm64)",
+    ]
+    assert all("HTTP 404" in x for x in lines), lines
+    assert "(gpu=hopper,kubernetes=1.36,arch=arm64): HTTP 404 File not found" in lines[2]
+    assert "crictl-v1.36.0-linux-arm64.tar.gz.sha256" in res.stderr
+    assert "/bin/linux/arm64/kubelet" in res.stderr
+    assert not project.lockfile.exists()
+
+
 def test_missing_checksum_file_for_an_inline_pin_names_the_source(project: Project) -> None:
     (project.mirror.root / kube_path("1.36.4", "amd64", "kubeadm.sha256").lstrip("/")).unlink()
     before = project.snapshot()
