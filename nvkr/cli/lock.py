@@ -44,11 +44,10 @@ def _relock(session: Session) -> tuple[dict[str, Any], list[str]]:
         ctx=session.fetch,
     )
     session.resolver = fresh
-    if offline:
-        bind_sources(session)
-    else:
+    if not offline:
         _resolve_all(session, fresh)
-    if offline:
+    else:
+        bind_sources(session)
         checked: set[str] = set()
         for variant in session.variants:
             for name in sorted(variant.recipe.sources):

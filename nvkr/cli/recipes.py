@@ -42,7 +42,8 @@ def list_command(app: App, as_json: bool, directory: Path, rules_path: Path | No
     and its status: ok (a covering leaf passes every rule), invalid (every covering leaf breaks
     a rule), unsupported (the rules exclude it), no recipe. A leaf that breaks a rule is marked
     in every row covering it and named below the counts, even where another leaf keeps the
-    combination ok. Files that fail to load are listed as broken. Exit 0 whatever the statuses (a listing); `nvkr validate` fails on a bad leaf."""
+    combination ok. Files that fail to load are listed as broken. Exit 0 whatever the statuses
+    (a listing); `nvkr validate` fails on a bad leaf."""
     from nvkr.catalog.listing import list_catalog
     from nvkr.catalog.loading import load_rules
     from nvkr.catalog.rules import RULES_FILE
