@@ -14,6 +14,7 @@ import click
 
 from nvkr.cli import DEFAULT_RECIPE, App
 from nvkr.cli.common import Session, bind_sources, fetch_options, open_session
+from nvkr.cli.common import n as _n
 
 
 def _split_args(args: tuple[str, ...]) -> tuple[Path, tuple[str, ...]]:
@@ -71,9 +72,10 @@ def _relock(session: Session) -> tuple[dict[str, Any], list[str]]:
 def _resolve_all(session: Session, resolver: Any) -> None:
     """Bind every source of every variant, going on past sources that cannot be fetched (an
     unreachable host, an HTTP error) so that one run names them all; then raise one FetchError
-    listing each (its variants and its own message). A checksum or signature failure still stops
-    at once: that is tampering or a wrong pin, not a network to route. A source that failed is
-    not asked again for the next variant sharing its spec (one timeout, not one per variant)."""
+    listing each (its variants and its own message; the same message under several specs once).
+    A checksum or signature failure still stops at once: that is tampering or a wrong pin, not a
+    network to route. A source that failed is not asked again for the next variant sharing its
+    spec (one timeout, not one per variant)."""
     from nvkr.errors import FetchError, OfflineError
     from nvkr.lock import _spec, _spec_key
 
@@ -92,25 +94,24 @@ def _resolve_all(session: Session, resolver: Any) -> None:
                 failed[key] = (name, e, [variant.id])
     if not failed:
         return
-    if len(failed) == 1:
-        ((_, error, _),) = failed.values()
+    # the same failure under several specs (a keyring URL without the arch) is one line
+    grouped: dict[tuple[str, str], tuple[FetchError, list[str]]] = {}
+    for name, error, ids in failed.values():
+        grouped.setdefault((name, error.message), (error, []))[1].extend(ids)
+    if len(grouped) == 1:
+        ((error, _),) = grouped.values()
         raise error
     everyone = len(session.variants)
     lines = [
         f"source {name!r} ({'all variants' if len(ids) == everyone > 1 else '; '.join(ids)}): "
-        + error.message.removeprefix(f"source {name!r}: ").replace("\n", "\n    ")
-        for name, error, ids in failed.values()
+        + message.removeprefix(f"source {name!r}: ").replace("\n", "\n    ")
+        for (name, message), (_, ids) in sorted(grouped.items(), key=lambda kv: kv[0][0])
     ]
-    hints = list(dict.fromkeys(e.hint for _, e, _ in failed.values() if e.hint))
     raise FetchError(
-        f"{len(failed)} sources could not be fetched; nothing was written:\n  - "
-        + "\n  - ".join(lines),
-        hint=hints[0]
-        if len(hints) == 1
-        else (
-            "lock on a machine that reaches these upstreams, or map each to a reachable copy "
-            "with --mirror URL=URL"
-        ),
+        f"{len(grouped)} fetches failed ({_n(len({n for n, _ in grouped}), 'source')}); "
+        "nothing was written:\n  - " + "\n  - ".join(lines),
+        hint="lock where these upstreams are reachable, or map each to a reachable copy with "
+        "--mirror URL=URL (see `nvkr mirror export` for air-gapped sites)",
     )
 
 

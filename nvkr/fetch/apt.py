@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from nvkr.canonical import canonical_json, sha256_bytes
-from nvkr.errors import AptError, FetchError, IntegrityError, LockError, ToolError
+from nvkr.errors import AptError, FetchError, IntegrityError, LockError, OfflineError, ToolError
 from nvkr.fetch.context import FetchContext, check_entry
 from nvkr.fetch.http import download
 from nvkr.recipe.models import AptKeyring, AptRepository, AptSource
@@ -236,12 +236,28 @@ def _sources_list(
     digests: dict[str, str] = {}
     keydir = root / "etc/apt/keyrings"
     keydir.mkdir(parents=True, exist_ok=True)
+    unreachable: list[FetchError] = []  # every repository's keyring is tried: all are named
     for repo_name, repo in sorted(source.apt.items()):
-        keyring, digests[repo_name] = keyring_file(name, repo_name, repo, ctx, base_dir, keydir)
+        try:
+            keyring, digests[repo_name] = keyring_file(name, repo_name, repo, ctx, base_dir, keydir)
+        except OfflineError:
+            raise
+        except FetchError as e:
+            unreachable.append(e)
+            continue
         # a flat repository's URL keeps its trailing slash (mirror prefixes are written with it)
         url = ctx.mirrors.rewrite(repo.url.rstrip("/") + ("/" if repo.flat else ""))
         line = f"deb [signed-by={keyring} arch={source.arch}] {url} {repo.suite}"
         lines.append(" ".join([line, *repo.components]))
+    if len(unreachable) == 1:
+        raise unreachable[0]
+    if unreachable:
+        raise FetchError(
+            f"source {name!r}: the keyrings of {len(unreachable)} apt repositories could not be "
+            "fetched:\n"
+            + "\n".join(e.message.removeprefix(f"source {name!r}: ") for e in unreachable),
+            hint=unreachable[0].hint,
+        )
     return "\n".join(lines) + "\n", digests
 
 

@@ -260,7 +260,8 @@ def test_lock_names_every_source_it_cannot_fetch_in_one_run(project: Project) ->
         (project.mirror.root / path.lstrip("/")).unlink()
     res = project.lock()
     assert res.code == 1, res.stdout + res.stderr
-    assert "error[NVKR-E-FETCH]: 3 sources could not be fetched; nothing was written" in res.stderr
+    assert "error[NVKR-E-FETCH]: 3 fetches failed (2 sources); nothing was written" in res.stderr
+    assert "hint: lock where these upstreams are reachable" in res.stderr
     lines = [x for x in res.stderr.splitlines() if x.startswith("  - source ")]
     assert [x.split(":")[0] for x in lines] == [
         "  - source 'crictl' (gpu=hopper,kubernetes=1.36,arch=amd64)",

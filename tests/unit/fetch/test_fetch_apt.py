@@ -266,6 +266,38 @@ def test_flat_repository_with_a_fetched_keyring_locks_and_builds_offline(
     assert fresh.has_blob(key_digest)
 
 
+def test_every_apt_repository_whose_keyring_cannot_be_fetched_is_named(
+    flat_repo: AptRepo, tmp_path: Path
+) -> None:
+    # docker's and NVIDIA's keyrings both unreachable: one error names both repositories (a
+    # user routing the first one found the second only on the next run).
+    fpr = _fingerprint(flat_repo)
+    src = AptSource.model_validate(
+        {
+            "apt": {
+                repo: {
+                    "url": flat_repo.url + f"/{repo}/",
+                    "suite": "/",
+                    "keyring": {"url": f"{flat_repo.url}/{repo}.pub", "fingerprint": fpr},
+                }
+                for repo in ("cuda", "docker")
+            },
+            "arch": "amd64",
+            "base": "none",
+            "packages": TOOLKIT,
+        },
+        strict=False,
+    )
+    with pytest.raises(FetchError) as err:
+        resolve("gpu", src, FetchContext(store=Store(tmp_path / "s")), base_dir=tmp_path)
+    message = err.value.message
+    assert message.startswith(
+        "source 'gpu': the keyrings of 2 apt repositories could not be fetched:"
+    ), message
+    assert "apt repository 'cuda' keyring" in message and "/cuda.pub" in message
+    assert "apt repository 'docker' keyring" in message and "/docker.pub" in message
+
+
 def test_keyring_with_another_fingerprint_is_refused(flat_repo: AptRepo, tmp_path: Path) -> None:
     other = "0123456789ABCDEF0123456789ABCDEF01234567"
     src = _flat_source(
