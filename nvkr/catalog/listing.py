@@ -78,7 +78,7 @@ class Listing:
     rules: str
     combinations: list[Combination]
     broken: list[Broken]
-    failing: dict[str, int] = field(default_factory=dict)
+    failing_leaves: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> list[dict[str, Any]]:
         """One object per combination, then one per broken file (``status: broken``, ``recipes``
@@ -143,7 +143,10 @@ def list_catalog(directory: Path, rules: LoadedRules) -> Listing:
             failing = {recipe for recipe, _ in combo.violations}
             combo.status = "ok" if any(r not in failing for r in combo.recipes) else "invalid"
     return Listing(
-        rules=rules.path, combinations=list(cells.values()), broken=broken, failing=failing_leaves
+        rules=rules.path,
+        combinations=list(cells.values()),
+        broken=broken,
+        failing_leaves=failing_leaves,
     )
 
 

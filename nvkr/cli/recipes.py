@@ -95,11 +95,12 @@ def list_command(app: App, as_json: bool, directory: Path, rules_path: Path | No
         f"{_n(len(listing.combinations), 'combination')} under {listing.rules}: "
         + ", ".join(f"{count} {status}" for status, count in counts.items())
     )
-    if listing.failing:
+    if listing.failing_leaves:
         click.echo(
             "leaves breaking a rule (nvkr validate fails them): "
             + ", ".join(
-                f"{r} ({_n(count, 'variant')})" for r, count in sorted(listing.failing.items())
+                f"{r} ({_n(count, 'variant')})"
+                for r, count in sorted(listing.failing_leaves.items())
             )
         )
     for broken in listing.broken:
