@@ -33,6 +33,7 @@ from nvkr.errors import AptError, FetchError, IntegrityError, LockError, Offline
 from nvkr.fetch.context import FetchContext, check_entry
 from nvkr.fetch.http import download
 from nvkr.recipe.models import AptKeyring, AptRepository, AptSource
+from nvkr.redact import redact_url
 from nvkr.run import pinned_env, run
 
 if TYPE_CHECKING:
@@ -428,6 +429,7 @@ def _resolve_packages(
     packages: list[dict[str, Any]] = []
     for pkg, version, arch, uri, size in picked:
         repo, url = _repo_for_uri(uri, source, ctx)
+        url = redact_url(url)  # the manifest, its digest and the lock hold no credentials
         packages.append(
             {
                 "name": pkg,
@@ -450,7 +452,20 @@ def _resolve_packages(
     return packages, keyrings
 
 
-def _fetch_debs(name: str, packages: list[dict[str, Any]], ctx: FetchContext) -> None:
+def _with_credentials(url: str, repository: Any, source: AptSource) -> str:
+    """A locked .deb URL (no user info, :mod:`nvkr.redact`) with the user info of the recipe's
+    repository URL put back: the credentials come from the recipe, never the lockfile."""
+    repo = source.apt.get(repository) if isinstance(repository, str) else None
+    if repo is None:
+        return url
+    base = repo.url.rstrip("/") + "/"
+    bare = redact_url(base)
+    return base + url[len(bare) :] if base != bare and url.startswith(bare) else url
+
+
+def _fetch_debs(
+    name: str, packages: list[dict[str, Any]], ctx: FetchContext, source: AptSource
+) -> None:
     for p in packages:
         if ctx.store.has_blob(p["sha256"]):
             continue
@@ -458,7 +473,7 @@ def _fetch_debs(name: str, packages: list[dict[str, Any]], ctx: FetchContext) ->
         ctx.require_online(name, f"package {p['name']} {p['version']} ({p['url']})")
         try:
             download(
-                ctx.mirrors.rewrite(p["url"]),
+                ctx.mirrors.rewrite(_with_credentials(p["url"], p.get("repository"), source)),
                 ctx.store,
                 what=what,
                 expected={"sha256": p["sha256"]},
@@ -489,7 +504,7 @@ def resolve(name: str, source: AptSource, ctx: FetchContext, *, base_dir: Path) 
     """
     ctx.require_online(name, "the apt repositories' metadata")
     packages, keyrings = _resolve_packages(name, source, ctx, base_dir)
-    _fetch_debs(name, packages, ctx)
+    _fetch_debs(name, packages, ctx, source)
     data = manifest_bytes(source.arch, packages)
     digest = sha256_bytes(data)
     if not ctx.store.has_blob(digest):
@@ -547,7 +562,7 @@ def ensure(
             f"the entry says {digest}",
             hint="the lockfile was edited by hand; run `nvkr lock`",
         )
-    _fetch_debs(name, packages, ctx)
+    _fetch_debs(name, packages, ctx, source)
     if not ctx.store.has_blob(digest):
         ctx.store.add_bytes(data)
     return digest

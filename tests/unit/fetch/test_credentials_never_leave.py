@@ -87,7 +87,7 @@ def test_a_password_in_a_url_is_written_nowhere(tmp_path, http_server, password)
     nvkr("plan", "recipes/creds.yaml", "--json")
     nvkr("plan", "recipes/creds.yaml")
     nvkr("build", "recipes/creds.yaml", "--locked")  # a no-op, in plain lines
-    nvkr("lock", "recipes/missing.yaml", code=1)
+    nvkr("--debug", "lock", "recipes/missing.yaml", code=1)  # log lines and a traceback
     nvkr("build", "recipes/missing.yaml", "--json", code=1)
     wrong = _write(proj, "wrong", base.replace(password, password + "x"), "tool")
     nvkr("lock", str(wrong.relative_to(proj)), code=1)  # a 401
