@@ -263,13 +263,18 @@ def _sources_list(
 
 
 def _repo_for_uri(uri: str, source: AptSource, ctx: FetchContext) -> tuple[str, str]:
-    """(repository name, recipe URL) of a URI apt printed (which may be a mirror's)."""
+    """(repository name, recipe URL without user info) of a URI apt printed (which may be a
+    mirror's; apt prints the user info a sources.list line gave it percent-decoded, so both
+    sides are compared without it, :mod:`nvkr.redact`)."""
     best: tuple[int, str, str] | None = None
+    bare = redact_url(uri)
     for name, repo in source.apt.items():
-        base = repo.url.rstrip("/") + "/"
-        for prefix in {ctx.mirrors.rewrite(base), base, ctx.mirrors.rewrite(base[:-1]) + "/"}:
-            if uri.startswith(prefix) and (best is None or len(prefix) > best[0]):
-                best = (len(prefix), name, base + uri[len(prefix) :])
+        base = redact_url(repo.url.rstrip("/") + "/")
+        prefixes = {ctx.mirrors.rewrite(repo.url.rstrip("/") + "/"), base}
+        prefixes.add(ctx.mirrors.rewrite(repo.url.rstrip("/")) + "/")
+        for prefix in {redact_url(p) for p in prefixes}:
+            if bare.startswith(prefix) and (best is None or len(prefix) > best[0]):
+                best = (len(prefix), name, base + bare[len(prefix) :])
     if best is None:
         raise AptError(f"apt printed {uri!r}, which is in none of the recipe's repositories")
     return best[1], best[2]
@@ -429,7 +434,7 @@ def _resolve_packages(
     packages: list[dict[str, Any]] = []
     for pkg, version, arch, uri, size in picked:
         repo, url = _repo_for_uri(uri, source, ctx)
-        url = redact_url(url)  # the manifest, its digest and the lock hold no credentials
+        # url has no user info: the manifest, its digest and the lock hold no credentials
         packages.append(
             {
                 "name": pkg,
