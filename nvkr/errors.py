@@ -8,6 +8,8 @@ with the class's exit code (0 ok, 1 build failure, 2 usage or invalid recipe, 3 
 
 from __future__ import annotations
 
+from nvkr.redact import redact_text
+
 
 class NvkrError(Exception):
     """Base of all nvkr errors.
@@ -24,19 +26,22 @@ class NvkrError(Exception):
     exit_code = 1
 
     def __init__(self, message: str, hint: str | None = None) -> None:
+        # credentials never leave (nvkr.redact): a URL's user info is stripped from every message
+        message = redact_text(message)
         super().__init__(message)
         self.message = message
-        self.hint = hint
+        self.hint = None if hint is None else redact_text(hint)
 
     def __str__(self) -> str:
-        return self.message
+        return redact_text(self.message)
 
     def render(self) -> str:
-        """One line ``error[CODE]: message``, plus an indented ``hint:`` line when there is one."""
+        """One line ``error[CODE]: message``, plus an indented ``hint:`` line when there is one
+        (the user info of every URL in them stripped, :mod:`nvkr.redact`)."""
         text = f"error[{self.code}]: {self.message}"
         if self.hint:
             text += f"\n  hint: {self.hint}"
-        return text
+        return redact_text(text)
 
 
 class UsageError(NvkrError):

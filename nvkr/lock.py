@@ -37,6 +37,7 @@ from nvkr.fetch import FetchContext, resolve
 from nvkr.recipe import LoadedRecipe, Variant
 from nvkr.recipe.base import ArtifactModel
 from nvkr.recipe.yamlsource import where
+from nvkr.redact import redact_urls
 
 #: The fields of a source that pin its bytes, in the order a checksum error points at them.
 PIN_FIELDS = ("sha256", "sha512", "digest", "commit", "checksumUrl", "packages", "version")
@@ -56,7 +57,9 @@ def default_lock_path(recipe_path: Path) -> Path:
 
 
 def _spec(source: Any) -> dict[str, Any]:
-    spec: dict[str, Any] = source.model_dump(exclude_none=True)
+    """The rendered recipe entry as the lockfile records it: URLs without user info
+    (:mod:`nvkr.redact`; fetching takes the credentials from the recipe, never the lock)."""
+    spec: dict[str, Any] = redact_urls(source.model_dump(exclude_none=True))
     return spec
 
 
@@ -154,6 +157,8 @@ class Resolver:
 
     def __post_init__(self) -> None:
         for entry in (self.lock or {}).get("sources", []):
+            # a lockfile written before nvkr stripped user info matches, and is rewritten without
+            entry = redact_urls(entry)
             self._entries[_spec_key(entry["name"], entry["spec"])] = entry
 
     def base_dir(self, variant: Variant, name: str) -> Path:
@@ -192,7 +197,7 @@ class Resolver:
         (``FILE:LINE: sources.NAME.sha256``), the place to fix a wrong pin."""
         source = variant.recipe.sources[name]
         try:
-            return resolve(name, source, self.ctx, base_dir=base)
+            return redact_urls(resolve(name, source, self.ctx, base_dir=base))
         except ChecksumError as e:
             locations = variant.locations or self.loaded.locations
             written = _spec(source)
@@ -211,7 +216,7 @@ class Resolver:
         if self.lock is None:
             return [f"there is no lockfile at {self.lock_path}"]
         by_name: dict[str, list[dict[str, Any]]] = {}
-        for entry in self.lock["sources"]:
+        for entry in redact_urls(self.lock["sources"]):
             by_name.setdefault(entry["name"], []).append(entry)
         wanted: set[bytes] = set()
         # The same drift usually shows in every variant: one line per difference, naming the

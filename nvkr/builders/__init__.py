@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from nvkr.errors import UnknownBuilderError
 from nvkr.monitor.events import ActionProgress
+from nvkr.redact import redact_url, redact_urls
 
 if TYPE_CHECKING:
     from nvkr.action import Action
@@ -48,8 +49,9 @@ class ResolvedSource:
         return str(self.entry["digest"])
 
     def descriptor(self) -> dict[str, Any]:
-        """An in-toto ResourceDescriptor for SLSA ``resolvedDependencies``."""
-        e = self.entry
+        """An in-toto ResourceDescriptor for SLSA ``resolvedDependencies`` (URLs without user
+        info, :mod:`nvkr.redact`)."""
+        e = redact_urls(self.entry)
         digest: dict[str, str] = {"sha256": self.digest.split(":", 1)[1]}
         desc: dict[str, Any] = {"name": self.name, "digest": digest}
         kind = e.get("kind")
@@ -84,7 +86,7 @@ class ResolvedSource:
                 out.append(
                     {
                         "name": f"{pkg['name']}_{pkg['version']}_{pkg['arch']}",
-                        "uri": pkg["url"],
+                        "uri": redact_url(pkg["url"]),
                         "digest": {"sha256": str(pkg["sha256"]).split(":", 1)[1]},
                     }
                 )

@@ -26,6 +26,7 @@ import click
 
 import nvkr
 from nvkr.errors import NvkrError, UsageError
+from nvkr.redact import RedactingFormatter, redact_text
 
 DEFAULT_RECIPE = "recipes/default.yaml"
 
@@ -163,9 +164,9 @@ class LazyGroup(click.Group):
 @click.pass_context
 def cli(ctx: click.Context, debug: bool, store_root: Path | None, config: Path | None) -> None:
     """nvkr: reproducible artifact builds for GPU Kubernetes infrastructure."""
-    logging.basicConfig(
-        level=logging.DEBUG if debug else logging.WARNING, format="%(name)s: %(message)s"
-    )
+    handler = logging.StreamHandler()
+    handler.setFormatter(RedactingFormatter("%(name)s: %(message)s"))  # credentials never leave
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, handlers=[handler])
     if not debug:  # urllib3 warns of each retry; nvkr's own error names the failure once
         logging.getLogger("urllib3").setLevel(logging.ERROR)
     ctx.obj = App(debug=debug, store_root=store_root, config=config)
@@ -246,20 +247,25 @@ def main(argv: list[str] | None = None) -> None:
             signal.signal(s, handler)
 
 
+def _print_traceback() -> None:
+    """``--debug``'s traceback, the user info of every URL in it stripped (:mod:`nvkr.redact`)."""
+    sys.stderr.write(redact_text(traceback.format_exc()))
+
+
 def _main(argv: list[str] | None) -> None:
     debug = debug_requested(argv if argv is not None else sys.argv[1:])
     try:
         cli.main(args=argv, prog_name="nvkr", standalone_mode=False)
     except NvkrError as e:
         if debug:
-            traceback.print_exc()
+            _print_traceback()
         click.echo(e.render(), err=True)
         sys.exit(e.exit_code)
     except click.exceptions.Abort as e:
         sys.exit(_stopped(e))
     except click.UsageError as e:
         command = e.ctx.command_path if e.ctx is not None else "nvkr"
-        click.echo(f"error[NVKR-E-USAGE]: {e.format_message()}", err=True)
+        click.echo(redact_text(f"error[NVKR-E-USAGE]: {e.format_message()}"), err=True)
         click.echo(f"  hint: see `{command} --help`", err=True)
         sys.exit(2)
     except click.ClickException as e:
@@ -271,12 +277,12 @@ def _main(argv: list[str] | None) -> None:
         # A path the user named (an output directory whose parent is missing, a file where a
         # directory is expected), or the machine (a full disk): never nvkr's own logic.
         if debug:
-            traceback.print_exc()
+            _print_traceback()
         click.echo(file_system_error(e).render(), err=True)
         sys.exit(UsageError.exit_code)
     except Exception as e:
         if debug:
-            traceback.print_exc()
-        click.echo(f"error[NVKR-E-INTERNAL]: {type(e).__name__}: {e}", err=True)
+            _print_traceback()
+        click.echo(redact_text(f"error[NVKR-E-INTERNAL]: {type(e).__name__}: {e}"), err=True)
         click.echo("  hint: run again with --debug for a traceback, and report it", err=True)
         sys.exit(1)

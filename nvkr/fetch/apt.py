@@ -33,6 +33,7 @@ from nvkr.errors import AptError, FetchError, IntegrityError, LockError, Offline
 from nvkr.fetch.context import FetchContext, check_entry
 from nvkr.fetch.http import download
 from nvkr.recipe.models import AptKeyring, AptRepository, AptSource
+from nvkr.redact import redact_url
 from nvkr.run import pinned_env, run
 
 if TYPE_CHECKING:
@@ -262,13 +263,18 @@ def _sources_list(
 
 
 def _repo_for_uri(uri: str, source: AptSource, ctx: FetchContext) -> tuple[str, str]:
-    """(repository name, recipe URL) of a URI apt printed (which may be a mirror's)."""
+    """(repository name, recipe URL without user info) of a URI apt printed (which may be a
+    mirror's; apt prints the user info a sources.list line gave it percent-decoded, so both
+    sides are compared without it, :mod:`nvkr.redact`)."""
     best: tuple[int, str, str] | None = None
+    bare = redact_url(uri)
     for name, repo in source.apt.items():
-        base = repo.url.rstrip("/") + "/"
-        for prefix in {ctx.mirrors.rewrite(base), base, ctx.mirrors.rewrite(base[:-1]) + "/"}:
-            if uri.startswith(prefix) and (best is None or len(prefix) > best[0]):
-                best = (len(prefix), name, base + uri[len(prefix) :])
+        base = redact_url(repo.url.rstrip("/") + "/")
+        prefixes = {ctx.mirrors.rewrite(repo.url.rstrip("/") + "/"), base}
+        prefixes.add(ctx.mirrors.rewrite(repo.url.rstrip("/")) + "/")
+        for prefix in {redact_url(p) for p in prefixes}:
+            if bare.startswith(prefix) and (best is None or len(prefix) > best[0]):
+                best = (len(prefix), name, base + bare[len(prefix) :])
     if best is None:
         raise AptError(f"apt printed {uri!r}, which is in none of the recipe's repositories")
     return best[1], best[2]
@@ -428,6 +434,7 @@ def _resolve_packages(
     packages: list[dict[str, Any]] = []
     for pkg, version, arch, uri, size in picked:
         repo, url = _repo_for_uri(uri, source, ctx)
+        # url has no user info: the manifest, its digest and the lock hold no credentials
         packages.append(
             {
                 "name": pkg,
@@ -450,7 +457,20 @@ def _resolve_packages(
     return packages, keyrings
 
 
-def _fetch_debs(name: str, packages: list[dict[str, Any]], ctx: FetchContext) -> None:
+def _with_credentials(url: str, repository: Any, source: AptSource) -> str:
+    """A locked .deb URL (no user info, :mod:`nvkr.redact`) with the user info of the recipe's
+    repository URL put back: the credentials come from the recipe, never the lockfile."""
+    repo = source.apt.get(repository) if isinstance(repository, str) else None
+    if repo is None:
+        return url
+    base = repo.url.rstrip("/") + "/"
+    bare = redact_url(base)
+    return base + url[len(bare) :] if base != bare and url.startswith(bare) else url
+
+
+def _fetch_debs(
+    name: str, packages: list[dict[str, Any]], ctx: FetchContext, source: AptSource
+) -> None:
     for p in packages:
         if ctx.store.has_blob(p["sha256"]):
             continue
@@ -458,7 +478,7 @@ def _fetch_debs(name: str, packages: list[dict[str, Any]], ctx: FetchContext) ->
         ctx.require_online(name, f"package {p['name']} {p['version']} ({p['url']})")
         try:
             download(
-                ctx.mirrors.rewrite(p["url"]),
+                ctx.mirrors.rewrite(_with_credentials(p["url"], p.get("repository"), source)),
                 ctx.store,
                 what=what,
                 expected={"sha256": p["sha256"]},
@@ -489,7 +509,7 @@ def resolve(name: str, source: AptSource, ctx: FetchContext, *, base_dir: Path) 
     """
     ctx.require_online(name, "the apt repositories' metadata")
     packages, keyrings = _resolve_packages(name, source, ctx, base_dir)
-    _fetch_debs(name, packages, ctx)
+    _fetch_debs(name, packages, ctx, source)
     data = manifest_bytes(source.arch, packages)
     digest = sha256_bytes(data)
     if not ctx.store.has_blob(digest):
@@ -547,7 +567,7 @@ def ensure(
             f"the entry says {digest}",
             hint="the lockfile was edited by hand; run `nvkr lock`",
         )
-    _fetch_debs(name, packages, ctx)
+    _fetch_debs(name, packages, ctx, source)
     if not ctx.store.has_blob(digest):
         ctx.store.add_bytes(data)
     return digest

@@ -12,6 +12,7 @@ from typing import Any
 
 from nvkr.errors import LockError, OfflineError
 from nvkr.fetch.mirrors import Mirrors
+from nvkr.redact import redact_urls
 from nvkr.store import Store
 
 NET_HINT = (
@@ -43,7 +44,8 @@ def check_entry(
     name: str, resolved: dict[str, Any], kind: str, /, *, digest: bool = True, **identity: Any
 ) -> None:
     """Check that a lock entry is of ``kind`` and agrees with the recipe on ``identity``
-    (e.g. ``url=...``), and (with ``digest``) that it carries a ``sha256:`` digest.
+    (e.g. ``url=...``, compared without user info: the lockfile holds none, :mod:`nvkr.redact`),
+    and (with ``digest``) that it carries a ``sha256:`` digest.
 
     Raises:
         LockError: the entry is of another kind, lacks a field or disagrees with the recipe.
@@ -57,7 +59,8 @@ def check_entry(
     if digest and not str(resolved.get("digest", "")).startswith("sha256:"):
         raise LockError(f"lock entry for source {name!r} has no sha256 'digest'", hint=hint)
     for key, want in identity.items():
-        if resolved.get(key) != want:
+        want = redact_urls(want)
+        if redact_urls(resolved.get(key)) != want:
             raise LockError(
                 f"lock entry for source {name!r} has {key}={resolved.get(key)!r}, the recipe says {want!r}",
                 hint=hint,

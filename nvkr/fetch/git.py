@@ -28,6 +28,7 @@ from nvkr.errors import ChecksumError, DowngradeError, FetchError, ToolError
 from nvkr.fetch.context import NET_HINT, FetchContext, check_entry
 from nvkr.fetch.mirrors import mirror_label
 from nvkr.recipe.models import GitSource
+from nvkr.redact import redact_url
 from nvkr.repro import write_tar
 from nvkr.run import pinned_env, run
 from nvkr.store import BlobWriter
@@ -226,7 +227,7 @@ def resolve(name: str, source: GitSource, ctx: FetchContext, *, base_dir: Path) 
     digest, commit_time = _store_checkout(name, source, ctx, None)
     return {
         "kind": "git",
-        "url": source.git,
+        "url": redact_url(source.git),
         "commit": source.commit,
         "digest": digest,
         "commitTime": commit_time,

@@ -42,6 +42,7 @@ from nvkr.fetch.mirrors import mirror_label
 from nvkr.monitor import transfer
 from nvkr.origin import MAX_REDIRECTS, redirect_target, refuse_downgrade
 from nvkr.recipe.models import UrlSource
+from nvkr.redact import redact_url
 from nvkr.store import BlobInfo, BlobWriter, Store
 
 if TYPE_CHECKING:
@@ -468,7 +469,7 @@ def resolve(name: str, source: UrlSource, ctx: FetchContext, *, base_dir: Path) 
             ) from e
     entry: dict[str, Any] = {
         "kind": "url",
-        "url": source.url,
+        "url": redact_url(source.url),
         "size": info.size,
         "digest": info.digest,
         "sha256": info.digests["sha256"],

@@ -332,12 +332,24 @@ class _Gpg:
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def __init__(self, *args: object, directory: str, requests: list[str], **kw: object) -> None:
+    def __init__(
+        self,
+        *args: object,
+        directory: str,
+        requests: list[str],
+        auth: Callable[[], str | None] = lambda: None,
+        **kw: object,
+    ) -> None:
         self._requests = requests
+        self._auth = auth
         super().__init__(*args, directory=directory, **kw)  # type: ignore[arg-type]
 
     def send_head(self):  # type: ignore[no-untyped-def]
         self._requests.append(self.path)
+        need = self._auth()
+        if need is not None and self.headers.get("Authorization") != need:
+            self.send_error(401)
+            return None
         # Files are rewritten within the same second (re-signing, add()): never answer 304.
         del self.headers["If-Modified-Since"]
         return super().send_head()
@@ -364,6 +376,8 @@ class AptRepo:
     epoch: int = EPOCH
     url: str | None = None
     requests: list[str] = field(default_factory=list)
+    #: when set, every request without exactly this ``Authorization`` header is answered 401
+    authorization: str | None = None
     _gpg: _Gpg | None = None
     _server: http.server.ThreadingHTTPServer | None = None
 
@@ -398,7 +412,10 @@ class AptRepo:
         (``http://127.0.0.1:<port>``, the repository root). Idempotent; :meth:`close` stops it."""
         if self._server is None:
             handler = functools.partial(
-                _QuietHandler, directory=str(self.root), requests=self.requests
+                _QuietHandler,
+                directory=str(self.root),
+                requests=self.requests,
+                auth=lambda: self.authorization,
             )
             server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
             server.daemon_threads = True

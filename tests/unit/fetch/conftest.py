@@ -77,6 +77,7 @@ class Route:
     redirect: str | None = None  # answer ``status`` (default 302) with this Location instead
     hits: int = 0
     auth: list[str | None] = field(default_factory=list)  # each hit's Authorization header
+    require_auth: str | None = None  # answer 401 unless the Authorization header is this
 
 
 @dataclass
@@ -117,6 +118,14 @@ class _Handler(BaseHTTPRequestHandler):
             return
         route.hits += 1
         route.auth.append(self.headers.get("Authorization"))
+        if (
+            route.require_auth is not None
+            and self.headers.get("Authorization") != route.require_auth
+        ):
+            self._answer(
+                401, b"who are you?\n", "text/plain", headers={"WWW-Authenticate": "Basic"}
+            )
+            return
         if route.redirect is not None:
             status = route.status if 300 <= route.status < 400 else 302
             self._answer(status, b"", "text/plain", headers={"Location": route.redirect})

@@ -5,7 +5,9 @@ signatures, unknown versions, replaced .debs and edited lock entries are clear e
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -339,3 +341,26 @@ def test_flat_repository_takes_no_components() -> None:
             },
             strict=False,
         )
+
+
+def test_a_repository_url_with_credentials_locks_and_fetches_without_writing_them(
+    gpu_apt_repo: AptRepo, tmp_path: Path
+) -> None:
+    """Issue 27: the password of a repository URL's user info reaches the repository, at lock
+    and at build, but never the lock entry or the manifest the store keeps."""
+    password = "apt-s3cret%21"  # percent-encoded: the server sees apt-s3cret!
+    assert gpu_apt_repo.url is not None
+    token = base64.b64encode(b"reader:apt-s3cret!").decode()
+    gpu_apt_repo.authorization = f"Basic {token}"
+    bare = gpu_apt_repo.url
+    gpu_apt_repo.url = bare.replace("http://", f"http://reader:{password}@")
+    src = _source(gpu_apt_repo, TOOLKIT)
+    store = Store(tmp_path / "s1")
+    entry = resolve("g", src, FetchContext(store=store), base_dir=tmp_path)
+    text = json.dumps(entry) + store.read_blob(entry["digest"]).decode()
+    assert "apt-s3cret" not in text and "reader" not in text
+    assert all(p["url"].startswith(bare + "/pool/") for p in entry["packages"])
+    fresh = Store(tmp_path / "s2")
+    digest = ensure("g", src, entry, FetchContext(store=fresh), base_dir=tmp_path)
+    assert digest == entry["digest"]
+    assert all(fresh.has_blob(p["sha256"]) for p in entry["packages"])
