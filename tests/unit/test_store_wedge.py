@@ -206,3 +206,48 @@ def test_an_output_lost_at_any_depth_is_rebuilt(chain, tmp_path, how, lost):
     oci.calls.clear()
     assert execute(plan, store, FetchContext(store=store), jobs=1).up_to_date
     assert oci.calls == []
+
+
+# -- store verify -------------------------------------------------------------------------------
+def test_store_verify_reports_records_whose_outputs_are_gone_and_repair_unwedges(project, tmp_path):
+    store = tmp_path / "store"
+    _, first = _build(project, store)
+    layer = _output_of_one_arch(store, "layer")
+    Store(store).blob_path(layer).unlink()
+    res = run_nvkr("store", "verify", cwd=project, store=store)
+    assert res.code == 3, res.stdout + res.stderr
+    assert "store: ok" not in res.stdout
+    (line,) = [x for x in res.stdout.splitlines() if x.strip().startswith("missing")]
+    assert layer in line and "(container-image)" in line and "(release-set)" in line, line
+    report = json.loads(run_nvkr("store", "verify", "--json", cwd=project, store=store).stdout)
+    assert report["ok"] is False and list(report["missingOutputs"]) == [layer]
+    stale = {name for name, r in _records(store).items() if layer in json.dumps(r["outputs"])}
+    assert sorted(report["staleActions"]) == sorted(stale) and len(stale) >= 2
+    rep = run_nvkr("store", "verify", "--repair", "--json", cwd=project, store=store)
+    assert rep.code == 0, rep.stderr
+    assert json.loads(rep.stdout)["repaired"] is True
+    assert not stale & set(_records(store)), "--repair deletes the records whose outputs are gone"
+    _, again = _build(project, store)
+    assert again["releaseSets"][0]["digest"] == first["releaseSets"][0]["digest"]
+    assert run_nvkr("store", "verify", cwd=project, store=store).code == 0
+    _, third = _build(project, store)
+    assert third["upToDate"]
+
+
+def test_store_verify_repair_of_a_rotten_layer_leaves_a_store_that_builds(project, tmp_path):
+    """Bit rot (the seal still matches): --repair deletes the blob and the records naming it,
+    and the next build (not three) rebuilds what they made."""
+    store = tmp_path / "store"
+    _, first = _build(project, store)
+    layer = _output_of_one_arch(store, "layer")
+    s = Store(store)
+    _damage(s.blob_path(layer), "corrupt")
+    s.seal(layer)
+    rep = run_nvkr("store", "verify", "--repair", "--json", cwd=project, store=store)
+    assert rep.code == 0, rep.stderr
+    report = json.loads(rep.stdout)
+    assert report["corrupt"] == [layer] and report["staleActions"], report
+    assert run_nvkr("store", "verify", cwd=project, store=store).code == 0, "repaired is ok"
+    _, again = _build(project, store)
+    assert again["releaseSets"][0]["digest"] == first["releaseSets"][0]["digest"]
+    assert again["built"]
