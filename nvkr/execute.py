@@ -15,8 +15,9 @@ store, then the caches, then builds: an action missing locally is looked up remo
 of :data:`~nvkr.walk.LOOKUP_JOBS`, as the walk reaches it, :mod:`nvkr.walk`), and a hit stops the descent like a local one, so
 a fresh runner whose cache holds the node images downloads them and never the root filesystems
 beneath. A result whose outputs reference blobs the store lacks (an image index taken from a cache
-without the per-arch images its dependencies made) is used, and its dependencies are looked at
-too. ``cached_only`` runs no builder: what is neither in the store nor in a cache is named in the
+without the per-arch images its dependencies made, or one whose per-arch image lost a layer
+since) is used, and its dependencies are looked at too, so what made the lost blob runs again.
+``cached_only`` runs no builder: what is neither in the store nor in a cache is named in the
 error.
 
 Every action record the executor writes carries ``run``: ``{"invocationId": <UUID of this

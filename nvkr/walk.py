@@ -4,8 +4,11 @@ before it runs anything.
 
 An action whose result is in the store stops the descent; one missing there is looked up in the
 remote caches (:class:`RemoteLookup`, :data:`LOOKUP_JOBS` at a time), and a hit stops it too,
-unless its outputs reference blobs only its dependencies' results hold (an incomplete hit:
-those are needed as well). What neither holds is to run, dependencies first.
+unless its outputs reference blobs only its dependencies' results hold and the store lacks (an
+incomplete result: those dependencies are needed as well). A result is missing when a blob it
+names is gone or corrupt (:meth:`Store.get_action`), so an index whose per-arch image lost a
+layer is incomplete, the image is to run, and so on at any depth: a lost output never stops a
+build. What neither holds is to run, dependencies first.
 """
 
 from __future__ import annotations
@@ -114,8 +117,11 @@ class _Walker:
         result = self.store.get_action(key)
         if result is not None:
             self.cached[key] = result
-            # a result an earlier build took from a cache may still lack its closure
-            if "remote" in result and missing_closure(self.store, result.get("outputs") or []):
+            # Its consumers read its outputs' closure too, which its dependencies' records own:
+            # a result taken from a cache without them, or one whose dependency's output was
+            # lost (deleted, found corrupt) since. Those dependencies are looked at as well, and
+            # below them, at any depth, whatever lost an output is run again.
+            if missing_closure(self.store, result.get("outputs") or []):
                 self.incomplete.add(key)
                 self.descend(key)
             return

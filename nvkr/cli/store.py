@@ -21,8 +21,9 @@ def command() -> None:
 @click.option(
     "--repair",
     is_flag=True,
-    help="Delete corrupt blobs, stray files, unreadable action records and changed tools trees "
-    "(under the store lock); the next build fetches, unpacks or rebuilds what it needs.",
+    help="Delete corrupt blobs, stray files, unreadable action records, records whose outputs "
+    "are gone or corrupt and changed tools trees (under the store lock); the next build "
+    "fetches, unpacks or rebuilds what it needs.",
 )
 @click.option(
     "--jobs",
@@ -67,6 +68,11 @@ def verify(app: App, repair: bool, jobs: int, as_json: bool) -> None:
             click.echo(
                 f"  stray     blobs/sha256/{name}" + ("  (deleted)" if report.repaired else "")
             )
+        for digest, owners in sorted(report.missing_outputs.items()):
+            click.echo(
+                f"  missing   {digest}  output of {', '.join(owners)}"
+                + ("  (records deleted)" if report.repaired else "")
+            )
         for name in report.unreadable_actions:
             click.echo(f"  unreadable actions/{name}" + ("  (deleted)" if report.repaired else ""))
         for digest in report.corrupt_tools:
@@ -80,13 +86,19 @@ def verify(app: App, repair: bool, jobs: int, as_json: bool) -> None:
             click.echo("store: repaired; the next build fetches or rebuilds what it needs")
     if not report.ok and not report.repaired:
         problems = len(report.corrupt) + len(report.stray) + len(report.unreadable_actions)
-        problems += len(report.corrupt_tools)
+        problems += len(report.corrupt_tools) + len(report.missing_outputs)
         raise IntegrityError(
             f"store {store.root}: {_n(problems, 'problem')} found"
             + (f" ({len(report.corrupt)} corrupt blobs)" if report.corrupt else "")
             + (
                 f" ({_n(len(report.corrupt_tools), 'changed tools tree')})"
                 if report.corrupt_tools
+                else ""
+            )
+            + (
+                f" ({_n(len(report.missing_outputs), 'missing output')} of "
+                f"{_n(len(report.stale_actions), 'action record')})"
+                if report.missing_outputs
                 else ""
             ),
             hint="`nvkr store verify --repair` deletes them; the next build fetches or "
