@@ -28,12 +28,15 @@ count). Every accessor that hands out a blob (:meth:`Store.has_blob`, :meth:`Sto
 read of a few bytes. A blob whose stat no longer matches, or that has no seal (a store written by
 an older nvkr), is hashed in full: intact, it is sealed again; corrupt, it is deleted and reported
 (:attr:`Store.notice`), so a source is fetched again and an action whose output it was builds
-again. A ctime change alone is accepted when the link count changed with it (hard links into
-``dist/`` and their removal change a blob's ctime; an in-place write never changes the link
-count), and nvkr refreshes the seals of the blobs it links itself. What a seal catches: any write
-after commit (mtime, and the ctime that no one can set back). What it cannot see: bytes that
-change without a write (bit rot, a raw write to the disk); ``nvkr store verify`` hashes every blob
-for that, and so does every full hash on the way (``read_blob``, copies, ``nvkr verify``).
+again. Any difference is hashed, a ctime moved with the link count too (a hard link and a write
+with its mtime set back look alike: only the bytes tell). nvkr seals the links it makes and
+removes itself (:meth:`Store.linking`: ``dist/``, mirrors), so a no-op build hashes nothing; a
+link made by anything else costs one hash at the blob's next use. A seal catches any change of
+the inode through the file system after commit (its ctime, which no one can set back). It cannot
+see bytes changed without one (bit rot, a raw write to the disk), a write racing nvkr's own link
+of that blob, or a seal rewritten with its blob (seals are store files: they guard against
+accidents and stray tools, not against whoever may write the store). ``nvkr store verify``
+hashes every blob for that, as does every full hash on the way (``read_blob``, ``nvkr verify``).
 
 Each entry of ``tmp/`` is claimed by the process using it (:mod:`nvkr.scratch`): what a killed
 process left there is removed by the next holder of the store lock (:meth:`Store.lock`).
@@ -49,7 +52,7 @@ import logging
 import os
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -142,6 +145,11 @@ class BlobInfo:
     digest: str
     size: int
     digests: dict[str, str]
+
+
+def _sealed(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    """What a seal records of a blob's stat: size, mtime, ctime, inode, link count."""
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_nlink)
 
 
 class BlobWriter:
@@ -328,21 +336,29 @@ class Store:
         st = os.stat(self.blob_path(digest))
         self._write_seal(digest, st)
 
-    def refresh_seal(self, digest: str) -> None:
-        """Take a new ctime and link count into the seal of ``digest`` after nvkr linked or
-        unlinked the blob itself, when nothing else of the seal changed; otherwise leave the seal
-        for the next use to check in full."""
-        try:
-            st = os.stat(self.blob_path(digest))
-        except FileNotFoundError:
-            return
-        seal = self._read_seal(digest)
-        if seal is None:
-            return
-        size, mtime, ctime, ino, links = seal
-        unwritten = (size, mtime, ino) == (st.st_size, st.st_mtime_ns, st.st_ino)
-        if unwritten and (ctime, links) != (st.st_ctime_ns, st.st_nlink):
-            self._write_seal(digest, st)
+    @contextlib.contextmanager
+    def linking(self, digests: Iterable[str]) -> Iterator[None]:
+        """nvkr links or unlinks blobs ``digests`` itself in the block (``dist/``, a mirror): a
+        blob whose seal held just before takes the block's new ctime and link count into it, if
+        its size, mtime and inode did not change. Any other blob is hashed at its next use: a
+        write before the block is never sealed; one racing the block itself could be."""
+        before: dict[str, os.stat_result] = {}
+        for digest in dict.fromkeys(digests):
+            try:
+                st = os.stat(self.blob_path(digest))
+            except FileNotFoundError:
+                continue
+            if self._read_seal(digest) == _sealed(st):
+                before[digest] = st
+        yield
+        for digest, st in before.items():
+            try:
+                now = os.stat(self.blob_path(digest))
+            except FileNotFoundError:
+                continue
+            was, new = _sealed(st), _sealed(now)
+            if new != was and (new[:2], new[3]) == (was[:2], was[3]):  # size, mtime, inode kept
+                self._write_seal(digest, now)
 
     def hash_blob(self, digest: str) -> str:
         """The sha256 of blob ``digest``'s bytes as they are now, ``sha256:<hex>``.
@@ -374,13 +390,10 @@ class Store:
         if not path.is_file():
             return "missing"
         seal = self._read_seal(digest)
-        now = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_nlink)
-        if seal is not None:
-            if seal[:4] == now[:4]:
-                return None
-            if seal[:2] == now[:2] and seal[3] == now[3] and seal[4] != now[4]:
-                self._write_seal(digest, st)  # a link or an unlink changed ctime: no write
-                return None
+        if seal is not None and seal == _sealed(st):
+            return None
+        # Else hashed: a ctime says that the inode changed, not how (a link, or a write with
+        # its mtime set back); only the bytes tell.
         try:
             actual = self.hash_blob(digest)
         except FileNotFoundError:

@@ -353,9 +353,10 @@ def export_mirror(
                 report.reused += 1
                 report.reused_bytes += b["size"]
                 continue
-            if _place(src, dst, b["digest"]):
+            with ctx.store.linking([b["digest"]]):  # a link changes its ctime: sealed
+                linked = _place(src, dst, b["digest"])
+            if linked:
                 report.linked += 1
-                ctx.store.refresh_seal(b["digest"])  # the link changed its ctime
             report.written += 1
             report.written_bytes += b["size"]
     report.sources = len(sources)

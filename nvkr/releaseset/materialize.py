@@ -65,7 +65,8 @@ def materialize(result: dict[str, Any], store: Store, out_dir: Path) -> Path:
     target = Path(out_dir) / name
     if links_current(target, paths) and keep_signed_layout(target, index_data):
         return target
-    if write_layout(target, index_data, blobs, paths.__getitem__):
-        for digest in paths:  # new links (and the old layout's removal) changed their ctime
-            store.refresh_seal(digest)
+    # The new links (and the old layout's removal) change the blobs' ctime: taken into their
+    # seals, so the next build checks them without hashing.
+    with store.linking(paths):
+        write_layout(target, index_data, blobs, paths.__getitem__)
     return target

@@ -737,6 +737,27 @@ def test_materialize_replaces_an_older_set(tmp_path: Path) -> None:
     assert sorted(p.name for p in layout.parent.iterdir()) == [NAME]  # old set and temp dir gone
 
 
+def test_materialize_seals_its_own_links_so_the_next_check_hashes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A seal hashes every blob whose ctime moved (issue 27, item 5); the links materialize
+    makes, and its removal of the older set's links, are sealed as they are made, so a no-op
+    build after it hashes nothing (its ``dist/`` was rewritten, even removed by hand: once)."""
+    store, _, layout = build(tmp_path)
+    spec, artifacts = sample(store, epoch=EPOCH + 86400)
+    new_result = releaseset.assemble(spec, artifacts, store)
+    releaseset.materialize(new_result, store, tmp_path / "dist")  # links made and removed
+    hashed: list[str] = []
+    real = store.hash_blob
+    monkeypatch.setattr(store, "hash_blob", lambda d: hashed.append(d) or real(d))
+    shared = [o["digest"] for o in new_result["outputs"] if o.get("role") == "blob"]
+    assert all(store.has_blob(d) for d in shared) and hashed == []
+    shutil.rmtree(layout)  # links removed by someone else: hashed once, then sealed again
+    assert all(store.has_blob(d) for d in shared) and sorted(hashed) == sorted(set(shared))
+    releaseset.materialize(new_result, store, tmp_path / "dist")
+    assert all(store.has_blob(d) for d in shared) and len(hashed) == len(set(shared))
+
+
 def test_materialize_replaces_a_damaged_set(built: tuple[Store, dict[str, Any], Path]) -> None:
     store, result, layout = built
     victim = layout / result["outputs"][0]["name"]

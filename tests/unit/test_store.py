@@ -108,11 +108,26 @@ def test_a_sealed_blob_is_checked_without_hashing(tmp_path, monkeypatch):
     _no_hashing(monkeypatch, store)
     assert store.has_blob(info.digest)
     assert store.checked_path(info.digest) == store.blob_path(info.digest)
-    # a hard link (as into dist/) changes the ctime and the link count: no write, no hash
+    # the links nvkr makes and removes itself (dist/, a mirror) are sealed as they are made
+    with store.linking([info.digest]):
+        os.link(store.blob_path(info.digest), tmp_path / "linked")
+    assert store.has_blob(info.digest)
+    with store.linking([info.digest]):
+        (tmp_path / "linked").unlink()
+    assert store.has_blob(info.digest)
+
+
+def test_a_foreign_link_is_hashed_once_then_sealed(tmp_path, monkeypatch):
+    """A link nvkr did not make changes the ctime like a write with its mtime set back: only
+    a full hash tells them apart (issue 27, item 5)."""
+    store = Store(tmp_path / "s")
+    info = store.add_bytes(b"linked by someone else")
     os.link(store.blob_path(info.digest), tmp_path / "linked")
-    assert store.has_blob(info.digest)
-    (tmp_path / "linked").unlink()
-    assert store.has_blob(info.digest)
+    calls = []
+    real = store.hash_blob
+    monkeypatch.setattr(store, "hash_blob", lambda d: calls.append(d) or real(d))
+    assert store.has_blob(info.digest) and store.has_blob(info.digest)
+    assert calls == [info.digest]
 
 
 def test_a_blob_without_a_seal_is_hashed_once_then_sealed(tmp_path, monkeypatch):
@@ -161,6 +176,53 @@ def test_a_write_after_commit_is_caught_deleted_and_reported(tmp_path, utime_bac
     assert "written after it was stored" in notices[0][1]
     assert not store.has_blob(info.digest) and len(notices) == 1
     assert store.add_bytes(b"original bytes") == info and store.has_blob(info.digest)
+
+
+def _write_in_place_keeping_mtime(path) -> None:
+    """Change a blob's bytes (same size) and set its mtime back: only the ctime still tells."""
+    st = path.stat()
+    os.chmod(path, 0o644)
+    with open(path, "r+b") as f:
+        f.write(b"T")
+    os.chmod(path, 0o444)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+@pytest.mark.parametrize("links", ["added", "removed"])
+def test_a_write_hidden_by_a_link_count_change_is_caught(tmp_path, links):
+    """Issue 27, item 5: a write in place, its mtime restored, and one more (or one fewer) hard
+    link passed the seal, whose rule accepted a ctime change when the link count changed."""
+    store = Store(tmp_path / "s")
+    info = store.add_bytes(b"original bytes")
+    path = store.blob_path(info.digest)
+    other = tmp_path / "dist-link"
+    if links == "removed":  # e.g. a dist/ layout linked it, and the seal was taken with that link
+        os.link(path, other)
+        store.seal(info.digest)
+    _write_in_place_keeping_mtime(path)
+    if links == "added":
+        os.link(path, other)
+    else:
+        other.unlink()
+    notices = []
+    store.notice = lambda d, r: notices.append((d, r))
+    with pytest.raises(IntegrityError, match="corrupt"):
+        store.checked_path(info.digest)
+    assert [d for d, _ in notices] == [info.digest]
+    assert "written after it was stored" in notices[0][1]
+
+
+def test_nvkr_relinking_a_blob_never_seals_a_write_it_did_not_make(tmp_path):
+    """nvkr takes the ctime of its own links into the seal; a write before the link is not."""
+    store = Store(tmp_path / "s")
+    info = store.add_bytes(b"original bytes")
+    path = store.blob_path(info.digest)
+    _write_in_place_keeping_mtime(path)
+    with store.linking([info.digest]):  # as materialize or mirror export link it
+        os.link(path, tmp_path / "dist-link")
+    store.notice = lambda d, r: None
+    with pytest.raises(IntegrityError, match="corrupt"):
+        store.checked_path(info.digest)
 
 
 def test_committing_over_a_corrupt_blob_replaces_it(tmp_path):

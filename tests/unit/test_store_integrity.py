@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -90,8 +91,12 @@ def _assert_layout_sound(dist: Path) -> None:
         assert hashlib.sha256(data).hexdigest() == name, f"dist blob {name} is corrupt"
 
 
-@pytest.mark.parametrize("keep_times", [False, True], ids=["write", "write-then-utime"])
-def test_a_corrupt_source_blob_is_fetched_again_not_built_in(project, tmp_path, keep_times):
+@pytest.mark.parametrize(
+    "keep_times,link",
+    [(False, False), (True, False), (True, True)],
+    ids=["write", "write-then-utime", "write-utime-then-link"],
+)
+def test_a_corrupt_source_blob_is_fetched_again_not_built_in(project, tmp_path, keep_times, link):
     store = tmp_path / "store"
     _, first = _build(project, store)
     digest = first["releaseSets"][0]["digest"]
@@ -99,6 +104,8 @@ def test_a_corrupt_source_blob_is_fetched_again_not_built_in(project, tmp_path, 
         record.unlink()  # every action must run again from its sources
     tool_blob = Store(store).blob_path("sha256:" + hashlib.sha256(TOOL).hexdigest())
     _flip(tool_blob, keep_times=keep_times)
+    if link:  # issue 27, item 5: one more hard link changed the link count with the ctime
+        os.link(tool_blob, tmp_path / "a-link")
     res, again = _build(project, store)
     assert again["releaseSets"][0]["digest"] == digest
     events = res.json_events()
@@ -121,14 +128,22 @@ def test_a_corrupt_source_blob_says_why_it_is_fetched_again(project, tmp_path):
     assert hashlib.sha256(TOOL).hexdigest()[:12] in line and "deleted" in line, line
 
 
-@pytest.mark.parametrize("keep_times", [False, True], ids=["write", "write-then-utime"])
-def test_a_noop_build_never_links_a_corrupt_output_into_dist(project, tmp_path, keep_times):
+@pytest.mark.parametrize(
+    "keep_times,rm_dist",
+    [(False, False), (True, False), (True, True)],
+    ids=["write", "write-then-utime", "write-utime-then-rm-dist"],
+)
+def test_a_noop_build_never_links_a_corrupt_output_into_dist(
+    project, tmp_path, keep_times, rm_dist
+):
     store = tmp_path / "store"
     _, first = _build(project, store)
     dist = project / "dist" / "sealed"
     good = _layout_blobs(dist)
     layer = max(good, key=lambda name: len(good[name]))  # the image layer holding the tool
     _flip(Store(store).blob_path("sha256:" + layer), keep_times=keep_times)
+    if rm_dist:  # issue 27, item 5: the dist/ link removed, so the link count changed too
+        shutil.rmtree(dist)
     res, again = _build(project, store)
     assert again["releaseSets"][0]["digest"] == first["releaseSets"][0]["digest"]
     assert again["built"], "the action whose output was corrupt must run again"

@@ -77,6 +77,28 @@ def test_a_change_with_its_mtime_set_back_is_caught_by_the_ctime(tools):
     assert unpack.calls == 2 and len(notices) == 1
 
 
+@pytest.mark.parametrize("links", ["added", "removed"])
+def test_a_change_hidden_by_a_link_count_change_is_caught(tools, tmp_path, links):
+    """Issue 27, item 5, on a tree: a write with its mtime set back and a hard link added to (or
+    removed from) the file is caught: the tree seal takes no ctime change without a hash."""
+    store, digest, unpack, root, notices = tools
+    source = root / "go" / "src" / "fmt" / "print.go"
+    outside = tmp_path / "outside-link"
+    if links == "removed":
+        os.link(source, outside)
+        assert _again(store, digest, unpack) == root and notices == []  # hashed, sealed again
+    st = source.stat()
+    source.write_text('const percentBang = "%?"\n')  # the same size
+    os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns))
+    if links == "added":
+        os.link(source, outside)
+    else:
+        outside.unlink()
+    _again(store, digest, unpack)
+    assert len(notices) == 1 and "go/src/fmt/print.go" in notices[0][1], notices
+    assert source.read_text() == 'const percentBang = "%!"\n'
+
+
 @pytest.mark.parametrize("change", ["added", "removed", "mode", "link"])
 def test_added_removed_and_changed_entries_are_caught(tools, change):
     store, digest, unpack, root, notices = tools
