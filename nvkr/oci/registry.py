@@ -32,8 +32,12 @@ hop at a time, each hop checked first: a redirect from https to http is refused.
 
 Transport: https, or plain http for a registry the user marks ``insecure`` and for loopback hosts
 (never a silent downgrade). Connection errors, resets, 429 and 5xx are retried with exponential
-backoff (:data:`~nvkr.oci.session.RETRIES`, :data:`~nvkr.oci.session.BACKOFF`; a ``Retry-After`` is honoured up to
-:data:`~nvkr.oci.session.MAX_RETRY_AFTER` seconds). A blob upload that breaks off asks the registry where it got to
+backoff (:data:`~nvkr.oci.session.RETRIES`, :data:`~nvkr.oci.session.BACKOFF`; a ``Retry-After``,
+seconds or HTTP-date, is honoured up to :data:`~nvkr.oci.session.MAX_RETRY_AFTER` seconds, and
+the 429 waits of a session end at :data:`~nvkr.oci.session.RATE_LIMIT_WAIT` seconds in all);
+other 4xx are not (``DIGEST_INVALID`` for good bytes is sent once more: the distribution 2.8
+race). Answers read whole stop at :data:`~nvkr.oci.session.MAX_RESPONSE` bytes
+(:class:`~nvkr.errors.RegistryLimitError`, exit 2). A blob upload that breaks off asks the registry where it got to
 (``GET`` on the upload URL, its ``Range`` header) and goes on from there, or starts over when the
 registry lost the upload (CNCF distribution 2.8 cancels an upload whose size moved under a stale
 upload URL, so after a partly received chunk it always starts over). Relative ``Location`` headers
