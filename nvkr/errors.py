@@ -194,3 +194,13 @@ class DriftError(NvkrError):
 
     code = "NVKR-E-DRIFT"
     exit_code = 1
+
+
+class RegistryLimitError(RegistryError):
+    """A registry's answer exceeds what nvkr reads of it (a manifest, index, referrers list, tag
+    list or token larger than 4 MiB): refused after reading at most the limit; the message names
+    the URL and the limit. Exit 2, as for every untrusted input over its bound: retrying will
+    not shrink it."""
+
+    code = "NVKR-E-LIMIT"
+    exit_code = 2

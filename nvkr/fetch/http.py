@@ -14,7 +14,9 @@ requests derives each hop's ``Authorization`` from that hop's URL alone (user in
 URL a redirect led to beside the one asked for.
 
 Transport rules: a few retries with exponential backoff on connection errors, resets, 429 and
-5xx (urllib3 ``Retry``; a ``Retry-After`` is honoured up to :data:`MAX_RETRY_AFTER` seconds), a
+5xx (urllib3 ``Retry``; a ``Retry-After``, seconds or HTTP-date, is honoured up to
+:data:`MAX_RETRY_AFTER` seconds, so at most :data:`RETRIES` times that in all; 400, 401, 403
+and 404 are not retried; a 429 to the end says rate limit), a
 whole-download retry when the body breaks off, bounded connect/read timeouts, ``Accept-Encoding:
 identity`` so the stored bytes are the served bytes. An empty body or an HTML page where a file
 was expected is an error, whatever the status code said. ``requests`` is imported lazily: a
@@ -224,6 +226,15 @@ def _get(
             )
         current = target
     where = label if current == url else f"{label} (redirected to {current})"
+    if resp.status_code == 429:  # still, after RETRIES waits of up to MAX_RETRY_AFTER each
+        resp.close()
+        raise FetchError(
+            f"{what}: HTTP 429 Too Many Requests (rate limit) from {where}, after {RETRIES} "
+            f"retries that honoured its Retry-After (up to {MAX_RETRY_AFTER} s each)",
+            hint="the server limits requests per client: fetch from a mirror (--mirror "
+            "PREFIX=REPLACEMENT), log in where the server offers a higher limit (~/.netrc), or "
+            "try again later",
+        )
     if resp.status_code >= 400:
         resp.close()
         hint = (

@@ -37,6 +37,7 @@ from nvkr.errors import (
     IntegrityError,
     LockError,
     RegistryError,
+    RegistryLimitError,
 )
 from nvkr.fetch import http as fetch_http
 from nvkr.fetch.context import NET_HINT, FetchContext, check_entry
@@ -167,11 +168,13 @@ class _Registry(_Origin):
 
     def _error(
         self, e: RegistryError | IntegrityError
-    ) -> FetchError | ChecksumError | DowngradeError:
+    ) -> FetchError | ChecksumError | DowngradeError | RegistryLimitError:
         what = f"source {self.name!r} ({self.label})"
         mirror = f" (mirror of {self.origin_base})" if self.base != self.origin_base else ""
         if isinstance(e, DowngradeError):
             return DowngradeError(f"{what}: {e.message}{mirror}", hint=e.hint)
+        if isinstance(e, RegistryLimitError):  # keeps its exit code (2)
+            return RegistryLimitError(f"{what}: {e.message}{mirror}", hint=e.hint)
         if isinstance(e, IntegrityError):
             return ChecksumError(
                 f"{what}: {e.message}{mirror}",

@@ -153,7 +153,7 @@ class BlobTransfer(RegistrySession):
             RegistryError: refused, or no progress after :attr:`retries` failures in a row.
         """
         what = f"upload of blob {digest} ({size} bytes) to {self.registry}/{repo}"
-        sent, stalled, offset = 0, 0, 0
+        sent, stalled, offset, races = 0, 0, 0, 0
         location = self._start_upload(repo, what)
         with open_stream() as f:
             while True:
@@ -205,7 +205,8 @@ class BlobTransfer(RegistrySession):
                             hint="the local blob is corrupt: rebuild the release set; nothing "
                             "was tagged",
                         )
-                    if stalled >= self.retries:
+                    races += 1  # sent once more, not in a loop: a race clears at once
+                    if races > 1:
                         raise IntegrityError(
                             f"{what}: the registry computed another digest for the bytes sent",
                             hint="a proxy or the registry altered the upload; nothing was tagged",
@@ -222,7 +223,7 @@ class BlobTransfer(RegistrySession):
                         f"{what}: no progress after {stalled} failures at byte {offset}",
                         hint=self._unreachable_hint,
                     )
-                self._sleep(stalled - 1, resp)
+                self._wait_or_fail(stalled - 1, resp, what)
                 if self.blob_exists(repo, digest):
                     return sent
                 resumed = self._upload_offset(repo, location, what)
@@ -230,6 +231,12 @@ class BlobTransfer(RegistrySession):
                     location, offset = resumed
                 else:
                     location, offset = self._start_upload(repo, what), 0
+
+    def _wait_or_fail(self, attempt: int, resp: requests.Response | None, what: str) -> None:
+        """Wait before retry ``attempt``; a 429 once the session's rate-limit wait is spent
+        raises (the rate-limit error)."""
+        if not self._sleep(attempt, resp) and resp is not None:
+            raise self._fail(what, resp)
 
     def read_blob_start(self, repo: str, digest: str, length: int) -> bytes:
         """The first ``length`` bytes of blob ``digest`` of ``repo`` (``Range: bytes=0-<n>``;

@@ -109,6 +109,9 @@ def update_referrers_tag(
         except RegistryError as e:
             if e.status == 412:  # a registry that honours If-Match saw another write
                 continue
+            if e.status == 400 and "DIGEST_INVALID" in e.message:
+                continue  # distribution 2.8 says so while another writer stores the tag: merge
+
             raise
         time.sleep(SETTLE)
         _, after = _read_referrers_tag(client, repo, tag)

@@ -32,8 +32,12 @@ hop at a time, each hop checked first: a redirect from https to http is refused.
 
 Transport: https, or plain http for a registry the user marks ``insecure`` and for loopback hosts
 (never a silent downgrade). Connection errors, resets, 429 and 5xx are retried with exponential
-backoff (:data:`~nvkr.oci.session.RETRIES`, :data:`~nvkr.oci.session.BACKOFF`; a ``Retry-After`` is honoured up to
-:data:`~nvkr.oci.session.MAX_RETRY_AFTER` seconds). A blob upload that breaks off asks the registry where it got to
+backoff (:data:`~nvkr.oci.session.RETRIES`, :data:`~nvkr.oci.session.BACKOFF`; a ``Retry-After``,
+seconds or HTTP-date, is honoured up to :data:`~nvkr.oci.session.MAX_RETRY_AFTER` seconds, and
+the 429 waits of a session end at :data:`~nvkr.oci.session.RATE_LIMIT_WAIT` seconds in all);
+other 4xx are not (``DIGEST_INVALID`` for good bytes is sent once more: the distribution 2.8
+race). Answers read whole stop at :data:`~nvkr.oci.session.MAX_RESPONSE` bytes
+(:class:`~nvkr.errors.RegistryLimitError`, exit 2). A blob upload that breaks off asks the registry where it got to
 (``GET`` on the upload URL, its ``Range`` header) and goes on from there, or starts over when the
 registry lost the upload (CNCF distribution 2.8 cancels an upload whose size moved under a stale
 upload URL, so after a partly received chunk it always starts over). Relative ``Location`` headers
@@ -57,7 +61,13 @@ from nvkr.oci.blobs import BlobTransfer
 from nvkr.oci.reference import _DIGEST
 from nvkr.oci.reference import Reference as Reference
 from nvkr.oci.reference import fallback_tag as fallback_tag
-from nvkr.oci.session import MANIFEST_ACCEPT, MAX_MANIFEST, error_detail, error_reason
+from nvkr.oci.session import (
+    MANIFEST_ACCEPT,
+    MAX_MANIFEST,
+    MAX_TAG_LIST,
+    error_detail,
+    error_reason,
+)
 
 
 class RegistryClient(BlobTransfer):
@@ -107,7 +117,7 @@ class RegistryClient(BlobTransfer):
             headers["If-Match"] = f'"{if_match}"'
         if if_none_match:
             headers["If-None-Match"] = "*"
-        for attempt in range(self.retries + 1):
+        for attempt in range(2):
             resp = self.request(
                 "PUT",
                 self.url(repo, "manifests", ref),
@@ -118,8 +128,9 @@ class RegistryClient(BlobTransfer):
             )
             resp.close()
             # distribution 2.8 answers DIGEST_INVALID when another client stores the same
-            # manifest at that moment: the bytes are ours and hash to digest, so try again
-            if "DIGEST_INVALID" not in error_detail(resp) or attempt == self.retries:
+            # manifest at that moment: the bytes are ours and hash to digest, so send them once
+            # more; a registry that says so again means it (no other 400 is retried, nor 401/403)
+            if "DIGEST_INVALID" not in error_detail(resp) or attempt == 1:
                 break
             self._sleep(attempt)
         if resp.status_code not in (200, 201, 204):
@@ -141,8 +152,9 @@ class RegistryClient(BlobTransfer):
         Raises:
             IntegrityError: ``ref`` is a digest the bytes do not hash to, or the registry's
                 ``Docker-Content-Digest`` differs from the bytes' digest.
-            RegistryError: an error answer (404 ``status``: no such manifest), unreachable, or
-                larger than :data:`MAX_MANIFEST`.
+            RegistryLimitError: larger than :data:`MAX_MANIFEST` (exit 2; at most that much is
+                read).
+            RegistryError: an error answer (404 ``status``: no such manifest), unreachable.
         """
         from urllib3.exceptions import HTTPError as Urllib3Error
 
@@ -160,9 +172,14 @@ class RegistryClient(BlobTransfer):
             if resp.status_code != 200:
                 raise self._fail(what, resp)
             expected = resp.headers.get("Content-Length", "")
+            if expected.isdigit() and int(expected) > MAX_MANIFEST:
+                resp.close()
+                raise self._too_large(what, url, MAX_MANIFEST)
             try:
                 with resp:
                     data = resp.raw.read(MAX_MANIFEST + 1, decode_content=False)
+                if len(data) > MAX_MANIFEST:
+                    raise self._too_large(what, url, MAX_MANIFEST)
                 if expected.isdigit() and len(data) < int(expected):
                     raise OSError(f"body ended at {len(data)} of {expected} bytes")
                 break
@@ -172,8 +189,6 @@ class RegistryClient(BlobTransfer):
                         f"{what}: the body from {url} broke off: {error_reason(e)}"
                     ) from e
                 self._sleep(attempt)
-        if len(data) > MAX_MANIFEST:
-            raise RegistryError(f"{what}: larger than {MAX_MANIFEST} bytes, not a manifest")
         by_digest = _DIGEST.fullmatch(ref) is not None
         alg = ref.split(":", 1)[0] if by_digest else "sha256"
         actual = f"{alg}:{hashlib.new(alg, data).hexdigest()}"
@@ -248,6 +263,7 @@ class RegistryClient(BlobTransfer):
         None when the registry has no referrers API (404; CNCF distribution 2.8).
 
         Raises:
+            RegistryLimitError: an index larger than :data:`~nvkr.oci.session.MAX_RESPONSE`.
             RegistryError: another error answer, or unreachable.
         """
         what = f"referrers of {digest} in {self.registry}/{repo}"
@@ -283,13 +299,20 @@ class RegistryClient(BlobTransfer):
         """Every tag of ``repo`` ("Listing Tags", following ``Link`` pages); [] when unknown.
 
         Raises:
+            RegistryLimitError: a page larger than :data:`~nvkr.oci.session.MAX_RESPONSE`, or
+                all pages together larger than :data:`~nvkr.oci.session.MAX_TAG_LIST`.
             RegistryError: an error answer other than 404, or unreachable.
         """
         what = f"tags of {self.registry}/{repo}"
         url: str | None = f"{self.base}v2/{repo}/tags/list"
         out: list[str] = []
+        read = 0
         while url:
             resp = self.request("GET", url, scopes=self._pull(repo), what=what)
+            read += len(resp.content or b"")
+            if read > MAX_TAG_LIST:
+                resp.close()
+                raise self._too_large(what, url, MAX_TAG_LIST)
             with resp:
                 if resp.status_code == 404:
                     return out

@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import email.utils
+import json
 import os
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO, TYPE_CHECKING, Any, Final, Self
 from urllib.parse import urljoin, urlsplit
 
 from nvkr import __version__
-from nvkr.errors import DowngradeError, RegistryError
+from nvkr.errors import DowngradeError, RegistryError, RegistryLimitError
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.auth import (
     credentials_hint,
@@ -35,11 +37,17 @@ if TYPE_CHECKING:
 
 RETRIES: Final = 3  # per request: connection errors, resets, 429 and 5xx
 BACKOFF: Final = 0.5  # seconds; waits BACKOFF, 2*BACKOFF, 4*BACKOFF
-MAX_RETRY_AFTER: Final = 30  # seconds; a longer Retry-After is cut to this
+MAX_RETRY_AFTER: Final = 30  # seconds; a longer Retry-After (seconds or HTTP-date) is cut to this
+RATE_LIMIT_WAIT: Final = 60  # seconds one session waits on 429 answers in all, then gives up
 CONNECT_TIMEOUT: Final = 15  # seconds
 READ_TIMEOUT: Final = 120  # seconds without a byte (a registry may hash a large blob on PUT)
 CHUNK_SIZE: Final = 32 << 20  # bytes per PATCH; blobs up to this size go in one PUT
 MAX_MANIFEST: Final = 4 << 20  # distribution-spec: registries SHOULD accept 4 MiB manifests
+# the most of any answer nvkr reads whole (manifests, indexes, referrers, a tag-list page, tokens,
+# any non-streamed answer): containerd and distribution cap manifests at this size too
+MAX_RESPONSE: Final = MAX_MANIFEST
+MAX_TAG_LIST: Final = 16 * MAX_RESPONSE  # bytes of all the pages of one tag list
+MAX_ERROR_BODY: Final = 64 << 10  # bytes of an error answer read for its error code
 READ_BLOCK = 1 << 20
 LOOPBACK: Final = frozenset({"127.0.0.1", "localhost", "::1"})
 MANIFEST_ACCEPT: Final = ", ".join(
@@ -52,6 +60,41 @@ _DOWNGRADE_HINT = (
     "fix its configuration; --insecure is for registries that are plain HTTP throughout"
 )
 TRANSIENT = frozenset({429, 500, 502, 503, 504})
+_RATE_LIMIT_HINT = (
+    "the registry limits requests per client; authenticated clients get a higher limit: log in "
+    "({creds}); or pull through a mirror of the registry (--mirror PREFIX=REPLACEMENT, a "
+    "pull-through cache); or try again later"
+)
+
+
+def retry_after(resp: requests.Response | None, cap: float = MAX_RETRY_AFTER) -> float | None:
+    """The wait a ``Retry-After`` header asks for (RFC 9110: delay-seconds, or an HTTP-date;
+    a date in the past is no wait), at most ``cap`` seconds; None without a readable one."""
+    value = resp.headers.get("Retry-After", "").strip() if resp is not None else ""
+    if value.isdigit():
+        return min(float(value), cap)
+    with contextlib.suppress(TypeError, ValueError, IndexError, OverflowError):
+        when = email.utils.parsedate_to_datetime(value)
+        return max(0.0, min(when.timestamp() - time.time(), cap))
+    return None
+
+
+def read_limited(resp: requests.Response, limit: int) -> bytes:
+    """At most ``limit + 1`` bytes of ``resp``'s body (more than ``limit``: there is more), read
+    in blocks, never the whole of a larger body. A body read to its end becomes the response's
+    ``content`` (so ``json()`` and ``links`` work); one cut short is closed."""
+    if getattr(resp, "_content_consumed", False) or getattr(resp, "_content", False) is not False:
+        return bytes(resp.content or b"")[: limit + 1]  # already read
+    data = bytearray()
+    while len(data) <= limit:
+        block = resp.raw.read(min(READ_BLOCK, limit + 1 - len(data)), decode_content=True)
+        if not block:
+            resp._content = bytes(data)
+            setattr(resp, "_content_consumed", True)  # noqa: B010 (private to requests)
+            return bytes(data)
+        data += block
+    resp.close()
+    return bytes(data)
 
 
 def error_reason(exc: BaseException) -> str:
@@ -68,8 +111,9 @@ def error_reason(exc: BaseException) -> str:
 
 def error_detail(resp: requests.Response) -> str:
     """``CODE: message`` of a distribution-spec error body ("Error Codes"), or ''."""
-    with contextlib.suppress(ValueError, AttributeError, TypeError, KeyError, IndexError):
-        err = resp.json()["errors"][0]
+    # best effort: an unreadable or broken body is no reason to lose the status
+    with contextlib.suppress(Exception):
+        err = json.loads(read_limited(resp, MAX_ERROR_BODY))["errors"][0]
         detail = err.get("detail")
         extra = f" ({detail})" if isinstance(detail, str) and detail else ""
         return f": {err['code']}: {err.get('message', '')}{extra}"
@@ -129,6 +173,8 @@ class RegistrySession:
         retries: int | None = None,
         backoff: float | None = None,
         pool_size: int = 10,
+        rate_limit_wait: float = RATE_LIMIT_WAIT,
+        sleep: Callable[[float], object] | None = None,
     ) -> None:
         import requests
         from requests.adapters import HTTPAdapter
@@ -156,6 +202,9 @@ class RegistrySession:
         self.chunk_size = max(1, chunk_size)
         self.retries = RETRIES if retries is None else retries
         self.backoff = backoff
+        self.sleep = sleep or time.sleep
+        self.rate_limit_wait = rate_limit_wait
+        self.rate_limited = 0.0  # seconds waited on 429 answers so far
         self.session = requests.Session()
         self.session.auth = _NoNetrc()
         adapter = HTTPAdapter(max_retries=0, pool_connections=2, pool_maxsize=pool_size)
@@ -183,14 +232,24 @@ class RegistrySession:
         return f"{self.base}v2/{repo}/{kind}/{ref}"
 
     # -- transport ----------------------------------------------------------------------------
-    def _sleep(self, attempt: int, resp: requests.Response | None = None) -> None:
+    def _sleep(self, attempt: int, resp: requests.Response | None = None) -> bool:
+        """Wait before retry ``attempt`` (0, 1, ...): exponential backoff, or the answer's
+        ``Retry-After`` (up to :data:`MAX_RETRY_AFTER`). Waits on 429 answers count against
+        ``rate_limit_wait`` for the whole session; False (and no wait) once that is spent."""
         backoff = BACKOFF if self.backoff is None else self.backoff
         delay = backoff * (2**attempt)
-        after = resp.headers.get("Retry-After", "") if resp is not None else ""
-        if after.isdigit():
-            delay = min(float(after), MAX_RETRY_AFTER)
+        if (after := retry_after(resp)) is not None:
+            delay = after
+        if resp is not None and resp.status_code == 429:
+            with self._lock:
+                left = self.rate_limit_wait - self.rate_limited
+                if left <= 0:
+                    return False
+                delay = min(delay, left)
+                self.rate_limited += delay
         if delay > 0:
-            time.sleep(delay)
+            self.sleep(delay)
+        return True
 
     def _auth(self, scopes: tuple[str, ...]) -> str | None:
         with self._lock:
@@ -223,6 +282,7 @@ class RegistrySession:
                 service on plain http.
         """
         import requests
+        from urllib3.exceptions import HTTPError as Urllib3Error
 
         attempt, fresh_auth, hops, first = 0, False, 0, url
         while True:
@@ -240,11 +300,13 @@ class RegistrySession:
                     headers=h,
                     data=data,
                     params=params,
-                    stream=stream,
+                    stream=True,  # read here, bounded, unless the caller streams it
                     allow_redirects=False,  # followed below, each hop checked first
                     timeout=(CONNECT_TIMEOUT, READ_TIMEOUT),
                 )
-            except requests.exceptions.RequestException as e:
+                if not stream and len(read_limited(resp, MAX_RESPONSE)) > MAX_RESPONSE:
+                    raise self._too_large(what, resp.url, MAX_RESPONSE)
+            except (requests.exceptions.RequestException, Urllib3Error) as e:
                 if retry and not isinstance(data, BodyWindow) and attempt < self.retries:
                     self._sleep(attempt)
                     attempt += 1
@@ -280,25 +342,36 @@ class RegistrySession:
             if resp.status_code == 401 and not own:
                 return resp  # another origin's challenge is never answered with credentials
             if resp.status_code == 401 and not fresh_auth:
-                resp.close()
-                self._authorize(resp, scopes, sent, what)
+                try:
+                    self._authorize(resp, scopes, sent, what)
+                finally:
+                    resp.close()
                 fresh_auth = True
                 continue
             if resp.status_code == 401:
-                resp.close()
                 raise self._refused(what, resp)
-            if resp.status_code in TRANSIENT and retry and attempt < self.retries:
+            again = resp.status_code in TRANSIENT and retry and attempt < self.retries
+            if again and self._sleep(attempt, resp):  # False: the rate-limit wait is spent
                 resp.close()
-                self._sleep(attempt, resp)
                 attempt += 1
                 continue
             return resp
 
+    def _too_large(self, what: str, url: str, limit: int) -> RegistryLimitError:
+        return RegistryLimitError(
+            f"{what}: the answer from {self._shown(url)} is larger than {limit} bytes "
+            f"({limit >> 20} MiB), the limit for a registry's manifests, indexes, tag lists and "
+            "tokens; nothing of it was used",
+            hint="the registry (or a proxy in front of it) does not answer as an OCI registry; "
+            "check the registry name",
+        )
+
     def _refused(self, what: str, resp: requests.Response) -> RegistryError:
         who = f"user {self._creds[0]!r} (from {self._creds_from})" if self._creds else "anonymous"
+        detail = error_detail(resp)
+        resp.close()
         return RegistryError(
-            f"{what}: {self.registry} refused access for {who}: HTTP {resp.status_code}"
-            f"{error_detail(resp)}",
+            f"{what}: {self.registry} refused access for {who}: HTTP {resp.status_code}{detail}",
             hint="check the user name and password; " + credentials_hint(),
             status=resp.status_code,
         )
@@ -336,6 +409,8 @@ class RegistrySession:
             )
         answer = self._token_answer(realm, query, what)
         with answer:
+            if answer.status_code == 429:
+                raise self._rate_limited(what, answer, f"the token service {realm}")
             if answer.status_code >= 400:
                 raise RegistryError(
                     f"{what}: the token service {params['realm']} answered HTTP "
@@ -359,6 +434,7 @@ class RegistrySession:
         only, redirects followed hop by hop (none from https to http, no credentials to
         another origin), never the registry's token."""
         import requests
+        from urllib3.exceptions import HTTPError as Urllib3Error
 
         url, params, hops = realm, query, 0
         while True:
@@ -368,10 +444,13 @@ class RegistrySession:
                     url,
                     params=params,
                     auth=auth,
+                    stream=True,
                     allow_redirects=False,
                     timeout=(CONNECT_TIMEOUT, READ_TIMEOUT),
                 )
-            except requests.exceptions.RequestException as e:
+                if len(read_limited(answer, MAX_RESPONSE)) > MAX_RESPONSE:
+                    raise self._too_large(what, answer.url, MAX_RESPONSE)
+            except (requests.exceptions.RequestException, Urllib3Error) as e:
                 raise RegistryError(
                     f"{what}: cannot reach the token service {realm}: {error_reason(e)}",
                     hint=self._unreachable_hint,
@@ -396,12 +475,29 @@ class RegistrySession:
         return url.split("?", 1)[0] + "?..."
 
     def _fail(self, what: str, resp: requests.Response, hint: str | None = None) -> RegistryError:
+        """The error for an answer the caller cannot use: its status, URL and the registry's
+        error code, message and detail; a 429 says rate limit and what to do about it."""
+        if resp.status_code == 429:
+            return self._rate_limited(what, resp, self.registry)
         detail = error_detail(resp)  # before close: a streamed body is gone after it
         resp.close()
+        if hint is None and resp.status_code in (401, 403):
+            hint = "check that these credentials may do this; " + credentials_hint()
         return RegistryError(
             f"{what}: HTTP {resp.status_code} {resp.reason} from {self._shown(resp.url)}{detail}",
             hint=hint,
             status=resp.status_code,
+        )
+
+    def _rate_limited(self, what: str, resp: requests.Response, who: str) -> RegistryError:
+        detail = error_detail(resp)
+        resp.close()
+        return RegistryError(
+            f"{what}: {who} answers HTTP 429 (rate limit) from {self._shown(resp.url)}{detail}; "
+            f"gave up after waiting {self.rate_limited:g} s (at most {self.rate_limit_wait:g} s "
+            "per run)",
+            hint=_RATE_LIMIT_HINT.format(creds=credentials_hint()),
+            status=429,
         )
 
     def _location(self, resp: requests.Response, what: str) -> str:

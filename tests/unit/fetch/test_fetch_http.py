@@ -432,3 +432,22 @@ def test_ensure_rejects_foreign_entry(ctx: FetchContext, tmp_path: Path) -> None
             ctx,
             base_dir=tmp_path,
         )
+
+
+def test_429_to_the_end_says_rate_limit(http_server, ctx: FetchContext, tmp_path: Path) -> None:
+    url = http_server.add(
+        "/limited", BODY, fail_first=99, fail_status=429, fail_headers={"Retry-After": "0"}
+    )
+    with pytest.raises(FetchError) as exc:
+        resolve("l", url_source(url, sha256=SHA256), ctx, base_dir=tmp_path)
+    assert http_server.routes["/limited"].hits == fetch_http.RETRIES + 1
+    assert "HTTP 429" in exc.value.message and "rate limit" in exc.value.message
+    assert url in exc.value.message
+    assert exc.value.hint is not None and "--mirror" in exc.value.hint
+
+
+def test_403_is_not_retried(http_server, ctx: FetchContext, tmp_path: Path) -> None:
+    url = http_server.add("/denied", BODY, fail_first=99, fail_status=403)
+    with pytest.raises(FetchError, match="HTTP 403"):
+        resolve("d", url_source(url, sha256=SHA256), ctx, base_dir=tmp_path)
+    assert http_server.routes["/denied"].hits == 1
