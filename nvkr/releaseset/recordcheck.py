@@ -24,7 +24,7 @@ from nvkr.sign import PublicKey, check_envelope, envelope_parts
 
 if TYPE_CHECKING:
     pass
-from nvkr.releaseset.record import record_paths, record_subjects
+from nvkr.releaseset.record import record_paths, record_subjects, record_warnings
 
 
 # -- checking ------------------------------------------------------------------------------------
@@ -32,7 +32,8 @@ from nvkr.releaseset.record import record_paths, record_subjects
 class BuildRecordCheck:
     """What :func:`check_build_record` found. ``present``: the record file exists; ``checked``:
     it was read and compared; ``signed``: an envelope is there; ``verified_by``: the given keys'
-    ids that verified it; ``problems``: messages (any makes verify exit 3)."""
+    ids that verified it; ``warnings``: the build's warnings the record keeps (``{"action",
+    "message"[, "hint"]}``, no problem); ``problems``: messages (any makes verify exit 3)."""
 
     path: str
     present: bool = False
@@ -43,6 +44,7 @@ class BuildRecordCheck:
     started_on: str | None = None
     finished_on: str | None = None
     actions: int = 0
+    warnings: list[dict[str, str]] = field(default_factory=list)
     problems: list[tuple[str, str | None]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -56,6 +58,7 @@ class BuildRecordCheck:
             "startedOn": self.started_on,
             "finishedOn": self.finished_on,
             "actions": self.actions,
+            "warnings": self.warnings,
         }
 
 
@@ -139,6 +142,7 @@ def check_record_bytes(
         return check
     _check_subjects(check, what, statement, metadata, release_set_digest)
     _check_times(check, what, statement)
+    check.warnings = record_warnings(statement)
     if envelope is not None:
         _check_envelope(check, envelope_name, envelope, data, keys)
     return check

@@ -651,3 +651,41 @@ def test_pull_refuses_a_record_that_does_not_verify(
             keys=[load_public_key(keys["a.pub"])],
         )
     assert not target.exists() and not record_paths(target)[0].exists()
+
+
+# -- build warnings ------------------------------------------------------------------------------
+def test_build_warnings_are_kept_in_the_record_and_shown_by_verify_and_show(
+    tmp_path: Path, recorder: Recorder, nvkr: Callable[..., Result]
+) -> None:
+    pin = "chart agent: image repo@sha256:abc is pinned but no rendered manifest holds it"
+    recorder.hooks["agent [amd64]"] = lambda ctx: ctx.warn(pin, hint="the chart ignores the pin")
+    recorder.hooks["agent [arm64]"] = lambda ctx: ctx.warn("dynamic binary on scratch")
+    b = build(tmp_path)
+    annotated = {
+        p["name"]: p["annotations"].get("warnings")
+        for p in _load(b.record)["predicate"]["runDetails"]["byproducts"]
+    }
+    assert annotated["agent [amd64]"] == [{"message": pin, "hint": "the chart ignores the pin"}]
+    assert annotated["agent [arm64]"] == [{"message": "dynamic binary on scratch"}]
+    assert annotated[f"release set {NAME}"] is None
+    res = nvkr("verify", b.layout, "--json")
+    assert res.code == 0, res.stderr
+    assert json.loads(res.stdout)["buildRecord"]["warnings"] == [
+        {"action": "agent [amd64]", "message": pin, "hint": "the chart ignores the pin"},
+        {"action": "agent [arm64]", "message": "dynamic binary on scratch"},
+    ]
+    human = nvkr("verify", b.layout)
+    assert human.code == 0 and f"warning: agent [amd64]: {pin}" in human.stdout
+    assert "hint: the chart ignores the pin" in human.stdout
+    shown = nvkr("release-set", "show", b.layout)
+    assert shown.code == 0, shown.stderr
+    assert "2 build warnings" in shown.stdout and "dynamic binary on scratch" in shown.stdout
+    doc = json.loads(nvkr("release-set", "show", b.layout, "--json").stdout)
+    assert [w["action"] for w in doc["buildWarnings"]] == ["agent [amd64]", "agent [arm64]"]
+
+
+def test_a_record_without_warnings_shows_none(built: Built, nvkr: Callable[..., Result]) -> None:
+    assert (
+        json.loads(nvkr("verify", built.layout, "--json").stdout)["buildRecord"]["warnings"] == []
+    )
+    assert "build warning" not in nvkr("release-set", "show", built.layout).stdout
