@@ -180,6 +180,39 @@ def test_every_action_run_records_its_times(built: Built) -> None:
         assert run["startedOn"].endswith("Z") and len(run["startedOn"]) == 20
 
 
+def test_times_do_not_go_backwards_within_a_build_when_the_clock_steps_back(
+    tmp_path: Path, recorder: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every reading of the wall clock is an hour before the last (NTP stepping it back): each
+    action still finishes after it starts, and starts after what it needs finished."""
+    import time as real_time
+    import types
+
+    import nvkr.execute
+
+    now = [real_time.time()]
+
+    def stepping_back() -> float:
+        now[0] -= 3600
+        return now[0]
+
+    fake = types.SimpleNamespace(time=stepping_back, monotonic=real_time.monotonic)
+    monkeypatch.setattr(nvkr.execute, "time", fake)
+    b = build(tmp_path)
+    runs = {k: b.store.get_action(k)["run"] for k in b.plan.actions}  # type: ignore[index]
+    for key, action in b.plan.actions.items():
+        start, end = (parse_timestamp(runs[key][f]) for f in ("startedOn", "finishedOn"))
+        assert start <= end, runs[key]
+        for dep in action.deps:
+            assert parse_timestamp(runs[dep]["finishedOn"]) <= start, (runs[dep], runs[key])
+    assert check_build_record(b.layout, read_metadata(b.layout), _set_digest(b)).problems == []
+
+
+def _set_digest(b: Built) -> str:
+    (set_key,) = b.plan.release_sets.values()
+    return str(b.report.results[set_key]["metadata"]["releaseSetDigest"])
+
+
 def test_a_cached_action_keeps_the_times_of_the_run_that_built_it(
     built: Built, recorder: Recorder
 ) -> None:
