@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -73,7 +73,8 @@ def check_build_record(
     Its absence is no problem (``present`` False). Present, it must be a valid statement
     (:func:`nvkr.provenance.validate_statement`, SLSA provenance v1), name exactly the subjects
     :func:`record_subjects` gives (a record of another build or set names other digests: the
-    problem names the artifact), hold RFC 3339 times with every ``startedOn`` <= its
+    problem names the artifact), hold RFC 3339 UTC times, none in the future (beyond
+    :data:`CLOCK_SKEW`), with every ``startedOn`` <= its
     ``finishedOn`` and the metadata's span covering every byproduct's; an envelope beside it must
     carry its exact bytes, and with ``keys`` verify with one of them.
     """
@@ -194,9 +195,25 @@ def _check_subjects(
         )
 
 
+#: How far in the future a record's time may be (the verifying machine's clock may be behind
+#: the building one's) before verify says it cannot have been recorded yet.
+CLOCK_SKEW = timedelta(minutes=10)
+
+
+def _time_problem(when: datetime, now: datetime) -> str | None:
+    """What is wrong with a record's time on its own: not UTC, or later than ``now`` (allowing
+    :data:`CLOCK_SKEW`)."""
+    if when.utcoffset() != timedelta(0):
+        return "is not UTC (nvkr records times with Z)"
+    if when > now + CLOCK_SKEW:
+        return f"is in the future (now is {now:%Y-%m-%dT%H:%M:%SZ})"
+    return None
+
+
 def _check_times(check: BuildRecordCheck, what: str, statement: Mapping[str, Any]) -> None:
-    """RFC 3339 everywhere (the metadata's format is checked by validate_statement), start
-    before finish, and the metadata's span covering every byproduct's."""
+    """RFC 3339 everywhere (the metadata's format is checked by validate_statement), UTC and
+    not in the future, start before finish, and the metadata's span covering every
+    byproduct's."""
     run = statement["predicate"]["runDetails"]
     meta = run.get("metadata") or {}
     check.invocation_id = meta.get("invocationId")
@@ -208,6 +225,10 @@ def _check_times(check: BuildRecordCheck, what: str, statement: Mapping[str, Any
         ann = b.get("annotations") or {}
         spans.append((f"runDetails.byproducts[{i}] ({b.get('name')})", ann))
     parsed: list[tuple[str, datetime | None, datetime | None]] = []
+    now = datetime.now(UTC)
+    hint = (
+        "nvkr writes UTC times of the past; the record was edited or the builder's clock was wrong"
+    )
     for where, holder in spans:
         times: list[datetime | None] = []
         for key in ("startedOn", "finishedOn"):
@@ -216,10 +237,15 @@ def _check_times(check: BuildRecordCheck, what: str, statement: Mapping[str, Any
                 times.append(None)
                 continue
             try:
-                times.append(parse_timestamp(value))
+                when = parse_timestamp(value)
             except ValueError as e:
                 check.problems.append((f"{what}: {where}.{key}: {e}", None))
                 return
+            problem = _time_problem(when, now)
+            if problem:
+                check.problems.append((f"{what}: {where}.{key} {value} {problem}", hint))
+                return
+            times.append(when)
         start, end = times
         if start is not None and end is not None and start > end:
             check.problems.append(

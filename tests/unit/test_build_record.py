@@ -447,7 +447,7 @@ def test_a_record_of_another_set_exits_3(
         (lambda run: run["metadata"].update(finishedOn="yesterday"), "yesterday"),
         (
             lambda run: run["metadata"].update(
-                startedOn="2030-01-01T00:00:00Z", finishedOn="2029-01-01T00:00:00Z"
+                startedOn="2025-01-01T00:00:00Z", finishedOn="2024-01-01T00:00:00Z"
             ),
             "is after finishedOn",
         ),
@@ -462,6 +462,23 @@ def test_a_record_of_another_set_exits_3(
                 startedOn="1999-01-01T00:00:00Z", finishedOn="1999-01-01T00:00:01Z"
             ),
             "outside",
+        ),
+        (
+            lambda run: run["metadata"].update(startedOn="2026-01-01T02:00:00+02:00"),
+            "is not UTC",
+        ),
+        (
+            lambda run: run["byproducts"][0]["annotations"].update(
+                startedOn="2026-01-01T00:00:00-05:00"
+            ),
+            "is not UTC",
+        ),
+        (
+            lambda run: (
+                run["metadata"].update(finishedOn="2999-01-01T00:00:00Z"),
+                run["byproducts"][0]["annotations"].update(finishedOn="2999-01-01T00:00:00Z"),
+            ),
+            "is in the future",
         ),
     ],
 )
