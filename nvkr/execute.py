@@ -87,13 +87,16 @@ class BuildClock:
 class BuildReport:
     """What a build did: action keys ``built`` (builders ran), ``cached`` (found in the store)
     and ``remote`` (key → the cache it came from), every result, and ``invocation_id``: the UUID
-    recorded in the ``run`` of every action this build ran; ``clock`` the times recorded."""
+    recorded in the ``run`` of every action this build ran; ``clock`` the times recorded;
+    ``actions`` how many the build is made of (the roots' closure, or the targets), which the
+    ``actions-planned`` event and the summary count, cached ones below a cached one included."""
 
     built: list[str] = field(default_factory=list)
     cached: list[str] = field(default_factory=list)
     remote: dict[str, str] = field(default_factory=dict)
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
     invocation_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    actions: int = 0
     clock: Callable[[], float] = field(default_factory=BuildClock, repr=False, compare=False)
 
     @property
@@ -300,6 +303,7 @@ def execute(
             hint="build those first (the fan-out units they belong to come earlier, "
             "`nvkr plan --fan-out`), or select them too",
         )
+    report.actions = len(targets) if targets is not None else len(_closure(plan, plan.roots))
     _take_found(plan, walk, report, emit, hook)
     if cached_only and walk.to_run:
         raise _missing_error(plan, walk.to_run)
@@ -307,6 +311,18 @@ def execute(
         _Run(plan, store, fetch, walk, report, emit, hook, jobs).run()
     _emit_warnings(plan, store, report, emit, targets)
     return report
+
+
+def _closure(plan: Plan, roots: list[str]) -> set[str]:
+    """``roots`` and every action they need, transitively."""
+    seen: set[str] = set()
+    stack = list(roots)
+    while stack:
+        key = stack.pop()
+        if key not in seen and key in plan.actions:
+            seen.add(key)
+            stack.extend(plan.actions[key].deps)
+    return seen
 
 
 def _take_found(plan: Plan, walk: Walk, report: BuildReport, emit: Emit, hook: ResultHook) -> None:
@@ -318,7 +334,7 @@ def _take_found(plan: Plan, walk: Walk, report: BuildReport, emit: Emit, hook: R
         report.results[key] = hit.result
     emit(
         ActionsPlanned(
-            actions=len(walk.to_run) + len(walk.cached) + len(walk.remote),
+            actions=max(report.actions, len(walk.to_run) + len(walk.cached) + len(walk.remote)),
             to_run=len(walk.to_run),
             cached=len(walk.cached),
             remote=len(walk.remote),
