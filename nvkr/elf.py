@@ -3,7 +3,8 @@
 The go-binary builder records a binary's ``linkage`` from it: ``dynamic`` when the file names
 an interpreter (``PT_INTERP``, e.g. ``/lib64/ld-linux-x86-64.so.2``, which loads libc before
 ``main``), else ``static``; the container-image builder warns when a dynamic one goes on
-``scratch``, where there is no interpreter to start it. Read from the ELF header and program
+``scratch``, where there is no interpreter to start it, and, when the binary imports ``dlopen``
+(read from its dynamic symbol table), does not tell it to link statically. Read from the ELF header and program
 headers (System V ABI, "ELF Header" and "Program Header"), 32- and 64-bit, either byte order.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from nvkr.errors import BuildError
 
@@ -21,13 +23,22 @@ PT_INTERP = 3
 _MAX_INTERP = 4096  # bytes: a path, never more
 
 
+SHT_DYNSYM = 11
+#: The libc functions that load a shared library at run time (glibc: libc.so.6 or libdl).
+_LOADERS = frozenset({b"dlopen", b"dlmopen"})
+_MAX_DYNSYM = 64 << 20  # bytes of symbols and names read, at most
+
+
 @dataclass(frozen=True)
 class ElfInfo:
-    """``machine`` (``amd64``, ``arm64``, or ``em-<number>``) and ``interpreter`` (the
-    ``PT_INTERP`` path, None for a static binary)."""
+    """``machine`` (``amd64``, ``arm64``, or ``em-<number>``), ``interpreter`` (the
+    ``PT_INTERP`` path, None for a static binary) and ``loads_libraries`` (the binary imports
+    ``dlopen``: it loads shared libraries at run time, e.g. NVIDIA's NVML, which a static binary
+    cannot do)."""
 
     machine: str
     interpreter: str | None
+    loads_libraries: bool = False
 
     @property
     def linkage(self) -> str:
@@ -73,4 +84,51 @@ def read_elf(path: Path) -> ElfInfo:
             raw = f.read(min(size, _MAX_INTERP))
             interpreter = raw.split(b"\0", 1)[0].decode(errors="replace")
             break
-    return ElfInfo(MACHINES.get(machine, f"em-{machine}"), interpreter or None)
+        loads = bool(interpreter) and _imports_a_loader(f, header, order, is64)
+    return ElfInfo(MACHINES.get(machine, f"em-{machine}"), interpreter or None, loads)
+
+
+def _imports_a_loader(f: BinaryIO, header: bytes, order: str, is64: bool) -> bool:
+    """Whether the dynamic symbol table (``SHT_DYNSYM``) names ``dlopen`` undefined, i.e.
+    imported from libc. A file without section headers, or with ones that point outside it,
+    says no."""
+    word = order + ("Q" if is64 else "I")
+    (shoff,) = struct.unpack_from(word, header, 24 if is64 else 16)
+    shentsize, shnum = struct.unpack_from(order + "HH", header, 42 if is64 else 30)
+    if not shoff or shentsize < (64 if is64 else 40):
+        return False
+
+    def section(i: int) -> tuple[int, int, int, int] | None:
+        """(type, offset, size, link) of section ``i``."""
+        f.seek(shoff + i * shentsize)
+        raw = f.read(shentsize)
+        if len(raw) < shentsize:
+            return None
+        (sh_type,) = struct.unpack_from(order + "I", raw, 4)
+        if is64:
+            offset, size = struct.unpack_from(order + "QQ", raw, 24)
+            (link,) = struct.unpack_from(order + "I", raw, 40)
+        else:
+            offset, size, link = struct.unpack_from(order + "III", raw, 16)
+        return sh_type, offset, size, link
+
+    for i in range(min(shnum, 4096)):
+        sec = section(i)
+        if sec is None or sec[0] != SHT_DYNSYM:
+            continue
+        strtab = section(sec[3])
+        if strtab is None:
+            return False
+        f.seek(strtab[1])
+        names = f.read(min(strtab[2], _MAX_DYNSYM))
+        f.seek(sec[1])
+        symbols = f.read(min(sec[2], _MAX_DYNSYM))
+        size = 24 if is64 else 16
+        for at in range(0, len(symbols) - size + 1, size):
+            (name,) = struct.unpack_from(order + "I", symbols, at)
+            (shndx,) = struct.unpack_from(order + "H", symbols, at + (6 if is64 else 14))
+            end = names.find(b"\0", name)
+            if shndx == 0 and names[name : end if end >= 0 else None] in _LOADERS:
+                return True
+        return False
+    return False

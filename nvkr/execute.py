@@ -22,7 +22,8 @@ error.
 
 Every action record the executor writes carries ``run``: ``{"invocationId": <UUID of this
 execute() call, i.e. of one nvkr build>, "startedOn", "finishedOn"}`` (RFC 3339 UTC, to the
-second; the start is taken before the action's sources are fetched), and the metadata keys its
+second, from the build's :class:`BuildClock`, which never goes backwards; the start is taken
+before the action's sources are fetched), and the metadata keys its
 builder declares as describing the run (``run_metadata``: node-image's ``timings``), which thus
 never reach a result a cache shares (:mod:`nvkr.cache.entry`). Nothing hashes records
 (action keys come from inputs, a release set from output digests), so the times never reach an
@@ -71,17 +72,33 @@ Emit = Callable[[Event], None]
 ResultHook = Callable[[Action, dict[str, Any], str], None]
 
 
+class BuildClock:
+    """The time of one build, in seconds since 1970: the wall clock read once at the start, then
+    advanced by the monotonic clock, so a wall clock stepped back (NTP) mid-build never makes
+    an action finish before it started or start before what it needs finished."""
+
+    def __init__(self) -> None:
+        self._wall, self._mono = time.time(), time.monotonic()
+
+    def __call__(self) -> float:
+        return self._wall + (time.monotonic() - self._mono)
+
+
 @dataclass
 class BuildReport:
     """What a build did: action keys ``built`` (builders ran), ``cached`` (found in the store)
     and ``remote`` (key → the cache it came from), every result, and ``invocation_id``: the UUID
-    recorded in the ``run`` of every action this build ran."""
+    recorded in the ``run`` of every action this build ran; ``clock`` the times recorded;
+    ``actions`` how many the build is made of (the roots' closure, or the targets), which the
+    ``actions-planned`` event and the summary count, cached ones below a cached one included."""
 
     built: list[str] = field(default_factory=list)
     cached: list[str] = field(default_factory=list)
     remote: dict[str, str] = field(default_factory=dict)
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
     invocation_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    actions: int = 0
+    clock: Callable[[], float] = field(default_factory=BuildClock, repr=False, compare=False)
 
     @property
     def up_to_date(self) -> bool:
@@ -155,6 +172,7 @@ def run_action(
     invocation_id: str | None = None,
     started: float | None = None,
     progress: Callable[[ActionProgress], None] | None = None,
+    clock: Callable[[], float] | None = None,
 ) -> dict[str, Any]:
     """Run one action's builder in a fresh work dir and record its result in the action cache.
 
@@ -164,7 +182,8 @@ def run_action(
     every tool that can change the outputs: only such a result may be shared beyond this
     store), ``warnings`` what the builder warned about (``{"message"[, "hint"]}`` each),
     ``invocation_id`` (default: a new UUID),
-    ``started`` (seconds since 1970, default: now) and the time the builder returned, both as
+    ``started`` (seconds since 1970, default: ``clock()``) and ``clock()`` when the builder
+    returned (``clock``: the build's :class:`BuildClock`, default the wall clock), both as
     RFC 3339 UTC (:func:`nvkr.provenance.timestamp`). ``progress`` gets what the builder
     reports through :meth:`~nvkr.builders.ActionContext.progress`.
 
@@ -175,7 +194,8 @@ def run_action(
         BuildError: the builder hit an OSError (disk full, permissions), named likewise.
     """
     builder = get_builder(action.builder)
-    started = time.time() if started is None else started
+    clock = clock or time.time
+    started = clock() if started is None else started
     with store.workdir(prefix=f"act-{action.key[7:19]}-") as workdir:
         ctx = ActionContext(action, store, workdir, deps)
         if progress is not None:
@@ -214,7 +234,7 @@ def run_action(
     result["run"] = {
         "invocationId": invocation_id or str(uuid.uuid4()),
         "startedOn": timestamp(started),
-        "finishedOn": timestamp(max(started, time.time())),  # a clock stepped back mid-action
+        "finishedOn": timestamp(max(started, clock())),  # a clock stepped back mid-action
         **run_details,
     }
     store.put_action(action.key, result)
@@ -284,6 +304,7 @@ def execute(
             hint="build those first (the fan-out units they belong to come earlier, "
             "`nvkr plan --fan-out`), or select them too",
         )
+    report.actions = len(targets) if targets is not None else len(_closure(plan, plan.roots))
     _take_found(plan, walk, report, emit, hook)
     if cached_only and walk.to_run:
         raise _missing_error(plan, walk.to_run)
@@ -291,6 +312,18 @@ def execute(
         _Run(plan, store, fetch, walk, report, emit, hook, jobs).run()
     _emit_warnings(plan, store, report, emit, targets)
     return report
+
+
+def _closure(plan: Plan, roots: list[str]) -> set[str]:
+    """``roots`` and every action they need, transitively."""
+    seen: set[str] = set()
+    stack = list(roots)
+    while stack:
+        key = stack.pop()
+        if key not in seen and key in plan.actions:
+            seen.add(key)
+            stack.extend(plan.actions[key].deps)
+    return seen
 
 
 def _take_found(plan: Plan, walk: Walk, report: BuildReport, emit: Emit, hook: ResultHook) -> None:
@@ -302,7 +335,7 @@ def _take_found(plan: Plan, walk: Walk, report: BuildReport, emit: Emit, hook: R
         report.results[key] = hit.result
     emit(
         ActionsPlanned(
-            actions=len(walk.to_run) + len(walk.cached) + len(walk.remote),
+            actions=max(report.actions, len(walk.to_run) + len(walk.cached) + len(walk.remote)),
             to_run=len(walk.to_run),
             cached=len(walk.cached),
             remote=len(walk.remote),
@@ -341,7 +374,7 @@ class _Run:
         self.pool = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="nvkr-action")
 
     def work(self, action: Action) -> dict[str, Any]:
-        started = time.time()
+        started = self.report.clock()
         self.gate.ensure(action)
         deps = {k: self.report.results[k] for k in action.deps}
         return run_action(
@@ -351,6 +384,7 @@ class _Run:
             invocation_id=self.report.invocation_id,
             started=started,
             progress=self.emit,
+            clock=self.report.clock,
         )
 
     def start_ready(self) -> None:

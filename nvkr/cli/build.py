@@ -376,6 +376,7 @@ def _result(
     fields = {
         "upToDate": report.up_to_date,
         "buildDigest": plan.build_digest,
+        "actions": report.actions,
         "built": report.built,
         "cached": report.cached,
         "remote": [
@@ -387,7 +388,7 @@ def _result(
     summary = {
         "remote": dict(report.remote),
         "built": len(report.built),
-        "actions": len(plan.actions),
+        "actions": report.actions,
         "targets": len(targets) if targets is not None else None,
         "cache": f"{target.registry}/{target.repository}"
         if pushed is not None and target is not None

@@ -120,7 +120,7 @@ def ls(
 ) -> None:
     """List DIR (default /) of the machine image's root file system: each entry's path (a
     symlink with -> its target), with -l its mode, uid:gid and size in bytes; with -R every path
-    under DIR. Exit 1 when DIR is not in the image."""
+    under DIR (a file is listed itself, with or without -R). Exit 1 when DIR is not in the image."""
     from nvkr.diff.images import entry_json
 
     source, artifact, where = _split(args, "nvkr image ls SOURCE [ARTIFACT] [DIR]")
@@ -131,7 +131,7 @@ def ls(
         top = fs.lookup(os.fsencode(where), follow=True)
         if top is None:
             raise ImagePathError(f"{where}: no such file or directory in {label}")
-        if recursive:
+        if recursive and stat.S_ISDIR(top.mode):
             entries = [e for e in fs.walk(top) if e.path != top.path]
         elif stat.S_ISDIR(top.mode):
             entries = fs.children(top)

@@ -27,19 +27,21 @@ def show(app: App, source: str, as_json: bool, registry: RegistryAccess) -> None
     """Show the release set in PATH (a dist/<name> directory) or at REF
     (REGISTRY/REPOSITORY:TAG or @sha256:<hex>; only its index and metadata are fetched):
     artifacts, each machine image's size (QCOW2 bytes, virtual disk, compression), cluster
-    release, node-pool releases."""
+    release, node-pool releases, and the build warnings the build record beside PATH keeps."""
     from rich.markup import escape
     from rich.table import Table
 
     from nvkr.cli.common import make_console
     from nvkr.delivery.imagesizes import machine_image_sizes
-    from nvkr.delivery.show import artifact_rows, load_release_set
+    from nvkr.delivery.show import artifact_rows, build_warnings, load_release_set
 
     meta, top = load_release_set(source, registry=registry)
     sizes = machine_image_sizes(meta, source, registry=registry)
+    warnings = build_warnings(source)
     if as_json:
         doc = {"digest": top["digest"], "metadata": meta}
         doc["machineImages"] = [s.to_json() for s in sizes]
+        doc["buildWarnings"] = warnings
         click.echo(json.dumps(doc, indent=2, sort_keys=True))
         return
     console = make_console()
@@ -72,6 +74,12 @@ def show(app: App, source: str, as_json: bool, registry: RegistryAccess) -> None
             console.print(f"  image {image['name']} {image['digest']}")
     for pool in meta.get("nodePoolReleases", []):
         console.print(f"node-pool release {escape(pool['name'])}: {', '.join(pool['artifacts'])}")
+    if warnings:
+        console.print(f"{len(warnings)} build warning{'s' if len(warnings) != 1 else ''}:")
+        for w in warnings:
+            console.print(f"  [yellow]warning[/]: {escape(w['action'])}: {escape(w['message'])}")
+            if w.get("hint"):
+                console.print(f"    hint: {escape(w['hint'])}")
 
 
 def _bytes(n: int) -> str:

@@ -185,7 +185,14 @@ def gc(
     seconds = parse_duration(older_than) if older_than is not None else None
     limit = parse_size(max_size) if max_size is not None else None
     store = Store(app.store_root)
-    sweep = collect(store, keep=keep, older_than=seconds, max_size=limit, dry_run=dry_run)
+    sweep = collect(
+        store,
+        keep=keep,
+        older_than=seconds,
+        max_size=limit,
+        dry_run=dry_run,
+        on_wait=lambda message: click.echo(f"store gc: {message}", err=True),
+    )
     if as_json:
         click.echo(json.dumps({"store": str(store.root), **sweep.as_json()}, sort_keys=True))
         return

@@ -196,6 +196,10 @@ def _print(doc: dict[str, Any]) -> None:
             else ""
         )
         click.echo(f"  build record {record['path']}: {record['actions']} actions{span}{signed}")
+        for w in record.get("warnings") or []:
+            click.echo(f"    warning: {w['action']}: {w['message']}")
+            if w.get("hint"):
+                click.echo(f"      hint: {w['hint']}")
     elif record:
         click.echo(
             f"  build record {record['path']}: "

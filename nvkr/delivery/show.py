@@ -9,6 +9,7 @@ payload blobs (binaries, layers, charts) are not read.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -97,3 +98,19 @@ def artifact_rows(meta: dict[str, Any]) -> list[ArtifactRow]:
             continue
         rows.append(ArtifactRow(art["name"], art["kind"], _platforms(art), key[1], seen.pop(key)))
     return rows
+
+
+def build_warnings(source: str) -> list[dict[str, str]]:
+    """The build warnings (``{"action", "message"[, "hint"]}``) the build record beside a
+    ``dist/<name>`` directory keeps; none for a registry reference or a set without a readable
+    record (``nvkr verify`` checks the record; this only reads it)."""
+    layout = Path(source)
+    if not layout.is_dir():
+        return []
+    from nvkr.releaseset.record import record_paths, record_warnings
+
+    try:
+        statement = json.loads(record_paths(layout)[0].read_bytes())
+    except (OSError, ValueError):
+        return []
+    return record_warnings(statement) if isinstance(statement, dict) else []

@@ -297,13 +297,28 @@ def _parse_deb_filename(filename: str) -> tuple[str, str, str]:
     return name, version, arch
 
 
-def _explain_apt_failure(name: str, source: AptSource, output: str) -> AptError:
+def _versions_served(session: AptSession, package: str) -> list[str]:
+    """The versions of ``package`` the session's indexes hold, newest first (apt's order)."""
+    proc = run(["apt-cache", *session.opts, "madison", package], env=session.env, check=False)
+    seen: list[str] = []
+    for line in proc.stdout.decode(errors="replace").splitlines():
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) >= 2 and parts[0] == package and parts[1] not in seen:
+            seen.append(parts[1])
+    return seen
+
+
+def _explain_apt_failure(
+    name: str, source: AptSource, output: str, session: AptSession
+) -> AptError:
     m = re.search(r"Version '([^']+)' for '([^']+)' was not found", output)
     if m:
+        versions = _versions_served(session, m.group(2))
         return AptError(
             f"source {name!r}: package {m.group(2)} version {m.group(1)} is not in the "
-            f"repositories ({', '.join(sorted(source.apt))}) for {source.arch}",
-            hint="pick a version the mirror serves (apt-cache madison NAME on a Debian host)",
+            f"repositories ({', '.join(sorted(source.apt))}) for {source.arch}; they have: "
+            + (", ".join(versions) or "none"),
+            hint="pin one of the versions listed",
         )
     m = re.search(r"Unable to locate package (\S+)", output)
     if m:
@@ -423,7 +438,8 @@ def _resolve_packages(
         )
         out = proc.stdout.decode(errors="replace")
         if proc.returncode != 0:
-            raise _explain_apt_failure(name, source, out + proc.stderr.decode(errors="replace"))
+            output = out + proc.stderr.decode(errors="replace")
+            raise _explain_apt_failure(name, source, output, session)
         picked: list[tuple[str, str, str, str, int]] = []
         for line in out.splitlines():
             m = _PRINT_URI.match(line.strip())

@@ -41,8 +41,10 @@ def _action_fields(action: Any) -> dict[str, Any]:
 
 class ActionsPlanned(NamedTuple):
     """The executor's walk is done: ``actions`` in the plan's closure of the roots (or targets),
-    ``to_run`` of them to build, ``cached`` in the store, ``remote`` taken from caches. What a
-    display's done/total counts."""
+    ``to_run`` of them to build, ``cached`` in the store and ``remote`` taken from caches where
+    the walk stopped (what a cached action needs is among ``actions``, not counted again). What a
+    display's done/total counts; the ``result`` event's ``actions`` and the summary say the same
+    number."""
 
     actions: int
     to_run: int

@@ -73,6 +73,27 @@ def app_version(value: str) -> str:
     return value
 
 
+#: A Debian version (deb-version(7)): [EPOCH:]UPSTREAM[-REVISION] of these characters.
+_DEB_VERSION_RE = re.compile(r"^([0-9]+:)?[0-9A-Za-z][0-9A-Za-z.+~:-]*$")
+
+
+def apt_version(value: str) -> str:
+    """An apt package pin: one exact Debian version. apt would take ``252.*`` as a glob and pick
+    whichever matching version the mirror serves that day, so a glob is refused here."""
+    if is_template(value):
+        return value
+    if any(c in value for c in "*?[]"):
+        raise ValueError(
+            f"{value!r} is a glob; an apt pin is one exact Debian version, e.g. 252.39-1~deb12u1 "
+            "(the versions a mirror serves: apt-cache madison NAME)"
+        )
+    if not _DEB_VERSION_RE.match(value):
+        raise ValueError(
+            f"{value!r} is not a Debian version [EPOCH:]UPSTREAM[-REVISION], e.g. 252.39-1~deb12u1"
+        )
+    return value
+
+
 def relative_dir(value: str) -> str | None:
     """A directory inside a source (a chart's ``subdir``), normalised; None for the source's
     root."""
@@ -239,4 +260,5 @@ ImageRepository = Annotated[str, AfterValidator(image_repository)]
 PinnedImage = Annotated[str, AfterValidator(pinned_image)]
 DiskSize = Annotated[str, AfterValidator(disk_size)]
 Epoch = Annotated[str, AfterValidator(epoch)]
+AptVersion = Annotated[str, AfterValidator(apt_version)]
 NoFloats = Annotated[dict[str, Any], AfterValidator(no_floats)]

@@ -200,7 +200,7 @@ class AptSource(Strict):
         description="Optional. the base set: minbase (Essential + Priority required + apt, as "
         "mmdebstrap --variant=minbase), essential, or none",
     )
-    packages: dict[str, str] = Field(
+    packages: dict[str, fc.AptVersion] = Field(
         default_factory=dict,
         description='Optional. package name -> exact Debian version, e.g. {systemd: "252.39-1~deb12u1"}',
     )

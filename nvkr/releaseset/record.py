@@ -24,7 +24,8 @@ The record is an in-toto Statement v1 (canonical JSON) with a SLSA provenance v1
                    release-set action and everything it needs, transitively): "name" = the
                    action's name (artifact and variant axes), "digest" = its main output,
                    "annotations" {"actionKey", "builder", "cached", "invocationId", "startedOn",
-                   "finishedOn"}
+                   "finishedOn"[, "warnings": [{"message"[, "hint"]}] the builder's warnings,
+                   e.g. a chart that ignores a digest pin]}
 
 Every time comes from the action cache: :func:`nvkr.execute.run_action` stores ``run``
 (``invocationId`` of the ``nvkr build`` that ran it, ``startedOn``, ``finishedOn``) in each record
@@ -150,6 +151,28 @@ def _dependencies(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [unique[k] for k in sorted(unique, key=lambda k: (str(unique[k].get("name")), k))]
 
 
+def _warnings(value: Any) -> list[dict[str, str]]:
+    """The ``{"message"[, "hint"]}`` warnings of an action record (anything else left out)."""
+    out: list[dict[str, str]] = []
+    for w in value if isinstance(value, list) else []:
+        if isinstance(w, Mapping) and isinstance(w.get("message"), str):
+            out.append({k: str(w[k]) for k in ("message", "hint") if isinstance(w.get(k), str)})
+    return out
+
+
+def record_warnings(statement: Mapping[str, Any]) -> list[dict[str, str]]:
+    """Every build warning a build record keeps: ``{"action", "message"[, "hint"]}``, in the
+    byproducts' order (by action name)."""
+    run = (statement.get("predicate") or {}).get("runDetails") or {}
+    out: list[dict[str, str]] = []
+    for b in run.get("byproducts") or []:
+        ann = b.get("annotations") if isinstance(b, Mapping) else None
+        if isinstance(ann, Mapping):
+            for w in _warnings(ann.get("warnings")):
+                out.append({"action": str(b.get("name")), **w})
+    return out
+
+
 def build_record(
     spec: Mapping[str, Any],
     set_action: Mapping[str, str],
@@ -193,6 +216,9 @@ def build_record(
         for field_name in ("invocationId", "startedOn", "finishedOn"):
             if isinstance(run.get(field_name), str):
                 annotations[field_name] = run[field_name]
+        warnings = _warnings(record.get("warnings"))
+        if warnings:
+            annotations["warnings"] = warnings
         try:
             if "startedOn" in annotations:
                 starts.append((parse_timestamp(annotations["startedOn"]), run["startedOn"]))

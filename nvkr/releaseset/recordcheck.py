@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +24,7 @@ from nvkr.sign import PublicKey, check_envelope, envelope_parts
 
 if TYPE_CHECKING:
     pass
-from nvkr.releaseset.record import record_paths, record_subjects
+from nvkr.releaseset.record import record_paths, record_subjects, record_warnings
 
 
 # -- checking ------------------------------------------------------------------------------------
@@ -32,7 +32,8 @@ from nvkr.releaseset.record import record_paths, record_subjects
 class BuildRecordCheck:
     """What :func:`check_build_record` found. ``present``: the record file exists; ``checked``:
     it was read and compared; ``signed``: an envelope is there; ``verified_by``: the given keys'
-    ids that verified it; ``problems``: messages (any makes verify exit 3)."""
+    ids that verified it; ``warnings``: the build's warnings the record keeps (``{"action",
+    "message"[, "hint"]}``, no problem); ``problems``: messages (any makes verify exit 3)."""
 
     path: str
     present: bool = False
@@ -43,6 +44,7 @@ class BuildRecordCheck:
     started_on: str | None = None
     finished_on: str | None = None
     actions: int = 0
+    warnings: list[dict[str, str]] = field(default_factory=list)
     problems: list[tuple[str, str | None]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -56,6 +58,7 @@ class BuildRecordCheck:
             "startedOn": self.started_on,
             "finishedOn": self.finished_on,
             "actions": self.actions,
+            "warnings": self.warnings,
         }
 
 
@@ -70,7 +73,8 @@ def check_build_record(
     Its absence is no problem (``present`` False). Present, it must be a valid statement
     (:func:`nvkr.provenance.validate_statement`, SLSA provenance v1), name exactly the subjects
     :func:`record_subjects` gives (a record of another build or set names other digests: the
-    problem names the artifact), hold RFC 3339 times with every ``startedOn`` <= its
+    problem names the artifact), hold RFC 3339 UTC times, none in the future (beyond
+    :data:`CLOCK_SKEW`), with every ``startedOn`` <= its
     ``finishedOn`` and the metadata's span covering every byproduct's; an envelope beside it must
     carry its exact bytes, and with ``keys`` verify with one of them.
     """
@@ -139,6 +143,7 @@ def check_record_bytes(
         return check
     _check_subjects(check, what, statement, metadata, release_set_digest)
     _check_times(check, what, statement)
+    check.warnings = record_warnings(statement)
     if envelope is not None:
         _check_envelope(check, envelope_name, envelope, data, keys)
     return check
@@ -190,9 +195,25 @@ def _check_subjects(
         )
 
 
+#: How far in the future a record's time may be (the verifying machine's clock may be behind
+#: the building one's) before verify says it cannot have been recorded yet.
+CLOCK_SKEW = timedelta(minutes=10)
+
+
+def _time_problem(when: datetime, now: datetime) -> str | None:
+    """What is wrong with a record's time on its own: not UTC, or later than ``now`` (allowing
+    :data:`CLOCK_SKEW`)."""
+    if when.utcoffset() != timedelta(0):
+        return "is not UTC (nvkr records times with Z)"
+    if when > now + CLOCK_SKEW:
+        return f"is in the future (now is {now:%Y-%m-%dT%H:%M:%SZ})"
+    return None
+
+
 def _check_times(check: BuildRecordCheck, what: str, statement: Mapping[str, Any]) -> None:
-    """RFC 3339 everywhere (the metadata's format is checked by validate_statement), start
-    before finish, and the metadata's span covering every byproduct's."""
+    """RFC 3339 everywhere (the metadata's format is checked by validate_statement), UTC and
+    not in the future, start before finish, and the metadata's span covering every
+    byproduct's."""
     run = statement["predicate"]["runDetails"]
     meta = run.get("metadata") or {}
     check.invocation_id = meta.get("invocationId")
@@ -204,6 +225,10 @@ def _check_times(check: BuildRecordCheck, what: str, statement: Mapping[str, Any
         ann = b.get("annotations") or {}
         spans.append((f"runDetails.byproducts[{i}] ({b.get('name')})", ann))
     parsed: list[tuple[str, datetime | None, datetime | None]] = []
+    now = datetime.now(UTC)
+    hint = (
+        "nvkr writes UTC times of the past; the record was edited or the builder's clock was wrong"
+    )
     for where, holder in spans:
         times: list[datetime | None] = []
         for key in ("startedOn", "finishedOn"):
@@ -212,10 +237,15 @@ def _check_times(check: BuildRecordCheck, what: str, statement: Mapping[str, Any
                 times.append(None)
                 continue
             try:
-                times.append(parse_timestamp(value))
+                when = parse_timestamp(value)
             except ValueError as e:
                 check.problems.append((f"{what}: {where}.{key}: {e}", None))
                 return
+            problem = _time_problem(when, now)
+            if problem:
+                check.problems.append((f"{what}: {where}.{key} {value} {problem}", hint))
+                return
+            times.append(when)
         start, end = times
         if start is not None and end is not None and start > end:
             check.problems.append(

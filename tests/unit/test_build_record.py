@@ -180,6 +180,39 @@ def test_every_action_run_records_its_times(built: Built) -> None:
         assert run["startedOn"].endswith("Z") and len(run["startedOn"]) == 20
 
 
+def test_times_do_not_go_backwards_within_a_build_when_the_clock_steps_back(
+    tmp_path: Path, recorder: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every reading of the wall clock is an hour before the last (NTP stepping it back): each
+    action still finishes after it starts, and starts after what it needs finished."""
+    import time as real_time
+    import types
+
+    import nvkr.execute
+
+    now = [real_time.time()]
+
+    def stepping_back() -> float:
+        now[0] -= 3600
+        return now[0]
+
+    fake = types.SimpleNamespace(time=stepping_back, monotonic=real_time.monotonic)
+    monkeypatch.setattr(nvkr.execute, "time", fake)
+    b = build(tmp_path)
+    runs = {k: b.store.get_action(k)["run"] for k in b.plan.actions}  # type: ignore[index]
+    for key, action in b.plan.actions.items():
+        start, end = (parse_timestamp(runs[key][f]) for f in ("startedOn", "finishedOn"))
+        assert start <= end, runs[key]
+        for dep in action.deps:
+            assert parse_timestamp(runs[dep]["finishedOn"]) <= start, (runs[dep], runs[key])
+    assert check_build_record(b.layout, read_metadata(b.layout), _set_digest(b)).problems == []
+
+
+def _set_digest(b: Built) -> str:
+    (set_key,) = b.plan.release_sets.values()
+    return str(b.report.results[set_key]["metadata"]["releaseSetDigest"])
+
+
 def test_a_cached_action_keeps_the_times_of_the_run_that_built_it(
     built: Built, recorder: Recorder
 ) -> None:
@@ -414,7 +447,7 @@ def test_a_record_of_another_set_exits_3(
         (lambda run: run["metadata"].update(finishedOn="yesterday"), "yesterday"),
         (
             lambda run: run["metadata"].update(
-                startedOn="2030-01-01T00:00:00Z", finishedOn="2029-01-01T00:00:00Z"
+                startedOn="2025-01-01T00:00:00Z", finishedOn="2024-01-01T00:00:00Z"
             ),
             "is after finishedOn",
         ),
@@ -429,6 +462,23 @@ def test_a_record_of_another_set_exits_3(
                 startedOn="1999-01-01T00:00:00Z", finishedOn="1999-01-01T00:00:01Z"
             ),
             "outside",
+        ),
+        (
+            lambda run: run["metadata"].update(startedOn="2026-01-01T02:00:00+02:00"),
+            "is not UTC",
+        ),
+        (
+            lambda run: run["byproducts"][0]["annotations"].update(
+                startedOn="2026-01-01T00:00:00-05:00"
+            ),
+            "is not UTC",
+        ),
+        (
+            lambda run: (
+                run["metadata"].update(finishedOn="2999-01-01T00:00:00Z"),
+                run["byproducts"][0]["annotations"].update(finishedOn="2999-01-01T00:00:00Z"),
+            ),
+            "is in the future",
         ),
     ],
 )
@@ -651,3 +701,41 @@ def test_pull_refuses_a_record_that_does_not_verify(
             keys=[load_public_key(keys["a.pub"])],
         )
     assert not target.exists() and not record_paths(target)[0].exists()
+
+
+# -- build warnings ------------------------------------------------------------------------------
+def test_build_warnings_are_kept_in_the_record_and_shown_by_verify_and_show(
+    tmp_path: Path, recorder: Recorder, nvkr: Callable[..., Result]
+) -> None:
+    pin = "chart agent: image repo@sha256:abc is pinned but no rendered manifest holds it"
+    recorder.hooks["agent [amd64]"] = lambda ctx: ctx.warn(pin, hint="the chart ignores the pin")
+    recorder.hooks["agent [arm64]"] = lambda ctx: ctx.warn("dynamic binary on scratch")
+    b = build(tmp_path)
+    annotated = {
+        p["name"]: p["annotations"].get("warnings")
+        for p in _load(b.record)["predicate"]["runDetails"]["byproducts"]
+    }
+    assert annotated["agent [amd64]"] == [{"message": pin, "hint": "the chart ignores the pin"}]
+    assert annotated["agent [arm64]"] == [{"message": "dynamic binary on scratch"}]
+    assert annotated[f"release set {NAME}"] is None
+    res = nvkr("verify", b.layout, "--json")
+    assert res.code == 0, res.stderr
+    assert json.loads(res.stdout)["buildRecord"]["warnings"] == [
+        {"action": "agent [amd64]", "message": pin, "hint": "the chart ignores the pin"},
+        {"action": "agent [arm64]", "message": "dynamic binary on scratch"},
+    ]
+    human = nvkr("verify", b.layout)
+    assert human.code == 0 and f"warning: agent [amd64]: {pin}" in human.stdout
+    assert "hint: the chart ignores the pin" in human.stdout
+    shown = nvkr("release-set", "show", b.layout)
+    assert shown.code == 0, shown.stderr
+    assert "2 build warnings" in shown.stdout and "dynamic binary on scratch" in shown.stdout
+    doc = json.loads(nvkr("release-set", "show", b.layout, "--json").stdout)
+    assert [w["action"] for w in doc["buildWarnings"]] == ["agent [amd64]", "agent [arm64]"]
+
+
+def test_a_record_without_warnings_shows_none(built: Built, nvkr: Callable[..., Result]) -> None:
+    assert (
+        json.loads(nvkr("verify", built.layout, "--json").stdout)["buildRecord"]["warnings"] == []
+    )
+    assert "build warning" not in nvkr("release-set", "show", built.layout).stdout

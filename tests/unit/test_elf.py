@@ -71,3 +71,34 @@ def test_not_elf_and_truncated(tmp_path: Path) -> None:
     cut.write_bytes(_elf(is64=True, big=False, machine=0x3E, interp=b"/x\0")[:80])
     with pytest.raises(BuildError, match="program header 0 lies outside the file"):
         read_elf(cut)
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        (
+            '#include <dlfcn.h>\nint main(void){return dlopen("libnvidia-ml.so.1", RTLD_NOW)!=0;}',
+            True,
+        ),
+        ('#include <stdio.h>\nint main(void){puts("hi");return 0;}', False),
+    ],
+)
+def test_a_binary_that_calls_dlopen_loads_libraries_at_run_time(
+    tmp_path: Path, source: str, expected: bool
+) -> None:
+    import shutil
+    import subprocess
+
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    (tmp_path / "m.c").write_text(source)
+    out = tmp_path / "m"
+    subprocess.run(["cc", "-o", str(out), str(tmp_path / "m.c"), "-ldl"], check=True)
+    info = read_elf(out)
+    assert info.linkage == "dynamic" and info.loads_libraries is expected
+
+
+def test_a_file_without_sections_loads_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "bare"
+    path.write_bytes(_elf(is64=True, big=False, machine=0x3E, interp=b"/lib64/ld.so\0"))
+    assert read_elf(path).loads_libraries is False

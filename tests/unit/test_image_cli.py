@@ -68,6 +68,17 @@ def test_ls_lists_a_directory_long_and_as_json(images: dict[str, Path]) -> None:
     assert "/usr/bin/tool" in out.splitlines() and "/" not in out.splitlines()
 
 
+def test_ls_recursive_on_a_file_lists_the_file(images: dict[str, Path]) -> None:
+    """-R on a file lists it, as without -R (``ls -R FILE``); a symlink as such."""
+    for path, line in (
+        ("/etc/hostname", "/etc/hostname"),
+        ("/usr/bin/short-link", "/usr/bin/short-link -> tool"),
+    ):
+        code, out, err = invoke("image", "ls", images["a"], path, "-R")
+        assert (code, err) == (0, ""), err
+        assert out.splitlines() == [line]
+
+
 def test_cat_writes_the_bytes_and_names_what_is_missing(images: dict[str, Path]) -> None:
     code, out, _ = invoke("image", "cat", images["a"], "/etc/hostname")
     assert (code, out) == (0, "node\n")

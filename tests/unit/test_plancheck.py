@@ -224,6 +224,16 @@ def test_a_cycle_is_a_reference_error_naming_the_chain(tmp_path: Path) -> None:
     [
         ('version: "0.1.0"', 'version: "0.2"', ["artifacts.chart.version: '0.2' is not"]),
         (
+            "arch: amd64}\n",
+            'arch: amd64, packages: {systemd: "252.*"}}\n',
+            ["sources.pkgs.packages.systemd: '252.*' is a glob"],
+        ),
+        (
+            "arch: amd64}\n",
+            'arch: amd64, packages: {systemd: "25[12].39-1"}}\n',
+            ["sources.pkgs.packages.systemd: '25[12].39-1' is a glob"],
+        ),
+        (
             "repository: example.org/img",
             "repository: example.org/Img",
             ["artifacts.chart.images.image.repository: 'example.org/Img'"],

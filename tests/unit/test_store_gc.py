@@ -329,3 +329,33 @@ def test_builds_finished_in_the_same_second_are_ordered_by_when_their_root_was_w
         path = store.roots_dir / f"{invocation}.json"
         os.utime(path, ns=(1_900_000_000_000_000_000 + i, 1_900_000_000_000_000_000 + i))
     assert [r.path.stem for r in _roots(store)] == ["c-last", "b-middle", "a-first"]
+
+
+@pytest.mark.parametrize("held", ["build", "reader"])
+def test_gc_says_when_it_waits_for_a_running_build_or_reader(tmp_path: Path, held: str) -> None:
+    store = Store(tmp_path / "store")
+    said: list[str] = []
+    release = threading.Event()
+
+    def hold() -> None:
+        ctx = store.lock() if held == "build" else store.reading()
+        with ctx:
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    time.sleep(0.1)
+
+    def on_wait(message: str) -> None:
+        said.append(message)
+        release.set()
+
+    try:
+        collect(store, on_wait=on_wait)
+    finally:
+        release.set()
+        holder.join()
+    assert len(said) == 1 and "waiting" in said[0], said
+    said.clear()
+    collect(store, on_wait=said.append)  # nothing holds the store: no word
+    assert said == []

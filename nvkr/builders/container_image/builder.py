@@ -336,10 +336,21 @@ def _warn_dynamic_on_scratch(ctx: ActionContext, p: DaemonlessParams) -> None:
         interpreter = str(meta.get("interpreter") or "")
         if meta.get("linkage") != "dynamic" or interpreter.lstrip("/") in paths:
             continue
-        ctx.warn(
+        message = (
             f"image {ctx.action.name}: /{f.path} (artifact '{f.artifact}') is dynamically "
             f"linked (ELF interpreter {interpreter or '?'}) and cannot start on base scratch, "
-            "which has no ELF interpreter and no libc",
+            "which has no ELF interpreter and no libc"
+        )
+        if meta.get("loadsLibraries"):
+            # dlopen needs the dynamic loader: a static build would start and then fail to load
+            ctx.warn(
+                message + "; it loads shared libraries at run time (dlopen), which a static "
+                "binary cannot",
+                hint="put it on a base image that has libc and the libraries it loads",
+            )
+            continue
+        ctx.warn(
+            message,
             hint='link it statically (go-binary ldflags: ["-extldflags=-static"]), build it '
             "with cgo: false (CGO_ENABLED=0), or put it on a base image that has libc",
         )

@@ -6,7 +6,7 @@ Inputs are the module's source tree (a deterministic tar in the store) and a pin
 ``CGO_ENABLED=0`` unless the recipe asks for cgo, ``-trimpath -buildvcs=false`` and an empty build
 id, for ``GOOS=linux`` and the variant's ``GOARCH``. Outputs: the binary and its module list
 (``go version -m -json``) for the SBOM; metadata ``linkage`` (``static``, or ``dynamic`` with the
-ELF ``interpreter`` it needs at start).
+ELF ``interpreter`` it needs at start, and ``loadsLibraries`` when it imports ``dlopen``).
 
 With ``cgo: true`` the C code is compiled by the recipe's tools tree (:mod:`.tools_tree`): the
 action depends on that rootfs action and names the compiler (``cc``) and the versions of the
@@ -367,6 +367,8 @@ class GoBinaryBuilder(Builder[GoBinaryArtifact]):
         )
         if elf.interpreter:
             ctx.metadata["interpreter"] = elf.interpreter
+        if elf.loads_libraries:
+            ctx.metadata["loadsLibraries"] = True
 
     def _build_in_tree(
         self,

@@ -473,3 +473,18 @@ def test_a_dynamic_binary_on_scratch_warns(world):
     assert "warnings" not in on_base
     world.agent_result["metadata"] = {"linkage": "static"}
     assert "warnings" not in world.build(files={"/usr/bin/agent": "agent"})
+
+
+def test_the_scratch_hint_does_not_recommend_static_linking_to_a_binary_that_loads_libraries(
+    world,
+):
+    """A binary importing dlopen (e.g. to load NVML) would lose that by linking statically."""
+    world.agent_result["metadata"] = {
+        "linkage": "dynamic",
+        "interpreter": "/lib64/ld-linux-x86-64.so.2",
+        "loadsLibraries": True,
+    }
+    (warning,) = world.build(files={"/usr/bin/agent": "agent"})["warnings"]
+    assert "loads shared libraries at run time (dlopen)" in warning["message"]
+    assert "static" not in warning["hint"] and "cgo: false" not in warning["hint"]
+    assert "base image that has libc" in warning["hint"]

@@ -101,7 +101,19 @@ def test_unknown_version_names_package(gpu_apt_repo: AptRepo, store: Store, tmp_
     assert (
         "nvidia-container-toolkit version 9.9.9-1 is not in the repositories" in err.value.message
     )
+    assert f"they have: {TOOLKIT_VERSION}" in err.value.message
     assert err.value.exit_code == 1
+
+
+def test_unknown_version_of_a_second_package_lists_its_versions(
+    gpu_apt_repo: AptRepo, store: Store, tmp_path: Path
+) -> None:
+    src = _source(gpu_apt_repo, {**TOOLKIT, "nvidia-driver-570": "570.1-1"}, "arm64")
+    with pytest.raises(AptError) as err:
+        resolve("gpu-stack", src, FetchContext(store=store), base_dir=tmp_path)
+    assert "nvidia-driver-570 version 570.1-1 is not in the repositories" in err.value.message
+    assert f"they have: {DRIVER_VERSION}" in err.value.message
+    assert TOOLKIT_VERSION not in err.value.message
 
 
 def test_unknown_package_names_it(gpu_apt_repo: AptRepo, store: Store, tmp_path: Path) -> None:

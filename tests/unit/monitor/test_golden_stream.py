@@ -78,3 +78,39 @@ def test_build_json_stream_matches_the_golden_transcript(tmp_path, http_dir):
         GOLDEN.parent.mkdir(exist_ok=True)
         GOLDEN.write_text(got)
     assert got == GOLDEN.read_text(), "the --json stream changed: regenerate and review"
+
+
+def test_the_json_stream_and_the_text_agree_on_the_number_of_actions(tmp_path, http_dir):
+    """A no-op rebuild's walk stops at the cached release set, and a rebuild of the release set
+    alone at its cached dependencies: the stream still counts every action of the build, as the
+    text does."""
+    (http_dir.root / "tool").write_bytes(TOOL)
+    proj = tmp_path / "proj"
+    (proj / "recipes").mkdir(parents=True)
+    recipe = RECIPE.format(base=http_dir.url, sha=hashlib.sha256(TOOL).hexdigest())
+    (proj / "recipes" / "small.yaml").write_text(recipe)
+    store = tmp_path / "store"
+    cold = run_nvkr("build", "recipes/small.yaml", "--json", cwd=proj, store=store)
+    assert cold.code == 0, cold.stderr
+    (result,) = [e for e in cold.json_events() if e["event"] == "result"]
+    set_key = result["built"][-1]
+
+    record = store / "actions" / f"{set_key.split(':')[1]}.json"
+
+    def counts(*args: str) -> dict[str, Any]:
+        res = run_nvkr("build", "recipes/small.yaml", "--json", *args, cwd=proj, store=store)
+        assert res.code == 0, res.stderr
+        return {e["event"]: e.get("actions") for e in res.json_events()}
+
+    def text() -> str:
+        res = run_nvkr("build", "recipes/small.yaml", cwd=proj, store=store)
+        assert res.code == 0, res.stderr
+        return res.stderr
+
+    assert "up to date — 5 actions" in text()
+    assert counts() == {"actions-planned": 5, "action-cached": None, "result": 5}
+    record.unlink()  # the release set's record gone: it alone is built again
+    assert "built 1 of 5 actions" in text()
+    record.unlink()
+    got = counts()
+    assert got["actions-planned"] == 5 and got["result"] == 5, got

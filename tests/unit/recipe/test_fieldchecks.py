@@ -39,3 +39,13 @@ def test_templates_are_left_for_the_check_after_rendering() -> None:
         fc.image_repository("ghcr.io/NVKR/agent")
     with pytest.raises(ValueError, match="OCI tag of at most 128"):
         fc.chart_version("1.0.0-" + "a" * 130)
+
+
+def test_an_apt_pin_is_one_exact_debian_version() -> None:
+    for good in ("252.39-1~deb12u1", "4:12.2.0-3", "1.6.20~ds1-1+deb12u3", "{{ vars.driver }}"):
+        assert fc.apt_version(good) == good
+    for glob in ("252.*", "252.3?-1", "25[12].39-1"):
+        with pytest.raises(ValueError, match="is a glob"):
+            fc.apt_version(glob)
+    with pytest.raises(ValueError, match="not a Debian version"):
+        fc.apt_version("")
