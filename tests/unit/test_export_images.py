@@ -358,7 +358,8 @@ def test_registry_urls_of_an_open_registry_pass_one_anonymous_head_each(registry
         proxy.clear()
         result = metal3(f"{proxy.host}/images/open:{NAME}")
         assert result.code == 0, result.output
-        assert "warning" not in result.stderr, result.stderr
+        # no anonymous-read warning (the sample set's chart is no CNI: that one is said)
+        assert "answers" not in result.stderr and "reached" not in result.stderr, result.stderr
         urls = template_urls(result.stdout)
         assert len(urls) == 2  # the control plane boots pool-0's image again
         heads = proxy.requests("HEAD", r"/blobs/sha256:")

@@ -2,10 +2,11 @@
 
 With ``infrastructure="metal3"`` :func:`nvkr.delivery.export.capi.export_capi` also writes the
 infrastructure templates that boot the machine images on bare metal through Metal3 (CAPM3,
-https://book.metal3.io): one ``Metal3MachineTemplate`` (``infrastructure.cluster.x-k8s.io/v1beta1``)
-per node-pool release, named like its MachineDeployment, and one for the control plane, named like
-the KubeadmControlPlane; each ``spec.template.spec.image`` is ``{url, checksum: <sha256 hex of the
-QCOW2 disk>, checksumType: sha256, format: qcow2}``. The URL comes from :class:`ImageUrls`: a
+https://book.metal3.io): one ``Metal3MachineTemplate`` (``infrastructure.cluster.x-k8s.io/v1beta2``,
+CAPM3 1.13 and later, or ``v1beta1`` for CAPM3 1.12) per node-pool release, named like its
+MachineDeployment, and one for the control plane, named like the KubeadmControlPlane; each
+``spec.template.spec.image`` is ``{url, checksum: <sha256 hex of the QCOW2 disk>, checksumType:
+sha256, diskFormat: qcow2}`` (v1beta1: ``format``). The URL comes from :class:`ImageUrls`: a
 web server's base (``{base}/{hex}.qcow2``) or the registry's blob endpoint. Same release set and
 options, same bytes: nothing is read from the clock, the environment or the network.
 """
@@ -99,7 +100,12 @@ def _sha256_hex(digest: Any, what: str) -> str:
 
 
 def metal3_image(
-    metadata: Mapping[str, Any], pool: Mapping[str, Any], label: str, urls: ImageUrls
+    metadata: Mapping[str, Any],
+    pool: Mapping[str, Any],
+    label: str,
+    urls: ImageUrls,
+    *,
+    v1beta2: bool = True,
 ) -> dict[str, str]:
     """Metal3 ``image`` of a node-pool release's machine image (CAPM3 ``Image``, see below).
 
@@ -122,12 +128,13 @@ def metal3_image(
     # md5sum value or a URL to retrieve one" (the value itself here: the webhook parses it as a
     # URL only when it starts with http:// or https://); checksumType enum md5;sha256;sha512
     # (baremetal-operator: "If missing, MD5 is used", so it is always set); format (json tag of
-    # DiskFormat) enum raw;qcow2;vdi;vmdk;live-iso.
+    # DiskFormat) enum raw;qcow2;vdi;vmdk;live-iso. api/v1beta2/common_types.go renamed the
+    # json tag to diskFormat (same enum).
     return {
         "url": urls.url(primary["digest"]),
         "checksum": hexdigest,
         "checksumType": "sha256",
-        "format": fmt,
+        ("diskFormat" if v1beta2 else "format"): fmt,
     }
 
 
@@ -140,14 +147,18 @@ def metal3_template(
     data_template: str | None = None,
 ) -> dict[str, Any]:
     """A Metal3MachineTemplate booting ``image``, selecting hosts by ``match_labels``, its
-    machines' metadata from the Metal3DataTemplate ``data_template``."""
+    machines' metadata from the Metal3DataTemplate ``data_template`` (in the template's
+    namespace)."""
     # cluster-api-provider-metal3 api/v1beta1: Metal3MachineTemplate spec.template.spec is a
     # Metal3MachineSpec, whose `image` is the Image type (see metal3_image), whose
     # `hostSelector` (HostSelector: matchLabels, matchExpressions) filters BareMetalHosts by
     # label and whose `dataTemplate` (corev1.ObjectReference) names the Metal3DataTemplate.
     spec: dict[str, Any] = {"image": dict(image)}
     if data_template is not None:
+        # v1beta2's Metal3ObjectRef{name, namespace} counts as set (IsDefined) only with both
         spec["dataTemplate"] = {"name": data_template}
+        if api_version.endswith("/v1beta2"):
+            spec["dataTemplate"]["namespace"] = metadata["namespace"]
     if match_labels:
         spec["hostSelector"] = {"matchLabels": dict(match_labels)}
     return {
@@ -218,10 +229,12 @@ def check_infrastructure(
     image_urls: ImageUrls | None,
     control_plane_pool: str | None,
     kind: str,
-    api_version: str,
+    api_version: str | None,
+    metal3_api_version: str = METAL3_API_VERSION,
 ) -> ImageUrls | None:
     """``image_urls`` when Metal3 templates are written, else None; rejects what
-    :func:`export_capi` says it rejects."""
+    :func:`export_capi` says it rejects (``api_version`` None: the one ``--metal3-api-version``
+    gives, ``metal3_api_version``)."""
     if infrastructure is None:
         if image_urls is not None or control_plane_pool is not None:
             raise UsageError(
@@ -235,11 +248,12 @@ def check_infrastructure(
             f"infrastructure {infrastructure!r} is not one nvkr writes templates for",
             hint="one of: " + ", ".join(INFRASTRUCTURES),
         )
-    if (kind, api_version) != (METAL3_MACHINE_TEMPLATE, METAL3_API_VERSION):
+    if kind != METAL3_MACHINE_TEMPLATE or api_version not in (None, metal3_api_version):
         raise UsageError(
             f"--infrastructure metal3 writes {METAL3_MACHINE_TEMPLATE} "
-            f"({METAL3_API_VERSION}), not {kind} ({api_version})",
-            hint="leave out --infrastructure-kind and --infrastructure-api-version",
+            f"({metal3_api_version}), not {kind} ({api_version or metal3_api_version})",
+            hint="leave out --infrastructure-kind and --infrastructure-api-version (choose "
+            "CAPM3's version with --metal3-api-version)",
         )
     if image_urls is None:
         raise UsageError(
