@@ -68,6 +68,14 @@ from nvkr.cli.common import RegistryAccess, registry_options
     "handshake (not ghcr.io or Docker Hub).",
 )
 @click.option(
+    "--image-url-oci",
+    is_flag=True,
+    help="metal3: Ironic pulls each machine image from the registry the set is read from (REF, "
+    "else --repository) as oci://REGISTRY/REPO@sha256:<its per-arch manifest>, no checksum "
+    "fields. Needs Ironic 29.0+ (experimental), baremetal-operator 0.12+ and CAPM3 1.14+ "
+    "(anonymous pulls: CAPM3 has no pull secret).",
+)
+@click.option(
     "--images-dir",
     type=click.Path(path_type=Path, file_okay=False),
     metavar="DIR",
@@ -139,6 +147,7 @@ def command(
     infrastructure: str | None,
     image_base_url: str | None,
     image_url_from_registry: bool,
+    image_url_oci: bool,
     images_dir: Path | None,
     control_plane_pool: str | None,
     host_arch_label: str | None,
@@ -163,6 +172,7 @@ def command(
         infrastructure=infrastructure,
         image_base_url=image_base_url,
         image_url_from_registry=image_url_from_registry,
+        image_url_oci=image_url_oci,
         control_plane_pool=control_plane_pool,
         host_arch_label=host_arch_label,
         images_dir=images_dir,

@@ -40,7 +40,8 @@ def loaded(layout: Path) -> tuple[dict[str, Any], str]:
 
 def _export(meta: dict[str, Any], digest: str, capi: str, metal3: bool, **kw: Any) -> list[Any]:
     if metal3:
-        kw.update(infrastructure="metal3", image_urls=export.ImageUrls.from_base_url(BASE))
+        kw.setdefault("image_urls", export.ImageUrls.from_base_url(BASE))
+        kw.update(infrastructure="metal3")
         meta = with_node_image(meta)
     kw.setdefault("api", export.ApiVersions(capi))
     return export.export_capi(
@@ -528,6 +529,7 @@ def test_unknown_api_versions_are_refused() -> None:
         ["--image-base-url", BASE],
         ["--control-plane-pool", "hopper"],
         ["--image-url-from-registry", "--repository", "127.0.0.1:5000/sets"],
+        ["--image-url-oci", "--repository", "127.0.0.1:5000/sets"],
         ["--control-plane-endpoint", "10.0.0.10:6443"],
         ["--api-version", "v1beta1"],
         ["--metal3-api-version", "v1beta1"],
@@ -838,3 +840,101 @@ def test_a_cluster_release_without_a_cni_warns(layout: Path) -> None:
     ]
     assert export_release.cni_addons({"ovn": "---\n" + flow}) == ["ovn"]
     assert export_release.cni_addons({"agent": "kind: ServiceAccount\n", "empty": ""}) == []
+
+
+# -- issue 27 item 3: machine images straight from the registry (oci://) -------------------------
+def test_oci_image_urls_name_the_per_arch_machine_image_manifest(
+    loaded: tuple[dict[str, Any], str],
+) -> None:
+    """Ironic (29.0+) deploys oci://REGISTRY/REPO@sha256:<image manifest> with the disk as
+    layers[0]; CAPM3 1.14 forbids checksum fields for such a URL."""
+    meta, digest = loaded
+    imaged = with_node_image(meta)
+    urls = export.ImageUrls.from_oci("reg.example:5000", "gpu/sets")
+    docs = _export(meta, digest, "v1beta2", True, image_urls=urls)
+    assert check_documents(docs) == []
+    manifests = {
+        (a["variant"]["gpu"], a["variant"]["arch"]): a["manifest"]["digest"]
+        for a in imaged["artifacts"]
+        if a["name"] == "node-image"
+    }
+    seen = set()
+    for d in docs:
+        if d["kind"] != "Metal3MachineTemplate":
+            continue
+        image = d["spec"]["template"]["spec"]["image"]
+        assert set(image) == {"url", "diskFormat"}, image
+        assert image["url"].startswith("oci://reg.example:5000/gpu/sets@sha256:")
+        seen.add(image["url"].rsplit("@", 1)[1])
+    assert seen == set(manifests.values())
+    # a checksum beside an oci:// URL is what CAPM3 refuses
+    broken = copy.deepcopy(docs)
+    _broken(broken, "Metal3MachineTemplate")["spec"]["template"]["spec"]["image"].update(
+        checksum="ab" * 32
+    )
+    assert any("oci://" in p for p in check_documents(broken)), check_documents(broken)
+    # and an http URL without one is still a missing checksum
+    plain = copy.deepcopy(_export(meta, digest, "v1beta2", True))
+    _broken(plain, "Metal3MachineTemplate")["spec"]["template"]["spec"]["image"].pop("checksum")
+    assert any("image.checksum is missing" in p for p in check_documents(plain))
+
+
+def test_oci_image_urls_need_capm3_v1beta2(loaded: tuple[dict[str, Any], str]) -> None:
+    meta, digest = loaded
+    urls = export.ImageUrls.from_oci("reg.example", "gpu/sets")
+    with pytest.raises(UsageError, match="--image-url-oci") as err:
+        _export(
+            meta,
+            digest,
+            "v1beta2",
+            True,
+            image_urls=urls,
+            api=export.ApiVersions("v1beta2", "v1beta1"),
+        )
+    assert err.value.hint is not None and "v1beta2" in err.value.hint
+
+
+def test_cli_image_url_oci(
+    loaded: tuple[dict[str, Any], str], layout: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    meta, digest = loaded
+    monkeypatch.setattr(
+        export_release,
+        "load_release_set",
+        lambda source, registry=None: (with_node_image(meta), {"digest": digest}),
+    )
+    monkeypatch.setattr(export_release, "rendered_addons", lambda *_: {})
+    heads: list[Any] = []
+    monkeypatch.setattr(
+        "nvkr.delivery.export.images.check_anonymous_reads", lambda *a: heads.append(a)
+    )
+    metal3 = ["--format", "capi", "--infrastructure", "metal3"]
+    metal3 += ["--control-plane-endpoint", "10.0.0.10:6443"]
+    code, out, err = invoke(
+        *["release-set", "export", "ghcr.io/acme/sets:v1", *metal3, "--image-url-oci"]
+    )
+    assert code == 0, err
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    assert check_documents(docs) == []
+    urls = {
+        d["spec"]["template"]["spec"]["image"]["url"]
+        for d in docs
+        if d["kind"] == "Metal3MachineTemplate"
+    }
+    assert urls and all(u.startswith("oci://ghcr.io/acme/sets@sha256:") for u in urls)
+    assert heads == []  # no anonymous HEAD on an oci:// URL: Ironic pulls through the registry API
+    for extra, want in [
+        (["--image-base-url", BASE], "give one of them"),
+        (["--image-url-from-registry"], "give one of them"),
+        (["--metal3-api-version", "v1beta1"], "CAPM3 v1beta2"),
+    ]:
+        code, _, err = invoke(
+            *["release-set", "export", "ghcr.io/acme/sets:v1", *metal3, "--image-url-oci", *extra]
+        )
+        assert code == 2 and want in err and "--image-url-oci" in err, (extra, err)
+    code, _, err = invoke(*["release-set", "export", str(layout), *metal3, "--image-url-oci"])
+    assert code == 2 and "is a directory" in err, err
+    code, _, err = invoke(
+        *["release-set", "export", str(layout), "--format", "json", "--image-url-oci"]
+    )
+    assert code == 2 and "--format capi" in err, err

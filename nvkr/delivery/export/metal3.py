@@ -41,6 +41,8 @@ class ImageUrls:
 
     prefix: str
     suffix: str = ""
+    #: ``oci://``: the URL names the machine image's per-arch manifest, not its disk blob
+    oci: bool = False
 
     @classmethod
     def from_base_url(cls, base: str) -> ImageUrls:
@@ -79,6 +81,16 @@ class ImageUrls:
         host = urlsplit("//" + registry).hostname or registry
         scheme = "http" if insecure or host in LOOPBACK else "https"
         return cls(prefix=f"{scheme}://{registry}/v2/{repository}/blobs/sha256:")
+
+    @classmethod
+    def from_oci(cls, registry: str, repository: str) -> ImageUrls:
+        """``oci://REGISTRY/REPO@sha256:<hex>``: Ironic (29.0 and later, experimental) pulls the
+        image manifest of that digest (an image manifest, not an index, whose ``artifactType``
+        is set or whose config is the empty descriptor: nvkr's machine images) and deploys its
+        ``layers[0]``, checking it against that layer's digest. baremetal-operator takes such
+        URLs from 0.12 (pull secrets from 0.13), CAPM3 from 1.14 (no checksum fields; no pull
+        secret: anonymous pulls only)."""
+        return cls(prefix=f"oci://{registry}/{repository}@sha256:", oci=True)
 
     def url(self, disk_digest: str) -> str:
         """The URL of the disk with digest ``sha256:<hex>``.
@@ -124,6 +136,13 @@ def metal3_image(
             hint="name a node-image artifact as the pool's machineImage in the recipe",
         )
     hexdigest = _sha256_hex(primary.get("digest"), f"machine image {art['name']!r} disk digest")
+    disk_format = "diskFormat" if v1beta2 else "format"
+    if urls.oci:
+        # The per-arch machine image manifest; Ironic checks the disk against its layer digest
+        # and CAPM3 1.14 refuses checksum fields beside an oci:// URL.
+        manifest = (art.get("manifest") or {}).get("digest")
+        what = f"machine image {art['name']!r} manifest digest"
+        return {"url": urls.prefix + _sha256_hex(manifest, what), disk_format: fmt}
     # cluster-api-provider-metal3 api/v1beta1/common_types.go, type Image: url; checksum "a
     # md5sum value or a URL to retrieve one" (the value itself here: the webhook parses it as a
     # URL only when it starts with http:// or https://); checksumType enum md5;sha256;sha512
@@ -134,7 +153,7 @@ def metal3_image(
         "url": urls.url(primary["digest"]),
         "checksum": hexdigest,
         "checksumType": "sha256",
-        ("diskFormat" if v1beta2 else "format"): fmt,
+        disk_format: fmt,
     }
 
 
@@ -255,10 +274,17 @@ def check_infrastructure(
             hint="leave out --infrastructure-kind and --infrastructure-api-version (choose "
             "CAPM3's version with --metal3-api-version)",
         )
+    if image_urls is not None and image_urls.oci and not metal3_api_version.endswith("v1beta2"):
+        raise UsageError(
+            "--image-url-oci: only CAPM3 v1beta2 (1.14 and later) takes oci:// image URLs, "
+            f"not {metal3_api_version}",
+            hint="use --metal3-api-version v1beta2 (the default), or give --image-base-url",
+        )
     if image_urls is None:
         raise UsageError(
             "--infrastructure metal3 needs a URL Ironic downloads each machine image from",
-            hint="give --image-base-url URL (a web server with <sha256 hex>.qcow2 files) or "
-            "--image-url-from-registry (the registry's blob URLs; anonymous registries only)",
+            hint="give --image-base-url URL (a web server with <sha256 hex>.qcow2 files), "
+            "--image-url-from-registry (the registry's blob URLs; anonymous registries only) or "
+            "--image-url-oci (oci:// URLs: Ironic 29.0+, CAPM3 1.14+)",
         )
     return image_urls

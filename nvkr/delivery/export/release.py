@@ -64,6 +64,7 @@ class ExportOptions:
     infrastructure: str | None = None
     image_base_url: str | None = None
     image_url_from_registry: bool = False
+    image_url_oci: bool = False
     control_plane_pool: str | None = None
     host_arch_label: str | None = None
     api_version: str = DEFAULT_CAPI_API_VERSION
@@ -198,6 +199,7 @@ def _capi_only(options: ExportOptions) -> dict[str, bool]:
         "--infrastructure": options.infrastructure is not None,
         "--image-base-url": options.image_base_url is not None,
         "--image-url-from-registry": options.image_url_from_registry,
+        "--image-url-oci": options.image_url_oci,
         "--control-plane-pool": options.control_plane_pool is not None,
         "--host-arch-label": options.host_arch_label is not None,
         "--api-version": options.api_version != DEFAULT_CAPI_API_VERSION,
@@ -309,25 +311,37 @@ def image_urls(source: str, options: ExportOptions, insecure: bool) -> ImageUrls
     from nvkr.oci.reference import Reference
 
     base_url, repository = options.image_base_url, options.repository
-    if base_url is not None and options.image_url_from_registry:
+    given = [
+        flag
+        for flag, set_ in (
+            ("--image-base-url", base_url is not None),
+            ("--image-url-from-registry", options.image_url_from_registry),
+            ("--image-url-oci", options.image_url_oci),
+        )
+        if set_
+    ]
+    if len(given) > 1:
         raise UsageError(
-            "--image-base-url and --image-url-from-registry both give the image URLs",
+            f"{' and '.join(given)} {'both' if len(given) == 2 else 'all'} give the image URLs",
             hint="give one of them",
         )
     if base_url is not None:
         return ImageUrls.from_base_url(base_url)
-    if not options.image_url_from_registry:
+    if not given:
         return None
+    flag = given[0]
     if Path(source).is_dir():
         if repository is None:
             raise UsageError(
-                f"--image-url-from-registry: {source} is a directory, so no registry to point at",
+                f"{flag}: {source} is a directory, so no registry to point at",
                 hint="export from the registry reference (REGISTRY/REPO:TAG), or name where the "
                 "set is published with --repository REGISTRY/REPO",
             )
         ref = Reference.parse(repository)
     else:
         ref = Reference.parse(source)
+    if options.image_url_oci:
+        return ImageUrls.from_oci(ref.registry, ref.repository)
     return ImageUrls.from_registry(ref.registry, ref.repository, insecure=insecure)
 
 

@@ -16,7 +16,8 @@ CAPM3's rules, v1beta1 and v1beta2, are :mod:`.metal3rules`'. A rule holds:
 - ``nested``: the json fields of a struct below spec (same unknown-field check);
 - ``types``: paths whose JSON type changed between versions (``list`` or ``map``);
 - ``refs``: paths holding a reference to another object of the export (``kind`` fixed when the
-  type says so), resolved by :func:`check_documents`.
+  type says so), resolved by :func:`check_documents`;
+- ``checks``: functions of the document giving problems no marker says (a webhook's rule).
 """
 
 from __future__ import annotations
@@ -416,6 +417,8 @@ def _check_rule(
                     for f in sorted(set(value) - set(allowed))
                 ]
     problems += _check_values(where, doc, rule)
+    if not placeholder:
+        problems += [f"{where}: {p}" for check in rule.get("checks", []) for p in check(doc)]
     for path, shape in rule.get("types", {}).items():
         want = list if shape == "list" else dict
         for value in _values(doc, path):
