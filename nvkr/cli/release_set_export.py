@@ -24,7 +24,12 @@ from nvkr.cli.common import RegistryAccess, registry_options
     help="json: the versioned export schema (schema/release-set-export.schema.json); "
     "capi: Cluster API resources (see --api-version) as multi-document YAML.",
 )
-@click.option("--cluster-name", default="nvkr", show_default=True, help="capi: Cluster name.")
+@click.option(
+    "--cluster-name",
+    default="nvkr",
+    show_default=True,
+    help="capi: Cluster name, a DNS-1123 label (a-z, 0-9, '-'; at most 63).",
+)
 @click.option("--namespace", default="default", show_default=True, help="capi: namespace.")
 @click.option(
     "--infrastructure-kind",
@@ -34,9 +39,8 @@ from nvkr.cli.common import RegistryAccess, registry_options
 )
 @click.option(
     "--infrastructure-api-version",
-    default="infrastructure.cluster.x-k8s.io/v1beta1",
-    show_default=True,
-    help="capi: apiVersion of the infrastructure machine templates.",
+    help="capi: apiVersion of the infrastructure machine templates (default: "
+    "infrastructure.cluster.x-k8s.io/<--metal3-api-version>).",
 )
 @click.option(
     "--repository",
@@ -64,6 +68,14 @@ from nvkr.cli.common import RegistryAccess, registry_options
     "handshake (not ghcr.io or Docker Hub).",
 )
 @click.option(
+    "--image-url-oci",
+    is_flag=True,
+    help="metal3: Ironic pulls each machine image from the registry the set is read from (REF, "
+    "else --repository) as oci://REGISTRY/REPO@sha256:<its per-arch manifest>, no checksum "
+    "fields. Needs Ironic 29.0+ (experimental), baremetal-operator 0.12+ and CAPM3 1.14+ "
+    "(anonymous pulls: CAPM3 has no pull secret).",
+)
+@click.option(
     "--images-dir",
     type=click.Path(path_type=Path, file_okay=False),
     metavar="DIR",
@@ -87,16 +99,18 @@ from nvkr.cli.common import RegistryAccess, registry_options
 @click.option(
     "--api-version",
     type=click.Choice(["v1beta1", "v1beta2"]),
-    default="v1beta1",
+    default="v1beta2",
     show_default=True,
-    help="capi: Cluster API version of the resources (v1beta2: Cluster API 1.11 and later).",
+    help="capi: Cluster API version of the resources (v1beta2: Cluster API 1.11 and later; "
+    "v1beta1 is deprecated and no longer served from Cluster API 1.16).",
 )
 @click.option(
     "--metal3-api-version",
     type=click.Choice(["v1beta1", "v1beta2"]),
-    default="v1beta1",
+    default="v1beta2",
     show_default=True,
-    help="metal3: CAPM3 version of the Metal3 resources (released CAPM3 serves v1beta1; v1beta2 is refused: no field rules were read for it).",
+    help="metal3: CAPM3 version of the Metal3 resources (v1beta2: CAPM3 1.13 and later; "
+    "v1beta1 for CAPM3 1.12, which serves only v1beta1).",
 )
 @click.option(
     "--control-plane-endpoint",
@@ -128,11 +142,12 @@ def command(
     cluster_name: str,
     namespace: str,
     infrastructure_kind: str,
-    infrastructure_api_version: str,
+    infrastructure_api_version: str | None,
     repository: str | None,
     infrastructure: str | None,
     image_base_url: str | None,
     image_url_from_registry: bool,
+    image_url_oci: bool,
     images_dir: Path | None,
     control_plane_pool: str | None,
     host_arch_label: str | None,
@@ -157,6 +172,7 @@ def command(
         infrastructure=infrastructure,
         image_base_url=image_base_url,
         image_url_from_registry=image_url_from_registry,
+        image_url_oci=image_url_oci,
         control_plane_pool=control_plane_pool,
         host_arch_label=host_arch_label,
         images_dir=images_dir,

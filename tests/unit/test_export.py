@@ -88,9 +88,15 @@ def test_json_machine_images_with_url(loaded: tuple[dict[str, Any], str]) -> Non
     assert all(p["machineImage"] for p in doc["nodePoolReleases"])
 
 
+#: The deprecated versions (Cluster API 1.x before 1.16, CAPM3 1.12): these tests read their
+#: shapes; test_export_capi_rules.py has the v1beta2 defaults.
+V1BETA1 = export.ApiVersions("v1beta1", "v1beta1")
+
+
 def _capi(meta: dict[str, Any], digest: str, **kw: Any) -> list[dict[str, Any]]:
+    kw.setdefault("api", V1BETA1)
     text = export.dump_yaml(
-        export.export_capi(meta, digest, cluster_name="GPU.Cluster_1", namespace="Fleet", **kw)
+        export.export_capi(meta, digest, cluster_name="gpu-cluster-1", namespace="Fleet", **kw)
     )
     assert "&id" not in text
     return [d for d in yaml.safe_load_all(text) if d is not None]
@@ -112,9 +118,18 @@ def test_capi_resources(loaded: tuple[dict[str, Any], str]) -> None:
         "MachineDeployment": "cluster.x-k8s.io/v1beta1",
         "KubeadmConfigTemplate": "bootstrap.cluster.x-k8s.io/v1beta1",
         "MachineHealthCheck": "cluster.x-k8s.io/v1beta1",
+        # placeholders of the machine templates the control plane and the pools name
+        "Metal3MachineTemplate": "infrastructure.cluster.x-k8s.io/v1beta1",
     }
     assert "nvkr.dev/placeholder" in docs[1]["metadata"]["annotations"]
-    names = [d["metadata"]["name"] for d in docs if d["kind"] != "Metal3Cluster"]
+    placeholders = [d for d in docs if d["kind"] == "Metal3MachineTemplate"]
+    assert len(placeholders) == len(pools) + 1
+    assert all("nvkr.dev/placeholder" in d["metadata"]["annotations"] for d in placeholders)
+    names = [
+        d["metadata"]["name"]
+        for d in docs
+        if d["kind"] not in ("Metal3Cluster", "Metal3MachineTemplate")
+    ]
     assert all(DNS_LABEL.match(n) and len(n) <= 63 for n in names)
     assert len(set(names)) == len(names) - len(pools)  # MD and its template share a name
     for d in docs:
@@ -214,8 +229,9 @@ def test_cli_json_and_capi(
         *["release-set", "export", str(layout), "--format", "capi", "--out", str(target)]
     )
     assert code == 0 and out == ""
-    assert len([line for line in err.splitlines() if line.startswith("warning:")]) == 1
-    assert "no machine image" in err
+    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 2, warnings
+    assert "no machine image" in warnings[0] and "installs a CNI" in warnings[1]
     kinds = {d["kind"] for d in yaml.safe_load_all(target.read_text())}
     assert kinds == {
         "Cluster",
@@ -226,6 +242,7 @@ def test_cli_json_and_capi(
         "MachineHealthCheck",
         "ConfigMap",
         "ClusterResourceSet",
+        "Metal3MachineTemplate",  # placeholders: no reference dangles
     }
 
 
@@ -369,7 +386,7 @@ def test_metal3_adds_only_templates_and_is_deterministic(
 ) -> None:
     meta, digest = loaded
     meta = with_node_image(meta)
-    kw: dict[str, Any] = {"cluster_name": "c", "namespace": "n"}
+    kw: dict[str, Any] = {"cluster_name": "c", "namespace": "n", "api": V1BETA1}
     urls = export.ImageUrls.from_registry("reg.example:5000", "gpu/sets")
     first = export.dump_yaml(
         export.export_capi(
@@ -388,11 +405,14 @@ def test_metal3_adds_only_templates_and_is_deterministic(
     )
     assert first == again
     plain = export.dump_yaml(export.export_capi(meta, digest, control_plane_endpoint=VIP, **kw))
-    docs = list(yaml.safe_load_all(first))
-    # Metal3 adds its templates and fills in the infrastructure cluster the plain export leaves
-    # a placeholder; everything else is the same
+    # Metal3 writes its templates and the infrastructure cluster where the plain export leaves
+    # placeholders, and gives every node CAPM3's uuid label; everything else is the same
+    assert first.count(",metal3.io/uuid={{ ds.meta_data.uuid }}") == 2 + len(
+        meta["nodePoolReleases"]
+    )
+    docs = list(yaml.safe_load_all(first.replace(",metal3.io/uuid={{ ds.meta_data.uuid }}", "")))
     added = {"Metal3MachineTemplate", "Metal3DataTemplate", "Metal3Cluster"}
-    plain_docs = [d for d in yaml.safe_load_all(plain) if d["kind"] != "Metal3Cluster"]
+    plain_docs = [d for d in yaml.safe_load_all(plain) if d["kind"] not in added]
     assert [d for d in docs if d["kind"] not in added] == plain_docs
     [m3c] = [d for d in docs if d["kind"] == "Metal3Cluster"]
     assert m3c["spec"] == {"controlPlaneEndpoint": {"host": "10.0.0.10", "port": 6443}}
@@ -444,6 +464,7 @@ def test_metal3_control_plane_pool(loaded: tuple[dict[str, Any], str]) -> None:
             image_urls=export.ImageUrls.from_base_url(BASE),
             control_plane_endpoint=VIP,
             control_plane_pool=pool,
+            api=V1BETA1,
         )
         [kcp] = [d for d in docs if d["kind"] == "KubeadmControlPlane"]
         name = kcp["spec"]["machineTemplate"]["infrastructureRef"]["name"]
@@ -634,7 +655,9 @@ def test_cli_metal3(
     assert code == 0 and out == "" and "--host-arch-label" in err and "amd64, arm64" in err
     argv += ["--host-arch-label", "kubernetes.io/arch"]
     code, out, err = invoke(*argv)
-    assert code == 0 and out == "" and err == "", err
+    # the add-ons are stubbed out: no CNI, which is the only warning
+    [warning] = err.splitlines()
+    assert code == 0 and out == "" and "installs a CNI" in warning, err
     assert seen == [(ref, False)] * 2
     docs = [d for d in yaml.safe_load_all(target.read_text()) if d is not None]
     urls = {

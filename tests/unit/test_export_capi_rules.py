@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 import io
+import json
+import shutil
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -38,14 +40,15 @@ def loaded(layout: Path) -> tuple[dict[str, Any], str]:
 
 def _export(meta: dict[str, Any], digest: str, capi: str, metal3: bool, **kw: Any) -> list[Any]:
     if metal3:
-        kw.update(infrastructure="metal3", image_urls=export.ImageUrls.from_base_url(BASE))
+        kw.setdefault("image_urls", export.ImageUrls.from_base_url(BASE))
+        kw.update(infrastructure="metal3")
         meta = with_node_image(meta)
+    kw.setdefault("api", export.ApiVersions(capi))
     return export.export_capi(
         meta,
         digest,
-        cluster_name="GPU.Cluster_1",
+        cluster_name="gpu-cluster-1",
         namespace="Fleet",
-        api=export.ApiVersions(capi),
         control_plane_endpoint=VIP,
         addons={"agent-chart": "apiVersion: v1\nkind: ServiceAccount\n"},
         **kw,
@@ -59,11 +62,8 @@ def test_every_document_passes_the_field_rules(
 ) -> None:
     meta, digest = loaded
     docs = _export(meta, digest, capi, metal3)
-    # without --infrastructure the user brings the machine templates
-    external = frozenset() if metal3 else frozenset({"Metal3MachineTemplate"})
-    assert check_documents(docs, external) == []
-    if not metal3:
-        assert any("Metal3MachineTemplate" in p for p in check_documents(docs))
+    # without --infrastructure the machine templates are placeholders: no reference dangles
+    assert check_documents(docs) == []
     kinds = {d["kind"] for d in docs}
     assert {"Cluster", "Metal3Cluster", "ClusterResourceSet", "ConfigMap"} <= kinds
     if metal3:
@@ -169,7 +169,7 @@ def _broken(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
             "v1beta1",
             lambda d: _broken(d, "Metal3MachineTemplate")["spec"]["template"]["spec"][
                 "image"
-            ].update(format="iso"),
+            ].update(diskFormat="iso"),
             "'iso' is not one of",
         ),
         (
@@ -308,6 +308,8 @@ def test_cabpk_user_data_from_the_template(loaded: tuple[dict[str, Any], str], c
         want["nodeRegistration"]["kubeletExtraArgs"] = [
             {"name": k, "value": v} for k, v in sorted(args.items())
         ]
+    # and the taint CABPK adds to a worker's join
+    want["nodeRegistration"]["taints"] = [UNINITIALIZED]
     assert join["nodeRegistration"] == want["nodeRegistration"]
     labels = dict(
         kv.split("=") for kv in join["nodeRegistration"]["kubeletExtraArgs"][0]["value"].split(",")
@@ -363,7 +365,7 @@ def test_cli_v1beta2_and_bootstrap_data(layout: Path, tmp_path: Path) -> None:
     code, _, err = invoke(*argv, "--bootstrap-data", "hopper", str(user_data))
     assert code == 0, err
     docs = [d for d in yaml.safe_load_all(target.read_text()) if d]
-    assert check_documents(docs, frozenset({"Metal3MachineTemplate"})) == []
+    assert check_documents(docs) == []
     assert {d["apiVersion"] for d in docs if d["kind"] == "Cluster"} == {"cluster.x-k8s.io/v1beta2"}
     text = user_data.read_text()
     assert text.startswith("## template: jinja\n") and "10.0.0.10:6443" in text
@@ -379,7 +381,7 @@ def test_cli_v1beta2_and_bootstrap_data(layout: Path, tmp_path: Path) -> None:
         code, _, err = invoke(*["release-set", "export", str(layout), "--format", "capi", *bad])
         assert code == 2 and want in err, (bad, err)
     code, _, err = invoke(
-        *["release-set", "export", str(layout), "--format", "json", "--api-version", "v1beta2"]
+        *["release-set", "export", str(layout), "--format", "json", "--api-version", "v1beta1"]
     )
     assert code == 2 and "--format capi" in err
 
@@ -507,14 +509,13 @@ def test_every_rule_names_a_file_and_commit() -> None:
         assert "@" in rule["source"] and ".go" in rule["source"], (key, rule["source"])
 
 
-def test_metal3_v1beta2_is_refused(layout: Path) -> None:
-    """No CAPM3 v1beta2 field rules were read, so nvkr does not write unchecked documents."""
-    with pytest.raises(UsageError, match="no field rules were read for CAPM3 v1beta2"):
-        export.ApiVersions("v1beta2", "v1beta2")
-    argv = ["release-set", "export", str(layout), "--format", "capi"]
-    result = invoke(*argv, "--metal3-api-version", "v1beta2")
-    assert result.code == 2, result.output
-    assert "no field rules were read for CAPM3 v1beta2" in result.output
+def test_unknown_api_versions_are_refused() -> None:
+    for capi, metal3, want in [
+        ("v1beta3", "v1beta2", "--api-version 'v1beta3'"),
+        ("v1beta2", "v1alpha5", "--metal3-api-version 'v1alpha5'"),
+    ]:
+        with pytest.raises(UsageError, match=want):
+            export.ApiVersions(capi, metal3)
 
 
 @pytest.mark.parametrize(
@@ -528,8 +529,10 @@ def test_metal3_v1beta2_is_refused(layout: Path) -> None:
         ["--image-base-url", BASE],
         ["--control-plane-pool", "hopper"],
         ["--image-url-from-registry", "--repository", "127.0.0.1:5000/sets"],
+        ["--image-url-oci", "--repository", "127.0.0.1:5000/sets"],
         ["--control-plane-endpoint", "10.0.0.10:6443"],
-        ["--api-version", "v1beta2"],
+        ["--api-version", "v1beta1"],
+        ["--metal3-api-version", "v1beta1"],
         ["--infrastructure", "metal3"],
         ["--host-arch-label", "kubernetes.io/arch"],
     ],
@@ -544,3 +547,394 @@ def test_json_refuses_every_capi_only_option(
     code, out, err = invoke(*argv)
     assert code == 2 and "use it with --format capi" in err and out == "", (option, err)
     assert option[0] in err and not (tmp_path / "user-data").exists()
+
+
+# -- issue 27 item 2: a Metal3 export a Machine can finish ---------------------------------------
+UUID_LABEL = "metal3.io/uuid={{ ds.meta_data.uuid }}"
+
+
+def _labels_of(registration: dict[str, Any]) -> list[str]:
+    args = registration["kubeletExtraArgs"]
+    value = (
+        args["node-labels"]
+        if isinstance(args, dict)
+        else next(a["value"] for a in args if a["name"] == "node-labels")
+    )
+    return str(value).split(",")
+
+
+def _registrations(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    out = {}
+    for d in docs:
+        if d["kind"] == "KubeadmControlPlane":
+            spec = d["spec"]["kubeadmConfigSpec"]
+            out["init"] = spec["initConfiguration"]["nodeRegistration"]
+            out["cp-join"] = spec["joinConfiguration"]["nodeRegistration"]
+        elif d["kind"] == "KubeadmConfigTemplate":
+            reg = d["spec"]["template"]["spec"]["joinConfiguration"]["nodeRegistration"]
+            out[d["metadata"]["name"]] = reg
+    return out
+
+
+@pytest.mark.parametrize("capi", ["v1beta1", "v1beta2"])
+def test_metal3_nodes_carry_the_uuid_label_capm3_sets_the_provider_id_from(
+    loaded: tuple[dict[str, Any], str], capi: str
+) -> None:
+    """Without an external cloud provider CAPM3 finds a Machine's Node by the label
+    metal3.io/uuid (cloud-init renders ds.meta_data.uuid): the control plane and every pool."""
+    meta, digest = loaded
+    regs = _registrations(_export(meta, digest, capi, True))
+    assert len(regs) == 2 + len(meta["nodePoolReleases"])
+    for where, reg in regs.items():
+        assert UUID_LABEL in _labels_of(reg), where
+    # Metal3's contract only: another provider's export does not get it
+    for where, reg in _registrations(_export(meta, digest, capi, False)).items():
+        assert not any(v.startswith("metal3.io/uuid") for v in _labels_of(reg)), where
+
+
+@pytest.mark.parametrize("capi", ["v1beta1", "v1beta2"])
+def test_the_control_plane_carries_no_worker_pools_label(
+    loaded: tuple[dict[str, Any], str], capi: str
+) -> None:
+    meta, digest = loaded
+    for metal3 in (False, True):
+        regs = _registrations(_export(meta, digest, capi, metal3))
+        for where in ("init", "cp-join"):
+            keys = {kv.split("=")[0] for kv in _labels_of(regs[where])}
+            assert "nvkr.dev/node-pool" not in keys and "nvkr.dev/gpu-generation" not in keys
+            assert "kubernetes.io/arch" in keys
+
+
+@pytest.mark.parametrize("kind", ["Metal3MachineTemplate", "AWSMachineTemplate"])
+@pytest.mark.parametrize("capi", ["v1beta1", "v1beta2"])
+def test_an_export_without_infrastructure_leaves_no_reference_dangling(
+    loaded: tuple[dict[str, Any], str], capi: str, kind: str
+) -> None:
+    """Every machine template the KubeadmControlPlane and the MachineDeployments name is in the
+    export: a placeholder of the provider's kind, annotated like the placeholder cluster."""
+    meta, digest = loaded
+    version = "infrastructure.cluster.x-k8s.io/v1beta1"
+    docs = _export(
+        meta, digest, capi, False, infrastructure_kind=kind, infrastructure_api_version=version
+    )
+    assert check_documents(docs) == []
+    templates = [d for d in docs if d["kind"] == kind]
+    assert len(templates) == len(meta["nodePoolReleases"]) + 1
+    for t in templates:
+        assert "nvkr.dev/placeholder" in t["metadata"]["annotations"]
+        assert t["apiVersion"] == version
+
+
+@pytest.mark.parametrize("name", ["GPU.Cluster_1", "c" * 64, "-gpu"])
+def test_a_cluster_name_that_is_no_dns_label_is_an_error(
+    loaded: tuple[dict[str, Any], str], layout: Path, name: str
+) -> None:
+    meta, digest = loaded
+    with pytest.raises(UsageError, match="--cluster-name"):
+        export.export_capi(meta, digest, cluster_name=name, namespace="n")
+    code, out, err = invoke(
+        *["release-set", "export", str(layout), "--format", "capi", "--cluster-name", name]
+    )
+    assert code == 2 and out == "" and "--cluster-name" in err and "DNS-1123" in err, err
+
+
+def test_the_defaults_are_v1beta2_and_metal3_v1beta1_is_kept(
+    loaded: tuple[dict[str, Any], str],
+) -> None:
+    """Cluster API deprecated v1beta1 (no longer served from 1.16); CAPM3 1.13 serves v1beta2
+    (image.diskFormat), CAPM3 1.12 only v1beta1 (image.format)."""
+    meta, digest = loaded
+    imaged = with_node_image(meta)
+    kw: dict[str, Any] = {
+        "cluster_name": "c",
+        "namespace": "n",
+        "infrastructure": "metal3",
+        "image_urls": export.ImageUrls.from_base_url(BASE),
+        "control_plane_endpoint": VIP,
+    }
+    docs = export.export_capi(imaged, digest, **kw)
+    assert check_documents(docs) == []
+    versions = {d["kind"]: d["apiVersion"] for d in docs}
+    assert versions["Cluster"] == "cluster.x-k8s.io/v1beta2"
+    assert versions["Metal3MachineTemplate"] == "infrastructure.cluster.x-k8s.io/v1beta2"
+    assert versions["Metal3Cluster"] == "infrastructure.cluster.x-k8s.io/v1beta2"
+    m3mt = next(d for d in docs if d["kind"] == "Metal3MachineTemplate")
+    image = m3mt["spec"]["template"]["spec"]["image"]
+    assert image["diskFormat"] == "qcow2" and "format" not in image
+    # Metal3ObjectRef: name and namespace
+    assert m3mt["spec"]["template"]["spec"]["dataTemplate"] == {
+        "name": "c-metadata",
+        "namespace": "n",
+    }
+    old = export.export_capi(imaged, digest, api=export.ApiVersions("v1beta2", "v1beta1"), **kw)
+    assert check_documents(old) == []
+    m3mt = next(d for d in old if d["kind"] == "Metal3MachineTemplate")
+    assert m3mt["apiVersion"] == "infrastructure.cluster.x-k8s.io/v1beta1"
+    assert m3mt["spec"]["template"]["spec"]["image"]["format"] == "qcow2"
+
+
+@pytest.mark.parametrize("metal3", ["v1beta1", "v1beta2"])
+def test_metal3_versions_pass_their_own_rules_only(
+    loaded: tuple[dict[str, Any], str], metal3: str
+) -> None:
+    meta, digest = loaded
+    docs = copy.deepcopy(
+        _export(meta, digest, "v1beta2", True, api=export.ApiVersions("v1beta2", metal3))
+    )
+    assert check_documents(docs) == []
+    image = _broken(docs, "Metal3MachineTemplate")["spec"]["template"]["spec"]["image"]
+    # the other version's name of the disk format is an unknown field
+    if metal3 == "v1beta2":
+        image["format"] = image.pop("diskFormat")
+    else:
+        image["diskFormat"] = image.pop("format")
+    assert any("is no field" in p for p in check_documents(docs)), check_documents(docs)
+
+
+def test_cli_defaults_and_metal3_v1beta1(layout: Path) -> None:
+    argv = ["release-set", "export", str(layout), "--format", "capi"]
+    code, out, err = invoke(*argv)
+    assert code == 0, err
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    assert {d["apiVersion"] for d in docs if d["kind"] == "Cluster"} == {"cluster.x-k8s.io/v1beta2"}
+    placeholder = [d for d in docs if d["kind"] == "Metal3Cluster"]
+    assert placeholder[0]["apiVersion"] == "infrastructure.cluster.x-k8s.io/v1beta2"
+    code, out, err = invoke(*argv, "--metal3-api-version", "v1beta1")
+    assert code == 0, err
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    assert {d["apiVersion"] for d in docs if d["kind"] == "Metal3Cluster"} == {
+        "infrastructure.cluster.x-k8s.io/v1beta1"
+    }
+    code, _, err = invoke(*argv, "--metal3-api-version", "v1alpha5")
+    assert code == 2 and "--metal3-api-version" in err
+
+
+def _config(text: str) -> dict[str, Any]:
+    assert text.startswith("## template: jinja\n#cloud-config\n")
+    config: dict[str, Any] = yaml.safe_load(text.split("\n", 2)[2])
+    return config
+
+
+def _join(config: dict[str, Any]) -> dict[str, Any]:
+    [content] = [f["content"] for f in config["write_files"] if f["path"] == cabpk.JOIN_CONFIG_PATH]
+    join: dict[str, Any] = yaml.safe_load(content)
+    return join
+
+
+UNINITIALIZED = {"key": "node.cluster.x-k8s.io/uninitialized", "effect": "NoSchedule"}
+
+
+@pytest.mark.parametrize("capi", ["v1beta1", "v1beta2"])
+def test_worker_bootstrap_data_carries_the_uninitialized_taint(
+    loaded: tuple[dict[str, Any], str], capi: str
+) -> None:
+    """CABPK adds node.cluster.x-k8s.io/uninitialized:NoSchedule to a worker's join (Cluster
+    API drops it once it has synced the Machine's labels); not to a control-plane join."""
+    meta, digest = loaded
+    docs = _export(meta, digest, capi, True)
+    worker = _join(_config(cabpk.user_data(cabpk.pick_template(docs, "hopper"), "v1.36.3")))
+    assert worker["nodeRegistration"]["taints"] == [UNINITIALIZED]
+    cp = _join(_config(cabpk.user_data(cabpk.pick_template(docs, "control-plane"), "v1.36.3")))
+    assert "taints" not in cp["nodeRegistration"]
+    # a template with taints of its own keeps them, the taint is added once
+    template = copy.deepcopy(cabpk.pick_template(docs, "hopper"))
+    reg = template["spec"]["template"]["spec"]["joinConfiguration"]["nodeRegistration"]
+    reg["taints"] = [{"key": "gpu", "value": "true", "effect": "NoSchedule"}, UNINITIALIZED]
+    again = _join(_config(cabpk.user_data(template, "v1.36.3")))
+    assert again["nodeRegistration"]["taints"] == reg["taints"]
+
+
+CP_FILES = [
+    ("ca.crt", "0640"),
+    ("ca.key", "0600"),
+    ("sa.pub", "0640"),
+    ("sa.key", "0600"),
+    ("front-proxy-ca.crt", "0640"),
+    ("front-proxy-ca.key", "0600"),
+    ("etcd/ca.crt", "0640"),
+    ("etcd/ca.key", "0600"),
+]
+
+
+@pytest.mark.parametrize("certificates_dir", [None, "/var/lib/pki"])
+def test_control_plane_bootstrap_data_writes_the_join_certificates(
+    loaded: tuple[dict[str, Any], str], certificates_dir: str | None
+) -> None:
+    """A control-plane join needs the cluster's CAs and service-account key, which CABPK writes
+    (secret.NewControlPlaneJoinCerts, Certificate.AsFiles) before the join: placeholders here."""
+    meta, digest = loaded
+    docs = copy.deepcopy(_export(meta, digest, "v1beta2", True))
+    kcp = cabpk.pick_template(docs, "control-plane")
+    pki = "/etc/kubernetes/pki"
+    if certificates_dir is not None:
+        kcp["spec"]["kubeadmConfigSpec"]["clusterConfiguration"]["certificatesDir"] = (
+            certificates_dir
+        )
+        pki = certificates_dir
+    config = _config(cabpk.user_data(kcp, "v1.36.3"))
+    written = [(f["path"], f["permissions"], f["owner"]) for f in config["write_files"]]
+    assert written[: len(CP_FILES)] == [(f"{pki}/{n}", p, "root:root") for n, p in CP_FILES]
+    assert all("placeholder" in f["content"] for f in config["write_files"][: len(CP_FILES)])
+    worker = _config(cabpk.user_data(cabpk.pick_template(docs, "hopper"), "v1.36.3"))
+    assert not any(f["path"].startswith(pki) for f in worker["write_files"])
+
+
+@pytest.mark.skipif(shutil.which("cloud-init") is None, reason="needs cloud-init")
+@pytest.mark.parametrize("pool", ["hopper", "control-plane"])
+def test_bootstrap_data_renders_the_uuid_under_cloud_init(
+    layout: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pool: str
+) -> None:
+    """cloud-init renders the jinja user-data from the meta-data Ironic writes (its uuid) and
+    the rendered cloud-config passes cloud-init's schema."""
+    import subprocess
+
+    meta = read_metadata(layout)
+    monkeypatch.setattr(
+        export_release,
+        "load_release_set",
+        lambda source, registry=None: (with_node_image(meta), {"digest": "sha256:" + "0" * 64}),
+    )
+    monkeypatch.setattr(export_release, "rendered_addons", lambda *_: {})
+    user_data = tmp_path / "user-data"
+    code, _, err = invoke(
+        *["release-set", "export", str(layout), "--format", "capi", "--infrastructure", "metal3"],
+        *["--control-plane-endpoint", "10.0.0.10:6443", "--image-base-url", BASE],
+        *["--out", str(tmp_path / "capi.yaml"), "--bootstrap-data", pool, str(user_data)],
+    )
+    assert code == 0, err
+    uuid = "5e9d7a52-0a3b-4c1e-9c55-2f6d3a0e8b11"
+    instance = tmp_path / "instance-data.json"
+    instance.write_text(json.dumps({"ds": {"meta_data": {"uuid": uuid}}, "v1": {}}))
+    rendered = subprocess.run(
+        ["cloud-init", "devel", "render", "-i", str(instance), str(user_data)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "{{" not in rendered
+    (tmp_path / "rendered").write_text(rendered)
+    subprocess.run(
+        ["cloud-init", "schema", "--config-file", str(tmp_path / "rendered")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    config = yaml.safe_load(rendered)
+    assert f"metal3.io/uuid={uuid}" in _labels_of(_join(config)["nodeRegistration"])
+
+
+def test_a_cluster_release_without_a_cni_warns(layout: Path) -> None:
+    """Nodes become Ready only once a CNI writes its configuration into /etc/cni/net.d."""
+    code, _, err = invoke(*["release-set", "export", str(layout), "--format", "capi"])
+    assert code == 0
+    [warning] = [w for w in err.splitlines() if "CNI" in w]
+    assert warning.startswith("warning:") and "Ready" in warning
+    calico = (
+        "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: calico-node}\nspec:\n"
+        "  template:\n    spec:\n      volumes:\n      - name: cni-net-dir\n"
+        "        hostPath:\n          path: /etc/cni/net.d\n"
+    )
+    flow = "kind: DaemonSet\nspec: {template: {spec: {volumes: [{hostPath: {path: /etc/cni/net.d/}}]}}}\n"
+    assert export_release.cni_addons({"calico": calico, "agent": "kind: ServiceAccount\n"}) == [
+        "calico"
+    ]
+    assert export_release.cni_addons({"ovn": "---\n" + flow}) == ["ovn"]
+    assert export_release.cni_addons({"agent": "kind: ServiceAccount\n", "empty": ""}) == []
+
+
+# -- issue 27 item 3: machine images straight from the registry (oci://) -------------------------
+def test_oci_image_urls_name_the_per_arch_machine_image_manifest(
+    loaded: tuple[dict[str, Any], str],
+) -> None:
+    """Ironic (29.0+) deploys oci://REGISTRY/REPO@sha256:<image manifest> with the disk as
+    layers[0]; CAPM3 1.14 forbids checksum fields for such a URL."""
+    meta, digest = loaded
+    imaged = with_node_image(meta)
+    urls = export.ImageUrls.from_oci("reg.example:5000", "gpu/sets")
+    docs = _export(meta, digest, "v1beta2", True, image_urls=urls)
+    assert check_documents(docs) == []
+    manifests = {
+        (a["variant"]["gpu"], a["variant"]["arch"]): a["manifest"]["digest"]
+        for a in imaged["artifacts"]
+        if a["name"] == "node-image"
+    }
+    seen = set()
+    for d in docs:
+        if d["kind"] != "Metal3MachineTemplate":
+            continue
+        image = d["spec"]["template"]["spec"]["image"]
+        assert set(image) == {"url", "diskFormat"}, image
+        assert image["url"].startswith("oci://reg.example:5000/gpu/sets@sha256:")
+        seen.add(image["url"].rsplit("@", 1)[1])
+    assert seen == set(manifests.values())
+    # a checksum beside an oci:// URL is what CAPM3 refuses
+    broken = copy.deepcopy(docs)
+    _broken(broken, "Metal3MachineTemplate")["spec"]["template"]["spec"]["image"].update(
+        checksum="ab" * 32
+    )
+    assert any("oci://" in p for p in check_documents(broken)), check_documents(broken)
+    # and an http URL without one is still a missing checksum
+    plain = copy.deepcopy(_export(meta, digest, "v1beta2", True))
+    _broken(plain, "Metal3MachineTemplate")["spec"]["template"]["spec"]["image"].pop("checksum")
+    assert any("image.checksum is missing" in p for p in check_documents(plain))
+
+
+def test_oci_image_urls_need_capm3_v1beta2(loaded: tuple[dict[str, Any], str]) -> None:
+    meta, digest = loaded
+    urls = export.ImageUrls.from_oci("reg.example", "gpu/sets")
+    with pytest.raises(UsageError, match="--image-url-oci") as err:
+        _export(
+            meta,
+            digest,
+            "v1beta2",
+            True,
+            image_urls=urls,
+            api=export.ApiVersions("v1beta2", "v1beta1"),
+        )
+    assert err.value.hint is not None and "v1beta2" in err.value.hint
+
+
+def test_cli_image_url_oci(
+    loaded: tuple[dict[str, Any], str], layout: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    meta, digest = loaded
+    monkeypatch.setattr(
+        export_release,
+        "load_release_set",
+        lambda source, registry=None: (with_node_image(meta), {"digest": digest}),
+    )
+    monkeypatch.setattr(export_release, "rendered_addons", lambda *_: {})
+    heads: list[Any] = []
+    monkeypatch.setattr(
+        "nvkr.delivery.export.images.check_anonymous_reads", lambda *a: heads.append(a)
+    )
+    metal3 = ["--format", "capi", "--infrastructure", "metal3"]
+    metal3 += ["--control-plane-endpoint", "10.0.0.10:6443"]
+    code, out, err = invoke(
+        *["release-set", "export", "ghcr.io/acme/sets:v1", *metal3, "--image-url-oci"]
+    )
+    assert code == 0, err
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    assert check_documents(docs) == []
+    urls = {
+        d["spec"]["template"]["spec"]["image"]["url"]
+        for d in docs
+        if d["kind"] == "Metal3MachineTemplate"
+    }
+    assert urls and all(u.startswith("oci://ghcr.io/acme/sets@sha256:") for u in urls)
+    assert heads == []  # no anonymous HEAD on an oci:// URL: Ironic pulls through the registry API
+    for extra, want in [
+        (["--image-base-url", BASE], "give one of them"),
+        (["--image-url-from-registry"], "give one of them"),
+        (["--metal3-api-version", "v1beta1"], "CAPM3 v1beta2"),
+    ]:
+        code, _, err = invoke(
+            *["release-set", "export", "ghcr.io/acme/sets:v1", *metal3, "--image-url-oci", *extra]
+        )
+        assert code == 2 and want in err and "--image-url-oci" in err, (extra, err)
+    code, _, err = invoke(*["release-set", "export", str(layout), *metal3, "--image-url-oci"])
+    assert code == 2 and "is a directory" in err, err
+    code, _, err = invoke(
+        *["release-set", "export", str(layout), "--format", "json", "--image-url-oci"]
+    )
+    assert code == 2 and "--format capi" in err, err

@@ -19,7 +19,14 @@ Kubernetes >= 1.31, ``v1beta3`` below (bootstrap/kubeadm/types/utils.go), kubele
 list of ``{name, value}`` in v1beta4 and a map in v1beta3, and a ``discovery.bootstrapToken``
 CABPK fills in from the cluster: here the placeholders :data:`PLACEHOLDER_TOKEN`,
 :data:`PLACEHOLDER_CA_HASH` and the control-plane endpoint (a real join needs the values of
-``kubeadm token create --print-join-command`` on the control plane).
+``kubeadm token create --print-join-command`` on the control plane). A worker's join gets the
+taint CABPK adds (:data:`UNINITIALIZED_TAINT`); a control-plane join the CA and
+service-account key files CABPK writes from the cluster's Secrets (placeholders here, like the
+token: :data:`CONTROL_PLANE_JOIN_FILES`).
+
+The header ``## template: jinja`` makes cloud-init render the user-data with the instance's
+data first: ``{{ ds.meta_data.uuid }}`` in a Metal3 export's node labels becomes the host's
+uuid from the meta-data Ironic writes.
 """
 
 from __future__ import annotations
@@ -43,6 +50,25 @@ PLACEHOLDER_TOKEN: Final = "abcdef.0123456789abcdef"
 #: The discovery CA hash: sha256 of the cluster CA's public key; CABPK computes the real one.
 PLACEHOLDER_CA_HASH: Final = "sha256:" + "0" * 64
 PLACEHOLDER_ENDPOINT: Final = "control-plane.invalid:6443"
+#: What CABPK adds to a worker's join (kubeadmconfig_controller.go, joinWorker: "Add the node
+#: uninitialized taint"; Cluster API drops it once it has synced the Machine's labels to the Node,
+#: so no workload lands on a node before its labels are there). Not to a control-plane join.
+UNINITIALIZED_TAINT: Final = {"key": "node.cluster.x-k8s.io/uninitialized", "effect": "NoSchedule"}
+#: The files a control-plane join gets before ``kubeadm join`` (util/secret/certificates.go
+#: NewControlPlaneJoinCerts: the cluster CA, the service-account key pair, the front-proxy CA,
+#: the etcd CA, in that order, under ``certificatesDir``; Certificate.AsFiles: the certificate
+#: 0640, the key 0600, owner root:root), with the Secret of the cluster each comes from.
+CONTROL_PLANE_JOIN_FILES: Final = (
+    ("ca.crt", "0640", "the cluster CA's certificate (Secret <cluster>-ca, tls.crt)"),
+    ("ca.key", "0600", "the cluster CA's key (Secret <cluster>-ca, tls.key)"),
+    ("sa.pub", "0640", "the service-account public key (Secret <cluster>-sa, tls.crt)"),
+    ("sa.key", "0600", "the service-account private key (Secret <cluster>-sa, tls.key)"),
+    ("front-proxy-ca.crt", "0640", "the front-proxy CA's certificate (Secret <cluster>-proxy)"),
+    ("front-proxy-ca.key", "0600", "the front-proxy CA's key (Secret <cluster>-proxy)"),
+    ("etcd/ca.crt", "0640", "the etcd CA's certificate (Secret <cluster>-etcd, tls.crt)"),
+    ("etcd/ca.key", "0600", "the etcd CA's key (Secret <cluster>-etcd, tls.key)"),
+)
+DEFAULT_CERTIFICATES_DIR: Final = "/etc/kubernetes/pki"
 _PLACEHOLDER_NOTE: Final = (
     "This placeholder file is used to create the /run/cluster-api sub directory in a way that "
     "is compatible with both Linux and Windows (mkdir -p /run/cluster-api does not work with "
@@ -90,10 +116,39 @@ def join_configuration(
             "caCertHashes": [PLACEHOLDER_CA_HASH],
         }
     }
-    out["nodeRegistration"] = registration
     if "controlPlane" in join:
+        out["nodeRegistration"] = registration
         out["controlPlane"] = join["controlPlane"]
+        return out
+    taints = list(registration.get("taints") or [])
+    if not any(_same_taint(t, UNINITIALIZED_TAINT) for t in taints):
+        taints.append(dict(UNINITIALIZED_TAINT))
+    registration["taints"] = taints
+    out["nodeRegistration"] = registration
     return out
+
+
+def _same_taint(taint: Mapping[str, Any], other: Mapping[str, Any]) -> bool:
+    # corev1.Taint.MatchTaint: same key and effect
+    return bool(taint.get("key") == other["key"] and taint.get("effect") == other["effect"])
+
+
+def control_plane_join_files(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The certificate and key files CABPK writes for a control-plane join
+    (:data:`CONTROL_PLANE_JOIN_FILES` under the spec's ``clusterConfiguration.certificatesDir``),
+    each holding a placeholder naming what CABPK puts there: the cluster's own keys."""
+    pki = str(
+        (spec.get("clusterConfiguration") or {}).get("certificatesDir") or DEFAULT_CERTIFICATES_DIR
+    ).rstrip("/")
+    return [
+        {
+            "path": f"{pki}/{name}",
+            "owner": "root:root",
+            "permissions": mode,
+            "content": f"nvkr placeholder: CABPK writes {what} here\n",
+        }
+        for name, mode, what in CONTROL_PLANE_JOIN_FILES
+    ]
 
 
 def kubeadm_config_spec(document: Mapping[str, Any]) -> dict[str, Any]:
@@ -119,7 +174,8 @@ def user_data(
     """CABPK's cloud-config for a node joining with ``document``'s kubeadm configuration.
 
     Returns:
-        the header, then a cloud-config mapping: ``write_files`` (the spec's files, the join
+        the header, then a cloud-config mapping: ``write_files`` (for a control-plane join the
+        cluster's certificates and keys, placeholders; the spec's files, the join
         configuration, the /run/cluster-api placeholder), ``runcmd`` (preKubeadmCommands, the
         join with its sentinel, postKubeadmCommands), and ``bootcmd``, ``ntp``, ``users``,
         ``mounts`` when the spec has them.
@@ -127,6 +183,8 @@ def user_data(
     spec = kubeadm_config_spec(document)
     join = join_configuration(spec, kubernetes, endpoint)
     files: list[dict[str, Any]] = []
+    if "controlPlane" in join:  # NewJoinControlPlane: the certificates, then the spec's files
+        files += control_plane_join_files(spec)
     for f in spec.get("files") or []:
         item: dict[str, Any] = {"path": f["path"]}
         for key in ("encoding", "owner", "permissions", "append"):

@@ -22,8 +22,8 @@ type takes either): a value pinned in the export cannot drift from the release s
 file served from the same web server as the image guards against nothing the value does not, and
 an Ironic may refuse checksum URLs (``[conductor] disable_support_for_checksum_files``).
 
-The manifest makes OUT recognisable as nvkr's: a directory holding anything else is refused
-(exit 2) unless it is an earlier export, where every image the manifest lists is hashed again
+The manifest makes OUT recognisable as nvkr's: a directory holding anything else, or a symbolic
+link under any name (refused before its target is read), is refused (exit 2) unless it is an earlier export, where every image the manifest lists is hashed again
 (a file whose bytes do not match its name is an integrity error, exit 3) and kept; images listed
 but gone are forgotten, new ones are added. Nothing half-written ever carries a final name: each
 file is made under a ``.nvkr-tmp-`` name in OUT and renamed into place once complete and
@@ -178,7 +178,8 @@ def registry_fetch(client: Any, repository: str) -> Fetch:
 def _check_file(path: Path, image: DiskImage, what: str) -> None:
     """Raise :class:`IntegrityError` unless ``path`` holds ``image``'s bytes."""
     h, size = hashlib.sha256(), 0
-    with open(path, "rb") as f:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)  # never a link's target
+    with os.fdopen(fd, "rb") as f:
         while block := f.read(_READ_BLOCK):
             h.update(block)
             size += len(block)
@@ -250,6 +251,15 @@ def _earlier_export(out: Path) -> dict[str, DiskImage]:
         ) from e
     if not entries:
         return {}
+    # before anything of it is read or hashed: a link could name any file (a device, another
+    # user's file, something huge), and the web server would serve its target
+    links = [e for e in entries if not e.startswith(TMP_PREFIX) and (out / e).is_symlink()]
+    if links:
+        raise UsageError(
+            f"--images-dir {out}: {links[0]} is a symbolic link; nvkr reads and serves only the "
+            "files it wrote there",
+            hint="replace the link with the file itself, or export into a new directory",
+        )
     if MANIFEST not in entries:
         raise UsageError(
             f"--images-dir {out} holds other files ({entries[0]}) and is no earlier "

@@ -2,10 +2,11 @@
 
 With ``infrastructure="metal3"`` :func:`nvkr.delivery.export.capi.export_capi` also writes the
 infrastructure templates that boot the machine images on bare metal through Metal3 (CAPM3,
-https://book.metal3.io): one ``Metal3MachineTemplate`` (``infrastructure.cluster.x-k8s.io/v1beta1``)
-per node-pool release, named like its MachineDeployment, and one for the control plane, named like
-the KubeadmControlPlane; each ``spec.template.spec.image`` is ``{url, checksum: <sha256 hex of the
-QCOW2 disk>, checksumType: sha256, format: qcow2}``. The URL comes from :class:`ImageUrls`: a
+https://book.metal3.io): one ``Metal3MachineTemplate`` (``infrastructure.cluster.x-k8s.io/v1beta2``,
+CAPM3 1.13 and later, or ``v1beta1`` for CAPM3 1.12) per node-pool release, named like its
+MachineDeployment, and one for the control plane, named like the KubeadmControlPlane; each
+``spec.template.spec.image`` is ``{url, checksum: <sha256 hex of the QCOW2 disk>, checksumType:
+sha256, diskFormat: qcow2}`` (v1beta1: ``format``). The URL comes from :class:`ImageUrls`: a
 web server's base (``{base}/{hex}.qcow2``) or the registry's blob endpoint. Same release set and
 options, same bytes: nothing is read from the clock, the environment or the network.
 """
@@ -40,6 +41,8 @@ class ImageUrls:
 
     prefix: str
     suffix: str = ""
+    #: ``oci://``: the URL names the machine image's per-arch manifest, not its disk blob
+    oci: bool = False
 
     @classmethod
     def from_base_url(cls, base: str) -> ImageUrls:
@@ -79,6 +82,16 @@ class ImageUrls:
         scheme = "http" if insecure or host in LOOPBACK else "https"
         return cls(prefix=f"{scheme}://{registry}/v2/{repository}/blobs/sha256:")
 
+    @classmethod
+    def from_oci(cls, registry: str, repository: str) -> ImageUrls:
+        """``oci://REGISTRY/REPO@sha256:<hex>``: Ironic (29.0 and later, experimental) pulls the
+        image manifest of that digest (an image manifest, not an index, whose ``artifactType``
+        is set or whose config is the empty descriptor: nvkr's machine images) and deploys its
+        ``layers[0]``, checking it against that layer's digest. baremetal-operator takes such
+        URLs from 0.12 (pull secrets from 0.13), CAPM3 from 1.14 (no checksum fields; no pull
+        secret: anonymous pulls only)."""
+        return cls(prefix=f"oci://{registry}/{repository}@sha256:", oci=True)
+
     def url(self, disk_digest: str) -> str:
         """The URL of the disk with digest ``sha256:<hex>``.
 
@@ -99,7 +112,12 @@ def _sha256_hex(digest: Any, what: str) -> str:
 
 
 def metal3_image(
-    metadata: Mapping[str, Any], pool: Mapping[str, Any], label: str, urls: ImageUrls
+    metadata: Mapping[str, Any],
+    pool: Mapping[str, Any],
+    label: str,
+    urls: ImageUrls,
+    *,
+    v1beta2: bool = True,
 ) -> dict[str, str]:
     """Metal3 ``image`` of a node-pool release's machine image (CAPM3 ``Image``, see below).
 
@@ -118,16 +136,24 @@ def metal3_image(
             hint="name a node-image artifact as the pool's machineImage in the recipe",
         )
     hexdigest = _sha256_hex(primary.get("digest"), f"machine image {art['name']!r} disk digest")
+    disk_format = "diskFormat" if v1beta2 else "format"
+    if urls.oci:
+        # The per-arch machine image manifest; Ironic checks the disk against its layer digest
+        # and CAPM3 1.14 refuses checksum fields beside an oci:// URL.
+        manifest = (art.get("manifest") or {}).get("digest")
+        what = f"machine image {art['name']!r} manifest digest"
+        return {"url": urls.prefix + _sha256_hex(manifest, what), disk_format: fmt}
     # cluster-api-provider-metal3 api/v1beta1/common_types.go, type Image: url; checksum "a
     # md5sum value or a URL to retrieve one" (the value itself here: the webhook parses it as a
     # URL only when it starts with http:// or https://); checksumType enum md5;sha256;sha512
     # (baremetal-operator: "If missing, MD5 is used", so it is always set); format (json tag of
-    # DiskFormat) enum raw;qcow2;vdi;vmdk;live-iso.
+    # DiskFormat) enum raw;qcow2;vdi;vmdk;live-iso. api/v1beta2/common_types.go renamed the
+    # json tag to diskFormat (same enum).
     return {
         "url": urls.url(primary["digest"]),
         "checksum": hexdigest,
         "checksumType": "sha256",
-        "format": fmt,
+        disk_format: fmt,
     }
 
 
@@ -140,14 +166,18 @@ def metal3_template(
     data_template: str | None = None,
 ) -> dict[str, Any]:
     """A Metal3MachineTemplate booting ``image``, selecting hosts by ``match_labels``, its
-    machines' metadata from the Metal3DataTemplate ``data_template``."""
+    machines' metadata from the Metal3DataTemplate ``data_template`` (in the template's
+    namespace)."""
     # cluster-api-provider-metal3 api/v1beta1: Metal3MachineTemplate spec.template.spec is a
     # Metal3MachineSpec, whose `image` is the Image type (see metal3_image), whose
     # `hostSelector` (HostSelector: matchLabels, matchExpressions) filters BareMetalHosts by
     # label and whose `dataTemplate` (corev1.ObjectReference) names the Metal3DataTemplate.
     spec: dict[str, Any] = {"image": dict(image)}
     if data_template is not None:
+        # v1beta2's Metal3ObjectRef{name, namespace} counts as set (IsDefined) only with both
         spec["dataTemplate"] = {"name": data_template}
+        if api_version.endswith("/v1beta2"):
+            spec["dataTemplate"]["namespace"] = metadata["namespace"]
     if match_labels:
         spec["hostSelector"] = {"matchLabels": dict(match_labels)}
     return {
@@ -218,10 +248,12 @@ def check_infrastructure(
     image_urls: ImageUrls | None,
     control_plane_pool: str | None,
     kind: str,
-    api_version: str,
+    api_version: str | None,
+    metal3_api_version: str = METAL3_API_VERSION,
 ) -> ImageUrls | None:
     """``image_urls`` when Metal3 templates are written, else None; rejects what
-    :func:`export_capi` says it rejects."""
+    :func:`export_capi` says it rejects (``api_version`` None: the one ``--metal3-api-version``
+    gives, ``metal3_api_version``)."""
     if infrastructure is None:
         if image_urls is not None or control_plane_pool is not None:
             raise UsageError(
@@ -235,16 +267,24 @@ def check_infrastructure(
             f"infrastructure {infrastructure!r} is not one nvkr writes templates for",
             hint="one of: " + ", ".join(INFRASTRUCTURES),
         )
-    if (kind, api_version) != (METAL3_MACHINE_TEMPLATE, METAL3_API_VERSION):
+    if kind != METAL3_MACHINE_TEMPLATE or api_version not in (None, metal3_api_version):
         raise UsageError(
             f"--infrastructure metal3 writes {METAL3_MACHINE_TEMPLATE} "
-            f"({METAL3_API_VERSION}), not {kind} ({api_version})",
-            hint="leave out --infrastructure-kind and --infrastructure-api-version",
+            f"({metal3_api_version}), not {kind} ({api_version or metal3_api_version})",
+            hint="leave out --infrastructure-kind and --infrastructure-api-version (choose "
+            "CAPM3's version with --metal3-api-version)",
+        )
+    if image_urls is not None and image_urls.oci and not metal3_api_version.endswith("v1beta2"):
+        raise UsageError(
+            "--image-url-oci: only CAPM3 v1beta2 (1.14 and later) takes oci:// image URLs, "
+            f"not {metal3_api_version}",
+            hint="use --metal3-api-version v1beta2 (the default), or give --image-base-url",
         )
     if image_urls is None:
         raise UsageError(
             "--infrastructure metal3 needs a URL Ironic downloads each machine image from",
-            hint="give --image-base-url URL (a web server with <sha256 hex>.qcow2 files) or "
-            "--image-url-from-registry (the registry's blob URLs; anonymous registries only)",
+            hint="give --image-base-url URL (a web server with <sha256 hex>.qcow2 files), "
+            "--image-url-from-registry (the registry's blob URLs; anonymous registries only) or "
+            "--image-url-oci (oci:// URLs: Ironic 29.0+, CAPM3 1.14+)",
         )
     return image_urls

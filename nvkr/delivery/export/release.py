@@ -20,7 +20,7 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from nvkr.delivery.export.addons import rendered_addons
 from nvkr.delivery.export.capi import (
@@ -30,7 +30,12 @@ from nvkr.delivery.export.capi import (
     dump_yaml,
     export_capi,
 )
-from nvkr.delivery.export.capi.names import ApiVersions, parse_endpoint
+from nvkr.delivery.export.capi.names import (
+    DEFAULT_CAPI_API_VERSION,
+    DEFAULT_METAL3_API_VERSION,
+    ApiVersions,
+    parse_endpoint,
+)
 from nvkr.delivery.export.document import (
     BOOTSTRAP_NEEDS,
     CLOUD_KERNEL_LACKS,
@@ -54,15 +59,16 @@ class ExportOptions:
     cluster_name: str = "nvkr"
     namespace: str = "default"
     infrastructure_kind: str = DEFAULT_INFRASTRUCTURE_KIND
-    infrastructure_api_version: str = DEFAULT_INFRASTRUCTURE_API_VERSION
+    infrastructure_api_version: str | None = DEFAULT_INFRASTRUCTURE_API_VERSION
     repository: str | None = None
     infrastructure: str | None = None
     image_base_url: str | None = None
     image_url_from_registry: bool = False
+    image_url_oci: bool = False
     control_plane_pool: str | None = None
     host_arch_label: str | None = None
-    api_version: str = "v1beta1"
-    metal3_api_version: str = "v1beta1"
+    api_version: str = DEFAULT_CAPI_API_VERSION
+    metal3_api_version: str = DEFAULT_METAL3_API_VERSION
     control_plane_endpoint: str | None = None
     images_dir: Path | None = None
     bootstrap_data: str | None = None  # the POOL of --bootstrap-data POOL OUT
@@ -97,6 +103,7 @@ def export_release_set(
     if options.fmt == "json":
         doc = export_json(meta, digest, repository=options.repository)
         return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+    addons = rendered_addons(source, meta, registry)
     resources = export_capi(
         meta,
         digest,
@@ -111,9 +118,16 @@ def export_release_set(
         host_arch_label=options.host_arch_label,
         api=api,
         control_plane_endpoint=endpoint,
-        addons=rendered_addons(source, meta, registry),
+        addons=addons,
     )
     _warn_capi(source, meta, digest, options, registry, warn)
+    if not cni_addons(addons):
+        warn(
+            "warning: no chart of the cluster release installs a CNI (none mounts the "
+            f"{CNI_CONFIG_DIR} its network configuration goes to): the nodes will not become "
+            "Ready until one is installed; add a CNI chart to releaseSet.clusterRelease.charts "
+            "(recipes/network/ovn-kubernetes.yaml) or install one yourself"
+        )
     if options.image_url_from_registry:
         from nvkr.delivery.export.images import check_anonymous_reads, template_image_urls
 
@@ -185,10 +199,11 @@ def _capi_only(options: ExportOptions) -> dict[str, bool]:
         "--infrastructure": options.infrastructure is not None,
         "--image-base-url": options.image_base_url is not None,
         "--image-url-from-registry": options.image_url_from_registry,
+        "--image-url-oci": options.image_url_oci,
         "--control-plane-pool": options.control_plane_pool is not None,
         "--host-arch-label": options.host_arch_label is not None,
-        "--api-version": options.api_version != "v1beta1",
-        "--metal3-api-version": options.metal3_api_version != "v1beta1",
+        "--api-version": options.api_version != DEFAULT_CAPI_API_VERSION,
+        "--metal3-api-version": options.metal3_api_version != DEFAULT_METAL3_API_VERSION,
         "--control-plane-endpoint": options.control_plane_endpoint is not None,
         "--bootstrap-data": options.bootstrap_data is not None,
     }
@@ -252,6 +267,39 @@ def _warn_capi(
         )
 
 
+#: Where a CNI writes its network configuration for the container runtime; every CNI's node
+#: DaemonSet mounts it from the host (calico, cilium, flannel, ovn-kubernetes...).
+CNI_CONFIG_DIR: Final = "/etc/cni/net.d"
+
+
+def cni_addons(manifests: Mapping[str, str]) -> list[str]:
+    """The charts (of ``{chart: rendered manifests}``) that install a CNI: whose manifests mount
+    the host's :data:`CNI_CONFIG_DIR` (a ``hostPath`` volume), sorted."""
+    import yaml
+
+    def mounts(node: Any) -> bool:
+        if isinstance(node, Mapping):
+            host = node.get("hostPath")
+            if isinstance(host, Mapping) and str(host.get("path", "")).rstrip("/") == (
+                CNI_CONFIG_DIR
+            ):
+                return True
+            return any(mounts(v) for v in node.values())
+        if isinstance(node, list):
+            return any(mounts(v) for v in node)
+        return False
+
+    found = []
+    for chart in sorted(manifests):
+        try:
+            docs = list(yaml.safe_load_all(manifests[chart]))
+        except yaml.YAMLError:
+            continue
+        if any(mounts(d) for d in docs):
+            found.append(chart)
+    return found
+
+
 def image_urls(source: str, options: ExportOptions, insecure: bool) -> ImageUrls | None:
     """The image URL option given, as :class:`~nvkr.delivery.export.metal3.ImageUrls` (None
     when neither ``--image-base-url`` nor ``--image-url-from-registry`` is).
@@ -263,25 +311,37 @@ def image_urls(source: str, options: ExportOptions, insecure: bool) -> ImageUrls
     from nvkr.oci.reference import Reference
 
     base_url, repository = options.image_base_url, options.repository
-    if base_url is not None and options.image_url_from_registry:
+    given = [
+        flag
+        for flag, set_ in (
+            ("--image-base-url", base_url is not None),
+            ("--image-url-from-registry", options.image_url_from_registry),
+            ("--image-url-oci", options.image_url_oci),
+        )
+        if set_
+    ]
+    if len(given) > 1:
         raise UsageError(
-            "--image-base-url and --image-url-from-registry both give the image URLs",
+            f"{' and '.join(given)} {'both' if len(given) == 2 else 'all'} give the image URLs",
             hint="give one of them",
         )
     if base_url is not None:
         return ImageUrls.from_base_url(base_url)
-    if not options.image_url_from_registry:
+    if not given:
         return None
+    flag = given[0]
     if Path(source).is_dir():
         if repository is None:
             raise UsageError(
-                f"--image-url-from-registry: {source} is a directory, so no registry to point at",
+                f"{flag}: {source} is a directory, so no registry to point at",
                 hint="export from the registry reference (REGISTRY/REPO:TAG), or name where the "
                 "set is published with --repository REGISTRY/REPO",
             )
         ref = Reference.parse(repository)
     else:
         ref = Reference.parse(source)
+    if options.image_url_oci:
+        return ImageUrls.from_oci(ref.registry, ref.repository)
     return ImageUrls.from_registry(ref.registry, ref.repository, insecure=insecure)
 
 

@@ -27,9 +27,12 @@ from nvkr.delivery.export.capi.names import (
     LABEL_ARCH,
     LABEL_CLUSTER,
     LABEL_GPU,
+    LABEL_METAL3_UUID,
     LABEL_POOL,
+    METAL3_UUID_VALUE,
     ApiVersions,
     Endpoint,
+    check_dns_label,
     dns_label,
     dump_yaml,
     image_annotations,
@@ -61,8 +64,9 @@ __all__ = [
 
 #: Default infrastructure machine template (Metal3: bare metal booting the QCOW2 machine image).
 DEFAULT_INFRASTRUCTURE_KIND: Final = "Metal3MachineTemplate"
-DEFAULT_INFRASTRUCTURE_API_VERSION: Final = "infrastructure.cluster.x-k8s.io/v1beta1"
-_INFRA_GROUP: Final = "infrastructure.cluster.x-k8s.io"
+#: None: the apiVersion ``--metal3-api-version`` gives (``infrastructure.cluster.x-k8s.io/v1beta2``
+#: by default).
+DEFAULT_INFRASTRUCTURE_API_VERSION: Final[str | None] = None
 
 
 def _control_plane_pool(
@@ -94,6 +98,16 @@ def _control_plane_pool(
     )
 
 
+def _check_host_arch_label(label: str | None, urls: ImageUrls | None) -> None:
+    if label is not None:
+        check_label_key(label, "--host-arch-label")
+        if urls is None:
+            raise UsageError(
+                "--host-arch-label selects the hosts of Metal3 templates",
+                hint="add --infrastructure metal3",
+            )
+
+
 def export_capi(
     metadata: Mapping[str, Any],
     index_digest: str,
@@ -102,7 +116,7 @@ def export_capi(
     namespace: str,
     repository: str | None = None,
     infrastructure_kind: str = DEFAULT_INFRASTRUCTURE_KIND,
-    infrastructure_api_version: str = DEFAULT_INFRASTRUCTURE_API_VERSION,
+    infrastructure_api_version: str | None = DEFAULT_INFRASTRUCTURE_API_VERSION,
     control_plane_replicas: int = 1,
     replicas: int = 1,
     infrastructure: str | None = None,
@@ -126,9 +140,17 @@ def export_capi(
     node-pool resources also ``nvkr.dev/machine-image`` (the machine image digest, or ``none``)
     and, with ``repository``, ``nvkr.dev/machine-image-ref: REPO@digest``.
 
+    The control plane's node labels are its image's arch only (no pool or GPU label a
+    workload could select it by). ``cluster_name`` must be a DNS-1123 label (it is not rewritten).
+    ``infrastructure_api_version`` None: ``infrastructure.cluster.x-k8s.io/<api.metal3>``.
+
     Without ``infrastructure`` the infrastructure cluster is a placeholder of kind
-    ``<infrastructure_kind minus MachineTemplate>Cluster`` annotated ``nvkr.dev/placeholder``
-    (the user fills in its spec) and the machine templates are not written.
+    ``<infrastructure_kind minus MachineTemplate>Cluster`` and the machine templates the
+    KubeadmControlPlane and MachineDeployments name are placeholders of ``infrastructure_kind``,
+    all annotated ``nvkr.dev/placeholder`` (the user fills in their specs): no reference
+    dangles. With Metal3 every node (control plane and pools) also gets the label
+    ``metal3.io/uuid={{ ds.meta_data.uuid }}``, which cloud-init renders from Ironic's
+    meta-data and by which CAPM3 sets a Machine's providerID.
     ``infrastructure="metal3"`` (needs ``image_urls`` and ``control_plane_endpoint``) writes a
     Metal3Cluster, a Metal3DataTemplate and a Metal3MachineTemplate per node-pool release
     (before its MachineDeployment, same name and annotations) booting the pool's QCOW2 machine
@@ -141,8 +163,8 @@ def export_capi(
     Returns:
         the resources, keys in a fixed order (apiVersion, kind, metadata, spec), names DNS-1123.
     Raises:
-        UsageError: the set has no cluster release (no Kubernetes version), or a name that cannot
-            become a DNS-1123 label; with ``infrastructure``: an unknown provider, no
+        UsageError: the set has no cluster release (no Kubernetes version), a ``cluster_name``
+            that is no DNS-1123 label, or a name that cannot become one; with ``infrastructure``: an unknown provider, no
             ``image_urls`` or endpoint, another infrastructure kind/apiVersion, a pool without a
             machine image or with a non-QCOW2 one, an unknown ``control_plane_pool``;
             ``image_urls`` or ``control_plane_pool`` or ``host_arch_label`` without
@@ -150,22 +172,21 @@ def export_capi(
         IntegrityError: the metadata names an artifact it does not hold, or a malformed digest.
     """
     api = api or ApiVersions()
+    cluster_label = check_dns_label(cluster_name, "--cluster-name")
     urls = check_infrastructure(
         infrastructure,
         image_urls,
         control_plane_pool,
         infrastructure_kind,
         infrastructure_api_version,
+        api.infrastructure,
     )
-    if host_arch_label is not None:
-        check_label_key(host_arch_label, "--host-arch-label")
-        if urls is None:
-            raise UsageError(
-                "--host-arch-label selects the hosts of Metal3 templates",
-                hint="add --infrastructure metal3",
-            )
-    if urls is not None:
-        infrastructure_api_version = f"{_INFRA_GROUP}/{api.metal3}"
+    _check_host_arch_label(host_arch_label, urls)
+    if infrastructure_api_version is None:
+        infrastructure_api_version = api.infrastructure
+    # CAPM3's contract: the Node carries the host's uuid (Metal3 only; another provider's
+    # export gets no such label)
+    extra_labels = {LABEL_METAL3_UUID: METAL3_UUID_VALUE} if urls is not None else {}
 
     def host_labels(pool: Mapping[str, Any]) -> dict[str, str] | None:
         arch = pool.get("arch")
@@ -178,7 +199,6 @@ def export_capi(
             f"release set {doc['name']} has no clusterRelease, so no Kubernetes version",
             hint="add releaseSet.clusterRelease to the recipe, or use --format json",
         )
-    cluster_label = dns_label(cluster_name)
     ns = dns_label(namespace)
     set_annotations = {ANN_RELEASE_SET: index_digest, ANN_RELEASE_SET_NAME: doc["name"]}
 
@@ -247,7 +267,7 @@ def export_capi(
                 "plane (kube-vip, keepalived)",
             )
         images = [
-            metal3_image(metadata, p, label, urls)
+            metal3_image(metadata, p, label, urls, v1beta2=api.metal3_v1beta2)
             for p, label in zip(metadata["nodePoolReleases"], pool_labels, strict=True)
         ]
         data_template = dns_label(f"{cluster_label}-metadata")
@@ -263,7 +283,16 @@ def export_capi(
                 data_template=data_template,
             )
         )
-    cp_labels = _node_labels(pools[cp_pool], pool_labels[cp_pool]) if pools else {}
+    # the control plane is no worker pool: its nodes get the arch of the image they boot, no
+    # pool or GPU label a workload's nodeSelector could match
+    cp_labels = {LABEL_ARCH: pools[cp_pool]["arch"]} if pools else {}
+    cp_labels.update(extra_labels)
+    if urls is None:
+        resources.append(
+            cl.placeholder_template(
+                meta(cp_name, {}), infrastructure_api_version, infrastructure_kind
+            )
+        )
     machine_template: dict[str, Any] = {"infrastructureRef": infra(cp_name)}
     resources.append(
         {
@@ -291,11 +320,21 @@ def export_capi(
                 "kind": "KubeadmConfigTemplate",
                 "metadata": meta(name, annotations),
                 "spec": {
-                    "template": {"spec": kubeadm.worker_spec(api, _node_labels(pool, pool_label))}
+                    "template": {
+                        "spec": kubeadm.worker_spec(
+                            api, {**_node_labels(pool, pool_label), **extra_labels}
+                        )
+                    }
                 },
             }
         )
-        if urls is not None:
+        if urls is None:
+            resources.append(
+                cl.placeholder_template(
+                    meta(name, annotations), infrastructure_api_version, infrastructure_kind
+                )
+            )
+        else:
             resources.append(
                 metal3_template(
                     meta(name, annotations),

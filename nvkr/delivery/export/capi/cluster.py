@@ -43,6 +43,10 @@ PLACEHOLDER_TEXT: Final = (
     "nvkr wrote this without --infrastructure: fill in the provider's spec (at least "
     "controlPlaneEndpoint) before applying, or export with --infrastructure metal3"
 )
+PLACEHOLDER_TEMPLATE_TEXT: Final = (
+    "nvkr wrote this without --infrastructure: fill in the provider's machine spec "
+    "(template.spec: the image to boot) before applying, or export with --infrastructure metal3"
+)
 
 
 def cluster(
@@ -85,6 +89,20 @@ def placeholder_cluster(
     if endpoint is not None:
         spec["controlPlaneEndpoint"] = {"host": endpoint.host, "port": endpoint.port}
     return {"apiVersion": api_version, "kind": kind, "metadata": meta, "spec": spec}
+
+
+def placeholder_template(meta: dict[str, Any], api_version: str, kind: str) -> dict[str, Any]:
+    """A machine template of the provider's ``kind`` (``--infrastructure-kind``) for an export
+    without ``--infrastructure``, so that no reference of the KubeadmControlPlane or a
+    MachineDeployment dangles: annotated :data:`ANN_PLACEHOLDER`, its spec for the user to
+    fill in (the provider's machine spec under ``template.spec``)."""
+    meta["annotations"] = {**meta["annotations"], ANN_PLACEHOLDER: PLACEHOLDER_TEMPLATE_TEXT}
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": meta,
+        "spec": {"template": {"spec": {}}},
+    }
 
 
 def infrastructure_cluster_kind(machine_template_kind: str) -> str:

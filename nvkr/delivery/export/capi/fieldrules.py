@@ -5,7 +5,7 @@ Each rule names the file and commit it was read from (the search index stores co
 tags: the kubernetes-sigs/cluster-api v1beta2 files were read at main-branch commits after the
 v1.11 release, which first served v1beta2, and checked against fields v1.11 already has; the
 v1beta1 files at the commits named; where a file names no release, the rule says what dates it).
-CAPM3 v1beta2 has no rules: :class:`.names.ApiVersions` refuses it. A rule holds:
+CAPM3's rules, v1beta1 and v1beta2, are :mod:`.metal3rules`'. A rule holds:
 
 - ``required``: dotted paths (``[]`` for every list item) that are ``+required`` (or
   non-omitempty without ``+optional``) in the types, for the fields nvkr writes and their parents;
@@ -16,7 +16,8 @@ CAPM3 v1beta2 has no rules: :class:`.names.ApiVersions` refuses it. A rule holds
 - ``nested``: the json fields of a struct below spec (same unknown-field check);
 - ``types``: paths whose JSON type changed between versions (``list`` or ``map``);
 - ``refs``: paths holding a reference to another object of the export (``kind`` fixed when the
-  type says so), resolved by :func:`check_documents`.
+  type says so), resolved by :func:`check_documents`;
+- ``checks``: functions of the document giving problems no marker says (a webhook's rule).
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
+from nvkr.delivery.export.capi.metal3rules import metal3_rules
+from nvkr.delivery.export.capi.names import ANN_PLACEHOLDER
+
 CAPI: Final = "kubernetes-sigs/cluster-api"
-CAPM3: Final = "metal3-io/cluster-api-provider-metal3"
 
 _V1B2_CLUSTER = (
     f"{CAPI} api/core/v1beta2/cluster_types.go @0295be4bac56e3c9fb767aa257bd89706cef848c"
@@ -72,33 +75,6 @@ _V1B1_KCS = (
     "(ClusterConfiguration), kubeadmconfigtemplate_types.go @a093b060856f09f70cd28d84294ce5b3b1bd8491"
 )
 _V1B1_CRS = f"{CAPI} exp/addons/api/v1beta1/clusterresourceset_types.go @0267234e59d1616c4110d2548af34c93858cb4ec (resources +optional)"
-_CAPM3_V1B1_M3C = (
-    f"{CAPM3} api/v1beta1/metal3cluster_types.go @8d8b6cab198d5afd42de4d309b9c60fa3c9b6cda and "
-    "index file 687196269 (the version with cloudProviderEnabled, failureDomains); "
-    "common_types.go @58845d7856bb99be04a158d94c639e013d996394 (APIEndpoint host, port)"
-)
-_CAPM3_V1B1_M3MT = (
-    f"{CAPM3} api/v1beta1/metal3machinetemplate_types.go, metal3machine_types.go "
-    "@78377efde2813a54260075f7643acf84e6187226, common_types.go "
-    "@58845d7856bb99be04a158d94c639e013d996394 (Image)"
-)
-_CAPM3_V1B1_M3DT = (
-    f"{CAPM3} api/v1beta1/metal3datatemplate_types.go @78377efde2813a54260075f7643acf84e6187226"
-)
-#: Metal3MachineSpec's json fields (metal3machine_types.go @78377ef).
-_M3M_SPEC: Final = frozenset(
-    [
-        "providerID",
-        "image",
-        "userData",
-        "hostSelector",
-        "dataTemplate",
-        "metaData",
-        "networkData",
-        "automatedCleaningMode",
-    ]
-)
-
 #: KubeadmConfigSpec's json fields (v1beta2 kubeadmconfig_types.go; v1beta1 adds
 #: useExperimentalRetryJoin).
 _KCS_V1B2: Final = frozenset(
@@ -339,47 +315,7 @@ def _rules() -> dict[tuple[str, str], dict[str, Any]]:
             },
             "refs": {"spec.resources[]": None},
         }
-    m3 = "infrastructure.cluster.x-k8s.io/v1beta1"
-    rules[(m3, "Metal3Cluster")] = {
-        "source": _CAPM3_V1B1_M3C + " (IsValid: host and port)",
-        "required": ["spec.controlPlaneEndpoint.host", "spec.controlPlaneEndpoint.port"],
-        "spec": {
-            "controlPlaneEndpoint",
-            "noCloudProvider",
-            "cloudProviderEnabled",
-            "failureDomains",
-        },
-        "refs": {},
-    }
-    rules[(m3, "Metal3DataTemplate")] = {
-        "source": _CAPM3_V1B1_M3DT + " (clusterName MinLength=1, no omitempty)",
-        "required": ["spec.clusterName"],
-        "lengths": {"spec.clusterName": (1, None)},
-        "spec": {"clusterName", "templateReference", "metaData", "networkData"},
-        "enums": {
-            "spec.metaData.objectNames[].object": {"machine", "metal3machine", "baremetalhost"}
-        },
-        "refs": {},
-    }
-    rules[(m3, "Metal3MachineTemplate")] = {
-        "source": _CAPM3_V1B1_M3MT,
-        # template, template.spec, spec.image, image.url and image.checksum have no omitempty
-        "required": [
-            "spec.template",
-            "spec.template.spec",
-            "spec.template.spec.image",
-            "spec.template.spec.image.url",
-            "spec.template.spec.image.checksum",
-        ],
-        "nested": {"spec.template.spec": _M3M_SPEC},
-        "spec": {"template", "nodeReuse"},
-        "enums": {
-            "spec.template.spec.image.checksumType": {"md5", "sha256", "sha512"},
-            "spec.template.spec.image.format": {"raw", "qcow2", "vdi", "vmdk", "live-iso"},
-            "spec.template.spec.automatedCleaningMode": {"metadata", "disabled"},
-        },
-        "refs": {"spec.template.spec.dataTemplate": "Metal3DataTemplate"},
-    }
+    rules.update(metal3_rules())
     rules[("v1", "ConfigMap")] = {
         "source": "k8s.io/api core/v1 ConfigMap (data: map[string]string)",
         "required": ["data"],
@@ -466,7 +402,10 @@ def _check_rule(
     external: frozenset[str],
 ) -> list[str]:
     kind = doc.get("kind")
-    problems = _missing(where, doc, rule)
+    # a placeholder (an export without --infrastructure) is the user's to fill in: its
+    # required fields are theirs, everything else (names, fields, references) is checked
+    placeholder = ANN_PLACEHOLDER in ((doc.get("metadata") or {}).get("annotations") or {})
+    problems = [] if placeholder else _missing(where, doc, rule)
     if rule["spec"] is not None:
         unknown = sorted(set(doc.get("spec") or {}) - set(rule["spec"]))
         problems += [f"{where}: spec.{f} is no field of {api_version} {kind}" for f in unknown]
@@ -478,6 +417,8 @@ def _check_rule(
                     for f in sorted(set(value) - set(allowed))
                 ]
     problems += _check_values(where, doc, rule)
+    if not placeholder:
+        problems += [f"{where}: {p}" for check in rule.get("checks", []) for p in check(doc)]
     for path, shape in rule.get("types", {}).items():
         want = list if shape == "list" else dict
         for value in _values(doc, path):

@@ -32,17 +32,23 @@ LABEL_GPU: Final = "nvkr.dev/gpu-generation"
 LABEL_ARCH: Final = "kubernetes.io/arch"
 LABEL_POOL: Final = "nvkr.dev/node-pool"
 LABEL_CLUSTER: Final = "cluster.x-k8s.io/cluster-name"
+#: CAPM3 (without an external cloud provider, ``Metal3Cluster.spec.cloudProviderEnabled``) sets
+#: a Machine's providerID from the Node with this label, whose value cloud-init renders from
+#: the meta-data Ironic writes (the host's uuid): without it no Machine gets its Node.
+LABEL_METAL3_UUID: Final = "metal3.io/uuid"
+METAL3_UUID_VALUE: Final = "{{ ds.meta_data.uuid }}"
+INFRASTRUCTURE_GROUP: Final = "infrastructure.cluster.x-k8s.io"
 #: On the Cluster; the ClusterResourceSet of the add-ons selects clusters by it.
 LABEL_ADDONS: Final = "nvkr.dev/addons"
 
-#: Cluster API versions ``--api-version`` accepts: v1beta1 (served by every CAPI 1.x) and
-#: v1beta2 (served from CAPI 1.11, its storage version).
+#: Cluster API versions ``--api-version`` accepts: v1beta2 (served from CAPI 1.11, its storage
+#: version; the default) and v1beta1 (deprecated, no longer served from CAPI 1.16).
 CAPI_API_VERSIONS: Final = ("v1beta1", "v1beta2")
-DEFAULT_CAPI_API_VERSION: Final = "v1beta1"
-#: CAPM3 API versions ``--metal3-api-version`` accepts; v1beta1 is what CAPM3's released
-#: versions (1.x) serve, v1beta2 is on its main branch (api/v1beta2).
+DEFAULT_CAPI_API_VERSION: Final = "v1beta2"
+#: CAPM3 API versions ``--metal3-api-version`` accepts: v1beta2 (served from CAPM3 1.13; the
+#: default) and v1beta1 (what CAPM3 1.12 serves, and only that).
 METAL3_API_VERSIONS: Final = ("v1beta1", "v1beta2")
-DEFAULT_METAL3_API_VERSION: Final = "v1beta1"
+DEFAULT_METAL3_API_VERSION: Final = "v1beta2"
 
 _DNS_LABEL: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_LABEL_MAX: Final = 63
@@ -65,23 +71,24 @@ class ApiVersions:
                 f"--api-version {self.capi!r} is not a Cluster API version nvkr writes",
                 hint="one of: " + ", ".join(CAPI_API_VERSIONS),
             )
-        if self.metal3 == "v1beta2":
-            # CAPM3's api/v1beta2 is in the index, but no field rules were read from it
-            # (fieldrules.py): refuse rather than write documents nothing checked.
-            raise UsageError(
-                "--metal3-api-version v1beta2: no field rules were read for CAPM3 v1beta2, so "
-                "nvkr does not write Metal3 documents of that version",
-                hint="use --metal3-api-version v1beta1 (what released CAPM3 serves)",
-            )
         if self.metal3 not in METAL3_API_VERSIONS:
             raise UsageError(
                 f"--metal3-api-version {self.metal3!r} is not a CAPM3 version nvkr writes",
-                hint="one of: " + ", ".join(METAL3_API_VERSIONS),
+                hint="v1beta2 (CAPM3 1.13 and later) or v1beta1 (CAPM3 1.12)",
             )
 
     @property
     def v1beta2(self) -> bool:
         return self.capi == "v1beta2"
+
+    @property
+    def metal3_v1beta2(self) -> bool:
+        return self.metal3 == "v1beta2"
+
+    @property
+    def infrastructure(self) -> str:
+        """CAPM3's apiVersion, ``infrastructure.cluster.x-k8s.io/<metal3 version>``."""
+        return f"{INFRASTRUCTURE_GROUP}/{self.metal3}"
 
     def group(self, group: str) -> str:
         """``<group>/<capi version>``, e.g. ``cluster.x-k8s.io/v1beta2``."""
@@ -202,6 +209,28 @@ def dns_label(text: str) -> str:
             f"{text!r} has no characters left for a Kubernetes name", hint="use [a-z0-9-]"
         )
     return label
+
+
+def check_dns_label(text: str, flag: str) -> str:
+    """``text`` when it is a DNS-1123 label (RFC 1123: at most 63 of ``[a-z0-9-]``, alphanumeric
+    at both ends), the name Kubernetes and Cluster API's ``clusterName`` fields (MaxLength 63)
+    take.
+
+    Raises:
+        UsageError: it is not, naming ``flag`` (a name rewritten behind the user's back would
+            not be the one they look for).
+    """
+    if len(text) <= _DNS_LABEL_MAX and _DNS_LABEL.match(text):
+        return text
+    try:
+        example = dns_label(text)
+    except UsageError:
+        example = "gpu"
+    raise UsageError(
+        f"{flag} {text!r} is not a DNS-1123 label",
+        hint=f"at most {_DNS_LABEL_MAX} characters of a-z, 0-9 and '-', starting and ending "
+        f"with a letter or digit, e.g. {flag} {example}",
+    )
 
 
 def pool_names(pools: Sequence[Mapping[str, Any]]) -> list[str]:
