@@ -46,6 +46,15 @@ class UsageError(NvkrError):
     exit_code = 2
 
 
+class LimitError(UsageError):
+    """An input is over one of nvkr's bounds (:mod:`nvkr.bounds`): a file's size, a YAML
+    document's values once its aliases are expanded, a template's string, format width, steps or
+    output. The message names the file (and field) and the limit; nothing more of the input was
+    read or rendered."""
+
+    code = "NVKR-E-LIMIT"
+
+
 class RecipeError(NvkrError):
     """The recipe (or a file it extends) is invalid: YAML syntax, schema, templates, references."""
 
