@@ -254,9 +254,11 @@ def _filter_check(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> N
 
 
 def _bounded_filter(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
+    passed = 1 if getattr(func, "jinja_pass_arg", None) else 0  # the context, environment...
+
     def bounded(*args: Any, **kwargs: Any) -> Any:
         _step()
-        _filter_check(name, args, kwargs)
+        _filter_check(name, args[passed:], kwargs)
         result = func(*args, **kwargs)
         if isinstance(result, str | list | tuple):
             _check_length(f"the {name} filter", len(result))
