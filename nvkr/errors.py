@@ -51,6 +51,15 @@ class UsageError(NvkrError):
     exit_code = 2
 
 
+class LimitError(UsageError):
+    """An input is over one of nvkr's bounds (:mod:`nvkr.bounds`): a file's size, a YAML
+    document's values once its aliases are expanded, a template's string, format width, steps or
+    output. The message names the file (and field) and the limit; nothing more of the input was
+    read or rendered."""
+
+    code = "NVKR-E-LIMIT"
+
+
 class RecipeError(NvkrError):
     """The recipe (or a file it extends) is invalid: YAML syntax, schema, templates, references."""
 
@@ -199,8 +208,9 @@ class DriftError(NvkrError):
 class RegistryLimitError(RegistryError):
     """A registry's answer exceeds what nvkr reads of it (a manifest, index, referrers list, tag
     list or token larger than 4 MiB): refused after reading at most the limit; the message names
-    the URL and the limit. Exit 2, as for every untrusted input over its bound: retrying will
-    not shrink it."""
+    the URL and the limit. Exit 2 and code ``NVKR-E-LIMIT``, as :class:`LimitError` for every
+    other untrusted input over its bound (retrying will not shrink it); a ``RegistryError`` so
+    that every registry caller's ``except`` still sees it."""
 
     code = "NVKR-E-LIMIT"
     exit_code = 2

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nvkr.bounds import MAX_LOCKFILE_BYTES, read_limited
 from nvkr.builders import ResolvedSource
 from nvkr.canonical import canonical_json, canonical_json_file, sha256_bytes
 from nvkr.errors import ChecksumError, LockError
@@ -92,7 +93,7 @@ def read_lock(path: Path) -> dict[str, Any] | None:
         LockError: the file is not valid JSON or not a lockfile of this version.
     """
     try:
-        data = path.read_bytes()
+        data = read_limited(path, "lockfile", MAX_LOCKFILE_BYTES)
     except FileNotFoundError:
         return None
     except OSError as e:

@@ -71,16 +71,19 @@ def _config_section(path: Path | None) -> tuple[dict[str, Any], Path | None]:
     """
     import yaml
 
+    from nvkr.bounds import read_limited
+    from nvkr.bounds.yamldata import load
+
     if path is None:
         return {}, None
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_limited(path, "nvkr config").decode("utf-8")
     except FileNotFoundError:
         return {}, None
     except OSError as e:
         raise UsageError(f"cannot read nvkr config {path}: {e.strerror}") from e
     try:
-        data: Any = yaml.safe_load(text)
+        data: Any = load(text, path)
     except yaml.YAMLError as e:
         raise UsageError(f"nvkr config {path} is not valid YAML: {e}") from e
     if not isinstance(data, dict) or data.get("cache") is None:

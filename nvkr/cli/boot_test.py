@@ -187,11 +187,12 @@ def command(
         if user_data is None and (meta_data is not None or expect_files):
             raise UsageError("--meta-data and --expect-file go with --user-data")
         if user_data is not None:
+            # before any image boots: bad input costs no boot
+            from nvkr.bounds import read_limited
             from nvkr.machine.seed import meta_data as seed_meta
             from nvkr.machine.userdata import load_user_data
 
-            # before any image boots: bad input costs no boot
-            raw = user_data.read_bytes() if user_data.is_file() else b""
+            raw = read_limited(user_data, "user-data") if user_data.is_file() else b""
             for image in images:
                 load_user_data(user_data, seed_meta(raw, meta_data)[1], arch=image["arch"])
         if console_log is None:

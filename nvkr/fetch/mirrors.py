@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from nvkr.bounds import read_limited
+from nvkr.bounds.yamldata import load
 from nvkr.errors import UsageError
 
 
@@ -75,7 +77,7 @@ class Mirrors:
         """
         path = path if path is not None else default_config_path()
         try:
-            text = path.read_text(encoding="utf-8")
+            text = read_limited(path, "nvkr config").decode("utf-8")
         except FileNotFoundError:
             return cls()
         except OSError as e:
@@ -85,7 +87,7 @@ class Mirrors:
                 f"nvkr config {path} is not UTF-8 (byte {e.start})", hint="save the file as UTF-8"
             ) from None
         try:
-            data: Any = yaml.safe_load(text)
+            data: Any = load(text, path)
         except yaml.YAMLError as e:
             raise UsageError(f"nvkr config {path} is not valid YAML: {e}") from e
         if data is None:

@@ -95,7 +95,9 @@ def load_yaml(data: bytes, where: str) -> Any:
         BuildError: a YAML syntax error (names ``where`` and the line).
     """
     try:
-        return yaml.load(data, Loader=_NoTimestampLoader)
+        from nvkr.bounds.yamldata import load
+
+        return load(data, where, _NoTimestampLoader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""

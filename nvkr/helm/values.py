@@ -25,6 +25,8 @@ from typing import Any, cast
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from nvkr.bounds import check_size
+from nvkr.bounds.yamldata import compose
 from nvkr.errors import BuildError
 from nvkr.yamlemit import double_quoted, scalar
 
@@ -282,6 +284,7 @@ def set_images(
     byte unchanged (module docstring).
 
     Raises:
+        LimitError: the file is over a bound of :mod:`nvkr.bounds` (its size, its aliases).
         BuildError: the file is not UTF-8 or not one YAML mapping; a key on the way is defined
             twice, is an alias or comes from a merge key (``<<``); a part of ``KEY`` holds
             something other than a mapping, or ``repository``/``digest`` something other than a
@@ -291,6 +294,7 @@ def set_images(
         text = (data or b"").decode("utf-8")
     except UnicodeDecodeError as e:
         raise BuildError(f"{where}: not UTF-8 (byte {e.start})") from None
+    check_size(text, where, "values.yaml")
     tree = _tree(images, where, values)
     newline = "\r\n" if "\r\n" in text else "\n"
     editor = _Editor(text, where, newline)
@@ -300,7 +304,8 @@ def set_images(
             root = loader.get_single_node()
         finally:
             loader.dispose()
-        before = yaml.safe_load(text)
+        # bounded first: a billion laughs composes in a blink, then expands in repr()
+        before = yaml.safe_load(text) if compose(text, where) is not None else None
     except yaml.YAMLError as e:
         raise BuildError(
             f"{where}: cannot edit values.yaml: {e}",

@@ -189,7 +189,9 @@ def _read(path: Path) -> bytes:
         UsageError: the file is missing or unreadable.
     """
     try:
-        return path.read_bytes()
+        from nvkr.bounds import read_limited
+
+        return read_limited(path, "user-data")
     except FileNotFoundError:
         raise UsageError(f"{path}: no such user-data file") from None
     except OSError as e:

@@ -25,6 +25,8 @@ from typing import Final
 
 import yaml
 
+from nvkr.bounds import read_limited
+from nvkr.bounds.yamldata import load
 from nvkr.errors import UsageError
 from nvkr.run import pinned_env, run
 
@@ -46,19 +48,20 @@ def meta_data(user_data: bytes, given: Path | None) -> tuple[bytes, dict[str, ob
 
     Raises:
         UsageError: ``given`` is missing, not YAML, or not a mapping (naming file and line).
+        LimitError: ``given`` is over a bound of :mod:`nvkr.bounds` (its size, its aliases).
     """
     if given is None:
         iid = "nvkr-" + hashlib.sha256(user_data).hexdigest()[:16]
         data = f"instance-id: {iid}\nlocal-hostname: {DEFAULT_HOSTNAME}\n".encode()
         return data, {"instance-id": iid, "local-hostname": DEFAULT_HOSTNAME}
     try:
-        data = given.read_bytes()
+        data = read_limited(given, "meta-data")
     except FileNotFoundError:
         raise UsageError(f"{given}: no such meta-data file") from None
     except OSError as e:
         raise UsageError(f"{given}: cannot read the meta-data: {e.strerror}") from e
     try:
-        meta = yaml.safe_load(data) or {}
+        meta = load(data, given) or {}
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""

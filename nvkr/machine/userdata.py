@@ -12,6 +12,9 @@ What is validated, before any boot:
   kubeadm bootstrap provider writes one) followed by a template whose rendering starts with
   ``#cloud-config``. Other user-data (shell scripts, MIME multipart, ``#include``) is refused:
   boot-test checks cloud-config.
+* the file is at most ``nvkr.bounds.MAX_FILE_BYTES``, its aliases expand to at most
+  ``MAX_YAML_NODES`` values, and a template renders within :mod:`nvkr.bounds.jinja`'s bounds
+  (a :class:`~nvkr.errors.LimitError` otherwise, naming the file and the limit).
 * a Jinja template is rendered as cloud-init renders it at boot (cloud-init's options:
   ``trim_blocks``, the ``do`` extension) with the instance data the guest will have from the
   seed's meta-data (``ds.meta_data`` with ``-`` also as ``_`` in its keys, ``v1`` and its keys at
@@ -43,10 +46,12 @@ from pathlib import Path
 from typing import Any, Final
 
 import jinja2
-import jinja2.sandbox
 import yaml
 
-from nvkr.errors import ToolError, UsageError
+from nvkr.bounds import read_limited
+from nvkr.bounds.jinja import BoundedSandbox, TemplateLimit, render
+from nvkr.bounds.yamldata import compose, construct
+from nvkr.errors import LimitError, ToolError, UsageError
 from nvkr.run import FIXED_PATH, pinned_env, run
 
 #: cloud-init's template header (cloudinit/handlers/jinja_template.py: ``## template: jinja``).
@@ -148,7 +153,7 @@ def load_user_data(path: Path, meta: dict[str, Any], *, arch: str = "amd64") -> 
         ToolError: the host has no cloud-init (Debian package cloud-init) for the schema check.
     """
     try:
-        raw = path.read_bytes()
+        raw = read_limited(path, "user-data")
     except FileNotFoundError:
         raise UsageError(f"{path}: no such user-data file") from None
     except OSError as e:
@@ -172,7 +177,8 @@ def load_user_data(path: Path, meta: dict[str, Any], *, arch: str = "amd64") -> 
             "put the commands of a shell script in runcmd",
         )
     try:
-        config = yaml.safe_load(text)
+        root = compose(text, path)
+        config = construct(root)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1 + offset}" if mark is not None else ""
@@ -185,7 +191,7 @@ def load_user_data(path: Path, meta: dict[str, Any], *, arch: str = "amd64") -> 
             f"{path}:{offset + 2}: expected a mapping of cloud-config keys, found "
             f"{type(config).__name__}"
         )
-    lines = _key_lines(text, offset)
+    lines = _key_lines(root, offset)
     _schema_check(path, config, lines)
     return UserData(
         path=path,
@@ -199,12 +205,17 @@ def load_user_data(path: Path, meta: dict[str, Any], *, arch: str = "amd64") -> 
 
 def _render(path: Path, template: str, data: dict[str, Any]) -> str:
     """``template`` rendered as cloud-init renders a ``## template: jinja`` user-data."""
-    env = jinja2.sandbox.SandboxedEnvironment(
+    env = BoundedSandbox(
         undefined=jinja2.StrictUndefined, trim_blocks=True, extensions=["jinja2.ext.do"],
         keep_trailing_newline=True, autoescape=False,
     )  # fmt: skip
     try:
-        return env.from_string(template).render(**data)
+        return render(env.from_string(template), data)
+    except TemplateLimit as e:
+        raise LimitError(
+            f"{path}: Jinja template: {e}",
+            hint="a user-data template fills in a few values; it makes nothing this large",
+        ) from None
     except jinja2.TemplateSyntaxError as e:
         raise UsageError(f"{path}:{(e.lineno or 0) + 1}: Jinja template error: {e.message}") from e
     except jinja2.UndefinedError as e:
@@ -214,10 +225,10 @@ def _render(path: Path, template: str, data: dict[str, Any]) -> str:
             hint="give the value in --meta-data (a YAML mapping: instance-id, local-hostname, ...)",
         ) from e
     except jinja2.TemplateError as e:
-        raise UsageError(f"{path}: Jinja template error: {e}") from e
+        raise UsageError(f"{path}: Jinja template error: {e}") from None
 
 
-def _key_lines(text: str, offset: int) -> dict[str, int]:
+def _key_lines(root: yaml.Node | None, offset: int) -> dict[str, int]:
     """Line (1-based, in the file) of each key path cloud-init's schema names
     (``write_files.0.path``)."""
     out: dict[str, int] = {}
@@ -233,7 +244,6 @@ def _key_lines(text: str, offset: int) -> dict[str, int]:
             for i, item in enumerate(node.value):
                 walk(item, f"{prefix}.{i}" if prefix else str(i))
 
-    root = yaml.compose(text, Loader=yaml.SafeLoader)
     if root is not None:
         walk(root, "")
     return out

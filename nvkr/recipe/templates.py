@@ -6,7 +6,8 @@ document before validating it: every string value (never a key) under ``sources`
 axes and the recipe's ``vars``. ``vars`` themselves are rendered first, with only the axes in
 context, so a var cannot depend on another var (no ordering questions, no cycles).
 
-The environment is sandboxed (recipe authors cannot reach Python internals), strict (an
+The environment is sandboxed (recipe authors cannot reach Python internals) and bounded
+(:mod:`nvkr.bounds.jinja`: a repetition, a format width, the steps and the output), strict (an
 undefined name is an error, not an empty string that would produce a wrong URL) and does not
 escape anything (these are URLs and names, not HTML).
 """
@@ -19,14 +20,14 @@ from typing import Any
 
 import jinja2
 from jinja2 import StrictUndefined
-from jinja2.sandbox import SandboxedEnvironment
 
+from nvkr.bounds.jinja import BoundedSandbox, render
 from nvkr.errors import RecipeError
 from nvkr.recipe.yamlsource import DocPath, Document, LocationMap, where
 
 RENDERED_KEYS = ("sources", "artifacts", "releaseSet")
 
-_ENV = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
+_ENV = BoundedSandbox(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
 
 
 def is_template(text: str) -> bool:
@@ -100,7 +101,7 @@ def _render_string(
     text: str, path: DocPath, context: Mapping[str, Any], locations: LocationMap, available: str
 ) -> str:
     try:
-        return _compile(text).render(context)
+        return render(_compile(text), context)
     except jinja2.UndefinedError as exc:
         raise RecipeError(
             f"{where(locations, path)}: template error: {exc.message}",

@@ -22,6 +22,8 @@ import yaml
 from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from nvkr.bounds import check_size, read_limited
+from nvkr.bounds.yamldata import check_expansion
 from nvkr.errors import RecipeError
 
 DocPath = tuple[str | int, ...]
@@ -29,8 +31,6 @@ DocPath = tuple[str | int, ...]
 _TAG = "tag:yaml.org,2002:"
 _STR, _INT, _FLOAT, _BOOL, _NULL = (_TAG + t for t in ("str", "int", "float", "bool", "null"))
 _MAP, _SEQ, _MERGE, _TIMESTAMP = (_TAG + t for t in ("map", "seq", "merge", "timestamp"))
-# Aliases let a small file expand exponentially ("billion laughs"); a recipe is nowhere near this.
-_MAX_NODES = 1_000_000
 
 _Base: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -121,9 +121,14 @@ def read_yaml(path: Path, raw: bytes | None = None) -> Document:
         RecipeError: unreadable file or not UTF-8; ``FILE:LINE:COL: YAML syntax error: ...``;
             a duplicate key; a non-string key; a tag other than str/int/float/bool/null/map/seq;
             several documents in one file; a top level that is not a mapping.
+        LimitError: the file is over nvkr.bounds.MAX_FILE_BYTES, or its aliases expand to over
+            MAX_YAML_NODES values (or refer to themselves).
     """
     try:
-        raw = path.read_bytes() if raw is None else raw
+        if raw is None:
+            raw = read_limited(path, "recipe")
+        else:
+            check_size(raw, path, "recipe")
     except FileNotFoundError:
         raise RecipeError(
             f"{path}: file not found",
@@ -149,6 +154,8 @@ def read_yaml(path: Path, raw: bytes | None = None) -> Document:
     if not isinstance(root, MappingNode):
         got = "a list" if isinstance(root, SequenceNode) else f"the scalar {root.value!r}"
         raise RecipeError(f"{_where(path, root)}: the top level must be a mapping (got {got})")
+    # aliases let a small file expand exponentially ("billion laughs"): counted before building
+    check_expansion(root, path)
     builder = _Builder(path)
     data = builder.build(root, (), root)
     return Document(data, builder.locations)
@@ -180,7 +187,6 @@ class _Builder:
         self.file = file
         self.locations: LocationMap = {}
         self._scalars = SafeConstructor()
-        self._nodes = 0
         self._open: set[int] = set()
 
     def _location(self, node: Node, text: str = "") -> Location:
@@ -188,11 +194,6 @@ class _Builder:
 
     def build(self, node: Node, path: DocPath, anchor: Node) -> Any:
         """Data for ``node`` at ``path``; ``anchor`` is where a collection is reported (its key)."""
-        self._nodes += 1
-        if self._nodes > _MAX_NODES:
-            raise RecipeError(
-                f"{_where(self.file, node)}: document too large (aliases expand to over {_MAX_NODES} values)"
-            )
         if isinstance(node, ScalarNode):
             self.locations[path] = self._location(node, node.value)
             return self._scalar(node)
@@ -262,9 +263,8 @@ class _Builder:
                         f"{_where(self.file, source)}: a YAML merge key (<<) needs a mapping or a list of mappings"
                     )
                 scratch = _Builder(self.file)
-                scratch._nodes, scratch._open = self._nodes, self._open
+                scratch._open = self._open
                 merged = scratch.build(source, path, source)
-                self._nodes = scratch._nodes
                 for key, value in merged.items():
                     if key in out:
                         continue

@@ -27,6 +27,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from nvkr.bounds import read_limited
+from nvkr.bounds.yamldata import load
 from nvkr.errors import UsageError
 from nvkr.releaseset import KINDS
 from nvkr.verify.report import VerifyReport
@@ -60,7 +62,7 @@ def load_policy(path: Path) -> Policy:
             of the wrong type; the message names the file and the field.
     """
     try:
-        doc: Any = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        doc: Any = load(read_limited(Path(path), "policy").decode("utf-8"), path)
     except OSError as e:
         raise UsageError(f"policy {path}: cannot read it: {e.strerror}") from e
     except UnicodeDecodeError as e:

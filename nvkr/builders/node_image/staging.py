@@ -390,9 +390,15 @@ def render_recipe_template(text: bytes, where: str, values: dict[str, Any]) -> s
         source = text.decode()
     except UnicodeDecodeError as e:
         raise BuildError(f"{where}: not UTF-8 text (byte {e.start}), not a template") from e
+    from nvkr.bounds.jinja import BoundedSandbox, TemplateLimit, render
+    from nvkr.errors import LimitError
+
     given = "the template is given " + ", ".join(sorted(values))
     try:
-        return _template_env(loader=False).from_string(source).render(**values)
+        env = BoundedSandbox(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+        return render(env.from_string(source), values)
+    except TemplateLimit as e:
+        raise LimitError(f"{where}: template: {e}", hint=given) from None
     except jinja2.TemplateSyntaxError as e:
         raise BuildError(
             f"{where}, line {e.lineno}: template syntax error: {e.message}", hint=given

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from nvkr.errors import RecipeError
+from nvkr.errors import LimitError, RecipeError
 from nvkr.recipe.yamlsource import Location, format_path, read_yaml
 from tests.helpers.recipes import WriteFile
 
@@ -144,7 +144,7 @@ def test_anchors_and_merge_keys(write: WriteFile) -> None:
 
 def test_recursive_alias_is_refused(write: WriteFile) -> None:
     path = write("r.yaml", "a: &x [*x]\n")
-    with pytest.raises(RecipeError, match="recursive YAML alias"):
+    with pytest.raises(LimitError, match="recursive YAML alias"):
         read_yaml(path)
 
 
