@@ -118,8 +118,9 @@ def internal_parameters(
     """SLSA ``internalParameters`` of an nvkr build: ``{"epoch": <seconds>, "builder",
     "builderVersion", "actionKey"[, "cToolchain"][, "diskImage"]}`` (what nvkr set; the epoch
     from the release-set spec); ``cToolchain`` (``{"cc", "packages": {name: version}}``) for a
-    cgo binary, whose compiler came from a tools tree; ``diskImage`` for a compressed machine
-    image: how its QCOW2 was compressed and the raw disk's digest (the node-image action's
+    cgo binary, whose compiler came from a tools tree; ``diskImage`` for a machine image
+    (compressed or not): how its QCOW2 was made (qemu-img's version and options, the
+    compression) and the raw disk's digest (the node-image action's
     ``disk.qcow2`` metadata, :func:`nvkr.builders.node_image.builder._compression_record`)."""
     params: dict[str, Any] = {
         "epoch": spec["epoch"],

@@ -1,6 +1,7 @@
 """The one subprocess gateway: every external tool nvkr runs goes through :func:`run`.
 
-It logs the exact argv at debug level, passes a pinned environment (``TZ=UTC``,
+It logs the exact argv and the environment the tool gets at debug level (``--debug``; secret
+values masked, see :func:`env_for_log`), passes a pinned environment (``TZ=UTC``,
 ``LC_ALL=C.UTF-8``, a fixed ``PATH``, ``HOME`` pointing into the work dir, ``umask 022``) plus
 what the caller adds, captures output to a log file when asked, and turns a failed tool into one
 readable :class:`~nvkr.errors.ToolError` (exit 127 becomes "tool X not found").
@@ -22,6 +23,7 @@ import contextlib
 import ctypes
 import logging
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from nvkr.errors import Interrupted, ToolError
+from nvkr.redact import redact_text
 
 log = logging.getLogger("nvkr.run")
 
@@ -65,6 +68,23 @@ def pinned_env(
     if extra:
         env.update(extra)
     return env
+
+
+#: names of variables whose value is a credential, never logged: NVKR_KEY_PASSPHRASE,
+#: NVKR_REGISTRY_PASSWORD, GITHUB_TOKEN, AWS_SECRET_ACCESS_KEY, SPIRE_JOIN_TOKEN...
+_SECRET_NAME: Final = re.compile(
+    r"PASS|TOKEN|SECRET|CREDENTIAL|AUTH|COOKIE|PRIVATE|(^|_)KEY($|_)|APIKEY", re.IGNORECASE
+)
+MASK: Final = "***"
+
+
+def env_for_log(env: Mapping[str, str]) -> list[str]:
+    """``env`` as ``KEY=VALUE`` lines sorted by name, for the debug log: the value of a variable
+    whose name looks like a credential's (:data:`_SECRET_NAME`) is :data:`MASK`, and the user
+    info of every URL in the others is stripped (:func:`nvkr.redact.redact_text`)."""
+    return [
+        f"{k}={MASK if _SECRET_NAME.search(k) else redact_text(v)}" for k, v in sorted(env.items())
+    ]
 
 
 def isolated(argv: Sequence[str]) -> list[str]:
@@ -241,7 +261,9 @@ def run(
     args = [os.fspath(a) for a in argv]
     real = isolated(args) if isolate else args
     env = dict(env) if env is not None else pinned_env()
-    log.debug("run: %s (cwd=%s)", shlex.join(real), cwd)
+    if log.isEnabledFor(logging.DEBUG):
+        lines = "".join(f"\n  {line}" for line in env_for_log(env))
+        log.debug("run: %s (cwd=%s), environment:%s", shlex.join(real), cwd, lines)
     with contextlib.ExitStack() as stack:
         out: dict[str, Any] = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
         if log_file is not None:

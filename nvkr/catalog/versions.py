@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import semver
 from debian.debian_support import NativeVersion
@@ -163,6 +163,12 @@ class UpstreamVersion:
             raise kind_error(self, other)
         return NotImplemented
 
+    @property
+    def newest_key(self) -> tuple[UpstreamVersion, tuple[Any, ...]]:
+        """The key ``lock --update`` takes the newest tag by: SemVer precedence, then, among
+        equal ones, :func:`build_precedence` (nvkr's rule; SemVer itself has none)."""
+        return (self, build_precedence(self.build))
+
     def same_build(self, other: UpstreamVersion) -> bool:
         """True when ``other`` has the same precedence *and* the same build metadata."""
         return self == other and self.build == other.build
@@ -175,6 +181,22 @@ class UpstreamVersion:
     @property
     def is_prerelease(self) -> bool:
         return self.prerelease is not None
+
+
+def build_precedence(build: str | None) -> tuple[Any, ...]:
+    """nvkr's order of build metadata (``+...``), which SemVer's precedence ignores: the
+    identifiers compare as pre-release ones do (SemVer §11.4): dot-separated, left to right,
+    only-digit identifiers numerically and before alphanumeric ones, others in ASCII order, and
+    a longer list after its own prefix; no build metadata at all sorts before any.
+    ``+build.2 < +build.10``, ``+k3s1 < +k3s2`` (but ``+k3s10 < +k3s9``: ASCII), ``1.2.3 <
+    1.2.3+build.1``.
+    """
+    if build is None:
+        return (0, ())
+    return (
+        1,
+        tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in build.split(".")),
+    )
 
 
 _UPSTREAM_CORE_RE = re.compile(r"v?([0-9]+)\.([0-9]+)\.([0-9]+)")

@@ -87,7 +87,7 @@ def _global_options() -> list[click.Parameter]:
             expose_value=False,
             allow_from_autoenv=False,
             callback=_after_verb_debug,
-            help="Show tracebacks and the argv of every tool run (also before the verb).",
+            help="Show tracebacks and the argv and environment of every tool run (also before the verb).",
         ),
         click.Option(
             ["--store", "store_root"],
@@ -146,7 +146,7 @@ class LazyGroup(click.Group):
     "--debug",
     is_flag=True,
     envvar="NVKR_DEBUG",
-    help="Show tracebacks and the argv of every tool run.",
+    help="Show tracebacks and the argv and environment of every tool run.",
 )
 @click.option(
     "--store",

@@ -30,7 +30,12 @@ from nvkr.cli.common import RegistryAccess, registry_options
     show_default=True,
     help="capi: Cluster name, a DNS-1123 label (a-z, 0-9, '-'; at most 63).",
 )
-@click.option("--namespace", default="default", show_default=True, help="capi: namespace.")
+@click.option(
+    "--namespace",
+    default="default",
+    show_default=True,
+    help="capi: namespace, a DNS-1123 label (a-z, 0-9, '-'; at most 63).",
+)
 @click.option(
     "--infrastructure-kind",
     default="Metal3MachineTemplate",

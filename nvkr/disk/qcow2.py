@@ -87,11 +87,18 @@ def convert_argv(raw: Path, out: Path, compression: Compression, *, meter: bool)
     changes no byte). Uncompressed: the options every image had before compression existed."""
     argv = ["qemu-img", "convert", *(["-p"] if meter else []), "-f", "raw", "-O", "qcow2"]
     if compression == "none":
-        return [*argv, "-o", QCOW2_OPTIONS, str(raw), str(out)]
+        return [*argv, "-o", convert_options(compression), str(raw), str(out)]
     return [
-        *argv, "-c", "-m", str(COROUTINES), "-o", f"{BASE_OPTIONS},compression_type={compression}",
+        *argv, "-c", "-m", str(COROUTINES), "-o", convert_options(compression),
         str(raw), str(out),
     ]  # fmt: skip
+
+
+def convert_options(compression: Compression) -> str:
+    """The QCOW2 format options (``qemu-img convert -o``) of an image of ``compression``."""
+    if compression == "none":
+        return QCOW2_OPTIONS
+    return f"{BASE_OPTIONS},compression_type={compression}"
 
 
 def convert(

@@ -18,6 +18,7 @@ import os
 import posixpath
 import stat
 import tarfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,8 +74,19 @@ def walk_order(name: str) -> tuple[str, ...]:
     return tuple(name.split("/"))
 
 
-def _read_tree(root: Path, rules: HelmIgnore, where: str) -> list[ChartFile]:
-    """The files under ``root`` Helm's ``LoadDir`` would read (sympath.Walk + .helmignore)."""
+def _read_tree(
+    root: Path, rules: HelmIgnore, where: str, warn: Callable[[str], None] | None = None
+) -> list[ChartFile]:
+    """The files under ``root`` Helm's ``LoadDir`` would read (sympath.Walk + .helmignore);
+    ``warn`` gets :meth:`HelmIgnore.subchart_warning` for each path left out under ``charts/``."""
+
+    def left_out(n: str, is_dir: bool) -> bool:
+        if not rules.ignored(n, is_dir):
+            return False
+        if warn is not None and (line := rules.subchart_warning(n, is_dir, where)):
+            warn(line)
+        return True
+
     out: list[ChartFile] = []
     real_root = root.resolve()
     active: set[Path] = set()
@@ -97,10 +109,10 @@ def _read_tree(root: Path, rules: HelmIgnore, where: str) -> list[ChartFile]:
                     hint="a chart must be self-contained; copy the file in",
                 )
             if stat.S_ISDIR(st.st_mode):
-                if not rules.ignored(n, True):
+                if not left_out(n, True):
                     visit(path, n + "/")
                 continue
-            if rules.ignored(n, False):
+            if left_out(n, False):
                 continue
             if not stat.S_ISREG(st.st_mode):
                 raise BuildError(f"{where}/{n}: cannot load irregular file (device, socket, fifo)")
@@ -116,8 +128,11 @@ def _read_tree(root: Path, rules: HelmIgnore, where: str) -> list[ChartFile]:
     return out
 
 
-def load_dir(root: Path, where: str) -> LoadedChart:
+def load_dir(root: Path, where: str, warn: Callable[[str], None] | None = None) -> LoadedChart:
     """Load the chart directory ``root`` as ``helm package`` does (strict Chart.yaml reading).
+    ``warn`` gets a line for each file or directory under ``charts/`` (a subchart's) that a
+    ``.helmignore`` pattern without ``/`` leaves out (it matches at any depth: one meant for the
+    top level drops the subcharts' files too).
 
     Raises:
         BuildError: a bad ``.helmignore`` pattern, an unreadable or oversized file, an invalid
@@ -126,7 +141,7 @@ def load_dir(root: Path, where: str) -> LoadedChart:
     ignore_file = root / ".helmignore"
     text = ignore_file.read_text(errors="replace") if ignore_file.is_file() else ""
     rules = HelmIgnore.parse(text, where=f"{where}/.helmignore")
-    return load_files(_read_tree(root, rules, where), where, lenient=False, top=True)
+    return load_files(_read_tree(root, rules, where, warn), where, lenient=False, top=True)
 
 
 def load_archive(data: bytes, where: str) -> LoadedChart:

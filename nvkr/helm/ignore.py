@@ -17,10 +17,16 @@ rules are not gitignore's, and this module copies them, quirks included:
   ignored, and ignores everything that is not ``pat`` (Helm's behaviour, not gitignore's);
 - Helm appends the default rule ``templates/.?*`` (dot files under ``templates/``);
 - ``.helmignore`` itself is not special: Helm packages it unless a rule names it.
+
+A pattern without ``/`` (``values-*.yaml``, ``ci/``) matches at any depth, so one meant for the
+chart's top level also drops files of the subcharts vendored under ``charts/``:
+:meth:`HelmIgnore.deciding_rule` names the rule that dropped a path, and the chart loader warns
+about each such file (:func:`nvkr.helm.chart.load_dir`); ``/values-*.yaml`` anchors it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -105,6 +111,10 @@ class _Rule:
     match: Callable[[str], bool]
     negate: bool
     must_dir: bool
+    #: matched against the last path component only: at any depth
+    unanchored: bool = False
+    #: the line of the ``.helmignore`` (None for :data:`DEFAULT_RULES`)
+    line: int | None = None
 
 
 def _parse_rule(line: str) -> _Rule | None:
@@ -131,7 +141,8 @@ def _parse_rule(line: str) -> _Rule | None:
         def match(path: str) -> bool:
             return rx.fullmatch(path.rsplit("/", 1)[-1]) is not None
 
-    return _Rule(raw=raw, match=match, negate=negate, must_dir=must_dir)
+    unanchored = not (rule.startswith("/") or "/" in rule)
+    return _Rule(raw=raw, match=match, negate=negate, must_dir=must_dir, unanchored=unanchored)
 
 
 class HelmIgnore:
@@ -140,8 +151,9 @@ class HelmIgnore:
     Build with :meth:`parse`; ask :meth:`ignored` for each path of the walk.
     """
 
-    def __init__(self, rules: list[_Rule]) -> None:
+    def __init__(self, rules: list[_Rule], where: str = ".helmignore") -> None:
         self._rules = rules
+        self.where = where
 
     @classmethod
     def parse(cls, text: str, *, where: str = ".helmignore") -> HelmIgnore:
@@ -152,6 +164,7 @@ class HelmIgnore:
             BuildError: a ``**`` or a pattern Go's ``filepath.Match`` rejects (names the line).
         """
         rules: list[_Rule] = []
+        own = len(text.splitlines())
         for lineno, line in enumerate([*text.splitlines(), *DEFAULT_RULES], start=1):
             try:
                 rule = _parse_rule(line)
@@ -162,25 +175,50 @@ class HelmIgnore:
                     "a pattern without '/' matches names in every directory",
                 ) from None
             if rule is not None:
-                rules.append(rule)
-        return cls(rules)
+                rules.append(dataclasses.replace(rule, line=lineno if lineno <= own else None))
+        return cls(rules, where)
 
     def ignored(self, path: str, is_dir: bool) -> bool:
         """Whether Helm leaves out ``path`` (``/``-separated, relative to the chart directory).
 
         Mirrors ``Rules.Ignore``: the first deciding rule wins (see the module doc for ``!``).
         """
+        return self.deciding_rule(path, is_dir) is not None
+
+    def deciding_rule(self, path: str, is_dir: bool) -> _Rule | None:
+        """The rule that leaves ``path`` out (as :meth:`ignored`), or None when Helm keeps it."""
         if path in ("", ".", "./"):
-            return False
+            return None
         for rule in self._rules:
             if rule.negate:
                 if rule.must_dir and not is_dir:
-                    return True
+                    return rule
                 if not rule.match(path):
-                    return True
+                    return rule
                 continue
             if rule.must_dir and not is_dir:
                 continue
             if rule.match(path):
-                return True
-        return False
+                return rule
+        return None
+
+    def subchart_warning(self, path: str, is_dir: bool, chart: str = ".") -> str | None:
+        """A warning when ``path`` (relative to the directory ``chart`` names in the warning),
+        under ``charts/``, is left out by a pattern of the file's
+        own without ``/``, which matches at any depth (one meant for the top level drops the
+        subcharts' files too); None otherwise."""
+        rule = self.deciding_rule(path, is_dir)
+        if (
+            rule is None
+            or rule.negate
+            or not rule.unanchored
+            or rule.line is None
+            or not path.startswith("charts/")
+        ):
+            return None
+        what = "directory" if is_dir else "file"
+        return (
+            f"{self.where}:{rule.line}: pattern {rule.raw!r} has no leading '/', so it matches "
+            f"at any depth and drops the subchart {what} {chart}/{path} under charts/ too (write "
+            f"'/{rule.raw}' for the top level only)"
+        )

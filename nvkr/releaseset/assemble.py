@@ -211,7 +211,7 @@ def _provenance(
     disk_image: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The in-toto provenance manifest of one artifact (``subject`` = its descriptor);
-    ``disk_image``: a compressed machine image's compression record, into internalParameters."""
+    ``disk_image``: a machine image's QCOW2 record (compressed or not), into internalParameters."""
     try:
         statement = slsa_statement(
             packed.subjects,

@@ -132,6 +132,11 @@ def choose_target(pin: Pin, listings: Listings, request: UpdateRequest) -> str |
         eligible.append((parsed, text))
     if not eligible:
         return None
+    if isinstance(current, UpstreamVersion):
+        # among tags of equal precedence, the newest build metadata (build_precedence)
+        ups = [(v, t) for v, t in eligible if isinstance(v, UpstreamVersion)]
+        top, text = max(ups, key=lambda vt: vt[0].newest_key)
+        return text if top.newest_key > current.newest_key else None
     best = max_version([v for v, _ in eligible], pin.kind)
     if not best > current:
         return None

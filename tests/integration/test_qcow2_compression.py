@@ -101,6 +101,10 @@ def test_a_zlib_qcow2_is_identical_across_two_clones(seed_built, default_build, 
                            str(image)], capture_output=True).returncode == 0  # fmt: skip
     assert a["size"] < p["size"]
     assert qcow2["rawDigest"] == _raw_sha256(image, tmp_path) and qcow2["rawSize"] == 4 << 30
+    # the uncompressed one records the same raw disk, qemu-img and its options too
+    plain_qcow2 = plain["metadata"]["disk"]["qcow2"]
+    assert plain_qcow2["rawDigest"] == qcow2["rawDigest"]
+    assert plain_qcow2["qemuImg"] == qcow2["qemuImg"] and "compat=1.1" in plain_qcow2["options"]
 
     shown = run_nvkr("release-set", "show", f"dist/{SET}", "--json", cwd=clone, store=store)
     assert shown.code == 0, shown.stderr
@@ -118,7 +122,7 @@ def _default_record(store: Path) -> dict[str, Any]:
             record.get("builder") == "node-image"
             and meta.get("arch") == "amd64"
             and meta.get("annotations", {}).get("dev.nvkr.gpu") == "hopper"
-            and "qcow2" not in meta.get("disk", {})
+            and meta.get("disk", {}).get("qcow2", {}).get("compression") == "none"
         ):
             return record
     raise AssertionError(f"{store} holds no uncompressed hopper/amd64 node image")

@@ -96,7 +96,7 @@ V1BETA1 = export.ApiVersions("v1beta1", "v1beta1")
 def _capi(meta: dict[str, Any], digest: str, **kw: Any) -> list[dict[str, Any]]:
     kw.setdefault("api", V1BETA1)
     text = export.dump_yaml(
-        export.export_capi(meta, digest, cluster_name="gpu-cluster-1", namespace="Fleet", **kw)
+        export.export_capi(meta, digest, cluster_name="gpu-cluster-1", namespace="fleet", **kw)
     )
     assert "&id" not in text
     return [d for d in yaml.safe_load_all(text) if d is not None]

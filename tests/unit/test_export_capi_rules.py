@@ -48,7 +48,7 @@ def _export(meta: dict[str, Any], digest: str, capi: str, metal3: bool, **kw: An
         meta,
         digest,
         cluster_name="gpu-cluster-1",
-        namespace="Fleet",
+        namespace="fleet",
         control_plane_endpoint=VIP,
         addons={"agent-chart": "apiVersion: v1\nkind: ServiceAccount\n"},
         **kw,
@@ -938,3 +938,17 @@ def test_cli_image_url_oci(
         *["release-set", "export", str(layout), "--format", "json", "--image-url-oci"]
     )
     assert code == 2 and "--format capi" in err, err
+
+
+@pytest.mark.parametrize("namespace", ["Fleet", "gpu_fleet", "n" * 64])
+def test_a_namespace_that_is_no_dns_label_is_an_error(
+    loaded: tuple[dict[str, Any], str], layout: Path, namespace: str
+) -> None:
+    """Like --cluster-name: never rewritten (``Fleet`` was written as ``fleet``)."""
+    meta, digest = loaded
+    with pytest.raises(UsageError, match="--namespace"):
+        export.export_capi(meta, digest, cluster_name="c", namespace=namespace)
+    code, out, err = invoke(
+        *["release-set", "export", str(layout), "--format", "capi", "--namespace", namespace]
+    )
+    assert code == 2 and out == "" and "--namespace" in err and "DNS-1123" in err, err

@@ -22,7 +22,10 @@ from nvkr.recipe.yamlsource import Location
 from nvkr.store import Store
 from nvkr.update import UpdateRequest, plan_update
 from nvkr.update.edit import Edit, apply_edits
+from nvkr.update.pins import Pin, PinUse
+from nvkr.update.targets import choose_target
 from nvkr.update.upstreams import (
+    Candidate,
     GithubRepo,
     parse_madison,
     pypi_candidates,
@@ -619,3 +622,41 @@ def test_apt_update_against_a_signed_repository(
     data = (repo.root / deb.path).read_bytes()
     sha = {p["name"]: p["sha256"] for p in entry["resolved"]["packages"]}["containerd"]
     assert sha == "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+class _Listed:
+    """Listings that offer fixed candidates (``choose_target`` asks nothing else)."""
+
+    def __init__(self, *texts: str) -> None:
+        self.cands = [Candidate(t, prerelease=False) for t in texts]
+
+    def candidates(self, use: Any) -> list[Candidate]:
+        return self.cands
+
+
+def _target(current: str, *listed: str) -> str | None:
+    loc = Location(Path("recipe.yaml"), 3, 5, current)
+    use = PinUse("k3s", Any, GithubRepo("k3s-io", "k3s", "v"))  # type: ignore[arg-type]
+    pin = Pin(loc, "sources.k3s.version", "upstream", [use])
+    return choose_target(pin, _Listed(*listed), UpdateRequest())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("current", "listed", "picked"),
+    [
+        # equal SemVer precedence: build metadata compared like pre-release identifiers
+        ("v1.2.2", ["v1.2.3+build.2", "v1.2.3+build.10"], "v1.2.3+build.10"),
+        ("v1.2.2", ["v1.2.3+k3s1", "v1.2.3+k3s2"], "v1.2.3+k3s2"),
+        # none sorts before any
+        ("v1.2.2", ["v1.2.3", "v1.2.3+build.1"], "v1.2.3+build.1"),
+        # a newer build of the pinned version is an update; precedence still comes first
+        ("v1.2.3+k3s1", ["v1.2.3+k3s1", "v1.2.3+k3s2"], "v1.2.3+k3s2"),
+        ("v1.2.3+k3s2", ["v1.2.3+k3s1", "v1.2.3+k3s2"], None),
+        ("v1.2.2", ["v1.2.3+k3s9", "v1.2.4+k3s1"], "v1.2.4+k3s1"),
+    ],
+)
+def test_update_picks_among_equal_precedence_by_build_metadata(
+    current: str, listed: list[str], picked: str | None
+) -> None:
+    assert _target(current, *listed) == picked
+    assert _target(current, *reversed(listed)) == picked

@@ -220,3 +220,37 @@ def test_isolated_is_argv_unchanged_for_other_users(monkeypatch: pytest.MonkeyPa
     argv = gateway.isolated(["mmdebstrap", "x"])
     assert argv[0] == "unshare" and argv[-3:] == ["--", "mmdebstrap", "x"]
     assert {"--mount", "--pid", "--fork", "--kill-child"} <= set(argv)
+
+
+def test_debug_logs_each_tools_environment_sorted_with_secrets_masked(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    env = gateway.pinned_env(
+        {
+            "NVKR_KEY_PASSPHRASE": "hunter2",
+            "GITHUB_TOKEN": "ghp_abc123",
+            "REGISTRY_PASSWORD": "pa55",
+            "https_proxy": "http://alice:pw0rd@proxy.example:3128",
+            "ZED": "last",
+        }
+    )
+    with caplog.at_level("DEBUG", logger="nvkr.run"):
+        run(["true"], env=env)
+    text = caplog.text
+    assert "run: true" in text
+    for secret in ("hunter2", "ghp_abc123", "pa55", "alice", "pw0rd"):
+        assert secret not in text
+    lines = [ln.strip() for ln in text.splitlines() if "=" in ln and not ln.startswith("DEBUG")]
+    names = [ln.split("=", 1)[0] for ln in lines]
+    assert names == sorted(env)
+    assert "NVKR_KEY_PASSPHRASE=***" in lines
+    assert "GITHUB_TOKEN=***" in lines
+    assert "REGISTRY_PASSWORD=***" in lines
+    assert "https_proxy=http://proxy.example:3128" in lines
+    assert "TZ=UTC" in lines and "ZED=last" in lines
+
+
+def test_the_environment_is_not_logged_without_debug(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("INFO", logger="nvkr.run"):
+        run(["true"], env=gateway.pinned_env({"ZED": "last"}))
+    assert "ZED" not in caplog.text

@@ -24,6 +24,7 @@ from nvkr.catalog.versions import (
     ReleaseLine,
     UpstreamVersion,
     VersionError,
+    build_precedence,
     parse_debian,
     parse_driver,
     parse_release_line,
@@ -494,3 +495,12 @@ def test_minor_distance() -> None:
         minor_distance(U("1.36.0"), U("2.0.0"))
     with pytest.raises(TypeError):
         minor_distance(D("580.95.05"), U("1.0.0"))  # type: ignore[arg-type]
+
+
+def test_build_precedence_compares_build_metadata_like_prerelease_identifiers() -> None:
+    texts = ["1.2.3", "1.2.3+0", "1.2.3+build", "1.2.3+build.2", "1.2.3+build.10", "1.2.3+k3s1"]
+    shuffled = random.Random(7).sample(texts, len(texts))
+    ordered = sorted((parse_upstream(t) for t in shuffled), key=lambda v: v.newest_key)
+    assert [str(v) for v in ordered] == texts
+    assert build_precedence(None) < build_precedence("0") < build_precedence("a")
+    assert parse_upstream("1.2.4").newest_key > parse_upstream("1.2.3+zzz").newest_key

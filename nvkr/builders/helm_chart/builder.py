@@ -194,7 +194,7 @@ class HelmChartBuilder(Builder[HelmChartArtifact]):
                 f"{where}: no such directory in the source",
                 hint="'subdir' names the chart directory relative to the source",
             )
-        chart = load_dir(chart_dir, where)
+        chart = load_dir(chart_dir, where, ctx.warn)
         meta = chart.metadata
         if meta["apiVersion"] != API_VERSION_V2:
             raise BuildError(

@@ -332,7 +332,7 @@ class NodeImageBuilder(Builder[NodeImageArtifact]):
                 log_file=ctx.log_file,
                 progress=ctx.progress,
                 compression=p.compression,
-                raw_digest=p.compression != "none",
+                raw_digest=True,
             )
             timings.update({k: int(v * 1000) for k, v in result.phases.items()})
             disk_meta = {
@@ -341,8 +341,7 @@ class NodeImageBuilder(Builder[NodeImageArtifact]):
                 "rootPartition": result.root_partition,
                 "virtualSize": p.sizeBytes,
             }
-            if p.compression != "none":
-                disk_meta["qcow2"] = _compression_record(ctx.action.tools, result)
+            disk_meta["qcow2"] = _compression_record(ctx.action.tools, result)
         if p.bootTest:
             agent = any(s["path"] == "/usr/bin/node-agent" for s in staged)
             with _phase(ctx, timings, "boot-test"):
@@ -400,12 +399,26 @@ def disk_seed(action: Action) -> str:
 
 
 def _compression_record(tools: Mapping[str, str], result: DiskResult) -> dict[str, Any]:
-    """What made a compressed QCOW2's bytes, for its record and provenance: ``{"compression":
-    "zlib"|"zstd", "level" (the library's default: qemu-img sets none), "coroutines",
-    "qemuImg" (qemu-utils' version), "library": {package: version}, "compressedClusters",
-    "rawDigest": "sha256:<hex>" of the raw disk the container holds, "rawSize" (bytes)}``."""
-    from nvkr.disk.qcow2 import COMPRESSION_LEVEL, COMPRESSION_LIBRARY, COROUTINES
+    """What made a QCOW2's bytes, for its record and provenance (``diskImage``), compressed or
+    not: ``{"compression": "none"|"zlib"|"zstd", "qemuImg" (qemu-utils' version), "options"
+    (qemu-img convert's ``-o``), "rawDigest": "sha256:<hex>" of the raw disk the container
+    holds, "rawSize" (bytes)}``, and when compressed also "level" (the library's default:
+    qemu-img sets none), "coroutines", "library": {package: version}, "compressedClusters"."""
+    from nvkr.disk.qcow2 import (
+        COMPRESSION_LEVEL,
+        COMPRESSION_LIBRARY,
+        COROUTINES,
+        convert_options,
+    )
 
+    if result.compression == "none":
+        return {
+            "compression": "none",
+            "qemuImg": tools["qemu-utils"],
+            "options": convert_options("none"),
+            "rawDigest": result.raw_digest,
+            "rawSize": result.raw_size,
+        }
     library = COMPRESSION_LIBRARY[result.compression]
     return {
         "compression": result.compression,
@@ -416,6 +429,7 @@ def _compression_record(tools: Mapping[str, str], result: DiskResult) -> dict[st
         "compressedClusters": result.compressed_clusters,
         "rawDigest": result.raw_digest,
         "rawSize": result.raw_size,
+        "options": convert_options(result.compression),
     }
 
 

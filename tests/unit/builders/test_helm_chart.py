@@ -625,3 +625,35 @@ def test_library_chart_without_values(store: Store, tmp_path: Path) -> None:
         "lib/Chart.yaml",
         "lib/templates/_x.tpl",
     ]
+
+
+@pytest.mark.parametrize(
+    ("rule", "top", "dropped"),
+    [
+        # meant for the top-level values files, also drops the subchart's
+        ("values-*.yaml", "values-prod.yaml", "charts/sub/values-prod.yaml"),
+        # a directory rule: the subchart's ci/ goes whole
+        ("ci/", "ci/test-values.yaml", "charts/sub/ci"),
+    ],
+)
+def test_an_unanchored_helmignore_pattern_dropping_a_subcharts_file_warns(
+    store: Store, tmp_path: Path, rule: str, top: str, dropped: str
+) -> None:
+    chart_yaml = DEMO["Chart.yaml"] + "dependencies:\n  - name: sub\n    version: 1.0.0\n"
+    files = {**DEMO, "Chart.yaml": chart_yaml, ".helmignore": f"# top-level only\n{rule}\n"}
+    files[top] = "x: 1\n"
+    sub = "apiVersion: v2\nname: sub\nversion: 1.0.0\n"
+    files |= {"charts/sub/Chart.yaml": sub, f"charts/sub/{top}": "x: 2\n"}
+    result = build_chart(store, write_chart(tmp_path / "demo", files))
+    (warning,) = [w["message"] for w in result["warnings"]]
+    assert f"demo/.helmignore:2: pattern {rule!r}" in warning, warning
+    assert f"demo/{dropped}" in warning and "charts/" in warning
+    assert not any(
+        n.startswith("demo/charts/sub/") and top in n
+        for n in members(output(store, result, "primary"))
+    )
+    # anchored, it means the top level only: no warning, and the subchart keeps its file
+    files[".helmignore"] = f"/{rule}\n"
+    result = build_chart(store, write_chart(tmp_path / "anchored", files))
+    assert "warnings" not in result
+    assert any(n.endswith(f"charts/sub/{top}") for n in members(output(store, result, "primary")))

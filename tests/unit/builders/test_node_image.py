@@ -372,6 +372,29 @@ def test_the_compression_record_names_every_option() -> None:
         "compressedClusters": 10088,
         "rawDigest": "sha256:" + "c" * 64,
         "rawSize": 4 << 30,
+        "options": "compat=1.1,cluster_size=65536,refcount_bits=16,lazy_refcounts=off,"
+        "extended_l2=off,preallocation=off,compression_type=zstd",
+    }
+
+
+def test_an_uncompressed_image_records_qemu_img_its_options_and_the_raw_disk() -> None:
+    """As a compressed image's record does (its provenance's diskImage): what made the QCOW2
+    and which raw disk it holds."""
+    from nvkr.disk import DiskResult
+
+    result = DiskResult(
+        qcow2=Path("/x.qcow2"), raw_size=4 << 30, qcow2_size=1 << 30, fs_uuid="u",
+        root_partuuid="p", root_partition=2, phases={}, compression="none",
+        compressed_clusters=0, raw_digest="sha256:" + "d" * 64,
+    )  # fmt: skip
+    tools = {"qemu-utils": "1:7.2+dfsg-7+deb12u18+b3"}
+    assert node_image._compression_record(tools, result) == {
+        "compression": "none",
+        "qemuImg": "1:7.2+dfsg-7+deb12u18+b3",
+        "options": "compat=1.1,cluster_size=65536,refcount_bits=16,lazy_refcounts=off,"
+        "extended_l2=off,preallocation=off,compression_type=zlib",
+        "rawDigest": "sha256:" + "d" * 64,
+        "rawSize": 4 << 30,
     }
 
 

@@ -141,7 +141,8 @@ def export_capi(
     and, with ``repository``, ``nvkr.dev/machine-image-ref: REPO@digest``.
 
     The control plane's node labels are its image's arch only (no pool or GPU label a
-    workload could select it by). ``cluster_name`` must be a DNS-1123 label (it is not rewritten).
+    workload could select it by). ``cluster_name`` and ``namespace`` must be DNS-1123 labels (they
+    are not rewritten).
     ``infrastructure_api_version`` None: ``infrastructure.cluster.x-k8s.io/<api.metal3>``.
 
     Without ``infrastructure`` the infrastructure cluster is a placeholder of kind
@@ -164,7 +165,8 @@ def export_capi(
         the resources, keys in a fixed order (apiVersion, kind, metadata, spec), names DNS-1123.
     Raises:
         UsageError: the set has no cluster release (no Kubernetes version), a ``cluster_name``
-            that is no DNS-1123 label, or a name that cannot become one; with ``infrastructure``: an unknown provider, no
+            or ``namespace`` that is no DNS-1123 label, or a name that cannot become one; with
+            ``infrastructure``: an unknown provider, no
             ``image_urls`` or endpoint, another infrastructure kind/apiVersion, a pool without a
             machine image or with a non-QCOW2 one, an unknown ``control_plane_pool``;
             ``image_urls`` or ``control_plane_pool`` or ``host_arch_label`` without
@@ -173,6 +175,7 @@ def export_capi(
     """
     api = api or ApiVersions()
     cluster_label = check_dns_label(cluster_name, "--cluster-name")
+    ns = check_dns_label(namespace, "--namespace")
     urls = check_infrastructure(
         infrastructure,
         image_urls,
@@ -199,7 +202,6 @@ def export_capi(
             f"release set {doc['name']} has no clusterRelease, so no Kubernetes version",
             hint="add releaseSet.clusterRelease to the recipe, or use --format json",
         )
-    ns = dns_label(namespace)
     set_annotations = {ANN_RELEASE_SET: index_digest, ANN_RELEASE_SET_NAME: doc["name"]}
 
     def meta(name: str, annotations: Mapping[str, str]) -> dict[str, Any]:
