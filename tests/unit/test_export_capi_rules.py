@@ -544,3 +544,32 @@ def test_json_refuses_every_capi_only_option(
     code, out, err = invoke(*argv)
     assert code == 2 and "use it with --format capi" in err and out == "", (option, err)
     assert option[0] in err and not (tmp_path / "user-data").exists()
+
+
+def test_init_user_data_is_cabpks_first_control_plane_node(layout: Path, tmp_path: Path) -> None:
+    """The first control-plane node's cloud-config: ``kubeadm init`` with the export's
+    KubeadmControlPlane's clusterConfiguration and initConfiguration (the pool's labels, the
+    image's CRI socket), in the shape CABPK's controlplane_init.go writes."""
+    target = tmp_path / "capi.yaml"
+    argv = ["release-set", "export", str(layout), "--format", "capi", "--out", str(target)]
+    code, _, err = invoke(*argv, "--control-plane-endpoint", "10.0.0.10:6443")
+    assert code == 0, err
+    docs = [d for d in yaml.safe_load_all(target.read_text()) if d]
+    [kcp] = [d for d in docs if d["kind"] == "KubeadmControlPlane"]
+    text = cabpk.init_user_data(kcp, str(kcp["spec"]["version"]), "10.0.0.10:6443")
+    assert text.startswith(cabpk.HEADER)
+    config = yaml.safe_load(text[len(cabpk.HEADER) :])
+    files = {f["path"]: f for f in config["write_files"]}
+    assert cabpk.JOIN_CONFIG_PATH not in files
+    cluster, init = yaml.safe_load_all(files[cabpk.INIT_CONFIG_PATH]["content"])
+    assert cluster["kind"] == "ClusterConfiguration" and init["kind"] == "InitConfiguration"
+    assert cluster["controlPlaneEndpoint"] == "10.0.0.10:6443"
+    assert cluster["kubernetesVersion"] == kcp["spec"]["version"]
+    assert cluster["certificatesDir"] == "/etc/kubernetes/pki"
+    spec = kcp["spec"]["kubeadmConfigSpec"]["initConfiguration"]["nodeRegistration"]
+    assert init["nodeRegistration"]["criSocket"] == spec["criSocket"]
+    labels = {a["name"]: a["value"] for a in init["nodeRegistration"]["kubeletExtraArgs"]}
+    assert labels == {"node-labels": spec["kubeletExtraArgs"]["node-labels"]}
+    assert config["runcmd"] == [cabpk.INIT_COMMAND]
+    with pytest.raises(UsageError, match="does not initialize"):
+        cabpk.init_user_data({"kind": "KubeadmConfigTemplate"}, "1.36.3")
