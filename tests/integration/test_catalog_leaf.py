@@ -377,8 +377,9 @@ def test_cluster_api_bootstrap_data_joins_with_the_exports_kubeadm_configuration
     dropin_path = "/etc/systemd/system/kubelet.service.d/20-nvkr.conf"
     dropin = read_root_file(raw, dropin_path)
     agent_conf = read_root_file(raw, SPIRE_AGENT_CONF)
+    extra_args = read_root_file(raw, "/usr/lib/nvkr/kubelet-extra-args")
     raw.unlink()
-    assert "nvidia.com/mig.config=all-disabled" in dropin
+    assert "nvidia.com/mig.config=all-disabled" in extra_args
 
     # the node's SPIRE settings, as a management system adds them to the bootstrap data
     # (KubeadmConfigTemplate files): the agent's environment and the server's trust bundle
