@@ -14,6 +14,7 @@ the running guest: ``/run`` is a tmpfs), and the host name is the meta-data's ``
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import tempfile
@@ -33,6 +34,7 @@ REPORT_TIMEOUT = 900.0
 
 _LINE = re.compile(re.escape(PROBE_PREFIX) + r" (\S+) ?(.*)$")
 _FILE = re.compile(r"^(?:sha256=(\S+) mode=(\S+) owner=(\S+) |(missing) )path=(.*)$")
+_CONTENT = re.compile(r"^path=(.*) b64=([A-Za-z0-9+/=]*)$")
 
 
 @dataclass(frozen=True)
@@ -61,9 +63,10 @@ class UserDataResult:
 
 def parse_report(lines: Sequence[str]) -> dict[str, Any]:
     """The probe's report in console ``lines``: ``{"files": {path: {"sha256", "mode", "owner"}
-    or None when missing}, "runcmd": {"script", "ran"}, "hostname": str, "cloud-init": dict,
-    "end": bool}``."""
+    or None when missing}, "contents": {path: bytes} (the files it was asked to show),
+    "runcmd": {"script", "ran"}, "hostname": str, "cloud-init": dict, "end": bool}``."""
     report: dict[str, Any] = {"files": {}, "end": False}
+    shown: dict[str, list[str]] = {}
     for line in lines:
         m = _LINE.search(line)
         if m is None:
@@ -73,6 +76,8 @@ def parse_report(lines: Sequence[str]) -> dict[str, Any]:
             sha, mode, owner, missing, path = f.groups()
             report["files"][path] = None if missing else {"sha256": sha, "mode": int(mode, 8),
                                                           "owner": owner}  # fmt: skip
+        elif kind == "content" and (c := _CONTENT.match(rest)):
+            shown.setdefault(c.group(1), []).append(c.group(2))
         elif kind == "runcmd":
             report["runcmd"] = dict(kv.split("=", 1) for kv in rest.split() if "=" in kv)
         elif kind == "hostname":
@@ -84,6 +89,7 @@ def parse_report(lines: Sequence[str]) -> dict[str, Any]:
                 report["cloud-init"] = {"status": "unreadable", "errors": [rest[:200]]}
         elif kind == "end":
             report["end"] = True
+    report["contents"] = {path: base64.b64decode("".join(b64)) for path, b64 in shown.items()}
     return report
 
 
@@ -137,6 +143,7 @@ def boot_with_user_data(
     user_data: Path,
     meta_data_file: Path | None = None,
     expect_files: Sequence[str] = (),
+    show_files: Sequence[str] = (),
     arch: str = "amd64",
     report_timeout: float = REPORT_TIMEOUT,
     **boot_options: Any,
@@ -147,6 +154,8 @@ def boot_with_user_data(
     Args:
         expect_files: paths the user-data's commands should leave (checked in the running
             guest, so files in ``/run`` count).
+        show_files: paths whose bytes the probe prints too (base64, the first 64 KiB):
+            :func:`parse_report`'s ``contents`` of ``result.boot.lines``.
         report_timeout: seconds the probe's report may take after the boot's other lines.
         boot_options: the rest of :func:`nvkr.machine.boot.boot_test`'s keyword arguments
             (``expect``, ``then``, ``timeout``, ``accel``, ``log_file``, ``event``, ...).
@@ -164,7 +173,7 @@ def boot_with_user_data(
     with tempfile.TemporaryDirectory(prefix="nvkr-seed-") as tmp:
         seed = Path(tmp) / "seed.img"
         files = {"user-data": raw, "meta-data": meta_bytes,
-                 "vendor-data": probe_vendor_data(paths)}  # fmt: skip
+                 "vendor-data": probe_vendor_data(paths, show_files)}  # fmt: skip
         make_seed(seed, files, workdir=Path(tmp))
         boot_options.setdefault("then_timeout", report_timeout)
         waits = [*boot_options.pop("wait_for", ()), PROBE_END]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
@@ -74,15 +75,18 @@ def meta_data(user_data: bytes, given: Path | None) -> tuple[bytes, dict[str, ob
     return data, meta
 
 
-def probe_vendor_data(paths: list[str]) -> bytes:
+def probe_vendor_data(paths: list[str], show: Sequence[str] = ()) -> bytes:
     """The vendor-data script: a unit ordered after ``cloud-final.service`` that prints, one
     line each on the console, ``nvkr-probe: file sha256=<hex> mode=<octal> owner=<u:g>
-    path=<path>`` (or ``file missing path=<path>``) for ``paths``, ``nvkr-probe: runcmd
+    path=<path>`` (or ``file missing path=<path>``) for ``paths``, the bytes of each file of
+    ``show`` that exists as ``nvkr-probe: content path=<path> b64=<base64, 76 characters a
+    line>`` lines (the first 64 KiB), ``nvkr-probe: runcmd
     script=present|missing ran=yes|no``, ``nvkr-probe: hostname <name>``, ``nvkr-probe:
     cloud-init <cloud-init status --long --format json, on one line>`` and ``nvkr-probe: end
     checks=<n>``. It leaves the user-data untouched (and runs unless the user-data turns
     vendor-data off)."""
     checks = "\n".join(f"report_file {shlex.quote(p)}" for p in paths)
+    checks += "".join(f"\nshow_file {shlex.quote(p)}" for p in show)
     probe = f"""#!/bin/sh
 # nvkr boot-test probe: reports what cloud-init did, after cloud-final.service.
 p={PROBE_PREFIX}
@@ -92,6 +96,10 @@ report_file() {{
     else
         echo "$p file missing path=$1"
     fi
+}}
+show_file() {{
+    [ -f "$1" ] || return 0
+    head -c 65536 "$1" | base64 -w 76 | while read -r line; do echo "$p content path=$1 b64=$line"; done
 }}
 {checks}
 i=/var/lib/cloud/instance

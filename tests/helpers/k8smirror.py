@@ -75,29 +75,168 @@ def kube_payload(name: str, version: str, arch: str) -> bytes:
     return f'#!/bin/sh\n# {name} v{version} linux/{arch} (nvkr test payload)\necho "{name} v{version}"\n'.encode()
 
 
-#: Where the recording kubeadm stand-in (:func:`recording_kubeadm_payload`) leaves what it was
-#: given, in the machine that ran it: its arguments, one per line, and a copy of ``--config``.
-KUBEADM_ARGS = "/var/lib/nvkr-test/kubeadm.args"
-KUBEADM_CONFIG = "/var/lib/nvkr-test/kubeadm-config.yaml"
+#: Where the recording stand-ins (:func:`recording_kubeadm_payload`,
+#: :func:`recording_kubelet_payload`) leave what they were given, in the machine that ran them.
+RECORD_DIR = "/var/lib/nvkr-test"
+#: kubeadm's arguments, one per line, and a copy of its ``--config``.
+KUBEADM_ARGS = f"{RECORD_DIR}/kubeadm.args"
+KUBEADM_CONFIG = f"{RECORD_DIR}/kubeadm-config.yaml"
+#: kubelet's arguments (one per line), a copy of the file its ``--config`` named when it started,
+#: and its node labels: every ``--node-labels`` merged as kubelet's MapStringString flag merges
+#: them (each occurrence adds, a later value of a key wins), one ``key=value`` a line, sorted.
+KUBELET_ARGS = f"{RECORD_DIR}/kubelet.args"
+KUBELET_CONFIG = f"{RECORD_DIR}/kubelet-config.yaml"
+KUBELET_LABELS = f"{RECORD_DIR}/kubelet.labels"
+#: The static pod manifests the kubeadm stand-in's ``init`` writes (kubeadm's control plane).
+STATIC_PODS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+
+#: The kubeadm stand-in proper (Python 3 with PyYAML: the node images that run cloud-init have
+#: both). ``init``/``join --config FILE``: the kubelet's files as kubeadm's kubelet-start phase
+#: writes them, then a restart of kubelet and a wait for it (kubeadm's kubelet-check).
+_KUBEADM_PY = r"""
+import os, shutil, subprocess, sys, time, yaml
+
+RECORD, VERSION = sys.argv[1], sys.argv[2]
+argv = sys.argv[3:]
+os.makedirs(RECORD, exist_ok=True)
+with open(RECORD + "/kubeadm.args", "w") as f:
+    f.writelines(a + "\n" for a in argv)
+config = argv[argv.index("--config") + 1] if "--config" in argv else None
+docs = []
+if config:
+    shutil.copyfile(config, RECORD + "/kubeadm-config.yaml")
+    with open(config) as f:
+        docs = [d for d in yaml.safe_load_all(f) if d]
+phase = argv[0]
+kind = {"init": "InitConfiguration", "join": "JoinConfiguration"}[phase]
+mine = next((d for d in docs if d.get("kind") == kind), {})
+registration = mine.get("nodeRegistration") or {}
+extra = registration.get("kubeletExtraArgs") or {}
+if isinstance(extra, list):  # kubeadm v1beta4: [{name, value}]
+    extra = {a["name"]: a["value"] for a in extra}
+# kubeadm-flags.env: kubeadm's own flags, then nodeRegistration.kubeletExtraArgs (which win)
+flags = {"container-runtime-endpoint": registration.get("criSocket") or
+         "unix:///var/run/containerd/containerd.sock"}
+flags.update(extra)
+# /var/lib/kubelet/config.yaml: kubeadm's defaults for the kubelet's component config, then a
+# KubeletConfiguration document given with the configuration (init's)
+kubelet = {
+    "apiVersion": "kubelet.config.k8s.io/v1beta1",
+    "kind": "KubeletConfiguration",
+    "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
+                       "x509": {"clientCAFile": "/etc/kubernetes/pki/ca.crt"}},
+    "authorization": {"mode": "Webhook"},
+    "cgroupDriver": "systemd",
+    "clusterDNS": ["10.96.0.10"],
+    "clusterDomain": "cluster.local",
+    "rotateCertificates": True,
+    "staticPodPath": "/etc/kubernetes/manifests",
+}
+for d in docs:
+    if d.get("kind") == "KubeletConfiguration":
+        kubelet.update({k: v for k, v in d.items() if k not in ("apiVersion", "kind")})
+os.makedirs("/etc/kubernetes/pki", exist_ok=True)
+os.makedirs("/var/lib/kubelet", exist_ok=True)
+kubeconfig = "apiVersion: v1\nkind: Config\n# kubeadm " + VERSION + " stand-in\n"
+if phase == "init":
+    os.makedirs("/etc/kubernetes/manifests", exist_ok=True)
+    for name in (%STATIC_PODS%):
+        with open("/etc/kubernetes/manifests/%s.yaml" % name, "w") as f:
+            yaml.safe_dump({"apiVersion": "v1", "kind": "Pod", "metadata": {
+                "name": name, "namespace": "kube-system",
+                "labels": {"component": name, "tier": "control-plane"}}, "spec": {
+                "hostNetwork": True, "containers": [{"name": name,
+                "image": "registry.k8s.io/%s:v%s" % (name, VERSION)}]}}, f, sort_keys=True)
+    for conf in ("admin.conf", "kubelet.conf", "controller-manager.conf", "scheduler.conf"):
+        with open("/etc/kubernetes/" + conf, "w") as f:
+            f.write(kubeconfig)
+else:
+    with open("/etc/kubernetes/bootstrap-kubelet.conf", "w") as f:
+        f.write(kubeconfig)
+with open("/etc/kubernetes/pki/ca.crt", "w") as f:
+    f.write("# the cluster CA (kubeadm stand-in)\n")
+with open("/var/lib/kubelet/config.yaml", "w") as f:
+    yaml.safe_dump(kubelet, f, sort_keys=True)
+with open("/var/lib/kubelet/kubeadm-flags.env", "w") as f:
+    f.write('KUBELET_KUBEADM_ARGS="%s"\n' % " ".join(
+        "--%s=%s" % (k, flags[k]) for k in sorted(flags)))
+# [kubelet-start] restarts the kubelet; [kubelet-check] waits for it to come up
+for stale in ("kubelet.args", "kubelet-config.yaml", "kubelet.labels"):
+    if os.path.exists(RECORD + "/" + stale):
+        os.unlink(RECORD + "/" + stale)
+subprocess.run(["systemctl", "restart", "kubelet"], check=True)
+deadline = time.monotonic() + 120
+while not os.path.exists(RECORD + "/kubelet.args"):
+    if time.monotonic() > deadline:
+        sys.exit("kubeadm stand-in: the kubelet did not start within 120 s")
+    time.sleep(0.5)
+print("kubeadm v%s (stand-in): %s done, kubelet started" % (VERSION, phase))
+""".replace("%STATIC_PODS%", ", ".join(repr(n) for n in STATIC_PODS))
 
 
 def recording_kubeadm_payload(version: str, arch: str) -> bytes:
     """A kubeadm stand-in for boot tests: ``kubeadm version`` (or no argument) prints
-    ``"kubeadm v<version>"`` as :func:`kube_payload`'s does; any other call writes its arguments
-    (one per line) to :data:`KUBEADM_ARGS`, copies the file after ``--config`` to
-    :data:`KUBEADM_CONFIG`, says so on stdout and exits 0 (what a join that succeeded returns).
-    It cannot tell whether a real kubeadm would accept the configuration."""
+    ``"kubeadm v<version>"`` as :func:`kube_payload`'s does; ``init`` or ``join --config FILE``
+    writes its arguments (one per line) to :data:`KUBEADM_ARGS`, copies FILE to
+    :data:`KUBEADM_CONFIG`, then does what kubeadm's kubelet-start phase does for the kubelet:
+    ``/var/lib/kubelet/config.yaml`` (kubeadm's defaults for the kubelet configuration, among
+    them ``staticPodPath: /etc/kubernetes/manifests``, updated from a KubeletConfiguration
+    document in FILE), ``/var/lib/kubelet/kubeadm-flags.env`` (``KUBELET_KUBEADM_ARGS``:
+    ``--container-runtime-endpoint`` from ``nodeRegistration.criSocket``, then
+    ``nodeRegistration.kubeletExtraArgs``, sorted by name), ``/etc/kubernetes/pki/ca.crt``, for
+    ``join`` ``bootstrap-kubelet.conf``, for ``init`` the kubeconfigs (``kubelet.conf``...) and
+    the static pod manifests of :data:`STATIC_PODS` in ``/etc/kubernetes/manifests``; then
+    ``systemctl restart kubelet`` and waits (120 s) for the kubelet stand-in's record, exiting 0
+    (what a kubeadm that succeeded returns). It needs python3 with PyYAML in the machine (the
+    cloud-init images have them). It cannot tell whether a real kubeadm would accept the
+    configuration; it has no certificates, API server or etcd."""
     return f"""#!/bin/sh
-# kubeadm v{version} linux/{arch} (nvkr test payload: records its arguments)
+# kubeadm v{version} linux/{arch} (nvkr test payload: records its arguments, writes the kubelet's files)
 case "${{1:-version}}" in version) echo "kubeadm v{version}"; exit 0 ;; esac
-mkdir -p {KUBEADM_ARGS.rsplit("/", 1)[0]}
-printf '%s\\n' "$@" > {KUBEADM_ARGS}
-prev=
+exec python3 - {RECORD_DIR} {version} "$@" <<'NVKR_KUBEADM'
+{_KUBEADM_PY.strip()}
+NVKR_KUBEADM
+""".encode()
+
+
+def recording_kubelet_payload(version: str, arch: str) -> bytes:
+    """A kubelet stand-in for boot tests: ``kubelet --version`` (or no argument) prints
+    ``"kubelet v<version>"``; else it records its arguments to :data:`KUBELET_ARGS` (last, so
+    that file appearing means all three are there), the file after ``--config`` to
+    :data:`KUBELET_CONFIG` and its merged node labels to :data:`KUBELET_LABELS`, then stays
+    alive as a service does."""
+    return f"""#!/bin/sh
+# kubelet v{version} linux/{arch} (nvkr test payload: records its arguments and configuration)
+case "${{1:---version}}" in --version|version) echo "kubelet v{version}"; exit 0 ;; esac
+mkdir -p {RECORD_DIR}
+config= labels= prev=
 for arg in "$@"; do
-    if [ "$prev" = --config ]; then cp "$arg" {KUBEADM_CONFIG}; fi
+    case "$prev" in
+        --config) config=$arg ;;
+        --node-labels) labels="$labels,$arg" ;;
+    esac
+    case "$arg" in
+        --config=*) config=${{arg#--config=}} ;;
+        --node-labels=*) labels="$labels,${{arg#--node-labels=}}" ;;
+    esac
     prev=$arg
 done
-echo "kubeadm v{version} (stand-in): recorded $*"
+if [ -n "$config" ] && [ -f "$config" ]; then cp "$config" {KUBELET_CONFIG}; fi
+# kubelet's MapStringString: every occurrence adds its pairs, a later value of a key wins
+merged=
+IFS=,
+for kv in $labels; do
+    [ -n "$kv" ] || continue
+    merged=$(printf '%s\\n' "$merged" | while IFS= read -r line; do
+        [ -z "$line" ] || [ "${{line%%=*}}" = "${{kv%%=*}}" ] || printf '%s\\n' "$line"
+    done; printf '%s\\n' "$kv")
+done
+unset IFS
+printf '%s\\n' "$merged" | grep -v '^$' | LC_ALL=C sort > {KUBELET_LABELS} || true
+printf '%s\\n' "$@" > {KUBELET_ARGS}.tmp
+mv {KUBELET_ARGS}.tmp {KUBELET_ARGS}
+echo "kubelet v{version} (stand-in): recorded $*"
+exec sleep infinity
 """.encode()
 
 
@@ -152,22 +291,25 @@ def write_k8s_tree(
     arches: tuple[str, ...] = DEFAULT_ARCHES,
     crictl_version: str = DEFAULT_CRICTL,
     recording_kubeadm: bool = False,
+    recording_kubelet: bool = False,
 ) -> dict[str, MirrorFile]:
     """Write every payload and checksum file under ``root`` (the served directory).
 
     Returns the payloads by URL path. Checksum files: Kubernetes binaries get bare hex without a
     newline, crictl archives bare hex with one (see the module docstring). With
-    ``recording_kubeadm`` kubeadm is :func:`recording_kubeadm_payload`.
+    ``recording_kubeadm`` kubeadm is :func:`recording_kubeadm_payload`, with
+    ``recording_kubelet`` kubelet :func:`recording_kubelet_payload`.
     """
     files: dict[str, MirrorFile] = {}
     for arch in arches:
         for version in releases:
             for name in KUBE_BINARIES:
-                data = (
-                    recording_kubeadm_payload(version, arch)
-                    if recording_kubeadm and name == "kubeadm"
-                    else kube_payload(name, version, arch)
-                )
+                if recording_kubeadm and name == "kubeadm":
+                    data = recording_kubeadm_payload(version, arch)
+                elif recording_kubelet and name == "kubelet":
+                    data = recording_kubelet_payload(version, arch)
+                else:
+                    data = kube_payload(name, version, arch)
                 f = _file(kube_path(version, arch, name), data)
                 files[f.path] = f
         f = _file(crictl_path(crictl_version, arch), crictl_archive(crictl_version, arch))
@@ -272,10 +414,11 @@ def serve_k8s_mirror(
     arches: tuple[str, ...] = DEFAULT_ARCHES,
     crictl_version: str = DEFAULT_CRICTL,
     recording_kubeadm: bool = False,
+    recording_kubelet: bool = False,
 ) -> K8sMirror:
     """Write the tree under ``root`` (created if missing) and serve it on 127.0.0.1 (a free port,
     a daemon thread). Close it with :meth:`K8sMirror.close` or use it as a context manager.
-    ``recording_kubeadm``: see :func:`write_k8s_tree`."""
+    ``recording_kubeadm``, ``recording_kubelet``: see :func:`write_k8s_tree`."""
     root.mkdir(parents=True, exist_ok=True)
     files = write_k8s_tree(
         root,
@@ -283,6 +426,7 @@ def serve_k8s_mirror(
         arches=arches,
         crictl_version=crictl_version,
         recording_kubeadm=recording_kubeadm,
+        recording_kubelet=recording_kubelet,
     )
     requests: list[str] = []
     handler = functools.partial(_Handler, directory=str(root), requests=requests)

@@ -129,7 +129,11 @@ def leaf(
 ) -> Iterator[Leaf]:
     tmp = tmp_path_factory.mktemp("catalog-leaf")
     k8s = serve_k8s_mirror(
-        tmp / "k8s", releases=("1.36.4",), arches=("amd64",), recording_kubeadm=True
+        tmp / "k8s",
+        releases=("1.36.4",),
+        arches=("amd64",),
+        recording_kubeadm=True,
+        recording_kubelet=True,
     )
     spire_standin.write_release(k8s.root)  # served under https://github.com/ like crictl
     nvidia = build_apt_repo(tmp / "nvidia", suite="/", components=(), packages=_nvidia_packages())
@@ -261,8 +265,8 @@ def test_catalog_leaf_locks_and_builds_against_loopback_upstreams(
     assert "signed-by=/etc/apt/keyrings/nvkr-nvidia-cuda.gpg" in sources
     assert f"{DOCKER_UPSTREAM} bookworm stable" in sources
     assert 'default_runtime_name = "nvidia"' in read_root_file(raw, "/etc/containerd/config.toml")
-    dropin = read_root_file(raw, "/etc/systemd/system/kubelet.service.d/20-nvkr.conf")
-    assert "nvidia.com/mig.config=all-disabled" in dropin
+    extra_args = read_root_file(raw, "/usr/lib/nvkr/kubelet-extra-args")
+    assert "nvidia.com/mig.config=all-disabled" in extra_args
     assert "iommu=pt" in read_root_file(raw, "/boot/grub/grub.cfg")
     # Open vSwitch and ovn-controller run on the node, from Debian (the network layer)
     status = read_root_file(raw, "/var/lib/dpkg/status")
@@ -373,8 +377,9 @@ def test_cluster_api_bootstrap_data_joins_with_the_exports_kubeadm_configuration
     dropin_path = "/etc/systemd/system/kubelet.service.d/20-nvkr.conf"
     dropin = read_root_file(raw, dropin_path)
     agent_conf = read_root_file(raw, SPIRE_AGENT_CONF)
+    extra_args = read_root_file(raw, "/usr/lib/nvkr/kubelet-extra-args")
     raw.unlink()
-    assert "nvidia.com/mig.config=all-disabled" in dropin
+    assert "nvidia.com/mig.config=all-disabled" in extra_args
 
     # the node's SPIRE settings, as a management system adds them to the bootstrap data
     # (KubeadmConfigTemplate files): the agent's environment and the server's trust bundle
@@ -400,13 +405,17 @@ def test_cluster_api_bootstrap_data_joins_with_the_exports_kubeadm_configuration
     result = boot_with_user_data(
         qcow2,
         user_data=user_data,
-        expect_files=[SENTINEL, KUBEADM_ARGS, KUBEADM_CONFIG, dropin_path, spire_standin.EXPANDED],
+        expect_files=[SENTINEL, KUBEADM_ARGS, KUBEADM_CONFIG, dropin_path, spire_standin.EXPANDED,
+                      *KUBELET_FILES],
+        show_files=KUBELET_FILES,
         timeout=BOOT_TIMEOUT,
         report_timeout=BOOT_TIMEOUT,
         log_file=tmp_path / "console.log",
-    )
+    )  # fmt: skip
     assert all(c.ok for c in result.checks), result.checks
-    report = parse_report(result.boot.lines)["files"]
+    parsed = parse_report(result.boot.lines)
+    report = parsed["files"]
+    _assert_kubelet_got(parsed["contents"], want_labels, phase="join")
     args = f"join\n--config\n{JOIN_CONFIG_PATH}\n".encode()
     assert report[KUBEADM_ARGS]["sha256"] == hashlib.sha256(args).hexdigest(), "kubeadm's argv"
     # kubeadm was given the file cloud-init wrote, which is the user-data's (checked by
@@ -421,6 +430,120 @@ def test_cluster_api_bootstrap_data_joins_with_the_exports_kubeadm_configuration
     expanded = spire_standin.expand_env(agent_conf, spire_env)
     assert report[spire_standin.EXPANDED] is not None, "spire-agent.service did not start"
     assert report[spire_standin.EXPANDED]["sha256"] == hashlib.sha256(expanded.encode()).hexdigest()
+
+
+#: What the boot tests read back from the guest: kubeadm's files for the kubelet (as the stand-in
+#: kubeadm wrote them) and what the stand-in kubelet recorded when systemd started it.
+KUBELET_FILES = [
+    "/var/lib/kubelet/config.yaml",
+    "/var/lib/kubelet/kubeadm-flags.env",
+    "/run/nvkr/kubelet-extra-args.env",
+    "/var/lib/nvkr-test/kubelet.args",
+    "/var/lib/nvkr-test/kubelet-config.yaml",
+    "/var/lib/nvkr-test/kubelet.labels",
+]
+
+
+def _assert_kubelet_got(contents: dict[str, bytes], want_labels: str, *, phase: str) -> None:
+    """kubeadm's kubelet contract, as the stand-in kubelet saw it: kubeadm's kubeconfigs and
+    ``--config=/var/lib/kubelet/config.yaml`` (the file kubeadm wrote, with a staticPodPath,
+    is the one it loaded), then kubeadm-flags.env's KUBELET_KUBEADM_ARGS (the CRI socket and the
+    node-pool release's ``--node-labels``), then the image's KUBELET_EXTRA_ARGS (the node
+    agent's and the recipe's labels); its merged node labels hold the pool's, the agent's and
+    the recipe's."""
+    from tests.helpers.k8smirror import KUBELET_ARGS, KUBELET_CONFIG, KUBELET_LABELS
+
+    missing = [p for p in KUBELET_FILES if p not in contents]
+    assert not missing, f"{phase}: the guest did not show {missing}"
+    config = yaml.safe_load(contents["/var/lib/kubelet/config.yaml"])
+    assert config["staticPodPath"] == "/etc/kubernetes/manifests", config
+    assert contents[KUBELET_CONFIG] == contents["/var/lib/kubelet/config.yaml"], (
+        "the kubelet loaded kubeadm's config.yaml"
+    )
+    flags = contents["/var/lib/kubelet/kubeadm-flags.env"].decode()
+    (kubeadm_args,) = re.findall(r'^KUBELET_KUBEADM_ARGS="(.*)"$', flags, re.M)
+    assert f"--node-labels={want_labels}" in kubeadm_args.split(), flags
+    assert "--container-runtime-endpoint=unix:///run/containerd/containerd.sock" in kubeadm_args
+    extra = contents["/run/nvkr/kubelet-extra-args.env"].decode()
+    (extra_args,) = re.findall(r"^KUBELET_EXTRA_ARGS=(.*)$", extra, re.M)
+    argv = contents[KUBELET_ARGS].decode().splitlines()
+    assert argv == [
+        "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",
+        "--kubeconfig=/etc/kubernetes/kubelet.conf",
+        "--config=/var/lib/kubelet/config.yaml",
+        *kubeadm_args.split(),
+        *extra_args.split(),
+    ], f"{phase}: the kubelet's argv"
+    labels = dict(
+        line.split("=", 1) for line in contents[KUBELET_LABELS].decode().splitlines() if line
+    )
+    for label in [*want_labels.split(","), "nvidia.com/mig.config=all-disabled"]:
+        key, value = label.split("=", 1)
+        assert labels.get(key) == value, f"{phase}: {label} not in the kubelet's {labels}"
+    assert "nvidia.com/gpu.present" in labels, f"{phase}: the node agent's labels: {labels}"
+
+
+def test_cluster_api_control_plane_init_starts_the_kubelet_with_kubeadms_configuration(
+    leaf: Leaf, tmp_path: Path
+) -> None:
+    """The first control-plane node: the leaf's node image boots with the user-data CABPK writes
+    for a KubeadmControlPlane's first machine (:func:`nvkr.delivery.export.cabpk.init_user_data`
+    of the export's own KubeadmControlPlane: ``kubeadm init --config /run/kubeadm/kubeadm.yaml``).
+    The stand-in kubeadm writes what ``kubeadm init`` writes for the kubelet (config.yaml with
+    its staticPodPath, kubeadm-flags.env, kubelet.conf) and the control plane's static pod
+    manifests, then restarts the kubelet, which systemd starts through the image's drop-in.
+
+    What this proves: the image's kubelet unit follows kubeadm's contract after an init: the
+    kubelet loads the config.yaml kubeadm wrote (so it would run the static pods in
+    /etc/kubernetes/manifests), gets kubeadm-flags.env's flags (the init configuration's CRI
+    socket and node labels) and the image's labels beside them. What only a real kubeadm and
+    kubelet would show: that the control plane's static pods come up (images, certificates,
+    etcd), the real kubelet's flag parsing (the stand-in merges --node-labels as kubelet's
+    MapStringString does), and the exact config.yaml and flags a given kubeadm release writes.
+    """
+    from nvkr.delivery.export.cabpk import INIT_CONFIG_PATH, SENTINEL, init_user_data
+    from nvkr.machine.cloudinit import boot_with_user_data, parse_report
+    from nvkr.releaseset import read_metadata
+    from tests.helpers.k8smirror import KUBEADM_ARGS, KUBEADM_CONFIG, STATIC_PODS
+
+    assert leaf.built.code == 0, leaf.built.stderr
+    capi = run_nvkr(
+        "release-set", "export", str(leaf.layout), "--format", "capi",
+        "--control-plane-endpoint", "192.0.2.10:6443",
+        cwd=leaf.project, store=leaf.store,
+    )  # fmt: skip
+    assert capi.code == 0, capi.stderr
+    docs = [d for d in yaml.safe_load_all(capi.stdout) if d]
+    (kcp,) = [d for d in docs if d["kind"] == "KubeadmControlPlane"]
+    registration = kcp["spec"]["kubeadmConfigSpec"]["initConfiguration"]["nodeRegistration"]
+    args = registration["kubeletExtraArgs"]
+    want_labels = (
+        args["node-labels"]
+        if isinstance(args, dict)
+        else next(a["value"] for a in args if a["name"] == "node-labels")
+    )
+    user_data = tmp_path / "user-data"
+    user_data.write_text(init_user_data(kcp, str(kcp["spec"]["version"]), "192.0.2.10:6443"))
+
+    meta = read_metadata(leaf.layout)
+    (image,) = [a for a in meta["artifacts"] if a["kind"] == "machine-image"]
+    qcow2 = leaf.layout / "blobs" / "sha256" / image["primary"]["digest"][7:]
+    manifests = [f"/etc/kubernetes/manifests/{name}.yaml" for name in STATIC_PODS]
+    result = boot_with_user_data(
+        qcow2,
+        user_data=user_data,
+        expect_files=[SENTINEL, KUBEADM_ARGS, KUBEADM_CONFIG, "/etc/kubernetes/kubelet.conf",
+                      *manifests, *KUBELET_FILES],
+        show_files=[*KUBELET_FILES, KUBEADM_ARGS],
+        timeout=BOOT_TIMEOUT,
+        report_timeout=BOOT_TIMEOUT,
+        log_file=tmp_path / "console.log",
+    )  # fmt: skip
+    assert all(c.ok for c in result.checks), result.checks
+    parsed = parse_report(result.boot.lines)
+    assert parsed["contents"][KUBEADM_ARGS] == f"init\n--config\n{INIT_CONFIG_PATH}\n".encode()
+    assert parsed["files"][KUBEADM_CONFIG]["sha256"] == parsed["files"][INIT_CONFIG_PATH]["sha256"]
+    _assert_kubelet_got(parsed["contents"], want_labels, phase="init")
 
 
 def _trust_bundle_pem() -> str:

@@ -156,7 +156,9 @@ def test_gpu_stack_from_a_signed_apt_repo_and_kube_binaries_from_a_mirror(
     assert 'BinaryName = "/usr/bin/nvidia-container-runtime"' in containerd
     assert read_root_file(raw, "/usr/bin/nvidia-container-runtime").startswith("#!/bin/sh")
     dropin = read_root_file(raw, "/etc/systemd/system/kubelet.service.d/20-nvkr.conf")
-    assert "--node-labels=${NVKR_NODE_LABELS},nvkr.dev/gpu-stack=570" in dropin
+    assert "EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env" in dropin
+    extra = read_root_file(raw, "/usr/lib/nvkr/kubelet-extra-args")
+    assert "image='nvkr.dev/gpu-stack=570'" in extra
     manifest = json.loads(read_root_file(raw, "/etc/nvkr/manifest.json"))
     staged = {f["path"]: f["sha256"] for f in manifest["files"]}
     assert staged["/usr/bin/kubelet"] == mirror.kube("kubelet", "amd64").sha256

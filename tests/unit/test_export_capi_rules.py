@@ -952,3 +952,34 @@ def test_a_namespace_that_is_no_dns_label_is_an_error(
         *["release-set", "export", str(layout), "--format", "capi", "--namespace", namespace]
     )
     assert code == 2 and out == "" and "--namespace" in err and "DNS-1123" in err, err
+
+
+def test_init_user_data_is_cabpks_first_control_plane_node(layout: Path, tmp_path: Path) -> None:
+    """The first control-plane node's cloud-config: ``kubeadm init`` with the export's
+    KubeadmControlPlane's clusterConfiguration and initConfiguration (the pool's labels, the
+    image's CRI socket), in the shape CABPK's controlplane_init.go writes."""
+    target = tmp_path / "capi.yaml"
+    argv = ["release-set", "export", str(layout), "--format", "capi", "--out", str(target)]
+    code, _, err = invoke(*argv, "--control-plane-endpoint", "10.0.0.10:6443")
+    assert code == 0, err
+    docs = [d for d in yaml.safe_load_all(target.read_text()) if d]
+    [kcp] = [d for d in docs if d["kind"] == "KubeadmControlPlane"]
+    text = cabpk.init_user_data(kcp, str(kcp["spec"]["version"]), "10.0.0.10:6443")
+    assert text.startswith(cabpk.HEADER)
+    config = yaml.safe_load(text[len(cabpk.HEADER) :])
+    files = {f["path"]: f for f in config["write_files"]}
+    assert cabpk.JOIN_CONFIG_PATH not in files
+    cluster, init = yaml.safe_load_all(files[cabpk.INIT_CONFIG_PATH]["content"])
+    assert cluster["kind"] == "ClusterConfiguration" and init["kind"] == "InitConfiguration"
+    assert cluster["controlPlaneEndpoint"] == "10.0.0.10:6443"
+    assert cluster["kubernetesVersion"] == kcp["spec"]["version"]
+    assert cluster["certificatesDir"] == "/etc/kubernetes/pki"
+    spec = kcp["spec"]["kubeadmConfigSpec"]["initConfiguration"]["nodeRegistration"]
+    assert init["nodeRegistration"]["criSocket"] == spec["criSocket"]
+    labels = {a["name"]: a["value"] for a in init["nodeRegistration"]["kubeletExtraArgs"]}
+    want = spec["kubeletExtraArgs"]  # a {name, value} list in v1beta2 (the default), a map before
+    want = {a["name"]: a["value"] for a in want} if isinstance(want, list) else want
+    assert labels == {"node-labels": want["node-labels"]}
+    assert config["runcmd"] == [cabpk.INIT_COMMAND]
+    with pytest.raises(UsageError, match="does not initialize"):
+        cabpk.init_user_data({"kind": "KubeadmConfigTemplate"}, "1.36.3")

@@ -9,8 +9,8 @@ times describe the run, not the image, so they stay out of the metadata a cache 
 2. **staging**: the agent binary (``/usr/bin/node-agent``) with its systemd unit, the
    ``kube-packages`` tar, extra ``files``, and the configuration rendered from the Jinja2
    templates in ``builders/node-image/`` (containerd with the systemd cgroup driver and, with
-   ``nvidiaRuntime``, the NVIDIA runtime handler; kubelet's KubeletConfiguration, unit and
-   drop-in passing ``--node-labels`` from the agent's label file; kernel modules and sysctls),
+   ``nvidiaRuntime``, the NVIDIA runtime handler; kubelet's unit, kubeadm's drop-in contract
+   and the default /var/lib/kubelet/config.yaml; kernel modules and sysctls),
    then ``/etc/nvkr/manifest.json`` with the sha256 of every staged binary, which the agent
    checks at boot. Every staged file (path, mode, digests) goes into the metadata's ``staged``,
    which the machine image's SBOM lists. Every mtime in the tree is clamped to the epoch.
@@ -128,7 +128,9 @@ class NodeImageBuilder(Builder[NodeImageArtifact]):
     name = "node-image"
     # 2: metadata ``staged`` lists every staged file with its mode, not the binaries alone (a
     # record of version 1 would give the SBOM a partial file list)
-    version = "2"
+    # 3: kubeadm's kubelet contract (the drop-in reads /var/lib/kubelet/config.yaml and
+    # kubeadm-flags.env; the image's KubeletConfiguration moved there, with a staticPodPath)
+    version = "3"
     per_arch = True
     per_gpu = True  # labels name the GPU generation: each variant has its own image
     artifact_model = NodeImageArtifact

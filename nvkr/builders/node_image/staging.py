@@ -50,11 +50,18 @@ TEMPLATES = (
     "containerd-config.toml.j2",
     "kubelet.service.j2",
     "20-nvkr-kubelet.conf.j2",
+    "kubelet-extra-args.j2",
     "kubelet-config.yaml.j2",
     "kubernetes-modules.conf.j2",
     "kubernetes-sysctl.conf.j2",
 )
 _UNITS = "etc/systemd/system"
+#: kubeadm's kubelet contract: the drop-in, the KubeletConfiguration kubeadm init and join
+#: replace (the image's default), and the script the drop-in runs before each start to write
+#: KUBELET_EXTRA_ARGS (the node agent's labels, the recipe's extraLabels and extraArgs).
+KUBELET_DROPIN = f"{_UNITS}/kubelet.service.d/20-nvkr.conf"
+KUBELET_CONFIG = "var/lib/kubelet/config.yaml"
+KUBELET_EXTRA_ARGS_SCRIPT = "usr/lib/nvkr/kubelet-extra-args"
 _WANTS = f"{_UNITS}/multi-user.target.wants"
 #: nvkr's cloud-init configuration (the datasources), copied from ASSETS into trees that hold
 #: the cloud-init package.
@@ -101,7 +108,8 @@ def stage(ctx: ActionContext, tree: Path, rootfs: dict[str, Any]) -> list[dict[s
     env = _template_env()
     texts = {t: render_template(env, t, values) for t in TEMPLATES}
     for template, dest, enable in _units(present):
-        staging.put(dest, texts[template].encode(), 0o644, binary=False)
+        mode = 0o755 if dest == KUBELET_EXTRA_ARGS_SCRIPT else 0o644
+        staging.put(dest, texts[template].encode(), mode, binary=False)
         if enable:
             staging.enable(dest)
     if p.spireAgent is not None:
@@ -287,8 +295,9 @@ def _units(present: dict[str, bool]) -> list[tuple[str, str, bool]]:
     if present["kubelet"]:
         rendered += [
             ("kubelet.service.j2", f"{_UNITS}/kubelet.service", True),
-            ("20-nvkr-kubelet.conf.j2", f"{_UNITS}/kubelet.service.d/20-nvkr.conf", False),
-            ("kubelet-config.yaml.j2", "etc/kubernetes/kubelet-config.yaml", False),
+            ("20-nvkr-kubelet.conf.j2", KUBELET_DROPIN, False),
+            ("kubelet-extra-args.j2", KUBELET_EXTRA_ARGS_SCRIPT, False),
+            ("kubelet-config.yaml.j2", KUBELET_CONFIG, False),
             ("kubernetes-modules.conf.j2", "etc/modules-load.d/kubernetes.conf", False),
             ("kubernetes-sysctl.conf.j2", "etc/sysctl.d/90-kubernetes.conf", False),
         ]

@@ -286,3 +286,56 @@ def pick_template(resources: Sequence[Mapping[str, Any]], pool: str) -> Mapping[
         f"--bootstrap-data: no node pool {pool!r} in the export",
         hint="one of: control-plane, " + ", ".join(pools),
     )
+
+
+#: Where CABPK writes the first control-plane node's kubeadm configuration
+#: (controlplane_init.go: ClusterConfiguration, ``---``, InitConfiguration).
+INIT_CONFIG_PATH: Final = "/run/kubeadm/kubeadm.yaml"
+INIT_COMMAND: Final = f"kubeadm init --config {INIT_CONFIG_PATH} && echo success > {SENTINEL}"
+
+
+def init_user_data(
+    document: Mapping[str, Any], kubernetes: str, endpoint: str = PLACEHOLDER_ENDPOINT
+) -> str:
+    """CABPK's cloud-config for the first control-plane node of a KubeadmControlPlane
+    ``document``: :func:`user_data`'s, with :data:`INIT_CONFIG_PATH` (the spec's
+    clusterConfiguration with ``kubernetesVersion`` and ``controlPlaneEndpoint``, and an
+    InitConfiguration: a placeholder bootstrap token and the spec's nodeRegistration, in the
+    kubeadm version's shape) in place of the join configuration, and ``kubeadm init`` in place
+    of the join. CABPK also writes the cluster's CA certificates and keys, which it creates:
+    they are not here (a real ``kubeadm init`` makes its own when they are missing).
+
+    Raises:
+        UsageError: the document is no KubeadmControlPlane.
+    """
+    if document.get("kind") != "KubeadmControlPlane":
+        raise UsageError(
+            f"{document.get('kind')} does not initialize a cluster",
+            hint="give the KubeadmControlPlane",
+        )
+    spec = kubeadm_config_spec(document)
+    api_version = kubeadm_api_version(kubernetes)
+    registration = join_configuration(
+        {"joinConfiguration": spec.get("initConfiguration") or {}}, kubernetes, endpoint
+    )["nodeRegistration"]
+    cluster = {
+        "apiVersion": api_version,
+        "kind": "ClusterConfiguration",
+        **copy.deepcopy(dict(spec.get("clusterConfiguration") or {})),
+        "controlPlaneEndpoint": endpoint,
+        "kubernetesVersion": "v" + kubernetes.lstrip("v"),
+    }
+    init = {
+        "apiVersion": api_version,
+        "kind": "InitConfiguration",
+        "bootstrapTokens": [{"token": PLACEHOLDER_TOKEN}],
+        "nodeRegistration": registration,
+    }
+    config = yaml.safe_load(user_data(document, kubernetes, endpoint)[len(HEADER) :])
+    for item in config["write_files"]:
+        if item["path"] == JOIN_CONFIG_PATH:
+            item["path"] = INIT_CONFIG_PATH
+            item["content"] = dump_yaml([cluster, init])
+    config["runcmd"] = [INIT_COMMAND if c == JOIN_COMMAND else c for c in config["runcmd"]]
+    body = yaml.safe_dump(config, sort_keys=False, default_flow_style=False, width=1000)
+    return HEADER + body

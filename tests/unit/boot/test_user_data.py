@@ -6,6 +6,7 @@ in ``--json``, a failed check failing the image)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 import subprocess
@@ -16,6 +17,7 @@ import pytest
 
 from nvkr.errors import UsageError
 from nvkr.machine import qemu
+from nvkr.machine.cloudinit import parse_report
 from nvkr.machine.seed import make_seed, meta_data, probe_vendor_data
 from nvkr.machine.userdata import load_user_data
 from tests.helpers.cli import invoke
@@ -264,3 +266,14 @@ def test_bad_user_data_boots_nothing(tmp_path, monkeypatch) -> None:
     assert code == 2 and "no such user-data file" in err
     assert not (tmp_path / "q" / "calls.jsonl").exists()
     assert not (tmp_path / "logs").exists()
+
+
+def test_the_probe_shows_the_bytes_of_the_files_asked_for() -> None:
+    """``show``: the probe prints a file's bytes as base64 lines, which parse_report joins."""
+    script = probe_vendor_data(["/a"], ["/var/lib/kubelet/config.yaml"]).decode()
+    assert "show_file /var/lib/kubelet/config.yaml" in script
+    data = bytes(range(256)) * 2
+    b64 = base64.encodebytes(data).decode().split()
+    lines = [f"nvkr-probe[12]: nvkr-probe: content path=/x y b64={chunk}" for chunk in b64]
+    lines.append("nvkr-probe: end checks=4")
+    assert parse_report(lines)["contents"] == {"/x y": data}

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
 import jinja2
 import pytest
+import yaml
 
 from nvkr.action import Action
 from nvkr.builders.node_image import builder as node_image
@@ -48,14 +50,146 @@ def test_templates_render() -> None:
     assert toml.count("SystemdCgroup = true") == 2
     plain = render_template(env, "containerd-config.toml.j2", {**VALUES, "nvidiaRuntime": False})
     assert "nvidia" not in plain.replace("NVIDIA", "")
-    dropin = render_template(env, "20-nvkr-kubelet.conf.j2", VALUES)
-    # the agent's labels first, then the recipe's, sorted; extra args last
-    assert "--node-labels=${NVKR_NODE_LABELS},a=1,b=2 --v=2" in dropin
-    assert "EnvironmentFile=-/etc/nvkr/node-labels.env" in dropin
     unit = render_template(env, "nvkr-node-agent.service.j2", VALUES)
     assert "Before=kubelet.service" in unit and "StandardOutput=journal+console" in unit
     config = render_template(env, "kubelet-config.yaml.j2", VALUES)
     assert "cgroupDriver: systemd" in config and "maxPods: 110" in config
+
+
+#: kubeadm's kubelet drop-in, as its packages ship it (kubernetes/release,
+#: cmd/krel/templates/latest/kubeadm/10-kubeadm.conf): the [Service] lines nvkr's must hold.
+KUBEADM_CONTRACT = [
+    'Environment="KUBELET_KUBECONFIG_ARGS=--bootstrap-kubeconfig=/etc/kubernetes/'
+    'bootstrap-kubelet.conf --kubeconfig=/etc/kubernetes/kubelet.conf"',
+    'Environment="KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml"',
+    "EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env",
+    "EnvironmentFile=-/etc/default/kubelet",
+    "ExecStart=",
+    "ExecStart=/usr/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS "
+    "$KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS",
+]
+
+
+def _service_lines(unit: str) -> list[str]:
+    section, lines = "", []
+    for line in unit.splitlines():
+        if line.startswith("["):
+            section = line
+        elif section == "[Service]" and line and not line.startswith("#"):
+            lines.append(line)
+    return lines
+
+
+def _env_file(path: Path) -> dict[str, str]:
+    """A systemd EnvironmentFile's assignments (one quoting level removed), missing file: none."""
+    if not path.is_file():
+        return {}
+    out = {}
+    for line in path.read_text().splitlines():
+        if "=" in line and not line.startswith("#"):
+            key, value = line.split("=", 1)
+            out[key.strip()] = value.strip().strip('"')
+    return out
+
+
+def _kubelet_argv(service: list[str], root: Path) -> list[str]:
+    """What systemd would run: the drop-in's Environment= and EnvironmentFile= (later ones
+    winning, ``root`` standing for /), ExecStartPre run first, $VAR split on white space."""
+    env: dict[str, str] = {}
+    for line in service:
+        key, value = line.split("=", 1)
+        if key == "ExecStartPre":
+            argv = [str(root) + a if a.startswith("/") else a for a in value.split()]
+            subprocess.run(argv, check=True)
+    for line in service:
+        key, value = line.split("=", 1)
+        if key == "Environment":
+            name, val = value.strip('"').split("=", 1)
+            env[name] = val
+        elif key == "EnvironmentFile":
+            env.update(_env_file(root / value.lstrip("-").lstrip("/")))
+    exec_start = [line.split("=", 1)[1] for line in service if line.startswith("ExecStart=")]
+    argv = []
+    for word in exec_start[-1].split():
+        argv += env.get(word[1:], "").split() if word.startswith("$") else [word]
+    return argv
+
+
+def _merged_labels(argv: list[str]) -> dict[str, str]:
+    """kubelet's --node-labels (a MapStringString): every occurrence adds, later keys win."""
+    labels: dict[str, str] = {}
+    for arg in argv:
+        if arg.startswith("--node-labels="):
+            for item in filter(None, arg.split("=", 1)[1].split(",")):
+                key, value = item.split("=", 1)
+                labels[key] = value
+    return labels
+
+
+def test_the_kubelet_drop_in_follows_kubeadms_contract(tmp_path: Path) -> None:
+    """The staged drop-in holds kubeadm's own lines in kubeadm's order; the image's default
+    /var/lib/kubelet/config.yaml has a staticPodPath; run as systemd would, kubelet gets
+    kubeadm's config and flags, the node agent's labels, the recipe's labels and arguments, and
+    a user's /etc/default/kubelet has the last word."""
+    env = staging._template_env()
+    units = {dest: template for template, dest, _ in staging._units(VALUES["present"])}
+    assert units["etc/systemd/system/kubelet.service.d/20-nvkr.conf"] == "20-nvkr-kubelet.conf.j2"
+    assert units["var/lib/kubelet/config.yaml"] == "kubelet-config.yaml.j2"
+    assert "etc/kubernetes/kubelet-config.yaml" not in units
+    config = yaml.safe_load(render_template(env, "kubelet-config.yaml.j2", VALUES))
+    assert config["staticPodPath"] == "/etc/kubernetes/manifests"
+    assert config["containerRuntimeEndpoint"] == "unix:///run/containerd/containerd.sock"
+
+    service = _service_lines(render_template(env, "20-nvkr-kubelet.conf.j2", VALUES))
+    kubeadms = [line for line in service if line in KUBEADM_CONTRACT]
+    assert kubeadms == KUBEADM_CONTRACT, "kubeadm's lines, in kubeadm's order"
+    assert service[-2:] == KUBEADM_CONTRACT[-2:], "ExecStart is kubeadm's"
+    files = [line for line in service if line.startswith("EnvironmentFile=")]
+    assert files[0].endswith("kubeadm-flags.env") and files[-1].endswith("/etc/default/kubelet")
+
+    # the machine: the agent's label file, kubeadm's files, the script the drop-in runs
+    root = tmp_path / "root"
+    script = root / "usr/lib/nvkr/kubelet-extra-args"
+    script.parent.mkdir(parents=True)
+    script.write_text(render_template(env, "kubelet-extra-args.j2", VALUES))
+    script.chmod(0o755)
+    (root / "etc/nvkr").mkdir(parents=True)
+    (root / "etc/nvkr/node-labels.env").write_text(
+        "NVKR_NODE_LABELS=nvidia.com/gpu.count=0,nvidia.com/gpu.present=false\n"
+    )
+    (root / "var/lib/kubelet").mkdir(parents=True)
+    (root / "var/lib/kubelet/kubeadm-flags.env").write_text(
+        'KUBELET_KUBEADM_ARGS="--container-runtime-endpoint=unix:///run/containerd/'
+        'containerd.sock --node-labels=nvkr.dev/node-pool=hopper-amd64,a=0"\n'
+    )
+    argv = _kubelet_argv(service, root)
+    assert argv == [
+        "/usr/bin/kubelet",
+        "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",
+        "--kubeconfig=/etc/kubernetes/kubelet.conf",
+        "--config=/var/lib/kubelet/config.yaml",
+        "--container-runtime-endpoint=unix:///run/containerd/containerd.sock",
+        "--node-labels=nvkr.dev/node-pool=hopper-amd64,a=0",
+        "--node-labels=nvidia.com/gpu.count=0,nvidia.com/gpu.present=false,a=1,b=2",
+        "--v=2",
+    ]
+    assert _merged_labels(argv) == {
+        "nvkr.dev/node-pool": "hopper-amd64",
+        "nvidia.com/gpu.count": "0",
+        "nvidia.com/gpu.present": "false",
+        "a": "1",
+        "b": "2",
+    }
+    # without the agent's file: the recipe's labels alone; a user's KUBELET_EXTRA_ARGS wins
+    (root / "etc/nvkr/node-labels.env").unlink()
+    assert _kubelet_argv(service, root)[-2:] == ["--node-labels=a=1,b=2", "--v=2"]
+    (root / "etc/default").mkdir(parents=True)
+    (root / "etc/default/kubelet").write_text("KUBELET_EXTRA_ARGS=--v=4\n")
+    assert _kubelet_argv(service, root)[-1:] == ["--v=4"]
+    bare = {**VALUES, "kubelet": {"maxPods": 110, "extraLabels": {}, "extraArgs": []}}
+    script.write_text(render_template(env, "kubelet-extra-args.j2", bare))
+    subprocess.run([str(script), "/nonexistent", str(tmp_path / "out.env")], check=True)
+    assert (tmp_path / "out.env").read_text() == "KUBELET_EXTRA_ARGS=\n"
 
 
 def test_broken_template_names_file_and_line(

@@ -2,24 +2,23 @@
 and each KubeadmConfigTemplate's, made to fit what an nvkr node image already holds.
 
 The node-image builder (:mod:`nvkr.builders.node_image.staging`, assets in
-``builders/node-image/``) stages containerd (CRI socket ``unix:///run/containerd/containerd.sock``,
-the ``containerRuntimeEndpoint`` of its kubelet configuration), a kubelet configuration at
-``/etc/kubernetes/kubelet-config.yaml`` (client CA ``/etc/kubernetes/pki/ca.crt``) and the
-drop-in ``kubelet.service.d/20-nvkr.conf``, which *replaces* kubelet's ExecStart: kubelet runs
-with that configuration, ``--kubeconfig=/etc/kubernetes/kubelet.conf``,
-``--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf`` and the node agent's labels,
-and starts only once one of those kubeconfigs exists. So nothing here fights the image:
+``builders/node-image/``) stages containerd (CRI socket ``unix:///run/containerd/containerd.sock``),
+a default kubelet configuration at ``/var/lib/kubelet/config.yaml`` (client CA
+``/etc/kubernetes/pki/ca.crt``, ``staticPodPath: /etc/kubernetes/manifests``) and the drop-in
+``kubelet.service.d/20-nvkr.conf``, which follows kubeadm's own: kubelet runs with
+``--bootstrap-kubeconfig``/``--kubeconfig``, ``--config=/var/lib/kubelet/config.yaml``,
+``$KUBELET_KUBEADM_ARGS`` (``/var/lib/kubelet/kubeadm-flags.env``) and ``$KUBELET_EXTRA_ARGS``
+(the node agent's labels and the image's own), and starts only once one of those kubeconfigs
+exists. So nothing here fights the image:
 
-- ``kubeadm join`` writes ``/etc/kubernetes/pki/ca.crt`` and ``bootstrap-kubelet.conf`` (what
-  the drop-in and the kubelet configuration name) and restarts kubelet, which then starts; no
-  ``files`` or commands are needed for that, and none are written (the image has the configs).
-- ``certificatesDir`` is ``/etc/kubernetes/pki``, where the image's kubelet looks for its CA.
-- ``criSocket`` is the image's containerd socket.
+- ``kubeadm init`` and ``join`` write config.yaml, kubeadm-flags.env, the CA and a kubeconfig,
+  and restart kubelet, which then starts with them; no ``files`` or commands are needed for
+  that, and none are written.
+- ``certificatesDir`` is ``/etc/kubernetes/pki``, where the kubelet configuration names its CA.
+- ``criSocket`` is the image's containerd socket (kubeadm passes it to kubelet).
 - ``kubeletExtraArgs`` carries the node labels of the node-pool release (GPU generation, arch,
-  pool), the labels the node agent writes for the drop-in too. kubeadm records kubelet flags in
-  ``/var/lib/kubelet/kubeadm-flags.env``, which nvkr's drop-in does not read (its ExecStart
-  wins): the same labels reach kubelet either way, and no flag of kubeadm's can override a
-  setting the image made.
+  pool): kubeadm writes them into kubeadm-flags.env, and kubelet merges them with the image's
+  ``--node-labels`` (repeated occurrences add up).
 
 Cluster API v1beta1 writes ``kubeletExtraArgs`` as a map and ClusterConfiguration with its own
 ``networking``; v1beta2 (api/bootstrap/kubeadm/v1beta2/kubeadm_types.go) as a list of
@@ -34,7 +33,7 @@ from typing import Any, Final
 
 from nvkr.delivery.export.capi.names import ApiVersions, Endpoint
 
-#: The image's containerd socket (builders/node-image/kubelet-config.yaml.j2).
+#: The image's containerd socket (containerd's default, builders/node-image/kubelet-config.yaml.j2).
 CRI_SOCKET: Final = "unix:///run/containerd/containerd.sock"
 #: Where kubeadm keeps certificates; the image's kubelet reads its client CA from here.
 CERTIFICATES_DIR: Final = "/etc/kubernetes/pki"
