@@ -186,17 +186,23 @@ class UpstreamVersion:
 def build_precedence(build: str | None) -> tuple[Any, ...]:
     """nvkr's order of build metadata (``+...``), which SemVer's precedence ignores: the
     identifiers compare as pre-release ones do (SemVer §11.4): dot-separated, left to right,
-    only-digit identifiers numerically and before alphanumeric ones, others in ASCII order, and
-    a longer list after its own prefix; no build metadata at all sorts before any.
-    ``+build.2 < +build.10``, ``+k3s1 < +k3s2`` (but ``+k3s10 < +k3s9``: ASCII), ``1.2.3 <
+    only-digit identifiers numerically and before alphanumeric ones, and a longer list after
+    its own prefix; an alphanumeric identifier compares run by run, its digit runs numerically
+    and its other runs in ASCII order (nvkr's own: SemVer would compare ``k3s10`` and ``k3s9``
+    as text); no build metadata at all sorts before any.
+    ``+build.2 < +build.10``, ``+k3s9 < +k3s10``, ``+k3s < +k3s.0 < +k3s0``, ``1.2.3 <
     1.2.3+build.1``.
     """
     if build is None:
         return (0, ())
-    return (
-        1,
-        tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in build.split(".")),
-    )
+    return (1, tuple(_identifier_key(p) for p in build.split(".")))
+
+
+def _identifier_key(identifier: str) -> tuple[int, int, tuple[tuple[int, int, str], ...]]:
+    if identifier.isdigit():
+        return (0, int(identifier), ())
+    runs = re.findall(r"[0-9]+|[^0-9]+", identifier)
+    return (1, 0, tuple((0, int(r), "") if r.isdigit() else (1, 0, r) for r in runs))
 
 
 _UPSTREAM_CORE_RE = re.compile(r"v?([0-9]+)\.([0-9]+)\.([0-9]+)")

@@ -647,6 +647,9 @@ def _target(current: str, *listed: str) -> str | None:
         # equal SemVer precedence: build metadata compared like pre-release identifiers
         ("v1.2.2", ["v1.2.3+build.2", "v1.2.3+build.10"], "v1.2.3+build.10"),
         ("v1.2.2", ["v1.2.3+k3s1", "v1.2.3+k3s2"], "v1.2.3+k3s2"),
+        # digits inside an alphanumeric identifier compare as numbers too (k3s's tenth build)
+        ("v1.2.2", ["v1.2.3+k3s9", "v1.2.3+k3s10"], "v1.2.3+k3s10"),
+        ("v1.2.2", ["v1.2.3+rke2r2", "v1.2.3+rke2r11"], "v1.2.3+rke2r11"),
         # none sorts before any
         ("v1.2.2", ["v1.2.3", "v1.2.3+build.1"], "v1.2.3+build.1"),
         # a newer build of the pinned version is an update; precedence still comes first

@@ -503,4 +503,7 @@ def test_build_precedence_compares_build_metadata_like_prerelease_identifiers() 
     ordered = sorted((parse_upstream(t) for t in shuffled), key=lambda v: v.newest_key)
     assert [str(v) for v in ordered] == texts
     assert build_precedence(None) < build_precedence("0") < build_precedence("a")
+    # digit runs inside an identifier compare numerically, text runs in ASCII order
+    assert build_precedence("k3s9") < build_precedence("k3s10") < build_precedence("k3t1")
+    assert build_precedence("k3s") < build_precedence("k3s.0") < build_precedence("k3s0")
     assert parse_upstream("1.2.4").newest_key > parse_upstream("1.2.3+zzz").newest_key
