@@ -15,6 +15,7 @@ import time
 from typing import IO, Final
 
 from nvkr.monitor.events import Event, Note, Transfer, event_name
+from nvkr.redact import redact_text
 
 #: seconds between two ``bytes`` events of the same transfer
 BYTES_EVERY: Final = 1.0
@@ -45,7 +46,8 @@ class JsonMonitor:
                 return
             doc = {"v": STREAM_VERSION, "ts": now_rfc3339(), "event": event_name(event)}
             doc.update(event.to_json())
-            self.out.write(json.dumps(doc, sort_keys=True) + "\n")
+            # credentials never leave (nvkr.redact): whatever event carries a URL
+            self.out.write(redact_text(json.dumps(doc, sort_keys=True)) + "\n")
             self.out.flush()
 
     def _due(self, event: Transfer) -> bool:

@@ -47,6 +47,7 @@ from nvkr.monitor.events import (
 )
 from nvkr.monitor.lines import event_lines
 from nvkr.monitor.plain import elapsed, progress_text
+from nvkr.redact import redact_text
 
 _STYLES = {"warning:": "yellow", "  failed": "red", "  built": "green", "error": "red"}
 
@@ -105,7 +106,8 @@ class LiveMonitor:
         with self._lock:
             for line in event_lines(event):
                 style = next((s for p, s in _STYLES.items() if line.startswith(p)), None)
-                self.console.print(Text(line, style=style or ""), soft_wrap=True)
+                # credentials never leave (nvkr.redact): whatever event carries a URL
+                self.console.print(Text(redact_text(line), style=style or ""), soft_wrap=True)
             self._update(event)
 
     def _update(self, event: Event) -> None:
@@ -183,7 +185,7 @@ class LiveMonitor:
             return
         if task is None:
             task = self._transfers[key] = self.progress.add_task(
-                f"{t.direction} {escape(t.what)}", total=t.total, unit="bytes"
+                f"{t.direction} {escape(redact_text(t.what))}", total=t.total, unit="bytes"
             )
         self.progress.update(task, completed=t.done, total=t.total)
 

@@ -25,6 +25,7 @@ from nvkr.monitor.events import (
     Transfer,
 )
 from nvkr.monitor.lines import event_lines, human_size
+from nvkr.redact import redact_text
 
 #: seconds between two progress lines of a running action (or a transfer)
 PROGRESS_EVERY: Final = 30.0
@@ -63,7 +64,7 @@ class PlainMonitor:
         with self._lock:
             self._track(event)
             for line in event_lines(event):
-                self.out.write(line + "\n")
+                self.out.write(redact_text(line) + "\n")  # credentials never leave
             self.out.flush()
 
     def _track(self, event: Event) -> None:
@@ -97,7 +98,7 @@ class PlainMonitor:
         while not self._stop.wait(self.every):
             with self._lock:
                 for line in self.progress_lines():
-                    self.out.write(line + "\n")
+                    self.out.write(redact_text(line) + "\n")
                 self.out.flush()
 
     def progress_lines(self) -> list[str]:
