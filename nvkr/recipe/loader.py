@@ -21,6 +21,7 @@ from nvkr.recipe.overlays import OverlayLayer, build_layers, check_criteria
 from nvkr.recipe.validation import reject_floats, validate
 from nvkr.recipe.versionfields import canonical_document
 from nvkr.recipe.yamlsource import EMPTY, Document, LocationMap, locate, where
+from nvkr.redact import redact_urls
 
 #: ``kind`` of a partial recipe file that leaf recipes ``extends`` (recipes/gpu/*.yaml, ...).
 LAYER_KIND = "RecipeLayer"
@@ -117,11 +118,14 @@ def declaring_dirs(source_names: Iterable[str], locations: LocationMap) -> dict[
 
 
 def _digest(document: Document, layers: tuple[OverlayLayer, ...]) -> str:
-    # One version, one digest: `v1.36.4` and `1.36.4` are the same recipe (versionfields).
+    # One version, one digest: `v1.36.4` and `1.36.4` are the same recipe (versionfields). One
+    # recipe whatever its credentials: every URL's user info is stripped first (nvkr.redact),
+    # so a rotated password is no drift, moves no key, and the published digest (lockfile,
+    # provenance) gives no offline test of a guessed one.
     overlay_files: list[list[Mapping[str, Any]]] = [
-        [canonical_document(f.data) for f in layer.files] for layer in layers
+        [redact_urls(canonical_document(f.data)) for f in layer.files] for layer in layers
     ]
-    data = canonical_document(document.data)
+    data = redact_urls(canonical_document(document.data))
     if not any(overlay_files):
         return digest_json(data)
     return digest_json({"recipe": data, "overlayFiles": overlay_files})

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -106,3 +107,28 @@ def test_a_password_in_a_url_is_written_nowhere(tmp_path, http_server, password)
     lock = (proj / "lockfiles" / "creds.lock.json").read_text()
     assert f"http://127.0.0.1:{http_server.port}/files/tool" in lock, "the URL stays, the user goes"
     assert USER + "@" not in lock
+
+
+def test_a_rotated_password_moves_no_digest(tmp_path, http_server):
+    """The recipe digest (the lockfile's checksum, provenance's externalParameters) is taken
+    with every URL's user info stripped: a new password is neither a drift for ``--locked``
+    nor a new action key or release set, and the published digest gives no offline test of a
+    guessed password. The same holds for a new user name and for an overlay's or extended
+    file's URLs, which the digest takes from the same merged document."""
+    digest = hashlib.sha256(BODY).hexdigest()
+    proj, store = tmp_path / "proj", tmp_path / "store"
+    builds = {}
+    for password in ("old-Pa55", "new-Pa55"):
+        need = "Basic " + base64.b64encode(f"{USER}:{password}".encode()).decode()
+        http_server.add("/files/tool", BODY, require_auth=need)
+        http_server.add("/files/tool.sha256", f"{digest}  tool\n".encode(), require_auth=need)
+        _write(proj, "creds", f"http://{USER}:{password}@127.0.0.1:{http_server.port}", "tool")
+        if password.startswith("old"):
+            assert run_nvkr("lock", "recipes/creds.yaml", cwd=proj, store=store).code == 0
+        plan = run_nvkr("plan", "recipes/creds.yaml", "--json", cwd=proj, store=store)
+        assert plan.code == 0, plan.output
+        built = run_nvkr("build", "recipes/creds.yaml", "--locked", "--json", cwd=proj, store=store)
+        assert built.code == 0, built.output  # not "the recipe changed since the lock"
+        result = built.json_events()[-1]
+        builds[password] = (json.loads(plan.stdout)["buildDigest"], result["releaseSets"])
+    assert builds["old-Pa55"] == builds["new-Pa55"]
