@@ -415,7 +415,10 @@ def test_metal3_adds_only_templates_and_is_deterministic(
     plain_docs = [d for d in yaml.safe_load_all(plain) if d["kind"] not in added]
     assert [d for d in docs if d["kind"] not in added] == plain_docs
     [m3c] = [d for d in docs if d["kind"] == "Metal3Cluster"]
-    assert m3c["spec"] == {"controlPlaneEndpoint": {"host": "10.0.0.10", "port": 6443}}
+    assert m3c["spec"] == {
+        "controlPlaneEndpoint": {"host": "10.0.0.10", "port": 6443},
+        "cloudProviderEnabled": False,  # CAPM3 reads the metal3.io/uuid label only then
+    }
     for d in docs:
         if d["kind"] == "Metal3MachineTemplate":
             image = d["spec"]["template"]["spec"]["image"]

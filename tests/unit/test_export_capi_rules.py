@@ -983,3 +983,22 @@ def test_init_user_data_is_cabpks_first_control_plane_node(layout: Path, tmp_pat
     assert config["runcmd"] == [cabpk.INIT_COMMAND]
     with pytest.raises(UsageError, match="does not initialize"):
         cabpk.init_user_data({"kind": "KubeadmConfigTemplate"}, "1.36.3")
+
+
+@pytest.mark.parametrize("metal3_version", ["v1beta1", "v1beta2"])
+@pytest.mark.parametrize("capi", ["v1beta1", "v1beta2"])
+def test_the_metal3_cluster_says_no_cloud_provider_so_capm3_reads_the_uuid_label(
+    loaded: tuple[dict[str, Any], str], capi: str, metal3_version: str
+) -> None:
+    """CAPM3's webhook defaults ``cloudProviderEnabled`` to true when neither it nor v1beta1's
+    deprecated ``noCloudProvider`` is set, and then waits for a cloud provider to set each
+    Node's providerID: the ``metal3.io/uuid`` label the export gives every node is read only
+    with ``cloudProviderEnabled: false`` (found by the fresh-user trial)."""
+    meta, digest = loaded
+    api = export.ApiVersions(capi, metal3_version)
+    docs = _export(meta, digest, capi, True, api=api)
+    (cluster,) = [d for d in docs if d["kind"] == "Metal3Cluster"]
+    assert cluster["apiVersion"] == f"infrastructure.cluster.x-k8s.io/{metal3_version}"
+    assert cluster["spec"]["cloudProviderEnabled"] is False
+    assert "noCloudProvider" not in cluster["spec"]  # deprecated; both set must agree
+    assert check_documents(docs) == []

@@ -192,15 +192,21 @@ def metal3_cluster(
     metadata: dict[str, Any], api_version: str, host: str, port: int
 ) -> dict[str, Any]:
     """The Metal3Cluster: the control-plane endpoint (bare metal has no load balancer to ask
-    for one: a VIP the user runs, e.g. kube-vip or keepalived)."""
+    for one: a VIP the user runs, e.g. kube-vip or keepalived), and ``cloudProviderEnabled:
+    false``: CAPM3's webhook defaults it to true when unset, and then waits for an external
+    cloud provider to set each Node's providerID instead of reading the ``metal3.io/uuid``
+    label every node of the export carries (:data:`~.capi.names.LABEL_METAL3_UUID`)."""
     # CAPM3 api/v1beta1/metal3cluster_types.go: Metal3ClusterSpec{controlPlaneEndpoint
-    # APIEndpoint{host, port}, noCloudProvider (deprecated), cloudProviderEnabled}; the
-    # webhook requires host and port.
+    # APIEndpoint{host, port}, noCloudProvider (deprecated, gone in v1beta2; when both are set
+    # they must agree), cloudProviderEnabled}; the webhook requires host and port.
     return {
         "apiVersion": api_version,
         "kind": "Metal3Cluster",
         "metadata": metadata,
-        "spec": {"controlPlaneEndpoint": {"host": host, "port": port}},
+        "spec": {
+            "controlPlaneEndpoint": {"host": host, "port": port},
+            "cloudProviderEnabled": False,
+        },
     }
 
 
