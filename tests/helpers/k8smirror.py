@@ -153,8 +153,10 @@ if phase == "init":
 else:
     with open("/etc/kubernetes/bootstrap-kubelet.conf", "w") as f:
         f.write(kubeconfig)
-with open("/etc/kubernetes/pki/ca.crt", "w") as f:
-    f.write("# the cluster CA (kubeadm stand-in)\n")
+# kubeadm uses a CA it finds (CABPK writes the cluster's for an init or a control-plane join)
+if not os.path.exists("/etc/kubernetes/pki/ca.crt"):
+    with open("/etc/kubernetes/pki/ca.crt", "w") as f:
+        f.write("# the cluster CA (kubeadm stand-in)\n")
 with open("/var/lib/kubelet/config.yaml", "w") as f:
     yaml.safe_dump(kubelet, f, sort_keys=True)
 with open("/var/lib/kubelet/kubeadm-flags.env", "w") as f:
@@ -183,7 +185,8 @@ def recording_kubeadm_payload(version: str, arch: str) -> bytes:
     them ``staticPodPath: /etc/kubernetes/manifests``, updated from a KubeletConfiguration
     document in FILE), ``/var/lib/kubelet/kubeadm-flags.env`` (``KUBELET_KUBEADM_ARGS``:
     ``--container-runtime-endpoint`` from ``nodeRegistration.criSocket``, then
-    ``nodeRegistration.kubeletExtraArgs``, sorted by name), ``/etc/kubernetes/pki/ca.crt``, for
+    ``nodeRegistration.kubeletExtraArgs``, sorted by name), ``/etc/kubernetes/pki/ca.crt`` (unless
+    there is one: CABPK writes the CA for an init or a control-plane join), for
     ``join`` ``bootstrap-kubelet.conf``, for ``init`` the kubeconfigs (``kubelet.conf``...) and
     the static pod manifests of :data:`STATIC_PODS` in ``/etc/kubernetes/manifests``; then
     ``systemctl restart kubelet`` and waits (120 s) for the kubelet stand-in's record, exiting 0

@@ -303,7 +303,8 @@ def init_user_data(
     InitConfiguration: a placeholder bootstrap token and the spec's nodeRegistration, in the
     kubeadm version's shape) in place of the join configuration, and ``kubeadm init`` in place
     of the join. CABPK also writes the cluster's CA certificates and keys, which it creates:
-    they are not here (a real ``kubeadm init`` makes its own when they are missing).
+    here the placeholders of a control-plane join (:data:`CONTROL_PLANE_JOIN_FILES`), which
+    ``kubeadm init`` would use as the cluster's CA.
 
     Raises:
         UsageError: the document is no KubeadmControlPlane.
