@@ -94,7 +94,7 @@ STATIC_PODS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedu
 #: both). ``init``/``join --config FILE``: the kubelet's files as kubeadm's kubelet-start phase
 #: writes them, then a restart of kubelet and a wait for it (kubeadm's kubelet-check).
 _KUBEADM_PY = r"""
-import os, shutil, subprocess, sys, time, yaml
+import os, re, shutil, subprocess, sys, time, yaml
 
 RECORD, VERSION = sys.argv[1], sys.argv[2]
 argv = sys.argv[3:]
@@ -135,6 +135,34 @@ kubelet = {
 for d in docs:
     if d.get("kind") == "KubeletConfiguration":
         kubelet.update({k: v for k, v in d.items() if k not in ("apiVersion", "kind")})
+# patches.directory: kubeadm (1.25+) applies the "kubeletconfiguration" target's patches
+# (target[suffix][+patchtype].extension, in name order) to the configuration it writes. For a
+# KubeletConfiguration (no list merge keys) a strategic merge is a JSON merge patch: maps merge
+# recursively, null deletes, anything else replaces.
+def merge(base, patch):
+    if not isinstance(patch, dict) or not isinstance(base, dict):
+        return patch
+    out = dict(base)
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = merge(out.get(k), v)
+    return out
+patches = (mine.get("patches") or {}).get("directory")
+if patches and os.path.isdir(patches):
+    name_re = re.compile(r"^kubeletconfiguration[^+]*(\+(strategic|merge|json))?\.(yaml|json)$")
+    for name in sorted(os.listdir(patches)):
+        m = name_re.match(name)
+        if not m:
+            continue
+        if m.group(2) == "json":
+            sys.exit("kubeadm stand-in: JSON patches (%s) are not implemented" % name)
+        with open(os.path.join(patches, name)) as f:
+            kubelet = merge(kubelet, yaml.safe_load(f) or {})
+        print("[patches] Applied patch of type %s to target \"kubeletconfiguration\"" %
+              ("application/merge-patch+json" if m.group(2) == "merge"
+               else "application/strategic-merge-patch+json"))
 os.makedirs("/etc/kubernetes/pki", exist_ok=True)
 os.makedirs("/var/lib/kubelet", exist_ok=True)
 kubeconfig = "apiVersion: v1\nkind: Config\n# kubeadm " + VERSION + " stand-in\n"
@@ -183,7 +211,10 @@ def recording_kubeadm_payload(version: str, arch: str) -> bytes:
     :data:`KUBEADM_CONFIG`, then does what kubeadm's kubelet-start phase does for the kubelet:
     ``/var/lib/kubelet/config.yaml`` (kubeadm's defaults for the kubelet configuration, among
     them ``staticPodPath: /etc/kubernetes/manifests``, updated from a KubeletConfiguration
-    document in FILE), ``/var/lib/kubelet/kubeadm-flags.env`` (``KUBELET_KUBEADM_ARGS``:
+    document in FILE, then patched with the ``kubeletconfiguration`` patches of the init or join
+    configuration's ``patches.directory``: strategic and merge patches, applied as the
+    recursive map merge they are for a KubeletConfiguration, in name order),
+    ``/var/lib/kubelet/kubeadm-flags.env`` (``KUBELET_KUBEADM_ARGS``:
     ``--container-runtime-endpoint`` from ``nodeRegistration.criSocket``, then
     ``nodeRegistration.kubeletExtraArgs``, sorted by name), ``/etc/kubernetes/pki/ca.crt`` (unless
     there is one: CABPK writes the CA for an init or a control-plane join), for

@@ -49,6 +49,9 @@ BOOT_TIMEOUT = 1800.0
 NVIDIA_UPSTREAM = "https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/"
 DOCKER_UPSTREAM = "https://download.docker.com/linux/debian"
 
+#: The leaf's node image's kubelet.maxPods (not kubelet's default, 110): the boot tests check it
+#: survives kubeadm, which writes its own KubeletConfiguration.
+LEAF_MAX_PODS = 250
 LEAF = """\
 apiVersion: nvkr.dev/v1alpha1
 kind: Recipe
@@ -63,8 +66,8 @@ sources:
       docker: {keyring: {fingerprint: @DOCKER_FPR@}}
   ovn-kubernetes: {commit: @OVNK_COMMIT@}
 artifacts:
-  node-image: {size: 3GiB}
-"""
+  node-image: {size: 3GiB, kubelet: {maxPods: @MAX_PODS@}}
+""".replace("@MAX_PODS@", str(LEAF_MAX_PODS))
 
 
 def _nvidia_packages() -> list[DebSpec]:
@@ -481,7 +484,8 @@ KUBELET_FILES = [
 def _assert_kubelet_got(contents: dict[str, bytes], want_labels: str, *, phase: str) -> None:
     """kubeadm's kubelet contract, as the stand-in kubelet saw it: kubeadm's kubeconfigs and
     ``--config=/var/lib/kubelet/config.yaml`` (the file kubeadm wrote, with a staticPodPath,
-    is the one it loaded), then kubeadm-flags.env's KUBELET_KUBEADM_ARGS (the CRI socket and the
+    is the one it loaded, and kubeadm applied the image's kubelet patch to it: the recipe's
+    maxPods), then kubeadm-flags.env's KUBELET_KUBEADM_ARGS (the CRI socket and the
     node-pool release's ``--node-labels``), then the image's KUBELET_EXTRA_ARGS (the node
     agent's and the recipe's labels); its merged node labels hold the pool's, the agent's and
     the recipe's."""
@@ -491,6 +495,11 @@ def _assert_kubelet_got(contents: dict[str, bytes], want_labels: str, *, phase: 
     assert not missing, f"{phase}: the guest did not show {missing}"
     config = yaml.safe_load(contents["/var/lib/kubelet/config.yaml"])
     assert config["staticPodPath"] == "/etc/kubernetes/manifests", config
+    # the image's kubelet settings, through the kubeadm patch the export's patches.directory
+    # names: the recipe's maxPods, serverTLSBootstrap, the containerd socket
+    assert config["maxPods"] == LEAF_MAX_PODS, f"{phase}: the recipe's maxPods: {config}"
+    assert config["serverTLSBootstrap"] is True, config
+    assert config["containerRuntimeEndpoint"] == "unix:///run/containerd/containerd.sock"
     assert contents[KUBELET_CONFIG] == contents["/var/lib/kubelet/config.yaml"], (
         "the kubelet loaded kubeadm's config.yaml"
     )
