@@ -94,7 +94,7 @@ STATIC_PODS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedu
 #: both). ``init``/``join --config FILE``: the kubelet's files as kubeadm's kubelet-start phase
 #: writes them, then a restart of kubelet and a wait for it (kubeadm's kubelet-check).
 _KUBEADM_PY = r"""
-import os, shutil, subprocess, sys, time, yaml
+import os, re, shutil, subprocess, sys, time, yaml
 
 RECORD, VERSION = sys.argv[1], sys.argv[2]
 argv = sys.argv[3:]
@@ -135,6 +135,34 @@ kubelet = {
 for d in docs:
     if d.get("kind") == "KubeletConfiguration":
         kubelet.update({k: v for k, v in d.items() if k not in ("apiVersion", "kind")})
+# patches.directory: kubeadm (1.25+) applies the "kubeletconfiguration" target's patches
+# (target[suffix][+patchtype].extension, in name order) to the configuration it writes. For a
+# KubeletConfiguration (no list merge keys) a strategic merge is a JSON merge patch: maps merge
+# recursively, null deletes, anything else replaces.
+def merge(base, patch):
+    if not isinstance(patch, dict) or not isinstance(base, dict):
+        return patch
+    out = dict(base)
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = merge(out.get(k), v)
+    return out
+patches = (mine.get("patches") or {}).get("directory")
+if patches and os.path.isdir(patches):
+    name_re = re.compile(r"^kubeletconfiguration[^+]*(\+(strategic|merge|json))?\.(yaml|json)$")
+    for name in sorted(os.listdir(patches)):
+        m = name_re.match(name)
+        if not m:
+            continue
+        if m.group(2) == "json":
+            sys.exit("kubeadm stand-in: JSON patches (%s) are not implemented" % name)
+        with open(os.path.join(patches, name)) as f:
+            kubelet = merge(kubelet, yaml.safe_load(f) or {})
+        print("[patches] Applied patch of type %s to target \"kubeletconfiguration\"" %
+              ("application/merge-patch+json" if m.group(2) == "merge"
+               else "application/strategic-merge-patch+json"))
 os.makedirs("/etc/kubernetes/pki", exist_ok=True)
 os.makedirs("/var/lib/kubelet", exist_ok=True)
 kubeconfig = "apiVersion: v1\nkind: Config\n# kubeadm " + VERSION + " stand-in\n"
@@ -153,8 +181,10 @@ if phase == "init":
 else:
     with open("/etc/kubernetes/bootstrap-kubelet.conf", "w") as f:
         f.write(kubeconfig)
-with open("/etc/kubernetes/pki/ca.crt", "w") as f:
-    f.write("# the cluster CA (kubeadm stand-in)\n")
+# kubeadm uses a CA it finds (CABPK writes the cluster's for an init or a control-plane join)
+if not os.path.exists("/etc/kubernetes/pki/ca.crt"):
+    with open("/etc/kubernetes/pki/ca.crt", "w") as f:
+        f.write("# the cluster CA (kubeadm stand-in)\n")
 with open("/var/lib/kubelet/config.yaml", "w") as f:
     yaml.safe_dump(kubelet, f, sort_keys=True)
 with open("/var/lib/kubelet/kubeadm-flags.env", "w") as f:
@@ -181,9 +211,13 @@ def recording_kubeadm_payload(version: str, arch: str) -> bytes:
     :data:`KUBEADM_CONFIG`, then does what kubeadm's kubelet-start phase does for the kubelet:
     ``/var/lib/kubelet/config.yaml`` (kubeadm's defaults for the kubelet configuration, among
     them ``staticPodPath: /etc/kubernetes/manifests``, updated from a KubeletConfiguration
-    document in FILE), ``/var/lib/kubelet/kubeadm-flags.env`` (``KUBELET_KUBEADM_ARGS``:
+    document in FILE, then patched with the ``kubeletconfiguration`` patches of the init or join
+    configuration's ``patches.directory``: strategic and merge patches, applied as the
+    recursive map merge they are for a KubeletConfiguration, in name order),
+    ``/var/lib/kubelet/kubeadm-flags.env`` (``KUBELET_KUBEADM_ARGS``:
     ``--container-runtime-endpoint`` from ``nodeRegistration.criSocket``, then
-    ``nodeRegistration.kubeletExtraArgs``, sorted by name), ``/etc/kubernetes/pki/ca.crt``, for
+    ``nodeRegistration.kubeletExtraArgs``, sorted by name), ``/etc/kubernetes/pki/ca.crt`` (unless
+    there is one: CABPK writes the CA for an init or a control-plane join), for
     ``join`` ``bootstrap-kubelet.conf``, for ``init`` the kubeconfigs (``kubelet.conf``...) and
     the static pod manifests of :data:`STATIC_PODS` in ``/etc/kubernetes/manifests``; then
     ``systemctl restart kubelet`` and waits (120 s) for the kubelet stand-in's record, exiting 0

@@ -49,6 +49,9 @@ BOOT_TIMEOUT = 1800.0
 NVIDIA_UPSTREAM = "https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/"
 DOCKER_UPSTREAM = "https://download.docker.com/linux/debian"
 
+#: The leaf's node image's kubelet.maxPods (not kubelet's default, 110): the boot tests check it
+#: survives kubeadm, which writes its own KubeletConfiguration.
+LEAF_MAX_PODS = 250
 LEAF = """\
 apiVersion: nvkr.dev/v1alpha1
 kind: Recipe
@@ -63,8 +66,8 @@ sources:
       docker: {keyring: {fingerprint: @DOCKER_FPR@}}
   ovn-kubernetes: {commit: @OVNK_COMMIT@}
 artifacts:
-  node-image: {size: 3GiB}
-"""
+  node-image: {size: 3GiB, kubelet: {maxPods: @MAX_PODS@}}
+""".replace("@MAX_PODS@", str(LEAF_MAX_PODS))
 
 
 def _nvidia_packages() -> list[DebSpec]:
@@ -311,15 +314,19 @@ def test_cluster_api_bootstrap_data_joins_with_the_exports_kubeadm_configuration
     leaf: Leaf, tmp_path: Path
 ) -> None:
     """The leaf's node image boots with the user-data Cluster API's kubeadm bootstrap provider
-    writes for a node of its pool, made by ``release-set export --format capi --bootstrap-data``
-    from the export's own KubeadmConfigTemplate, on a NoCloud seed (``nvkr boot-test
-    --user-data``'s machinery). Its kubeadm is the mirror's recording stand-in.
+    writes for a node of its pool, made by ``release-set export --format capi --infrastructure
+    metal3 --bootstrap-data`` from the export's own KubeadmConfigTemplate, on a NoCloud seed
+    (``nvkr boot-test --user-data``'s machinery) whose meta-data carries the host's ``uuid`` as
+    Ironic's does. Its kubeadm and kubelet are the mirror's recording stand-ins.
 
     What this proves: the image's cloud-init takes NoCloud bootstrap data in CABPK's form (the
     ``## template: jinja`` header rendered from the meta-data, write_files, runcmd) and runs the
     bootstrap as Cluster API writes it: ``kubeadm join --config
     /run/kubeadm/kubeadm-join-config.yaml`` with exactly the join configuration the export
-    produced (the pool's node labels in it), then the bootstrap contract's sentinel; the image's
+    produced (the pool's node labels in it, among them ``metal3.io/uuid``, which cloud-init
+    rendered from the meta-data's uuid), then the bootstrap contract's sentinel; the kubelet
+    starts with kubeadm's config and flags and those labels (:func:`_assert_kubelet_got`); the
+    image's
     kubelet drop-in (the pool's kubelet arguments and labels) and the agent's readiness stay in
     place beside it; the SPIRE agent's unit starts with the settings the user-data gives it
     (agent.env and the trust bundle, added to the bootstrap data's write_files) and its
@@ -342,8 +349,7 @@ def test_cluster_api_bootstrap_data_joins_with_the_exports_kubeadm_configuration
     assert leaf.built.code == 0, leaf.built.stderr
     user_data = tmp_path / "user-data"
     capi = run_nvkr(
-        "release-set", "export", str(leaf.layout), "--format", "capi",
-        "--control-plane-endpoint", "192.0.2.10:6443",
+        "release-set", "export", str(leaf.layout), "--format", "capi", *METAL3_EXPORT,
         "--bootstrap-data", "hopper-amd64", str(user_data),
         cwd=leaf.project, store=leaf.store,
     )  # fmt: skip
@@ -368,6 +374,7 @@ def test_cluster_api_bootstrap_data_joins_with_the_exports_kubeadm_configuration
     got = {a["name"]: a["value"] for a in got_args} if isinstance(got_args, list) else got_args
     assert got["node-labels"] == want_labels
     assert "nvkr.dev/gpu-generation=hopper" in want_labels.split(",")
+    assert f"metal3.io/uuid={METAL3_UUID_VALUE}" in want_labels.split(","), want_labels
 
     meta = read_metadata(leaf.layout)
     (image,) = [a for a in meta["artifacts"] if a["kind"] == "machine-image"]
@@ -405,6 +412,7 @@ def test_cluster_api_bootstrap_data_joins_with_the_exports_kubeadm_configuration
     result = boot_with_user_data(
         qcow2,
         user_data=user_data,
+        meta_data_file=_ironic_meta_data(tmp_path),
         expect_files=[SENTINEL, KUBEADM_ARGS, KUBEADM_CONFIG, dropin_path, spire_standin.EXPANDED,
                       *KUBELET_FILES],
         show_files=KUBELET_FILES,
@@ -415,7 +423,7 @@ def test_cluster_api_bootstrap_data_joins_with_the_exports_kubeadm_configuration
     assert all(c.ok for c in result.checks), result.checks
     parsed = parse_report(result.boot.lines)
     report = parsed["files"]
-    _assert_kubelet_got(parsed["contents"], want_labels, phase="join")
+    _assert_kubelet_got(parsed["contents"], _rendered(want_labels), phase="join")
     args = f"join\n--config\n{JOIN_CONFIG_PATH}\n".encode()
     assert report[KUBEADM_ARGS]["sha256"] == hashlib.sha256(args).hexdigest(), "kubeadm's argv"
     # kubeadm was given the file cloud-init wrote, which is the user-data's (checked by
@@ -430,6 +438,35 @@ def test_cluster_api_bootstrap_data_joins_with_the_exports_kubeadm_configuration
     expanded = spire_standin.expand_env(agent_conf, spire_env)
     assert report[spire_standin.EXPANDED] is not None, "spire-agent.service did not start"
     assert report[spire_standin.EXPANDED]["sha256"] == hashlib.sha256(expanded.encode()).hexdigest()
+
+
+#: The Cluster API boot tests' export: Metal3's (every node labelled with its host's uuid,
+#: ``metal3.io/uuid={{ ds.meta_data.uuid }}``, which cloud-init renders from the meta-data).
+METAL3_EXPORT = (
+    "--infrastructure", "metal3", "--control-plane-endpoint", "192.0.2.10:6443",
+    "--image-base-url", "http://192.0.2.1/images",
+)  # fmt: skip
+METAL3_UUID_VALUE = "{{ ds.meta_data.uuid }}"
+#: The BareMetalHost's uuid in the boot tests' meta-data (Ironic's metadata carries ``uuid``).
+HOST_UUID = "4f1c2a3e-7b5d-4e6f-9a8b-0c1d2e3f4a5b"
+
+
+def _ironic_meta_data(tmp_path: Path) -> Path:
+    """A NoCloud meta-data file as Ironic's config drive gives a Metal3 host: its ``uuid``
+    (the BareMetalHost's), the instance-id and the hostname."""
+    from nvkr.machine.seed import DEFAULT_HOSTNAME
+
+    path = tmp_path / "meta-data"
+    path.write_text(
+        f"instance-id: {HOST_UUID}\nlocal-hostname: {DEFAULT_HOSTNAME}\nuuid: {HOST_UUID}\n"
+    )
+    return path
+
+
+def _rendered(labels: str) -> str:
+    """The node labels as cloud-init renders them from :func:`_ironic_meta_data`'s meta-data."""
+    assert METAL3_UUID_VALUE in labels, labels
+    return labels.replace(METAL3_UUID_VALUE, HOST_UUID)
 
 
 #: What the boot tests read back from the guest: kubeadm's files for the kubelet (as the stand-in
@@ -447,7 +484,8 @@ KUBELET_FILES = [
 def _assert_kubelet_got(contents: dict[str, bytes], want_labels: str, *, phase: str) -> None:
     """kubeadm's kubelet contract, as the stand-in kubelet saw it: kubeadm's kubeconfigs and
     ``--config=/var/lib/kubelet/config.yaml`` (the file kubeadm wrote, with a staticPodPath,
-    is the one it loaded), then kubeadm-flags.env's KUBELET_KUBEADM_ARGS (the CRI socket and the
+    is the one it loaded, and kubeadm applied the image's kubelet patch to it: the recipe's
+    maxPods), then kubeadm-flags.env's KUBELET_KUBEADM_ARGS (the CRI socket and the
     node-pool release's ``--node-labels``), then the image's KUBELET_EXTRA_ARGS (the node
     agent's and the recipe's labels); its merged node labels hold the pool's, the agent's and
     the recipe's."""
@@ -457,6 +495,11 @@ def _assert_kubelet_got(contents: dict[str, bytes], want_labels: str, *, phase: 
     assert not missing, f"{phase}: the guest did not show {missing}"
     config = yaml.safe_load(contents["/var/lib/kubelet/config.yaml"])
     assert config["staticPodPath"] == "/etc/kubernetes/manifests", config
+    # the image's kubelet settings, through the kubeadm patch the export's patches.directory
+    # names: the recipe's maxPods, serverTLSBootstrap, the containerd socket
+    assert config["maxPods"] == LEAF_MAX_PODS, f"{phase}: the recipe's maxPods: {config}"
+    assert config["serverTLSBootstrap"] is True, config
+    assert config["containerRuntimeEndpoint"] == "unix:///run/containerd/containerd.sock"
     assert contents[KUBELET_CONFIG] == contents["/var/lib/kubelet/config.yaml"], (
         "the kubelet loaded kubeadm's config.yaml"
     )
@@ -481,6 +524,7 @@ def _assert_kubelet_got(contents: dict[str, bytes], want_labels: str, *, phase: 
         key, value = label.split("=", 1)
         assert labels.get(key) == value, f"{phase}: {label} not in the kubelet's {labels}"
     assert "nvidia.com/gpu.present" in labels, f"{phase}: the node agent's labels: {labels}"
+    assert labels.get("metal3.io/uuid") == HOST_UUID, f"{phase}: the host's uuid: {labels}"
 
 
 def test_cluster_api_control_plane_init_starts_the_kubelet_with_kubeadms_configuration(
@@ -488,7 +532,8 @@ def test_cluster_api_control_plane_init_starts_the_kubelet_with_kubeadms_configu
 ) -> None:
     """The first control-plane node: the leaf's node image boots with the user-data CABPK writes
     for a KubeadmControlPlane's first machine (:func:`nvkr.delivery.export.cabpk.init_user_data`
-    of the export's own KubeadmControlPlane: ``kubeadm init --config /run/kubeadm/kubeadm.yaml``).
+    of the Metal3 export's own KubeadmControlPlane: ``kubeadm init --config
+    /run/kubeadm/kubeadm.yaml``), on a seed whose meta-data carries the host's ``uuid``.
     The stand-in kubeadm writes what ``kubeadm init`` writes for the kubelet (config.yaml with
     its staticPodPath, kubeadm-flags.env, kubelet.conf) and the control plane's static pod
     manifests, then restarts the kubelet, which systemd starts through the image's drop-in.
@@ -496,7 +541,8 @@ def test_cluster_api_control_plane_init_starts_the_kubelet_with_kubeadms_configu
     What this proves: the image's kubelet unit follows kubeadm's contract after an init: the
     kubelet loads the config.yaml kubeadm wrote (so it would run the static pods in
     /etc/kubernetes/manifests), gets kubeadm-flags.env's flags (the init configuration's CRI
-    socket and node labels) and the image's labels beside them. What only a real kubeadm and
+    socket and node labels, ``metal3.io/uuid`` rendered from the meta-data) and the image's
+    labels beside them. What only a real kubeadm and
     kubelet would show: that the control plane's static pods come up (images, certificates,
     etcd), the real kubelet's flag parsing (the stand-in merges --node-labels as kubelet's
     MapStringString does), and the exact config.yaml and flags a given kubeadm release writes.
@@ -508,8 +554,7 @@ def test_cluster_api_control_plane_init_starts_the_kubelet_with_kubeadms_configu
 
     assert leaf.built.code == 0, leaf.built.stderr
     capi = run_nvkr(
-        "release-set", "export", str(leaf.layout), "--format", "capi",
-        "--control-plane-endpoint", "192.0.2.10:6443",
+        "release-set", "export", str(leaf.layout), "--format", "capi", *METAL3_EXPORT,
         cwd=leaf.project, store=leaf.store,
     )  # fmt: skip
     assert capi.code == 0, capi.stderr
@@ -522,6 +567,7 @@ def test_cluster_api_control_plane_init_starts_the_kubelet_with_kubeadms_configu
         if isinstance(args, dict)
         else next(a["value"] for a in args if a["name"] == "node-labels")
     )
+    assert f"metal3.io/uuid={METAL3_UUID_VALUE}" in want_labels.split(","), want_labels
     user_data = tmp_path / "user-data"
     user_data.write_text(init_user_data(kcp, str(kcp["spec"]["version"]), "192.0.2.10:6443"))
 
@@ -532,6 +578,7 @@ def test_cluster_api_control_plane_init_starts_the_kubelet_with_kubeadms_configu
     result = boot_with_user_data(
         qcow2,
         user_data=user_data,
+        meta_data_file=_ironic_meta_data(tmp_path),
         expect_files=[SENTINEL, KUBEADM_ARGS, KUBEADM_CONFIG, "/etc/kubernetes/kubelet.conf",
                       *manifests, *KUBELET_FILES],
         show_files=[*KUBELET_FILES, KUBEADM_ARGS],
@@ -543,7 +590,7 @@ def test_cluster_api_control_plane_init_starts_the_kubelet_with_kubeadms_configu
     parsed = parse_report(result.boot.lines)
     assert parsed["contents"][KUBEADM_ARGS] == f"init\n--config\n{INIT_CONFIG_PATH}\n".encode()
     assert parsed["files"][KUBEADM_CONFIG]["sha256"] == parsed["files"][INIT_CONFIG_PATH]["sha256"]
-    _assert_kubelet_got(parsed["contents"], want_labels, phase="init")
+    _assert_kubelet_got(parsed["contents"], _rendered(want_labels), phase="init")
 
 
 def _trust_bundle_pem() -> str:

@@ -1002,3 +1002,69 @@ def test_the_metal3_cluster_says_no_cloud_provider_so_capm3_reads_the_uuid_label
     assert cluster["spec"]["cloudProviderEnabled"] is False
     assert "noCloudProvider" not in cluster["spec"]  # deprecated; both set must agree
     assert check_documents(docs) == []
+
+
+@pytest.mark.parametrize("metal3", [False, True])
+@pytest.mark.parametrize("capi", ["v1beta1", "v1beta2"])
+def test_every_kubeadm_configuration_applies_the_images_kubelet_patches(
+    loaded: tuple[dict[str, Any], str], capi: str, metal3: bool
+) -> None:
+    """kubeadm init and join replace the image's /var/lib/kubelet/config.yaml: every init and
+    join configuration (the KubeadmControlPlane's and each KubeadmConfigTemplate's) names the
+    image's patches directory, whose kubeletconfiguration patch holds the image's kubelet
+    settings, and CABPK's user-data carries it into kubeadm's own configuration."""
+    meta, digest = loaded
+    docs = _export(meta, digest, capi, metal3)
+    assert check_documents(docs) == []
+    configs = {}
+    for d in docs:
+        if d["kind"] == "KubeadmControlPlane":
+            spec = d["spec"]["kubeadmConfigSpec"]
+            configs["init"] = spec["initConfiguration"]
+            configs["cp-join"] = spec["joinConfiguration"]
+        elif d["kind"] == "KubeadmConfigTemplate":
+            configs[d["metadata"]["name"]] = d["spec"]["template"]["spec"]["joinConfiguration"]
+    assert len(configs) == 2 + len(meta["nodePoolReleases"])
+    for where, config in configs.items():
+        assert config["patches"] == {"directory": "/etc/nvkr/kubeadm-patches"}, where
+    [join] = yaml.safe_load_all(
+        yaml.safe_load(
+            cabpk.user_data(cabpk.pick_template(docs, "hopper"), "v1.36.3")[len(cabpk.HEADER) :]
+        )["write_files"][0]["content"]
+    )
+    assert join["patches"] == {"directory": "/etc/nvkr/kubeadm-patches"}
+    kcp = cabpk.pick_template(docs, "control-plane")
+    init_config = yaml.safe_load(cabpk.init_user_data(kcp, "v1.36.3")[len(cabpk.HEADER) :])
+    [init] = [
+        d
+        for f in init_config["write_files"]
+        if f["path"] == cabpk.INIT_CONFIG_PATH
+        for d in yaml.safe_load_all(f["content"])
+        if d["kind"] == "InitConfiguration"
+    ]
+    assert init["patches"] == {"directory": "/etc/nvkr/kubeadm-patches"}
+
+
+@pytest.mark.parametrize(
+    ("capi", "breakage", "want"),
+    [
+        (
+            "v1beta2",
+            lambda spec: spec["joinConfiguration"]["patches"].update(directory=""),
+            "joinConfiguration.patches.directory is shorter than 1",
+        ),
+        (
+            "v1beta1",
+            lambda spec: spec["joinConfiguration"]["patches"].update(dir="/x"),
+            "joinConfiguration.patches.dir is no field",
+        ),
+    ],
+)
+def test_the_rules_check_the_patches_of_a_kubeadm_configuration(
+    loaded: tuple[dict[str, Any], str], capi: str, breakage: Any, want: str
+) -> None:
+    meta, digest = loaded
+    docs = copy.deepcopy(_export(meta, digest, capi, True))
+    breakage(_broken(docs, "KubeadmConfigTemplate")["spec"]["template"]["spec"])
+    problems = check_documents(docs)
+    assert any(want in p for p in problems), problems

@@ -52,6 +52,8 @@ TEMPLATES = (
     "20-nvkr-kubelet.conf.j2",
     "kubelet-extra-args.j2",
     "kubelet-config.yaml.j2",
+    "kubelet-image-settings.yaml.j2",
+    "kubeadm-kubelet-patch.yaml.j2",
     "kubernetes-modules.conf.j2",
     "kubernetes-sysctl.conf.j2",
 )
@@ -62,6 +64,12 @@ _UNITS = "etc/systemd/system"
 KUBELET_DROPIN = f"{_UNITS}/kubelet.service.d/20-nvkr.conf"
 KUBELET_CONFIG = "var/lib/kubelet/config.yaml"
 KUBELET_EXTRA_ARGS_SCRIPT = "usr/lib/nvkr/kubelet-extra-args"
+#: The image's kubeadm patches directory (nvkr's Cluster API export sets it as the init and join
+#: configurations' ``patches.directory``: nvkr.delivery.export.capi.kubeadm.KUBEADM_PATCHES) and
+#: its strategic-merge patch of the KubeletConfiguration kubeadm writes: the image's kubelet
+#: settings (kubelet-image-settings.yaml.j2, which the default config.yaml includes too).
+KUBEADM_PATCHES_DIR = "etc/nvkr/kubeadm-patches"
+KUBEADM_KUBELET_PATCH = f"{KUBEADM_PATCHES_DIR}/kubeletconfiguration+strategic.yaml"
 _WANTS = f"{_UNITS}/multi-user.target.wants"
 #: nvkr's cloud-init configuration (the datasources), copied from ASSETS into trees that hold
 #: the cloud-init package.
@@ -298,6 +306,7 @@ def _units(present: dict[str, bool]) -> list[tuple[str, str, bool]]:
             ("20-nvkr-kubelet.conf.j2", KUBELET_DROPIN, False),
             ("kubelet-extra-args.j2", KUBELET_EXTRA_ARGS_SCRIPT, False),
             ("kubelet-config.yaml.j2", KUBELET_CONFIG, False),
+            ("kubeadm-kubelet-patch.yaml.j2", KUBEADM_KUBELET_PATCH, False),
             ("kubernetes-modules.conf.j2", "etc/modules-load.d/kubernetes.conf", False),
             ("kubernetes-sysctl.conf.j2", "etc/sysctl.d/90-kubernetes.conf", False),
         ]

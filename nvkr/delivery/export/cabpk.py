@@ -96,8 +96,8 @@ def join_configuration(
     spec: Mapping[str, Any], kubernetes: str, endpoint: str = PLACEHOLDER_ENDPOINT
 ) -> dict[str, Any]:
     """The kubeadm JoinConfiguration of a KubeadmConfigSpec's ``joinConfiguration``: its
-    nodeRegistration (kubeletExtraArgs in the kubeadm version's shape) and controlPlane, plus a
-    bootstrap-token discovery with the placeholders."""
+    nodeRegistration (kubeletExtraArgs in the kubeadm version's shape), patches and
+    controlPlane, plus a bootstrap-token discovery with the placeholders."""
     join = copy.deepcopy(dict(spec.get("joinConfiguration") or {}))
     api_version = kubeadm_api_version(kubernetes)
     registration = dict(join.get("nodeRegistration") or {})
@@ -116,6 +116,8 @@ def join_configuration(
             "caCertHashes": [PLACEHOLDER_CA_HASH],
         }
     }
+    if "patches" in join:  # kubeadm's Patches{directory}, as the spec has it
+        out["patches"] = join["patches"]
     if "controlPlane" in join:
         out["nodeRegistration"] = registration
         out["controlPlane"] = join["controlPlane"]
@@ -300,10 +302,11 @@ def init_user_data(
     """CABPK's cloud-config for the first control-plane node of a KubeadmControlPlane
     ``document``: :func:`user_data`'s, with :data:`INIT_CONFIG_PATH` (the spec's
     clusterConfiguration with ``kubernetesVersion`` and ``controlPlaneEndpoint``, and an
-    InitConfiguration: a placeholder bootstrap token and the spec's nodeRegistration, in the
-    kubeadm version's shape) in place of the join configuration, and ``kubeadm init`` in place
-    of the join. CABPK also writes the cluster's CA certificates and keys, which it creates:
-    they are not here (a real ``kubeadm init`` makes its own when they are missing).
+    InitConfiguration: a placeholder bootstrap token, the spec's nodeRegistration in the
+    kubeadm version's shape and its patches) in place of the join configuration, and
+    ``kubeadm init`` in place of the join. CABPK also writes the cluster's CA certificates and keys, which it creates:
+    here the placeholders of a control-plane join (:data:`CONTROL_PLANE_JOIN_FILES`), which
+    ``kubeadm init`` would use as the cluster's CA.
 
     Raises:
         UsageError: the document is no KubeadmControlPlane.
@@ -315,9 +318,10 @@ def init_user_data(
         )
     spec = kubeadm_config_spec(document)
     api_version = kubeadm_api_version(kubernetes)
-    registration = join_configuration(
+    initial = join_configuration(
         {"joinConfiguration": spec.get("initConfiguration") or {}}, kubernetes, endpoint
-    )["nodeRegistration"]
+    )
+    registration = initial["nodeRegistration"]
     cluster = {
         "apiVersion": api_version,
         "kind": "ClusterConfiguration",
@@ -331,6 +335,8 @@ def init_user_data(
         "bootstrapTokens": [{"token": PLACEHOLDER_TOKEN}],
         "nodeRegistration": registration,
     }
+    if "patches" in initial:
+        init["patches"] = initial["patches"]
     config = yaml.safe_load(user_data(document, kubernetes, endpoint)[len(HEADER) :])
     for item in config["write_files"]:
         if item["path"] == JOIN_CONFIG_PATH:

@@ -588,3 +588,31 @@ def test_the_cloud_init_configuration_names_the_datasources_on_one_line() -> Non
     lines = [line for line in text.splitlines() if line.startswith("datasource_list:")]
     assert lines == ["datasource_list: [ NoCloud, ConfigDrive, None ]"]
     assert yaml.safe_load(text)["datasource_list"] == ["NoCloud", "ConfigDrive", "None"]
+
+
+def test_the_image_ships_its_kubelet_settings_as_a_kubeadm_patch() -> None:
+    """kubeadm init and join replace /var/lib/kubelet/config.yaml: the image's kubelet settings
+    (the recipe's maxPods, serverTLSBootstrap, the containerd socket) are also staged as the
+    strategic-merge patch kubeadm applies from the export's ``patches.directory``, rendered
+    from the same values as the image's default config.yaml."""
+    from nvkr.delivery.export.capi.kubeadm import KUBEADM_PATCHES
+
+    units = {dest: template for template, dest, _ in staging._units(VALUES["present"])}
+    patch_path = "etc/nvkr/kubeadm-patches/kubeletconfiguration+strategic.yaml"
+    assert units[patch_path] == "kubeadm-kubelet-patch.yaml.j2"
+    assert "/" + staging.KUBEADM_PATCHES_DIR == KUBEADM_PATCHES, "the export names the image's"
+    env = staging._template_env()
+    values = {**VALUES, "kubelet": {**VALUES["kubelet"], "maxPods": 250}}
+    patch = yaml.safe_load(render_template(env, "kubeadm-kubelet-patch.yaml.j2", values))
+    config = yaml.safe_load(render_template(env, "kubelet-config.yaml.j2", values))
+    assert patch == {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
+        "maxPods": 250,
+        "serverTLSBootstrap": True,
+    }
+    assert {k: config[k] for k in patch} == patch, "the default config.yaml holds the same"
+    # not staged without a kubelet
+    bare = {**VALUES["present"], "kubelet": False}
+    assert patch_path not in {dest for _, dest, _ in staging._units(bare)}

@@ -136,15 +136,29 @@ _CC_V1B1: Final = frozenset(
 )
 
 
-def _kcs(prefix: str, v1beta2: bool, control_plane: bool) -> dict[str, Any]:
-    """The rules of a kubeadmConfigSpec at ``prefix`` (a KCP's or a KubeadmConfigTemplate's)."""
+#: Patches' json fields (both versions).
+_PATCHES: Final = frozenset(["directory"])
+
+
+def _kcs(
+    prefix: str, v1beta2: bool, control_plane: bool, lengths: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The rules of a kubeadmConfigSpec at ``prefix`` (a KCP's or a KubeadmConfigTemplate's),
+    with the kind's own ``lengths``."""
     kind = "list" if v1beta2 else "map"
-    types = {f"{prefix}.joinConfiguration.nodeRegistration.kubeletExtraArgs": kind}
+    configs = ["joinConfiguration", "initConfiguration"] if control_plane else ["joinConfiguration"]
+    types = {f"{prefix}.{c}.nodeRegistration.kubeletExtraArgs": kind for c in configs}
     nested = {prefix: _KCS_V1B2 if v1beta2 else _KCS_V1B1}
+    # InitConfiguration and JoinConfiguration ``patches`` (Patches{directory}; v1beta2
+    # kubeadm_types.go @0046d1c: directory MinLength=1 MaxLength=512, v1beta1 kubeadm_types.go
+    # @146988a: no length markers)
+    nested |= {f"{prefix}.{c}.patches": _PATCHES for c in configs}
+    lengths = dict(lengths or {})
+    if v1beta2:
+        lengths |= {f"{prefix}.{c}.patches.directory": (1, 512) for c in configs}
     if control_plane:
-        types[f"{prefix}.initConfiguration.nodeRegistration.kubeletExtraArgs"] = kind
         nested[f"{prefix}.clusterConfiguration"] = _CC_V1B2 if v1beta2 else _CC_V1B1
-    return {"types": types, "nested": nested}
+    return {"types": types, "nested": nested, "lengths": lengths}
 
 
 def _rules() -> dict[tuple[str, str], dict[str, Any]]:
@@ -265,7 +279,6 @@ def _rules() -> dict[tuple[str, str], dict[str, Any]]:
         )
         rules[(f"controlplane.cluster.x-k8s.io/{version}", "KubeadmControlPlane")] = {
             "source": _V1B2_KCP if b2 else _V1B1_KCP,
-            "lengths": {} if b2 else {"spec.version": (1, 256)},
             "required": ["spec.version", "spec.machineTemplate", kcp_ref, "spec.kubeadmConfigSpec"],
             "spec": (
                 {
@@ -291,7 +304,12 @@ def _rules() -> dict[tuple[str, str], dict[str, Any]]:
                 }
             ),
             "refs": {kcp_ref: None},
-            **_kcs("spec.kubeadmConfigSpec", b2, control_plane=True),
+            **_kcs(
+                "spec.kubeadmConfigSpec",
+                b2,
+                control_plane=True,
+                lengths={} if b2 else {"spec.version": (1, 256)},
+            ),
         }
         rules[(f"bootstrap.cluster.x-k8s.io/{version}", "KubeadmConfigTemplate")] = {
             "source": _V1B2_KCS if b2 else _V1B1_KCS,

@@ -14,6 +14,11 @@ exists. So nothing here fights the image:
 - ``kubeadm init`` and ``join`` write config.yaml, kubeadm-flags.env, the CA and a kubeconfig,
   and restart kubelet, which then starts with them; no ``files`` or commands are needed for
   that, and none are written.
+- ``patches.directory`` of every init and join configuration is the image's
+  ``/etc/nvkr/kubeadm-patches`` (:data:`KUBEADM_PATCHES`), whose
+  ``kubeletconfiguration+strategic.yaml`` holds the image's kubelet settings (maxPods,
+  serverTLSBootstrap, the containerd socket): kubeadm (1.25 and later) applies it to the
+  KubeletConfiguration it writes, so they survive the cluster's.
 - ``certificatesDir`` is ``/etc/kubernetes/pki``, where the kubelet configuration names its CA.
 - ``criSocket`` is the image's containerd socket (kubeadm passes it to kubelet).
 - ``kubeletExtraArgs`` carries the node labels of the node-pool release (GPU generation, arch,
@@ -35,6 +40,10 @@ from nvkr.delivery.export.capi.names import ApiVersions, Endpoint
 
 #: The image's containerd socket (containerd's default, builders/node-image/kubelet-config.yaml.j2).
 CRI_SOCKET: Final = "unix:///run/containerd/containerd.sock"
+#: The image's kubeadm patches directory (builders/node-image/kubeadm-kubelet-patch.yaml.j2,
+#: nvkr.builders.node_image.staging.KUBEADM_PATCHES_DIR): ``patches.directory`` of the export's
+#: init and join configurations.
+KUBEADM_PATCHES: Final = "/etc/nvkr/kubeadm-patches"
 #: Where kubeadm keeps certificates; the image's kubelet reads its client CA from here.
 CERTIFICATES_DIR: Final = "/etc/kubernetes/pki"
 #: Cluster networking written into the Cluster (clusterNetwork) and, for v1beta1, into
@@ -87,14 +96,23 @@ def control_plane_spec(
         }
     return {
         "clusterConfiguration": cluster,
-        "initConfiguration": {"nodeRegistration": node_registration(api, labels)},
+        "initConfiguration": {
+            "nodeRegistration": node_registration(api, labels),
+            "patches": {"directory": KUBEADM_PATCHES},
+        },
         "joinConfiguration": {
             "nodeRegistration": node_registration(api, labels),
             "controlPlane": {},
+            "patches": {"directory": KUBEADM_PATCHES},
         },
     }
 
 
 def worker_spec(api: ApiVersions, labels: Mapping[str, str]) -> dict[str, Any]:
     """KubeadmConfigTemplate ``spec.template.spec``: the joinConfiguration of a worker."""
-    return {"joinConfiguration": {"nodeRegistration": node_registration(api, labels)}}
+    return {
+        "joinConfiguration": {
+            "nodeRegistration": node_registration(api, labels),
+            "patches": {"directory": KUBEADM_PATCHES},
+        }
+    }
