@@ -34,7 +34,7 @@ from typing import Any, Final
 import jinja2
 from jinja2 import nodes
 from jinja2.exceptions import SecurityError
-from jinja2.sandbox import SandboxedEnvironment
+from jinja2.sandbox import MAX_RANGE, SandboxedEnvironment, safe_range
 from jinja2.visitor import NodeTransformer
 
 from nvkr.bounds import (
@@ -307,6 +307,19 @@ class _Rewrite(NodeTransformer):
         )  # fmt: skip
 
 
+def _bounded_range(*args: int) -> range:
+    """Jinja's sandboxed ``range`` (at most :data:`jinja2.sandbox.MAX_RANGE` items), which
+    raises OverflowError, a Python error, over it: a :class:`TemplateLimit` naming the limit."""
+    _step()
+    try:
+        return safe_range(*args)
+    except OverflowError:
+        raise TemplateLimit(
+            f"the template asks for a range of over {MAX_RANGE} items "
+            "(jinja2.sandbox.MAX_RANGE, which nvkr keeps)"
+        ) from None
+
+
 class BoundedSandbox(SandboxedEnvironment):
     """A :class:`~jinja2.sandbox.SandboxedEnvironment` within nvkr's bounds (module docstring);
     takes the same options."""
@@ -318,6 +331,7 @@ class BoundedSandbox(SandboxedEnvironment):
         options.setdefault("finalize", lambda v: _check_value("the value written", v))
         super().__init__(**options)
         self.filters = {name: _bounded_filter(name, f) for name, f in self.filters.items()}
+        self.globals["range"] = _bounded_range
 
     def _parse(self, source: str, name: str | None, filename: str | None) -> nodes.Template:
         tree = super()._parse(source, name, filename)

@@ -46,7 +46,7 @@ def load_rules(path: Path) -> LoadedRules:
     from nvkr.recipe.validation import validate
     from nvkr.recipe.yamlsource import read_yaml
 
-    document = read_yaml(path)
+    document = read_yaml(path, what="rules file")
     try:
         rules = validate(CompatibilityRules, document.data, document.locations)
     except RecipeError as exc:

@@ -21,8 +21,8 @@ from typing import Any
 import jinja2
 from jinja2 import StrictUndefined
 
-from nvkr.bounds.jinja import BoundedSandbox, render
-from nvkr.errors import RecipeError
+from nvkr.bounds.jinja import BoundedSandbox, TemplateLimit, render
+from nvkr.errors import LimitError, RecipeError
 from nvkr.recipe.yamlsource import DocPath, Document, LocationMap, where
 
 RENDERED_KEYS = ("sources", "artifacts", "releaseSet")
@@ -102,6 +102,13 @@ def _render_string(
 ) -> str:
     try:
         return render(_compile(text), context)
+    except TemplateLimit as exc:
+        # an input over a bound, as the README's exit-code table lists it (NVKR-E-LIMIT)
+        raise LimitError(
+            f"{where(locations, path)}: template: {exc.message or exc}",
+            hint="nvkr bounds what a recipe's template may make (nvkr.bounds); a recipe field "
+            "needs a short value: check the template",
+        ) from None
     except jinja2.UndefinedError as exc:
         raise RecipeError(
             f"{where(locations, path)}: template error: {exc.message}",

@@ -108,13 +108,14 @@ def locate(locations: LocationMap, path: DocPath) -> Location | None:
     return None
 
 
-def read_yaml(path: Path, raw: bytes | None = None) -> Document:
+def read_yaml(path: Path, raw: bytes | None = None, what: str = "recipe") -> Document:
     """Read one YAML file into a :class:`Document`.
 
     Args:
         path: the file; kept as given in every :class:`Location`.
         raw: the file's bytes when the caller already holds them (an edit not yet written,
             ``nvkr lock --update``); None reads ``path``.
+        what: what the file is, in a limit's message ("recipe", "rules file").
     Returns:
         The document; its top level is a mapping.
     Raises:
@@ -126,9 +127,9 @@ def read_yaml(path: Path, raw: bytes | None = None) -> Document:
     """
     try:
         if raw is None:
-            raw = read_limited(path, "recipe")
+            raw = read_limited(path, what)
         else:
-            check_size(raw, path, "recipe")
+            check_size(raw, path, what)
     except FileNotFoundError:
         raise RecipeError(
             f"{path}: file not found",

@@ -48,6 +48,8 @@ def test_ordinary_templates_render(template: str, out: str) -> None:
         ("{{ [1]|batch(10**9, 'x') }}", "MAX_TEMPLATE_STRING"),
         ("{{ range(100000)|join('x' * 100000) }}", "MAX_TEMPLATE_STRING"),
         ("{{ 7 ** (10**8) }}", "bits"),
+        ("{{ range(10**9)|length }}", "MAX_RANGE"),  # Jinja's OverflowError before
+        ("{% for i in range(0, 10**12, 2) %}{% endfor %}", "MAX_RANGE"),
         (
             "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
             "MAX_TEMPLATE_STEPS",

@@ -32,6 +32,7 @@ LAUGHS = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + "".
 )
 REPEAT = "{{ 'x' * 10**9 }}"
 FORMAT = "{{ '%999999999s' % 'x' }}"
+RANGE = "{{ range(10**9)|length }}"
 META = "instance-id: i-1\nlocal-hostname: node-a\n"
 
 
@@ -92,6 +93,8 @@ def _boot_test(tmp_path: Path, image: Path, user_data: str | Path, meta: str | P
         ("laughs", "#cloud-config\n" + LAUGHS, f"{MAX_YAML_NODES}"),
         ("repeat", f"## template: jinja\n#cloud-config\nhostname: \"{REPEAT}\"\n", f"{MAX_TEMPLATE_STRING}"),
         ("format", f"## template: jinja\n#cloud-config\nhostname: \"{FORMAT}\"\n", "format width"),
+        # Jinja's own sandbox raised OverflowError here: an internal error, exit 1 (the trial)
+        ("range", f"## template: jinja\n#cloud-config\nhostname: \"{RANGE}\"\n", "MAX_RANGE"),
     ],
 )  # fmt: skip
 def test_boot_test_refuses_a_user_data_bomb(tmp_path, image, name, text, limit) -> None:
@@ -123,7 +126,8 @@ def test_boot_test_refuses_a_billion_laughs_meta_data(tmp_path, image) -> None:
 
 
 @pytest.mark.parametrize(
-    ("template", "limit"), [(REPEAT, f"{MAX_TEMPLATE_STRING}"), (FORMAT, "format width")]
+    ("template", "limit"),
+    [(REPEAT, f"{MAX_TEMPLATE_STRING}"), (FORMAT, "format width"), (RANGE, "MAX_RANGE")],
 )
 def test_validate_refuses_a_template_bomb_in_a_recipe_field(tmp_path, template, limit) -> None:
     recipe = tmp_path / "r.yaml"
@@ -131,6 +135,7 @@ def test_validate_refuses_a_template_bomb_in_a_recipe_field(tmp_path, template, 
     code, err = _nvkr(tmp_path, "validate", str(recipe))
     assert code == 2, err
     assert f"{recipe}" in err and "vars.big" in err and limit in err, err
+    assert "NVKR-E-LIMIT" in err, err  # the README's exit-code table: an input over a bound
 
 
 def test_validate_refuses_a_100_mb_recipe(tmp_path) -> None:
@@ -167,3 +172,14 @@ def test_a_values_file_bomb_is_refused(tmp_path, kind) -> None:
     assert code == 2, err
     limit = MAX_YAML_NODES if kind == "laughs" else MAX_FILE_BYTES
     assert f"{values}" in err and f"{limit}" in err, err
+
+
+def test_a_100_mb_rules_file_is_named_as_the_rules_file(tmp_path) -> None:
+    """``--rules FILE`` over the size bound: the message calls it the rules file it is, not a
+    recipe (found by the fresh-user trial)."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(MINIMAL)
+    rules = _big(tmp_path / "rules.yaml")
+    code, err = _nvkr(tmp_path, "validate", str(recipe), "--rules", str(rules))
+    assert code == 2, err
+    assert f"{rules}: the rules file is" in err and f"{MAX_FILE_BYTES}" in err, err
