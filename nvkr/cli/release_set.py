@@ -74,7 +74,12 @@ def show(app: App, source: str, as_json: bool, registry: RegistryAccess) -> None
             console.print(f"  image {image['name']} {image['digest']}")
     for pool in meta.get("nodePoolReleases", []):
         console.print(f"node-pool release {escape(pool['name'])}: {', '.join(pool['artifacts'])}")
-    if warnings:
+    if warnings is None:
+        console.print(
+            "build warnings: not read from a registry (they are in the build record: "
+            "`nvkr pull REF DIR`, then `nvkr release-set show DIR`, or `nvkr verify REF`)"
+        )
+    elif warnings:
         console.print(f"{len(warnings)} build warning{'s' if len(warnings) != 1 else ''}:")
         for w in warnings:
             console.print(f"  [yellow]warning[/]: {escape(w['action'])}: {escape(w['message'])}")

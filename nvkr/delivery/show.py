@@ -100,13 +100,14 @@ def artifact_rows(meta: dict[str, Any]) -> list[ArtifactRow]:
     return rows
 
 
-def build_warnings(source: str) -> list[dict[str, str]]:
+def build_warnings(source: str) -> list[dict[str, str]] | None:
     """The build warnings (``{"action", "message"[, "hint"]}``) the build record beside a
-    ``dist/<name>`` directory keeps; none for a registry reference or a set without a readable
-    record (``nvkr verify`` checks the record; this only reads it)."""
+    ``dist/<name>`` directory keeps; none for a set without a readable record (``nvkr verify``
+    checks the record; this only reads it); None, not read, for a registry reference, whose
+    record is a referrer ``show`` does not fetch (``nvkr pull`` writes it beside the set)."""
     layout = Path(source)
     if not layout.is_dir():
-        return []
+        return None
     from nvkr.releaseset.record import record_paths, record_warnings
 
     try:

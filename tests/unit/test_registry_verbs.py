@@ -109,3 +109,16 @@ def test_password_stdin_needs_a_user_everywhere(published, tmp_path, no_credenti
         )[1]
     )
     assert doc["digest"] == published["digest"]
+
+
+def test_show_of_a_reference_says_it_did_not_read_the_build_warnings(published, tmp_path):
+    """The build warnings live in the build record (a referrer), which ``show REF`` does not
+    fetch: it says so (``buildWarnings: null``) instead of an empty list that reads as "no
+    warnings" (found by the fresh-user trial); a directory's are read (test_build_record)."""
+    ref = f"{published['ref']}:{NAME}"
+    login = ("-u", USER, "--password-stdin")
+    code, text = invoke_output("release-set", "show", ref, "--json", *login, input=PASSWORD)
+    assert code == 0, text
+    assert json.loads(text)["buildWarnings"] is None
+    code, text = invoke_output("release-set", "show", ref, *login, input=PASSWORD)
+    assert code == 0 and "build warnings: not read from a registry" in text, text
