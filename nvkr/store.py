@@ -62,6 +62,7 @@ from nvkr.canonical import canonical_json, hex_of
 from nvkr.errors import ChecksumError, IntegrityError, Interrupted, UsageError
 from nvkr.run import stop_requested
 from nvkr.scratch import Cleanup, claimed_dir, claimed_file, remove_leftovers, remove_tree
+from nvkr.storelock import HOLDER_OF_LOCK, OnWait, flock_said, reader_lock
 
 _CHUNK = 1 << 20
 _unpack_locks: dict[str, threading.Lock] = {}
@@ -111,21 +112,6 @@ def write_file_atomic(target: Path, data: bytes, *, tmp_dir: Path | None = None)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(name)
         raise
-
-
-@contextlib.contextmanager
-def reader_lock(root: Path, *, exclusive: bool = False) -> Iterator[None]:
-    """:meth:`Store.reading` for a store that may not exist (then there is nothing to guard:
-    ``nvkr pull`` reuses the blobs of a store it never creates)."""
-    if not Path(root).is_dir():
-        yield
-        return
-    with open(Path(root) / "gc.lock", "a+b") as f:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        try:
-            yield
-        finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
 def default_root() -> Path:
@@ -578,22 +564,26 @@ class Store:
             finally:
                 os.close(fd)
 
-    def reading(self, *, exclusive: bool = False) -> contextlib.AbstractContextManager[None]:
+    def reading(
+        self, *, exclusive: bool = False, on_wait: OnWait | None = None
+    ) -> contextlib.AbstractContextManager[None]:
         """Hold the reader lock (``gc.lock``): shared by every verb that reads the store, for as
         long as it runs (readers never wait for each other, nor for a build); exclusive for
         ``gc`` (:mod:`nvkr.store_gc`), which so waits for them all and deletes nothing one is
-        reading. Taken before :meth:`lock` by whoever takes both."""
-        return reader_lock(self.root, exclusive=exclusive)
+        reading. Taken before :meth:`lock` by whoever takes both; a wait is said
+        (:mod:`nvkr.storelock`)."""
+        return reader_lock(self.root, exclusive=exclusive, on_wait=on_wait)
 
     @contextlib.contextmanager
-    def lock(self) -> Iterator[Cleanup]:
-        """Hold the store's exclusive lock (blocks while another build holds it).
+    def lock(self, on_wait: OnWait | None = None) -> Iterator[Cleanup]:
+        """Hold the store's exclusive lock (blocks while another build holds it, saying so:
+        :mod:`nvkr.storelock`).
 
         Once it is held, what dead processes left in ``tmp/`` is removed (mounts below it
         unmounted first; :func:`nvkr.scratch.remove_leftovers`); the context yields that report.
         """
         with open(self.root / "lock", "a+b") as f:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            flock_said(f, fcntl.LOCK_EX, HOLDER_OF_LOCK, self.root, on_wait)
             try:
                 yield remove_leftovers(self.tmp_dir, self._tmp_guard)
             finally:

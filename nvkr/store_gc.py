@@ -27,7 +27,6 @@ store deletes: the link is a second name of the same bytes.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -322,27 +321,6 @@ def _layout_digests(layout: Path) -> tuple[set[str], set[str]]:
     return named, blobs
 
 
-def _busy(store: Store) -> str | None:
-    """What holds the store now, probed without blocking: ``a running build`` (the store lock),
-    ``nvkr processes reading the store`` (the reader lock), or None. Only for saying so: the
-    locks are taken again, blocking, right after."""
-    for name, what in (
-        ("lock", "a running build (or mirror export) in this store"),
-        ("gc.lock", "the nvkr processes reading this store (build, pull, lock, plan, verify)"),
-    ):
-        try:
-            f = open(store.root / name, "a+b")  # noqa: SIM115 - closed below
-        except OSError:
-            continue
-        with f:
-            try:
-                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return what
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
-    return None
-
-
 def collect(
     store: Store,
     *,
@@ -354,16 +332,18 @@ def collect(
     on_wait: Callable[[str], None] | None = None,
 ) -> Sweep:
     """Mark and sweep the store (module doc). ``older_than`` in seconds, ``max_size`` in bytes.
-    ``on_wait`` is told, before gc blocks, that it waits for a running build or reader.
+    ``on_wait`` is told, before gc blocks, that it waits for a running build or reader
+    (:mod:`nvkr.storelock`; default: a warning line).
 
     Raises:
         UsageError: a ``keep`` directory is no release set layout.
     """
     now = time.time() if now is None else now
     layouts = [_layout_digests(Path(d)) for d in keep]
-    if on_wait is not None and (busy := _busy(store)):
-        on_wait(f"waiting for {busy} to finish (gc deletes nothing it uses)")
-    with store.reading(exclusive=True), store.lock():  # the order every verb takes them in
+    with (
+        store.reading(exclusive=True, on_wait=on_wait),
+        store.lock(on_wait=on_wait),
+    ):  # the order every verb takes them in
         roots = _roots(store)
         pinned, recent = _chosen_roots(roots, layouts, older_than, now)
         kept = {r.path: r for r in [*pinned, *recent]}

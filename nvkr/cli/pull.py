@@ -76,7 +76,8 @@ def _pull(
     from nvkr.monitor.events import Result, Step, Transfer
     from nvkr.oci.registry import Reference
     from nvkr.sign import load_public_key
-    from nvkr.store import default_root, reader_lock
+    from nvkr.store import default_root
+    from nvkr.storelock import reader_lock
 
     ref = Reference.parse(reference)
     if ref.digest is None:

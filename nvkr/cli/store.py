@@ -191,7 +191,6 @@ def gc(
         older_than=seconds,
         max_size=limit,
         dry_run=dry_run,
-        on_wait=lambda message: click.echo(f"store gc: {message}", err=True),
     )
     if as_json:
         click.echo(json.dumps({"store": str(store.root), **sweep.as_json()}, sort_keys=True))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -247,3 +249,51 @@ def test_read_blob_hashes_what_it_reads(tmp_path):
     with pytest.raises(IntegrityError, match="corrupt"):
         store.read_blob(info.digest)
     assert not path.exists()
+
+
+# -- a verb that waits for the store says so (found by the fresh-user trial) -------------------
+@pytest.mark.parametrize(
+    ("held", "wanted", "says"),
+    [
+        ("lock", "lock", "a running build"),  # a second build sat silent behind the first
+        ("reading", "gc", "reading this store"),  # gc behind the readers
+        ("gc", "reading", "store gc"),  # a reader (build, plan, pull...) behind a running gc
+    ],
+)
+def test_a_verb_that_waits_for_the_store_says_what_it_waits_for(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, held: str, wanted: str, says: str
+) -> None:
+    import logging
+    import threading
+
+    store = Store(tmp_path / "store")
+    holding, release = threading.Event(), threading.Event()
+
+    def take(what: str) -> Any:
+        if what == "lock":
+            return store.lock()
+        return store.reading(exclusive=what == "gc")
+
+    def hold() -> None:
+        with take(held):
+            holding.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert holding.wait(10)
+    timer = threading.Timer(0.3, release.set)
+    timer.start()
+    try:
+        with caplog.at_level(logging.INFO, logger="nvkr.store"), take(wanted):
+            pass
+    finally:
+        release.set()
+        holder.join()
+        timer.cancel()
+    said = [r.getMessage() for r in caplog.records if "waiting for" in r.getMessage()]
+    assert len(said) == 1 and says in said[0], caplog.records
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="nvkr.store"), take(wanted):
+        pass  # nothing holds the store: no word
+    assert not [r for r in caplog.records if "waiting for" in r.getMessage()]
