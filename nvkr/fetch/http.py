@@ -238,8 +238,12 @@ def _get(
     if resp.status_code >= 400:
         resp.close()
         hint = (
-            "check the URL (a version or architecture in it?)"
-            if resp.status_code in (403, 404, 410)
+            "the server wants credentials, or others: give them as the URL's user info "
+            "(https://USER:PASSWORD@host/...) or a ~/.netrc entry for the host; "
+            "check the URL too (a version or architecture in it?)"
+            if resp.status_code in (401, 403)
+            else "check the URL (a version or architecture in it?)"
+            if resp.status_code in (404, 410)
             else NET_HINT
         )
         raise FetchError(f"{what}: HTTP {resp.status_code} {resp.reason} from {where}", hint=hint)

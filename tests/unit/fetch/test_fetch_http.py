@@ -451,3 +451,19 @@ def test_403_is_not_retried(http_server, ctx: FetchContext, tmp_path: Path) -> N
     with pytest.raises(FetchError, match="HTTP 403"):
         resolve("d", url_source(url, sha256=SHA256), ctx, base_dir=tmp_path)
     assert http_server.routes["/denied"].hits == 1
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_a_refused_login_hints_at_the_credentials(
+    http_server, ctx: FetchContext, tmp_path: Path, status: int
+) -> None:
+    """401 (no or wrong credentials) and 403 name where credentials come from, not the network
+    (found by the fresh-user trial: a wrong password was told to check the network)."""
+    if status == 401:
+        url = http_server.add("/private", BODY, require_auth="Basic dTpw")
+    else:
+        url = http_server.add("/private", BODY, fail_first=99, fail_status=403)
+    with pytest.raises(FetchError, match=f"HTTP {status}") as exc:
+        resolve("p", url_source(url, sha256=SHA256), ctx, base_dir=tmp_path)
+    assert exc.value.hint is not None and "credentials" in exc.value.hint, exc.value.hint
+    assert "~/.netrc" in exc.value.hint and "user info" in exc.value.hint, exc.value.hint
