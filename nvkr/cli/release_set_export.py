@@ -12,6 +12,7 @@ import click
 
 from nvkr.cli import App
 from nvkr.cli.common import RegistryAccess, registry_options
+from nvkr.errors import UsageError
 
 
 @click.command("export")
@@ -190,19 +191,40 @@ def command(
     def warn(line: str) -> None:
         click.echo(line, err=True)
 
+    # where the outputs go is checked before the export reads anything
+    outputs = [("--out", out)] if out is not None else []
+    outputs += [("--bootstrap-data", Path(bootstrap_data[1]))] if bootstrap_data else []
+    for flag, path in outputs:
+        _check_output(flag, path)
     text = export_release_set(source, options, registry, warn)
     if bootstrap_data:
         from nvkr.delivery.export.release import bootstrap_user_data
 
         pool, target = bootstrap_data
-        _write(Path(target), bootstrap_user_data(text, pool, control_plane_endpoint, warn))
+        data = bootstrap_user_data(text, pool, control_plane_endpoint, warn)
+        _write("--bootstrap-data", Path(target), data)
     if out is None:
         click.echo(text, nl=False)
         return
-    _write(out, text)
+    _write("--out", out, text)
 
 
-def _write(out: Path, text: str) -> None:
+def _check_output(flag: str, path: Path) -> None:
+    """``path``'s directory must exist: the error names the flag and the path given."""
+    if not path.parent.is_dir():
+        raise UsageError(
+            f"{flag} {path}: its directory {path.parent} does not exist",
+            hint="create the directory first, or name a file in an existing one",
+        )
+
+
+def _write(flag: str, out: Path, text: str) -> None:
+    """``text`` to ``out`` whole (a temporary file beside it, then a rename); an error names
+    ``flag`` and ``out``, never the temporary file."""
     tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(out)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(out)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise UsageError(f"{flag} {out}: cannot write: {e.strerror or e}") from None

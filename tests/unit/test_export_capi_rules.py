@@ -1068,3 +1068,21 @@ def test_the_rules_check_the_patches_of_a_kubeadm_configuration(
     breakage(_broken(docs, "KubeadmConfigTemplate")["spec"]["template"]["spec"])
     problems = check_documents(docs)
     assert any(want in p for p in problems), problems
+
+
+@pytest.mark.parametrize("flag", ["--bootstrap-data", "--out"])
+def test_an_output_in_a_missing_directory_names_the_flag_and_path(
+    layout: Path, tmp_path: Path, flag: str
+) -> None:
+    """The error names the path given and its flag, not the temporary file written first
+    (found by the fresh-user trial: ``/nonexistent/dir/.ud.yaml.tmp: No such file``)."""
+    missing = tmp_path / "no" / "such" / "ud.yaml"
+    argv = ["release-set", "export", str(layout), "--format", "capi"]
+    if flag == "--out":
+        argv += ["--out", str(missing)]
+    else:
+        argv += ["--out", str(tmp_path / "c.yaml"), "--bootstrap-data", "hopper", str(missing)]
+    code, _, err = invoke(*argv)
+    assert code == 2, err
+    assert f"{flag} {missing}" in err and ".tmp" not in err, err
+    assert not missing.parent.exists()
