@@ -76,7 +76,7 @@ def open_monitor(verb: str, *, as_json: bool) -> Monitor:
     if as_json:
         from nvkr.monitor.jsonl import JsonMonitor
 
-        return JsonMonitor(sys.stdout)
+        return JsonMonitor(sys.stdout, sys.stderr)
     if wants_live(sys.stderr):
         from nvkr.monitor.live import LiveMonitor  # rich: only on a terminal
 

@@ -15,6 +15,7 @@ import time
 from typing import IO, Final
 
 from nvkr.monitor.events import Event, Note, Transfer, event_name
+from nvkr.monitor.lines import event_lines
 from nvkr.redact import redact_text
 
 #: seconds between two ``bytes`` events of the same transfer
@@ -29,10 +30,13 @@ def now_rfc3339() -> str:
 
 class JsonMonitor:
     """Writes each event to ``out`` as one JSON line (thread-safe), flushed at once so a reader
-    of a pipe sees it when it happens."""
+    of a pipe sees it when it happens. A :class:`Note` stays out of the stream; a warning or
+    note one goes to ``err`` (stderr) as the plain display writes it, so a person still reads
+    it."""
 
-    def __init__(self, out: IO[str]) -> None:
+    def __init__(self, out: IO[str], err: IO[str] | None = None) -> None:
         self.out = out
+        self.err = err
         self._lock = threading.Lock()
         self._last_bytes: dict[tuple[str, str], float] = {}
 
@@ -40,6 +44,11 @@ class JsonMonitor:
         from nvkr.monitor import STREAM_VERSION
 
         if isinstance(event, Note):
+            if self.err is not None and event.level != "info":
+                with self._lock:
+                    for line in event_lines(event):
+                        self.err.write(redact_text(line) + "\n")
+                    self.err.flush()
             return
         with self._lock:
             if isinstance(event, Transfer) and not self._due(event):

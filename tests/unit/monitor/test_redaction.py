@@ -53,3 +53,21 @@ def test_the_plain_progress_line_of_a_transfer_writes_no_password() -> None:
         monitor.close()
     assert "files.example/pkg.tar.gz" in out.getvalue(), out.getvalue()
     assert SECRET not in out.getvalue() and "builder:" not in out.getvalue(), out.getvalue()
+
+
+def test_the_json_monitor_writes_warning_notes_to_stderr() -> None:
+    """Notes stay out of the JSON stream (stdout), but a warning or note still reaches a person:
+    on stderr, as the plain lines say it (found by the fresh-user trial: ``build --json``
+    without a lockfile said nothing of it)."""
+    from nvkr.monitor.events import Note
+
+    out, err = io.StringIO(), io.StringIO()
+    monitor = JsonMonitor(out, err)
+    monitor.emit(Note("no lockfile lockfiles/x.lock.json: resolved now", level="warning"))
+    monitor.emit(Note(f"building 1 selected variant from {URL}", level="note"))
+    monitor.emit(Note("recipe x: 1 variant"))  # informational: for the text display only
+    assert out.getvalue() == ""
+    assert err.getvalue().splitlines() == [
+        "warning: no lockfile lockfiles/x.lock.json: resolved now",
+        "note: building 1 selected variant from https://files.example/pkg.tar.gz",
+    ]
