@@ -36,6 +36,25 @@ def write_small_recipe(proj: Path, base: str, readme_sha: str | None = None) -> 
     )
 
 
+#: the one file of ``scratch-tool.yaml.in``'s image, served as ``BASE/tool``
+SCRATCH_TOOL = b"#!/bin/sh\necho the pinned tool\n" + b"x" * 4096
+
+
+def write_scratch_tool_recipe(proj: Path, name: str, base: str, arches: str = "amd64") -> Path:
+    """``proj/recipes/NAME.yaml`` (tests/fixtures/recipes/scratch-tool.yaml.in): a daemonless
+    scratch image per arch of ``arches`` (``"amd64, arm64"``: an image index joins them) whose
+    one file is :data:`SCRATCH_TOOL` from ``base``/tool, pinned by sha256, in release set NAME.
+    A build walks the path a node image takes (source blob, builder, output blobs, release set,
+    dist/) in about a second, without root or a toolchain."""
+    recipe = proj / "recipes" / f"{name}.yaml"
+    recipe.parent.mkdir(parents=True, exist_ok=True)
+    sha = hashlib.sha256(SCRATCH_TOOL).hexdigest()
+    recipe.write_text(
+        template("scratch-tool.yaml.in").format(name=name, arches=arches, base=base, sha=sha)
+    )
+    return recipe
+
+
 def write_leaf_recipe(
     path: Path,
     *,

@@ -18,42 +18,16 @@ import pytest
 
 from nvkr.store import Store
 from tests.helpers.nvkr import run_nvkr
+from tests.helpers.recipes import SCRATCH_TOOL, write_scratch_tool_recipe
 
-RECIPE = """\
-apiVersion: nvkr.dev/v1alpha1
-kind: Recipe
-metadata: {{name: sealed}}
-epoch: "1700000000"
-matrix:
-  gpu: [hopper]
-  kubernetes: ["1.36"]
-  arch: [amd64]
-sources:
-  tool:
-    url: "{base}/tool"
-    sha256: "{sha}"
-artifacts:
-  image:
-    builder: container-image
-    base: scratch
-    files: {{/usr/bin/tool: {{source: tool, mode: "0755"}}}}
-    entrypoint: ["/usr/bin/tool"]
-releaseSet:
-  name: sealed
-  clusterRelease: {{kubernetes: "1.36.4", images: [image]}}
-"""
-
-TOOL = b"#!/bin/sh\necho the pinned tool\n" + b"x" * 4096
+TOOL = SCRATCH_TOOL
 
 
 @pytest.fixture
 def project(tmp_path, http_dir):
     (http_dir.root / "tool").write_bytes(TOOL)
     proj = tmp_path / "proj"
-    (proj / "recipes").mkdir(parents=True)
-    (proj / "recipes" / "sealed.yaml").write_text(
-        RECIPE.format(base=http_dir.url, sha=hashlib.sha256(TOOL).hexdigest())
-    )
+    write_scratch_tool_recipe(proj, "sealed", http_dir.url, arches="amd64")
     return proj
 
 

@@ -9,7 +9,6 @@ file is a url source from a loopback server; a build takes about a second.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -18,42 +17,16 @@ import pytest
 
 from nvkr.store import Store
 from tests.helpers.nvkr import run_nvkr
+from tests.helpers.recipes import SCRATCH_TOOL, write_scratch_tool_recipe
 
-RECIPE = """\
-apiVersion: nvkr.dev/v1alpha1
-kind: Recipe
-metadata: {{name: wedge}}
-epoch: "1700000000"
-matrix:
-  gpu: [hopper]
-  kubernetes: ["1.36"]
-  arch: [amd64, arm64]
-sources:
-  tool:
-    url: "{base}/tool"
-    sha256: "{sha}"
-artifacts:
-  image:
-    builder: container-image
-    base: scratch
-    files: {{/usr/bin/tool: {{source: tool, mode: "0755"}}}}
-    entrypoint: ["/usr/bin/tool"]
-releaseSet:
-  name: wedge
-  clusterRelease: {{kubernetes: "1.36.4", images: [image]}}
-"""
-
-TOOL = b"#!/bin/sh\necho the pinned tool\n" + b"x" * 4096
+TOOL = SCRATCH_TOOL
 
 
 @pytest.fixture
 def project(tmp_path, http_dir):
     (http_dir.root / "tool").write_bytes(TOOL)
     proj = tmp_path / "proj"
-    (proj / "recipes").mkdir(parents=True)
-    (proj / "recipes" / "wedge.yaml").write_text(
-        RECIPE.format(base=http_dir.url, sha=hashlib.sha256(TOOL).hexdigest())
-    )
+    write_scratch_tool_recipe(proj, "wedge", http_dir.url, arches="amd64, arm64")
     locked = run_nvkr("lock", "recipes/wedge.yaml", cwd=proj, store=tmp_path / "store")
     assert locked.code == 0, locked.stderr
     return proj
