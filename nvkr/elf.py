@@ -53,39 +53,76 @@ def read_elf(path: Path) -> ElfInfo:
         BuildError: not an ELF file, or its headers point outside the file.
     """
     with open(path, "rb") as f:
-        ident = f.read(16)
-        if len(ident) < 16 or ident[:4] != b"\x7fELF" or ident[4] not in (1, 2):
-            raise BuildError(f"{path.name} is not an ELF file")
-        is64 = ident[4] == 2
-        order = "<" if ident[5] == 1 else ">"
-        header = f.read(48 if is64 else 36)
-        if len(header) < (48 if is64 else 36):
-            raise BuildError(f"{path.name}: truncated ELF header")
+        order, is64, header, phoff, phentsize, phnum = _headers(f, path)
         (machine,) = struct.unpack_from(order + "H", header, 2)
-        if is64:
-            (phoff,) = struct.unpack_from(order + "Q", header, 16)
-            phentsize, phnum = struct.unpack_from(order + "HH", header, 38)
-        else:
-            (phoff,) = struct.unpack_from(order + "I", header, 12)
-            phentsize, phnum = struct.unpack_from(order + "HH", header, 26)
         interpreter = None
-        for i in range(phnum):
-            f.seek(phoff + i * phentsize)
-            entry = f.read(phentsize)
-            if len(entry) < (56 if is64 else 32):
-                raise BuildError(f"{path.name}: program header {i} lies outside the file")
-            (p_type,) = struct.unpack_from(order + "I", entry, 0)
-            if p_type != PT_INTERP:
-                continue
-            word = order + ("Q" if is64 else "I")
-            (offset,) = struct.unpack_from(word, entry, 8 if is64 else 4)
-            (size,) = struct.unpack_from(word, entry, 32 if is64 else 16)
-            f.seek(offset)
-            raw = f.read(min(size, _MAX_INTERP))
+        span = _interp_span(f, path, order, is64, phoff, phentsize, phnum)
+        if span is not None:
+            f.seek(span[0])
+            raw = f.read(min(span[1], _MAX_INTERP))
             interpreter = raw.split(b"\0", 1)[0].decode(errors="replace")
-            break
         loads = bool(interpreter) and _imports_a_loader(f, header, order, is64)
     return ElfInfo(MACHINES.get(machine, f"em-{machine}"), interpreter or None, loads)
+
+
+def _headers(f: BinaryIO, path: Path) -> tuple[str, bool, bytes, int, int, int]:
+    """(byte order, 64-bit, the header after e_ident, e_phoff, e_phentsize, e_phnum)."""
+    ident = f.read(16)
+    if len(ident) < 16 or ident[:4] != b"\x7fELF" or ident[4] not in (1, 2):
+        raise BuildError(f"{path.name} is not an ELF file")
+    is64 = ident[4] == 2
+    order = "<" if ident[5] == 1 else ">"
+    header = f.read(48 if is64 else 36)
+    if len(header) < (48 if is64 else 36):
+        raise BuildError(f"{path.name}: truncated ELF header")
+    if is64:
+        (phoff,) = struct.unpack_from(order + "Q", header, 16)
+        phentsize, phnum = struct.unpack_from(order + "HH", header, 38)
+    else:
+        (phoff,) = struct.unpack_from(order + "I", header, 12)
+        phentsize, phnum = struct.unpack_from(order + "HH", header, 26)
+    return order, is64, header, phoff, phentsize, phnum
+
+
+def _interp_span(
+    f: BinaryIO, path: Path, order: str, is64: bool, phoff: int, phentsize: int, phnum: int
+) -> tuple[int, int] | None:
+    """(file offset, size) of the ``PT_INTERP`` segment's path, None for a static file."""
+    for i in range(phnum):
+        f.seek(phoff + i * phentsize)
+        entry = f.read(phentsize)
+        if len(entry) < (56 if is64 else 32):
+            raise BuildError(f"{path.name}: program header {i} lies outside the file")
+        (p_type,) = struct.unpack_from(order + "I", entry, 0)
+        if p_type != PT_INTERP:
+            continue
+        word = order + ("Q" if is64 else "I")
+        (offset,) = struct.unpack_from(word, entry, 8 if is64 else 4)
+        (size,) = struct.unpack_from(word, entry, 32 if is64 else 16)
+        return offset, size
+    return None
+
+
+def set_interpreter(path: Path, interpreter: str) -> None:
+    """Rewrites the ``PT_INTERP`` path of the dynamic ELF file at ``path`` in place, padded with
+    NULs: the new path must fit the old one's segment (the segment does not move).
+
+    Raises:
+        BuildError: not a dynamic ELF file, or the new path is longer than the segment.
+    """
+    with open(path, "r+b") as f:
+        order, is64, _, phoff, phentsize, phnum = _headers(f, path)
+        span = _interp_span(f, path, order, is64, phoff, phentsize, phnum)
+        new = interpreter.encode()
+        if span is None:
+            raise BuildError(f"{path.name} is static: it has no interpreter to set")
+        if len(new) + 1 > span[1]:
+            raise BuildError(
+                f"{path.name}: interpreter {interpreter!r} is longer than its PT_INTERP "
+                f"segment ({span[1] - 1} bytes)"
+            )
+        f.seek(span[0])
+        f.write(new.ljust(span[1], b"\0"))
 
 
 def _imports_a_loader(f: BinaryIO, header: bytes, order: str, is64: bool) -> bool:

@@ -28,7 +28,7 @@ REBUILD_VARIANT = "gpu=hopper,arch=amd64"
 #: The same variant in full, as ``nvkr mirror export --variant`` records it.
 MIRROR_VARIANT = "gpu=hopper,kubernetes=1.36,arch=amd64"
 #: The variants the session's twin build makes (see :class:`DefaultBuild`).
-TWIN_VARIANTS = "arch=amd64"
+TWIN_VARIANTS = "gpu=hopper"
 
 #: the harness (tests/helpers/): fixtures a test names as parameters, never imports
 pytest_plugins = [
@@ -119,13 +119,12 @@ class DefaultBuild:
     set), ``store`` (every action cached) and the first build's ``result`` (``--json``), built
     with umask 022, ``TZ=UTC``, ``LC_ALL=C.UTF-8`` and the default ``--jobs``.
 
-    ``twin`` and ``twin_store``: a second, independent build of the recipe's amd64 variants
-    (:data:`TWIN_VARIANTS`), made at the same time in another clone and another store with umask
-    002, ``TZ=Pacific/Chatham``, the C locale and ``--jobs 1`` (``twin_result``); the
-    reproducibility test compares what it built with the first build's. Not the arm64 variants:
-    their root filesystem is a quarter hour of qemu-user on a core the whole suite shares (two
-    cores in CI, where the suite is CPU-bound), and every builder runs in the amd64 variants
-    (``verify --rebuild`` and the offline builds rebuild amd64 variants from scratch too).
+    ``twin`` and ``twin_store``: a second, independent build of the recipe's hopper variants,
+    both arches (:data:`TWIN_VARIANTS`), made at the same time in another clone and another store
+    with umask 002, ``TZ=Pacific/Chatham``, the C locale and ``--jobs 1`` (``twin_result``); the
+    reproducibility test compares what it built with the first build's. Every builder runs in
+    those two variants, the arm64 root filesystem (qemu-user, with the host's tools bound in:
+    nvkr.builders.rootfs.native) included; the blackwell variants add only their node images.
 
     ``rebuild``: ``nvkr verify dist-one/<set> --rebuild --offline --json`` of the release set of
     one variant (:data:`REBUILD_VARIANT`, built from ``store``'s cache into ``clone/dist-one/``),

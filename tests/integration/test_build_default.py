@@ -130,17 +130,18 @@ def _per_arch(layout: Path) -> dict[tuple[str, str], str]:
 def test_two_clones_two_stores_umask_tz_locale_give_identical_bytes(default_build):
     """The session's build (umask 022, UTC, C.UTF-8, default --jobs) against its twin, built
     from scratch in another directory and store with umask 002, Pacific/Chatham, the C locale
-    and one job, for the amd64 variants (conftest's TWIN_VARIANTS): every binary, machine image
-    (the QCOW2 bytes are the manifest's layer) and per-platform image manifest the twin made is
-    the first build's."""
+    and one job, for the hopper variants of both arches (conftest's TWIN_VARIANTS): every binary,
+    machine image (the QCOW2 bytes are the manifest's layer) and per-platform image manifest the
+    twin made is the first build's, the arm64 ones (built under qemu-user) included."""
     built = {e["builder"] for e in default_build.twin_result.json_events() if "builder" in e}
     assert {"rootfs", "node-image", "go-binary", "container-image"} <= built, "every builder"
     a = _per_arch(default_build.clone / "dist" / SET)
     b = _per_arch(default_build.twin / "dist" / SET)
     assert sorted(k for k in b if k[0] == "node-image") == sorted(
-        k for k in a if k[0] == "node-image" and '"amd64"' in k[1]
-    ), "the twin made both amd64 machine images"
-    assert ("agent-image", "amd64") in b and len(b) == 5, b
+        k for k in a if k[0] == "node-image" and '"hopper"' in k[1]
+    ), "the twin made both hopper machine images, amd64 and arm64"
+    assert {("agent-image", "amd64"), ("agent-image", "arm64")} <= set(b), b
+    assert set(b) == {k for k in a if '"blackwell"' not in k[1]}, "all but blackwell's"
     different = [key for key, digest in b.items() if a.get(key) != digest]
     assert different == []
 

@@ -101,3 +101,24 @@ def test_a_file_without_sections_loads_nothing(tmp_path: Path) -> None:
     path = tmp_path / "bare"
     path.write_bytes(_elf(is64=True, big=False, machine=0x3E, interp=b"/lib64/ld.so\0"))
     assert read_elf(path).loads_libraries is False
+
+
+def test_set_interpreter_rewrites_pt_interp_in_place_and_refuses_a_longer_path(
+    tmp_path: Path,
+) -> None:
+    from nvkr.elf import set_interpreter
+
+    path = tmp_path / "tool"
+    original = _elf(is64=True, big=False, machine=0x3E, interp=b"/lib64/ld-linux-x86-64.so.2\0")
+    path.write_bytes(original)
+    set_interpreter(path, "/lib/x86_64-linux-gnu/ld.so")
+    assert read_elf(path).interpreter == "/lib/x86_64-linux-gnu/ld.so"
+    assert len(path.read_bytes()) == len(original)  # nothing moved
+    set_interpreter(path, "/l")  # shorter: NUL padded
+    assert read_elf(path).interpreter == "/l"
+    with pytest.raises(BuildError, match="longer than its PT_INTERP segment"):
+        set_interpreter(path, "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2")
+    static = tmp_path / "static"
+    static.write_bytes(_elf(is64=False, big=True, machine=0x08, interp=None))
+    with pytest.raises(BuildError, match="static"):
+        set_interpreter(static, "/l")
