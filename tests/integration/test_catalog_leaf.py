@@ -267,9 +267,21 @@ def test_catalog_leaf_locks_and_builds_against_loopback_upstreams(
     assert f"{NVIDIA_UPSTREAM} /\n" in sources
     assert "signed-by=/etc/apt/keyrings/nvkr-nvidia-cuda.gpg" in sources
     assert f"{DOCKER_UPSTREAM} bookworm stable" in sources
-    assert 'default_runtime_name = "nvidia"' in read_root_file(raw, "/etc/containerd/config.toml")
+    containerd_config = read_root_file(raw, "/etc/containerd/config.toml")
+    assert 'default_runtime_name = "nvidia"' in containerd_config
+    # containerd's nvidia handler runs the toolkit's runtime, which is the stand-in's
+    assert 'BinaryName = "/usr/bin/nvidia-container-runtime"' in containerd_config
+    runtime = "/usr/bin/nvidia-container-runtime"
+    (toolkit,) = [d for d in _nvidia_packages() if d.name == "nvidia-container-toolkit"]
+    assert read_root_file(raw, runtime) == toolkit.files[runtime].decode()
     extra_args = read_root_file(raw, "/usr/lib/nvkr/kubelet-extra-args")
-    assert "nvidia.com/mig.config=all-disabled" in extra_args
+    # the recipe's kubelet.extraLabels (gpu/hopper.yaml's), as the script's own labels
+    assert "image='nvidia.com/mig.config=all-disabled'" in extra_args
+    # kubelet's unit runs the staged kubelet; its drop-in reads kubeadm's flags
+    unit = read_root_file(raw, "/etc/systemd/system/kubelet.service")
+    assert "ExecStart=/usr/bin/kubelet" in unit
+    dropin = read_root_file(raw, "/etc/systemd/system/kubelet.service.d/20-nvkr.conf")
+    assert "EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env" in dropin
     assert "iommu=pt" in read_root_file(raw, "/boot/grub/grub.cfg")
     # Open vSwitch and ovn-controller run on the node, from Debian (the network layer)
     status = read_root_file(raw, "/var/lib/dpkg/status")
@@ -295,7 +307,15 @@ def test_catalog_leaf_locks_and_builds_against_loopback_upstreams(
     agent_conf = read_root_file(raw, "/etc/spire/agent/agent.conf")
     assert 'join_token = "${SPIRE_JOIN_TOKEN}"' in agent_conf
     assert 'server_address = "${SPIRE_SERVER_ADDRESS}"' in agent_conf
-    assert set(staged) >= {"/usr/bin/kubeadm", "/usr/bin/kubectl", "/usr/bin/crictl"}
+    # the manifest lists every staged binary, and only those
+    assert set(staged) == {
+        "/usr/bin/node-agent",
+        "/usr/bin/kubelet",
+        "/usr/bin/kubeadm",
+        "/usr/bin/kubectl",
+        "/usr/bin/crictl",
+        "/usr/bin/spire-agent",
+    }
     # the image's SBOM shows what kubeadm needs, so a Cluster API export does not warn
     from nvkr.delivery.export import missing_for_kubeadm
     from nvkr.oci.layout import LayoutReader
@@ -385,6 +405,7 @@ def test_cluster_api_bootstrap_data_joins_with_the_exports_kubeadm_configuration
     dropin = read_root_file(raw, dropin_path)
     agent_conf = read_root_file(raw, SPIRE_AGENT_CONF)
     extra_args = read_root_file(raw, "/usr/lib/nvkr/kubelet-extra-args")
+    staged = json.loads(read_root_file(raw, "/etc/nvkr/manifest.json"))["files"]
     raw.unlink()
     assert "nvidia.com/mig.config=all-disabled" in extra_args
 
@@ -432,6 +453,8 @@ def test_cluster_api_bootstrap_data_joins_with_the_exports_kubeadm_configuration
     assert report[SENTINEL] is not None, "the bootstrap contract's sentinel"
     assert report[dropin_path]["sha256"] == hashlib.sha256(dropin.encode()).hexdigest()
     assert "nvkr-node-agent: ready" in result.boot.matched
+    # the agent verified every binary the image's manifest lists
+    assert f"manifest=ok({len(staged)} files)" in result.boot.matched, result.boot.matched
     # spire-agent.service started after cloud-init wrote its environment, and the agent read
     # the image's agent.conf with the node's values in it (the stand-in wrote what -expandEnv
     # made of it after checking the server, the token and the trust bundle)

@@ -84,7 +84,9 @@ def test_images_of_both_arches_and_generations_boot_to_the_agent_readiness_line(
     settings and labels, and an arm64 boot is emulated here (TCG on the amd64 host: minutes with
     cloud-init's Python start-up), so it is left out."""
     booted, results = [], []
-    # both at once: each boot is one emulated CPU, and the machine has two
+    # both at once: each boot has two vCPUs (-smp 2, multi-threaded under TCG), so one boot
+    # can use both of the machine's cores; two overlap where a guest waits (timers, udev,
+    # cloud-init)
     started = [
         start_nvkr(
             "boot-test", f"dist/{SET}", "--variant", variant, "--json", "--timeout", "1200",
