@@ -27,8 +27,11 @@ from tests.helpers.nvkr import (
 REBUILD_VARIANT = "gpu=hopper,arch=amd64"
 #: The same variant in full, as ``nvkr mirror export --variant`` records it.
 MIRROR_VARIANT = "gpu=hopper,kubernetes=1.36,arch=amd64"
-#: The variants the session's twin build makes (see :class:`DefaultBuild`).
-TWIN_VARIANTS = "gpu=hopper"
+#: The variants the session's twin build makes (see :class:`DefaultBuild`): arm64; amd64's
+#: second build in another environment is the ``verify --rebuild`` of :data:`REBUILD_VARIANT`.
+TWIN_VARIANTS = "gpu=hopper,arch=arm64"
+#: The twin's environment (umask 002 too), which the rebuild shares.
+TWIN_ENV = {"TZ": "Pacific/Chatham", "LC_ALL": "C", "LANG": "POSIX"}
 
 #: the harness (tests/helpers/): fixtures a test names as parameters, never imports
 pytest_plugins = [
@@ -119,17 +122,20 @@ class DefaultBuild:
     set), ``store`` (every action cached) and the first build's ``result`` (``--json``), built
     with umask 022, ``TZ=UTC``, ``LC_ALL=C.UTF-8`` and the default ``--jobs``.
 
-    ``twin`` and ``twin_store``: a second, independent build of the recipe's hopper variants,
-    both arches (:data:`TWIN_VARIANTS`), made at the same time in another clone and another store
+    ``twin`` and ``twin_store``: a second, independent build of the recipe's hopper arm64
+    variant (:data:`TWIN_VARIANTS`), made at the same time in another clone and another store
     with umask 002, ``TZ=Pacific/Chatham``, the C locale and ``--jobs 1`` (``twin_result``); the
     reproducibility test compares what it built with the first build's. Every builder runs in
-    those two variants, the arm64 root filesystem (qemu-user, with the host's tools bound in:
-    nvkr.builders.rootfs.native) included; the blackwell variants add only their node images.
+    it, the arm64 root filesystem (qemu-user, with the host's tools bound in:
+    nvkr.builders.rootfs.native) included.
 
-    ``rebuild``: ``nvkr verify dist-one/<set> --rebuild --offline --json`` of the release set of
-    one variant (:data:`REBUILD_VARIANT`, built from ``store``'s cache into ``clone/dist-one/``),
-    started as soon as both builds are done and left running while other tests go on (a rebuild
-    in a fresh store is minutes of mostly one busy core); its test collects the result. Its
+    ``rebuild``: ``nvkr verify <clone>/dist-one/<set> --rebuild --offline --json`` of the release
+    set of one amd64 variant (:data:`REBUILD_VARIANT`, built from ``store``'s cache into
+    ``clone/dist-one/``), run from the twin's clone (``--project``) in the twin's environment
+    (umask 002, :data:`TWIN_ENV`, ``--jobs 1``): amd64's second build from scratch in another
+    environment, compared artifact by artifact. Started as soon as both builds are done and left
+    running while other tests go on (a rebuild in a fresh store is minutes of mostly one busy
+    core); its test collects the result. Its
     sources come from ``mirror_store`` alone: ``nvkr mirror export --variant ... --offline`` of
     that variant from ``store`` into ``mirror`` (``mirror_export``), imported into an empty store
     (``mirror_import``), as a user carries them into an air-gapped site; so the one rebuild also
@@ -211,12 +217,7 @@ def _default_build_started(request, tmp_path_factory) -> Iterator[list | None]:
     runs = []
     for name, umask, env, jobs in (
         ("", 0o022, {"TZ": "UTC", "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}, []),
-        (
-            "twin-",
-            0o002,
-            {"TZ": "Pacific/Chatham", "LC_ALL": "C", "LANG": "POSIX"},
-            ["--jobs", "1", "--variant", TWIN_VARIANTS],
-        ),
+        ("twin-", 0o002, TWIN_ENV, ["--jobs", "1", "--variant", TWIN_VARIANTS]),
     ):
         clone = make_clone(tmp / f"{name}clone")
         store = seed(tmp / f"{name}store", go_toolchain)
@@ -258,8 +259,9 @@ def default_build(_default_build_started) -> Iterator[DefaultBuild]:
     imported = run_nvkr("mirror", "import", str(mirror), cwd=clone, store=mirror_store)
     assert imported.code == 0, imported.stderr
     rebuild = start_nvkr(
-        "verify", "dist-one/nvkr-default-k8s1.36", "--rebuild", "--offline",
-        "--seed-store", str(mirror_store), "--json", cwd=clone, store=store, timeout=3600,
+        "verify", str(clone / "dist-one" / "nvkr-default-k8s1.36"), "--rebuild", "--offline",
+        "--project", str(twin), "--jobs", "1", "--seed-store", str(mirror_store), "--json",
+        cwd=twin, store=store, env=TWIN_ENV, umask=0o002, timeout=3600,
     )  # fmt: skip
     try:
         yield DefaultBuild(
