@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from nvkr.airgap.serve import serving
+from tests.helpers.cli import invoke
 from tests.helpers.k8smirror import serve_k8s_mirror
 from tests.helpers.nvkr import Result, run_nvkr
 
@@ -275,7 +276,7 @@ def test_serve_command_prints_mirror_flags_and_stops_on_ctrl_c(connected, tmp_pa
 
 
 def test_export_of_a_source_missing_from_the_store_without_network_names_it(
-    tmp_path: Path, connected
+    tmp_path: Path, connected, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     proj, _, mirror, _, _ = connected
     empty = tmp_path / "empty"
@@ -285,9 +286,11 @@ def test_export_of_a_source_missing_from_the_store_without_network_names_it(
     assert "NVKR-E-OFFLINE" in res.stderr and "source 'crictl'" in res.stderr
     assert "recipes/kube.yaml" in res.stderr
     assert not (out / "index.json").exists()
-    # online, but the upstream (the real github.com, unreachable here) is not mirrored
+    # online, but the upstream (the real github.com, unreachable here) is not mirrored: in this
+    # process, where the fetcher's retries do not sleep (3 s of backoff per URL in a subprocess)
     dead = ["--mirror", "https://github.com/=http://127.0.0.1:9/", "--mirror", "https://dl.k8s.io/=http://127.0.0.1:9/"]  # fmt: skip
-    res = export(proj, empty, out, *dead)
+    monkeypatch.chdir(proj)
+    res = invoke("mirror", "export", "recipes/kube.yaml", out, *dead, store=empty)
     assert res.code == 1 and "NVKR-E-FETCH" in res.stderr and "cannot export source" in res.stderr
     assert not (out / "index.json").exists()
     # with the upstream mirrored, the missing sources are fetched first
