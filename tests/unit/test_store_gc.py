@@ -19,7 +19,8 @@ from nvkr.quantities import parse_duration, parse_size
 from nvkr.store import Store
 from nvkr.store_gc import collect, usage
 from nvkr.storelock import GC, READERS
-from tests.helpers.nvkr import run_nvkr, start_nvkr
+from tests.helpers.cli import invoke
+from tests.helpers.nvkr import start_nvkr
 from tests.helpers.registry import Registry
 
 RECIPE = """\
@@ -60,14 +61,16 @@ class Project:
         (self.proj / "recipes" / "bounded.yaml").write_text(
             RECIPE.format(base=self.http.url, n=n, sha=hashlib.sha256(_tool(n)).hexdigest())
         )
-        res = run_nvkr(
+        res = invoke(
             "build", "recipes/bounded.yaml", "--json", *args, cwd=self.proj, store=self.store
         )
         assert res.code == 0, res.stderr
         return res.json_events()[-1]
 
     def nvkr(self, *args: str):
-        return run_nvkr(*args, cwd=self.proj, store=self.store)
+        """``nvkr ARGS`` in this process (the verbs that run while gc holds the store start a
+        process of their own: :func:`_waits_for_gc`)."""
+        return invoke(*args, cwd=self.proj, store=self.store)
 
 
 @pytest.fixture
@@ -111,7 +114,7 @@ def test_gc_after_three_changed_rebuilds_keeps_one_builds_worth(project):
     # what is left is exactly what the newest build needs: it is a no-op, fetching nothing
     project.http.root.joinpath("tool-3").unlink()
     assert project.build(3, "--offline")["upToDate"]
-    assert run_nvkr("store", "verify", cwd=project.proj, store=project.store).code == 0
+    assert project.nvkr("store", "verify").code == 0
     # an older generation is gone from the store: it builds again (its source fetched anew)
     rebuilt = project.build(1)
     assert rebuilt["built"]
@@ -328,14 +331,7 @@ def test_a_build_running_during_gc_keeps_what_it_uses(project):
     finally:
         server.shutdown()
         server.server_close()
-    res = run_nvkr(
-        "build",
-        "recipes/bounded.yaml",
-        "--json",
-        "--offline",
-        cwd=project.proj,
-        store=project.store,
-    )
+    res = project.nvkr("build", "recipes/bounded.yaml", "--json", "--offline")
     assert res.code == 0 and res.json_events()[-1]["upToDate"], res.stderr
 
 
