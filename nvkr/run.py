@@ -166,10 +166,12 @@ def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
             os.killpg(proc.pid, sig)
 
 
-def stop_tools(grace: float = STOP_GRACE) -> None:
+def stop_tools(grace: float | None = None) -> None:
     """Stop every running tool: SIGTERM to its process group, SIGKILL to the groups of those
-    still running after ``grace`` seconds. Returns once each has ended (its :func:`run` call
-    reaps it). Records a stop request (SIGINT) when none was made."""
+    still running after ``grace`` seconds (default :data:`STOP_GRACE`, read now: a test
+    shortens it). Returns once each has ended (its :func:`run` call reaps it). Records a stop
+    request (SIGINT) when none was made."""
+    grace = STOP_GRACE if grace is None else grace
     request_stop(signal.SIGINT)
     with _tools.changed:
         procs = list(_tools.running)
@@ -190,11 +192,11 @@ def kill_tools() -> None:
         _signal_group(proc, signal.SIGKILL)
 
 
-def _end(proc: subprocess.Popen[bytes], grace: float = STOP_GRACE) -> None:
+def _end(proc: subprocess.Popen[bytes], grace: float | None = None) -> None:
     """Stop one tool (its group) as :func:`stop_tools` does, and reap it."""
     _signal_group(proc, signal.SIGTERM)
     try:
-        proc.wait(timeout=grace)
+        proc.wait(timeout=STOP_GRACE if grace is None else grace)
     except subprocess.TimeoutExpired:
         _signal_group(proc, signal.SIGKILL)
         proc.wait()

@@ -70,7 +70,10 @@ def http_dir(tmp_path) -> Iterator[Served]:
     root.mkdir()
     handler = functools.partial(_QuietHandler, directory=str(root))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # a short poll: shutdown() waits for the loop to see it (the default 0.5 s, per test)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     try:
         yield Served(root=root, url=f"http://127.0.0.1:{server.server_address[1]}")

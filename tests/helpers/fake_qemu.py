@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tests.helpers import toolguard
+
 #: seconds without console progress before the boot tests give a KVM guest up (their
 #: ``kvm_host`` sets nvkr.machine.boot.KVM_STALL_SECONDS to it)
 STALL = 2.0
@@ -108,7 +110,9 @@ def accels(fake: Path) -> list[str]:
 
 def hanging_kvm_qemu(directory: Path) -> Path:
     """A wrapper around the real ``qemu-system-x86_64`` whose ``-accel kvm`` hangs (module
-    docstring); its KVM runs are listed, one per line, in ``kvm-calls`` beside it."""
+    docstring); its KVM runs are listed, one per line, in ``kvm-calls`` beside it. It starts the
+    real QEMU, so only a slow test may use it (:func:`tests.helpers.toolguard.require_slow`)."""
+    toolguard.require_slow("qemu-system-x86_64")
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "qemu-system-x86_64"
     path.write_text(_WRAPPER)

@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import toolguard
 
 #: NVKR_* variables that describe the machine, not the developer: kept (the README's end-to-end
 #: boot tests honour NVKR_BOOT_ACCEL where KVM misbehaves)
@@ -63,3 +66,78 @@ def isolated_home(
         monkeypatch.setenv(var, ",".join(filter(None, [current, *missing])))
     yield home
     shutil.rmtree(home, ignore_errors=True)  # per test, so a long session leaves no homes behind
+
+
+# -- the fast tier's guard (tests/helpers/toolguard.py) -----------------------------------------
+# The audit hook is on from the start of a test's setup (before its module and session fixtures
+# are made: a fixture that starts podman for a test not marked slow is refused too) to the end
+# of its teardown. The environment that carries the guard into the processes a test starts is set
+# by the function fixture below only, so a session fixture's long-lived process (the default
+# build, started at the session's first test) never inherits it.
+_GUARD_FILES = pytest.StashKey[tuple[Path, Path, Path]]()
+
+
+def _guarded(item: pytest.Item) -> bool:
+    return item.get_closest_marker("slow") is None
+
+
+def _heavy_fixture(item: pytest.Item) -> str | None:
+    """Why ``item`` belongs to the slow tier by what it asks for, or None: the session's
+    default build (a full build of recipes/default.yaml)."""
+    if "default_build" in getattr(item, "fixturenames", ()) or item.get_closest_marker(
+        "default_build"
+    ):
+        return "it uses the session's default build (a full build of recipes/default.yaml)"
+    return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    directory = Path(tempfile.mkdtemp(prefix="nvkr-tool-guard-"))
+    config.stash[_GUARD_FILES] = toolguard.prepare(directory)
+    toolguard.install(config.stash[_GUARD_FILES][2])
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    toolguard.activate(False)
+    files = config.stash.get(_GUARD_FILES, None)
+    if files is not None:
+        shutil.rmtree(files[2].parent, ignore_errors=True)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    if _guarded(item):
+        heavy = _heavy_fixture(item)
+        if heavy is not None:
+            pytest.fail(f"a test not marked slow: {heavy}; mark it pytest.mark.slow", False)
+        toolguard.take(item.config.stash[_GUARD_FILES][2])  # an earlier test's leftovers
+        toolguard.activate(True)
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    try:
+        result = yield
+    finally:
+        toolguard.activate(False)
+    started = toolguard.take(item.config.stash[_GUARD_FILES][2]) if _guarded(item) else []
+    if started:
+        tools = sorted({line.split()[0].rsplit("/", 1)[-1] for line in started})
+        lines = [*(toolguard.message(t) for t in tools), "started:", *started]
+        pytest.fail("\n".join(lines), pytrace=False)
+    return result
+
+
+@pytest.fixture(autouse=True)
+def tool_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """For a test not marked slow: the guard's stand-ins first on ``PATH``, its
+    ``sitecustomize`` on ``PYTHONPATH`` and its log in ``$PYTEST_TOOL_GUARD_LOG``, so the
+    processes the test starts (``python -m nvkr``, a shell script) are guarded too."""
+    if not _guarded(request.node):
+        return
+    shims, site, log = request.config.stash[_GUARD_FILES]
+    monkeypatch.setenv("PATH", os.pathsep.join([str(shims), os.environ.get("PATH", os.defpath)]))
+    python_path = [str(site), *filter(None, [os.environ.get("PYTHONPATH")])]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(python_path))
+    monkeypatch.setenv(toolguard.ENV, str(log))

@@ -8,8 +8,8 @@ import os
 
 import pytest
 
+from tests.helpers.cli import invoke
 from tests.helpers.fanout import write_fan_project
-from tests.helpers.nvkr import run_nvkr
 
 RECIPE = "recipes/fan.yaml"
 
@@ -20,7 +20,7 @@ def fan(tmp_path):
 
 
 def _refs(project, store) -> dict[str, str]:
-    plan = run_nvkr("plan", RECIPE, "--json", cwd=project, store=store)
+    plan = invoke("plan", RECIPE, "--json", cwd=project, store=store)
     assert plan.code == 0, plan.stderr
     return {a["ref"]: a["key"] for a in json.loads(plan.stdout)["actions"]}
 
@@ -46,7 +46,7 @@ def test_action_builds_only_that_action_and_writes_no_release_set(fan):
     refs = _refs(project, store)
     # a subset of the axes is enough when every matching variant shares the action
     got = _result(
-        run_nvkr(
+        invoke(
             "build", RECIPE, "--action", "container-image/tool-image@arch=amd64", "--json",
             cwd=project, store=store,
         )
@@ -59,13 +59,13 @@ def test_action_builds_only_that_action_and_writes_no_release_set(fan):
 
 def test_a_dependency_that_is_not_cached_fails_naming_it_before_anything_runs(fan):
     project, store = fan
-    amd = run_nvkr(
+    amd = invoke(
         "build", RECIPE, "--action", "container-image/tool-image@arch=amd64",
         cwd=project, store=store,
     )  # fmt: skip
     assert amd.code == 0, amd.stderr
     before = sorted(os.listdir(store / "actions"))
-    res = run_nvkr(
+    res = invoke(
         "build", RECIPE, "--action", "image-index/tool-image", "--action", "sbom/tool-image",
         cwd=project, store=store,
     )  # fmt: skip
@@ -83,7 +83,7 @@ def test_selected_actions_that_depend_on_each_other_build_in_one_invocation(fan)
         "--action", "container-image/tool-image@arch=arm64",
         "--action", "image-index/tool-image",
     ]  # fmt: skip
-    got = _result(run_nvkr("build", RECIPE, *args, "--json", cwd=project, store=store))
+    got = _result(invoke("build", RECIPE, *args, "--json", cwd=project, store=store))
     assert sorted(got["built"]) == sorted(
         refs[r]
         for r in (
@@ -92,7 +92,7 @@ def test_selected_actions_that_depend_on_each_other_build_in_one_invocation(fan)
             "image-index/tool-image@gpu=hopper,kubernetes=1.36,arch=amd64",
         )
     )
-    again = _result(run_nvkr("build", RECIPE, *args, "--json", cwd=project, store=store))
+    again = _result(invoke("build", RECIPE, *args, "--json", cwd=project, store=store))
     assert again["built"] == [] and again["upToDate"]
 
 
@@ -114,7 +114,7 @@ def test_selected_actions_that_depend_on_each_other_build_in_one_invocation(fan)
 )
 def test_a_reference_naming_no_action_or_several_is_a_usage_error(fan, ref, needles):
     project, store = fan
-    res = run_nvkr("build", RECIPE, "--action", ref, cwd=project, store=store)
+    res = invoke("build", RECIPE, "--action", ref, cwd=project, store=store)
     assert res.code == 2, res.stderr
     for needle in needles:
         assert needle in res.stderr
@@ -131,9 +131,7 @@ def test_a_reference_naming_no_action_or_several_is_a_usage_error(fan, ref, need
 )
 def test_push_of_a_partial_build_is_refused_before_anything_builds(fan, selection):
     project, store = fan
-    res = run_nvkr(
-        "build", RECIPE, *selection, "--push", "127.0.0.1:1/fan", cwd=project, store=store
-    )
+    res = invoke("build", RECIPE, *selection, "--push", "127.0.0.1:1/fan", cwd=project, store=store)
     assert res.code == 2, res.stderr
     assert "is not the full release set; it is never pushed" in res.stderr
     assert not (store / "actions").exists() or not os.listdir(store / "actions")

@@ -1,6 +1,11 @@
 """The remote action cache end to end: ``nvkr build --cache-to/--cache-from`` against a real CNCF
 distribution registry, with a small project that builds in about a second.
 
+The builds run in this process (:func:`tests.helpers.cli.invoke`, from the project's directory),
+two stores standing for two CI runners; what only a process of its own shows starts
+``python -m nvkr`` (:func:`tests.helpers.nvkr.run_nvkr`): the twin build's umask, time zone and
+locale, credentials from the environment, a message said on every build, a conflict's line.
+
 The project: a url source from a loopback server, a ``kube-packages`` tar of it (an internal
 action beneath the image, which no release set references), a daemonless container image on
 scratch holding both, its image index, SBOM and the release set: five actions. Trust tests
@@ -35,6 +40,7 @@ from nvkr.oci.layout import LayoutBlob, artifact_manifest, descriptor, manifest_
 from nvkr.oci.referrers import referrer_descriptor, update_referrers_tag
 from nvkr.oci.registry import RegistryClient, fallback_tag
 from nvkr.sign import generate_key, key_id, load_private_key, sign_envelope
+from tests.helpers.cli import invoke
 from tests.helpers.nvkr import run_nvkr
 from tests.helpers.registry import free_port, run_registry
 
@@ -76,7 +82,7 @@ def project(tmp_path, http_dir):
     (proj / "recipes" / "small.yaml").write_text(
         RECIPE.format(base=http_dir.url, sha=hashlib.sha256(TOOL).hexdigest())
     )
-    locked = run_nvkr("lock", "recipes/small.yaml", cwd=proj, store=tmp_path / "lock-store")
+    locked = invoke("lock", "recipes/small.yaml", cwd=proj, store=tmp_path / "lock-store")
     assert locked.code == 0, locked.stderr
     return proj
 
@@ -98,8 +104,11 @@ def keys(tmp_path):
     return out
 
 
-def _build(proj: Path, store: Path, *args: str, code: int = 0, **kw):
-    res = run_nvkr("build", "recipes/small.yaml", "--json", *args, cwd=proj, store=store, **kw)
+def _build(proj: Path, store: Path, *args: str, code: int = 0, process: bool = False, **kw):
+    """``nvkr build recipes/small.yaml --json ARGS`` in ``proj`` with ``store``: in this process,
+    or with ``process`` in a process of its own (``kw``: :func:`run_nvkr`'s ``env``, ``umask``)."""
+    argv = ("build", "recipes/small.yaml", "--json", *args)
+    res = (run_nvkr if process else invoke)(*argv, cwd=proj, store=store, **kw)
     assert res.code == code, res.stdout + res.stderr
     events = res.json_events()
     result = events[-1] if events and events[-1]["event"] == "result" else None
@@ -208,6 +217,7 @@ def test_entries_from_two_independent_builds_are_byte_identical(project, tmp_pat
         "max",
         "--jobs",
         "1",
+        process=True,
         env={"TZ": "Pacific/Chatham", "LC_ALL": "C"},
         umask=0o002,
     )
@@ -391,7 +401,7 @@ def test_a_tampered_entry_is_a_miss_with_its_reason(project, tmp_path, registry,
     assert set_key in second["built"]
     assert _digest(second) == _digest(first)
     # one line for humans too
-    human = run_nvkr(
+    human = invoke(
         "build",
         "recipes/small.yaml",
         *args,
@@ -463,7 +473,9 @@ def test_unsigned_entries_need_trust_unsigned_which_is_said_on_every_build(
 # -- bad input -----------------------------------------------------------------------------------
 def test_an_unreachable_cache_warns_once_and_the_build_goes_on(project, tmp_path, keys):
     """Two repositories on one registry that does not answer: one warning, both skipped from
-    then on; another dead registry: its own warning. Everything builds here."""
+    then on; another dead registry: its own warning. Everything builds here. (In this process
+    the registry client's retries do not sleep: ``fast_retries``; in one of its own each dead
+    registry costs 3.5 s of backoff.)"""
     dead, other = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     _, events, result = _build(
         project, tmp_path / "a", "--cache-from", f"{dead}/cache", "--cache-from",
@@ -478,7 +490,7 @@ def test_an_unreachable_cache_warns_once_and_the_build_goes_on(project, tmp_path
     }
     assert all("skipped for the rest of this build" in w["message"] for w in warnings)
     assert len(result["built"]) == 5
-    human = run_nvkr(
+    human = invoke(
         "build", "recipes/small.yaml", "--cache-from", f"{dead}/cache",
         "--cache-trust", str(keys["writer"].public_path), cwd=project, store=tmp_path / "b",
     )  # fmt: skip
@@ -556,7 +568,7 @@ def test_prune_deletes_entries_older_than_the_duration(project, tmp_path, regist
         store=tmp_path / "a",
     )
     assert keep.code == 0 and "deleted 0 entries older than 30d; kept 5" in keep.stdout, keep.stdout
-    dry = run_nvkr(
+    dry = invoke(
         "cache",
         "prune",
         f"{registry.host}/prune",
@@ -570,7 +582,7 @@ def test_prune_deletes_entries_older_than_the_duration(project, tmp_path, regist
     assert dry.code == 0, dry.stderr
     assert sorted(e["tag"] for e in json.loads(dry.stdout)["deleted"]) == entries
     assert sorted(t for t in client.tags("prune") if t.startswith("ac-")) == entries
-    gone = run_nvkr(
+    gone = invoke(
         "cache",
         "prune",
         f"{registry.host}/prune",
@@ -583,7 +595,7 @@ def test_prune_deletes_entries_older_than_the_duration(project, tmp_path, regist
     assert not [t for t in client.tags("prune") if t.startswith(("ac-", "sha256-"))]
     _, _events, again = _pull(_clone(project, "clone"), tmp_path / "b", registry, "prune", keys)
     assert len(again["built"]) == 5
-    bad = run_nvkr(
+    bad = invoke(
         "cache",
         "prune",
         f"{registry.host}/prune",

@@ -9,8 +9,8 @@ import pytest
 
 from nvkr.ci import recorded_command
 from tests.helpers import REPO
+from tests.helpers.cli import invoke
 from tests.helpers.fanout import RECIPE, write_fan_project
-from tests.helpers.nvkr import run_nvkr
 
 IMAGE = "registry.example/nvkr/nvkr-ci@sha256:" + "cd" * 32
 
@@ -20,7 +20,7 @@ def fan(tmp_path):
     project = write_fan_project(tmp_path / "proj")
     store = tmp_path / "store"
     for platform, name in (("github", "ci/github/fan.yml"), ("gitlab", "ci/gitlab/fan.yml")):
-        res = run_nvkr(
+        res = invoke(
             "ci", "generate", platform, "recipes/fan.yaml", "--cache", "registry.example/c",
             "--image", IMAGE, "--out", name, cwd=project, store=store,
         )  # fmt: skip
@@ -31,7 +31,7 @@ def fan(tmp_path):
 
 def test_a_current_pipeline_passes(fan):
     project, store = fan
-    res = run_nvkr("ci", "check", cwd=project, store=store)
+    res = invoke("ci", "check", cwd=project, store=store)
     assert res.code == 0, res.stderr
     assert "2 generated pipelines were up to date" in res.stderr
 
@@ -40,27 +40,27 @@ def test_an_edited_pipeline_fails_with_a_diff(fan):
     project, store = fan
     path = project / "ci" / "github" / "fan.yml"
     path.write_text(path.read_text().replace("fail-fast: false", "fail-fast: true"))
-    res = run_nvkr("ci", "check", cwd=project, store=store)
+    res = invoke("ci", "check", cwd=project, store=store)
     assert res.code == 1, res.stderr
     assert "NVKR-E-DRIFT" in res.stderr and "ci/github/fan.yml" in res.stderr
     assert "ci/gitlab" not in res.stderr.split("differ")[1].split("hint")[0]
     assert "--- ci/github/fan.yml (committed)" in res.stdout
     assert "-      fail-fast: true\n" in res.stdout and "+      fail-fast: false\n" in res.stdout
     # a file can be checked alone
-    alone = run_nvkr("ci", "check", "ci/gitlab/fan.yml", cwd=project, store=store)
+    alone = invoke("ci", "check", "ci/gitlab/fan.yml", cwd=project, store=store)
     assert alone.code == 0, alone.stderr
     # --write rewrites what drifted, and then all is current
-    fixed = run_nvkr("ci", "check", "--write", cwd=project, store=store)
+    fixed = invoke("ci", "check", "--write", cwd=project, store=store)
     assert fixed.code == 0 and "rewrote ci/github/fan.yml" in fixed.stderr, fixed.stderr
     assert "fail-fast: false" in path.read_text()
-    assert run_nvkr("ci", "check", cwd=project, store=store).code == 0
+    assert invoke("ci", "check", cwd=project, store=store).code == 0
 
 
 def test_a_changed_recipe_makes_its_pipelines_drift(fan):
     project, store = fan
     recipe = project / "recipes" / "fan.yaml"
     recipe.write_text(recipe.read_text().replace("gpu: [hopper, blackwell]", "gpu: [hopper]"))
-    res = run_nvkr("ci", "check", cwd=project, store=store)
+    res = invoke("ci", "check", cwd=project, store=store)
     assert res.code == 1, res.stderr
     assert "2 of 2 generated pipelines differ" in res.stderr
     assert "-          - unit: blackwell-amd64" in res.stdout
@@ -70,7 +70,7 @@ def test_no_generated_pipeline_is_an_error(tmp_path):
     project = write_fan_project(tmp_path / "proj")
     (project / "ci").mkdir()
     (project / "ci" / "mine.yml").write_text("jobs: {}\n")
-    res = run_nvkr("ci", "check", cwd=project, store=tmp_path / "store")
+    res = invoke("ci", "check", cwd=project, store=tmp_path / "store")
     assert res.code == 1 and "no generated pipeline under ci" in res.stderr, res.stderr
 
 
@@ -88,13 +88,13 @@ def test_image_from_a_built_release_set_pins_its_image_index(tmp_path):
     one_image = head + rest[rest.index("  tool-chart:") :]  # the recipe without gpu-image
     project = write_fan_project(tmp_path / "proj", one_image)
     store = tmp_path / "store"
-    built = run_nvkr("build", "recipes/fan.yaml", cwd=project, store=store)
+    built = invoke("build", "recipes/fan.yaml", cwd=project, store=store)
     assert built.code == 0, built.stderr
-    show = run_nvkr("release-set", "show", "dist/fan-k8s1.36", "--json", cwd=project, store=store)
+    show = invoke("release-set", "show", "dist/fan-k8s1.36", "--json", cwd=project, store=store)
     assert show.code == 0, show.stderr
     images = [a for a in json.loads(show.stdout)["metadata"]["artifacts"] if a["kind"] == "image"]
     digest = images[0]["index"]["digest"]
-    res = run_nvkr(
+    res = invoke(
         "ci", "generate", "argo", "recipes/fan.yaml", "--cache", "registry.example/c",
         "--image", "registry.example/nvkr-ci", "--image-from", "dist/fan-k8s1.36",
         cwd=project, store=store,
@@ -107,7 +107,7 @@ def test_image_from_a_built_release_set_pins_its_image_index(tmp_path):
 def test_the_committed_pipelines_are_current(tmp_path):
     """The drift test: every pipeline under ci/ is what its header's command writes now. When it
     fails, run `nvkr ci check --write` at the repository's root and commit the result."""
-    res = run_nvkr("ci", "check", cwd=REPO, store=tmp_path / "store")
+    res = invoke("ci", "check", cwd=REPO, store=tmp_path / "store")
     assert res.code == 0, res.stdout + res.stderr
     assert "6 generated pipelines were up to date" in res.stderr
 

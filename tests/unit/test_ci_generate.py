@@ -20,8 +20,9 @@ from tests.helpers.civalidate import (
     gitlab_problems,
     jsonschema_problems,
 )
+from tests.helpers.cli import invoke
 from tests.helpers.fanout import write_fan_project
-from tests.helpers.nvkr import make_clone, run_nvkr
+from tests.helpers.nvkr import make_clone
 
 IMAGE = "registry.example/nvkr/nvkr-ci@sha256:" + "ab" * 32
 CACHE = "registry.example/nvkr/cache"
@@ -34,7 +35,7 @@ def fan(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fan")
     project = write_fan_project(tmp / "proj")
     store = tmp / "store"
-    locked = run_nvkr("lock", "recipes/fan.yaml", cwd=project, store=store)
+    locked = invoke("lock", "recipes/fan.yaml", cwd=project, store=store)
     assert locked.code == 0, locked.stderr
     return project, store
 
@@ -46,7 +47,7 @@ def clone(tmp_path_factory):
 
 def generate(project, store, platform, *args, recipes=("recipes/fan.yaml",), out=None):
     out = out or project / f"out.{SUFFIX[platform]}"
-    res = run_nvkr(
+    res = invoke(
         "ci", "generate", platform, *recipes, "--cache", CACHE, "--push", PUSH,
         "--image", IMAGE, *args, "--out", str(out), cwd=project, store=store,
     )  # fmt: skip
@@ -305,7 +306,7 @@ def test_gitlab_rules_scope_the_caches_by_pipeline_source(fan, tmp_path, source)
 def test_bad_options_are_usage_errors(fan, args, code, needle):
     project, store = fan
     base = ["--cache", CACHE, "--image", IMAGE]
-    res = run_nvkr(
+    res = invoke(
         "ci", "generate", "github", "recipes/fan.yaml", *base, *args, cwd=project, store=store
     )
     assert res.code == code, res.stderr
@@ -320,7 +321,7 @@ def test_a_recipe_that_does_not_validate_exits_2(fan, tmp_path):
         .read_text()
         .replace("arch: [amd64, arm64]", "arch: [amd64, s390x]")
     )
-    res = run_nvkr(
+    res = invoke(
         "ci", "generate", "gitlab", "recipes/bad.yaml", "--cache", CACHE, "--image", IMAGE,
         cwd=project, store=store,
     )  # fmt: skip
@@ -330,12 +331,12 @@ def test_a_recipe_that_does_not_validate_exits_2(fan, tmp_path):
 
 def test_by_action_needs_every_recipe_locked(tmp_path):
     project = write_fan_project(tmp_path / "proj")
-    res = run_nvkr(
+    res = invoke(
         "ci", "generate", "github", "recipes/fan.yaml", "--by", "action", "--cache", CACHE,
         "--image", IMAGE, cwd=project, store=tmp_path / "store",
     )  # fmt: skip
     assert res.code == 2 and "NVKR-E-LOCK" in res.stderr, res.stderr
-    by_variant = run_nvkr(
+    by_variant = invoke(
         "ci", "generate", "github", "recipes/fan.yaml", "--cache", CACHE, "--image", IMAGE,
         cwd=project, store=tmp_path / "store",
     )  # fmt: skip
@@ -361,7 +362,7 @@ def test_the_actionlint_filter_drops_only_the_declared_labels(tmp_path):
 def test_a_trusted_key_the_checkout_lacks_is_warned_about(fan):
     project, store = fan
     args = ("ci", "generate", "github", "recipes/fan.yaml", "--cache", CACHE, "--image", IMAGE)
-    res = run_nvkr(*args, cwd=project, store=store)
+    res = invoke(*args, cwd=project, store=store)
     assert res.code == 0, res.stderr
     warned = [line for line in res.stderr.splitlines() if line.startswith("warning:")]
     assert len(warned) == 2 and "ci/keys/nvkr-cache.pub, which is not in this checkout" in warned[0]
@@ -369,5 +370,5 @@ def test_a_trusted_key_the_checkout_lacks_is_warned_about(fan):
     (project / "ci" / "keys").mkdir(parents=True)
     for pub in ("nvkr-cache.pub", "nvkr-cache-pr.pub"):
         (project / "ci" / "keys" / pub).write_text("-----BEGIN PUBLIC KEY-----\n")
-    res = run_nvkr(*args, cwd=project, store=store)
+    res = invoke(*args, cwd=project, store=store)
     assert res.code == 0 and "warning" not in res.stderr, res.stderr

@@ -1,5 +1,11 @@
 """The CLI on small recipes served from a loopback mirror: lock, --locked drift, checksum
-failures, offline, mirrors, validation errors and exit codes. No Go toolchain needed here."""
+failures, offline, mirrors, validation errors and exit codes. No Go toolchain needed here.
+
+The verbs run in this process (:func:`tests.helpers.cli.invoke`: the console script's entry
+point, its error rendering and exit codes, from the project's directory), where a retry does not
+sleep; what only a process of its own shows (``--version``, ``--help``, global options against
+``NVKR_CACHE``, ``NVKR_DEBUG`` and ``COLUMNS`` from the environment, a pipe for stdout, two
+concurrent builds) starts ``python -m nvkr`` (:func:`tests.helpers.nvkr.run_nvkr`)."""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ import os
 
 import pytest
 
+from tests.helpers.cli import invoke
 from tests.helpers.nvkr import run_nvkr
 from tests.helpers.recipes import write_small_recipe
 
@@ -36,7 +43,7 @@ def blobs(store):
 
 def test_lock_writes_canonical_lockfile(project, tmp_path):
     proj, http = project
-    res = run_nvkr("lock", "recipes/small.yaml", cwd=proj, store=tmp_path / "store")
+    res = invoke("lock", "recipes/small.yaml", cwd=proj, store=tmp_path / "store")
     assert res.code == 0, res.stderr
     path = proj / "lockfiles" / "small.lock.json"
     text = path.read_text()
@@ -53,15 +60,15 @@ def test_lock_writes_canonical_lockfile(project, tmp_path):
     assert amd["resolved"]["sha256"] == "sha256:" + hashlib.sha256(b"tool for amd64\n").hexdigest()
     assert amd["resolved"]["size"] == len(b"tool for amd64\n")
     assert amd["variants"] == ["gpu=hopper,kubernetes=1.36,arch=amd64"]
-    again = run_nvkr("lock", "recipes/small.yaml", cwd=proj, store=tmp_path / "store2")
+    again = invoke("lock", "recipes/small.yaml", cwd=proj, store=tmp_path / "store2")
     assert again.code == 0 and path.read_text() == text, "locking twice gives the same bytes"
 
 
 def test_locked_build_then_drift_is_refused_naming_the_source(project, tmp_path):
     proj, http = project
     store = tmp_path / "store"
-    assert run_nvkr("lock", "recipes/small.yaml", cwd=proj, store=store).code == 0
-    ok = run_nvkr("build", "recipes/small.yaml", "--locked", cwd=proj, store=store)
+    assert invoke("lock", "recipes/small.yaml", cwd=proj, store=store).code == 0
+    ok = invoke("build", "recipes/small.yaml", "--locked", cwd=proj, store=store)
     assert ok.code == 0, ok.stderr
     assert (proj / "dist" / "small-1.36" / "index.json").is_file()
     (http.root / "README2").write_bytes(b"other\n")
@@ -74,7 +81,7 @@ def test_locked_build_then_drift_is_refused_naming_the_source(project, tmp_path)
         hashlib.sha256(b"readme\n").hexdigest(), hashlib.sha256(b"other\n").hexdigest()
     )
     (proj / "recipes" / "small.yaml").write_text(text)
-    drift = run_nvkr("build", "recipes/small.yaml", "--locked", cwd=proj, store=store)
+    drift = invoke("build", "recipes/small.yaml", "--locked", cwd=proj, store=store)
     assert drift.code == 2
     assert (
         "NVKR-E-LOCK" in drift.stderr
@@ -83,14 +90,14 @@ def test_locked_build_then_drift_is_refused_naming_the_source(project, tmp_path)
     )
     assert "Traceback" not in drift.stderr
     # Without --locked the build resolves the new pin and warns.
-    unlocked = run_nvkr("build", "recipes/small.yaml", cwd=proj, store=store)
+    unlocked = invoke("build", "recipes/small.yaml", cwd=proj, store=store)
     assert unlocked.code == 0, unlocked.stderr
     assert "run `nvkr lock`" in unlocked.stderr
 
 
 def test_locked_without_lockfile_fails(project, tmp_path):
     proj, _ = project
-    res = run_nvkr("build", "recipes/small.yaml", "--locked", cwd=proj, store=tmp_path / "store")
+    res = invoke("build", "recipes/small.yaml", "--locked", cwd=proj, store=tmp_path / "store")
     assert res.code == 2 and "NVKR-E-LOCK" in res.stderr and "no lockfile" in res.stderr
 
 
@@ -99,7 +106,7 @@ def test_wrong_digest_exits_3_and_stores_nothing(project, tmp_path):
     store = tmp_path / "store"
     wrong = "0" * 64
     write_small_recipe(proj, http.url, readme_sha=wrong)
-    res = run_nvkr("build", "recipes/small.yaml", cwd=proj, store=store)
+    res = invoke("build", "recipes/small.yaml", cwd=proj, store=store)
     assert res.code == 3, res.stderr
     assert "warning: no lockfile" in res.stdout + res.stderr  # said before anything is fetched
     assert "NVKR-E-CHECKSUM" in res.stderr and f"{http.url}/README" in res.stderr
@@ -115,14 +122,14 @@ def test_wrong_digest_exits_3_and_stores_nothing(project, tmp_path):
 
 def test_offline_names_the_missing_source(project, tmp_path):
     proj, _ = project
-    res = run_nvkr("build", "recipes/small.yaml", "--offline", cwd=proj, store=tmp_path / "store")
+    res = invoke("build", "recipes/small.yaml", "--offline", cwd=proj, store=tmp_path / "store")
     assert res.code == 1 and "NVKR-E-OFFLINE" in res.stderr and "source 'readme'" in res.stderr
 
 
 def test_mirror_rewrites_urls_but_lock_keeps_the_upstream(project, tmp_path):
     proj, http = project
     write_small_recipe(proj, "http://upstream.invalid")
-    res = run_nvkr(
+    res = invoke(
         "lock",
         "recipes/small.yaml",
         "--mirror",
@@ -133,7 +140,7 @@ def test_mirror_rewrites_urls_but_lock_keeps_the_upstream(project, tmp_path):
     assert res.code == 0, res.stderr
     doc = json.loads((proj / "lockfiles" / "small.lock.json").read_text())
     assert {e["resolved"]["url"].split("/")[2] for e in doc["sources"]} == {"upstream.invalid"}
-    unreachable = run_nvkr("lock", "recipes/small.yaml", cwd=proj, store=tmp_path / "s2")
+    unreachable = invoke("lock", "recipes/small.yaml", cwd=proj, store=tmp_path / "s2")
     assert (
         unreachable.code == 1
         and "NVKR-E-FETCH" in unreachable.stderr
@@ -148,7 +155,7 @@ def test_mirror_from_config_file(project, tmp_path):
     config.write_text(
         f"mirrors:\n  - {{prefix: 'http://upstream.invalid', replacement: '{http.url}'}}\n"
     )
-    res = run_nvkr(
+    res = invoke(
         "lock",
         "recipes/small.yaml",
         cwd=proj,
@@ -161,21 +168,21 @@ def test_mirror_from_config_file(project, tmp_path):
 def test_plan_json_and_mermaid(project, tmp_path):
     proj, _ = project
     store = tmp_path / "store"
-    res = run_nvkr("plan", "recipes/small.yaml", "--json", cwd=proj, store=store)
+    res = invoke("plan", "recipes/small.yaml", "--json", cwd=proj, store=store)
     assert res.code == 0, res.stderr
     plan = json.loads(res.stdout)
     assert plan["buildDigest"].startswith("sha256:")
     assert [a["builder"] for a in plan["actions"]] == ["release-set"]
     assert plan["actions"][0]["cached"] is False
-    again = run_nvkr("plan", "recipes/small.yaml", "--json", cwd=proj, store=store)
+    again = invoke("plan", "recipes/small.yaml", "--json", cwd=proj, store=store)
     assert json.loads(again.stdout)["buildDigest"] == plan["buildDigest"]
-    mermaid = run_nvkr("plan", "recipes/small.yaml", "--format", "mermaid", cwd=proj, store=store)
+    mermaid = invoke("plan", "recipes/small.yaml", "--format", "mermaid", cwd=proj, store=store)
     assert mermaid.code == 0 and mermaid.stdout.startswith("flowchart LR")
 
 
 def test_variant_selection_errors_are_usage_errors(project, tmp_path):
     proj, _ = project
-    res = run_nvkr(
+    res = invoke(
         "build", "recipes/small.yaml", "--variant", "gpu=ampere", cwd=proj, store=tmp_path / "s"
     )
     assert res.code == 2 and "ampere" in res.stderr and "hopper" in res.stderr
@@ -235,7 +242,7 @@ def test_invalid_recipes_exit_2_with_place_and_hint(project, tmp_path, edit, cod
     proj, _ = project
     path = proj / "recipes" / "small.yaml"
     path.write_text(edit(path.read_text()))
-    res = run_nvkr("validate", "recipes/small.yaml", cwd=proj, store=tmp_path / "s")
+    res = invoke("validate", "recipes/small.yaml", cwd=proj, store=tmp_path / "s")
     assert res.code == 2, res.stderr
     assert f"error[{code}]" in res.stderr
     for needle in needles:
@@ -246,7 +253,7 @@ def test_invalid_recipes_exit_2_with_place_and_hint(project, tmp_path, edit, cod
 
 
 def test_schema_command_matches_committed_schema(repo_root, tmp_path):
-    res = run_nvkr("schema", cwd=repo_root, store=tmp_path / "s")
+    res = invoke("schema", cwd=repo_root, store=tmp_path / "s")
     assert res.code == 0
     assert res.stdout == (repo_root / "schema" / "recipe.schema.json").read_text(), (
         "the committed schema is stale: run `nvkr schema --out schema/recipe.schema.json`"
@@ -256,14 +263,14 @@ def test_schema_command_matches_committed_schema(repo_root, tmp_path):
 def test_version_and_default_recipe_validates(repo_root, tmp_path):
     res = run_nvkr("--version", cwd=repo_root, store=tmp_path / "s")
     assert res.code == 0 and "nvkr" in res.stdout
-    ok = run_nvkr("validate", cwd=repo_root, store=tmp_path / "s")
+    ok = invoke("validate", cwd=repo_root, store=tmp_path / "s")
     assert ok.code == 0, ok.stderr
     assert "4 variants" in ok.stdout
 
 
 def test_debug_adds_a_traceback_but_keeps_the_exit_code(project, tmp_path):
     proj, _ = project
-    res = run_nvkr(
+    res = invoke(
         "--debug",
         "build",
         "recipes/small.yaml",
@@ -279,7 +286,7 @@ def test_debug_adds_a_traceback_but_keeps_the_exit_code(project, tmp_path):
 
 def test_click_usage_errors_use_the_same_format(project, tmp_path):
     proj, _ = project
-    res = run_nvkr("build", "recipes/small.yaml", "--jobs", "0", cwd=proj, store=tmp_path / "s")
+    res = invoke("build", "recipes/small.yaml", "--jobs", "0", cwd=proj, store=tmp_path / "s")
     assert res.code == 2
     assert res.stderr.startswith("error[NVKR-E-USAGE]:") and "nvkr build --help" in res.stderr
 
@@ -287,10 +294,10 @@ def test_click_usage_errors_use_the_same_format(project, tmp_path):
 def test_drift_is_one_line_per_difference_with_the_recipe_in_the_hint(project, tmp_path):
     proj, _ = project
     store = tmp_path / "store"
-    assert run_nvkr("lock", "recipes/small.yaml", cwd=proj, store=store).code == 0
+    assert invoke("lock", "recipes/small.yaml", cwd=proj, store=store).code == 0
     recipe = proj / "recipes" / "small.yaml"
     recipe.write_text(recipe.read_text().replace("v1.0.0", "v1.0.1"))
-    res = run_nvkr("build", "recipes/small.yaml", "--locked", cwd=proj, store=store)
+    res = invoke("build", "recipes/small.yaml", "--locked", cwd=proj, store=store)
     assert res.code == 2
     lines = [line for line in res.stderr.splitlines() if "source 'tool' changed" in line]
     assert len(lines) == 2, res.stderr  # url and checksumUrl differ per arch: one line per cell
@@ -300,7 +307,7 @@ def test_drift_is_one_line_per_difference_with_the_recipe_in_the_hint(project, t
 
 def test_json_result_names_the_release_sets(project, tmp_path):
     proj, _ = project
-    res = run_nvkr("build", "recipes/small.yaml", "--json", cwd=proj, store=tmp_path / "s")
+    res = invoke("build", "recipes/small.yaml", "--json", cwd=proj, store=tmp_path / "s")
     assert res.code == 0, res.stderr
     events = res.json_events()
     assert events[-1]["event"] == "result" and events[-1]["releaseSets"][0]["name"] == "small-1.36"
@@ -343,35 +350,35 @@ def test_concurrent_builds_on_one_store_both_succeed(project, tmp_path):
 def test_release_set_show_reads_the_metadata(project, tmp_path):
     proj, _ = project
     store = tmp_path / "store"
-    built = run_nvkr("build", "recipes/small.yaml", "--json", cwd=proj, store=store)
+    built = invoke("build", "recipes/small.yaml", "--json", cwd=proj, store=store)
     assert built.code == 0, built.stderr
     digest = built.json_events()[-1]["releaseSets"][0]["digest"]
-    shown = run_nvkr("release-set", "show", "dist/small-1.36", "--json", cwd=proj, store=store)
+    shown = invoke("release-set", "show", "dist/small-1.36", "--json", cwd=proj, store=store)
     assert shown.code == 0, shown.stderr
     doc = json.loads(shown.stdout)
     assert doc["digest"] == digest and doc["metadata"]["name"] == "small-1.36"
-    human = run_nvkr("release-set", "show", "dist/small-1.36", cwd=proj, store=store)
+    human = invoke("release-set", "show", "dist/small-1.36", cwd=proj, store=store)
     assert human.code == 0 and "small-1.36" in human.stdout
 
 
 def test_build_sign_then_verify_and_show(project, tmp_path):
     proj, _ = project
     store = tmp_path / "store"
-    keys = run_nvkr(
+    keys = invoke(
         "keys", "generate", "--type", "ed25519", "--out", str(tmp_path / "k"), cwd=proj, store=store
     )
     assert keys.code == 0, keys.stderr
-    built = run_nvkr(
+    built = invoke(
         "build", "recipes/small.yaml", "--sign", str(tmp_path / "k.key"), cwd=proj, store=store
     )
     assert built.code == 0, built.stderr
-    ok = run_nvkr(
+    ok = invoke(
         "verify", "dist/small-1.36", "--key", str(tmp_path / "k.pub"), cwd=proj, store=store
     )
     assert ok.code == 0, ok.stderr
-    shown = run_nvkr("release-set", "show", "dist/small-1.36", cwd=proj, store=store)
+    shown = invoke("release-set", "show", "dist/small-1.36", cwd=proj, store=store)
     assert shown.code == 0, shown.stderr
-    missing = run_nvkr(
+    missing = invoke(
         "build", "recipes/small.yaml", "--sign", str(tmp_path / "nope.key"), cwd=proj, store=store
     )
     assert missing.code == 2 and "nope.key" in missing.stderr and "Traceback" not in missing.stderr
@@ -382,14 +389,14 @@ def test_the_release_set_does_not_depend_on_the_working_directory(project, tmp_p
     # holds recipes/), never to the working directory or the checkout's location.
     proj, _ = project
     store = tmp_path / "store"
-    assert run_nvkr("lock", "recipes/small.yaml", cwd=proj, store=store).code == 0
-    here = run_nvkr("build", "recipes/small.yaml", "--locked", cwd=proj, store=store)
+    assert invoke("lock", "recipes/small.yaml", cwd=proj, store=store).code == 0
+    here = invoke("build", "recipes/small.yaml", "--locked", cwd=proj, store=store)
     assert here.code == 0, here.stderr
-    below = run_nvkr(
+    below = invoke(
         "build", "small.yaml", "--locked", "--out", "../dist-b", cwd=proj / "recipes", store=store
     )
     assert below.code == 0, below.stderr
-    absolute = run_nvkr(
+    absolute = invoke(
         "build", str(proj / "recipes" / "small.yaml"), "--locked", "--out", str(tmp_path / "c"),
         cwd=tmp_path, store=store,
     )  # fmt: skip
@@ -438,20 +445,20 @@ def test_lock_offline_works_from_the_store_when_build_offline_does(project, tmp_
     (the checksum file is not in the store) although `build --offline` worked."""
     proj, http = project
     store = tmp_path / "store"
-    assert run_nvkr("lock", "recipes/small.yaml", cwd=proj, store=store).code == 0
-    assert run_nvkr("build", "recipes/small.yaml", cwd=proj, store=store).code == 0
+    assert invoke("lock", "recipes/small.yaml", cwd=proj, store=store).code == 0
+    assert invoke("build", "recipes/small.yaml", cwd=proj, store=store).code == 0
     lockfile = proj / "lockfiles" / "small.lock.json"
     before = lockfile.read_bytes()
     for f in http.root.rglob("*"):  # the upstream is gone
         if f.is_file():
             f.unlink()
-    assert run_nvkr("build", "recipes/small.yaml", "--offline", cwd=proj, store=store).code == 0
-    res = run_nvkr("lock", "recipes/small.yaml", "--offline", cwd=proj, store=store)
+    assert invoke("build", "recipes/small.yaml", "--offline", cwd=proj, store=store).code == 0
+    res = invoke("lock", "recipes/small.yaml", "--offline", cwd=proj, store=store)
     assert res.code == 0, res.stderr
     assert lockfile.read_bytes() == before
     assert "changed: nothing" in res.stdout
     # what the store lacks is named, as build --offline names it
-    empty = run_nvkr("lock", "recipes/small.yaml", "--offline", cwd=proj, store=tmp_path / "s2")
+    empty = invoke("lock", "recipes/small.yaml", "--offline", cwd=proj, store=tmp_path / "s2")
     assert empty.code == 1 and "NVKR-E-OFFLINE" in empty.stderr, empty.stderr
     assert "source 'readme'" in empty.stderr or "source 'tool'" in empty.stderr
 
@@ -501,11 +508,12 @@ def test_tables_are_not_cut_to_80_columns_when_stdout_is_not_a_terminal(project,
         IMAGE_RECIPE.format(base=http.url, sha=hashlib.sha256(b"readme\n").hexdigest())
     )
     store = tmp_path / "store"
-    built = run_nvkr("build", "recipes/img.yaml", cwd=proj, store=store)
+    built = invoke("build", "recipes/img.yaml", cwd=proj, store=store)
     assert built.code == 0, built.stderr
     meta = json.loads(
-        run_nvkr("release-set", "show", "dist/img", "--json", cwd=proj, store=store).stdout
+        invoke("release-set", "show", "dist/img", "--json", cwd=proj, store=store).stdout
     )["metadata"]
+    # the table in a process of its own, whose stdout is a pipe and COLUMNS unset
     digest = meta["artifacts"][0]["index"]["digest"]
     shown = run_nvkr("release-set", "show", "dist/img", cwd=proj, store=store, env={"COLUMNS": ""})
     assert shown.code == 0, shown.stderr
@@ -564,7 +572,7 @@ def test_an_epoch_out_of_range_is_a_usage_or_recipe_error(project, tmp_path, env
     path = proj / "recipes" / "small.yaml"
     if edit is not None:
         path.write_text(edit(path.read_text()))
-    res = run_nvkr("build", "recipes/small.yaml", cwd=proj, store=tmp_path / "s", env=env)
+    res = invoke("build", "recipes/small.yaml", cwd=proj, store=tmp_path / "s", env=env)
     assert res.code == 2, res.stderr
     for needle in needles:
         assert needle in res.stderr
@@ -620,7 +628,7 @@ def test_unusable_files_are_nvkr_errors_not_internal_ones(
 ):
     proj, _ = project
     setup(proj)
-    res = run_nvkr(*args, cwd=proj, store=tmp_path / "s")
+    res = invoke(*args, cwd=proj, store=tmp_path / "s")
     assert res.code == 2, res.stderr
     assert f"error[{code}]: " in res.stderr, res.stderr
     for needle in needles:
@@ -640,7 +648,7 @@ def test_plan_text_marks_what_is_not_hermetic(tmp_path):
         "artifacts: {img: {builder: container-image, backend: docker, context: ctx}}\n"
         "releaseSet: {name: d}\n"
     )
-    res = run_nvkr("plan", "recipes/d.yaml", cwd=tmp_path, store=tmp_path / "store")
+    res = invoke("plan", "recipes/d.yaml", cwd=tmp_path, store=tmp_path / "store")
     assert res.code == 0, res.stderr
     lines = {line.split()[2]: line for line in res.stdout.splitlines() if line.startswith("  ")}
     assert lines["img"].endswith("to build, not hermetic"), lines
@@ -649,7 +657,7 @@ def test_plan_text_marks_what_is_not_hermetic(tmp_path):
 
 def test_a_build_without_a_lockfile_says_so_once(project, tmp_path):
     proj, _ = project
-    res = run_nvkr("build", "recipes/small.yaml", cwd=proj, store=tmp_path / "store")
+    res = invoke("build", "recipes/small.yaml", cwd=proj, store=tmp_path / "store")
     assert res.code == 0, res.stderr
     assert "warning: no lockfile" in res.stderr
     assert " lacks " not in res.stderr  # was: '… lacks readme, …; resolved now' after it

@@ -11,8 +11,8 @@ import shlex
 import pytest
 
 from nvkr.fanout import MAX_ID, dns_label
+from tests.helpers.cli import invoke
 from tests.helpers.fanout import write_fan_project
-from tests.helpers.nvkr import run_nvkr
 
 RECIPE = "recipes/fan.yaml"
 DNS_1123 = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -22,19 +22,19 @@ DNS_1123 = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 def fan(tmp_path):
     project = write_fan_project(tmp_path / "proj")
     store = tmp_path / "store"
-    locked = run_nvkr("lock", RECIPE, cwd=project, store=store)
+    locked = invoke("lock", RECIPE, cwd=project, store=store)
     assert locked.code == 0, locked.stderr
     return project, store
 
 
 def _fan_out(project, store, by):
-    res = run_nvkr("plan", RECIPE, "--fan-out", "--by", by, "--json", cwd=project, store=store)
+    res = invoke("plan", RECIPE, "--fan-out", "--by", by, "--json", cwd=project, store=store)
     assert res.code == 0, res.stderr
     return json.loads(res.stdout)
 
 
 def _plan(project, store):
-    res = run_nvkr("plan", RECIPE, "--json", cwd=project, store=store)
+    res = invoke("plan", RECIPE, "--json", cwd=project, store=store)
     assert res.code == 0, res.stderr
     return {a["ref"]: a for a in json.loads(res.stdout)["actions"]}
 
@@ -94,7 +94,7 @@ def test_units_run_in_needs_order_on_one_store_build_each_action_once(fan, tmp_p
     for unit in doc["units"][:-1]:
         argv = unit["argv"]
         assert argv[:2] == ["nvkr", "build"]
-        res = run_nvkr(*argv[1:], "--json", cwd=project, store=store)
+        res = invoke(*argv[1:], "--json", cwd=project, store=store)
         assert res.code == 0, f"{unit['id']}: {res.stderr}"
         result = res.json_events()[-1]
         assert sorted(result["built"]) == sorted(actions[r]["key"] for r in unit["actions"])
@@ -104,10 +104,10 @@ def test_units_run_in_needs_order_on_one_store_build_each_action_once(fan, tmp_p
     assert len(built_by) == len(actions)
     # what the final unit assembles is all cached: a full build runs no builder and writes the
     # release set a single-machine build writes
-    full = run_nvkr("build", RECIPE, "--locked", "--json", cwd=project, store=store)
+    full = invoke("build", RECIPE, "--locked", "--json", cwd=project, store=store)
     assert full.code == 0, full.stderr
     assert full.json_events()[-1]["built"] == []
-    single = run_nvkr(
+    single = invoke(
         "build", RECIPE, "--locked", "--out", "single", cwd=project, store=tmp_path / "single"
     )
     assert single.code == 0, single.stderr
@@ -137,9 +137,9 @@ def test_by_variant_units_then_join_build_the_rest(fan):
         ref for ref in actions if not ref.startswith("container-image/")
     )
     for uid in list(units)[:4]:
-        res = run_nvkr(*units[uid]["argv"][1:], "--out", f"out-{uid}", cwd=project, store=store)
+        res = invoke(*units[uid]["argv"][1:], "--out", f"out-{uid}", cwd=project, store=store)
         assert res.code == 0, res.stderr
-    join = run_nvkr(*units["join"]["argv"][1:], "--json", cwd=project, store=store)
+    join = invoke(*units["join"]["argv"][1:], "--json", cwd=project, store=store)
     assert join.code == 0, join.stderr
     built = sorted(join.json_events()[-1]["built"])
     assert built == sorted(actions[r]["key"] for r in units["join"]["actions"])
@@ -148,7 +148,7 @@ def test_by_variant_units_then_join_build_the_rest(fan):
 def test_estimates_come_from_the_run_times_in_the_store(fan):
     project, store = fan
     assert all(u["estimate"] is None for u in _fan_out(project, store, "action")["units"])
-    res = run_nvkr("build", RECIPE, "--locked", cwd=project, store=store)
+    res = invoke("build", RECIPE, "--locked", cwd=project, store=store)
     assert res.code == 0, res.stderr
     units = _fan_out(project, store, "action")["units"]
     for unit in units[:-1]:
@@ -156,7 +156,7 @@ def test_estimates_come_from_the_run_times_in_the_store(fan):
         assert est["timed"] == est["actions"] == len(unit["actions"]), unit
         assert isinstance(est["milliseconds"], int) and est["milliseconds"] >= 0
         assert "seconds" not in est
-    text = run_nvkr("plan", RECIPE, "--fan-out", "--by", "action", cwd=project, store=store)
+    text = invoke("plan", RECIPE, "--fan-out", "--by", "action", cwd=project, store=store)
     assert text.code == 0, text.stderr
     assert "tool-image-index" in text.stdout
     argv = shlex.split(text.stdout.splitlines()[2].strip())
@@ -166,13 +166,13 @@ def test_estimates_come_from_the_run_times_in_the_store(fan):
 def test_fan_out_refuses_a_variant_selection_and_by_action_needs_the_lock(tmp_path):
     project = write_fan_project(tmp_path / "proj")
     store = tmp_path / "store"
-    res = run_nvkr("plan", RECIPE, "--fan-out", "--variant", "gpu=hopper", cwd=project, store=store)
+    res = invoke("plan", RECIPE, "--fan-out", "--variant", "gpu=hopper", cwd=project, store=store)
     assert res.code == 2 and "--fan-out cuts the whole recipe" in res.stderr, res.stderr
-    res = run_nvkr("plan", RECIPE, "--fan-out", "--by", "action", cwd=project, store=store)
+    res = invoke("plan", RECIPE, "--fan-out", "--by", "action", cwd=project, store=store)
     assert res.code == 2, res.stderr
     assert "NVKR-E-LOCK" in res.stderr and "there is no lockfile" in res.stderr
     assert "--by variant" in res.stderr
-    by_variant = run_nvkr("plan", RECIPE, "--fan-out", "--json", cwd=project, store=store)
+    by_variant = invoke("plan", RECIPE, "--fan-out", "--json", cwd=project, store=store)
     assert by_variant.code == 0, by_variant.stderr
     assert [u["actions"] for u in json.loads(by_variant.stdout)["units"]] == [[]] * 6
 

@@ -5,7 +5,10 @@ answers the upstream layout (GET, HEAD, 404, checksum files) well enough for ``l
 
 The recipe's url sources keep their real upstream URLs (dl.k8s.io, github.com); a loopback
 stand-in (:mod:`tests.helpers.k8smirror`) serves them to the connected machine. Builders: kube-packages
-and a scratch container image (no tool, no network of their own)."""
+and a scratch container image (no tool, no network of their own).
+
+The verbs run in this process (:func:`tests.helpers.cli.invoke`), where a retry does not sleep;
+``serve`` runs as a user starts it, in a process of its own that Ctrl-C stops."""
 
 from __future__ import annotations
 
@@ -23,8 +26,9 @@ from typing import Any
 import pytest
 
 from nvkr.airgap.serve import serving
+from tests.helpers.cli import invoke
 from tests.helpers.k8smirror import serve_k8s_mirror
-from tests.helpers.nvkr import Result, run_nvkr
+from tests.helpers.nvkr import Result
 
 RECIPE = """\
 apiVersion: nvkr.dev/v1alpha1
@@ -82,18 +86,16 @@ def connected(tmp_path: Path) -> Any:
     with serve_k8s_mirror(tmp_path / "upstream") as mirror:
         proj = write_project(tmp_path / "proj")
         store = tmp_path / "store"
-        res = run_nvkr("lock", "recipes/kube.yaml", *mirror.mirror_args(), cwd=proj, store=store)
+        res = invoke("lock", "recipes/kube.yaml", *mirror.mirror_args(), cwd=proj, store=store)
         assert res.code == 0, res.stderr
-        res = run_nvkr("build", "recipes/kube.yaml", "--locked", "--json", cwd=proj, store=store)
+        res = invoke("build", "recipes/kube.yaml", "--locked", "--json", cwd=proj, store=store)
         assert res.code == 0, res.stderr
         index = (proj / "dist" / SET / "index.json").read_bytes()
         yield proj, store, mirror, result_sets(res), index
 
 
 def export(proj: Path, store: Path, out: Path, *extra: str) -> Result:
-    return run_nvkr(
-        "mirror", "export", "recipes/kube.yaml", str(out), *extra, cwd=proj, store=store
-    )
+    return invoke("mirror", "export", "recipes/kube.yaml", str(out), *extra, cwd=proj, store=store)
 
 
 def test_export_import_offline_build_gives_the_same_release_set(connected, tmp_path) -> None:
@@ -137,17 +139,17 @@ def test_export_import_offline_build_gives_the_same_release_set(connected, tmp_p
     assert json.loads((out / "index.json").read_text()) == doc
 
     fresh = tmp_path / "fresh"
-    res = run_nvkr("mirror", "import", str(out), cwd=proj, store=fresh)
+    res = invoke("mirror", "import", str(out), cwd=proj, store=fresh)
     assert res.code == 0, res.stderr
     assert "imported 4 blobs" in res.stdout
     assert blob_names(fresh) == set(os.listdir(out / "blobs" / "sha256"))
-    again = run_nvkr("mirror", "import", str(out), cwd=proj, store=fresh)
+    again = invoke("mirror", "import", str(out), cwd=proj, store=fresh)
     assert (
         again.code == 0 and "imported 0 blobs" in again.stdout and "4 already there" in again.stdout
     )
 
     seen = len(mirror.requests)
-    res = run_nvkr(
+    res = invoke(
         "build", "recipes/kube.yaml", "--locked", "--offline", "--json", "--out", "dist-offline",
         cwd=proj, store=fresh,
     )  # fmt: skip
@@ -173,7 +175,7 @@ def test_tampered_blob_exits_3_naming_it_and_stores_nothing(connected, tmp_path)
     f = mirror.kube("kubelet", "arm64")
     _flip(out / "blobs" / "sha256" / f.sha256)
     fresh = tmp_path / "fresh"
-    res = run_nvkr("mirror", "import", str(out), cwd=proj, store=fresh)
+    res = invoke("mirror", "import", str(out), cwd=proj, store=fresh)
     assert res.code == 3, res.stderr
     assert "NVKR-E-CHECKSUM" in res.stderr and f"sha256:{f.sha256}" in res.stderr
     assert "source 'kubelet'" in res.stderr and f"https://dl.k8s.io{f.path}" in res.stderr
@@ -186,13 +188,13 @@ def test_tampered_blob_exits_3_naming_it_and_stores_nothing(connected, tmp_path)
     data = path.read_bytes()
     path.unlink()
     path.write_bytes(data[:-1])
-    res = run_nvkr("mirror", "import", str(out), cwd=proj, store=tmp_path / "fresh2")
+    res = invoke("mirror", "import", str(out), cwd=proj, store=tmp_path / "fresh2")
     assert res.code == 3 and f"expected {g.size} bytes" in res.stderr, res.stderr
 
 
 def test_import_of_a_directory_without_index_is_a_usage_error(tmp_path) -> None:
     (tmp_path / "half" / "blobs" / "sha256").mkdir(parents=True)
-    res = run_nvkr("mirror", "import", str(tmp_path / "half"), cwd=tmp_path, store=tmp_path / "s")
+    res = invoke("mirror", "import", str(tmp_path / "half"), cwd=tmp_path, store=tmp_path / "s")
     assert res.code == 2 and "no index.json" in res.stderr, res.stderr
 
 
@@ -229,10 +231,10 @@ def test_serve_answers_the_upstream_layout_and_lock_and_build_work_through_it(
         mirrors += ["--mirror", f"https://github.com/={base}/github.com/"]
         seen = len(mirror.requests)
         # lock reads the checksum files and the payloads from the served export alone
-        res = run_nvkr("lock", "recipes/kube.yaml", *mirrors, cwd=proj, store=tmp_path / "s1")
+        res = invoke("lock", "recipes/kube.yaml", *mirrors, cwd=proj, store=tmp_path / "s1")
         assert res.code == 0, res.stderr
         assert (proj / "lockfiles" / "kube.lock.json").read_bytes() == lock_before
-        res = run_nvkr(
+        res = invoke(
             "build", "recipes/kube.yaml", "--locked", "--json", "--out", "dist-served", *mirrors,
             cwd=proj, store=tmp_path / "s2",
         )  # fmt: skip

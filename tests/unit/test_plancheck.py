@@ -11,7 +11,7 @@ import pytest
 from nvkr.errors import RecipeError, RecipeReferenceError
 from nvkr.plancheck import check_variant
 from nvkr.recipe import expand, load_recipe
-from tests.helpers.nvkr import run_nvkr
+from tests.helpers.cli import invoke
 
 HEX = "ab" * 32
 RECIPE = f"""\
@@ -248,7 +248,7 @@ def test_a_cycle_is_a_reference_error_naming_the_chain(tmp_path: Path) -> None:
 def test_validate_refuses_what_plan_refuses(tmp_path: Path, old: str, new: str, needles) -> None:
     path = _write(tmp_path, old, new)
     for verb in ("validate", "plan"):
-        res = run_nvkr(verb, str(path), cwd=tmp_path, store=tmp_path / "store")
+        res = invoke(verb, str(path), cwd=tmp_path, store=tmp_path / "store")
         assert res.code == 2, (verb, res.stderr)
         for needle in needles:
             assert needle in res.stderr, (verb, res.stderr)

@@ -13,15 +13,15 @@ from typing import Any
 
 from nvkr.oci.layout import LayoutReader
 from nvkr.store import Store
-from tests.helpers.cli import invoke_output
+from tests.helpers.cli import invoke, invoke_output
 from tests.helpers.registry import run_proxy
 from tests.helpers.releasesets import blobs, payload
 
 
 def pull(store: Path, ref: str, out: Path, *extra: str) -> dict[str, Any]:
-    code, text = invoke_output("--store", str(store), "pull", ref, str(out), "--json", *extra)
-    assert code == 0, text
-    result = json.loads(text.splitlines()[-1])
+    res = invoke("--store", str(store), "pull", ref, str(out), "--json", *extra)
+    assert res.code == 0, res.output
+    result = json.loads(res.stdout.splitlines()[-1])  # stderr has the warnings, as for a user
     assert result["event"] == "result"
     return result
 

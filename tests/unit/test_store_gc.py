@@ -18,7 +18,9 @@ from nvkr.errors import UsageError
 from nvkr.quantities import parse_duration, parse_size
 from nvkr.store import Store
 from nvkr.store_gc import collect, usage
-from tests.helpers.nvkr import run_nvkr, start_nvkr
+from nvkr.storelock import GC, READERS
+from tests.helpers.cli import invoke
+from tests.helpers.nvkr import start_nvkr
 from tests.helpers.registry import Registry
 
 RECIPE = """\
@@ -59,14 +61,16 @@ class Project:
         (self.proj / "recipes" / "bounded.yaml").write_text(
             RECIPE.format(base=self.http.url, n=n, sha=hashlib.sha256(_tool(n)).hexdigest())
         )
-        res = run_nvkr(
+        res = invoke(
             "build", "recipes/bounded.yaml", "--json", *args, cwd=self.proj, store=self.store
         )
         assert res.code == 0, res.stderr
         return res.json_events()[-1]
 
     def nvkr(self, *args: str):
-        return run_nvkr(*args, cwd=self.proj, store=self.store)
+        """``nvkr ARGS`` in this process (the verbs that run while gc holds the store start a
+        process of their own: :func:`_waits_for_gc`)."""
+        return invoke(*args, cwd=self.proj, store=self.store)
 
 
 @pytest.fixture
@@ -110,7 +114,7 @@ def test_gc_after_three_changed_rebuilds_keeps_one_builds_worth(project):
     # what is left is exactly what the newest build needs: it is a no-op, fetching nothing
     project.http.root.joinpath("tool-3").unlink()
     assert project.build(3, "--offline")["upToDate"]
-    assert run_nvkr("store", "verify", cwd=project.proj, store=project.store).code == 0
+    assert project.nvkr("store", "verify").code == 0
     # an older generation is gone from the store: it builds again (its source fetched anew)
     rebuilt = project.build(1)
     assert rebuilt["built"]
@@ -181,20 +185,33 @@ def test_sizes():
 
 
 # -- gc against what else runs ---------------------------------------------------------------------
-def _gc_in_thread(store: Store) -> tuple[threading.Thread, list[object]]:
+def _gc_in_thread(store: Store) -> tuple[threading.Thread, list[object], list[str]]:
+    """gc started in a thread: the thread, its result once done, what it said it waits for
+    (before it blocks on a lock)."""
     done: list[object] = []
-    thread = threading.Thread(target=lambda: done.append(collect(store)), daemon=True)
+    waits: list[str] = []
+    thread = threading.Thread(
+        target=lambda: done.append(collect(store, on_wait=waits.append)), daemon=True
+    )
     thread.start()
-    return thread, done
+    return thread, done, waits
+
+
+def _until(condition, timeout: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return bool(condition())
 
 
 def test_gc_waits_for_a_reader_and_a_reader_for_gc(project):
     project.build(1)
     store = Store(project.store)
     with store.reading():
-        thread, done = _gc_in_thread(store)
-        time.sleep(0.5)
+        thread, done, waits = _gc_in_thread(store)
+        assert _until(lambda: waits or done), "gc neither waited nor finished"
         assert not done, "gc ran while a reader held the store"
+        assert waits == [f"waiting for {READERS} in {project.store} to finish"]
     thread.join(30)
     assert done
 
@@ -214,19 +231,36 @@ def _holding_gc(store: Path) -> subprocess.Popen[str]:
     return proc
 
 
+def _blocked_on(proc: subprocess.Popen[str], lock: Path) -> bool:
+    """Whether ``proc`` comes to wait for an flock of the file ``lock`` (a ``->`` line of
+    /proc/locks: a blocked waiter) before it ends (within 60 s)."""
+    inode = lock.stat().st_ino
+
+    def waiting() -> bool:
+        for line in Path("/proc/locks").read_text().splitlines():
+            f = line.split()
+            if f[1] == "->" and f[5] == str(proc.pid) and int(f[6].rsplit(":", 1)[1]) == inode:
+                return True
+        return False
+
+    return _until(lambda: waiting() or proc.poll() is not None) and proc.poll() is None
+
+
 def _waits_for_gc(project: Project, *args: str) -> None:
-    """``nvkr ARGS`` started while gc runs does not run until gc is done, then succeeds."""
+    """``nvkr ARGS`` started while gc runs does not run until gc is done (it blocks on the
+    store's reader lock, saying so), then succeeds."""
     gc = _holding_gc(project.store)
     try:
         started = start_nvkr(*args, cwd=project.proj, store=project.store, timeout=120)
-        time.sleep(1.5)
-        assert started.proc.poll() is None, f"nvkr {args[0]} ran during a gc"
+        blocked = _blocked_on(started.proc, project.store / "gc.lock")
+        assert blocked, f"nvkr {args[0]} ran during a gc"
     finally:
         assert gc.stdin is not None
         gc.stdin.close()
         gc.wait(10)
     res = started.result()
     assert res.code == 0, res.stderr
+    assert f"waiting for {GC} in {project.store} to finish" in res.stderr, res.stderr
 
 
 def test_build_plan_lock_and_mirror_export_wait_for_gc(project):
@@ -274,7 +308,9 @@ def test_a_build_running_during_gc_keeps_what_it_uses(project):
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Held)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    ).start()
     try:
         base = f"http://127.0.0.1:{server.server_address[1]}"
         (project.proj / "recipes" / "bounded.yaml").write_text(
@@ -283,9 +319,10 @@ def test_a_build_running_during_gc_keeps_what_it_uses(project):
         started = start_nvkr("build", "recipes/bounded.yaml", cwd=project.proj,
                              store=project.store)  # fmt: skip
         assert arrived.wait(120), "the build never asked for its source"
-        thread, done = _gc_in_thread(Store(project.store))
-        time.sleep(1.0)
+        thread, done, waits = _gc_in_thread(Store(project.store))
+        assert _until(lambda: waits or done), "gc neither waited nor finished"
         assert not done, "gc ran during a build"
+        assert waits == [f"waiting for {READERS} in {project.store} to finish"]
         release.set()
         res = started.result()
         assert res.code == 0, res.stderr
@@ -294,14 +331,7 @@ def test_a_build_running_during_gc_keeps_what_it_uses(project):
     finally:
         server.shutdown()
         server.server_close()
-    res = run_nvkr(
-        "build",
-        "recipes/bounded.yaml",
-        "--json",
-        "--offline",
-        cwd=project.proj,
-        store=project.store,
-    )
+    res = project.nvkr("build", "recipes/bounded.yaml", "--json", "--offline")
     assert res.code == 0 and res.json_events()[-1]["upToDate"], res.stderr
 
 

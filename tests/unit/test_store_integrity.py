@@ -4,6 +4,9 @@ built into an artifact nor linked into dist/ (hardening issue, item 1).
 The small project below builds a daemonless container image whose one file is a url source from
 a loopback server, so a build exercises the whole path a node image takes (source blob -> builder
 -> output blobs -> release set assembly -> dist/) in about a second, without root or a toolchain.
+
+The verbs run in this process (:func:`tests.helpers.cli.invoke`: the console script's entry point,
+its output and exit codes); the store's warnings reach the result's stderr as a terminal shows them.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from nvkr.store import Store
-from tests.helpers.nvkr import run_nvkr
+from tests.helpers.cli import invoke
 from tests.helpers.recipes import SCRATCH_TOOL, write_scratch_tool_recipe
 
 TOOL = SCRATCH_TOOL
@@ -33,9 +36,9 @@ def project(tmp_path, http_dir):
 
 def _build(proj: Path, store: Path, *args: str):
     if not (proj / "lockfiles" / "sealed.lock.json").exists():
-        locked = run_nvkr("lock", "recipes/sealed.yaml", cwd=proj, store=store)
+        locked = invoke("lock", "recipes/sealed.yaml", cwd=proj, store=store)
         assert locked.code == 0, locked.stderr
-    res = run_nvkr("build", "recipes/sealed.yaml", "--json", *args, cwd=proj, store=store)
+    res = invoke("build", "recipes/sealed.yaml", "--json", *args, cwd=proj, store=store)
     assert res.code == 0, res.stderr
     result = res.json_events()[-1]
     assert result["event"] == "result"
@@ -96,7 +99,7 @@ def test_a_corrupt_source_blob_says_why_it_is_fetched_again(project, tmp_path):
     for record in (store / "actions").glob("*.json"):
         record.unlink()
     _flip(Store(store).blob_path("sha256:" + hashlib.sha256(TOOL).hexdigest()))
-    res = run_nvkr("build", "recipes/sealed.yaml", cwd=project, store=store)
+    res = invoke("build", "recipes/sealed.yaml", cwd=project, store=store)
     assert res.code == 0, res.stderr
     line = next(x for x in res.stderr.splitlines() if " is corrupt " in x)
     assert hashlib.sha256(TOOL).hexdigest()[:12] in line and "deleted" in line, line
@@ -149,11 +152,11 @@ def test_store_verify_finds_what_a_seal_cannot_see_and_repair_refetches(project,
     path = s.blob_path(digest)
     _flip(path)
     s.seal(digest)  # bit rot: the bytes changed, the seal (size, mtime, ctime) still matches
-    ok = run_nvkr("store", "verify", cwd=project, store=store)
+    ok = invoke("store", "verify", cwd=project, store=store)
     assert ok.code == 3, ok.stdout + ok.stderr
     assert hashlib.sha256(TOOL).hexdigest() in ok.stdout + ok.stderr
     assert path.exists(), "store verify without --repair deletes nothing"
-    rep = run_nvkr("store", "verify", "--repair", "--json", cwd=project, store=store)
+    rep = invoke("store", "verify", "--repair", "--json", cwd=project, store=store)
     assert rep.code == 0, rep.stderr
     report = json.loads(rep.stdout)
     assert report["corrupt"] == [digest] and report["repaired"] is True
@@ -164,7 +167,7 @@ def test_store_verify_finds_what_a_seal_cannot_see_and_repair_refetches(project,
     _, again = _build(project, store)
     assert again["releaseSets"][0]["digest"] == first["releaseSets"][0]["digest"]
     assert path.read_bytes() == TOOL
-    assert run_nvkr("store", "verify", cwd=project, store=store).code == 0
+    assert invoke("store", "verify", cwd=project, store=store).code == 0
 
 
 def test_store_verify_names_the_action_whose_output_is_corrupt(project, tmp_path):
@@ -176,9 +179,9 @@ def test_store_verify_names_the_action_whose_output_is_corrupt(project, tmp_path
     s = Store(store)
     _flip(s.blob_path("sha256:" + layer))
     s.seal("sha256:" + layer)
-    res = run_nvkr("store", "verify", cwd=project, store=store)
+    res = invoke("store", "verify", cwd=project, store=store)
     assert res.code == 3
     (line,) = [x for x in res.stdout.splitlines() if x.strip().startswith("corrupt")]
     assert layer in line and "output of " in line and "(container-image)" in line, line
-    report = json.loads(run_nvkr("store", "verify", "--json", cwd=project, store=store).stdout)
+    report = json.loads(invoke("store", "verify", "--json", cwd=project, store=store).stdout)
     assert any(o.endswith("(container-image)") for o in report["owners"]["sha256:" + layer])

@@ -5,6 +5,9 @@ reports action records whose outputs are gone and ``--repair`` deletes them.
 
 The project: a daemonless image on two arches (so an image-index action joins them), whose one
 file is a url source from a loopback server; a build takes about a second.
+
+The verbs run in this process (:func:`tests.helpers.cli.invoke`: the console script's entry point,
+its output and exit codes); the store's warnings reach the result's stderr as a terminal shows them.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from nvkr.store import Store
-from tests.helpers.nvkr import run_nvkr
+from tests.helpers.cli import invoke
 from tests.helpers.recipes import SCRATCH_TOOL, write_scratch_tool_recipe
 
 TOOL = SCRATCH_TOOL
@@ -27,13 +30,13 @@ def project(tmp_path, http_dir):
     (http_dir.root / "tool").write_bytes(TOOL)
     proj = tmp_path / "proj"
     write_scratch_tool_recipe(proj, "wedge", http_dir.url, arches="amd64, arm64")
-    locked = run_nvkr("lock", "recipes/wedge.yaml", cwd=proj, store=tmp_path / "store")
+    locked = invoke("lock", "recipes/wedge.yaml", cwd=proj, store=tmp_path / "store")
     assert locked.code == 0, locked.stderr
     return proj
 
 
 def _build(proj: Path, store: Path) -> tuple[object, dict]:
-    res = run_nvkr("build", "recipes/wedge.yaml", "--json", cwd=proj, store=store)
+    res = invoke("build", "recipes/wedge.yaml", "--json", cwd=proj, store=store)
     assert res.code == 0, res.stdout[-3000:] + res.stderr[-3000:]
     result = res.json_events()[-1]
     assert result["event"] == "result"
@@ -187,22 +190,22 @@ def test_store_verify_reports_records_whose_outputs_are_gone_and_repair_unwedges
     _, first = _build(project, store)
     layer = _output_of_one_arch(store, "layer")
     Store(store).blob_path(layer).unlink()
-    res = run_nvkr("store", "verify", cwd=project, store=store)
+    res = invoke("store", "verify", cwd=project, store=store)
     assert res.code == 3, res.stdout + res.stderr
     assert "store: ok" not in res.stdout
     (line,) = [x for x in res.stdout.splitlines() if x.strip().startswith("missing")]
     assert layer in line and "(container-image)" in line and "(release-set)" in line, line
-    report = json.loads(run_nvkr("store", "verify", "--json", cwd=project, store=store).stdout)
+    report = json.loads(invoke("store", "verify", "--json", cwd=project, store=store).stdout)
     assert report["ok"] is False and list(report["missingOutputs"]) == [layer]
     stale = {name for name, r in _records(store).items() if layer in json.dumps(r["outputs"])}
     assert sorted(report["staleActions"]) == sorted(stale) and len(stale) >= 2
-    rep = run_nvkr("store", "verify", "--repair", "--json", cwd=project, store=store)
+    rep = invoke("store", "verify", "--repair", "--json", cwd=project, store=store)
     assert rep.code == 0, rep.stderr
     assert json.loads(rep.stdout)["repaired"] is True
     assert not stale & set(_records(store)), "--repair deletes the records whose outputs are gone"
     _, again = _build(project, store)
     assert again["releaseSets"][0]["digest"] == first["releaseSets"][0]["digest"]
-    assert run_nvkr("store", "verify", cwd=project, store=store).code == 0
+    assert invoke("store", "verify", cwd=project, store=store).code == 0
     _, third = _build(project, store)
     assert third["upToDate"]
 
@@ -216,11 +219,11 @@ def test_store_verify_repair_of_a_rotten_layer_leaves_a_store_that_builds(projec
     s = Store(store)
     _damage(s.blob_path(layer), "corrupt")
     s.seal(layer)
-    rep = run_nvkr("store", "verify", "--repair", "--json", cwd=project, store=store)
+    rep = invoke("store", "verify", "--repair", "--json", cwd=project, store=store)
     assert rep.code == 0, rep.stderr
     report = json.loads(rep.stdout)
     assert report["corrupt"] == [layer] and report["staleActions"], report
-    assert run_nvkr("store", "verify", cwd=project, store=store).code == 0, "repaired is ok"
+    assert invoke("store", "verify", cwd=project, store=store).code == 0, "repaired is ok"
     _, again = _build(project, store)
     assert again["releaseSets"][0]["digest"] == first["releaseSets"][0]["digest"]
     assert again["built"]

@@ -660,7 +660,7 @@ def test_diffoscope_output_goes_into_the_report(
 @pytest.fixture
 def small_project(tmp_path: Path, http_dir: Any) -> tuple[Path, Path]:
     """test_cli's small recipe (sources on a loopback server), locked and built: (project, store)."""
-    from tests.helpers.nvkr import run_nvkr
+    from tests.helpers.cli import invoke
     from tests.helpers.recipes import write_small_recipe
 
     for arch in ("amd64", "arm64"):
@@ -675,7 +675,7 @@ def small_project(tmp_path: Path, http_dir: Any) -> tuple[Path, Path]:
     write_small_recipe(proj, http_dir.url)
     store = tmp_path / "store"
     for step in (("lock", "recipes/small.yaml"), ("build", "recipes/small.yaml", "--locked")):
-        res = run_nvkr(*step, cwd=proj, store=store)
+        res = invoke(*step, cwd=proj, store=store)  # verify --rebuild starts its own build
         assert res.code == 0, res.stderr
     return proj, store
 

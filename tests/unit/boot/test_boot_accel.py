@@ -149,6 +149,7 @@ def test_the_accelerator_defaults_to_nvkr_boot_accel(image, tmp_path, kvm_host, 
 @needs_tools
 @needs_grub
 @needs_qemu
+@pytest.mark.slow  # boots the real QEMU
 def test_real_qemu_hung_under_kvm_is_booted_again_under_tcg(kvm_host, tmp_path, monkeypatch):
     """The real QEMU, stopped before its first instruction when given ``-accel kvm``: the
     console stays silent, the boot test gives KVM up and GRUB prints its line under TCG."""

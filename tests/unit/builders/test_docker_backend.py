@@ -35,6 +35,9 @@ from nvkr.repro import tar_bytes
 from nvkr.store import Store
 from tests.helpers.podman import podman_service
 
+#: the tests that build through podman's service (the plan and model tests need none)
+slow = pytest.mark.slow
+
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "dockerfile"
 EPOCH = 1764547200
 
@@ -200,6 +203,7 @@ def test_no_socket_is_one_line_tool_error(tmp_path: Path, monkeypatch: pytest.Mo
 # -- a real build -----------------------------------------------------------------------------
 
 
+@slow
 def test_outputs_are_an_oci_image_in_the_store(built: Built, podman_docker_host: str) -> None:
     layers = built.role("layer")
     assert len(layers) == 2 and {o["mediaType"] for o in layers} == {mt.OCI_LAYER_TAR_GZIP}
@@ -232,6 +236,7 @@ def test_outputs_are_an_oci_image_in_the_store(built: Built, podman_docker_host:
     assert _daemon_images(podman_docker_host) == [], "the built image and its steps are removed"
 
 
+@slow
 def test_config_merges_the_dockerfile_and_the_recipe(built: Built) -> None:
     config = built.json("config")
     assert config["architecture"] == "amd64" and config["os"] == "linux"
@@ -256,6 +261,7 @@ def test_config_merges_the_dockerfile_and_the_recipe(built: Built) -> None:
     assert config["rootfs"] == {"type": "layers", "diff_ids": diff_ids}
 
 
+@slow
 def test_layers_are_deterministic_tars(built: Built) -> None:
     names: list[str] = []
     for out in built.role("layer"):
@@ -271,6 +277,7 @@ def test_layers_are_deterministic_tars(built: Built) -> None:
     assert "etc/greeter/greeter.toml" in names and "usr/local/bin/greet" in names
 
 
+@slow
 def test_rebuilds_give_the_same_manifest(
     built: Built,
     podman_docker_host: str,
@@ -287,6 +294,7 @@ def test_rebuilds_give_the_same_manifest(
     assert third.metadata["manifestDigest"] == built.metadata["manifestDigest"]
 
 
+@slow
 def test_umoci_unpacks_the_image(built: Built, tmp_path: Path) -> None:
     umoci = shutil.which("umoci")
     assert umoci, "umoci is not installed: apt-get install umoci"
@@ -321,6 +329,7 @@ def test_umoci_unpacks_the_image(built: Built, tmp_path: Path) -> None:
     assert process["user"]["uid"] == 65532
 
 
+@slow
 def test_foreign_platform_builds_without_run_steps(
     podman_docker_host: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -329,6 +338,7 @@ def test_foreign_platform_builds_without_run_steps(
     assert arm.json("config")["architecture"] == "arm64"
 
 
+@slow
 def test_foreign_run_step_without_emulation_names_the_platform(
     podman_docker_host: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -346,6 +356,7 @@ def test_foreign_run_step_without_emulation_names_the_platform(
     assert _daemon_images(podman_docker_host) == [], "a failed build leaves no images behind"
 
 
+@slow
 def test_failed_build_shows_the_daemon_log(
     podman_docker_host: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -360,6 +371,7 @@ def test_failed_build_shows_the_daemon_log(
     assert _daemon_images(podman_docker_host) == []
 
 
+@slow
 def test_a_missing_dockerfile_is_named(
     podman_docker_host: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -90,6 +90,7 @@ def test_missing_qemu_or_firmware_names_the_package(tmp_path, monkeypatch):
 @needs_tools
 @needs_grub
 @needs_qemu
+@pytest.mark.slow  # boots the real QEMU
 def test_grub_boots_from_the_disk_with_seabios(image, tmp_path):
     log = tmp_path / "boot.log"
     start = time.monotonic()
@@ -108,6 +109,7 @@ def test_grub_boots_from_the_disk_with_seabios(image, tmp_path):
 @needs_tools
 @needs_grub
 @needs_qemu
+@pytest.mark.slow  # boots the real QEMU
 @pytest.mark.skipif(not Path(qemu.OVMF[0]).is_file(), reason="ovmf missing")
 def test_grub_boots_from_the_esp_with_ovmf(image):
     result = _boot(image, expect=LOADING, firmware="efi")
@@ -118,6 +120,7 @@ def test_grub_boots_from_the_esp_with_ovmf(image):
 @needs_tools
 @needs_grub
 @needs_qemu
+@pytest.mark.slow  # boots the real QEMU
 def test_a_fail_line_ends_the_test(image):
     with pytest.raises(
         BootTestError, match=r"failed after \d+ s: console printed 'nvkr: loading"
@@ -130,6 +133,7 @@ def test_a_fail_line_ends_the_test(image):
 @needs_tools
 @needs_grub
 @needs_qemu
+@pytest.mark.slow  # boots the real QEMU
 def test_timeout(image):
     with pytest.raises(BootTestError, match="timed out after 1 s without a line matching 'never'"):
         _boot(image, expect="never", fail="", timeout=1.0)
@@ -137,6 +141,7 @@ def test_timeout(image):
 
 
 @needs_qemu
+@pytest.mark.slow  # boots the real QEMU
 def test_qemu_exiting_is_reported(tmp_path):
     bad = tmp_path / "not-a.qcow2"
     bad.write_bytes(b"garbage" * 100)
@@ -150,6 +155,7 @@ def test_qemu_exiting_is_reported(tmp_path):
 @needs_tools
 @needs_grub
 @needs_qemu
+@pytest.mark.slow  # boots the real QEMU
 def test_interrupt_leaves_no_qemu(image, monkeypatch):
     real = boot._lines
 
@@ -167,6 +173,7 @@ def test_interrupt_leaves_no_qemu(image, monkeypatch):
 @needs_tools
 @needs_grub
 @needs_qemu
+@pytest.mark.slow  # boots the real QEMU
 def test_qemu_is_killed_even_when_stopping_fails(image, monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt

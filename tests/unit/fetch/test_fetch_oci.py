@@ -319,7 +319,9 @@ def gate(request, registry) -> Iterator[Gate]:
     server.gate = Gate(
         host=host, mode=request.param, upstream=registry.host, token_requests=[], token_auth=[]
     )
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     try:
         yield server.gate
