@@ -4,7 +4,10 @@ mmdebstrap or podman fails, naming the tool and saying to mark it ``slow``.
 nvkr looks its tools up on a fixed PATH (:data:`nvkr.run.FIXED_PATH`) and passes its tools that
 PATH, never the test's, so a directory of stand-ins early on the test's ``PATH`` alone would not
 see nvkr start QEMU. The guard therefore works at two levels, both active only while a test
-without the ``slow`` marker runs (:func:`tests.helpers.isolation.tool_guard`):
+without the ``slow`` marker runs (:mod:`tests.helpers.isolation`: the hook from the start of its
+setup, its module and session fixtures included, to the end of its teardown; the environment that
+carries the guard into child processes from its function fixtures on, so a session fixture's
+long-lived process, such as the default build, never inherits it):
 
 * an audit hook (:func:`sys.addaudithook`) in the pytest process and, through a generated
   ``sitecustomize`` on ``PYTHONPATH``, in every Python process the test starts with its
@@ -13,9 +16,9 @@ without the ``slow`` marker runs (:func:`tests.helpers.isolation.tool_guard`):
 * a directory of stand-ins for the tools first on the test's ``PATH`` (:data:`SHIM`): a shell
   script or a tool of the test's that looks ``podman`` up by name gets one that exits 97.
 
-Both append a line to the session's log (``$PYTEST_TOOL_GUARD_LOG``), which the fixture reads
-after the test and fails it with, so a test that expects a command to fail (and would pass on
-the guard's refusal) still fails. A fake of the test's own (``tests/helpers/fake_qemu.py``) is
+Both append a line to the session's log (``$PYTEST_TOOL_GUARD_LOG``), which is read after the
+test's teardown and fails it, so a test that expects a command to fail (and would pass on the
+guard's refusal) still fails. A fake of the test's own (``tests/helpers/fake_qemu.py``) is
 another file, by path or earlier on ``PATH``, and runs. Not seen: a tool started by a process
 that got a pinned environment (nvkr's tools) from a script of the test's by absolute path, such
 as :func:`tests.helpers.fake_qemu.hanging_kvm_qemu`'s wrapper, which calls :func:`require_slow`
@@ -73,7 +76,7 @@ _log_path = ""
 
 
 class GuardedTool(RuntimeError):
-    """A test not marked slow started one of :data:`GUARDED`."""
+    """A test not marked slow started QEMU, mmdebstrap or podman."""
 
 
 def message(tool: str) -> str:
