@@ -9,6 +9,9 @@ Kept from the machine: pip's own configuration (``PIP_CONFIG_FILE`` names the us
 when there is one), so source fetches keep the machine's package index route, as nvkr's pypi
 fetcher does for a real user. Session fixtures (``default_sources``, ``default_build``) are set up
 before this function-scoped fixture and pass their stores explicitly.
+
+Also here, the fast tier's guard (:mod:`tests.helpers.toolguard`): a test not marked ``slow`` that
+starts QEMU, mmdebstrap or podman, or uses the session's default build, fails.
 """
 
 from __future__ import annotations
@@ -109,7 +112,7 @@ def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
     if _guarded(item):
         heavy = _heavy_fixture(item)
         if heavy is not None:
-            pytest.fail(f"a test not marked slow: {heavy}; mark it pytest.mark.slow", False)
+            pytest.fail(f"a test not marked slow: {heavy}; mark it pytest.mark.slow", pytrace=False)
         toolguard.take(item.config.stash[_GUARD_FILES][2])  # an earlier test's leftovers
         toolguard.activate(True)
     return (yield)

@@ -4,7 +4,10 @@ mmdebstrap or podman fails, naming the tool and saying to mark it ``slow``.
 nvkr looks its tools up on a fixed PATH (:data:`nvkr.run.FIXED_PATH`) and passes its tools that
 PATH, never the test's, so a directory of stand-ins early on the test's ``PATH`` alone would not
 see nvkr start QEMU. The guard therefore works at two levels, both active only while a test
-without the ``slow`` marker runs (:func:`tests.helpers.isolation.tool_guard`):
+without the ``slow`` marker runs (:mod:`tests.helpers.isolation`: the hook from the start of its
+setup, its module and session fixtures included, to the end of its teardown; the environment that
+carries the guard into child processes from its function fixtures on, so a session fixture's
+long-lived process, such as the default build, never inherits it):
 
 * an audit hook (:func:`sys.addaudithook`) in the pytest process and, through a generated
   ``sitecustomize`` on ``PYTHONPATH``, in every Python process the test starts with its
@@ -13,31 +16,33 @@ without the ``slow`` marker runs (:func:`tests.helpers.isolation.tool_guard`):
 * a directory of stand-ins for the tools first on the test's ``PATH`` (:data:`SHIM`): a shell
   script or a tool of the test's that looks ``podman`` up by name gets one that exits 97.
 
-Both append a line to the session's log (``$PYTEST_TOOL_GUARD_LOG``), which the fixture reads
-after the test and fails it with, so a test that expects a command to fail (and would pass on
-the guard's refusal) still fails. A fake of the test's own (``tests/helpers/fake_qemu.py``) is
+Both append a line to the session's log (``$PYTEST_TOOL_GUARD_LOG``), which is read after the
+test's teardown and fails it, so a test that expects a command to fail (and would pass on the
+guard's refusal) still fails. A fake of the test's own (``tests/helpers/fake_qemu.py``) is
 another file, by path or earlier on ``PATH``, and runs. Not seen: a tool started by a process
 that got a pinned environment (nvkr's tools) from a script of the test's by absolute path, such
 as :func:`tests.helpers.fake_qemu.hanging_kvm_qemu`'s wrapper, which calls :func:`require_slow`
 itself.
 
-Standard library only: the generated ``sitecustomize`` loads this file by path in processes
-whose ``sys.path`` does not hold the repository.
+Standard library only, and little of it at import (every Python process a test starts loads
+it): the generated ``sitecustomize`` loads this file by path in processes whose ``sys.path`` does
+not hold the repository.
 """
 
 from __future__ import annotations
 
-import fnmatch
+import _thread
 import os
-import shutil
 import sys
-import threading
-from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
 
-#: the tools of the slow tier (shell patterns of their names)
-GUARDED = ("qemu-system-*", "mmdebstrap", "podman")
+TYPE_CHECKING = False  # typing is not imported at run time (annotations are strings here)
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
+
+#: the tools of the slow tier: QEMU's system emulators (this prefix), mmdebstrap and podman
+GUARDED_PREFIX = "qemu-system-"
+GUARDED_NAMES = ("mmdebstrap", "podman")
 #: the names the stand-ins on PATH are written for (the ``qemu-system-*`` the tests use)
 SHIMMED = ("qemu-system-x86_64", "qemu-system-aarch64", "mmdebstrap", "podman")
 #: where nvkr looks its tools up (:data:`nvkr.run.FIXED_PATH`, not imported: see above)
@@ -64,14 +69,14 @@ if os.environ.get({env!r}):
 """
 
 _EVENTS = frozenset(("subprocess.Popen", "os.exec", "os.posix_spawn", "os.spawn"))
-_state = threading.local()
+_state = _thread._local()
 _active = False
 _installed = False
 _log_path = ""
 
 
 class GuardedTool(RuntimeError):
-    """A test not marked slow started one of :data:`GUARDED`."""
+    """A test not marked slow started QEMU, mmdebstrap or podman."""
 
 
 def message(tool: str) -> str:
@@ -85,13 +90,15 @@ def message(tool: str) -> str:
 def guarded_name(argv0: str) -> str | None:
     """The guarded tool ``argv0`` names (a name or a path), or None."""
     name = os.path.basename(argv0)
-    return name if any(fnmatch.fnmatchcase(name, p) for p in GUARDED) else None
+    return name if name.startswith(GUARDED_PREFIX) or name in GUARDED_NAMES else None
 
 
 def installed(argv0: str, path: str | None) -> str | None:
     """The guarded tool's name when ``argv0`` (looked up on ``path`` when it is a bare name)
     is the installed one (the file nvkr's fixed PATH finds), else None: a fake of the test's
     is another file."""
+    import shutil
+
     name = guarded_name(argv0)
     if name is None:
         return None
@@ -111,7 +118,7 @@ def _log(line: str) -> None:
 def _argv0(args: Any) -> str | None:
     """The program of a ``subprocess.Popen`` audit event's args (a list by then: ``shell=True``
     has made it ``[/bin/sh, -c, ...]``)."""
-    if isinstance(args, Sequence) and not isinstance(args, str | bytes) and args:
+    if isinstance(args, list | tuple) and args:
         return os.fsdecode(args[0])
     return None
 

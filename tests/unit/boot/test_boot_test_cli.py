@@ -14,7 +14,7 @@ import pytest
 
 from nvkr.machine import qemu
 from tests.helpers.cli import invoke
-from tests.helpers.fake_qemu import accels, fake_qemu
+from tests.helpers.fake_qemu import STALL, accels, fake_qemu
 
 FIRMWARE = [
     ("say", "SeaBIOS (version 1.16.2-debian-1.16.2-1)\r\n"),
@@ -50,7 +50,7 @@ def test_a_start_line_then_a_warning_and_the_tcg_retry(image, tmp_path, kvm_host
         f"{image} (amd64) under tcg, timeout 20 s, console log {log} (KVM made no progress)",
     ]
     assert (
-        f"warning: boot-test: {image}: no console output for 2 s under kvm after "
+        f"warning: boot-test: {image}: no console output for {STALL:.0f} s under kvm after "
         "'nvkr: loading /boot/vmlinuz-6.1.0-test-amd64', before any line of the guest's kernel; "
         "booting it again under tcg" in err
     )
@@ -85,7 +85,7 @@ def test_a_kvm_stall_under_accel_kvm_fails_naming_the_console_log(
     assert code == 1
     assert accels(fake) == ["kvm"]
     (log,) = logs.iterdir()
-    assert "(bios, kvm) made no progress: no console output for 2 s under kvm" in err
+    assert f"(bios, kvm) made no progress: no console output for {STALL:.0f} s under kvm" in err
     assert f"full console in {log}" in err
     assert "console: nvkr: loading /boot/vmlinuz-6.1.0-test-amd64" in log.read_text()
 
@@ -108,8 +108,8 @@ def test_json_events_carry_the_accelerator_and_the_log(image, tmp_path, kvm_host
     (log,) = (store / "logs" / "boot-test").iterdir()  # the default: under the store
     assert all(e["log"] == str(log) and e["image"] == str(image) for e in images)
     assert images[0]["timeoutMilliseconds"] == 300_000 and "timeout" not in images[0]
-    assert images[1]["retry"] == "tcg" and images[1]["milliseconds"] == 2000
-    assert images[-1]["ok"] is True and "2 s under kvm" in images[-1]["fallback"]
+    assert images[1]["retry"] == "tcg" and images[1]["milliseconds"] == round(STALL * 1000)
+    assert images[-1]["ok"] is True and f"{STALL:.0f} s under kvm" in images[-1]["fallback"]
     assert isinstance(images[-1]["milliseconds"], int) and "seconds" not in images[-1]
 
 
