@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from node_image import link_blobs  # benchmarks/ is the script's sys.path[0]
+
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE = "recipes/default.yaml"
 
@@ -49,9 +51,7 @@ def fill_sources(store: Path) -> None:
 
 
 def fresh_store(seed: Path, store: Path) -> Path:
-    (store / "blobs" / "sha256").mkdir(parents=True)
-    for blob in (seed / "blobs" / "sha256").iterdir():
-        os.link(blob, store / "blobs" / "sha256" / blob.name)
+    link_blobs(seed, store)  # node_image.py's: hard links of the seed's blobs
     return store
 
 
