@@ -31,6 +31,7 @@ from urllib.parse import unquote
 from nvkr.canonical import canonical_json, sha256_bytes
 from nvkr.errors import AptError, FetchError, IntegrityError, LockError, OfflineError, ToolError
 from nvkr.fetch.context import FetchContext, check_entry
+from nvkr.fetch.debs import fetch_debs
 from nvkr.fetch.http import download
 from nvkr.recipe.models import AptKeyring, AptRepository, AptSource
 from nvkr.redact import redact_url
@@ -487,26 +488,12 @@ def _with_credentials(url: str, repository: Any, source: AptSource) -> str:
 def _fetch_debs(
     name: str, packages: list[dict[str, Any]], ctx: FetchContext, source: AptSource
 ) -> None:
-    for p in packages:
-        if ctx.store.has_blob(p["sha256"]):
-            continue
-        what = f"source {name!r}: package {p['name']} {p['version']} ({p['arch']})"
-        ctx.require_online(name, f"package {p['name']} {p['version']} ({p['url']})")
-        try:
-            download(
-                ctx.mirrors.rewrite(_with_credentials(p["url"], p.get("repository"), source)),
-                ctx.store,
-                what=what,
-                expected={"sha256": p["sha256"]},
-                expected_size=p["size"],
-                origin=p["url"],
-            )
-        except FetchError as e:
-            raise FetchError(
-                f"{what} is not in the store and the mirror does not serve it: {e.message}",
-                hint="no snapshot archive is reachable: build on a machine whose store holds it "
-                "(nvkr mirror import), or update the pin with `nvkr lock`",
-            ) from e
+    fetch_debs(
+        name,
+        packages,
+        ctx,
+        lambda p: _with_credentials(p["url"], p.get("repository"), source),
+    )
 
 
 def resolve(name: str, source: AptSource, ctx: FetchContext, *, base_dir: Path) -> dict[str, Any]:

@@ -30,6 +30,12 @@ def reporting(report: BytesReport) -> Iterator[None]:
         _current.reset(token)
 
 
+def current() -> BytesReport | None:
+    """Where this thread's :func:`report` calls go (None: nowhere), for code that downloads in
+    other threads and sends their bytes on (:mod:`nvkr.fetch.apt`)."""
+    return _current.get()
+
+
 def report(done: int) -> None:
     """``done`` bytes of the current download are in (nothing when no one listens)."""
     listener = _current.get()

@@ -210,6 +210,57 @@ def test_ensure_names_package_the_mirror_no_longer_serves(
     assert "is not in the store and the mirror does not serve it" in err.value.message
 
 
+def test_ensure_downloads_the_debs_at_once(
+    gpu_apt_repo: AptRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The three locked .debs are downloaded concurrently: each download waits until all three
+    have started (one at a time, the first would wait in vain and the barrier break)."""
+    import threading
+
+    from nvkr.fetch import debs
+
+    src, entry = _locked(gpu_apt_repo, Store(tmp_path / "s1"), tmp_path)
+    assert len(entry["packages"]) == 3
+    started = threading.Barrier(3, timeout=10)
+    real = debs.download
+
+    def download(*args: Any, **kwargs: Any) -> Any:
+        started.wait()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(debs, "download", download)
+    fresh = Store(tmp_path / "s2")
+    sizes: list[int] = []
+    from nvkr.monitor import transfer
+
+    with transfer.reporting(sizes.append):
+        assert (
+            ensure("g", src, entry, FetchContext(store=fresh), base_dir=tmp_path)
+            == (entry["digest"])
+        )
+    assert all(fresh.has_blob(p["sha256"]) for p in entry["packages"])
+    # the listener sees the bytes of all three as one count, which only grows
+    assert sizes == sorted(sizes) and sizes[-1] == sum(p["size"] for p in entry["packages"])
+
+
+def test_ensure_names_the_first_package_in_lock_order_that_fails(
+    gpu_apt_repo: AptRepo, tmp_path: Path
+) -> None:
+    """Two .debs gone from the mirror, downloaded at once: the error names the first in the
+    lock's order whichever fails first, and nothing partial is left in the store."""
+    src, entry = _locked(gpu_apt_repo, Store(tmp_path / "s1"), tmp_path)
+    gone = entry["packages"][1:]
+    for p in gone:
+        (gpu_apt_repo.root / gpu_apt_repo.deb(p["name"], arch="amd64").path).unlink()
+    fresh = Store(tmp_path / "s2")
+    with pytest.raises(FetchError) as err:
+        ensure("g", src, entry, FetchContext(store=fresh), base_dir=tmp_path)
+    assert f"package {gone[0]['name']} {gone[0]['version']} (amd64)" in err.value.message
+    assert gone[1]["name"] not in err.value.message
+    assert not any(fresh.has_blob(p["sha256"]) for p in gone)
+    assert list((fresh.root / "tmp").iterdir()) == []
+
+
 def test_ensure_refuses_an_edited_lock_entry(gpu_apt_repo: AptRepo, tmp_path: Path) -> None:
     src, entry = _locked(gpu_apt_repo, Store(tmp_path / "s1"), tmp_path)
     edited = dict(entry, packages=[dict(p) for p in entry["packages"]])
