@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import functools
 import http.server
+import os
 import threading
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -16,6 +19,7 @@ from tests.helpers import REPO
 from tests.helpers.nvkr import (
     Result,
     Started,
+    in_background,
     make_clone,
     run_nvkr,
     seed,
@@ -181,13 +185,26 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+def runs_in_background(item: pytest.Item) -> bool:
+    """Whether the test's module starts its work at the session's first test, in the background
+    (it defines ``start_in_background``: see :func:`_started_in_background`)."""
+    return hasattr(getattr(item, "module", None), "start_in_background")
+
+
 def pytest_collection_modifyitems(session: pytest.Session, items: list[pytest.Item]) -> None:
     """Modules with a test that uses the session's default build run after every other module,
+    and modules whose work runs in the background (:func:`runs_in_background`) after those,
     each in its collected order (whole modules move, so a module fixture is set up once): the
-    build starts at the first test and takes the longest of the session, so everything that
-    does not wait for it runs meanwhile."""
+    builds start at the first test and take the longest of the session, so everything that
+    does not wait for them runs meanwhile."""
     late = {item.nodeid.split("::")[0] for item in items if uses_default_build(item)}
-    items.sort(key=lambda item: item.nodeid.split("::")[0] in late)  # stable
+    last = {item.nodeid.split("::")[0] for item in items if runs_in_background(item)}
+
+    def rank(item: pytest.Item) -> int:
+        module = item.nodeid.split("::")[0]
+        return 2 if module in last else 1 if module in late else 0
+
+    items.sort(key=rank)  # stable
 
 
 class _Running:
@@ -208,10 +225,11 @@ class _Running:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _default_build_started(request, tmp_path_factory) -> Iterator[list | None]:
+def _default_build_started(request, tmp_path_factory) -> Iterator[Future[_Built] | None]:
     """At the session's first test, when any selected test uses the default build: both builds
-    of :class:`DefaultBuild` started, as ``[(clone, store, running), (twin, twin store,
-    running)]``; else None (and nothing is fetched)."""
+    of :class:`DefaultBuild` started, and a background thread that waits for them and then starts
+    the rest (:func:`_after_the_builds`: the rebuild among it), so the rebuild runs while other
+    tests do; its Future. Else None (and nothing is fetched)."""
     if not any(uses_default_build(item) for item in request.session.items):
         yield None
         return
@@ -227,53 +245,110 @@ def _default_build_started(request, tmp_path_factory) -> Iterator[list | None]:
         args = ("build", "--json", "--locked", *jobs)
         started = start_nvkr(*args, cwd=clone, store=store, env=env, umask=umask, timeout=3600)
         runs.append((clone, store, _Running(started)))
+    pool = ThreadPoolExecutor(1, initializer=in_background, initargs=(dict(os.environ),))
+    after = pool.submit(_after_the_builds, runs)
+    pool.shutdown(wait=False)
     try:
-        yield runs
+        yield after
     finally:
         for _, _, running in runs:  # the session ended before a test waited for them
             if running.started.proc.poll() is None:
                 running.started.kill()
+        built = after.result() if after.done() and after.exception() is None else None
+        if built is not None and built.rebuild is not None and built.rebuild.proc.poll() is None:
+            built.rebuild.kill()  # its test was not selected: do not leave it running
+
+
+class _Built(NamedTuple):
+    """What :func:`_after_the_builds` gives :func:`default_build`: the first build and the twin
+    as (clone, store, result), the release set of one variant, the mirror's export and import,
+    the rebuild started."""
+
+    first: tuple[Path, Path, Result]
+    twin: tuple[Path, Path, Result]
+    one: Result
+    mirror: Path
+    exported: Result
+    imported: Result
+    mirror_store: Path
+    rebuild: Started | None
+
+
+def _after_the_builds(runs: list[tuple[Path, Path, _Running]]) -> _Built:
+    """Wait for both builds; when both passed, write one amd64 variant's release set from the
+    first store's cache (the rebuild covers one variant: one variant runs every builder and the
+    whole verify --rebuild path), export its sources with ``nvkr mirror export --offline``,
+    import them into an empty store, and start ``verify --rebuild`` (see :class:`DefaultBuild`).
+    A step that fails ends the chain: later steps' Results are its own, and no rebuild starts."""
+    (clone, store, first), (twin, twin_store, second) = [(c, s, r.result()) for c, s, r in runs]
+    mirror, mirror_store = clone.parent / "mirror", clone.parent / "mirror-store"
+    failed = next((r for r in (first, second) if r.code != 0), None)
+    one = exported = imported = failed or run_nvkr(
+        "build", "--locked", "--variant", REBUILD_VARIANT, "--out", "dist-one",
+        cwd=clone, store=store,
+    )  # fmt: skip
+    if one.code == 0:
+        exported = imported = run_nvkr(
+            "mirror", "export", "recipes/default.yaml", str(mirror), "--variant", MIRROR_VARIANT,
+            "--offline", cwd=clone, store=store,
+        )  # fmt: skip
+    if exported.code == 0:
+        imported = run_nvkr("mirror", "import", str(mirror), cwd=clone, store=mirror_store)
+    rebuild = None
+    if imported.code == 0:
+        rebuild = start_nvkr(
+            "verify", str(clone / "dist-one" / "nvkr-default-k8s1.36"), "--rebuild", "--offline",
+            "--project", str(twin), "--jobs", "1", "--seed-store", str(mirror_store), "--json",
+            cwd=twin, store=store, env=TWIN_ENV, umask=0o002, timeout=3600,
+        )  # fmt: skip
+    return _Built(
+        (clone, store, first), (twin, twin_store, second), one, mirror, exported, imported,
+        mirror_store, rebuild,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _started_in_background(request) -> Iterator[dict[str, Any]]:
+    """At the session's first test: ``start_in_background(request)`` of every test module among
+    the selected tests' that defines it, by module name (what its fixtures read back). Such a
+    module's work takes minutes and needs nothing of the default build (the catalog leaf's:
+    tests/integration/test_catalog_leaf.py): it runs in threads of its own beside the default
+    build and every other test, and the module, ordered last, collects its results. Its threads
+    start the CLI in the session's environment, and the fast tier's guard lets them start the
+    slow tier's tools (:func:`tests.helpers.nvkr.in_background`). At the session's end, each
+    handle's ``close()``."""
+    modules = {}
+    for item in request.session.items:
+        if runs_in_background(item):
+            modules[item.module.__name__] = item.module
+    started: dict[str, Any] = {}
+    try:
+        for name, module in sorted(modules.items()):
+            started[name] = module.start_in_background(request)
+        yield started
+    finally:
+        for handle in started.values():
+            handle.close()
 
 
 @pytest.fixture(scope="session")
-def default_build(_default_build_started) -> Iterator[DefaultBuild]:
+def default_build(_default_build_started) -> DefaultBuild:
     assert _default_build_started is not None, (
         "a test asked for default_build at run time: "
         "mark it (or its module) with pytest.mark.default_build"
     )
-    (clone, store, first), (twin, twin_store, second) = [
-        (c, s, r.result()) for c, s, r in _default_build_started
-    ]
+    built = _default_build_started.result()
+    (clone, store, first), (twin, twin_store, second) = built.first, built.twin
     assert first.code == 0, first.stderr
     assert second.code == 0, second.stderr
-    # The rebuild covers one variant: one variant runs every builder and the whole verify
-    # --rebuild path. Its set comes from the cache in a second.
-    one = run_nvkr(
-        "build", "--locked", "--variant", REBUILD_VARIANT, "--out", "dist-one",
-        cwd=clone, store=store,
+    assert built.one.code == 0, built.one.stderr
+    assert built.exported.code == 0, built.exported.stderr
+    assert built.imported.code == 0, built.imported.stderr
+    assert built.rebuild is not None
+    return DefaultBuild(
+        clone, store, first, twin, twin_store, second, built.rebuild,
+        built.mirror, built.exported, built.imported, built.mirror_store,
     )  # fmt: skip
-    assert one.code == 0, one.stderr
-    mirror, mirror_store = clone.parent / "mirror", clone.parent / "mirror-store"
-    exported = run_nvkr(
-        "mirror", "export", "recipes/default.yaml", str(mirror), "--variant", MIRROR_VARIANT,
-        "--offline", cwd=clone, store=store,
-    )  # fmt: skip
-    assert exported.code == 0, exported.stderr
-    imported = run_nvkr("mirror", "import", str(mirror), cwd=clone, store=mirror_store)
-    assert imported.code == 0, imported.stderr
-    rebuild = start_nvkr(
-        "verify", str(clone / "dist-one" / "nvkr-default-k8s1.36"), "--rebuild", "--offline",
-        "--project", str(twin), "--jobs", "1", "--seed-store", str(mirror_store), "--json",
-        cwd=twin, store=store, env=TWIN_ENV, umask=0o002, timeout=3600,
-    )  # fmt: skip
-    try:
-        yield DefaultBuild(
-            clone, store, first, twin, twin_store, second, rebuild,
-            mirror, exported, imported, mirror_store,
-        )  # fmt: skip
-    finally:
-        if rebuild.proc.poll() is None:  # its test was not selected: do not leave it running
-            rebuild.kill()
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -106,6 +107,26 @@ class Started:
         self.proc.communicate()
 
 
+_thread = threading.local()
+
+
+def in_background(env: dict[str, str]) -> None:
+    """Make this thread one of the session's background threads: the CLI runs it starts get
+    ``env`` (the session's environment, taken before any test changed it) instead of the
+    current test's, and the fast tier's guard lets it start the slow tier's tools
+    (:func:`tests.helpers.toolguard.exempt_this_thread`). For a thread pool's ``initializer``."""
+    from tests.helpers import toolguard
+
+    _thread.env = dict(env)
+    toolguard.exempt_this_thread()
+
+
+def thread_env() -> dict[str, str]:
+    """The environment this thread starts processes in: a background thread's
+    (:func:`in_background`), else the current test's."""
+    return dict(getattr(_thread, "env", os.environ))
+
+
 def start_nvkr(
     *args: str,
     cwd: Path,
@@ -114,9 +135,10 @@ def start_nvkr(
     umask: int | None = None,
     timeout: float = 1800,
 ) -> Started:
-    """Start the real CLI (``python -m nvkr``) in a subprocess without waiting for it."""
+    """Start the real CLI (``python -m nvkr``) in a subprocess without waiting for it (in the
+    test's environment, or a background thread's: :func:`in_background`)."""
     full_env = {
-        **os.environ,
+        **thread_env(),
         "NVKR_CACHE": str(store),
         "NVKR_CONFIG": str(cwd / "no-config.yaml"),
         **(env or {}),

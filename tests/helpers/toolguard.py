@@ -134,7 +134,12 @@ def _path_of(env: Any) -> str:
 
 
 def _hook(event: str, args: tuple[Any, ...]) -> None:
-    if not _active or event not in _EVENTS or getattr(_state, "busy", False):
+    if (
+        not _active
+        or event not in _EVENTS
+        or getattr(_state, "busy", False)
+        or getattr(_state, "exempt", False)
+    ):
         return
     _state.busy = True
     try:
@@ -163,6 +168,13 @@ def install(log: str | os.PathLike[str], active: bool = False) -> None:
         sys.addaudithook(_hook)
         _installed = True
     _log_path, _active = os.fspath(log), active
+
+
+def exempt_this_thread() -> None:
+    """The hook never refuses a tool this thread starts: a thread of the session's own (a
+    module's work started in the background at the session's first test, see tests/conftest.py),
+    which runs on while other tests, fast ones too, run in the main thread."""
+    _state.exempt = True
 
 
 def activate(on: bool) -> None:

@@ -69,6 +69,24 @@ def test_a_fake_of_the_tests_own_runs_by_path_or_first_on_path(
     assert _refused() == []
 
 
+def test_a_background_thread_of_the_session_starts_the_tools_and_the_test_still_cannot() -> None:
+    """A thread made one of the session's background threads (tests/helpers/nvkr.py's
+    ``in_background``, as a module's work started at the session's first test runs) starts
+    the installed tool while the guard is on; the test's own thread is still refused."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.helpers.nvkr import in_background
+
+    name = "qemu-system-x86_64"
+    with ThreadPoolExecutor(1, initializer=in_background, initargs=({"PATH": FIXED_PATH},)) as pool:
+        ran = pool.submit(run, [name, "--version"]).result()
+    assert b"QEMU emulator version" in ran.stdout
+    assert toolguard.active()
+    with pytest.raises(toolguard.GuardedTool):
+        run([name, "--version"])
+    assert _refused() == [name]
+
+
 INNER = """
 import os, shutil, subprocess
 

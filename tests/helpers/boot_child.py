@@ -1,0 +1,88 @@
+"""A boot with user-data (:func:`nvkr.machine.cloudinit.boot_with_user_data`) in a child Python
+process, for the session's background threads (tests/conftest.py, ``_started_in_background``):
+in the pytest process a boot would share nvkr's modules with the tests running meanwhile, and
+the unit tests replace functions of :mod:`nvkr.machine.boot` and :mod:`nvkr.machine.qemu` while
+they run (a fake console reader, a KVM probe that always answers). The child gets the thread's
+environment (:func:`tests.helpers.nvkr.thread_env`) and its arguments as JSON on stdin, and
+prints the result (or the error) as JSON.
+
+``python -m tests.helpers.boot_child`` is the child's side; :func:`boot_with_user_data` the
+parent's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from tests.helpers import REPO
+
+#: the keyword arguments that are paths
+PATHS = ("user_data", "meta_data_file", "log_file")
+
+
+def boot_with_user_data(image: Path, **kwargs: Any) -> SimpleNamespace:
+    """:func:`nvkr.machine.cloudinit.boot_with_user_data` (``kwargs`` as there, JSON-able) run
+    in a child process. Returns ``boot`` (a :class:`nvkr.machine.boot.BootResult`) and
+    ``checks`` (:class:`nvkr.machine.cloudinit.Check`).
+
+    Raises:
+        AssertionError: the boot failed (the nvkr error's class, message and hint), or the
+            child did not print a result (its stderr).
+    """
+    from nvkr.machine.boot import BootResult
+    from nvkr.machine.cloudinit import Check
+    from tests.helpers.nvkr import thread_env
+
+    args = {k: str(v) if isinstance(v, Path) else v for k, v in kwargs.items()}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.helpers.boot_child"],
+        input=json.dumps({"image": str(image), **args}),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=thread_env(),
+        check=False,
+    )
+    try:
+        out = json.loads(proc.stdout.splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        raise AssertionError(f"the boot's child process printed no result: {proc.stderr}") from None
+    if "error" in out:
+        raise AssertionError(f"{out['type']}: {out['error']} ({out['hint']})")
+    return SimpleNamespace(
+        boot=BootResult(**out["boot"]), checks=[Check(**c) for c in out["checks"]]
+    )
+
+
+def main() -> None:
+    from nvkr.errors import NvkrError
+    from nvkr.machine.cloudinit import boot_with_user_data as boot
+
+    args = json.load(sys.stdin)
+    image = Path(args.pop("image"))
+    for key in PATHS:
+        if args.get(key) is not None:
+            args[key] = Path(args[key])
+    try:
+        result = boot(image, **args)
+    except NvkrError as e:
+        print(json.dumps({"error": e.message, "hint": e.hint, "type": type(e).__name__}))
+        return
+    print(
+        json.dumps(
+            {
+                "boot": dataclasses.asdict(result.boot),
+                "checks": [dataclasses.asdict(c) for c in result.checks],
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
