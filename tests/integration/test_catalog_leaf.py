@@ -6,9 +6,12 @@ fingerprint), dl.k8s.io's binaries, cri-tools' and SPIRE's GitHub releases with 
 checksum files, OVN-Kubernetes' git repository (:mod:`tests.helpers.ovnkubernetes`), Debian's
 real mirror for the rest. Then the Debian-driver leaf (recipes/catalog/hopper-debian-k8s1.36.yaml:
 NVIDIA's 535 driver from Debian's own archive, the real packages, built by DKMS) in the same
-store. The ovnkube image and the Debian-driver machine image (DKMS modules included) are built
-again in a second clone from a store holding only the sources, and compared byte for byte
-(:func:`_rebuild_in_a_second_clone`).
+store. The ovnkube image (with its root filesystem and Go builds) and the Debian-driver root
+filesystem (DKMS modules included) are built again in one second clone from a store holding only
+the sources, offline, and compared byte for byte (:func:`_second_clone`). Two Cluster API boots:
+a join of the NVIDIA leaf's image, an init of the Debian-driver leaf's (which also loads its
+module). All of it starts at the session's first test and runs in the background (see "the
+module's work, in the background"); the tests here collect it.
 
 The leaves here extend the real ones and change only what a test cannot have: the repository
 keys' fingerprints (NVIDIA's and Docker's private keys are not ours), OVN-Kubernetes' commit (the
@@ -24,9 +27,10 @@ import re
 import shutil
 import subprocess
 import tarfile
-from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -35,7 +39,7 @@ from tests.helpers import spire as spire_standin
 from tests.helpers.aptrepo import AptRepo, DebSpec, build_apt_repo, gpu_stack_packages
 from tests.helpers.disk import read_root_file
 from tests.helpers.k8smirror import K8sMirror, serve_k8s_mirror
-from tests.helpers.nvkr import Result, make_clone, run_nvkr, seed
+from tests.helpers.nvkr import Result, in_background, make_clone, run_nvkr, seed
 from tests.helpers.ovnkubernetes import UPSTREAM as OVNK_UPSTREAM
 from tests.helpers.ovnkubernetes import Upstream, make_upstream
 
@@ -110,8 +114,9 @@ class Leaf:
     """The loopback leaf locked and built once per module: ``project`` (the clone holding the
     leaf recipe and its lockfile), ``store``, ``rel`` (the leaf's path in ``project``),
     ``mirrors`` (the ``--mirror`` arguments), ``layout`` (the release set), ``built`` (the
-    build's result) and the stand-ins (``k8s``, ``nvidia``, ``docker`` served, ``ovnk`` the
-    OVN-Kubernetes repository)."""
+    build's result), ``raw`` (its machine image as a raw disk, once built, for
+    :func:`tests.helpers.disk.read_root_file`) and the stand-ins (``k8s``, ``nvidia``, ``docker``
+    served, ``ovnk`` the OVN-Kubernetes repository)."""
 
     project: Path
     store: Path
@@ -124,13 +129,28 @@ class Leaf:
     nvidia: AptRepo
     docker: AptRepo
     ovnk: Upstream
+    raw: Path
+
+    def image(self) -> Path:
+        """The release set's machine image (QCOW2)."""
+        return _machine_image(self.layout)
+
+    def close(self) -> None:
+        """Stop serving the stand-ins."""
+        for served in (self.k8s, self.nvidia, self.docker):
+            served.close()
 
 
-@pytest.fixture(scope="module")
-def leaf(
-    tmp_path_factory: pytest.TempPathFactory, go_toolchain: tuple[Path, str]
-) -> Iterator[Leaf]:
-    tmp = tmp_path_factory.mktemp("catalog-leaf")
+def _machine_image(layout: Path) -> Path:
+    from nvkr.releaseset import read_metadata
+
+    (image,) = [a for a in read_metadata(layout)["artifacts"] if a["kind"] == "machine-image"]
+    return layout / "blobs" / "sha256" / image["primary"]["digest"][7:]
+
+
+def _make_leaf(tmp: Path, go_toolchain: tuple[Path, str]) -> Leaf:
+    """The stand-ins served, the loopback leaf written into a clone, locked and built (its
+    image converted to raw); the stand-ins stay served until :meth:`Leaf.close`."""
     k8s = serve_k8s_mirror(
         tmp / "k8s",
         releases=("1.36.4",),
@@ -178,13 +198,21 @@ def leaf(
             if locked.code == 0
             else locked
         )
-        yield Leaf(
-            project, store, rel, mirrors, project / "dist" / "nvkr-hopper-k8s1.36", locked,
-            built, k8s, nvidia, docker, ovnk,
-        )  # fmt: skip
-    finally:
+        layout = project / "dist" / "nvkr-hopper-k8s1.36"
+        raw = tmp / "disk.raw"
+        if built.code == 0:
+            subprocess.run(
+                ["qemu-img", "convert", "-f", "qcow2", "-O", "raw", str(_machine_image(layout)),
+                 str(raw)],
+                check=True,
+            )  # fmt: skip
+        return Leaf(
+            project, store, rel, mirrors, layout, locked, built, k8s, nvidia, docker, ovnk, raw
+        )
+    except BaseException:
         for served in (k8s, nvidia, docker):
             served.close()
+        raise
 
 
 def test_catalog_leaf_locks_and_builds_against_loopback_upstreams(
@@ -258,11 +286,7 @@ def test_catalog_leaf_locks_and_builds_against_loopback_upstreams(
     )
     assert values["otlp"]["endpoint"] == "otel-gateway.observability.svc:4317"
     (image,) = [a for a in meta["artifacts"] if a["kind"] == "machine-image"]
-    qcow2 = layout / "blobs" / "sha256" / image["primary"]["digest"][7:]
-    raw = tmp_path / "disk.raw"
-    subprocess.run(
-        ["qemu-img", "convert", "-f", "qcow2", "-O", "raw", str(qcow2), str(raw)], check=True
-    )
+    raw = leaf.raw
     sources = read_root_file(raw, "/etc/apt/sources.list")
     assert f"{NVIDIA_UPSTREAM} /\n" in sources
     assert "signed-by=/etc/apt/keyrings/nvkr-nvidia-cuda.gpg" in sources
@@ -330,318 +354,6 @@ def test_catalog_leaf_locks_and_builds_against_loopback_upstreams(
     assert "kubeadm" not in capi.stderr, capi.stderr
 
 
-def test_cluster_api_bootstrap_data_joins_with_the_exports_kubeadm_configuration(
-    leaf: Leaf, tmp_path: Path
-) -> None:
-    """The leaf's node image boots with the user-data Cluster API's kubeadm bootstrap provider
-    writes for a node of its pool, made by ``release-set export --format capi --infrastructure
-    metal3 --bootstrap-data`` from the export's own KubeadmConfigTemplate, on a NoCloud seed
-    (``nvkr boot-test --user-data``'s machinery) whose meta-data carries the host's ``uuid`` as
-    Ironic's does. Its kubeadm and kubelet are the mirror's recording stand-ins.
-
-    What this proves: the image's cloud-init takes NoCloud bootstrap data in CABPK's form (the
-    ``## template: jinja`` header rendered from the meta-data, write_files, runcmd) and runs the
-    bootstrap as Cluster API writes it: ``kubeadm join --config
-    /run/kubeadm/kubeadm-join-config.yaml`` with exactly the join configuration the export
-    produced (the pool's node labels in it, among them ``metal3.io/uuid``, which cloud-init
-    rendered from the meta-data's uuid), then the bootstrap contract's sentinel; the kubelet
-    starts with kubeadm's config and flags and those labels (:func:`_assert_kubelet_got`); the
-    image's
-    kubelet drop-in (the pool's kubelet arguments and labels) and the agent's readiness stay in
-    place beside it; the SPIRE agent's unit starts with the settings the user-data gives it
-    (agent.env and the trust bundle, added to the bootstrap data's write_files) and its
-    stand-in reads them through the image's agent.conf. What it cannot prove: that a real
-    kubeadm accepts that configuration and joins a control plane (kubeadm and a cluster are
-    not reachable from here), nor the
-    placeholder token and CA hash a real CABPK fills in, nor that a real spire-agent attests
-    (no SPIRE server or binary is reachable here).
-    """
-    from nvkr.builders.node_image.spire import (
-        SPIRE_AGENT_CONF,
-        SPIRE_AGENT_ENV,
-        SPIRE_TRUST_BUNDLE,
-    )
-    from nvkr.delivery.export.cabpk import JOIN_CONFIG_PATH, SENTINEL
-    from nvkr.machine.cloudinit import boot_with_user_data, parse_report
-    from nvkr.releaseset import read_metadata
-    from tests.helpers.k8smirror import KUBEADM_ARGS, KUBEADM_CONFIG
-
-    assert leaf.built.code == 0, leaf.built.stderr
-    user_data = tmp_path / "user-data"
-    capi = run_nvkr(
-        "release-set", "export", str(leaf.layout), "--format", "capi", *METAL3_EXPORT,
-        "--bootstrap-data", "hopper-amd64", str(user_data),
-        cwd=leaf.project, store=leaf.store,
-    )  # fmt: skip
-    assert capi.code == 0, capi.stderr
-    assert "cloud-init" not in capi.stderr, "the leaf's image has cloud-init: no warning"
-    text = user_data.read_text()
-    assert text.startswith("## template: jinja\n#cloud-config\n"), text[:80]
-    written = {f["path"]: f for f in yaml.safe_load(text)["write_files"]}
-    join = yaml.safe_load(written[JOIN_CONFIG_PATH]["content"])
-    assert join["kind"] == "JoinConfiguration"
-    docs = [d for d in yaml.safe_load_all(capi.stdout) if d]
-    (template,) = [d for d in docs if d["kind"] == "KubeadmConfigTemplate"]
-    want_args = template["spec"]["template"]["spec"]["joinConfiguration"]["nodeRegistration"][
-        "kubeletExtraArgs"
-    ]
-    want_labels = (
-        want_args["node-labels"]
-        if isinstance(want_args, dict)
-        else next(a["value"] for a in want_args if a["name"] == "node-labels")
-    )
-    got_args = join["nodeRegistration"]["kubeletExtraArgs"]
-    got = {a["name"]: a["value"] for a in got_args} if isinstance(got_args, list) else got_args
-    assert got["node-labels"] == want_labels
-    assert "nvkr.dev/gpu-generation=hopper" in want_labels.split(",")
-    assert f"metal3.io/uuid={METAL3_UUID_VALUE}" in want_labels.split(","), want_labels
-
-    meta = read_metadata(leaf.layout)
-    (image,) = [a for a in meta["artifacts"] if a["kind"] == "machine-image"]
-    qcow2 = leaf.layout / "blobs" / "sha256" / image["primary"]["digest"][7:]
-    raw = tmp_path / "disk.raw"
-    subprocess.run(["qemu-img", "convert", "-O", "raw", str(qcow2), str(raw)], check=True)
-    dropin_path = "/etc/systemd/system/kubelet.service.d/20-nvkr.conf"
-    dropin = read_root_file(raw, dropin_path)
-    agent_conf = read_root_file(raw, SPIRE_AGENT_CONF)
-    extra_args = read_root_file(raw, "/usr/lib/nvkr/kubelet-extra-args")
-    staged = json.loads(read_root_file(raw, "/etc/nvkr/manifest.json"))["files"]
-    raw.unlink()
-    assert "nvidia.com/mig.config=all-disabled" in extra_args
-
-    # the node's SPIRE settings, as a management system adds them to the bootstrap data
-    # (KubeadmConfigTemplate files): the agent's environment and the server's trust bundle
-    spire_env = {
-        "SPIRE_SERVER_ADDRESS": "spire-server.example",
-        "SPIRE_SERVER_PORT": "8081",
-        "SPIRE_JOIN_TOKEN": "5d3b1a7e-9f64-4c2e-8a1d-0c7b2e6f4a90",
-        "SPIRE_TRUST_DOMAIN": "gpu.example",
-    }
-    data = yaml.safe_load(text)
-    data["write_files"] += [
-        {
-            "path": SPIRE_AGENT_ENV,
-            "permissions": "0600",
-            "owner": "root:root",
-            "content": "".join(f"{k}={v}\n" for k, v in spire_env.items()),
-        },
-        {"path": SPIRE_TRUST_BUNDLE, "permissions": "0644", "content": _trust_bundle_pem()},
-    ]
-    header = "".join(text.splitlines(keepends=True)[:2])
-    user_data.write_text(header + yaml.safe_dump(data, sort_keys=False, width=1 << 16))
-
-    result = boot_with_user_data(
-        qcow2,
-        user_data=user_data,
-        meta_data_file=_ironic_meta_data(tmp_path),
-        expect_files=[SENTINEL, KUBEADM_ARGS, KUBEADM_CONFIG, dropin_path, spire_standin.EXPANDED,
-                      *KUBELET_FILES],
-        show_files=KUBELET_FILES,
-        timeout=BOOT_TIMEOUT,
-        report_timeout=BOOT_TIMEOUT,
-        log_file=tmp_path / "console.log",
-    )  # fmt: skip
-    assert all(c.ok for c in result.checks), result.checks
-    parsed = parse_report(result.boot.lines)
-    report = parsed["files"]
-    _assert_kubelet_got(parsed["contents"], _rendered(want_labels), phase="join")
-    args = f"join\n--config\n{JOIN_CONFIG_PATH}\n".encode()
-    assert report[KUBEADM_ARGS]["sha256"] == hashlib.sha256(args).hexdigest(), "kubeadm's argv"
-    # kubeadm was given the file cloud-init wrote, which is the user-data's (checked by
-    # boot_with_user_data): the export's join configuration
-    assert report[KUBEADM_CONFIG]["sha256"] == report[JOIN_CONFIG_PATH]["sha256"]
-    assert report[SENTINEL] is not None, "the bootstrap contract's sentinel"
-    assert report[dropin_path]["sha256"] == hashlib.sha256(dropin.encode()).hexdigest()
-    assert "nvkr-node-agent: ready" in result.boot.matched
-    # the agent verified every binary the image's manifest lists
-    assert f"manifest=ok({len(staged)} files)" in result.boot.matched, result.boot.matched
-    # spire-agent.service started after cloud-init wrote its environment, and the agent read
-    # the image's agent.conf with the node's values in it (the stand-in wrote what -expandEnv
-    # made of it after checking the server, the token and the trust bundle)
-    expanded = spire_standin.expand_env(agent_conf, spire_env)
-    assert report[spire_standin.EXPANDED] is not None, "spire-agent.service did not start"
-    assert report[spire_standin.EXPANDED]["sha256"] == hashlib.sha256(expanded.encode()).hexdigest()
-
-
-#: The Cluster API boot tests' export: Metal3's (every node labelled with its host's uuid,
-#: ``metal3.io/uuid={{ ds.meta_data.uuid }}``, which cloud-init renders from the meta-data).
-METAL3_EXPORT = (
-    "--infrastructure", "metal3", "--control-plane-endpoint", "192.0.2.10:6443",
-    "--image-base-url", "http://192.0.2.1/images",
-)  # fmt: skip
-METAL3_UUID_VALUE = "{{ ds.meta_data.uuid }}"
-#: The BareMetalHost's uuid in the boot tests' meta-data (Ironic's metadata carries ``uuid``).
-HOST_UUID = "4f1c2a3e-7b5d-4e6f-9a8b-0c1d2e3f4a5b"
-
-
-def _ironic_meta_data(tmp_path: Path) -> Path:
-    """A NoCloud meta-data file as Ironic's config drive gives a Metal3 host: its ``uuid``
-    (the BareMetalHost's), the instance-id and the hostname."""
-    from nvkr.machine.seed import DEFAULT_HOSTNAME
-
-    path = tmp_path / "meta-data"
-    path.write_text(
-        f"instance-id: {HOST_UUID}\nlocal-hostname: {DEFAULT_HOSTNAME}\nuuid: {HOST_UUID}\n"
-    )
-    return path
-
-
-def _rendered(labels: str) -> str:
-    """The node labels as cloud-init renders them from :func:`_ironic_meta_data`'s meta-data."""
-    assert METAL3_UUID_VALUE in labels, labels
-    return labels.replace(METAL3_UUID_VALUE, HOST_UUID)
-
-
-#: What the boot tests read back from the guest: kubeadm's files for the kubelet (as the stand-in
-#: kubeadm wrote them) and what the stand-in kubelet recorded when systemd started it.
-KUBELET_FILES = [
-    "/var/lib/kubelet/config.yaml",
-    "/var/lib/kubelet/kubeadm-flags.env",
-    "/run/nvkr/kubelet-extra-args.env",
-    "/var/lib/nvkr-test/kubelet.args",
-    "/var/lib/nvkr-test/kubelet-config.yaml",
-    "/var/lib/nvkr-test/kubelet.labels",
-]
-
-
-def _assert_kubelet_got(contents: dict[str, bytes], want_labels: str, *, phase: str) -> None:
-    """kubeadm's kubelet contract, as the stand-in kubelet saw it: kubeadm's kubeconfigs and
-    ``--config=/var/lib/kubelet/config.yaml`` (the file kubeadm wrote, with a staticPodPath,
-    is the one it loaded, and kubeadm applied the image's kubelet patch to it: the recipe's
-    maxPods), then kubeadm-flags.env's KUBELET_KUBEADM_ARGS (the CRI socket and the
-    node-pool release's ``--node-labels``), then the image's KUBELET_EXTRA_ARGS (the node
-    agent's and the recipe's labels); its merged node labels hold the pool's, the agent's and
-    the recipe's."""
-    from tests.helpers.k8smirror import KUBELET_ARGS, KUBELET_CONFIG, KUBELET_LABELS
-
-    missing = [p for p in KUBELET_FILES if p not in contents]
-    assert not missing, f"{phase}: the guest did not show {missing}"
-    config = yaml.safe_load(contents["/var/lib/kubelet/config.yaml"])
-    assert config["staticPodPath"] == "/etc/kubernetes/manifests", config
-    # the image's kubelet settings, through the kubeadm patch the export's patches.directory
-    # names: the recipe's maxPods, serverTLSBootstrap, the containerd socket
-    assert config["maxPods"] == LEAF_MAX_PODS, f"{phase}: the recipe's maxPods: {config}"
-    assert config["serverTLSBootstrap"] is True, config
-    assert config["containerRuntimeEndpoint"] == "unix:///run/containerd/containerd.sock"
-    assert contents[KUBELET_CONFIG] == contents["/var/lib/kubelet/config.yaml"], (
-        "the kubelet loaded kubeadm's config.yaml"
-    )
-    flags = contents["/var/lib/kubelet/kubeadm-flags.env"].decode()
-    (kubeadm_args,) = re.findall(r'^KUBELET_KUBEADM_ARGS="(.*)"$', flags, re.M)
-    assert f"--node-labels={want_labels}" in kubeadm_args.split(), flags
-    assert "--container-runtime-endpoint=unix:///run/containerd/containerd.sock" in kubeadm_args
-    extra = contents["/run/nvkr/kubelet-extra-args.env"].decode()
-    (extra_args,) = re.findall(r"^KUBELET_EXTRA_ARGS=(.*)$", extra, re.M)
-    argv = contents[KUBELET_ARGS].decode().splitlines()
-    assert argv == [
-        "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",
-        "--kubeconfig=/etc/kubernetes/kubelet.conf",
-        "--config=/var/lib/kubelet/config.yaml",
-        *kubeadm_args.split(),
-        *extra_args.split(),
-    ], f"{phase}: the kubelet's argv"
-    labels = dict(
-        line.split("=", 1) for line in contents[KUBELET_LABELS].decode().splitlines() if line
-    )
-    for label in [*want_labels.split(","), "nvidia.com/mig.config=all-disabled"]:
-        key, value = label.split("=", 1)
-        assert labels.get(key) == value, f"{phase}: {label} not in the kubelet's {labels}"
-    assert "nvidia.com/gpu.present" in labels, f"{phase}: the node agent's labels: {labels}"
-    assert labels.get("metal3.io/uuid") == HOST_UUID, f"{phase}: the host's uuid: {labels}"
-
-
-def test_cluster_api_control_plane_init_starts_the_kubelet_with_kubeadms_configuration(
-    leaf: Leaf, tmp_path: Path
-) -> None:
-    """The first control-plane node: the leaf's node image boots with the user-data CABPK writes
-    for a KubeadmControlPlane's first machine (:func:`nvkr.delivery.export.cabpk.init_user_data`
-    of the Metal3 export's own KubeadmControlPlane: ``kubeadm init --config
-    /run/kubeadm/kubeadm.yaml``), on a seed whose meta-data carries the host's ``uuid``.
-    The stand-in kubeadm writes what ``kubeadm init`` writes for the kubelet (config.yaml with
-    its staticPodPath, kubeadm-flags.env, kubelet.conf) and the control plane's static pod
-    manifests, then restarts the kubelet, which systemd starts through the image's drop-in.
-
-    What this proves: the image's kubelet unit follows kubeadm's contract after an init: the
-    kubelet loads the config.yaml kubeadm wrote (so it would run the static pods in
-    /etc/kubernetes/manifests), gets kubeadm-flags.env's flags (the init configuration's CRI
-    socket and node labels, ``metal3.io/uuid`` rendered from the meta-data) and the image's
-    labels beside them. What only a real kubeadm and
-    kubelet would show: that the control plane's static pods come up (images, certificates,
-    etcd), the real kubelet's flag parsing (the stand-in merges --node-labels as kubelet's
-    MapStringString does), and the exact config.yaml and flags a given kubeadm release writes.
-    """
-    from nvkr.delivery.export.cabpk import INIT_CONFIG_PATH, SENTINEL, init_user_data
-    from nvkr.machine.cloudinit import boot_with_user_data, parse_report
-    from nvkr.releaseset import read_metadata
-    from tests.helpers.k8smirror import KUBEADM_ARGS, KUBEADM_CONFIG, STATIC_PODS
-
-    assert leaf.built.code == 0, leaf.built.stderr
-    capi = run_nvkr(
-        "release-set", "export", str(leaf.layout), "--format", "capi", *METAL3_EXPORT,
-        cwd=leaf.project, store=leaf.store,
-    )  # fmt: skip
-    assert capi.code == 0, capi.stderr
-    docs = [d for d in yaml.safe_load_all(capi.stdout) if d]
-    (kcp,) = [d for d in docs if d["kind"] == "KubeadmControlPlane"]
-    registration = kcp["spec"]["kubeadmConfigSpec"]["initConfiguration"]["nodeRegistration"]
-    args = registration["kubeletExtraArgs"]
-    want_labels = (
-        args["node-labels"]
-        if isinstance(args, dict)
-        else next(a["value"] for a in args if a["name"] == "node-labels")
-    )
-    assert f"metal3.io/uuid={METAL3_UUID_VALUE}" in want_labels.split(","), want_labels
-    user_data = tmp_path / "user-data"
-    user_data.write_text(init_user_data(kcp, str(kcp["spec"]["version"]), "192.0.2.10:6443"))
-
-    meta = read_metadata(leaf.layout)
-    (image,) = [a for a in meta["artifacts"] if a["kind"] == "machine-image"]
-    qcow2 = leaf.layout / "blobs" / "sha256" / image["primary"]["digest"][7:]
-    manifests = [f"/etc/kubernetes/manifests/{name}.yaml" for name in STATIC_PODS]
-    result = boot_with_user_data(
-        qcow2,
-        user_data=user_data,
-        meta_data_file=_ironic_meta_data(tmp_path),
-        expect_files=[SENTINEL, KUBEADM_ARGS, KUBEADM_CONFIG, "/etc/kubernetes/kubelet.conf",
-                      *manifests, *KUBELET_FILES],
-        show_files=[*KUBELET_FILES, KUBEADM_ARGS],
-        timeout=BOOT_TIMEOUT,
-        report_timeout=BOOT_TIMEOUT,
-        log_file=tmp_path / "console.log",
-    )  # fmt: skip
-    assert all(c.ok for c in result.checks), result.checks
-    parsed = parse_report(result.boot.lines)
-    assert parsed["contents"][KUBEADM_ARGS] == f"init\n--config\n{INIT_CONFIG_PATH}\n".encode()
-    assert parsed["files"][KUBEADM_CONFIG]["sha256"] == parsed["files"][INIT_CONFIG_PATH]["sha256"]
-    _assert_kubelet_got(parsed["contents"], _rendered(want_labels), phase="init")
-
-
-def _trust_bundle_pem() -> str:
-    """A SPIRE server's trust bundle for tests: a self-signed CA certificate (PEM)."""
-    import datetime
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpu.example SPIRE CA")])
-    now = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(1)
-        .not_valid_before(now)
-        .not_valid_after(now + datetime.timedelta(days=3650))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    return cert.public_bytes(serialization.Encoding.PEM).decode()
-
-
 @pytest.mark.parametrize("api_version", ["v1beta1", "v1beta2"])
 def test_cluster_api_export_of_the_leaf_passes_the_field_rules(
     leaf: Leaf, api_version: str
@@ -680,139 +392,6 @@ def test_cluster_api_export_of_the_leaf_passes_the_field_rules(
     assert "otel/opentelemetry-collector-contrib@sha256:213886eb" in addons, "the collector's"
 
 
-# -- the ovnkube image, from a second clone ---------------------------------------------------
-OVNKUBE_ONLY = """\
-apiVersion: nvkr.dev/v1alpha1
-kind: Recipe
-metadata: {name: ovnkube-loopback}
-extends: [loopback.yaml]
-releaseSet:
-  name: ovnkube-loopback
-  artifacts: [ovnkube-image]
-  machineImages: []
-  clusterRelease: null
-  nodePoolReleases: []
-"""
-
-
-def _image_root(layout: Path, name: str, dest: Path) -> tuple[dict, Path]:
-    """The amd64 image ``name`` of the release set at ``layout``: its config, and its layers
-    unpacked in order at ``dest``."""
-    import zstandard
-
-    from nvkr.releaseset import read_metadata
-
-    (art,) = [a for a in read_metadata(layout)["artifacts"] if a["name"] == name]
-    blobs = layout / "blobs" / "sha256"
-    (entry,) = json.loads((blobs / art["index"]["digest"][7:]).read_bytes())["manifests"]
-    manifest = json.loads((blobs / entry["digest"][7:]).read_bytes())
-    config = json.loads((blobs / manifest["config"]["digest"][7:]).read_bytes())
-    dest.mkdir()
-    for layer in manifest["layers"]:
-        with (
-            zstandard.open(blobs / layer["digest"][7:], "rb") as f,
-            tarfile.open(fileobj=f, mode="r|") as tar,
-        ):
-            tar.extractall(dest, filter="tar")
-    return config, dest
-
-
-def _rebuild_in_a_second_clone(
-    leaf: Leaf, rel: str, recipe: str, tmp_path: Path, *, offline: bool = False
-) -> tuple[Path, Path, Result]:
-    """``recipe`` (a recipe extending the loopback leaves, naming its own release set) written to
-    ``rel`` and locked in the leaf's project, whose store builds its release set from the cache
-    (only the release set action runs); then built in a second clone holding that recipe, the
-    leaves and the lockfile, with a store holding only the blobs of the first (the sources as
-    fetched before: no action record, so every builder runs again), umask 002 and another TZ.
-    Checks the two release sets are the same bytes; returns (first layout, second layout, the
-    second build's result)."""
-    from nvkr.store import Store
-
-    name = yaml.safe_load(recipe)["releaseSet"]["name"]
-    first = leaf.project
-    (first / rel).write_text(recipe)
-    locked = run_nvkr("lock", rel, *leaf.mirrors, cwd=first, store=leaf.store)
-    assert locked.code == 0, locked.stderr
-    again = run_nvkr(
-        "build", rel, "--locked", *leaf.mirrors, "--json", cwd=first, store=leaf.store
-    )  # fmt: skip
-    assert again.code == 0, again.stderr
-    ran = {e["name"] for e in again.json_events() if e["event"] == "action-done"}
-    assert ran == {f"release set {name}"}, "the leaf's build holds the rest already"
-
-    second = make_clone(tmp_path / "second")
-    lockfile = "lockfiles/" + rel.removeprefix("recipes/").removesuffix(".yaml") + ".lock.json"
-    for path in (
-        *(p.relative_to(first) for p in (first / "recipes/catalog").glob("loopback*.yaml")),
-        rel,
-        lockfile,
-    ):
-        (second / path).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(first / path, second / path)
-    store = Store(tmp_path / "store")
-    for blob in Store(leaf.store).blobs_dir.iterdir():
-        dst = store.blob_path("sha256:" + blob.name)
-        if not dst.exists():
-            os.link(blob, dst)
-    built = run_nvkr(
-        "build", rel, "--locked", *(["--offline"] if offline else leaf.mirrors), "--json",
-        cwd=second, store=tmp_path / "store", umask=0o002, env={"TZ": "Asia/Kolkata"},
-    )  # fmt: skip
-    assert built.code == 0, built.stderr
-    a, b = first / "dist" / name, second / "dist" / name
-    assert (a / "index.json").read_bytes() == (b / "index.json").read_bytes()
-    assert sorted(p.name for p in (a / "blobs" / "sha256").iterdir()) == sorted(
-        p.name for p in (b / "blobs" / "sha256").iterdir()
-    )
-    return a, b, built
-
-
-def test_the_ovnkube_image_is_the_same_from_a_second_clone_and_holds_the_ovn_tools(
-    leaf: Leaf, tmp_path: Path
-) -> None:
-    """ovnkube's image (recipes/network/ovn-kubernetes.yaml): ovnkube and its CNI plugin,
-    compiled from the pinned commit's vendored module, on a base made from locked Debian
-    packages. A second clone, with the first's lockfile and a store holding only the sources
-    (every builder runs again: the root filesystem, both Go builds, the image), gives the same
-    image index and release set byte for byte; inside the image, ovnkube carries the pin's
-    commit and date, and the OVS and OVN tools it calls are there (OVN 23.03, OVS 3.1)."""
-    from nvkr.releaseset import read_metadata
-
-    assert leaf.built.code == 0, leaf.built.stderr
-    _, b, built = _rebuild_in_a_second_clone(
-        leaf, "recipes/catalog/ovnkube-loopback.yaml", OVNKUBE_ONLY, tmp_path
-    )
-    done = {e["name"] for e in built.json_events() if e["event"] == "action-done"}
-    assert {"ovnkube-rootfs [amd64]", "ovnkube [amd64]", "ovnkube-image [amd64]"} <= done, done
-
-    (image,) = [x for x in read_metadata(leaf.layout)["artifacts"] if x["name"] == "ovnkube-image"]
-    (only,) = read_metadata(b)["artifacts"]
-    assert only["index"]["digest"] == image["index"]["digest"], "the leaf's own ovnkube image"
-
-    config, root = _image_root(b, "ovnkube-image", tmp_path / "root")
-    assert config["config"]["Entrypoint"] == ["/usr/bin/ovnkube"]
-
-    def inside(*argv: str) -> str:
-        proc = subprocess.run(["chroot", str(root), *argv], capture_output=True, text=True)
-        assert proc.returncode == 0, f"{argv}: {proc.stderr}"
-        return proc.stdout
-
-    assert inside("/usr/bin/ovnkube", "--version").splitlines() == [
-        "Version: stand-in",
-        f"Git commit: {leaf.ovnk.good}",
-        "Build date: 2026-05-28T20:26:40Z",
-    ]
-    assert inside("/usr/libexec/cni/ovn-k8s-cni-overlay").strip() == "ovn-k8s-cni-overlay stand-in"
-    assert "23.03.1" in inside("ovn-nbctl", "--version")
-    assert "23.03.1" in inside("ovn-northd", "--version")
-    assert "3.1.0" in inside("ovs-vsctl", "--version")
-    for tool in ("ovn-sbctl", "ovsdb-tool", "ovsdb-client", "ip", "iptables", "conntrack"):
-        inside("sh", "-c", f"command -v {tool}")
-    assert (root / "usr/share/ovn/scripts/ovn-ctl").is_file()
-    assert (root / "usr/share/ovn/ovn-nb.ovsschema").is_file()
-
-
 # -- NVIDIA's driver from Debian's own archive, built by DKMS ---------------------------------
 LEAF_DEBIAN = """\
 apiVersion: nvkr.dev/v1alpha1
@@ -825,8 +404,8 @@ sources:
       docker: {keyring: {fingerprint: @DOCKER_FPR@}}
   ovn-kubernetes: {commit: @OVNK_COMMIT@}
 artifacts:
-  node-image: {size: 4GiB}
-"""
+  node-image: {size: 4GiB, kubelet: {maxPods: @MAX_PODS@}}
+""".replace("@MAX_PODS@", str(LEAF_MAX_PODS))
 DEBIAN_DRIVER = "535.309.01-0+deb12u1"
 #: What nvidia-kernel-dkms 535 installs for a kernel (Debian renames NVIDIA's nvidia*.ko).
 DEBIAN_MODULES = (
@@ -839,6 +418,14 @@ DEBIAN_MODULES = (
 #: Left in the guest by the boot test's runcmd (see test_the_debian_driver_image_boots...).
 MODPROBE_RESOLVES = "/run/nvkr-test/nvidia-current.modprobe-n"
 MODPROBE_NO_DEVICE = "/run/nvkr-test/nvidia-current.no-device"
+#: The init boot's runcmd lines after the bootstrap's: what ``modprobe`` says of nvidia-current
+MODPROBE_RUNCMD = [
+    ["mkdir", "-p", "/run/nvkr-test"],
+    ["sh", "-c", f"modprobe -n -v nvidia-current > {MODPROBE_RESOLVES} 2>&1"
+                 f" || rm -f {MODPROBE_RESOLVES}"],
+    ["sh", "-c", "modprobe nvidia-current 2>&1 | tee /run/nvkr-test/modprobe.err;"
+                 f' grep -q "No such device" /run/nvkr-test/modprobe.err && touch {MODPROBE_NO_DEVICE}'],
+]  # fmt: skip
 
 
 @dataclass
@@ -855,11 +442,8 @@ class DebianLeaf:
     debs: dict[str, dict[str, str]]
 
     def image(self) -> Path:
-        from nvkr.releaseset import read_metadata
-
-        meta = read_metadata(self.layout)
-        (image,) = [a for a in meta["artifacts"] if a["kind"] == "machine-image"]
-        return self.layout / "blobs" / "sha256" / image["primary"]["digest"][7:]
+        """The release set's machine image (QCOW2)."""
+        return _machine_image(self.layout)
 
     @property
     def kernel(self) -> str:
@@ -868,8 +452,121 @@ class DebianLeaf:
         return name.removeprefix("linux-image-")
 
 
+# -- the module's work, in the background ----------------------------------------------------
+# The module's work takes about ten minutes of the machine and needs nothing of the session's
+# default build: it starts at the session's first test (tests/conftest.py, which orders this
+# module last) and runs beside everything else. Within it, each boot (a TCG guest that leaves
+# much of the machine idle: timers, cloud-init's waits) overlaps a build: the NVIDIA leaf's join
+# boot the Debian-driver leaf's lock and build, the Debian-driver image's init boot the second
+# clone's build.
+
+
+class Pipeline:
+    """The module's work: :func:`_make_leaf`, then :func:`_join_boot` beside
+    :func:`_make_debian_leaf`, then :func:`_init_boot` beside :func:`_second_clone`; each a
+    Future (``leaf``, ``join``, ``debian``, ``init``, ``second``) that the module's fixtures and
+    tests wait for (``result()`` raises what the step raised)."""
+
+    def __init__(self, tmp: Path, go_toolchain: tuple[Path, str], env: dict[str, str]) -> None:
+        self.leaf: Future[Leaf] = Future()
+        self.join: Future[JoinBoot] = Future()
+        self.debian: Future[DebianLeaf] = Future()
+        self.init: Future[InitBoot] = Future()
+        self.second: Future[SecondClone] = Future()
+        self._tmp, self._go, self._env = tmp, go_toolchain, env
+        self._pool = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="catalog", initializer=in_background, initargs=(env,)
+        )
+        self._main = self._pool.submit(self._run)
+
+    def _run(self) -> None:
+        tmp = self._tmp
+        leaf = _step(self.leaf, _make_leaf, _mkdir(tmp / "leaf"), self._go)
+        if leaf is None:
+            for future in (self.join, self.debian, self.init, self.second):
+                future.set_exception(RuntimeError("the catalog leaf's stand-ins did not start"))
+            return
+        boots = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="catalog-boot", initializer=in_background,
+            initargs=(self._env,),
+        )  # fmt: skip
+        try:
+            boots.submit(_step, self.join, _join_boot, leaf, _mkdir(tmp / "join-boot"))
+            debian = _step(self.debian, _make_debian_leaf, leaf)
+            if debian is None:
+                for future in (self.init, self.second):
+                    future.set_exception(RuntimeError("the Debian-driver leaf's step failed"))
+                return
+            boots.submit(_step, self.init, _init_boot, leaf, debian, _mkdir(tmp / "init-boot"))
+            _step(self.second, _second_clone, leaf, debian, _mkdir(tmp / "second-clone"))
+        finally:
+            boots.shutdown(wait=True)
+
+    def close(self) -> None:
+        """Wait for the work (a test that stopped early leaves it running), then stop the
+        stand-ins."""
+        self._main.result()
+        self._pool.shutdown(wait=True)
+        if self.leaf.done() and self.leaf.exception() is None:
+            self.leaf.result().close()
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True)
+    return path
+
+
+def _step(future: Future[Any], fn: Any, *args: Any) -> Any:
+    """``fn(*args)``'s result or exception into ``future``; returns the result (None when it
+    raised)."""
+    try:
+        result = fn(*args)
+    except BaseException as e:  # a step's failure is its tests', not the thread's
+        future.set_exception(e)
+        return None
+    future.set_result(result)
+    return result
+
+
+def start_in_background(request: pytest.FixtureRequest) -> Pipeline:
+    """The module's work, started (see tests/conftest.py's ``_started_in_background``)."""
+    go_toolchain = request.getfixturevalue("go_toolchain")
+    tmp = request.getfixturevalue("tmp_path_factory").mktemp("catalog")
+    return Pipeline(tmp, go_toolchain, dict(os.environ))
+
+
 @pytest.fixture(scope="module")
-def debian_leaf(leaf: Leaf) -> DebianLeaf:
+def pipeline(_started_in_background: dict[str, Pipeline]) -> Pipeline:
+    return _started_in_background[__name__]
+
+
+@pytest.fixture(scope="module")
+def leaf(pipeline: Pipeline) -> Leaf:
+    return pipeline.leaf.result()
+
+
+@pytest.fixture(scope="module")
+def debian_leaf(pipeline: Pipeline) -> DebianLeaf:
+    return pipeline.debian.result()
+
+
+@pytest.fixture(scope="module")
+def second_clone(pipeline: Pipeline) -> SecondClone:
+    return pipeline.second.result()
+
+
+@pytest.fixture(scope="module")
+def join_boot(pipeline: Pipeline) -> Future[JoinBoot]:
+    return pipeline.join
+
+
+@pytest.fixture(scope="module")
+def init_boot(pipeline: Pipeline) -> Future[InitBoot]:
+    return pipeline.init
+
+
+def _make_debian_leaf(leaf: Leaf) -> DebianLeaf:
+    """The Debian-driver leaf locked and built in the NVIDIA leaf's project and store."""
     project, store = leaf.project, leaf.store
     rel = "recipes/catalog/loopback-debian.yaml"
     (project / rel).write_text(
@@ -957,67 +654,543 @@ def test_the_debian_driver_image_holds_dkms_modules_built_for_its_kernel(
     assert any(p.endswith(f"{kernel}/x86_64/module/nvidia-current.ko") for p in left), left
 
 
-DEBIAN_IMAGE_ONLY = """\
-apiVersion: nvkr.dev/v1alpha1
-kind: Recipe
-metadata: {name: debian-image-loopback}
-extends: [loopback-debian.yaml]
-releaseSet:
-  name: debian-image-loopback
-  artifacts: [node-image]
-  machineImages: [node-image]
-  clusterRelease: null
-  nodePoolReleases: []
-"""
+# -- the ovnkube image and the DKMS root filesystem, from a second clone -------------------
+#: What the second clone builds again (:func:`_second_clone`), by action name in the
+#: Debian-driver leaf's plan: its root filesystem (DKMS's build of nvidia-current included) and
+#: the ovnkube image with what it is made of (its own root filesystem, both Go builds).
+REBUILT_DEBIAN = ("rootfs [amd64]",)
+REBUILT_OVNKUBE = (
+    "ovnkube-rootfs [amd64]",
+    "ovnkube [amd64]",
+    "ovn-k8s-cni-overlay [amd64]",
+    "ovnkube-image [amd64]",
+    "ovnkube-image",
+)
 
 
-def test_the_debian_driver_image_is_the_same_from_a_second_clone_offline(
-    debian_leaf: DebianLeaf, leaf: Leaf, tmp_path: Path
-) -> None:
-    """The Debian-driver leaf's machine image, DKMS modules included, built again in a second
-    clone (the leaves and the lockfile copied) from a store holding only the sources, offline:
-    the root filesystem with dkms's build of nvidia-current for the image's kernel, the agent,
-    the Kubernetes binaries and the disk are the same bytes, and the image is the leaf's own."""
+@dataclass
+class SecondClone:
+    """:func:`_second_clone`'s build: its ``store``, its ``--json`` result (``built``) and the
+    action keys of its plan by action name (``keys``)."""
+
+    store: Path
+    built: Result
+    keys: dict[str, str]
+
+    def differs(self, first: Path, names: tuple[str, ...]) -> dict[str, tuple[object, object]]:
+        """Each of ``names`` whose record's outputs differ between ``first`` (a store) and this
+        one: the two output lists (None where a store has no record of the key)."""
+        from nvkr.store import Store
+
+        a, b = Store(first), Store(self.store)
+        out: dict[str, tuple[object, object]] = {}
+        for name in names:
+            ra, rb = (s.get_action(self.keys[name]) for s in (a, b))
+            pair = tuple(None if r is None else r["outputs"] for r in (ra, rb))
+            if pair[0] is None or pair[0] != pair[1]:
+                out[name] = pair
+        return out
+
+
+def _second_clone(leaf: Leaf, debian: DebianLeaf, tmp_path: Path) -> SecondClone:
+    """:data:`REBUILT_DEBIAN` and :data:`REBUILT_OVNKUBE` built again (``--action``) in a second
+    clone holding the loopback leaves and their lockfiles, offline, with a store holding only
+    the first store's blobs (no action record: every selected builder runs), umask 002 and
+    another TZ."""
+    from nvkr.store import Store
+
+    assert debian.built.code == 0, debian.built.stderr
+    first, second = leaf.project, make_clone(tmp_path / "second")
+    for path in (
+        *(first / "recipes/catalog").glob("loopback*.yaml"),
+        *(first / "lockfiles/catalog").glob("loopback*.lock.json"),
+    ):
+        (second / path.relative_to(first)).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, second / path.relative_to(first))
+    store = Store(tmp_path / "store")
+    for blob in Store(leaf.store).blobs_dir.iterdir():
+        os.link(blob, store.blob_path("sha256:" + blob.name))
+    env = {"TZ": "Asia/Kolkata"}
+    plan = run_nvkr(
+        "plan", debian.rel, "--offline", "--json",
+        cwd=second, store=store.root, umask=0o002, env=env,
+    )  # fmt: skip
+    assert plan.code == 0, plan.stderr
+    actions = json.loads(plan.stdout)["actions"]
+    keys = {a["name"]: a["key"] for a in actions}
+    refs = {a["name"]: a["ref"] for a in actions}
+    selected = [
+        arg for name in (*REBUILT_DEBIAN, *REBUILT_OVNKUBE) for arg in ("--action", refs[name])
+    ]
+    built = run_nvkr(
+        "build", debian.rel, "--locked", "--offline", "--json", *selected,
+        cwd=second, store=store.root, umask=0o002, env=env,
+    )  # fmt: skip
+    return SecondClone(store.root, built, keys)
+
+
+def _image_root(layout: Path, name: str, dest: Path) -> tuple[dict, Path]:
+    """The amd64 image ``name`` of the release set at ``layout``: its config, and its layers
+    unpacked in order at ``dest``."""
+    import zstandard
+
     from nvkr.releaseset import read_metadata
 
-    assert debian_leaf.built.code == 0, debian_leaf.built.stderr
-    _, b, built = _rebuild_in_a_second_clone(
-        leaf, "recipes/catalog/debian-image-loopback.yaml", DEBIAN_IMAGE_ONLY, tmp_path,
-        offline=True,
-    )  # fmt: skip
-    done = {e["builder"] for e in built.json_events() if e["event"] == "action-done"}
-    assert {"rootfs", "node-image", "go-binary", "kube-packages"} <= done, done
-    (image,) = [a for a in read_metadata(b)["artifacts"] if a["kind"] == "machine-image"]
-    assert (b / "blobs" / "sha256" / image["primary"]["digest"][7:]).read_bytes() == (
-        debian_leaf.image().read_bytes()
-    ), "the leaf's own machine image"
+    (art,) = [a for a in read_metadata(layout)["artifacts"] if a["name"] == name]
+    blobs = layout / "blobs" / "sha256"
+    (entry,) = json.loads((blobs / art["index"]["digest"][7:]).read_bytes())["manifests"]
+    manifest = json.loads((blobs / entry["digest"][7:]).read_bytes())
+    config = json.loads((blobs / manifest["config"]["digest"][7:]).read_bytes())
+    dest.mkdir()
+    for layer in manifest["layers"]:
+        with (
+            zstandard.open(blobs / layer["digest"][7:], "rb") as f,
+            tarfile.open(fileobj=f, mode="r|") as tar,
+        ):
+            tar.extractall(dest, filter="tar")
+    return config, dest
 
 
-def test_the_debian_driver_image_boots_and_its_kernel_resolves_the_module(
-    debian_leaf: DebianLeaf, tmp_path: Path
+def test_the_debian_driver_root_filesystem_is_the_same_from_a_second_clone_offline(
+    leaf: Leaf, second_clone: SecondClone
 ) -> None:
-    """The image boots to the agent's readiness line with the modules installed, and its running
-    kernel finds nvidia-current with its dependencies (``modprobe -n``) and links it: loading it
-    fails only in the driver's probe, with "No such device" (there is no GPU in QEMU). What
-    this cannot show: that the driver drives a GPU."""
-    from nvkr.machine.cloudinit import boot_with_user_data
+    """The Debian-driver leaf's root filesystem, with dkms's build of nvidia-current for the
+    image's kernel, built again in a second clone (the leaves and the lockfile copied) from a
+    store holding only the sources, offline, with umask 002 and another TZ
+    (:func:`_second_clone`): the same bytes, under the same action key. (The node-image
+    builder's own reproducibility, over a root filesystem of the same bytes, is the session's
+    twin build's: tests/integration/test_build_default.py.)"""
+    built = second_clone.built
+    assert built.code == 0, built.stderr
+    done = {e["name"] for e in built.json_events() if e["event"] == "action-done"}
+    assert set(REBUILT_DEBIAN) <= done, done
+    assert second_clone.differs(leaf.store, REBUILT_DEBIAN) == {}
 
-    assert debian_leaf.built.code == 0, debian_leaf.built.stderr
-    user_data = tmp_path / "user-data"
-    user_data.write_text(
-        "#cloud-config\n"
-        "runcmd:\n"
-        "  - [mkdir, -p, /run/nvkr-test]\n"
-        f"  - [sh, -c, 'modprobe -n -v nvidia-current > {MODPROBE_RESOLVES} 2>&1 || rm -f {MODPROBE_RESOLVES}']\n"
-        f"  - [sh, -c, 'modprobe nvidia-current 2>&1 | tee /run/nvkr-test/modprobe.err; grep -q \"No such device\" /run/nvkr-test/modprobe.err && touch {MODPROBE_NO_DEVICE}']\n"
+
+def test_the_ovnkube_image_is_the_same_from_a_second_clone_and_holds_the_ovn_tools(
+    leaf: Leaf, second_clone: SecondClone, tmp_path: Path
+) -> None:
+    """ovnkube's image (recipes/network/ovn-kubernetes.yaml): ovnkube and its CNI plugin,
+    compiled from the pinned commit's vendored module, on a base made from locked Debian
+    packages. The second clone (:func:`_second_clone`: offline, a store holding only the
+    sources, every selected builder runs again: the root filesystem, both Go builds, the image
+    and its index) gives each the same outputs byte for byte under the same action keys as the
+    leaf's build; inside the leaf's image, ovnkube carries the pin's commit and date, and the OVS
+    and OVN tools it calls are there (OVN 23.03, OVS 3.1)."""
+    from nvkr.releaseset import read_metadata
+    from nvkr.store import Store
+
+    built = second_clone.built
+    assert built.code == 0, built.stderr
+    done = {e["name"] for e in built.json_events() if e["event"] == "action-done"}
+    assert set(REBUILT_OVNKUBE) <= done, done
+    assert second_clone.differs(leaf.store, REBUILT_OVNKUBE) == {}
+    (image,) = [x for x in read_metadata(leaf.layout)["artifacts"] if x["name"] == "ovnkube-image"]
+    record = Store(leaf.store).get_action(second_clone.keys["ovnkube-image"])
+    assert record is not None and record["outputs"][0]["digest"] == image["index"]["digest"], (
+        "the leaf's own ovnkube image"
     )
+
+    config, root = _image_root(leaf.layout, "ovnkube-image", tmp_path / "root")
+    assert config["config"]["Entrypoint"] == ["/usr/bin/ovnkube"]
+
+    def inside(*argv: str) -> str:
+        proc = subprocess.run(["chroot", str(root), *argv], capture_output=True, text=True)
+        assert proc.returncode == 0, f"{argv}: {proc.stderr}"
+        return proc.stdout
+
+    assert inside("/usr/bin/ovnkube", "--version").splitlines() == [
+        "Version: stand-in",
+        f"Git commit: {leaf.ovnk.good}",
+        "Build date: 2026-05-28T20:26:40Z",
+    ]
+    assert inside("/usr/libexec/cni/ovn-k8s-cni-overlay").strip() == "ovn-k8s-cni-overlay stand-in"
+    assert "23.03.1" in inside("ovn-nbctl", "--version")
+    assert "23.03.1" in inside("ovn-northd", "--version")
+    assert "3.1.0" in inside("ovs-vsctl", "--version")
+    for tool in ("ovn-sbctl", "ovsdb-tool", "ovsdb-client", "ip", "iptables", "conntrack"):
+        inside("sh", "-c", f"command -v {tool}")
+    assert (root / "usr/share/ovn/scripts/ovn-ctl").is_file()
+    assert (root / "usr/share/ovn/ovn-nb.ovsschema").is_file()
+
+
+# -- the Cluster API boots -------------------------------------------------------------------
+#: The Cluster API boot tests' export: Metal3's (every node labelled with its host's uuid,
+#: ``metal3.io/uuid={{ ds.meta_data.uuid }}``, which cloud-init renders from the meta-data).
+METAL3_EXPORT = (
+    "--infrastructure", "metal3", "--control-plane-endpoint", "192.0.2.10:6443",
+    "--image-base-url", "http://192.0.2.1/images",
+)  # fmt: skip
+METAL3_UUID_VALUE = "{{ ds.meta_data.uuid }}"
+#: The BareMetalHost's uuid in the boot tests' meta-data (Ironic's metadata carries ``uuid``).
+HOST_UUID = "4f1c2a3e-7b5d-4e6f-9a8b-0c1d2e3f4a5b"
+
+
+def _ironic_meta_data(tmp_path: Path) -> Path:
+    """A NoCloud meta-data file as Ironic's config drive gives a Metal3 host: its ``uuid``
+    (the BareMetalHost's), the instance-id and the hostname."""
+    from nvkr.machine.seed import DEFAULT_HOSTNAME
+
+    path = tmp_path / "meta-data"
+    path.write_text(
+        f"instance-id: {HOST_UUID}\nlocal-hostname: {DEFAULT_HOSTNAME}\nuuid: {HOST_UUID}\n"
+    )
+    return path
+
+
+def _rendered(labels: str) -> str:
+    """The node labels as cloud-init renders them from :func:`_ironic_meta_data`'s meta-data."""
+    assert METAL3_UUID_VALUE in labels, labels
+    return labels.replace(METAL3_UUID_VALUE, HOST_UUID)
+
+
+#: What the boot tests read back from the guest: kubeadm's files for the kubelet (as the stand-in
+#: kubeadm wrote them) and what the stand-in kubelet recorded when systemd started it.
+KUBELET_FILES = [
+    "/var/lib/kubelet/config.yaml",
+    "/var/lib/kubelet/kubeadm-flags.env",
+    "/run/nvkr/kubelet-extra-args.env",
+    "/var/lib/nvkr-test/kubelet.args",
+    "/var/lib/nvkr-test/kubelet-config.yaml",
+    "/var/lib/nvkr-test/kubelet.labels",
+]
+
+
+def _assert_kubelet_got(contents: dict[str, bytes], want_labels: str, *, phase: str) -> None:
+    """kubeadm's kubelet contract, as the stand-in kubelet saw it: kubeadm's kubeconfigs and
+    ``--config=/var/lib/kubelet/config.yaml`` (the file kubeadm wrote, with a staticPodPath,
+    is the one it loaded, and kubeadm applied the image's kubelet patch to it: the recipe's
+    maxPods), then kubeadm-flags.env's KUBELET_KUBEADM_ARGS (the CRI socket and the
+    node-pool release's ``--node-labels``), then the image's KUBELET_EXTRA_ARGS (the node
+    agent's and the recipe's labels); its merged node labels hold the pool's, the agent's and
+    the recipe's."""
+    from tests.helpers.k8smirror import KUBELET_ARGS, KUBELET_CONFIG, KUBELET_LABELS
+
+    missing = [p for p in KUBELET_FILES if p not in contents]
+    assert not missing, f"{phase}: the guest did not show {missing}"
+    config = yaml.safe_load(contents["/var/lib/kubelet/config.yaml"])
+    assert config["staticPodPath"] == "/etc/kubernetes/manifests", config
+    # the image's kubelet settings, through the kubeadm patch the export's patches.directory
+    # names: the recipe's maxPods, serverTLSBootstrap, the containerd socket
+    assert config["maxPods"] == LEAF_MAX_PODS, f"{phase}: the recipe's maxPods: {config}"
+    assert config["serverTLSBootstrap"] is True, config
+    assert config["containerRuntimeEndpoint"] == "unix:///run/containerd/containerd.sock"
+    assert contents[KUBELET_CONFIG] == contents["/var/lib/kubelet/config.yaml"], (
+        "the kubelet loaded kubeadm's config.yaml"
+    )
+    flags = contents["/var/lib/kubelet/kubeadm-flags.env"].decode()
+    (kubeadm_args,) = re.findall(r'^KUBELET_KUBEADM_ARGS="(.*)"$', flags, re.M)
+    assert f"--node-labels={want_labels}" in kubeadm_args.split(), flags
+    assert "--container-runtime-endpoint=unix:///run/containerd/containerd.sock" in kubeadm_args
+    extra = contents["/run/nvkr/kubelet-extra-args.env"].decode()
+    (extra_args,) = re.findall(r"^KUBELET_EXTRA_ARGS=(.*)$", extra, re.M)
+    argv = contents[KUBELET_ARGS].decode().splitlines()
+    assert argv == [
+        "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",
+        "--kubeconfig=/etc/kubernetes/kubelet.conf",
+        "--config=/var/lib/kubelet/config.yaml",
+        *kubeadm_args.split(),
+        *extra_args.split(),
+    ], f"{phase}: the kubelet's argv"
+    labels = dict(
+        line.split("=", 1) for line in contents[KUBELET_LABELS].decode().splitlines() if line
+    )
+    for label in [*want_labels.split(","), "nvidia.com/mig.config=all-disabled"]:
+        key, value = label.split("=", 1)
+        assert labels.get(key) == value, f"{phase}: {label} not in the kubelet's {labels}"
+    assert "nvidia.com/gpu.present" in labels, f"{phase}: the node agent's labels: {labels}"
+    assert labels.get("metal3.io/uuid") == HOST_UUID, f"{phase}: the host's uuid: {labels}"
+
+
+def _trust_bundle_pem() -> str:
+    """A SPIRE server's trust bundle for tests: a self-signed CA certificate (PEM)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpu.example SPIRE CA")])
+    now = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=3650))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    return cert.public_bytes(serialization.Encoding.PEM).decode()
+
+
+@dataclass
+class JoinBoot:
+    """The join boot of :func:`_join_boot`: what the test compares the guest's report with (the
+    pool's node labels, the image's kubelet drop-in, agent.conf and staged files, the SPIRE
+    settings given) and the boot's ``result``."""
+
+    want_labels: str
+    dropin: str
+    agent_conf: str
+    staged: list[dict[str, str]]
+    spire_env: dict[str, str]
+    result: Any
+
+
+#: The image's kubelet drop-in, which kubeadm's files must leave in place
+DROPIN_PATH = "/etc/systemd/system/kubelet.service.d/20-nvkr.conf"
+
+
+def _join_boot(leaf: Leaf, tmp_path: Path) -> JoinBoot:
+    """The leaf's node image booted with the user-data of a node of its pool, as
+    ``release-set export --format capi --infrastructure metal3 --bootstrap-data`` writes it,
+    the node's SPIRE settings added (see
+    test_cluster_api_bootstrap_data_joins_with_the_exports_kubeadm_configuration)."""
+    from nvkr.builders.node_image.spire import (
+        SPIRE_AGENT_CONF,
+        SPIRE_AGENT_ENV,
+        SPIRE_TRUST_BUNDLE,
+    )
+    from nvkr.delivery.export.cabpk import JOIN_CONFIG_PATH, SENTINEL
+    from tests.helpers.boot_child import boot_with_user_data
+    from tests.helpers.k8smirror import KUBEADM_ARGS, KUBEADM_CONFIG
+
+    assert leaf.built.code == 0, leaf.built.stderr
+    user_data = tmp_path / "user-data"
+    capi = run_nvkr(
+        "release-set", "export", str(leaf.layout), "--format", "capi", *METAL3_EXPORT,
+        "--bootstrap-data", "hopper-amd64", str(user_data),
+        cwd=leaf.project, store=leaf.store,
+    )  # fmt: skip
+    assert capi.code == 0, capi.stderr
+    assert "cloud-init" not in capi.stderr, "the leaf's image has cloud-init: no warning"
+    text = user_data.read_text()
+    assert text.startswith("## template: jinja\n#cloud-config\n"), text[:80]
+    written = {f["path"]: f for f in yaml.safe_load(text)["write_files"]}
+    join = yaml.safe_load(written[JOIN_CONFIG_PATH]["content"])
+    assert join["kind"] == "JoinConfiguration"
+    docs = [d for d in yaml.safe_load_all(capi.stdout) if d]
+    (template,) = [d for d in docs if d["kind"] == "KubeadmConfigTemplate"]
+    want_args = template["spec"]["template"]["spec"]["joinConfiguration"]["nodeRegistration"][
+        "kubeletExtraArgs"
+    ]
+    want_labels = (
+        want_args["node-labels"]
+        if isinstance(want_args, dict)
+        else next(a["value"] for a in want_args if a["name"] == "node-labels")
+    )
+    got_args = join["nodeRegistration"]["kubeletExtraArgs"]
+    got = {a["name"]: a["value"] for a in got_args} if isinstance(got_args, list) else got_args
+    assert got["node-labels"] == want_labels
+
+    # the node's SPIRE settings, as a management system adds them to the bootstrap data
+    # (KubeadmConfigTemplate files): the agent's environment and the server's trust bundle
+    spire_env = {
+        "SPIRE_SERVER_ADDRESS": "spire-server.example",
+        "SPIRE_SERVER_PORT": "8081",
+        "SPIRE_JOIN_TOKEN": "5d3b1a7e-9f64-4c2e-8a1d-0c7b2e6f4a90",
+        "SPIRE_TRUST_DOMAIN": "gpu.example",
+    }
+    data = yaml.safe_load(text)
+    data["write_files"] += [
+        {
+            "path": SPIRE_AGENT_ENV,
+            "permissions": "0600",
+            "owner": "root:root",
+            "content": "".join(f"{k}={v}\n" for k, v in spire_env.items()),
+        },
+        {"path": SPIRE_TRUST_BUNDLE, "permissions": "0644", "content": _trust_bundle_pem()},
+    ]
+    header = "".join(text.splitlines(keepends=True)[:2])
+    user_data.write_text(header + yaml.safe_dump(data, sort_keys=False, width=1 << 16))
+
+    raw = leaf.raw
     result = boot_with_user_data(
-        debian_leaf.image(),
+        leaf.image(),
         user_data=user_data,
-        expect_files=[MODPROBE_RESOLVES, MODPROBE_NO_DEVICE],
+        meta_data_file=_ironic_meta_data(tmp_path),
+        expect_files=[SENTINEL, KUBEADM_ARGS, KUBEADM_CONFIG, DROPIN_PATH, spire_standin.EXPANDED,
+                      *KUBELET_FILES],
+        show_files=KUBELET_FILES,
         timeout=BOOT_TIMEOUT,
         report_timeout=BOOT_TIMEOUT,
         log_file=tmp_path / "console.log",
+    )  # fmt: skip
+    return JoinBoot(
+        want_labels=want_labels,
+        dropin=read_root_file(raw, DROPIN_PATH),
+        agent_conf=read_root_file(raw, SPIRE_AGENT_CONF),
+        staged=json.loads(read_root_file(raw, "/etc/nvkr/manifest.json"))["files"],
+        spire_env=spire_env,
+        result=result,
     )
+
+
+def test_cluster_api_bootstrap_data_joins_with_the_exports_kubeadm_configuration(
+    join_boot: Future[JoinBoot],
+) -> None:
+    """The leaf's node image boots with the user-data Cluster API's kubeadm bootstrap provider
+    writes for a node of its pool, made by ``release-set export --format capi --infrastructure
+    metal3 --bootstrap-data`` from the export's own KubeadmConfigTemplate, on a NoCloud seed
+    (``nvkr boot-test --user-data``'s machinery) whose meta-data carries the host's ``uuid`` as
+    Ironic's does (:func:`_join_boot`). Its kubeadm and kubelet are the mirror's recording
+    stand-ins.
+
+    What this proves: the image's cloud-init takes NoCloud bootstrap data in CABPK's form (the
+    ``## template: jinja`` header rendered from the meta-data, write_files, runcmd) and runs the
+    bootstrap as Cluster API writes it: ``kubeadm join --config
+    /run/kubeadm/kubeadm-join-config.yaml`` with exactly the join configuration the export
+    produced (the pool's node labels in it, among them ``metal3.io/uuid``, which cloud-init
+    rendered from the meta-data's uuid), then the bootstrap contract's sentinel; the kubelet
+    starts with kubeadm's config and flags and those labels (:func:`_assert_kubelet_got`); the
+    image's kubelet drop-in (the pool's kubelet arguments and labels) and the agent's readiness
+    stay in place beside it; the agent verifies every binary the image's manifest lists; the
+    SPIRE agent's unit starts with the settings the user-data gives it (agent.env and the trust
+    bundle, added to the bootstrap data's write_files) and its stand-in reads them through the
+    image's agent.conf. What it cannot prove: that a real kubeadm accepts that configuration
+    and joins a control plane (kubeadm and a cluster are not reachable from here), nor the
+    placeholder token and CA hash a real CABPK fills in, nor that a real spire-agent attests
+    (no SPIRE server or binary is reachable here).
+    """
+    from nvkr.delivery.export.cabpk import JOIN_CONFIG_PATH, SENTINEL
+    from nvkr.machine.cloudinit import parse_report
+    from tests.helpers.k8smirror import KUBEADM_ARGS, KUBEADM_CONFIG
+
+    boot = join_boot.result()
+    result = boot.result
+    assert "nvkr.dev/gpu-generation=hopper" in boot.want_labels.split(",")
+    assert f"metal3.io/uuid={METAL3_UUID_VALUE}" in boot.want_labels.split(","), boot.want_labels
     assert all(c.ok for c in result.checks), result.checks
+    parsed = parse_report(result.boot.lines)
+    report = parsed["files"]
+    _assert_kubelet_got(parsed["contents"], _rendered(boot.want_labels), phase="join")
+    args = f"join\n--config\n{JOIN_CONFIG_PATH}\n".encode()
+    assert report[KUBEADM_ARGS]["sha256"] == hashlib.sha256(args).hexdigest(), "kubeadm's argv"
+    # kubeadm was given the file cloud-init wrote, which is the user-data's (checked by
+    # boot_with_user_data): the export's join configuration
+    assert report[KUBEADM_CONFIG]["sha256"] == report[JOIN_CONFIG_PATH]["sha256"]
+    assert report[SENTINEL] is not None, "the bootstrap contract's sentinel"
+    assert report[DROPIN_PATH]["sha256"] == hashlib.sha256(boot.dropin.encode()).hexdigest()
+    assert "nvkr-node-agent: ready" in result.boot.matched
+    # the agent verified every binary the image's manifest lists
+    assert f"manifest=ok({len(boot.staged)} files)" in result.boot.matched, result.boot.matched
+    # spire-agent.service started after cloud-init wrote its environment, and the agent read
+    # the image's agent.conf with the node's values in it (the stand-in wrote what -expandEnv
+    # made of it after checking the server, the token and the trust bundle)
+    expanded = spire_standin.expand_env(boot.agent_conf, boot.spire_env)
+    assert report[spire_standin.EXPANDED] is not None, "spire-agent.service did not start"
+    assert report[spire_standin.EXPANDED]["sha256"] == hashlib.sha256(expanded.encode()).hexdigest()
+
+
+@dataclass
+class InitBoot:
+    """The init boot of :func:`_init_boot`: the first control-plane node's node labels and the
+    boot's ``result``."""
+
+    want_labels: str
+    result: Any
+
+
+def _init_boot(leaf: Leaf, debian: DebianLeaf, tmp_path: Path) -> InitBoot:
+    """The Debian-driver leaf's node image booted as the first control-plane node: the
+    user-data CABPK writes for a KubeadmControlPlane's first machine
+    (:func:`nvkr.delivery.export.cabpk.init_user_data` of the Metal3 export's own
+    KubeadmControlPlane) on a seed whose meta-data carries the host's ``uuid``, with two more
+    runcmd lines that leave what ``modprobe`` says of nvidia-current (see
+    test_the_debian_driver_image_boots_and_its_kernel_resolves_the_module)."""
+    from nvkr.delivery.export.cabpk import SENTINEL, init_user_data
+    from tests.helpers.boot_child import boot_with_user_data
+    from tests.helpers.k8smirror import KUBEADM_ARGS, KUBEADM_CONFIG, STATIC_PODS
+
+    assert debian.built.code == 0, debian.built.stderr
+    capi = run_nvkr(
+        "release-set", "export", str(debian.layout), "--format", "capi", *METAL3_EXPORT,
+        cwd=leaf.project, store=leaf.store,
+    )  # fmt: skip
+    assert capi.code == 0, capi.stderr
+    docs = [d for d in yaml.safe_load_all(capi.stdout) if d]
+    (kcp,) = [d for d in docs if d["kind"] == "KubeadmControlPlane"]
+    registration = kcp["spec"]["kubeadmConfigSpec"]["initConfiguration"]["nodeRegistration"]
+    args = registration["kubeletExtraArgs"]
+    want_labels = (
+        args["node-labels"]
+        if isinstance(args, dict)
+        else next(a["value"] for a in args if a["name"] == "node-labels")
+    )
+    text = init_user_data(kcp, str(kcp["spec"]["version"]), "192.0.2.10:6443")
+    header = "".join(text.splitlines(keepends=True)[:2])
+    assert header == "## template: jinja\n#cloud-config\n", header
+    data = yaml.safe_load(text)
+    data["runcmd"] += MODPROBE_RUNCMD
+    user_data = tmp_path / "user-data"
+    user_data.write_text(header + yaml.safe_dump(data, sort_keys=False, width=1 << 16))
+    manifests = [f"/etc/kubernetes/manifests/{name}.yaml" for name in STATIC_PODS]
+    result = boot_with_user_data(
+        debian.image(),
+        user_data=user_data,
+        meta_data_file=_ironic_meta_data(tmp_path),
+        expect_files=[SENTINEL, KUBEADM_ARGS, KUBEADM_CONFIG, "/etc/kubernetes/kubelet.conf",
+                      *manifests, *KUBELET_FILES, MODPROBE_RESOLVES, MODPROBE_NO_DEVICE],
+        show_files=[*KUBELET_FILES, KUBEADM_ARGS],
+        timeout=BOOT_TIMEOUT,
+        report_timeout=BOOT_TIMEOUT,
+        log_file=tmp_path / "console.log",
+    )  # fmt: skip
+    return InitBoot(want_labels, result)
+
+
+def test_cluster_api_control_plane_init_starts_the_kubelet_with_kubeadms_configuration(
+    init_boot: Future[InitBoot],
+) -> None:
+    """The first control-plane node: the Debian-driver leaf's node image boots with the
+    user-data CABPK writes for a KubeadmControlPlane's first machine
+    (:func:`nvkr.delivery.export.cabpk.init_user_data` of the Metal3 export's own
+    KubeadmControlPlane: ``kubeadm init --config /run/kubeadm/kubeadm.yaml``), on a seed whose
+    meta-data carries the host's ``uuid`` (:func:`_init_boot`). The stand-in kubeadm writes
+    what ``kubeadm init`` writes for the kubelet (config.yaml with its staticPodPath,
+    kubeadm-flags.env, kubelet.conf) and the control plane's static pod manifests, then
+    restarts the kubelet, which systemd starts through the image's drop-in. (The join boot
+    runs the NVIDIA leaf's image: both leaves' images are booted through the Cluster API
+    contract, one per phase.)
+
+    What this proves: the image's kubelet unit follows kubeadm's contract after an init: the
+    kubelet loads the config.yaml kubeadm wrote (so it would run the static pods in
+    /etc/kubernetes/manifests), gets kubeadm-flags.env's flags (the init configuration's CRI
+    socket and node labels, ``metal3.io/uuid`` rendered from the meta-data) and the image's
+    labels beside them. What only a real kubeadm and
+    kubelet would show: that the control plane's static pods come up (images, certificates,
+    etcd), the real kubelet's flag parsing (the stand-in merges --node-labels as kubelet's
+    MapStringString does), and the exact config.yaml and flags a given kubeadm release writes.
+    """
+    from nvkr.delivery.export.cabpk import INIT_CONFIG_PATH
+    from nvkr.machine.cloudinit import parse_report
+    from tests.helpers.k8smirror import KUBEADM_ARGS, KUBEADM_CONFIG
+
+    boot = init_boot.result()
+    assert f"metal3.io/uuid={METAL3_UUID_VALUE}" in boot.want_labels.split(","), boot.want_labels
+    result = boot.result
+    assert all(c.ok for c in result.checks), result.checks
+    parsed = parse_report(result.boot.lines)
+    assert parsed["contents"][KUBEADM_ARGS] == f"init\n--config\n{INIT_CONFIG_PATH}\n".encode()
+    assert parsed["files"][KUBEADM_CONFIG]["sha256"] == parsed["files"][INIT_CONFIG_PATH]["sha256"]
+    _assert_kubelet_got(parsed["contents"], _rendered(boot.want_labels), phase="init")
+
+
+def test_the_debian_driver_image_boots_and_its_kernel_resolves_the_module(
+    init_boot: Future[InitBoot],
+) -> None:
+    """The Debian-driver image boots (the init boot, :func:`_init_boot`) to the agent's readiness
+    line with the modules installed, and its running kernel finds nvidia-current with its
+    dependencies (``modprobe -n``) and links it: loading it fails only in the driver's probe,
+    with "No such device" (there is no GPU in QEMU). What this cannot show: that the driver
+    drives a GPU."""
+    result = init_boot.result().result
+    checks = {c.what: c for c in result.checks}
+    for path in (MODPROBE_RESOLVES, MODPROBE_NO_DEVICE):
+        assert checks[f"file {path}"].ok, checks[f"file {path}"]
     assert "nvkr-node-agent: ready" in result.boot.matched
