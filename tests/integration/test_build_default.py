@@ -146,20 +146,31 @@ def test_two_clones_two_stores_umask_tz_locale_give_identical_bytes(default_buil
     assert different == []
 
 
-def test_agent_go_tests_pass_with_the_pinned_toolchain(go_toolchain, repo_root, tmp_path):
+def test_agent_go_tests_pass_with_the_pinned_toolchain(
+    go_toolchain, default_build, repo_root, tmp_path
+):
+    """The agent's own Go tests and ``go vet``, run once in the session, with the pinned
+    toolchain. Their build cache starts as a copy of the default build's (the Go builder's
+    GOCACHE, ``-trimpath`` and ``CGO_ENABLED=0`` as here): the standard library the tests need
+    is compiled already."""
     from nvkr.builders.go_binary.builder import toolchain_root
     from nvkr.run import pinned_env, run
     from nvkr.store import Store
 
     store_root, digest = go_toolchain
     goroot = toolchain_root(Store(store_root), digest)
+    gocache = tmp_path / "gocache"
+    subprocess.run(
+        ["cp", "-a", str(Store(default_build.store).cache_dir / "go-build"), str(gocache)],
+        check=True,
+    )
     env = pinned_env(
         {
             "GOTOOLCHAIN": "local",
             "GOPROXY": "off",
-            "GOFLAGS": "",
+            "GOFLAGS": "-trimpath",
             "CGO_ENABLED": "0",
-            "GOCACHE": str(tmp_path / "gocache"),
+            "GOCACHE": str(gocache),
         },
         home=tmp_path,
     )

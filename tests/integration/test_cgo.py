@@ -23,7 +23,7 @@ import pytest
 from nvkr.elf import read_elf
 from nvkr.store import Store
 from tests.helpers import REPO
-from tests.helpers.nvkr import run_nvkr
+from tests.helpers.nvkr import run_nvkr, seed
 
 pytestmark = pytest.mark.slow
 
@@ -107,9 +107,12 @@ def _primary(store: Store, record: dict[str, Any]) -> Path:
     return store.blob_path(out["digest"])
 
 
-def test_cgo_for_amd64_and_arm64_with_a_pinned_tools_tree(tmp_path: Path) -> None:
+def test_cgo_for_amd64_and_arm64_with_a_pinned_tools_tree(
+    tmp_path: Path, go_toolchain: tuple[Path, str]
+) -> None:
     project = _project(tmp_path / "project")
-    first, second = tmp_path / "store-a", tmp_path / "store-b"
+    # the first store holds the session's sources (the pinned Go wheel among them, fetched once)
+    first, second = seed(tmp_path / "store-a", go_toolchain), tmp_path / "store-b"
 
     res = run_nvkr("lock", "recipes/cgo.yaml", cwd=project, store=first)
     assert res.code == 0, res.stderr

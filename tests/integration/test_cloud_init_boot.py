@@ -11,7 +11,7 @@ QEMU in tests/unit/boot/test_user_data.py.)
   partition only up to it, and after power-off the partition table's config-2 entry and the
   partition's bytes are unchanged and /etc/hostname holds the config drive's hostname.
 
-The image comes from the session's default build (a no-op build in a store seeded from it), or
+The image comes from the session's default build (its release set), or
 from ``$NVKR_TEST_BUILT_STORE`` (a store holding an earlier build of the default recipe,
 hard-linked: only what changed is rebuilt) to run this module alone. Boots run under TCG on
 loaded machines too: their timeouts are generous.
@@ -52,18 +52,25 @@ def cloud_init_image(tmp_path_factory, request) -> Path:
     """The hopper/amd64 QCOW2 of the default recipe as this tree builds it: from the session's
     default build (``default_build``, made for other tests anyway: a no-op here), or, to run this
     module alone, from a store holding an earlier build (``$NVKR_TEST_BUILT_STORE``)."""
-    tmp = tmp_path_factory.mktemp("cloud-init-image")
     built = os.environ.get("NVKR_TEST_BUILT_STORE")
-    source = Path(built) if built else request.getfixturevalue("default_build").store
-    store = seed_from_build(tmp / "store", source)
-    clone = make_clone(tmp / "clone")
-    res = start_nvkr(
-        "build", "--locked", "--variant", "gpu=hopper,arch=amd64", cwd=clone, store=store,
-        timeout=3600,
-    ).result()  # fmt: skip
-    assert res.code == 0, res.stderr
+    if built:
+        tmp = tmp_path_factory.mktemp("cloud-init-image")
+        store = seed_from_build(tmp / "store", Path(built))
+        clone = make_clone(tmp / "clone")
+        res = start_nvkr(
+            "build", "--locked", "--variant", "gpu=hopper,arch=amd64", cwd=clone, store=store,
+            timeout=3600,
+        ).result()  # fmt: skip
+        assert res.code == 0, res.stderr
+    else:  # the session's build wrote every variant's image into its clone's release set
+        clone = request.getfixturevalue("default_build").clone
     layout = clone / "dist" / "nvkr-default-k8s1.36"
-    (image,) = [a for a in read_metadata(layout)["artifacts"] if a["kind"] == "machine-image"]
+    (image,) = [
+        a
+        for a in read_metadata(layout)["artifacts"]
+        if a["kind"] == "machine-image"
+        and (a["variant"]["gpu"], a["variant"]["arch"]) == ("hopper", "amd64")
+    ]
     return layout / "blobs" / "sha256" / image["primary"]["digest"].split(":", 1)[1]
 
 
