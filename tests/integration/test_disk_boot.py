@@ -108,7 +108,7 @@ def node_image(request, tmp_path_factory) -> Image:
         a
         for a in read_metadata(layout)["artifacts"]
         if a["kind"] == "machine-image"
-        and a.get("variant") == "gpu=hopper,kubernetes=1.36,arch=amd64"
+        and (a["variant"]["gpu"], a["variant"]["arch"]) == ("hopper", "amd64")
     ]
     qcow2 = layout / "blobs" / "sha256" / image["primary"]["digest"][7:]
     raw = tmp_path_factory.mktemp("image") / "disk.raw"
