@@ -168,6 +168,20 @@ def run_nvkr(
     return start_nvkr(*args, cwd=cwd, store=store, env=env, umask=umask, timeout=1500).result()
 
 
+def machine_image(layout: Path, **variant: str) -> Path:
+    """The QCOW2 of the one machine image in the release set at ``layout`` whose variant has
+    ``variant``'s fields (``gpu="hopper", arch="amd64"``; none: the set's only one)."""
+    from nvkr.releaseset import read_metadata
+
+    (image,) = [
+        a
+        for a in read_metadata(layout)["artifacts"]
+        if a["kind"] == "machine-image"
+        and all(a["variant"].get(k) == v for k, v in variant.items())
+    ]
+    return layout / "blobs" / "sha256" / image["primary"]["digest"].split(":", 1)[1]
+
+
 def make_clone(dest: Path) -> Path:
     """A copy of the repository's recipes, lockfiles and agent sources (what a clone holds)."""
     for part in ("recipes", "lockfiles", "agents", "charts"):

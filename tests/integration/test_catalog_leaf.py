@@ -39,7 +39,7 @@ from tests.helpers import spire as spire_standin
 from tests.helpers.aptrepo import AptRepo, DebSpec, build_apt_repo, gpu_stack_packages
 from tests.helpers.disk import read_root_file
 from tests.helpers.k8smirror import K8sMirror, serve_k8s_mirror
-from tests.helpers.nvkr import Result, in_background, make_clone, run_nvkr, seed
+from tests.helpers.nvkr import Result, in_background, machine_image, make_clone, run_nvkr, seed
 from tests.helpers.ovnkubernetes import UPSTREAM as OVNK_UPSTREAM
 from tests.helpers.ovnkubernetes import Upstream, make_upstream
 
@@ -133,19 +133,12 @@ class Leaf:
 
     def image(self) -> Path:
         """The release set's machine image (QCOW2)."""
-        return _machine_image(self.layout)
+        return machine_image(self.layout)
 
     def close(self) -> None:
         """Stop serving the stand-ins."""
         for served in (self.k8s, self.nvidia, self.docker):
             served.close()
-
-
-def _machine_image(layout: Path) -> Path:
-    from nvkr.releaseset import read_metadata
-
-    (image,) = [a for a in read_metadata(layout)["artifacts"] if a["kind"] == "machine-image"]
-    return layout / "blobs" / "sha256" / image["primary"]["digest"][7:]
 
 
 def _make_leaf(tmp: Path, go_toolchain: tuple[Path, str]) -> Leaf:
@@ -202,7 +195,7 @@ def _make_leaf(tmp: Path, go_toolchain: tuple[Path, str]) -> Leaf:
         raw = tmp / "disk.raw"
         if built.code == 0:
             subprocess.run(
-                ["qemu-img", "convert", "-f", "qcow2", "-O", "raw", str(_machine_image(layout)),
+                ["qemu-img", "convert", "-f", "qcow2", "-O", "raw", str(machine_image(layout)),
                  str(raw)],
                 check=True,
             )  # fmt: skip
@@ -443,7 +436,7 @@ class DebianLeaf:
 
     def image(self) -> Path:
         """The release set's machine image (QCOW2)."""
-        return _machine_image(self.layout)
+        return machine_image(self.layout)
 
     @property
     def kernel(self) -> str:

@@ -30,9 +30,8 @@ import pytest
 
 from nvkr.agent_labels import AGENT_LABELS, check_agent_labels
 from nvkr.machine.boot import boot_test
-from nvkr.releaseset import read_metadata
 from tests.helpers.disk import debugfs_read
-from tests.helpers.nvkr import make_clone, seed_from_build, start_nvkr
+from tests.helpers.nvkr import machine_image, make_clone, seed_from_build, start_nvkr
 
 pytestmark = [
     pytest.mark.slow,
@@ -64,14 +63,7 @@ def cloud_init_image(tmp_path_factory, request) -> Path:
         assert res.code == 0, res.stderr
     else:  # the session's build wrote every variant's image into its clone's release set
         clone = request.getfixturevalue("default_build").clone
-    layout = clone / "dist" / "nvkr-default-k8s1.36"
-    (image,) = [
-        a
-        for a in read_metadata(layout)["artifacts"]
-        if a["kind"] == "machine-image"
-        and (a["variant"]["gpu"], a["variant"]["arch"]) == ("hopper", "amd64")
-    ]
-    return layout / "blobs" / "sha256" / image["primary"]["digest"].split(":", 1)[1]
+    return machine_image(clone / "dist" / "nvkr-default-k8s1.36", gpu="hopper", arch="amd64")
 
 
 def _sfdisk(disk: Path) -> dict:

@@ -100,17 +100,11 @@ def node_image(request, tmp_path_factory) -> Image:
         result = _assemble(Path(given), tmp_path_factory.mktemp("image"))
         _report("assemble phases (seconds)", result.phases)
         return Image(result.qcow2, result.fs_uuid)
-    from nvkr.releaseset import read_metadata
     from tests.helpers.disk import read_root_file
+    from tests.helpers.nvkr import machine_image
 
     layout = request.getfixturevalue("default_build").clone / "dist" / "nvkr-default-k8s1.36"
-    (image,) = [
-        a
-        for a in read_metadata(layout)["artifacts"]
-        if a["kind"] == "machine-image"
-        and (a["variant"]["gpu"], a["variant"]["arch"]) == ("hopper", "amd64")
-    ]
-    qcow2 = layout / "blobs" / "sha256" / image["primary"]["digest"][7:]
+    qcow2 = machine_image(layout, gpu="hopper", arch="amd64")
     raw = tmp_path_factory.mktemp("image") / "disk.raw"
     subprocess.run(["qemu-img", "convert", "-O", "raw", str(qcow2), str(raw)], check=True)
     fstab = read_root_file(raw, "/etc/fstab")
