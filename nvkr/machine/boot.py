@@ -21,8 +21,9 @@ kernel. So a KVM boot **makes no progress** when its console prints no byte for
 QEMU not connecting within that time counts as no byte). Under ``auto`` that boot is stopped and
 the image booted again under TCG with the whole ``timeout`` (TCG is many times slower than KVM;
 the KVM attempt cost at most the firmware's time plus :data:`KVM_STALL_SECONDS`), and KVM is not
-tried again in this process; under ``kvm`` it is a :class:`~nvkr.errors.BootTestError`. Once the
-kernel has spoken KVM runs the guest, and only ``timeout`` limits the boot. TCG has no stall limit
+tried again on this host until it reboots (:mod:`nvkr.machine.kvmhang`: the verdict outlives the
+process, so a CI job of several boots pays the stall once); under ``kvm`` it is a
+:class:`~nvkr.errors.BootTestError`. Once the kernel has spoken KVM runs the guest, and only ``timeout`` limits the boot. TCG has no stall limit
 (a slow guest is not a hung one).
 
 Each attempt is reported through ``event`` (typed events of :mod:`nvkr.monitor.events`:
@@ -46,6 +47,7 @@ from pathlib import Path
 from typing import Final, Literal, TextIO, get_args
 
 from nvkr.errors import BootTestError, NvkrError, UsageError
+from nvkr.machine import kvmhang
 from nvkr.machine.qemu import QEMU, QemuProcess, accept, kvm_works, listen, peer_pid, qemu_argv
 from nvkr.monitor.events import BootStall, BootStart
 from nvkr.run import FIXED_PATH
@@ -90,7 +92,8 @@ class BootResult:
         firmware: ``"bios"`` (SeaBIOS) or ``"efi"`` (OVMF / AAVMF).
         followed: the line matching ``then`` after ``matched`` (empty without ``then``).
         fallback: why ``accel="auto"`` booted under TCG although KVM answered the probe (KVM
-            made no progress in this boot, or in an earlier one of this process); else empty.
+            made no progress in this boot, or in an earlier one on this host since it booted:
+            :meth:`nvkr.machine.kvmhang.Hang.why`); else empty.
     """
 
     seconds: float
@@ -225,11 +228,6 @@ def accel_from_env() -> Accel:
             hint=f"unset {ACCEL_ENV} for auto (KVM when it runs a guest here, else TCG)",
         )
     return value
-
-
-#: Architectures whose KVM made no progress in a boot test of this process: ``auto`` boots them
-#: under TCG from then on, so a release set of several images pays the stall once.
-_KVM_HANGS: set[str] = set()
 
 
 def _log_event(event: BootStart | BootStall) -> None:
@@ -449,8 +447,9 @@ def boot_test(
     mode = accel if accel is not None else accel_from_env()
     emit = event or _log_event
     fallback = ""
-    if mode == "auto" and arch in _KVM_HANGS:
-        acc, fallback = "tcg", "KVM stalled an earlier guest of this process"
+    earlier = kvmhang.hang(arch) if mode == "auto" else None
+    if earlier is not None:
+        acc, fallback = "tcg", earlier.why()
     elif mode == "auto":
         acc = "kvm" if kvm_works(arch) else "tcg"
     else:
@@ -477,7 +476,7 @@ def boot_test(
         retry = "tcg" if mode == "auto" else None
         emit(BootStall(str(image), acc, KVM_STALL_SECONDS, result.matched, reason, retry, logged))
         if retry is not None:
-            _KVM_HANGS.add(arch)
+            kvmhang.record(arch, reason)
             fallback = f"{reason}; booted again under tcg"
             acc = "tcg"
             result = attempt(2, "KVM made no progress")

@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.helpers import toolguard
 
 #: seconds without console progress before the boot tests give a KVM guest up (their
@@ -84,6 +86,18 @@ case " $* " in
   *) exec "$real" "$@" ;;
 esac
 """
+
+
+def new_kvm_host(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """A host on which no KVM guest stalled yet: this process's verdicts forgotten, later ones
+    kept in a runtime directory under ``tmp_path`` (returned), not the machine's."""
+    from nvkr.machine import kvmhang
+
+    runtime = tmp_path / "run-user"
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    monkeypatch.setattr(kvmhang, "_SEEN", {})
+    return runtime / "nvkr"
 
 
 def fake_qemu(directory: Path, script: dict[str, list[tuple[str, Any]]]) -> Path:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from nvkr.machine import boot
-from tests.helpers.fake_qemu import STALL
+from tests.helpers.fake_qemu import STALL, new_kvm_host
 
 
 @pytest.fixture
@@ -20,9 +20,10 @@ def image(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def kvm_host(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A host whose KVM passes the boot-sector probe; no stall seen yet in this process."""
+def kvm_host(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A host whose KVM passes the boot-sector probe; no stall seen yet on it (its verdicts
+    kept under a runtime directory of the test's own)."""
     monkeypatch.setattr(boot, "kvm_works", lambda arch="amd64": True)
     monkeypatch.setattr(boot, "KVM_STALL_SECONDS", STALL)
-    monkeypatch.setattr(boot, "_KVM_HANGS", set())
+    new_kvm_host(monkeypatch, tmp_path)
     monkeypatch.delenv(boot.ACCEL_ENV, raising=False)

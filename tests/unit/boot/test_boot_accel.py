@@ -7,6 +7,9 @@ the real QEMU (``-S`` under ``-accel kvm``) and sees the TCG retry reach GRUB's 
 
 from __future__ import annotations
 
+import json
+import os
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -14,7 +17,7 @@ from typing import Any
 import pytest
 
 from nvkr.errors import BootTestError, UsageError
-from nvkr.machine import boot, qemu
+from nvkr.machine import boot, kvmhang, qemu
 from nvkr.monitor.events import BootStall, BootStart, event_name
 from tests.helpers.disk import LOADING, build_image, needs_grub, needs_qemu, needs_tools
 from tests.helpers.fake_qemu import STALL, accels, fake_qemu, hanging_kvm_qemu
@@ -131,6 +134,79 @@ def test_after_a_stall_the_process_boots_under_tcg_at_once(image, tmp_path, kvm_
     assert second.accel == "tcg" and "stalled" in second.fallback
     (start,) = events
     assert isinstance(start, BootStart) and "stalled" in start.why
+
+
+def test_a_stall_holds_for_later_processes_until_the_host_reboots(
+    image, tmp_path, kvm_host, monkeypatch
+):
+    script = {"kvm": FIRMWARE, "tcg": [*FIRMWARE, *KERNEL, *READY]}
+    fake = _use(monkeypatch, fake_qemu(tmp_path / "q", script))
+    boot_id = tmp_path / "boot_id"
+    boot_id.write_text("4a5b0f7e-0000-4000-8000-000000000001\n")
+    monkeypatch.setattr(kvmhang, "BOOT_ID", boot_id)
+    assert _boot(image, accel="auto").accel == "tcg"
+    kept = kvmhang.directory() / "kvm-stall-amd64.json"
+    doc = json.loads(kept.read_text())
+    assert doc["bootId"] == "4a5b0f7e-0000-4000-8000-000000000001" and doc["arch"] == "amd64"
+    assert doc["reason"].startswith(f"no console output for {STALL:.0f} s under kvm")
+    assert stat.S_IMODE(kept.parent.stat().st_mode) == 0o700
+
+    kvmhang.forget()  # a later nvkr process on the same host: no KVM attempt, and it says why
+    events: list[BootStart | BootStall] = []
+    later = _boot(image, events, accel="auto")
+    assert accels(fake) == ["kvm", "tcg", "tcg"]
+    assert later.fallback.startswith(f"KVM stalled a guest on this host at {doc['at']}")
+    assert f"delete {kept} to try KVM again" in later.fallback
+    assert [e.why for e in events if isinstance(e, BootStart)] == [later.fallback]
+    with pytest.raises(BootTestError, match="made no progress"):
+        _boot(image, accel="kvm")  # --accel kvm ignores the verdict: it tries KVM, and fails
+    assert accels(fake)[-1] == "kvm"
+
+    kvmhang.forget()  # the host rebooted: another boot_id, KVM is tried again
+    boot_id.write_text("4a5b0f7e-0000-4000-8000-000000000002\n")
+    assert _boot(image, accel="auto").accel == "tcg"
+    assert accels(fake)[-2:] == ["kvm", "tcg"]
+
+
+@pytest.mark.parametrize("where", ["symlink", "group-writable", "other-owner", "garbled"])
+def test_a_verdict_not_kept_by_this_user_alone_is_no_verdict(
+    image, tmp_path, kvm_host, monkeypatch, where
+):
+    """``/tmp`` is shared: a verdict directory that is a symlink, writable by others or owned by
+    another user (and a file that is not a verdict) is ignored, and a stall is then kept in the
+    process alone."""
+    script = {"kvm": FIRMWARE, "tcg": [*FIRMWARE, *KERNEL, *READY]}
+    fake = _use(monkeypatch, fake_qemu(tmp_path / "q", script))
+    verdicts = kvmhang.directory()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    doc = {
+        "bootId": kvmhang.BOOT_ID.read_text().strip(),
+        "at": "2026-12-05T00:00:00Z",
+        "reason": "x",
+    }
+    if where == "symlink":
+        verdicts.symlink_to(elsewhere)
+    else:
+        verdicts.mkdir(mode=0o700)
+    target = elsewhere if where == "symlink" else verdicts
+    (target / "kvm-stall-amd64.json").write_text("{" if where == "garbled" else json.dumps(doc))
+    if where == "group-writable":
+        verdicts.chmod(0o770)
+    if where == "other-owner":
+        if os.getuid() != 0:
+            pytest.skip("giving a directory to another user takes root")
+        os.chown(verdicts, 65534, 65534)
+    result = _boot(image, accel="auto")
+    assert accels(fake) == ["kvm", "tcg"], "KVM was tried: the planted verdict is none"
+    if where == "garbled":  # the directory is the user's: the stall replaces the garbled file
+        assert json.loads((verdicts / "kvm-stall-amd64.json").read_text())["reason"] != "x"
+        return
+    assert result.fallback.startswith(f"no console output for {STALL:.0f} s under kvm")
+    hang = kvmhang.hang("amd64")
+    assert hang is not None and hang.path is None and "delete" not in hang.why()
+    assert (target / "kvm-stall-amd64.json").read_text() == json.dumps(doc), "left as it was"
+    assert _boot(image, accel="auto").accel == "tcg" and accels(fake)[-1] == "tcg"
 
 
 def test_the_accelerator_defaults_to_nvkr_boot_accel(image, tmp_path, kvm_host, monkeypatch):

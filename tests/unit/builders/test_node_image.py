@@ -320,14 +320,14 @@ def test_the_builders_boot_test_falls_back_to_tcg_and_keeps_the_console(
     under the store, the action's progress says booting, the stall and its retry, ready; under
     ``NVKR_BOOT_ACCEL=kvm`` the stall fails, naming that log."""
     from nvkr.machine import boot, qemu
-    from tests.helpers.fake_qemu import STALL, accels, fake_qemu
+    from tests.helpers.fake_qemu import STALL, accels, fake_qemu, new_kvm_host
 
     grub = [("say", "nvkr: loading /boot/vmlinuz-6.1.0-test-amd64\r\n")]
     fake = fake_qemu(tmp_path / "q", {"kvm": grub, "tcg": [*grub, ("say", "node login: ")]})
     monkeypatch.setitem(qemu.QEMU, "amd64", (str(fake), "qemu-system-x86"))
     monkeypatch.setattr(boot, "kvm_works", lambda arch="amd64": True)
     monkeypatch.setattr(boot, "KVM_STALL_SECONDS", STALL)
-    monkeypatch.setattr(boot, "_KVM_HANGS", set())
+    new_kvm_host(monkeypatch, tmp_path)
     monkeypatch.delenv(boot.ACCEL_ENV, raising=False)
     image = tmp_path / "disk.qcow2"
     image.write_bytes(b"QFI\xfb" + bytes(508))
