@@ -40,6 +40,7 @@ TWIN_ENV = {"TZ": "Pacific/Chatham", "LC_ALL": "C", "LANG": "POSIX"}
 #: the harness (tests/helpers/): fixtures a test names as parameters, never imports
 pytest_plugins = [
     "tests.helpers.isolation",
+    "tests.helpers.tmpdirs",
     "tests.helpers.cli",
     "tests.helpers.registry",
     "tests.helpers.container_images",
