@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import Any, Final
 
 from rich.console import Console
 from rich.markup import escape
@@ -45,15 +45,21 @@ from nvkr.monitor.events import (
     Step,
     Transfer,
 )
-from nvkr.monitor.lines import event_lines
+from nvkr.monitor.lines import event_lines, human_size
 from nvkr.monitor.plain import elapsed, progress_text
 from nvkr.redact import redact_text
 
 _STYLES = {"warning:": "yellow", "  failed": "red", "  built": "green", "error": "red"}
 
 
+#: A transfer's row while it runs: ``fetching go`` (its event says ``fetched`` when it ends).
+_UNDER_WAY: Final = {"fetched": "fetching", "pushed": "pushing", "pulled": "pulling"}
+
+
 class _Amount(ProgressColumn):
-    """``3/9``, bytes as ``1.2/4.0 GiB`` (rich's DownloadColumn), or nothing without a total."""
+    """``3/9``, bytes as ``1.2/4.0 GiB`` (rich's DownloadColumn), or ``1.2 MiB`` so far
+    without a total (a download whose size the server did not say); else nothing without a
+    total."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -61,7 +67,8 @@ class _Amount(ProgressColumn):
 
     def render(self, task: Task) -> Text:
         if task.total is None:
-            return Text("")
+            unit = task.fields.get("unit")
+            return Text(human_size(int(task.completed)) if unit == "bytes" else "")
         if task.fields.get("unit") == "bytes":
             return self._bytes.render(task)
         if task.fields.get("unit") == "percent":
@@ -184,8 +191,9 @@ class LiveMonitor:
                 del self._transfers[key]
             return
         if task is None:
+            doing = _UNDER_WAY.get(t.direction, t.direction)
             task = self._transfers[key] = self.progress.add_task(
-                f"{t.direction} {escape(redact_text(t.what))}", total=t.total, unit="bytes"
+                f"{doing} {escape(redact_text(t.what))}", total=t.total, unit="bytes"
             )
         self.progress.update(task, completed=t.done, total=t.total)
 

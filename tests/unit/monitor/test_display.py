@@ -158,3 +158,23 @@ def test_live_display_shows_the_image_being_booted_with_its_elapsed_time():
         assert monitor.progress.tasks == []
     finally:
         monitor.close()
+
+
+def test_live_display_names_a_transfer_under_way_and_its_bytes_without_a_total():
+    from nvkr.monitor.events import Transfer
+    from nvkr.monitor.live import LiveMonitor, _Amount
+
+    monitor = LiveMonitor("build")
+    try:
+        monitor.emit(Transfer("fetched", "debian-packages", 3 << 20, None))
+        (task,) = monitor.progress.tasks
+        assert task.description == "fetching debian-packages"
+        assert _Amount().render(task).plain == "3.0 MiB"  # the server said no size: so far
+        monitor.emit(Transfer("pushed", "registry/set:1", 1 << 30, 4 << 30))
+        pushed = monitor.progress.tasks[1]
+        assert pushed.description == "pushing registry/set:1"
+        assert _Amount().render(pushed).plain == "1.0/4.0 GiB"
+        monitor.emit(Transfer("fetched", "debian-packages", 5 << 20, None, finished=True))
+        assert [t.description for t in monitor.progress.tasks] == ["pushing registry/set:1"]
+    finally:
+        monitor.close()
