@@ -48,6 +48,7 @@ from nvkr.action import Action
 from nvkr.builders import ActionContext, get_builder
 from nvkr.errors import BuildError, Interrupted, NvkrError
 from nvkr.fetch import FetchContext, ensure
+from nvkr.fetch.debs import missing_debs
 from nvkr.monitor import Monitor, estimates, transfer
 from nvkr.monitor.events import (
     ActionCached,
@@ -119,7 +120,7 @@ class _SourceGate:
         """:func:`nvkr.fetch.ensure` of ``src``, its download's bytes reported."""
         if not fetching:
             return ensure(src.name, src.spec, src.entry, self.ctx, base_dir=src.base_dir)
-        total = src.entry.get("size") if isinstance(src.entry.get("size"), int) else None
+        total = _download_size(src, self.ctx)
         last = [0]
 
         def report(done: int) -> None:
@@ -140,13 +141,39 @@ class _SourceGate:
                     src.digest
                 )
                 if fetching:
-                    self.emit(SourceFetch(src))
+                    self.emit(SourceFetch(src, _debs_missing(src, self.ctx)))
                 got = self._fetch(src, fetching)
             if got != src.digest:  # a path source edited since the plan was made
                 raise BuildError(
                     f"source {src.name!r}: the store holds {got}, the plan expects {src.digest}",
                     hint="the source changed during the build; run the same command again",
                 )
+
+
+def _apt_packages(src: Any) -> list[dict[str, Any]] | None:
+    """An apt source's locked packages (lock entries), or None for another kind."""
+    packages = src.entry.get("packages") if src.entry.get("kind") == "apt" else None
+    return packages if isinstance(packages, list) else None
+
+
+def _debs_missing(src: Any, ctx: FetchContext) -> tuple[int, int] | None:
+    """An apt source's .debs the store lacks and its locked ones, as counts; else None."""
+    packages = _apt_packages(src)
+    if packages is None:
+        return None
+    return len(missing_debs(packages, ctx.store)), len(packages)
+
+
+def _download_size(src: Any, ctx: FetchContext) -> int | None:
+    """The bytes a fetch of ``src`` downloads, when known: a file source's locked size, the
+    sizes of the .debs an apt source lacks."""
+    packages = _apt_packages(src)
+    if packages is not None:
+        sizes = [p.get("size") for p in missing_debs(packages, ctx.store)]
+        known = [n for n in sizes if isinstance(n, int)]
+        return sum(known) if len(known) == len(sizes) else None
+    size = src.entry.get("size")
+    return size if isinstance(size, int) else None
 
 
 def _missing_error(plan: Plan, to_run: list[str]) -> BuildError:

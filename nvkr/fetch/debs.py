@@ -12,10 +12,16 @@ from nvkr.errors import FetchError
 from nvkr.fetch.context import FetchContext
 from nvkr.fetch.http import download
 from nvkr.monitor import transfer
+from nvkr.store import Store
 
 #: .debs downloaded at once. A mirror serves each over its own connection; one at a time, the
 #: line idles through every request's round trips (a node image's lock holds about 420 .debs).
 DEB_DOWNLOADS = 4
+
+
+def missing_debs(packages: list[dict[str, Any]], store: Store) -> list[dict[str, Any]]:
+    """The lock entries of ``packages`` whose .deb the store lacks, in their order."""
+    return [p for p in packages if not store.has_blob(p["sha256"])]
 
 
 def fetch_debs(
@@ -30,7 +36,7 @@ def fetch_debs(
     each checked against its sha256. A failure raises the error of the first failed package in
     ``packages``' order, after the downloads under way have ended (each stores its blob whole
     or not at all). The bytes of all of them go to the current transfer report as one count."""
-    missing = [p for p in packages if not ctx.store.has_blob(p["sha256"])]
+    missing = missing_debs(packages, ctx.store)
     if not missing:
         return
     first = missing[0]

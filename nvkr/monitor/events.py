@@ -131,12 +131,17 @@ class ActionWarning(NamedTuple):
 
 
 class SourceFetch(NamedTuple):
-    """``source`` (a :class:`~nvkr.builders.ResolvedSource`) is about to be downloaded."""
+    """``source`` (a :class:`~nvkr.builders.ResolvedSource`) is about to be downloaded;
+    ``debs``: an apt source's .debs the store lacks and its locked ones (counts)."""
 
     source: Any
+    debs: tuple[int, int] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"source": self.source.name, "digest": self.source.digest}
+        out = {"source": self.source.name, "digest": self.source.digest}
+        if self.debs is not None:
+            out["debsMissing"], out["debsLocked"] = self.debs
+        return out
 
 
 class StoreNotice(NamedTuple):

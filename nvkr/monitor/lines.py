@@ -49,8 +49,8 @@ def event_lines(event: Event) -> list[str]:
         case Note(message=message, level=level, hint=hint):
             head = message if level == "info" else f"{level}: {message}"
             return [head] + ([f"  hint: {hint}"] if hint else [])
-        case SourceFetch(source=src):
-            return [f"  fetching {src.name} {_source_where(src)}"]
+        case SourceFetch(source=src, debs=debs):
+            return [f"  fetching {src.name} {_source_where(src, debs)}"]
         case ActionStarted(action=a):
             return [f"  building {a.name} ({a.builder}, {a.key[7:19]})"]
         case ActionDone(action=a, seconds=seconds):
@@ -79,12 +79,15 @@ def event_lines(event: Event) -> list[str]:
     return []
 
 
-def _source_where(src: Any) -> str:
+def _source_where(src: Any, debs: tuple[int, int] | None = None) -> str:
     uri = src.descriptor().get("uri")
     if uri:
         return str(uri)
     if src.entry.get("kind") == "apt":
-        return f"{len(src.entry.get('packages') or [])} .debs ({src.entry.get('arch')})"
+        locked = len(src.entry.get("packages") or [])
+        missing, locked = debs if debs is not None else (locked, locked)
+        of = f"{missing} of {locked}" if missing != locked else str(locked)
+        return f"{of} .debs ({src.entry.get('arch')})"
     return str(src.name)
 
 

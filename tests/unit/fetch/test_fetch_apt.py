@@ -427,3 +427,34 @@ def test_a_repository_url_with_credentials_locks_and_fetches_without_writing_the
     digest = ensure("g", src, entry, FetchContext(store=fresh), base_dir=tmp_path)
     assert digest == entry["digest"]
     assert all(fresh.has_blob(p["sha256"]) for p in entry["packages"])
+
+
+def test_a_build_names_the_debs_it_lacks_and_counts_their_bytes(
+    gpu_apt_repo: AptRepo, tmp_path: Path
+) -> None:
+    """A store that holds one of the three locked .debs: the build's fetch line says it lacks
+    two of them, and its transfer report counts up to their sizes (the live display's total)."""
+    import os
+    from types import SimpleNamespace
+
+    from nvkr.builders import ResolvedSource
+    from nvkr.execute import _SourceGate
+    from nvkr.monitor.events import Event, SourceFetch, Transfer
+    from nvkr.monitor.lines import event_lines
+
+    first = Store(tmp_path / "s1")
+    src, entry = _locked(gpu_apt_repo, first, tmp_path)
+    fresh = Store(tmp_path / "s2")
+    held, *lacking = entry["packages"]
+    os.link(first.blob_path(held["sha256"]), fresh.blob_path(held["sha256"]))
+    events: list[Event] = []
+    gate = _SourceGate(FetchContext(store=fresh), events.append)
+    resolved = ResolvedSource("g", src, entry, tmp_path)
+    gate.ensure(SimpleNamespace(sources={"g": resolved}))  # type: ignore[arg-type]
+
+    (fetch,) = [e for e in events if isinstance(e, SourceFetch)]
+    assert fetch.debs == (2, 3) and fetch.to_json()["debsMissing"] == 2
+    assert event_lines(fetch) == ["  fetching g 2 of 3 .debs (amd64)"]
+    transfers = [e for e in events if isinstance(e, Transfer)]
+    assert {t.total for t in transfers} == {sum(p["size"] for p in lacking)}
+    assert transfers[-1].finished and transfers[-1].done == transfers[-1].total
