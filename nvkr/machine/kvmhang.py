@@ -4,10 +4,10 @@ Nested KVM that hangs a guest (see :mod:`nvkr.machine.boot`) does so for every g
 host's kernel changes: a stall seen by one nvkr process holds for the next. So the verdict is kept
 per host boot, not per process: a file per architecture (``kvm-stall-<arch>.json``: the host's
 ``boot_id``, when, what the console showed) in the user's runtime directory
-(``$XDG_RUNTIME_DIR/nvkr``, else ``<temp dir>/nvkr-<uid>``, made mode 0700). It holds while
-``/proc/sys/kernel/random/boot_id`` is the one it names: a rebooted host (a new kernel, other KVM
-module parameters) or another machine sharing the directory tries KVM again. Deleting the file
-does so at once; ``--accel kvm`` ignores it.
+(``$XDG_RUNTIME_DIR/nvkr`` when that directory exists, else ``<temp dir>/nvkr-<uid>``, made mode
+0700). It holds while ``/proc/sys/kernel/random/boot_id`` is the one it names: a rebooted host (a
+new kernel, other KVM module parameters) or another machine sharing the directory tries KVM
+again. Deleting the file does so at once; ``--accel kvm`` ignores it.
 
 The verdict only ever costs speed (TCG where KVM might have worked), so it is read leniently: a
 file that cannot be read or parsed, or a directory that is not the user's own (a symlink, another
@@ -55,9 +55,10 @@ _SEEN: dict[str, Hang] = {}
 
 
 def directory() -> Path:
-    """Where verdicts are kept: ``$XDG_RUNTIME_DIR/nvkr``, else ``<temp dir>/nvkr-<uid>``."""
+    """Where verdicts are kept: ``$XDG_RUNTIME_DIR/nvkr`` (when that directory exists), else
+    ``<temp dir>/nvkr-<uid>``."""
     runtime = os.environ.get("XDG_RUNTIME_DIR", "")
-    if os.path.isabs(runtime):
+    if os.path.isabs(runtime) and os.path.isdir(runtime):
         return Path(runtime) / "nvkr"
     return Path(tempfile.gettempdir()) / f"nvkr-{os.getuid()}"
 
@@ -74,7 +75,7 @@ def _own_directory(path: Path, *, make: bool) -> bool:
     when ``make`` and missing)."""
     if make:
         with contextlib.suppress(OSError):
-            path.mkdir(mode=0o700, parents=True, exist_ok=True)
+            path.mkdir(mode=0o700, exist_ok=True)
     try:
         st = path.lstat()
     except OSError:

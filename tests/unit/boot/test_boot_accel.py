@@ -245,3 +245,21 @@ def test_real_qemu_hung_under_kvm_is_booted_again_under_tcg(kvm_host, tmp_path, 
     ]
     assert isinstance(events[1], BootStall) and events[1].after == ""
     assert "console: nvkr: loading /boot/vmlinuz" in log.read_text()
+
+
+def test_verdicts_go_to_the_runtime_directory_only_when_it_exists(tmp_path, monkeypatch):
+    import tempfile
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    monkeypatch.setattr(kvmhang, "_SEEN", {})
+    fallback = temp / f"nvkr-{os.getuid()}"
+    for runtime in (str(tmp_path / "run"), "run/user/0", ""):  # missing, relative, empty
+        monkeypatch.setenv("XDG_RUNTIME_DIR", runtime)
+        assert kvmhang.directory() == fallback
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+    assert kvmhang.record("amd64", "silent").path == fallback / "kvm-stall-amd64.json"
+    assert not (tmp_path / "run").exists(), "a missing runtime directory is not made"
+    (tmp_path / "run").mkdir(mode=0o700)
+    assert kvmhang.directory() == tmp_path / "run" / "nvkr"
