@@ -23,8 +23,8 @@ the image booted again under TCG with the whole ``timeout`` (TCG is many times s
 the KVM attempt cost at most the firmware's time plus :data:`KVM_STALL_SECONDS`), and KVM is not
 tried again on this host until it reboots (:mod:`nvkr.machine.kvmhang`: the verdict outlives the
 process, so a CI job of several boots pays the stall once); under ``kvm`` it is a
-:class:`~nvkr.errors.BootTestError`. Once the kernel has spoken KVM runs the guest, and only ``timeout`` limits the boot. TCG has no stall limit
-(a slow guest is not a hung one).
+:class:`~nvkr.errors.BootTestError`. Once the kernel has spoken KVM runs the guest, and only
+``timeout`` limits the boot. TCG has no stall limit (a slow guest is not a hung one).
 
 Each attempt is reported through ``event`` (typed events of :mod:`nvkr.monitor.events`:
 :class:`~nvkr.monitor.events.BootStart`, :class:`~nvkr.monitor.events.BootStall`; default: the
