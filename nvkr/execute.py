@@ -137,11 +137,14 @@ class _SourceGate:
             with self._guard:
                 lock = self._locks.setdefault(src.digest, threading.Lock())
             with lock:
-                fetching = src.entry.get("kind") != "path" and not self.ctx.store.has_blob(
-                    src.digest
+                # an apt source whose list is stored fetches again the .debs the store lost
+                # (store gc, store verify --repair): reported as a download, not silently
+                debs = _debs_missing(src, self.ctx)
+                fetching = src.entry.get("kind") != "path" and (
+                    not self.ctx.store.has_blob(src.digest) or bool(debs and debs[0])
                 )
                 if fetching:
-                    self.emit(SourceFetch(src, _debs_missing(src, self.ctx)))
+                    self.emit(SourceFetch(src, debs))
                 got = self._fetch(src, fetching)
             if got != src.digest:  # a path source edited since the plan was made
                 raise BuildError(

@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Final
 
 BOOT_ID: Final = Path("/proc/sys/kernel/random/boot_id")
+#: How :meth:`Hang.why` starts: a boot's ``fallback`` that begins so skipped KVM for a verdict.
+SKIPPED: Final = "KVM stalled a guest on this host"
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,7 @@ class Hang:
     def why(self) -> str:
         """Why a boot skips KVM: ``KVM stalled a guest on this host at ... (...)``."""
         where = f"; delete {self.path} to try KVM again" if self.path is not None else ""
-        return f"KVM stalled a guest on this host at {self.at} ({self.reason}){where}"
+        return f"{SKIPPED} at {self.at} ({self.reason}){where}"
 
 
 #: Verdicts of this process, by architecture: those it saw (kept or not), or read.

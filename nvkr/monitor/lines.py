@@ -86,8 +86,7 @@ def _source_where(src: Any, debs: tuple[int, int] | None = None) -> str:
     if src.entry.get("kind") == "apt":
         locked = len(src.entry.get("packages") or [])
         missing, locked = debs if debs is not None else (locked, locked)
-        of = f"{missing} of {locked}" if missing != locked else str(locked)
-        return f"{of} .debs ({src.entry.get('arch')})"
+        return f"{missing} of {locked} .debs ({src.entry.get('arch')})"
     return str(src.name)
 
 
@@ -124,7 +123,13 @@ def _image_result_lines(r: BootImageResult) -> list[str]:
     """``ok IMAGE: LINE (12.3 s, kvm)`` and its labels, or the error as the CLI renders one."""
     if not r.ok:
         return [f"error[{r.code}]: {r.error}"] + ([f"  hint: {r.hint}"] if r.hint else [])
-    how = f"{r.accel} after a KVM stall" if r.fallback else r.accel
+    from nvkr.machine.kvmhang import SKIPPED
+
+    how = str(r.accel)
+    if r.fallback.startswith(SKIPPED):
+        how += ": KVM stalled an earlier guest on this host"
+    elif r.fallback:
+        how += " after a KVM stall"
     lines = [f"ok {r.image}: {r.line} ({r.seconds:.1f} s, {how})"]
     if r.labels:
         lines.append("   labels: " + ",".join(f"{k}={v}" for k, v in sorted(r.labels.items())))

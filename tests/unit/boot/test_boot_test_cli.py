@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from nvkr.machine import qemu
+from nvkr.machine import kvmhang, qemu
 from tests.helpers.cli import invoke
 from tests.helpers.fake_qemu import STALL, accels, fake_qemu
 
@@ -59,6 +59,20 @@ def test_a_start_line_then_a_warning_and_the_tcg_retry(image, tmp_path, kvm_host
     )
     text = log.read_text()
     assert "attempt 1" in text and "attempt 2" in text and "nvkr-node-agent: ready" in text
+
+    # a later run on this host skips KVM for the kept verdict, and says so, not "after a stall"
+    kvmhang.forget()
+    code, _, err = invoke(
+        "boot-test", str(image), "--no-labels", "--timeout", "20", "--console-log", str(logs)
+    )
+    assert code == 0, err
+    assert accels(fake) == ["kvm", "tcg", "tcg"]
+    assert re.search(
+        r"under tcg, .*\(KVM stalled a guest on this host at .* to try KVM again\)$", err, re.M
+    )
+    assert re.search(
+        r"^ok .*: .*\(\d+\.\d s, tcg: KVM stalled an earlier guest on this host\)$", err, re.M
+    )
 
 
 def test_accel_option_and_nvkr_boot_accel(image, tmp_path, kvm_host, monkeypatch):

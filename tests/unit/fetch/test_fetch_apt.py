@@ -458,3 +458,17 @@ def test_a_build_names_the_debs_it_lacks_and_counts_their_bytes(
     transfers = [e for e in events if isinstance(e, Transfer)]
     assert {t.total for t in transfers} == {sum(p["size"] for p in lacking)}
     assert transfers[-1].finished and transfers[-1].done == transfers[-1].total
+
+    # the store keeps the source's package list but lost a .deb (store gc, verify --repair):
+    # the build fetches it again, and says so, as it does for a source it never had
+    lost = lacking[0]
+    fresh.blob_path(lost["sha256"]).unlink()
+    assert fresh.has_blob(entry["digest"])
+    events.clear()
+    _SourceGate(FetchContext(store=fresh), events.append).ensure(
+        SimpleNamespace(sources={"g": resolved})  # type: ignore[arg-type]
+    )
+    (fetch,) = [e for e in events if isinstance(e, SourceFetch)]
+    assert event_lines(fetch) == ["  fetching g 1 of 3 .debs (amd64)"]
+    assert [e.total for e in events if isinstance(e, Transfer)][-1] == lost["size"]
+    assert fresh.has_blob(lost["sha256"])
