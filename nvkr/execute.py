@@ -47,7 +47,7 @@ from typing import Any
 from nvkr.action import Action
 from nvkr.builders import ActionContext, get_builder
 from nvkr.errors import BuildError, Interrupted, NvkrError
-from nvkr.fetch import FetchContext, ensure
+from nvkr.fetch import FetchContext, all_present, ensure
 from nvkr.fetch.debs import missing_debs
 from nvkr.monitor import Monitor, estimates, transfer
 from nvkr.monitor.events import (
@@ -116,11 +116,11 @@ class _SourceGate:
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
 
-    def _fetch(self, src: Any, fetching: bool) -> str:
-        """:func:`nvkr.fetch.ensure` of ``src``, its download's bytes reported."""
+    def _fetch(self, src: Any, fetching: bool, total: int | None = None) -> str:
+        """:func:`nvkr.fetch.ensure` of ``src``, its download's bytes (``total`` when known)
+        reported."""
         if not fetching:
             return ensure(src.name, src.spec, src.entry, self.ctx, base_dir=src.base_dir)
-        total = _download_size(src, self.ctx)
         last = [0]
 
         def report(done: int) -> None:
@@ -137,15 +137,16 @@ class _SourceGate:
             with self._guard:
                 lock = self._locks.setdefault(src.digest, threading.Lock())
             with lock:
-                # an apt source whose list is stored fetches again the .debs the store lost
-                # (store gc, store verify --repair): reported as a download, not silently
-                debs = _debs_missing(src, self.ctx)
-                fetching = src.entry.get("kind") != "path" and (
-                    not self.ctx.store.has_blob(src.digest) or bool(debs and debs[0])
+                # a source whose own blob is stored may still lack some of its blobs (an apt
+                # source's .debs, an OCI image's layers): fetching them is reported too
+                fetching = src.entry.get("kind") != "path" and not all_present(
+                    self.ctx.store, src.entry
                 )
+                total: int | None = None
                 if fetching:
+                    debs, total = _download(src, self.ctx)
                     self.emit(SourceFetch(src, debs))
-                got = self._fetch(src, fetching)
+                got = self._fetch(src, fetching, total)
             if got != src.digest:  # a path source edited since the plan was made
                 raise BuildError(
                     f"source {src.name!r}: the store holds {got}, the plan expects {src.digest}",
@@ -153,30 +154,18 @@ class _SourceGate:
                 )
 
 
-def _apt_packages(src: Any) -> list[dict[str, Any]] | None:
-    """An apt source's locked packages (lock entries), or None for another kind."""
+def _download(src: Any, ctx: FetchContext) -> tuple[tuple[int, int] | None, int | None]:
+    """What fetching ``src`` downloads: an apt source's .debs the store lacks and its locked
+    ones (counts, else None), and the bytes when known (a file's locked size, the lacking
+    .debs' sizes)."""
     packages = src.entry.get("packages") if src.entry.get("kind") == "apt" else None
-    return packages if isinstance(packages, list) else None
-
-
-def _debs_missing(src: Any, ctx: FetchContext) -> tuple[int, int] | None:
-    """An apt source's .debs the store lacks and its locked ones, as counts; else None."""
-    packages = _apt_packages(src)
-    if packages is None:
-        return None
-    return len(missing_debs(packages, ctx.store)), len(packages)
-
-
-def _download_size(src: Any, ctx: FetchContext) -> int | None:
-    """The bytes a fetch of ``src`` downloads, when known: a file source's locked size, the
-    sizes of the .debs an apt source lacks."""
-    packages = _apt_packages(src)
-    if packages is not None:
-        sizes = [p.get("size") for p in missing_debs(packages, ctx.store)]
-        known = [n for n in sizes if isinstance(n, int)]
-        return sum(known) if len(known) == len(sizes) else None
-    size = src.entry.get("size")
-    return size if isinstance(size, int) else None
+    if not isinstance(packages, list):
+        size = src.entry.get("size")
+        return None, size if isinstance(size, int) else None
+    missing = missing_debs(packages, ctx.store)
+    sizes = [p.get("size") for p in missing]
+    known = [n for n in sizes if isinstance(n, int)]
+    return (len(missing), len(packages)), sum(known) if len(known) == len(sizes) else None
 
 
 def _missing_error(plan: Plan, to_run: list[str]) -> BuildError:

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from nvkr.airgap.index import INDEX, MIRROR_VERSION, READ_CHUNK
 from nvkr.canonical import canonical_json, canonical_json_file, hex_of
 from nvkr.errors import FetchError, IntegrityError, LockError
-from nvkr.fetch import FetchContext, ensure
+from nvkr.fetch import FetchContext, all_present, ensure
 from nvkr.fetch.checksums import algorithm_for
 from nvkr.fetch.http import url_filename
 from nvkr.fetch.oci import LAYOUT_PREFIX
@@ -321,7 +321,7 @@ def export_mirror(
             report.skipped.append(f"{sel.name}/{name}")
         for key in sorted(sel.bindings):
             name, source, entry, base_dir, variants = sel.bindings[key]
-            missing = not _all_present(ctx.store, entry)
+            missing = not all_present(ctx.store, entry)
             if missing:
                 say(f"fetching {name} (not in the store)")
                 try:
@@ -378,12 +378,3 @@ def export_mirror(
     }
     write_file_atomic(directory / INDEX, canonical_json_file(index))
     return report
-
-
-def _all_present(store: Store, entry: dict[str, Any]) -> bool:
-    digests = [entry["digest"]]
-    if entry.get("kind") == "apt":
-        digests += [p["sha256"] for p in entry.get("packages") or []]
-    if entry.get("kind") == "oci":
-        digests += list(entry.get("blobs") or [])
-    return all(store.has_blob(d) for d in digests)

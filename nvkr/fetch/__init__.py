@@ -39,6 +39,7 @@ from nvkr.recipe.models import (
     PypiSource,
     UrlSource,
 )
+from nvkr.store import Store
 
 AnySource = UrlSource | GitSource | PypiSource | PathSource | OciSource | AptSource
 
@@ -48,8 +49,10 @@ __all__ = [
     "FetchContext",
     "Fetcher",
     "Mirrors",
+    "all_present",
     "default_config_path",
     "ensure",
+    "entry_blobs",
     "parse_checksum_file",
     "resolve",
 ]
@@ -119,3 +122,21 @@ def ensure(
         ChecksumError, DowngradeError, FetchError: as :func:`resolve`.
     """
     return _fetcher(source).ensure(name, source, resolved, ctx, base_dir=base_dir)
+
+
+def entry_blobs(resolved: dict[str, Any]) -> list[str]:
+    """Every blob digest a lock entry's content is stored as: its own, and an apt source's
+    .debs or an OCI source's image blobs (a store can lose those alone: ``store gc``,
+    ``store verify --repair``)."""
+    digests = [str(resolved["digest"])]
+    if resolved.get("kind") == "apt":
+        digests += [p["sha256"] for p in resolved.get("packages") or []]
+    if resolved.get("kind") == "oci":
+        digests += list(resolved.get("blobs") or [])
+    return digests
+
+
+def all_present(store: Store, resolved: dict[str, Any]) -> bool:
+    """Whether ``store`` holds every blob of :func:`entry_blobs` (then :func:`ensure` fetches
+    nothing)."""
+    return all(store.has_blob(d) for d in entry_blobs(resolved))

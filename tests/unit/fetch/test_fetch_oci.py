@@ -451,3 +451,26 @@ def test_a_blob_redirected_from_https_to_http_is_refused(registry, tmp_path, req
         assert f"https://{front.host}/v2/downgraded/blobs/" in e.value.message
         assert f"http://{storage.host}/v2/downgraded/blobs/" in e.value.message
         assert storage.log == []
+
+
+def test_a_build_reports_fetching_the_layers_a_store_lost(tmp_path, ctx, store):
+    """The image's index is in the store, one of its layers is not (store gc, verify --repair):
+    the build's source gate fetches it again and says so, as for an apt source's lost .debs."""
+    from types import SimpleNamespace
+
+    from nvkr.builders import ResolvedSource
+    from nvkr.execute import _SourceGate
+    from nvkr.monitor.events import Event, SourceFetch
+
+    image = make_layout(tmp_path / "images" / "base", salt="lost-layer")
+    src = OciSource(oci="oci-layout:images/base", digest=image.digest)
+    entry = resolve("base", src, ctx, base_dir=tmp_path)
+    layer = next(d for d in entry["blobs"] if store.blob_path(d).read_bytes()[:2] == b"\x1f\x8b")
+    store.blob_path(layer).unlink()
+    assert store.has_blob(entry["digest"])
+    events: list[Event] = []
+    resolved = ResolvedSource("base", src, entry, tmp_path)
+    _SourceGate(ctx, events.append).ensure(SimpleNamespace(sources={"base": resolved}))  # type: ignore[arg-type]
+    (fetch,) = [e for e in events if isinstance(e, SourceFetch)]
+    assert fetch.source.name == "base" and fetch.debs is None
+    store.verify_blob(layer)
