@@ -1,26 +1,38 @@
 """Host tools run natively inside a foreign-architecture tree while mmdebstrap builds it.
 
 Under qemu-user every program a maintainer script or ``mkinitramfs`` starts costs a new
-emulator (20-60 ms before it does anything), and those scripts start thousands of small ones:
-``mkinitramfs`` alone runs ``realpath``, ``readlink``, ``cp`` and ``mkdir`` about 3,800 times
-(two minutes of the arm64 tree's five on an amd64 host), ``update-ca-certificates`` ``sed``,
-``basename``, ``readlink`` and ``ln`` for each of 145 certificates (twice: 55 s). Those tools
-compute nothing that depends on the architecture they run as, so the host's build of them gives
-the same files.
+emulator (20-60 ms before it does anything; an interpreter's start-up, seconds), and those
+scripts start thousands: ``mkinitramfs`` alone runs ``realpath``, ``readlink``, ``cp``,
+``mkdir`` and ``modinfo`` about 4,000 times, ``update-ca-certificates`` ``sed``, ``basename``,
+``readlink``, ``test`` and ``ln`` for each of 145 certificates, debconf's frontend and
+``deb-systemd-helper`` start perl 47 times. Those tools compute nothing that depends on the
+architecture they run as, so the host's build of them gives the same files.
 
-:func:`prepare` copies the host's programs of :data:`TOOLS` (coreutils, sed, grep, findutils)
-(and three of dpkg's helpers) and the shared libraries they load into the action's work dir, each program's ``PT_INTERP``
-rewritten to :data:`LOADER` (``/lib64`` must not appear in the tree: ``mkinitramfs`` links every
-``/lib*`` it finds into the initramfs). The essential hook ``native-tools.essential-hook`` binds
-each copy over the tree's own program and the library directory at ``/lib/x86_64-linux-gnu``
-(absent from an arm64 tree), after the Essential packages are installed (dpkg never replaces
-those programs afterwards); ``native-tools-off.customize-hook`` unbinds them after the
-initramfs is built, before the tarball, and removes the directory. Nothing is bound where a
-program is copied into the image: ``kmod``, which ``mkinitramfs`` copies into every initramfs,
-stays emulated, as do ``uname`` and ``arch`` (they would name the host's architecture), the
-interpreters (perl, python, the shells) and everything that is not in :data:`TOOLS`.
-:func:`check_none_left` proves it for each build: no file of the tarball, and none inside an
-initramfs in it, is one of the copies.
+:func:`prepare` copies the host's programs and the shared libraries they load into the
+action's work dir, each program's ``PT_INTERP`` rewritten to :data:`LOADER` (``/lib64`` must not
+appear in the tree: ``mkinitramfs`` links every ``/lib*`` it finds into the initramfs):
+
+- ``bin/``: :data:`TOOLS` (coreutils, sed, grep, findutils, tar, dash, three of dpkg's
+  helpers), and perl when the tree's perl is the host's version (:func:`interpreters`: perl
+  then reads the tree's own pure-Perl modules, and its XS modules from the host's copies of
+  ``perl-base`` and ``perl/<version>`` put beside the libraries). The essential hook
+  ``native-tools.essential-hook`` binds each over the tree's own program after the Essential
+  packages are installed (dpkg never replaces those programs afterwards), and the library
+  directory at ``/lib/x86_64-linux-gnu`` (absent from an arm64 tree).
+- ``late/``: :data:`LATE_TOOLS`, installed after the Essential set (``zstd`` compresses the
+  initramfs), and ``applets/``: :data:`APPLETS`, the host's kmod as ``modinfo``, which
+  ``mkinitramfs`` asks about every module. The customize hook
+  ``native-tools-late.customize-hook`` binds them before the initramfs is built: the applet's
+  symlink to the tree's kmod is renamed aside (its mtime kept) and a file put in its place for
+  the bind, because ``mkinitramfs`` copies ``kmod`` itself, and ``modprobe`` as it is, into
+  every initramfs: they stay the tree's own.
+
+``native-tools-off.customize-hook`` unbinds everything in reverse after the initramfs is
+built, before the tarball, puts the applets' symlinks back and removes the library directory.
+Never bound: ``uname``, ``arch`` and ``nproc`` (they would name the host), ``kmod`` itself,
+python (its C modules are the tree's) and everything not named here. :func:`check_none_left`
+proves it for each build: no file of the tarball, and none inside an initramfs in it, is one of
+the host's programs or libraries.
 
 Only on an x86-64 host (the CI runners, most build machines); elsewhere a foreign tree stays
 wholly emulated, as before. The versions of the host packages the tools come from are in the
@@ -39,11 +51,12 @@ import shutil
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import zstandard
 
 from nvkr.elf import set_interpreter
-from nvkr.errors import IntegrityError
+from nvkr.errors import IntegrityError, ToolError
 from nvkr.hosttools import package_version
 from nvkr.run import run
 
@@ -58,9 +71,22 @@ TOOLS = (
     # Not dpkg-query, dpkg-divert, dpkg-trigger: they resolve package names against their own
     # (the host's) architecture.
     "dpkg-deb", "dpkg-split", "update-alternatives",
+    # dpkg-deb extracts each package's control member with tar; the shell of every script
+    "tar", "test", "[", "dash",
 )  # fmt: skip
+#: Installed after the Essential set; bound by the late customize hook, before the initramfs.
+LATE_TOOLS = ("zstd",)
+#: Symlinks to a multi-call program that ``mkinitramfs`` starts (``modinfo``, for every module),
+#: and that program: each symlink is set aside while the host's program is bound in its place.
+#: Not ``modprobe``: the kmod hook copies ``/sbin/modprobe`` into the initramfs as it is.
+APPLETS = {"modinfo": "kmod"}
 #: The Debian packages those programs and their libc come from: named in the action key.
-PACKAGES = ("coreutils", "sed", "grep", "findutils", "dpkg", "libc6")
+PACKAGES = ("coreutils", "sed", "grep", "findutils", "dpkg", "tar", "dash", "zstd", "kmod", "libc6")
+#: The interpreter that runs natively when the tree's is the host's version (upstream part):
+#: its Debian package, and the host directories of its XS and base modules (under
+#: ``/usr/lib/x86_64-linux-gnu``, copied beside the libraries, where it looks for them).
+PERL = ("perl-base", ("perl-base", "perl"))
+_HOST_LIBDIR = Path("/usr/lib/x86_64-linux-gnu")
 #: Where a copied program finds its loader inside the tree (fits ``/lib64/ld-linux-x86-64.so.2``'s
 #: PT_INTERP segment), and the directory the loader searches for libraries by default.
 LOADER = "/lib/x86_64-linux-gnu/ld.so"
@@ -73,33 +99,66 @@ def supported() -> bool:
     return platform.machine() == "x86_64" and _HOST_LOADER.exists()
 
 
-def tool_versions() -> dict[str, str]:
-    """The host packages of :data:`PACKAGES` by name, for the action key."""
+def _upstream(version: str) -> str:
+    """The upstream part of a Debian version: ``1:5.36.0-7+deb12u4`` gives ``5.36.0``."""
+    return version.split(":", 1)[-1].rsplit("-", 1)[0]
+
+
+def interpreters(packages: list[dict[str, Any]]) -> tuple[str, ...]:
+    """The interpreters that run natively in a tree of the locked ``packages``: ``perl`` when
+    the tree's ``perl-base`` has the host's upstream version (the host's perl then reads the
+    tree's pure-Perl modules, written for that version); none otherwise."""
+    locked = {str(p.get("name")): str(p.get("version")) for p in packages}
+    package = PERL[0]
+    try:
+        host = package_version(package, purpose="a foreign-architecture rootfs")
+    except ToolError:
+        return ()
+    if package in locked and _upstream(locked[package]) == _upstream(host):
+        return ("perl",)
+    return ()
+
+
+def tool_versions(interpreters: tuple[str, ...] = ()) -> dict[str, str]:
+    """The host packages of :data:`PACKAGES`, and of the native ``interpreters``, by name, for
+    the action key."""
+    names = [*PACKAGES, *([PERL[0]] if "perl" in interpreters else [])]
     return {
-        f"native-{p}": package_version(p, purpose="a foreign-architecture rootfs") for p in PACKAGES
+        f"native-{p}": package_version(p, purpose="a foreign-architecture rootfs") for p in names
     }
 
 
-def prepare(dest: Path) -> Path:
-    """The native tools in ``dest/bin`` (their interpreter rewritten to :data:`LOADER`) and the
-    libraries they load, with the loader as ``ld.so``, in ``dest/lib``. Returns ``dest``."""
-    bindir, libdir = dest / "bin", dest / "lib"
-    bindir.mkdir(parents=True)
-    libdir.mkdir()
+def prepare(dest: Path, interpreters: tuple[str, ...] = ()) -> Path:
+    """The native tools in ``dest/bin`` (with the ``interpreters``), ``dest/late`` and
+    ``dest/kmod`` (each program's interpreter rewritten to :data:`LOADER`), and the libraries
+    they load, with the loader as ``ld.so`` (and perl's module directories), in ``dest/lib``.
+    Returns ``dest``."""
+    libdir = dest / "lib"
+    libdir.mkdir(parents=True)
     libs: dict[str, Path] = {}
-    for name in TOOLS:
-        found = shutil.which(name, path="/usr/bin:/bin")
-        if found is None:
-            raise IntegrityError(f"host tool {name} not found in /usr/bin or /bin")
-        copy = bindir / name
-        shutil.copyfile(found, copy)
-        copy.chmod(0o755)
-        set_interpreter(copy, LOADER)
-        out = run(["ldd", found]).stdout.decode()
-        for match in _LDD_LINE.finditer(out):
-            libs[Path(match.group(1)).name] = Path(match.group(1)).resolve()
+    groups = {
+        "bin": {name: name for name in [*TOOLS, *interpreters]},
+        "late": {name: name for name in LATE_TOOLS},
+        "applets": APPLETS,
+    }
+    for group, names in groups.items():
+        (dest / group).mkdir()
+        for name, program in names.items():
+            found = shutil.which(program, path="/usr/bin:/bin")
+            if found is None:
+                raise IntegrityError(f"host tool {program} not found in /usr/bin or /bin")
+            copy = dest / group / name
+            shutil.copyfile(found, copy)
+            copy.chmod(0o755)
+            set_interpreter(copy, LOADER)
+            out = run(["ldd", found]).stdout.decode()
+            for match in _LDD_LINE.finditer(out):
+                libs[Path(match.group(1)).name] = Path(match.group(1)).resolve()
     for soname, path in sorted(libs.items()):
         shutil.copyfile(path, libdir / soname)
+    if "perl" in interpreters:
+        for sub in PERL[1]:
+            shutil.copytree(_HOST_LIBDIR / sub, libdir / sub, symlinks=True)
     shutil.copyfile(_HOST_LOADER.resolve(), libdir / "ld.so")
     (libdir / "ld.so").chmod(0o755)
     return dest
@@ -107,15 +166,20 @@ def prepare(dest: Path) -> Path:
 
 def check_none_left(tarball: Path, native: Path) -> None:
     """Fails when a file of ``tarball`` (mmdebstrap's output), or of an initramfs in its
-    ``boot/``, has the bytes of a program or library in ``native``: a host binary copied into
-    the image while it was bound over the tree's own.
+    ``boot/``, has the bytes of a program or library in ``native`` (every ELF file under it,
+    perl's XS modules too; its pure-Perl modules may equal the tree's own): a host binary
+    copied into the image while it was bound over the tree's own.
 
     Raises:
         IntegrityError: names the file (and the initramfs holding it).
     """
     digests: dict[int, dict[str, str]] = {}
-    for path in sorted(native.glob("*/*")):
+    for path in sorted(native.rglob("*")):
+        if path.is_symlink() or not path.is_file():
+            continue
         data = path.read_bytes()
+        if data[:4] != b"\x7fELF":
+            continue
         digests.setdefault(len(data), {})[hashlib.sha256(data).hexdigest()] = path.name
     with tarfile.open(tarball) as tar:
         for member in tar:
@@ -144,7 +208,7 @@ def _check_bytes(data: bytes, digests: dict[int, dict[str, str]], where: str) ->
             f"{where} is the build host's {host}, bound into the foreign tree while it was "
             "built, not the tree's own",
             hint=f"a package copies {host} into the image: take it out of "
-            "nvkr.builders.rootfs.native.TOOLS",
+            "nvkr.builders.rootfs.native's tools",
         )
 
 

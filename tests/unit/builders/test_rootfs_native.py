@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import shutil
 import subprocess
 import tarfile
@@ -22,18 +23,61 @@ pytestmark = pytest.mark.skipif(not native.supported(), reason="an x86-64 host o
 
 @pytest.fixture(scope="module")
 def tools(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return native.prepare(tmp_path_factory.mktemp("native") / "native")
+    return native.prepare(tmp_path_factory.mktemp("native") / "native", ("perl",))
 
 
 def test_every_tool_is_copied_with_the_trees_loader_path_and_the_libraries_it_loads(
     tools: Path,
 ) -> None:
-    assert sorted(p.name for p in (tools / "bin").iterdir()) == sorted(native.TOOLS)
-    for name in native.TOOLS:
-        assert read_elf(tools / "bin" / name).interpreter == native.LOADER, name
+    assert sorted(p.name for p in (tools / "bin").iterdir()) == sorted([*native.TOOLS, "perl"])
+    assert sorted(p.name for p in (tools / "late").iterdir()) == sorted(native.LATE_TOOLS)
+    assert sorted(p.name for p in (tools / "applets").iterdir()) == sorted(native.APPLETS)
+    for path in [*(tools / "bin").iterdir(), *(tools / "late").iterdir()]:
+        assert read_elf(path).interpreter == native.LOADER, path.name
+    assert read_elf(tools / "applets" / "modinfo").interpreter == native.LOADER
     libs = {p.name for p in (tools / "lib").iterdir()}
-    assert {"ld.so", "libc.so.6", "libselinux.so.1", "libacl.so.1"} <= libs
-    assert not {"uname", "arch", "kmod"} & set(native.TOOLS), "they name the host or are copied"
+    assert {"ld.so", "libc.so.6", "libselinux.so.1", "libacl.so.1", "libzstd.so.1"} <= libs
+    # perl's XS and base modules where the host's perl looks for them (its @INC)
+    assert (tools / "lib" / "perl-base" / "strict.pm").is_file()
+    assert any((tools / "lib" / "perl-base" / "auto").rglob("*.so"))
+    every = {*native.TOOLS, *native.LATE_TOOLS}
+    assert not {"uname", "arch", "nproc", "kmod", "python3"} & every, (
+        "they name the host or are copied"
+    )
+    assert "modprobe" not in native.APPLETS, "the kmod hook copies /sbin/modprobe as it is"
+
+
+def test_a_host_perl_runs_where_the_tree_puts_it(tools: Path, tmp_path: Path) -> None:
+    """The host's perl at /usr/bin/perl of a root holding the libraries at the loader's
+    directory finds its XS modules there (POSIX, List::Util)."""
+    root = tmp_path / "root"
+    shutil.copytree(tools / "lib", root / "usr" / "lib" / "x86_64-linux-gnu", symlinks=True)
+    (root / "lib").symlink_to("usr/lib")
+    (root / "usr" / "bin").mkdir()
+    shutil.copyfile(tools / "bin" / "perl", root / "usr" / "bin" / "perl")
+    (root / "usr" / "bin" / "perl").chmod(0o755)
+    script = "use POSIX (); use List::Util qw(sum); print sum(1, 2), POSIX::floor(2.5), qq(\\n);"
+    (root / "t.pl").write_text(script)  # not -e: perl opens /dev/null for it
+    proc = subprocess.run(
+        ["chroot", str(root), "/usr/bin/perl", "/t.pl"],
+        capture_output=True, text=True, env={"LC_ALL": "C", "PATH": os.environ["PATH"]},
+    )  # fmt: skip
+    if proc.returncode != 0 and "Operation not permitted" in proc.stderr:
+        pytest.skip("chroot needs root")
+    assert (proc.returncode, proc.stdout) == (0, "32\n"), proc.stderr
+
+
+def test_perl_runs_natively_only_for_the_hosts_upstream_version() -> None:
+    """The host's perl reads the tree's pure-Perl modules: only those of its own version."""
+    from nvkr.hosttools import package_version
+
+    host = package_version("perl-base", purpose="t")
+    upstream = host.split(":", 1)[-1].rsplit("-", 1)[0]
+    assert native.interpreters([{"name": "perl-base", "version": f"{upstream}-99+nvkr1"}]) == (
+        "perl",
+    )
+    assert native.interpreters([{"name": "perl-base", "version": "9.99.0-1"}]) == ()
+    assert native.interpreters([{"name": "systemd", "version": "257.13-1~deb13u1"}]) == ()
 
 
 def test_a_copy_runs_where_the_tree_puts_its_loader(tools: Path, tmp_path: Path) -> None:
@@ -101,6 +145,29 @@ def test_a_host_library_anywhere_in_the_tree_is_named(tools: Path, tmp_path: Pat
         native.check_none_left(tar, tools)
 
 
+def test_a_host_perl_xs_module_is_named_and_its_pure_perl_modules_are_not(
+    tools: Path, tmp_path: Path
+) -> None:
+    """perl's XS modules are host binaries like the programs; a pure-Perl module may have the
+    same bytes as the tree's own copy of that version, and is not one."""
+    xs = sorted((tools / "lib" / "perl-base" / "auto").rglob("*.so"))[0]
+    pm = (tools / "lib" / "perl-base" / "strict.pm").read_bytes()
+    native.check_none_left(_tarball(tmp_path, {"usr/share/perl/5/strict.pm": pm}), tools)
+    tar = _tarball(tmp_path, {"usr/lib/aarch64-linux-gnu/perl-base/x.so": xs.read_bytes()})
+    with pytest.raises(IntegrityError, match=rf"x.so is the build host's {xs.name}"):
+        native.check_none_left(tar, tools)
+
+
+def test_an_applet_copied_into_an_initramfs_is_named(tools: Path, tmp_path: Path) -> None:
+    """What the first try of kmod's applets showed: the kmod hook copies /sbin/modprobe into
+    the initramfs as it is, so a bound applet would ship the host's kmod."""
+    host_kmod = (tools / "applets" / "modinfo").read_bytes()
+    packed = zstandard.ZstdCompressor().compress(_newc({"usr/sbin/modinfo": host_kmod}))
+    tar = _tarball(tmp_path, {"boot/initrd.img-6.1.0-57-arm64": packed})
+    with pytest.raises(IntegrityError, match=r"/usr/sbin/modinfo in /boot/initrd.img"):
+        native.check_none_left(tar, tools)
+
+
 def test_an_initramfs_compressed_otherwise_is_an_error_not_a_pass(
     tools: Path, tmp_path: Path
 ) -> None:
@@ -109,12 +176,21 @@ def test_an_initramfs_compressed_otherwise_is_an_error_not_a_pass(
         native.check_none_left(tar, tools)
 
 
-def _listing(root: Path) -> list[tuple[str, int, bytes]]:
-    return sorted(
-        (str(p.relative_to(root)), p.lstat().st_mode, b"" if p.is_dir() else p.read_bytes())
-        for p in root.rglob("*")
-        if not p.is_symlink()
-    )
+def _listing(root: Path) -> list[tuple[str, int, bytes, int]]:
+    """Each entry's path, mode, content (a symlink's target) and, for files and symlinks, its
+    mtime (a directory's is clamped to SOURCE_DATE_EPOCH in the tarball)."""
+    out = []
+    for p in root.rglob("*"):
+        st = p.lstat()
+        if p.is_symlink():
+            out.append(
+                (str(p.relative_to(root)), st.st_mode, str(p.readlink()).encode(), st.st_mtime_ns)
+            )
+        elif p.is_dir():
+            out.append((str(p.relative_to(root)), st.st_mode, b"", 0))
+        else:
+            out.append((str(p.relative_to(root)), st.st_mode, p.read_bytes(), st.st_mtime_ns))
+    return sorted(out)
 
 
 def test_the_hooks_bind_the_tools_in_and_leave_the_tree_as_it_was(
@@ -130,16 +206,29 @@ def test_the_hooks_bind_the_tools_in_and_leave_the_tree_as_it_was(
     (root / "usr" / "lib").mkdir()
     (root / "lib").symlink_to("usr/lib")
     (root / "bin").symlink_to("usr/bin")
-    for name in ("cp", "sed", "uname"):
+    (root / "usr" / "sbin").mkdir()
+    (root / "sbin").symlink_to("usr/sbin")
+    for name in ("cp", "sed", "uname", "kmod", "zstd"):
         (root / "usr" / "bin" / name).write_bytes(f"the tree's own {name}".encode())
+    for name in ("modinfo", "modprobe"):
+        (root / "usr" / "sbin" / name).symlink_to("/bin/kmod")
+        os.utime(root / "usr" / "sbin" / name, (1670630520, 1670630520), follow_symlinks=False)
     native_dir = tmp_path / "native"
-    shutil.copytree(tools, native_dir)
+    shutil.copytree(tools, native_dir, symlinks=True)
     before = _listing(root)
+    late = (
+        f"{ASSETS / 'native-tools-late.customize-hook'} {root} {native_dir} && "
+        f"cmp -s {native_dir / 'late' / 'zstd'} {root / 'usr/bin/zstd'} && echo zstd-bound && "
+        f"cmp -s {native_dir / 'applets' / 'modinfo'} {root / 'sbin/modinfo'} && echo modinfo && "
+        f"test -L {root / 'sbin/modprobe'} && grep -q 'own kmod' {root / 'usr/bin/kmod'} && "
+        "echo kmod-own && "
+    )
     script = (
         f"{ASSETS / 'native-tools.essential-hook'} {root} {native_dir} && "
         f"cmp -s {native_dir / 'bin' / 'cp'} {root / 'usr/bin/cp'} && echo cp-bound && "
         f"test -f {root / 'usr/lib/x86_64-linux-gnu/ld.so'} && echo libs-bound && "
         f"grep -q 'own uname' {root / 'usr/bin/uname'} && echo uname-own && "
+        f"{late}"
         f"{ASSETS / 'native-tools-off.customize-hook'} {root} {native_dir}"
     )
     proc = subprocess.run(
@@ -149,17 +238,21 @@ def test_the_hooks_bind_the_tools_in_and_leave_the_tree_as_it_was(
     if proc.returncode != 0 and "Operation not permitted" in proc.stderr:
         pytest.skip("mount namespaces need root here")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["cp-bound", "libs-bound", "uname-own"]
+    assert proc.stdout.split() == [
+        "cp-bound", "libs-bound", "uname-own", "zstd-bound", "modinfo", "kmod-own"
+    ]  # fmt: skip
     bound = (native_dir / "bound").read_text().split()
     assert bound[0] == f"{root}/lib/x86_64-linux-gnu" and f"{root}/usr/bin/sed" in bound
     assert _listing(root) == before
 
 
 def test_a_foreign_tree_names_the_host_packages_of_its_native_tools_in_the_key() -> None:
-    """The arm64 tree's key names the coreutils, sed, grep, findutils and libc6 the build host
-    binds into it (their versions from dpkg's status); the native amd64 tree's does not."""
+    """The arm64 tree's key names the packages of the tools the build host binds into it
+    (coreutils, sed, ..., libc6; perl-base when its perl runs: their versions from dpkg's
+    status); the native amd64 tree's does not."""
     from types import SimpleNamespace
     from typing import cast
+    from unittest.mock import ANY
 
     from nvkr.builders import ResolvedSource
     from nvkr.builders.rootfs import builder as rootfs
@@ -168,7 +261,7 @@ def test_a_foreign_tree_names_the_host_packages_of_its_native_tools_in_the_key()
     from nvkr.recipe import Variant
     from nvkr.recipe.models import AptSource
 
-    def tools(arch: str) -> dict[str, str]:
+    def tools(arch: str, *locked: dict[str, str]) -> dict[str, str]:
         spec = AptSource.model_validate(
             {
                 "apt": {"debian": {"url": "http://deb.debian.org/debian", "suite": "bookworm"}},
@@ -176,7 +269,8 @@ def test_a_foreign_tree_names_the_host_packages_of_its_native_tools_in_the_key()
                 "packages": {"systemd": "252.39-1~deb12u2"},
             }
         )
-        entry = {"digest": "sha256:" + "3" * 64, "packages": [{"name": "systemd"}]}
+        packages = [{"name": "systemd", "version": "252.39-1~deb12u2"}, *locked]
+        entry = {"digest": "sha256:" + "3" * 64, "packages": packages}
         src = ResolvedSource(name="pkgs", spec=spec, entry=entry, base_dir=Path("."))
         refs = SimpleNamespace(source=lambda name: src)
         art = RootfsArtifact.model_validate({"builder": "rootfs", "packages": "pkgs"})
@@ -190,3 +284,8 @@ def test_a_foreign_tree_names_the_host_packages_of_its_native_tools_in_the_key()
         "mmdebstrap": package_version("mmdebstrap", purpose="t"),
         **{f"native-{p}": package_version(p, purpose="t") for p in native.PACKAGES},
     }
+    # a tree whose perl is the host's version runs the host's perl: its package is named too
+    host_perl = package_version("perl-base", purpose="t")
+    perl = tools("arm64", {"name": "perl-base", "version": host_perl})
+    assert perl == {**foreign, "native-perl-base": host_perl}
+    assert tools("amd64", {"name": "perl-base", "version": host_perl}) == {"mmdebstrap": ANY}
