@@ -107,14 +107,16 @@ def _upstream(version: str) -> str:
 def interpreters(packages: list[dict[str, Any]]) -> tuple[str, ...]:
     """The interpreters that run natively in a tree of the locked ``packages``: ``perl`` when
     the tree's ``perl-base`` has the host's upstream version (the host's perl then reads the
-    tree's pure-Perl modules, written for that version); none otherwise."""
+    tree's pure-Perl modules, written for that version) and the host has perl's XS module
+    directories (``perl``, as Debian's ``perl`` package installs it); none otherwise."""
     locked = {str(p.get("name")): str(p.get("version")) for p in packages}
     package = PERL[0]
     try:
         host = package_version(package, purpose="a foreign-architecture rootfs")
     except ToolError:
         return ()
-    if package in locked and _upstream(locked[package]) == _upstream(host):
+    dirs = all((_HOST_LIBDIR / sub).is_dir() for sub in PERL[1])
+    if package in locked and _upstream(locked[package]) == _upstream(host) and dirs:
         return ("perl",)
     return ()
 
@@ -130,7 +132,7 @@ def tool_versions(interpreters: tuple[str, ...] = ()) -> dict[str, str]:
 
 def prepare(dest: Path, interpreters: tuple[str, ...] = ()) -> Path:
     """The native tools in ``dest/bin`` (with the ``interpreters``), ``dest/late`` and
-    ``dest/kmod`` (each program's interpreter rewritten to :data:`LOADER`), and the libraries
+    ``dest/applets`` (each program's interpreter rewritten to :data:`LOADER`), and the libraries
     they load, with the loader as ``ld.so`` (and perl's module directories), in ``dest/lib``.
     Returns ``dest``."""
     libdir = dest / "lib"
