@@ -13,7 +13,7 @@ start-up nothing.
 from __future__ import annotations
 
 import re
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 _WORD = re.compile(r"_([a-z0-9])")
 
@@ -170,6 +170,15 @@ class Transfer(NamedTuple):
     def to_json(self) -> dict[str, Any]:
         return {"direction": self.direction, "what": self.what, "done": self.done,
                 "total": self.total, "finished": self.finished}  # fmt: skip
+
+    @property
+    def under_way(self) -> str:
+        """The transfer's verb while it runs: ``fetching`` (``pushing``, ``pulling``)."""
+        return UNDER_WAY.get(self.direction, self.direction)
+
+
+#: A transfer's verb while it runs (its event's ``direction`` is the verb when it ends).
+UNDER_WAY: Final = {"fetched": "fetching", "pushed": "pushing", "pulled": "pulling"}
 
 
 class CacheEvent(NamedTuple):

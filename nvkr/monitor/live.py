@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Final
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -50,10 +50,6 @@ from nvkr.monitor.plain import elapsed, progress_text
 from nvkr.redact import redact_text
 
 _STYLES = {"warning:": "yellow", "  failed": "red", "  built": "green", "error": "red"}
-
-
-#: A transfer's row while it runs: ``fetching go`` (its event says ``fetched`` when it ends).
-_UNDER_WAY: Final = {"fetched": "fetching", "pushed": "pushing", "pulled": "pulling"}
 
 
 class _Amount(ProgressColumn):
@@ -191,7 +187,7 @@ class LiveMonitor:
                 del self._transfers[key]
             return
         if task is None:
-            doing = _UNDER_WAY.get(t.direction, t.direction)
+            doing = t.under_way
             task = self._transfers[key] = self.progress.add_task(
                 f"{doing} {escape(redact_text(t.what))}", total=t.total, unit="bytes"
             )

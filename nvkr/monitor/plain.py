@@ -57,15 +57,26 @@ class PlainMonitor:
         self._running: dict[str, tuple[Any, float]] = {}  # key -> (action, monotonic start)
         self._progress: dict[str, ActionProgress] = {}
         self._transfers: dict[tuple[str, str], Transfer] = {}
+        self._transfer_start: dict[tuple[str, str], float] = {}  # monotonic, first report
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
 
     def emit(self, event: Event) -> None:
         with self._lock:
+            lines = [*event_lines(event), *self._fetch_done(event)]
             self._track(event)
-            for line in event_lines(event):
+            for line in lines:
                 self.out.write(redact_text(line) + "\n")  # credentials never leave
             self.out.flush()
+
+    def _fetch_done(self, event: Event) -> list[str]:
+        """``  fetched  node-packages 113.2 MiB in 38 s`` when a source's download ends, so a
+        log tells the download's time from the building's (the action's time holds both)."""
+        if not (isinstance(event, Transfer) and event.finished and event.direction == "fetched"):
+            return []
+        started = self._transfer_start.get((event.direction, event.what))
+        took = f" in {elapsed(time.monotonic() - started)}" if started is not None else ""
+        return [f"  fetched  {event.what} {human_size(event.done)}{took}"]
 
     def _track(self, event: Event) -> None:
         match event:
@@ -85,8 +96,10 @@ class PlainMonitor:
                 self._running.pop(f"boot:{event.image}", None)
             case Transfer(finished=True):
                 self._transfers.pop((event.direction, event.what), None)
+                self._transfer_start.pop((event.direction, event.what), None)
             case Transfer():
                 self._transfers[(event.direction, event.what)] = event
+                self._transfer_start.setdefault((event.direction, event.what), time.monotonic())
                 self._start_ticker()
 
     def _start_ticker(self) -> None:
@@ -112,7 +125,7 @@ class PlainMonitor:
             lines.append(line)
         for t in self._transfers.values():
             total = f" of {human_size(t.total)}" if t.total else ""
-            lines.append(f"  {t.direction} {t.what}: {human_size(t.done)}{total}")
+            lines.append(f"  {t.under_way} {t.what}: {human_size(t.done)}{total}")
         return lines
 
     def close(self) -> None:

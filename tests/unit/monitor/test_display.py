@@ -178,3 +178,29 @@ def test_live_display_names_a_transfer_under_way_and_its_bytes_without_a_total()
         assert [t.description for t in monitor.progress.tasks] == ["pushing registry/set:1"]
     finally:
         monitor.close()
+
+
+def test_plain_renderer_says_fetching_while_a_download_runs_and_its_size_and_time_at_its_end():
+    """What a helper read in a CI log: the 30 s line said ``fetched node-packages: 92.5 MiB of
+    113.2 MiB`` mid-download and no line said when it ended (the action's time holds both)."""
+    import io
+
+    from nvkr.monitor.events import Transfer
+    from nvkr.monitor.plain import PlainMonitor
+
+    out = io.StringIO()
+    monitor = PlainMonitor("build", out, every=3600)
+    try:
+        monitor.emit(Transfer("fetched", "node-packages", 97 << 20, 113 << 20))
+        monitor.emit(Transfer("pushed", "registry/set:1", 1 << 30, None))
+        assert monitor.progress_lines() == [
+            "  fetching node-packages: 97.0 MiB of 113.0 MiB",
+            "  pushing registry/set:1: 1.0 GiB",
+        ]
+        monitor.emit(Transfer("fetched", "node-packages", 113 << 20, 113 << 20, finished=True))
+        monitor.emit(Transfer("pushed", "registry/set:1", 2 << 30, None, finished=True))
+    finally:
+        monitor.close()
+    # the end of a source's download is a line of its own; a push's end is the publish's lines
+    assert out.getvalue().splitlines() == ["  fetched  node-packages 113.0 MiB in 0 s"]
+    assert monitor.progress_lines() == []
