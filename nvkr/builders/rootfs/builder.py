@@ -22,7 +22,7 @@ built once instead of twice (minutes saved under qemu-user), and record each pos
 start-ups fewer, the same ``.pyc`` files); in a foreign tree on an x86-64 host they bind the
 host's coreutils, sed, grep, findutils, tar, dash, zstd, kmod's ``modinfo`` and (when the
 versions match) perl over the tree's own while it is built (:mod:`nvkr.builders.rootfs.native`:
-the arm64 tree of the default recipe in 100 s instead of 200 s). When the locked packages include
+the arm64 tree of the default recipe in about 100 s instead of 190 s). When the locked packages include
 ``dkms`` (NVIDIA's driver from Debian: nvidia-kernel-dkms), the package scripts build its modules
 for the tree's own kernels; the hooks in ``builders/rootfs-dkms/`` keep dkms from generating a
 signing key (a private key in the image, and other bytes on every build), check that each
