@@ -82,10 +82,11 @@ LATE_TOOLS = ("zstd",)
 APPLETS = {"modinfo": "kmod"}
 #: The Debian packages those programs and their libc come from: named in the action key.
 PACKAGES = ("coreutils", "sed", "grep", "findutils", "dpkg", "tar", "dash", "zstd", "kmod", "libc6")
-#: The interpreter that runs natively when the tree's is the host's version (upstream part):
-#: its Debian package, and the host directories of its XS and base modules (under
-#: ``/usr/lib/x86_64-linux-gnu``, copied beside the libraries, where it looks for them).
-PERL = ("perl-base", ("perl-base", "perl"))
+#: perl runs natively when the tree's ``perl-base`` has the host's upstream version; the host
+#: directories of its XS and base modules (under ``/usr/lib/x86_64-linux-gnu``) are copied
+#: beside the libraries, where it looks for them.
+PERL_PACKAGE = "perl-base"
+PERL_DIRS = ("perl-base", "perl")
 _HOST_LIBDIR = Path("/usr/lib/x86_64-linux-gnu")
 #: Where a copied program finds its loader inside the tree (fits ``/lib64/ld-linux-x86-64.so.2``'s
 #: PT_INTERP segment), and the directory the loader searches for libraries by default.
@@ -110,13 +111,13 @@ def interpreters(packages: list[dict[str, Any]]) -> tuple[str, ...]:
     tree's pure-Perl modules, written for that version) and the host has perl's XS module
     directories (``perl``, as Debian's ``perl`` package installs it); none otherwise."""
     locked = {str(p.get("name")): str(p.get("version")) for p in packages}
-    package = PERL[0]
     try:
-        host = package_version(package, purpose="a foreign-architecture rootfs")
+        host = package_version(PERL_PACKAGE, purpose="a foreign-architecture rootfs")
     except ToolError:
         return ()
-    dirs = all((_HOST_LIBDIR / sub).is_dir() for sub in PERL[1])
-    if package in locked and _upstream(locked[package]) == _upstream(host) and dirs:
+    tree = locked.get(PERL_PACKAGE)
+    dirs = all((_HOST_LIBDIR / sub).is_dir() for sub in PERL_DIRS)
+    if tree is not None and _upstream(tree) == _upstream(host) and dirs:
         return ("perl",)
     return ()
 
@@ -124,7 +125,7 @@ def interpreters(packages: list[dict[str, Any]]) -> tuple[str, ...]:
 def tool_versions(interpreters: tuple[str, ...] = ()) -> dict[str, str]:
     """The host packages of :data:`PACKAGES`, and of the native ``interpreters``, by name, for
     the action key."""
-    names = [*PACKAGES, *([PERL[0]] if "perl" in interpreters else [])]
+    names = [*PACKAGES, *([PERL_PACKAGE] if "perl" in interpreters else [])]
     return {
         f"native-{p}": package_version(p, purpose="a foreign-architecture rootfs") for p in names
     }
@@ -159,7 +160,7 @@ def prepare(dest: Path, interpreters: tuple[str, ...] = ()) -> Path:
     for soname, path in sorted(libs.items()):
         shutil.copyfile(path, libdir / soname)
     if "perl" in interpreters:
-        for sub in PERL[1]:
+        for sub in PERL_DIRS:
             shutil.copytree(_HOST_LIBDIR / sub, libdir / sub, symlinks=True)
     shutil.copyfile(_HOST_LOADER.resolve(), libdir / "ld.so")
     (libdir / "ld.so").chmod(0o755)
