@@ -23,6 +23,7 @@ import contextlib
 import ctypes
 import logging
 import os
+import platform
 import re
 import shlex
 import signal
@@ -76,6 +77,35 @@ _SECRET_NAME: Final = re.compile(
     r"PASS|TOKEN|SECRET|CREDENTIAL|AUTH|COOKIE|PRIVATE|(^|_)KEY($|_)|APIKEY", re.IGNORECASE
 )
 MASK: Final = "***"
+
+
+#: Debian's name for the machine's architecture (``platform.machine()``)
+MACHINE_ARCH: Final = {"x86_64": "amd64", "aarch64": "arm64"}
+
+
+def host_arch() -> str | None:
+    """This host's Debian architecture (``amd64``, ``arm64``), None for another machine."""
+    return MACHINE_ARCH.get(platform.machine())
+
+
+#: what makes :func:`can_run` true for a foreign architecture
+CAN_RUN_HINT: Final = (
+    "apt-get install qemu-user-static binfmt-support arch-test; mount binfmt_misc "
+    "(mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc) and "
+    "`update-binfmts --enable qemu-aarch64`, as ./install.sh does"
+)
+
+
+def can_run(arch: str) -> tuple[bool, str]:
+    """Whether this host runs ``arch`` binaries: natively, or through qemu-user's binfmt_misc
+    entry (``arch-test``, Debian package arch-test); with what arch-test said when it cannot."""
+    if host_arch() == arch:
+        return True, ""
+    try:
+        proc = run(["arch-test", arch], check=False)
+    except ToolError as e:  # arch-test itself is missing
+        return False, str(e)
+    return proc.returncode == 0, proc.stdout.decode(errors="replace").strip()
 
 
 def env_for_log(env: Mapping[str, str]) -> list[str]:

@@ -1,5 +1,12 @@
-"""GRUB for a disk image without grub-install: images made by the host's ``grub-mkimage`` from the
-tree's own modules (its pinned grub-pc-bin / grub-efi-*-bin packages), installed by nvkr.
+"""GRUB for a disk image without grub-install: images made by ``grub-mkimage`` from the tree's own
+modules (its pinned grub-pc-bin / grub-efi-*-bin packages), installed by nvkr.
+
+``grub-mkimage`` must pack modules of its own GRUB release, so it is the tree's own (grub-common,
+which those packages depend on, from the same source), run through the tree's dynamic loader
+and libraries: natively on the tree's architecture, through qemu-user's binfmt_misc on another
+(:func:`tree_mkimage`). The host's ``grub-mkimage`` serves only a tree without one, and only when
+it is of the modules' release (:func:`check_host_grub`): a Debian 12 host cannot pack Debian 13's
+GRUB 2.12.
 
 Every image embeds the modules it needs (the tree's ``/boot/grub`` holds no module directory) and
 an early configuration that finds the root file system by UUID and sets ``prefix`` to its
@@ -25,7 +32,7 @@ from pathlib import Path
 
 from nvkr.disk.layout import SECTOR, Arch, DiskLayout
 from nvkr.errors import DiskError
-from nvkr.run import pinned_env, run
+from nvkr.run import CAN_RUN_HINT, can_run, pinned_env, run
 
 # include/grub/i386/pc/boot.h
 BPB_START = 0x03
@@ -96,6 +103,38 @@ def platforms(tree: Path, arch: Arch) -> list[str]:
     return present
 
 
+#: Per arch: the tree's multiarch library directory and its dynamic loader there
+TREE_LOADER: dict[str, tuple[str, str]] = {
+    "amd64": ("x86_64-linux-gnu", "ld-linux-x86-64.so.2"),
+    "arm64": ("aarch64-linux-gnu", "ld-linux-aarch64.so.1"),
+}
+
+
+def tree_mkimage(tree: Path, arch: Arch) -> list[str] | None:
+    """The argv that runs the tree's own ``grub-mkimage``: its dynamic loader with the tree's
+    library directories first (no chroot, no root), or None when the tree has no grub-mkimage.
+
+    Raises:
+        DiskError: the tree is of an architecture this host cannot run (no qemu-user binfmt
+            entry): names both and what to install.
+    """
+    binary = tree / "usr" / "bin" / "grub-mkimage"
+    triplet, loader = TREE_LOADER[arch]
+    libdir = tree / "usr" / "lib" / triplet
+    ld = libdir / loader
+    # real files inside the tree (a symlink's target would be read on the host)
+    if not (binary.is_file() and not binary.is_symlink() and ld.is_file() and not ld.is_symlink()):
+        return None
+    ok, said = can_run(arch)
+    if not ok:
+        raise DiskError(
+            f"the {arch} tree's GRUB images are made by its own grub-mkimage, and this host cannot "
+            f"run {arch} binaries (arch-test {arch}: {said})",
+            hint=CAN_RUN_HINT,
+        )
+    return [str(ld), "--library-path", f"{libdir}:{tree / 'lib' / triplet}", str(binary)]
+
+
 def _grub_version_of_tree(mod_dir: Path) -> str | None:
     info = mod_dir / "modinfo.sh"
     if not info.is_file():
@@ -161,12 +200,15 @@ def mkimage(
         ToolError: grub-mkimage failed or is missing.
     """
     mod_dir = module_dir(tree, platform)
-    check_host_grub(tree, platform)
+    mkimage_argv = tree_mkimage(tree, layout.arch)
+    if mkimage_argv is None:
+        check_host_grub(tree, platform)
+        mkimage_argv = ["grub-mkimage"]
     cfg = workdir / f"early-{platform}.cfg"
     cfg.write_text(early_config(layout))
     fmt = {"i386-pc": "i386-pc", "x86_64-efi": "x86_64-efi", "arm64-efi": "arm64-efi"}[platform]
     argv = [
-        "grub-mkimage", "-O", fmt, "-d", str(mod_dir), "-c", str(cfg), "-p", "/boot/grub",
+        *mkimage_argv, "-O", fmt, "-d", str(mod_dir), "-c", str(cfg), "-p", "/boot/grub",
         "-o", str(out), *modules_for(mod_dir, platform),
     ]  # fmt: skip
     run(argv, env=pinned_env(), log_file=log_file)

@@ -134,3 +134,84 @@ def test_mkimage_is_deterministic_and_embeds_the_early_config(tmp_path):
     assert outs[0] == outs[2] and outs[1] == outs[3]
     assert f"--set=root {layout.fs_uuid}".encode() in outs[1]  # the EFI image is not compressed
     assert outs[1][:2] == b"MZ"
+
+
+def _tree_with_own_grub_mkimage(root: Path, grub_version: str) -> Path:
+    """A tree whose i386-pc modules say they are GRUB ``grub_version`` and which holds a
+    grub-mkimage of its own (the host's program, with its loader and libraries, copied in)."""
+    import shutil
+    import subprocess
+
+    tree = make_tree(root, grub=())
+    mod_dir = grub.module_dir(tree, "i386-pc")
+    shutil.copytree(HOST_GRUB / "i386-pc", mod_dir)
+    info = mod_dir / "modinfo.sh"
+    info.write_text(
+        "".join(
+            f'grub_version="{grub_version}"\n' if line.startswith("grub_version=") else line
+            for line in info.read_text().splitlines(keepends=True)
+        )
+    )
+    host = shutil.which("grub-mkimage")
+    assert host is not None
+    shutil.copyfile(host, tree / "usr" / "bin" / "grub-mkimage")
+    libdir = tree / "usr" / "lib" / "x86_64-linux-gnu"
+    libdir.mkdir(parents=True)
+    ldd = subprocess.run(["ldd", host], capture_output=True, text=True, check=True).stdout
+    for line in ldd.splitlines():
+        path = line.split("=>")[-1].split("(")[0].strip()
+        if path.startswith("/"):
+            name = "ld-linux-x86-64.so.2" if "ld-linux" in path else Path(path).name
+            shutil.copyfile(path, libdir / name)
+    (libdir / "ld-linux-x86-64.so.2").chmod(0o755)
+    return tree
+
+
+@needs_tools
+@needs_grub
+def test_mkimage_runs_the_trees_own_grub_mkimage(tmp_path):
+    """Modules of a GRUB release the host's grub-mkimage is not (Debian 13's 2.12 on a Debian 12
+    host) are packed by the tree's own grub-mkimage, run through the tree's loader; without
+    one, the host's refuses them naming both releases."""
+    import platform
+
+    if platform.machine() != "x86_64":
+        pytest.skip("the copied loader is x86_64's")
+    layout = disk_layout("amd64", SEED)
+    tree = _tree_with_own_grub_mkimage(tmp_path / "t", "9.99")
+    argv = grub.tree_mkimage(tree, "amd64")
+    assert argv is not None and argv[0] == str(
+        tree / "usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"
+    )
+    assert argv[-1] == str(tree / "usr/bin/grub-mkimage")
+    own = grub.mkimage(tree, "i386-pc", tmp_path / "own.img", layout=layout, workdir=tmp_path)
+    # the same program as the host's: the same image as the host's makes from the same modules
+    host_tree = make_tree(tmp_path / "h", grub=("i386-pc",))
+    host = grub.mkimage(
+        host_tree, "i386-pc", tmp_path / "host.img", layout=layout, workdir=tmp_path
+    )
+    assert own.path.read_bytes() == host.path.read_bytes()
+    (tree / "usr" / "bin" / "grub-mkimage").unlink()
+    assert grub.tree_mkimage(tree, "amd64") is None
+    with pytest.raises(
+        DiskError,
+        match=r"host's grub-mkimage is GRUB \S+, the tree's i386-pc modules are GRUB 9.99",
+    ):
+        grub.mkimage(tree, "i386-pc", tmp_path / "no.img", layout=layout, workdir=tmp_path)
+
+
+def test_a_tree_the_host_cannot_run_names_what_to_install(tmp_path, monkeypatch):
+    """An arm64 tree's grub-mkimage runs under qemu-user: without a binfmt entry the error says
+    so (not an exec failure) and what to install."""
+    tree = tmp_path / "t"
+    (tree / "usr" / "bin").mkdir(parents=True)
+    (tree / "usr" / "bin" / "grub-mkimage").write_bytes(b"\x7fELF")
+    libdir = tree / "usr" / "lib" / "aarch64-linux-gnu"
+    libdir.mkdir(parents=True)
+    (libdir / "ld-linux-aarch64.so.1").write_bytes(b"\x7fELF")
+    monkeypatch.setattr(grub, "can_run", lambda arch: (False, "arm64: not supported"))
+    with pytest.raises(
+        DiskError, match=r"arm64 tree's GRUB images .* cannot run arm64 binaries"
+    ) as e:
+        grub.tree_mkimage(tree, "arm64")
+    assert "qemu-user-static" in (e.value.hint or "")
