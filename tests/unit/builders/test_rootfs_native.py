@@ -249,7 +249,7 @@ def test_the_hooks_bind_the_tools_in_and_leave_the_tree_as_it_was(
 def test_a_foreign_tree_names_the_host_packages_of_its_native_tools_in_the_key() -> None:
     """The arm64 tree's key names the packages of the tools the build host binds into it
     (coreutils, sed, ..., libc6; perl-base when its perl runs: their versions from dpkg's
-    status); the native amd64 tree's does not."""
+    status) and the CPU qemu-user emulates; the native amd64 tree's does neither."""
     from types import SimpleNamespace
     from typing import cast
     from unittest.mock import ANY
@@ -283,6 +283,7 @@ def test_a_foreign_tree_names_the_host_packages_of_its_native_tools_in_the_key()
     assert foreign == {
         "mmdebstrap": package_version("mmdebstrap", purpose="t"),
         **{f"native-{p}": package_version(p, purpose="t") for p in native.PACKAGES},
+        "qemu-cpu": rootfs.QEMU_CPU["arm64"],
     }
     # a tree whose perl is the host's version runs the host's perl: its package is named too
     host_perl = package_version("perl-base", purpose="t")
