@@ -296,9 +296,15 @@ def test_kubelet_settings_without_a_kubelet_are_refused(tmp_path: Path) -> None:
     res = run_nvkr("plan", "--offline", cwd=clone, store=tmp_path / "store")
     assert res.code == 2, res.stderr
     assert (
-        "recipes/default.yaml:133: artifacts.node-image.kubelet: kubelet settings are given but "
+        f"recipes/default.yaml:{_node_image_line(text)}: artifacts.node-image.kubelet: kubelet settings are given but "
         "the image stages no kubelet"
     ) in res.stderr
+
+
+def _node_image_line(recipe_text: str) -> int:
+    """The line of the field these tests insert after the default recipe's node image's
+    ``size`` (the error names it)."""
+    return recipe_text.splitlines().index("    size: 4GiB") + 2
 
 
 def test_every_staging_template_is_known_and_renders() -> None:
@@ -482,7 +488,7 @@ def test_an_unknown_compression_is_a_recipe_error_naming_the_field(tmp_path: Pat
     res = run_nvkr("plan", "--offline", cwd=clone, store=tmp_path / "store")
     assert res.code == 2, res.stderr
     assert (
-        "recipes/default.yaml:133: artifacts.node-image.compression: expected 'none', 'zlib' or "
+        f"recipes/default.yaml:{_node_image_line(text)}: artifacts.node-image.compression: expected 'none', 'zlib' or "
         "'zstd' (got 'gzip')"
     ) in res.stderr
     assert "Traceback" not in res.stderr
