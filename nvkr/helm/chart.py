@@ -75,10 +75,17 @@ def walk_order(name: str) -> tuple[str, ...]:
 
 
 def _read_tree(
-    root: Path, rules: HelmIgnore, where: str, warn: Callable[[str], None] | None = None
+    root: Path,
+    rules: HelmIgnore,
+    where: str,
+    warn: Callable[[str], None] | None = None,
+    within: Path | None = None,
+    followed: list[str] | None = None,
 ) -> list[ChartFile]:
     """The files under ``root`` Helm's ``LoadDir`` would read (sympath.Walk + .helmignore);
-    ``warn`` gets :meth:`HelmIgnore.subchart_warning` for each path left out under ``charts/``."""
+    ``warn`` gets :meth:`HelmIgnore.subchart_warning` for each path left out under ``charts/``.
+    A symlink is followed when it resolves inside ``within`` (default: ``root``), and
+    ``followed`` gets ``NAME -> TARGET`` for each one that leads out of ``root``."""
 
     def left_out(n: str, is_dir: bool) -> bool:
         if not rules.ignored(n, is_dir):
@@ -89,6 +96,7 @@ def _read_tree(
 
     out: list[ChartFile] = []
     real_root = root.resolve()
+    boundary = (within or root).resolve()
     active: set[Path] = set()
 
     def visit(directory: Path, rel: str) -> None:
@@ -104,10 +112,9 @@ def _read_tree(
             except OSError as e:
                 raise BuildError(f"{where}/{n}: cannot read: {e.strerror}") from None
             if path.is_symlink() and not path.resolve().is_relative_to(real_root):
-                raise BuildError(
-                    f"{where}/{n}: symlink points outside the chart",
-                    hint="a chart must be self-contained; copy the file in",
-                )
+                link = _followed_link(path, boundary, f"{where}/{n}", within is not None)
+                if followed is not None:
+                    followed.append(f"{n} -> {link}")
             if stat.S_ISDIR(st.st_mode):
                 if not left_out(n, True):
                     visit(path, n + "/")
@@ -128,11 +135,39 @@ def _read_tree(
     return out
 
 
-def load_dir(root: Path, where: str, warn: Callable[[str], None] | None = None) -> LoadedChart:
+def _followed_link(path: Path, boundary: Path, name: str, in_source: bool) -> str:
+    """The target of the link ``path`` that leads out of the chart, when it resolves inside
+    ``boundary`` (the chart's source, or the chart).
+
+    Raises:
+        BuildError: it leads out of ``boundary`` (naming the link and its target as written).
+    """
+    target = os.readlink(path)
+    if not path.resolve().is_relative_to(boundary):
+        raise BuildError(
+            f"{name}: symlink to {target!r} points outside the "
+            + ("chart's source" if in_source else "chart"),
+            hint="a chart's symlinks may lead anywhere inside its source's tree (helm package "
+            "follows them); copy the file in",
+        )
+    return target
+
+
+def load_dir(
+    root: Path,
+    where: str,
+    warn: Callable[[str], None] | None = None,
+    *,
+    within: Path | None = None,
+    followed: list[str] | None = None,
+) -> LoadedChart:
     """Load the chart directory ``root`` as ``helm package`` does (strict Chart.yaml reading).
     ``warn`` gets a line for each file or directory under ``charts/`` (a subchart's) that a
     ``.helmignore`` pattern without ``/`` leaves out (it matches at any depth: one meant for the
-    top level drops the subcharts' files too).
+    top level drops the subcharts' files too). Symlinks are followed, as Helm does, where they
+    resolve inside ``within`` (the tree of the chart's source; default: the chart itself);
+    ``followed`` gets ``NAME -> TARGET`` for each that leads out of the chart directory (its
+    file is packaged in the link's place).
 
     Raises:
         BuildError: a bad ``.helmignore`` pattern, an unreadable or oversized file, an invalid
@@ -141,7 +176,8 @@ def load_dir(root: Path, where: str, warn: Callable[[str], None] | None = None) 
     ignore_file = root / ".helmignore"
     text = ignore_file.read_text(errors="replace") if ignore_file.is_file() else ""
     rules = HelmIgnore.parse(text, where=f"{where}/.helmignore")
-    return load_files(_read_tree(root, rules, where, warn), where, lenient=False, top=True)
+    files = _read_tree(root, rules, where, warn, within, followed)
+    return load_files(files, where, lenient=False, top=True)
 
 
 def load_archive(data: bytes, where: str) -> LoadedChart:

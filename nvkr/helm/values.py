@@ -3,7 +3,8 @@
 For each image the recipe names (``images: {KEY: {artifact, repository}}``) the helm-chart
 builder sets ``KEY.repository`` and ``KEY.digest`` (``sha256:<hex>`` of the image index it built),
 where ``KEY`` is a dotted path of mappings (``image``, ``agent.image``), created when missing;
-the recipe's ``values`` (``{KEY: string}``, e.g. ``otlp.endpoint``) are set the same way.
+the recipe's ``values`` (``{KEY: string, boolean or integer}``, e.g. ``otlp.endpoint``,
+``tags.ovs-node: false``) are set the same way.
 
 The file is edited as text, never re-dumped: PyYAML composes it into nodes that know where they
 were written, each scalar the build sets is replaced where it stands (in its quoting, unless the
@@ -32,8 +33,20 @@ from nvkr.yamlemit import double_quoted, scalar
 
 _NULL_TAG = "tag:yaml.org,2002:null"
 _PROPERTIES = re.compile(r"(?:[&!]\S*[ \t]+)*")  # an anchor or tag before a scalar
-# {"image": {"repository": ..., "digest": ...}, "agent": {"image": {...}}}: leaves are strings
+# {"image": {"repository": ..., "digest": ...}, "agent": {"image": {...}}}: leaves are strings,
+# booleans or integers (a recipe's values)
 Tree = dict[str, Any]
+Leaf = str | bool | int
+
+
+def _leaf_text(value: Leaf, *, flow: bool = False, style: str | None = None) -> str:
+    """A leaf as YAML: a string through :func:`nvkr.yamlemit.scalar` (quoted when it must be),
+    a boolean as ``true``/``false``, an integer in decimal."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    return scalar(value, flow=flow, style=style)
 
 
 def emitter_versions() -> dict[str, str]:
@@ -61,7 +74,7 @@ class _Composer(yaml.SafeLoader):
 
 
 def _tree(
-    images: dict[str, tuple[str, str]], where: str, values: dict[str, str] | None = None
+    images: dict[str, tuple[str, str]], where: str, values: dict[str, Leaf] | None = None
 ) -> Tree:
     tree: Tree = {}
     for key, value in sorted((values or {}).items()):
@@ -129,15 +142,15 @@ class _Editor:
         ]
         return "{" + ", ".join(items) + "}"
 
-    def value_text(self, value: str | Tree, *, flow: bool) -> str:
-        return scalar(value, flow=flow) if isinstance(value, str) else self.flow_text(value)
+    def value_text(self, value: Leaf | Tree, *, flow: bool) -> str:
+        return self.flow_text(value) if isinstance(value, dict) else _leaf_text(value, flow=flow)
 
     def block_lines(self, tree: Tree, indent: int) -> str:
         out = []
         for key, value in tree.items():
             head = " " * indent + scalar(key)
-            if isinstance(value, str):
-                out.append(f"{head}: {scalar(value)}{self.newline}")
+            if not isinstance(value, dict):
+                out.append(f"{head}: {_leaf_text(value)}{self.newline}")
             else:
                 out.append(f"{head}:{self.newline}{self.block_lines(value, indent + 2)}")
         return "".join(out)
@@ -172,17 +185,20 @@ class _Editor:
         return nl + 1
 
     # -- the walk ------------------------------------------------------------------------------
-    def set_scalar(self, node: Node, value: str, *, flow: bool) -> None:
+    def set_scalar(self, node: Node, value: Leaf, *, flow: bool) -> None:
         start, end = self.value_span(node)
         style = node.style if isinstance(node, ScalarNode) else None
         if style in ("|", ">"):
             written = self.text[start:end]
             tail = written[len(written.rstrip(" \t\r\n")) :]
-            self.edit(start, end, double_quoted(value) + tail)
+            text = double_quoted(value) if isinstance(value, str) else _leaf_text(value)
+            self.edit(start, end, text + tail)
         elif start == end:
-            self.edit(self.after_colon(node), end, " " + scalar(value, flow=flow))
-        else:
+            self.edit(self.after_colon(node), end, " " + _leaf_text(value, flow=flow))
+        elif isinstance(value, str):
             self.edit(start, end, scalar(value, flow=flow, style=style))
+        else:
+            self.edit(start, end, _leaf_text(value))
 
     def set_mapping(self, node: Node, tree: Tree, path: list[str], *, flow: bool) -> None:
         if isinstance(node, MappingNode):
@@ -237,9 +253,9 @@ class _Editor:
                     "cannot set them through an alias",
                     hint=f"write {dotted} out as a mapping",
                 )
-            if isinstance(want, str):
+            if not isinstance(want, dict):
                 if not isinstance(value, ScalarNode):
-                    raise self.fail(value, f"{dotted} is {_kind(value)}, not a string")
+                    raise self.fail(value, f"{dotted} is {_kind(value)}, not a scalar")
                 self.set_scalar(value, want, flow=bool(node.flow_style))
             else:
                 self.set_mapping(value, want, [*path, name], flow=bool(node.flow_style))
@@ -265,7 +281,7 @@ def _expected(values: Any, tree: Tree) -> Any:
     if not isinstance(values, dict):
         values = {}
     for key, want in tree.items():
-        if isinstance(want, str):
+        if not isinstance(want, dict):
             values[key] = want
         else:
             values[key] = _expected(values.get(key), want)
@@ -276,11 +292,11 @@ def set_images(
     data: bytes | None,
     images: dict[str, tuple[str, str]],
     where: str,
-    values: dict[str, str] | None = None,
+    values: dict[str, Leaf] | None = None,
 ) -> bytes:
     """``values.yaml`` (``data``; None when the chart has none) with each
     ``images[KEY] = (repository, "sha256:<hex>")`` written to ``KEY.repository``/``KEY.digest``
-    and each of ``values`` (``{dotted KEY: string}``, the recipe's own) to ``KEY``, every other
+    and each of ``values`` (``{dotted KEY: leaf}``, the recipe's own) to ``KEY``, every other
     byte unchanged (module docstring).
 
     Raises:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import PurePosixPath
 from typing import Annotated, Any
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, BeforeValidator
 
 from nvkr.recipe.templates import is_template
 
@@ -101,6 +101,33 @@ def relative_dir(value: str) -> str | None:
     if value.startswith("/") or norm == ".." or norm.startswith("../"):
         raise ValueError(f"{value!r}: expected a relative path inside the source, e.g. charts/x")
     return None if norm == "." else norm
+
+
+def values_file(value: str) -> str:
+    """A chart's values file (``values-single-node-zone.yaml``): a relative ``.yaml``/``.yml``
+    path inside the chart directory, normalised."""
+    norm = posixpath.normpath(value)
+    if (
+        value.startswith("/")
+        or norm in (".", "..")
+        or norm.startswith("../")
+        or not norm.endswith((".yaml", ".yml"))
+    ):
+        raise ValueError(
+            f"{value!r}: expected a YAML file inside the chart directory, e.g. "
+            "values-single-node-zone.yaml"
+        )
+    return norm
+
+
+def values_leaf(value: Any) -> Any:
+    """A value a recipe sets in a chart's values.yaml: a string, a boolean or an integer (a float
+    would be written back in another form than the recipe's: quote it)."""
+    if isinstance(value, str | bool | int) and not isinstance(value, float):
+        return value
+    raise ValueError(
+        f"expected a string, boolean or integer, not {value!r} (quote a number with a fraction)"
+    )
 
 
 def values_key(value: str) -> str:
@@ -256,6 +283,8 @@ ArchiveMember = Annotated[str, _keep(archive_member)]
 ChartVersion = Annotated[str, AfterValidator(chart_version)]
 AppVersion = Annotated[str, AfterValidator(app_version)]
 ValuesKey = Annotated[str, AfterValidator(values_key)]
+ValuesFile = Annotated[str, AfterValidator(values_file)]
+ValuesLeaf = Annotated[str | bool | int, BeforeValidator(values_leaf)]
 ImageRepository = Annotated[str, AfterValidator(image_repository)]
 PinnedImage = Annotated[str, AfterValidator(pinned_image)]
 DiskSize = Annotated[str, AfterValidator(disk_size)]

@@ -79,10 +79,17 @@ class HelmChartArtifact(ArtifactModel):
         description="Optional. values.yaml key (dotted) -> image (an artifact with its repository, or a "
         "reference pinned by digest); sets KEY.repository and KEY.digest",
     )
-    values: dict[fc.ValuesKey, str] = Field(
+    valuesFile: fc.ValuesFile | None = Field(
+        default=None,
+        description="Optional. the chart's values file to package as its values.yaml (a chart "
+        "without a root values.yaml, such as OVN-Kubernetes', ships one per mode, e.g. "
+        "values-single-node-zone.yaml); the image pins and values are set in it",
+    )
+    values: dict[fc.ValuesKey, fc.ValuesLeaf] = Field(
         default_factory=dict,
-        description="Optional. values.yaml key (dotted) -> string, written into the packaged "
-        "values.yaml in place as the image pins are (a fleet's defaults, e.g. otlp.endpoint)",
+        description="Optional. values.yaml key (dotted) -> string, boolean or integer (no floats), "
+        "written into the packaged values.yaml in place as the image pins are (a fleet's "
+        "defaults, e.g. otlp.endpoint; a chart's switches, e.g. tags.ovs-node: false)",
     )
     check: ChartCheck | None = Field(
         default=None,

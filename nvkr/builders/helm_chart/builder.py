@@ -43,7 +43,7 @@ from nvkr.builders.helm_chart.artifact import HelmChartArtifact
 from nvkr.builders.helm_chart.params import CheckParams, HelmChartParams, ImageDigest, ImagePin
 from nvkr.canonical import DIGEST_RE
 from nvkr.errors import BuildError
-from nvkr.helm.chart import ChartFile, load_dir
+from nvkr.helm.chart import ChartFile, LoadedChart, load_dir
 from nvkr.helm.check import helm_check
 from nvkr.helm.dependencies import verify_dependencies
 from nvkr.helm.metadata import API_VERSION_V2, metadata_json
@@ -159,6 +159,7 @@ class HelmChartBuilder(Builder[HelmChartArtifact]):
             appVersion=artifact.appVersion,
             subdir=subdir,
             images=images,
+            valuesFile=artifact.valuesFile,
             values=dict(sorted(artifact.values.items())),
             # absent, not null: recipes without one keep their keys (HelmChartParams.to_json)
             check=None
@@ -194,7 +195,8 @@ class HelmChartBuilder(Builder[HelmChartArtifact]):
                 f"{where}: no such directory in the source",
                 hint="'subdir' names the chart directory relative to the source",
             )
-        chart = load_dir(chart_dir, where, ctx.warn)
+        followed: list[str] = []
+        chart = load_dir(chart_dir, where, ctx.warn, within=src, followed=followed)
         meta = chart.metadata
         if meta["apiVersion"] != API_VERSION_V2:
             raise BuildError(
@@ -209,6 +211,9 @@ class HelmChartBuilder(Builder[HelmChartArtifact]):
             log.append(f"appVersion {meta.get('appVersion')!r} -> {p.appVersion!r}")
             meta["appVersion"] = p.appVersion
         log += verify_dependencies(chart)
+        log += [f"followed symlink {link}" for link in followed]
+        if p.valuesFile is not None:
+            log.append(_values_from_file(chart, p.valuesFile, where))
 
         images = _image_digests(ctx, where)
         if images or p.values:
@@ -271,6 +276,27 @@ def _unused_pins(
         for key, (_, digest) in sorted(images.items())
         if not any(digest in text for text in manifests)
     ]
+
+
+def _values_from_file(chart: LoadedChart, name: str, where: str) -> str:
+    """Make the chart's file ``name`` its values.yaml (the recipe's ``valuesFile``); the log line.
+
+    Raises:
+        BuildError: the chart has no such file (naming the YAML files at its top it has).
+    """
+    found = [f for f in chart.files if f.name == name]
+    if not found:
+        offered = sorted(
+            f.name for f in chart.files if "/" not in f.name and f.name.endswith((".yaml", ".yml"))
+        )
+        raise BuildError(
+            f"{where}: valuesFile {name!r}: the chart has no such file"
+            + (f" (its values files: {', '.join(offered)})" if offered else ""),
+            hint="valuesFile names a file of the chart directory, relative to it",
+        )
+    replaced = " (in place of its own values.yaml)" if chart.values is not None else ""
+    chart.values = ChartFile("values.yaml", found[0].data)
+    return f"values.yaml: {name}{replaced}"
 
 
 def _chart_label(ctx: ActionContext) -> str:

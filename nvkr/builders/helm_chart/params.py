@@ -49,11 +49,13 @@ class HelmChartParams(_Params):
     appVersion: str | None
     subdir: str | None
     images: dict[str, ImagePin | ImageDigest]
-    values: dict[str, str] = {}
+    valuesFile: str | None = None
+    values: dict[str, str | bool | int] = {}
     check: CheckParams | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The params as the action holds them (``values`` and ``check`` only when set, so the
-        charts without them keep their keys)."""
+        """The params as the action holds them (``valuesFile``, ``values`` and ``check`` only
+        when set, so the charts without them keep their keys)."""
         unset = {"check"} if self.check is None else set()
+        unset |= {"valuesFile"} if self.valuesFile is None else set()
         return self.model_dump(exclude=unset | ({"values"} if not self.values else set()))
