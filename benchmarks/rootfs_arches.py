@@ -30,16 +30,18 @@ ROOT = Path(__file__).resolve().parent.parent
 RECIPE = "recipes/default.yaml"
 
 
-def fill_sources(store: Path) -> None:
-    """Every locked source of the default recipe, all variants, into ``store`` (not timed)."""
-    sys.path.insert(0, str(ROOT))
+def fill_sources(store: Path, root: Path = ROOT) -> None:
+    """Every locked source of ``root``'s default recipe, all variants, into ``store`` (not
+    timed), with the nvkr modules first on ``sys.path`` (``root``'s when run in a process of
+    its own with ``PYTHONPATH=root``)."""
+    sys.path.insert(0, str(root))
     from nvkr.fetch import FetchContext, ensure
     from nvkr.lock import Resolver, read_lock
     from nvkr.recipe import expand, load_recipe
     from nvkr.store import Store
 
-    loaded = load_recipe(ROOT / RECIPE)
-    lock_path = ROOT / "lockfiles" / "default.lock.json"
+    loaded = load_recipe(root / RECIPE)
+    lock_path = root / "lockfiles" / "default.lock.json"
     ctx = FetchContext(store=Store(store))
     resolver = Resolver(
         loaded=loaded, lock_path=lock_path, lock=read_lock(lock_path), ctx=ctx, locked=True

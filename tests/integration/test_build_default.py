@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,12 +17,18 @@ import pytest
 
 from nvkr.oci.layout import LayoutReader
 from nvkr.releaseset import read_metadata
+from tests.helpers import REPO
 from tests.helpers.golden import GOLDEN, WHY
 from tests.helpers.nvkr import run_nvkr
 
 pytestmark = pytest.mark.slow
 
 SET = "nvkr-default-k8s1.36"
+
+#: the containerd the default recipe pins (its node image's SBOM must list it)
+DEFAULT_CONTAINERD = re.search(
+    r'^      containerd: "([^"]+)"$', (REPO / "recipes" / "default.yaml").read_text(), re.M
+)[1]  # type: ignore[index]
 
 
 @pytest.fixture(scope="module")
@@ -348,7 +355,7 @@ def test_every_artifact_has_an_spdx_sbom_naming_the_agent_module_and_go_version(
             )
             assert files[agent] == "./usr/bin/node-agent"
             assert "./usr/bin/kubectl" in files.values()
-            assert ("containerd", "1.6.20~ds1-1+deb12u3") in packages
+            assert ("containerd", DEFAULT_CONTAINERD) in packages
             debs = [p for p in doc["packages"] if p["name"] == "containerd"]
             assert debs[0]["externalRefs"][0]["referenceLocator"].startswith(
                 "pkg:deb/debian/containerd@"

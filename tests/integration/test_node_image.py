@@ -9,6 +9,7 @@ package pin the lockfile does not hold are clear errors that leave nothing behin
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -138,11 +139,10 @@ def test_a_disk_too_small_for_the_tree_names_both_sizes(default_build, tmp_path)
 def test_a_package_pin_the_lockfile_does_not_hold_is_refused(default_build, tmp_path) -> None:
     clone = make_clone(tmp_path / "clone")
     recipe = clone / "recipes" / "default.yaml"
-    recipe.write_text(
-        recipe.read_text().replace(
-            'containerd: "1.6.20~ds1-1+deb12u3"', 'containerd: "1.6.20~ds1-1+deb12u2"'
-        )
-    )
+    text = recipe.read_text()
+    pinned = re.search(r'^      containerd: "([^"]+)"$', text, re.M)
+    assert pinned is not None
+    recipe.write_text(text.replace(pinned[0], pinned[0].replace(pinned[1], pinned[1] + "+nvkr1")))
     res = run_nvkr("build", "--locked", cwd=clone, store=default_build.store)
     assert res.code == 2, res.stderr
     assert "error[NVKR-E-LOCK]" in res.stderr and "node-packages" in res.stderr
