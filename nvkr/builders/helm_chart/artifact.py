@@ -26,6 +26,13 @@ class ChartImage(Strict):
         default=None,
         description="an image nvkr does not build, pinned by digest: REPOSITORY@sha256:<hex>",
     )
+    tag: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$",
+        description="Optional. for a chart that takes its image as repository and tag (printing "
+        "repository:tag): the tag, with the digest riding in it (KEY.tag = TAG@sha256:<hex>, "
+        "no KEY.digest), e.g. 1.2.0",
+    )
 
     @model_validator(mode="after")
     def _one_origin(self) -> ChartImage:

@@ -148,11 +148,11 @@ class HelmChartBuilder(Builder[HelmChartArtifact]):
         for key, image in sorted(artifact.images.items()):
             if image.reference is not None:
                 repository, _, digest = image.reference.rpartition("@")
-                images[key] = ImageDigest(repository=repository, digest=digest)
+                images[key] = ImageDigest(repository=repository, digest=digest, tag=image.tag)
                 continue
             assert image.artifact is not None and image.repository is not None  # the model's
             index = refs.image_index(image.artifact)
-            images[key] = ImagePin(repository=image.repository, index=index.key)
+            images[key] = ImagePin(repository=image.repository, index=index.key, tag=image.tag)
         check = artifact.check
         params = HelmChartParams(
             version=artifact.version,
@@ -216,15 +216,17 @@ class HelmChartBuilder(Builder[HelmChartArtifact]):
             log.append(_values_from_file(chart, p.valuesFile, where))
 
         images = _image_digests(ctx, where)
-        if images or p.values:
+        by_digest, values = _pins_as_values(p, images, where)
+        if images or values:
             data = chart.values.data if chart.values else None
             chart.values = ChartFile(
-                "values.yaml", set_images(data, images, f"{where}/values.yaml", p.values)
+                "values.yaml", set_images(data, by_digest, f"{where}/values.yaml", values)
             )
             log += [
-                f"values: {k}.repository={r} {k}.digest={d}" for k, (r, d) in sorted(images.items())
+                f"values: {k}.repository={r} {k}.digest={d}"
+                for k, (r, d) in sorted(by_digest.items())
             ]
-            log += [f"values: {k}={v}" for k, v in sorted(p.values.items())]
+            log += [f"values: {k}={v}" for k, v in sorted(values.items())]
 
         out = ctx.workdir / "out"
         out.mkdir()
@@ -263,6 +265,29 @@ class HelmChartBuilder(Builder[HelmChartArtifact]):
         )
 
 
+def _pins_as_values(
+    p: HelmChartParams, images: dict[str, tuple[str, str]], where: str
+) -> tuple[dict[str, tuple[str, str]], dict[str, str | bool | int]]:
+    """The image pins written as KEY.repository and KEY.digest, and the recipe's values with the
+    pins that ride in a tag (KEY.repository, KEY.tag = TAG@sha256:<hex>) added.
+
+    Raises:
+        BuildError: a recipe's value sets a key such a pin sets.
+    """
+    by_digest: dict[str, tuple[str, str]] = {}
+    values = dict(p.values)
+    for key, (repository, digest) in images.items():
+        tag = p.images[key].tag
+        if tag is None:
+            by_digest[key] = (repository, digest)
+            continue
+        for leaf, value in (("repository", repository), ("tag", f"{tag}@{digest}")):
+            if f"{key}.{leaf}" in values:
+                raise BuildError(f"{where}: values key {key}.{leaf} is also {key!r}'s image pin")
+            values[f"{key}.{leaf}"] = value
+    return by_digest, values
+
+
 def _unused_pins(
     chart: str, images: dict[str, tuple[str, str]], rendered: dict[str, str]
 ) -> list[str]:
@@ -271,7 +296,7 @@ def _unused_pins(
     the image nvkr built. NOTES.txt is text for the user, not a manifest."""
     manifests = [text for name, text in rendered.items() if not name.endswith("NOTES.txt")]
     return [
-        f"chart {chart}: the image digest pinned at {key}.digest ({digest}) is in none of the "
+        f"chart {chart}: the image digest pinned at {key} ({digest}) is in none of the "
         "rendered manifests: the chart ignores the pin (a hard-coded image, or another values key)"
         for key, (_, digest) in sorted(images.items())
         if not any(digest in text for text in manifests)

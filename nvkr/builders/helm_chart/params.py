@@ -23,6 +23,7 @@ class ImagePin(_Params):
 
     repository: str
     index: str
+    tag: str | None = None
 
 
 class ImageDigest(_Params):
@@ -31,6 +32,7 @@ class ImageDigest(_Params):
 
     repository: str
     digest: str
+    tag: str | None = None
 
 
 class CheckParams(_Params):
@@ -58,4 +60,8 @@ class HelmChartParams(_Params):
         when set, so the charts without them keep their keys)."""
         unset = {"check"} if self.check is None else set()
         unset |= {"valuesFile"} if self.valuesFile is None else set()
-        return self.model_dump(exclude=unset | ({"values"} if not self.values else set()))
+        out = self.model_dump(exclude=unset | ({"values"} if not self.values else set()))
+        for image in out["images"].values():
+            if image["tag"] is None:  # a digest pin keeps the key it always had
+                del image["tag"]
+        return out

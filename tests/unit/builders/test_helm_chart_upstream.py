@@ -22,7 +22,14 @@ from nvkr.builders.helm_chart.artifact import HelmChartArtifact
 from nvkr.errors import BuildError, RecipeError
 from nvkr.helm.chart import load_dir
 from nvkr.store import Store
-from tests.helpers.charts import build_chart, helm_checks, members, output, plan_chart
+from tests.helpers.charts import (
+    DIGEST,
+    build_chart,
+    helm_checks,
+    members,
+    output,
+    plan_chart,
+)
 
 CHART = "helm/ovn-kubernetes"
 CRD = "k8s.ovn.org_egressips.yaml"
@@ -130,6 +137,45 @@ def test_a_chart_of_upstreams_shape_is_packaged_with_its_values_file_and_links_f
     assert "values.yaml: values-single-node-zone.yaml\n" in log
 
 
+def test_an_image_pin_can_ride_in_the_tag(tmp_path: Path) -> None:
+    """Upstream's chart prints its image as repository:tag (global.image): the pin writes the
+    repository and TAG@sha256:<hex> as the tag, no digest key, and the rendered image is the
+    pinned one; a digest pin's params keep the key they had (no tag field)."""
+    repo = _upstream(tmp_path / "ovn-kubernetes")
+    store = Store(tmp_path / "store")
+    pin = {"artifact": "ovnkube-image", "repository": "ghcr.io/nvkr/ovnkube", "tag": "1.2.0"}
+    result = build_chart(
+        store,
+        repo,
+        subdir=CHART,
+        valuesFile="values-single-node-zone.yaml",
+        images={"global.image": pin},
+        values=OVERRIDES,
+    )
+    files = members(output(store, result, "primary"))
+    image = yaml.safe_load(files["ovn-kubernetes/values.yaml"])["global"]["image"]
+    assert image == {"repository": "ghcr.io/nvkr/ovnkube", "tag": f"1.2.0@{DIGEST}"}
+    tgz = tmp_path / "chart.tgz"
+    tgz.write_bytes(output(store, result, "primary"))
+    (manifest,) = helm_checks(tgz).values()
+    container = yaml.safe_load(manifest)["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == f"ghcr.io/nvkr/ovnkube:1.2.0@{DIGEST}"
+    spec, _, _ = plan_chart(store, repo, subdir=CHART, images={"global.image": pin})
+    assert spec.params["images"]["global.image"]["tag"] == "1.2.0"
+    by_digest = {k: v for k, v in pin.items() if k != "tag"}
+    spec, _, _ = plan_chart(store, repo, subdir=CHART, images={"global.image": by_digest})
+    assert "tag" not in spec.params["images"]["global.image"]
+    with pytest.raises(BuildError, match=r"values key global\.image\.tag is also 'global\.image'"):
+        build_chart(
+            store,
+            repo,
+            subdir=CHART,
+            valuesFile="values-single-node-zone.yaml",
+            images={"global.image": pin},
+            values={"global.image.tag": "latest"},
+        )
+
+
 def test_values_file_and_typed_values_enter_the_key_only_when_set(tmp_path: Path) -> None:
     """``valuesFile`` is in the params only when the recipe sets it (every other chart keeps its
     key); a boolean and a string of the same text are different values and different keys."""
@@ -198,6 +244,10 @@ def test_the_loader_follows_links_only_inside_the_tree_it_is_given(tmp_path: Pat
         ({"valuesFile": "/values.yaml"}, "expected a YAML file inside the chart directory"),
         ({"values": {"global.mtu": 1.5}}, "expected a string, boolean or integer, not 1.5"),
         ({"values": {"tags": ["a"]}}, r"expected a string, boolean or integer, not \['a'\]"),
+        (
+            {"images": {"image": {"reference": "r/x@sha256:" + "1" * 64, "tag": "a b"}}},
+            "should match pattern",
+        ),
     ],
 )
 def test_bad_values_fields_are_refused_by_the_model(
