@@ -36,9 +36,7 @@ matrix: {gpu: [hopper], kubernetes: ["1.36"], arch: [amd64]}
 sources:
   node-packages:
     apt:
-      debian: {url: "http://deb.debian.org/debian", suite: bookworm}
-      debian-updates: {url: "http://deb.debian.org/debian", suite: bookworm-updates}
-      debian-security: {url: "http://deb.debian.org/debian-security", suite: bookworm-security}
+@REPOS@
       nvidia: {url: "@NVIDIA_URL@", suite: stable, keyring: keys/nvidia.gpg}
     arch: "{{ arch }}"
     packages:
@@ -52,23 +50,34 @@ releaseSet:
 """
 
 
-def _default_packages() -> str:
-    """The default recipe's Debian package pins for amd64 (base list + the amd64 overlay)."""
+def _default_packages() -> tuple[str, str]:
+    """The default recipe's Debian repositories (its OS layer's suites) and package pins for
+    amd64 (the OS layer's list, the recipe's own and the amd64 overlay), as recipe lines."""
     from nvkr.recipe import expand, load_recipe
 
     loaded = load_recipe(REPO / "recipes" / "default.yaml")
     (variant,) = expand(loaded, [{"gpu": "hopper", "arch": "amd64"}])
-    packages = variant.recipe.sources["node-packages"].packages  # type: ignore[union-attr]
-    return "\n".join(f'      {name}: "{version}"' for name, version in sorted(packages.items()))
+    source = variant.recipe.sources["node-packages"]
+    repos = "\n".join(
+        f'      {name}: {{url: "{repo.url}", suite: {repo.suite}}}'
+        for name, repo in sorted(source.apt.items())  # type: ignore[union-attr]
+    )
+    packages = "\n".join(
+        f'      {name}: "{version}"'
+        for name, version in sorted(source.packages.items())  # type: ignore[union-attr]
+    )
+    return repos, packages
 
 
 def _project(tmp: Path, repo: AptRepo) -> Path:
     project = tmp / "project"
     (project / "keys").mkdir(parents=True)
     (project / "keys" / "nvidia.gpg").write_bytes(repo.keyring.read_bytes())
+    repos, packages = _default_packages()
     text = (
         RECIPE.replace("@NVIDIA_URL@", str(repo.url))
-        .replace("@PACKAGES@", _default_packages())
+        .replace("@REPOS@", repos)
+        .replace("@PACKAGES@", packages)
         .replace("@TOOLKIT@", TOOLKIT_VERSION)
         .replace("@DRIVER@", DRIVER_VERSION)
     )
