@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nvkr.catalog.constraints import satisfies
-from nvkr.catalog.facts import DRIVER, Fact, VariantFacts
+from nvkr.catalog.facts import CLIENT_GO, DRIVER, Fact, VariantFacts
 from nvkr.catalog.loading import find_rules, load_rules
 from nvkr.catalog.rules import (
     CELL_CHECKS,
@@ -223,10 +223,12 @@ class _Run:
         v, r = fact.version, reference.version
         assert isinstance(v, UpstreamVersion) and isinstance(r, UpstreamVersion)
         values: dict[str, object] = {"component": rule.component, "version": v, "reference": r}
+        # client-go v0.X.Y is held as Kubernetes 1.X.Y: name both
+        shown = f"{fact.text} (Kubernetes {v})" if rule.component == CLIENT_GO else str(v)
         if v.major != r.major:
             self._fail(
                 rule.id,
-                f"{rule.component} {v} and {ref_name} {r} have different major versions",
+                f"{rule.component} {shown} and {ref_name} {r} have different major versions",
                 values,
             )
             return
@@ -239,7 +241,7 @@ class _Run:
             )
             self._fail(
                 rule.id,
-                f"{rule.component} {v} is {_minors(ahead)} newer than {ref_name} {r} "
+                f"{rule.component} {shown} is {_minors(ahead)} newer than {ref_name} {r} "
                 f"(allowed: {allowed}; {fact.where})",
                 values,
             )
@@ -251,7 +253,7 @@ class _Run:
             )
             self._fail(
                 rule.id,
-                f"{rule.component} {v} is {_minors(-ahead)} older than {ref_name} {r} "
+                f"{rule.component} {shown} is {_minors(-ahead)} older than {ref_name} {r} "
                 f"(allowed: {allowed}; {fact.where})",
                 values,
             )

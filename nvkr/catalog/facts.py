@@ -13,12 +13,14 @@ disagree are recorded, not resolved: that is a violation of its own (rule ``pins
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from nvkr.catalog.versions import (
     DriverVersion,
     UpstreamVersion,
+    VersionError,
     parse_calendar,
     parse_debian,
     parse_driver,
@@ -27,6 +29,8 @@ from nvkr.catalog.versions import (
 from nvkr.recipe import Variant
 from nvkr.recipe.models import AptSource
 from nvkr.recipe.yamlsource import where
+
+CLIENT_GO = "ovn-kubernetes-client-go"
 
 # vars.NAME -> component. Every one is an upstream (SemVer) version except the driver.
 VERSION_VARS: dict[str, str] = {
@@ -45,6 +49,9 @@ VERSION_VARS: dict[str, str] = {
     # the OVN schema OVN-Kubernetes' database models are generated from (its go-controller
     # Makefile's OVN_SCHEMA_VERSION at the pinned commit): the node's OVN must have it
     "ovnKubernetesOvnSchema": "ovn-kubernetes-ovn-schema",
+    # the k8s.io/client-go OVN-Kubernetes' pinned go.mod requires (v0.X.Y, Kubernetes 1.X.Y's
+    # client libraries), read as the Kubernetes release it was made for
+    "ovnKubernetesClientGo": CLIENT_GO,
 }
 DRIVER = "nvidia-driver"
 OVN = "ovn"
@@ -207,9 +214,29 @@ def variant_facts(variant: Variant, file: str | Path) -> VariantFacts:
 def _parse(component: str, text: str, place: str) -> UpstreamVersion | DriverVersion:
     if component == DRIVER:
         return parse_driver(text, where=place)
+    if component == CLIENT_GO:
+        return client_go_release(text, where=place)
     if component in CALENDAR:
         return parse_calendar(text, where=place)
     return parse_upstream(text, where=place)
+
+
+def client_go_release(text: str, *, where: str) -> UpstreamVersion:
+    """The Kubernetes release a k8s.io/client-go version belongs to: ``v0.34.1`` -> ``1.34.1``
+    (client-go's tags are v0.X.Y for Kubernetes 1.X.Y since Kubernetes 1.17).
+
+    Raises:
+        VersionError: not ``[v]0.X.Y``.
+    """
+    bare = text.removeprefix("v")
+    if not re.fullmatch(r"0\.\d+\.\d+", bare):
+        raise VersionError(
+            text,
+            "is not a k8s.io/client-go version: expected v0.X.Y (Kubernetes 1.X.Y's client "
+            "libraries), e.g. v0.34.1",
+            where=where,
+        )
+    return parse_upstream("1." + bare[2:], where=where)
 
 
 def _parse_pin(component: str, text: str, place: str) -> UpstreamVersion | DriverVersion:

@@ -42,6 +42,7 @@ Component = Literal[
     "spire-server",
     "ovn",
     "ovn-kubernetes-ovn-schema",
+    "ovn-kubernetes-client-go",
 ]
 
 

@@ -55,6 +55,8 @@ def facts(
         "spire_server": "1.15.3",
         "ovn": "23.03.1",
         "ovn_kubernetes_ovn_schema": "23.03.0",
+        # client-go v0.34.1, as facts hold it: the Kubernetes release it belongs to
+        "ovn_kubernetes_client_go": "1.34.1",
     }
     base.update(components)
     return VariantFacts(
@@ -65,7 +67,9 @@ def facts(
         arch=arch,
         cluster=fact(cluster) if cluster else None,
         components={
-            k.replace("_", "-"): fact(v, driver=k == "nvidia_driver", calendar=k.startswith("ovn"))
+            k.replace("_", "-"): fact(
+                v, driver=k == "nvidia_driver", calendar=k in ("ovn", "ovn_kubernetes_ovn_schema")
+            )
             for k, v in base.items()
             if v is not None
         },
@@ -185,6 +189,61 @@ def test_the_nodes_ovn_has_the_schema_ovn_kubernetes_models(rules):
     )
     result = evaluate_all(facts(ovn=None), rules)
     assert result.not_applicable["ovn-kubernetes.ovn-schema"] == "no ovn staged (an apt pin)"
+
+
+@pytest.mark.parametrize(
+    ("client_go", "line", "cluster", "problem"),
+    [
+        ("v0.34.1", "1.36", "1.36.3", None),
+        ("v0.34.1", "1.34", "1.34.2", None),
+        ("v0.33.0", "1.36", "1.36.3", None),  # three minors older: kube-proxy's limit
+        (
+            "v0.32.4",
+            "1.36",
+            "1.36.3",
+            "v0.32.4 (Kubernetes 1.32.4) is 4 minor versions older than the cluster "
+            "(kube-apiserver) 1.36.3 (allowed: at most 3 minor versions older",
+        ),
+        (
+            "v0.35.0",
+            "1.34",
+            "1.34.2",
+            "v0.35.0 (Kubernetes 1.35.0) is 1 minor version newer than the cluster "
+            "(kube-apiserver) 1.34.2 (allowed: not newer",
+        ),
+        ("v0.27.2", "1.34", "1.34.2", "is 7 minor versions older than the cluster"),
+    ],
+)
+def test_ovn_kubernetes_client_go_lies_within_kube_proxys_skew(
+    tmp_path, rules, client_go, line, cluster, problem
+):
+    """vars.ovnKubernetesClientGo (v0.X.Y: Kubernetes 1.X.Y's client libraries) read from a
+    recipe and held to kube-proxy's skew against the cluster: not newer, three minors older at
+    most (the 2023 commit bookworm's OVN forced, client-go 0.27, fails every line we ship)."""
+    path = write_leaf_recipe(
+        tmp_path / "r.yaml",
+        line=line,
+        cluster=cluster,
+        vars={"kubeletVersion": cluster, "ovnKubernetesClientGo": client_go},
+    )
+    (variant,) = expand(load_recipe(path))
+    f = variant_facts(variant, "r.yaml")
+    assert str(f.components["ovn-kubernetes-client-go"].version) == "1." + client_go[3:]
+    got = {v.rule: v.message for v in evaluate_all(f, rules).violations}
+    if problem is None:
+        assert "ovn-kubernetes.client-go" not in got, got
+    else:
+        assert problem in got["ovn-kubernetes.client-go"], got
+        assert "vars.ovnKubernetesClientGo" in got["ovn-kubernetes.client-go"]
+
+
+@pytest.mark.parametrize("bad", ["1.34.1", "v1.34.1", "0.34"])
+def test_a_client_go_var_that_is_not_v0_x_y_names_the_field(tmp_path, bad):
+    path = write_leaf_recipe(tmp_path / "r.yaml", vars={"ovnKubernetesClientGo": bad})
+    (variant,) = expand(load_recipe(path))
+    with pytest.raises(VersionError) as err:
+        variant_facts(variant, "r.yaml")
+    assert f"vars.ovnKubernetesClientGo: '{bad}'" in err.value.message
 
 
 def test_a_rule_on_a_component_without_a_var_is_not_applicable_when_absent():

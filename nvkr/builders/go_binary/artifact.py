@@ -52,6 +52,13 @@ class GoBinaryArtifact(ArtifactModel):
         "commit}; commitDate is the commit's time (UTC, RFC 3339), never the build's",
     )
 
+    requires: dict[str, str] = Field(
+        default_factory=dict,
+        description="Optional. module path -> version the module's go.mod must require, checked "
+        "before the build, e.g. {k8s.io/client-go: v0.34.1}: a recipe's statement about its pin "
+        "(a compatibility rule reads it from a var) that a moved pin cannot silently falsify",
+    )
+
     def references(self) -> list[tuple[tuple[str, ...], str, str]]:
         """``(field path, "source" | "artifact", name)`` for every name this artifact uses."""
         refs: list[tuple[tuple[str, ...], str, str]] = [

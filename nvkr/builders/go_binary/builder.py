@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 import shlex
 import zipfile
 from collections.abc import Mapping, Sequence
@@ -150,6 +151,47 @@ def _source_name(ctx: ActionContext, role: str) -> str:
     return src.name if src is not None else role
 
 
+_REQUIRE_LINE = re.compile(r"^(?:require\s+)?([^\s()]+)\s+(v[^\s]+)(?:\s*//.*)?$")
+
+
+def go_mod_requires(text: str) -> dict[str, str]:
+    """``{module path: version}`` of a go.mod's ``require`` directives (single and blocks)."""
+    found: dict[str, str] = {}
+    block = False
+    for raw in text.splitlines():
+        line = raw.split("//", 1)[0].strip()
+        if block:
+            if line == ")":
+                block = False
+                continue
+        elif line.startswith("require") and line.endswith("("):
+            block = True
+            continue
+        elif not line.startswith("require "):
+            continue
+        m = _REQUIRE_LINE.match(line)
+        if m:
+            found[m.group(1)] = m.group(2)
+    return found
+
+
+def check_requires(go_mod: Path, wanted: Mapping[str, str], what: str) -> None:
+    """The go.mod requires each module of ``wanted`` at that version.
+
+    Raises:
+        BuildError: a module absent or at another version (naming both and the file).
+    """
+    have = go_mod_requires(go_mod.read_text(errors="replace"))
+    for module, version in sorted(wanted.items()):
+        if have.get(module) != version:
+            found = f"requires {have[module]}" if module in have else "does not require it"
+            raise BuildError(
+                f"{what}: the recipe says its go.mod requires {module} {version}; it {found}",
+                hint="the pin moved: update the recipe's statement (and the compatibility "
+                "rules that read it) to what the pinned go.mod says",
+            )
+
+
 def _describe_source(ctx: ActionContext) -> str:
     """How messages name the module: ``source 'ovn' (subdir 'go-controller' of URL at
     COMMIT)`` for a git source with a subdir, else ``source 'NAME'``."""
@@ -258,6 +300,7 @@ class GoBinaryBuilder(Builder[GoBinaryArtifact]):
             cgo=artifact.cgo,
             tags=list(artifact.tags),
             ldflags=[*artifact.ldflags, *_stamp_ldflags(artifact.stamp, src.entry)],
+            requires=dict(sorted(artifact.requires.items())) or None,
         )
         tools = {"go": str(tool.entry["version"])}
         deps: tuple[str, ...] = ()
@@ -308,6 +351,8 @@ class GoBinaryBuilder(Builder[GoBinaryArtifact]):
                 "subdir: go-controller); the package to build is then relative to it (package: "
                 "./cmd/ovnkube)",
             )
+        if p.requires:
+            check_requires(src / "go.mod", p.requires, _describe_source(ctx))
         work = ctx.workdir / "work"
         (work / "home").mkdir(parents=True)
         out = ctx.workdir / "out"

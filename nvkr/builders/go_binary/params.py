@@ -30,7 +30,9 @@ class GoBinaryParams(BaseModel):
     ldflags: list[str]
     cc: str | None = None
     toolsTree: str | None = None
+    requires: dict[str, str] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The params as the action holds them (``cc`` and ``toolsTree`` only when set)."""
+        """The params as the action holds them (``cc``, ``toolsTree`` and ``requires`` only when
+        set)."""
         return self.model_dump(exclude_none=True)

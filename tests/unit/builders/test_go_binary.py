@@ -309,3 +309,65 @@ def test_stamps_come_from_the_git_pin_and_a_pin_without_them_is_a_lock_error() -
     assert _stamp_ldflags({}, {}) == []
     with pytest.raises(LockError, match="needs the commitDate of the source's git pin"):
         _stamp_ldflags(stamp, {"commit": commit})
+
+
+GO_MOD = """module github.com/ovn-org/ovn-kubernetes/go-controller
+
+go 1.24.0
+
+toolchain go1.24.5
+
+require github.com/single/line v1.0.0 // indirect
+
+require (
+\tgithub.com/containernetworking/cni v1.2.3
+\tk8s.io/client-go v0.34.1
+\t// k8s.io/api v9.9.9 a comment, not a requirement
+\tk8s.io/api v0.34.1 // indirect
+)
+
+replace k8s.io/client-go => example.org/fork v0.0.1
+"""
+
+
+def test_go_mod_requires_reads_single_lines_and_blocks() -> None:
+    from nvkr.builders.go_binary.builder import go_mod_requires
+
+    assert go_mod_requires(GO_MOD) == {
+        "github.com/single/line": "v1.0.0",
+        "github.com/containernetworking/cni": "v1.2.3",
+        "k8s.io/client-go": "v0.34.1",
+        "k8s.io/api": "v0.34.1",
+    }
+
+
+@pytest.mark.parametrize(
+    ("wanted", "problem"),
+    [
+        ({"k8s.io/client-go": "v0.34.1"}, None),
+        (
+            {"k8s.io/client-go": "v0.35.0"},
+            "the recipe says its go.mod requires k8s.io/client-go v0.35.0; it requires v0.34.1",
+        ),
+        (
+            {"k8s.io/apimachinery": "v0.34.1"},
+            "the recipe says its go.mod requires k8s.io/apimachinery v0.34.1; it does not require it",
+        ),
+    ],
+)
+def test_requires_holds_a_moved_pin_to_what_the_recipe_says(
+    tmp_path: Path, wanted: dict[str, str], problem: str | None
+) -> None:
+    """A recipe's statement about its pin (vars.ovnKubernetesClientGo, read by a compatibility
+    rule) is checked against the go.mod before the build: a moved pin cannot falsify it."""
+    from nvkr.builders.go_binary.builder import check_requires
+    from nvkr.errors import BuildError
+
+    go_mod = tmp_path / "go.mod"
+    go_mod.write_text(GO_MOD)
+    if problem is None:
+        check_requires(go_mod, wanted, "source 'ovn-kubernetes'")
+        return
+    with pytest.raises(BuildError) as e:
+        check_requires(go_mod, wanted, "source 'ovn-kubernetes'")
+    assert e.value.message == f"source 'ovn-kubernetes': {problem}"
