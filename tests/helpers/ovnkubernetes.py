@@ -1,13 +1,22 @@
-"""A stand-in for OVN-Kubernetes' git repository, with the upstream's shape.
+"""A stand-in for OVN-Kubernetes' git repository, with the upstream's shape (at 51b98b91, the
+facts in recipes/network/ovn-kubernetes.yaml).
 
 GitHub is not reachable from the test machines, so tests build a local repository laid out as
 upstream is where nvkr looks: the Go module ``github.com/ovn-org/ovn-kubernetes/go-controller`` in
-the ``go-controller/`` subdirectory (no go.mod at the root), its dependencies committed under
-``go-controller/vendor/`` (with ``vendor/modules.txt``), the ``ovnkube`` command in
-``cmd/ovnkube`` and the variables upstream's ``hack/build-go.sh`` stamps with ``-X`` in
-``pkg/config`` (``Commit``, ``Branch``, ``BuildUser``, ``BuildDate``), and the CNI plugin in
-``cmd/ovn-k8s-cni-overlay``. Its ``ovnkube`` prints the vendored dependency's greeting and what
-it was stamped with; ``ovnkube --version`` prints upstream's version lines.
+the ``go-controller/`` subdirectory (no go.mod at the root; it requires ``k8s.io/client-go
+v0.34.1``), its dependencies committed under ``go-controller/vendor/`` (with
+``vendor/modules.txt``), the commands upstream's Makefile builds (:data:`COMMANDS`: ``ovnkube``,
+the CNI plugin ``ovn-k8s-cni-overlay``, ``hybrid-overlay-node`` under ``hybrid-overlay/cmd/``, ...)
+and the variables upstream's ``hack/build-go.sh`` stamps with ``-X`` in ``pkg/config``
+(``Commit``, ``Branch``, ``BuildUser``, ``BuildDate``); the image's scripts in ``dist/images/``
+(``ovnkube.sh``, dispatching on its first argument, and ``ovndb-raft-functions.sh``); and the
+chart ``helm/ovn-kubernetes``: an umbrella chart (version 1.2.0) of local subcharts switched by
+``tags``, no root values.yaml but one values file per mode, its ``crds/`` symlinks to
+``../../../dist/templates/k8s.ovn.org_*.yaml.j2`` (outside the chart) beside a
+monitoring.coreos.com CRD, and templates that read ``k8sAPIServer``, ``podNetwork``,
+``serviceNetwork``, ``mtu``, ``global.image`` (printed as ``repository:tag``) and skip their
+``lookup`` when ``skipCallToK8s`` is true. Its ``ovnkube`` prints the vendored dependency's
+greeting and what it was stamped with; ``ovnkube --version`` prints upstream's version lines.
 
 :func:`make_upstream` commits it twice: the good commit, then one whose go.mod requires a
 dependency version its vendor tree lacks (a ``go mod vendor`` forgotten), for the error path.
@@ -56,21 +65,145 @@ func main() {{
 }}
 """
 
+#: upstream's Makefile ``all`` target: the commands under go-controller/, by binary name
+COMMANDS = {
+    "ovnkube": "cmd/ovnkube",
+    "ovn-k8s-cni-overlay": "cmd/ovn-k8s-cni-overlay",
+    "ovn-kube-util": "cmd/ovn-kube-util",
+    "hybrid-overlay-node": "hybrid-overlay/cmd/hybrid-overlay-node",
+    "ovndbchecker": "cmd/ovndbchecker",
+    "ovnkube-trace": "cmd/ovnkube-trace",
+    "ovnkube-identity": "cmd/ovnkube-identity",
+    "ovnkube-observ": "cmd/ovnkube-observ",
+}
+CLIENT_GO = "v0.34.1"
+CHART = "helm/ovn-kubernetes"
+#: the CRDs of the stand-in's crds/ that are symlinks out of the chart
+LINKED_CRDS = ("k8s.ovn.org_egressips.yaml", "k8s.ovn.org_adminpolicybasedexternalroutes.yaml")
+
+
+def _crd(group: str, kind: str, plural: str) -> str:
+    return (
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\n"
+        f"metadata:\n  name: {plural}.{group}\nspec:\n  group: {group}\n"
+        f"  names: {{kind: {kind}, listKind: {kind}List, plural: {plural}, "
+        f"singular: {kind.lower()}}}\n  scope: Namespaced\n  versions:\n  - name: v1\n"
+        "    served: true\n    storage: true\n    schema:\n"
+        "      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}\n"
+    )
+
+
+_IMAGE = '"{{ .Values.global.image.repository }}:{{ .Values.global.image.tag }}"'
+
+
+def _subchart(name: str, kind: str, containers: tuple[str, ...]) -> dict[str, str]:
+    """A local subchart whose workload runs ``containers`` of the global image, with the host's
+    CNI directories mounted (how an export recognises a CNI)."""
+    spec = "".join(
+        f"      - name: {c}\n        image: {_IMAGE}\n"
+        f'        command: ["/root/ovnkube.sh", "{c}"]\n'
+        "        volumeMounts: [{name: cni-conf, mountPath: /etc/cni/net.d}]\n"
+        for c in containers
+    )
+    return {
+        f"{CHART}/charts/{name}/Chart.yaml": f"apiVersion: v2\nname: {name}\nversion: 1.2.0\n",
+        f"{CHART}/charts/{name}/templates/{name}.yaml": (
+            f"apiVersion: apps/v1\nkind: {kind}\nmetadata:\n  name: {name}\n"
+            "  namespace: {{ .Release.Namespace }}\n"
+            f"spec:\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n"
+            f"    metadata: {{labels: {{app: {name}}}}}\n    spec:\n      hostNetwork: true\n"
+            "      volumes: [{name: cni-conf, hostPath: {path: /etc/cni/net.d}}]\n"
+            f"      containers:\n{spec}"
+        ),
+    }
+
+
+CHART_FILES = {
+    f"dist/templates/{LINKED_CRDS[0]}.j2": _crd("k8s.ovn.org", "EgressIP", "egressips"),
+    f"dist/templates/{LINKED_CRDS[1]}.j2": _crd(
+        "k8s.ovn.org", "AdminPolicyBasedExternalRoute", "adminpolicybasedexternalroutes"
+    ),
+    f"{CHART}/crds/monitoring.coreos.com_servicemonitors.yaml": _crd(
+        "monitoring.coreos.com", "ServiceMonitor", "servicemonitors"
+    ),
+    f"{CHART}/Chart.yaml": (
+        "apiVersion: v2\nname: ovn-kubernetes\ndescription: OVN-Kubernetes (stand-in)\n"
+        "type: application\nversion: 1.2.0\nappVersion: 1.2.0\ndependencies:\n"
+        + "".join(
+            f"  - {{name: {n}, version: 1.2.0, tags: [{n}]}}\n"
+            for n in ("ovnkube-single-node-zone", "ovnkube-control-plane", "ovs-node")
+        )
+    ),
+    f"{CHART}/values-single-node-zone.yaml": (
+        "# interconnect: every node its own zone\n"
+        "k8sAPIServer: https://172.25.0.2:6443\npodNetwork: 10.244.0.0/16/24\n"
+        "serviceNetwork: 10.96.0.0/16\nmtu: 1400\nskipCallToK8s: false\n"
+        "global:\n  image:\n    repository: ghcr.io/ovn-kubernetes/ovn-kubernetes/ovn-kube-ubuntu\n"
+        "    tag: master\n  skipCallToK8s: false\n"
+        "tags:\n  ovnkube-single-node-zone: true\n  ovnkube-control-plane: true\n"
+        "  ovs-node: true\n"
+    ),
+    f"{CHART}/values-no-ic.yaml": "tags:\n  ovnkube-single-node-zone: false\n",
+    f"{CHART}/templates/ovnkube-config.yaml": (
+        "{{- if not .Values.skipCallToK8s }}\n"
+        '{{- $ns := lookup "v1" "Namespace" "" .Release.Namespace }}\n'
+        "{{- end }}\n"
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ovnkube-config\n"
+        "  namespace: {{ .Release.Namespace }}\ndata:\n"
+        "  k8s_apiserver: {{ .Values.k8sAPIServer | quote }}\n"
+        "  net_cidr: {{ .Values.podNetwork | quote }}\n"
+        "  svc_cidr: {{ .Values.serviceNetwork | quote }}\n"
+        "  mtu: {{ .Values.mtu | quote }}\n"
+    ),
+    f"{CHART}/templates/ovnkube-monitor.yaml": (
+        "apiVersion: monitoring.coreos.com/v1\nkind: ServiceMonitor\nmetadata:\n"
+        "  name: ovnkube\n  namespace: {{ .Release.Namespace }}\n"
+        "spec:\n  selector: {matchLabels: {app: ovnkube-single-node-zone}}\n"
+        "  endpoints: [{port: metrics}]\n"
+    ),
+    **_subchart(
+        "ovnkube-single-node-zone",
+        "DaemonSet",
+        ("nb-ovsdb", "sb-ovsdb", "ovn-northd", "ovnkube-controller", "ovn-controller"),
+    ),
+    **_subchart("ovnkube-control-plane", "Deployment", ("ovnkube-cluster-manager",)),
+    **_subchart("ovs-node", "DaemonSet", ("ovs-daemons",)),
+    "dist/images/ovnkube.sh": (
+        '#!/bin/bash\n# stand-in of upstream\'s entrypoint\ncase "$1" in\n'
+        "  local-nb-ovsdb|local-sb-ovsdb|run-ovn-northd|ovnkube-controller-with-node|"
+        'ovn-controller) echo "ovnkube.sh: $1" ;;\n'
+        '  *) echo "ovnkube.sh: unknown command $1" >&2; exit 1 ;;\nesac\n'
+    ),
+    "dist/images/ovndb-raft-functions.sh": "# stand-in: functions ovnkube.sh sources\n",
+}
+
+
+def _main(name: str) -> str:
+    return f'package main\n\nimport "fmt"\n\nfunc main() {{ fmt.Println("{name} stand-in") }}\n'
+
+
 FILES = {
     "README.md": "OVN-Kubernetes (stand-in)\n",
     "docs/index.md": "no Go module here\n",
-    "go-controller/go.mod": f"module {MODULE}\n\ngo 1.22\n\nrequire example.org/dep v1.2.3\n",
+    "go-controller/go.mod": f"module {MODULE}\n\ngo 1.22\n\nrequire (\n\texample.org/dep v1.2.3\n"
+    f"\tk8s.io/client-go {CLIENT_GO}\n)\n",
     "go-controller/vendor/modules.txt": "# example.org/dep v1.2.3\n## explicit; go 1.22\n"
-    "example.org/dep\n",
+    f"example.org/dep\n# k8s.io/client-go {CLIENT_GO}\n## explicit; go 1.22\nk8s.io/client-go\n",
     "go-controller/vendor/example.org/dep/dep.go": "package dep\n\n"
     'func Greeting() string { return "vendored dep v1.2.3" }\n',
+    "go-controller/vendor/k8s.io/client-go/doc.go": "package clientgo\n\n"
+    f'const Version = "{CLIENT_GO}"\n',
     "go-controller/pkg/config/config.go": "package config\n\n"
     'var (\n\tCommit    = "unset"\n\tBranch    = "unset"\n\tBuildUser = "unset"\n'
     '\tBuildDate = "unset"\n)\n',
     "go-controller/cmd/ovnkube/main.go": MAIN,
-    # the CNI plugin the kubelet runs: here it only says what it is
-    "go-controller/cmd/ovn-k8s-cni-overlay/main.go": "package main\n\n"
-    'import "fmt"\n\nfunc main() { fmt.Println("ovn-k8s-cni-overlay stand-in") }\n',
+    # the other commands (the CNI plugin the kubelet runs, ...): each only says what it is
+    **{
+        f"go-controller/{path}/main.go": _main(name)
+        for name, path in COMMANDS.items()
+        if name != "ovnkube"
+    },
+    **CHART_FILES,
 }
 
 
@@ -97,6 +230,9 @@ def make_upstream(repo: Path) -> Upstream:
     for name, text in FILES.items():
         (repo / name).parent.mkdir(parents=True, exist_ok=True)
         (repo / name).write_text(text)
+    (repo / "dist" / "images" / "ovnkube.sh").chmod(0o755)
+    for crd in LINKED_CRDS:  # as upstream: the chart's CRDs are links out of the chart
+        os.symlink(f"../../../dist/templates/{crd}.j2", repo / CHART / "crds" / crd)
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "vendored module in go-controller/")
     good = git(repo, "rev-parse", "HEAD")

@@ -40,8 +40,9 @@ from tests.helpers.aptrepo import AptRepo, DebSpec, build_apt_repo, gpu_stack_pa
 from tests.helpers.disk import read_root_file
 from tests.helpers.k8smirror import K8sMirror, serve_k8s_mirror
 from tests.helpers.nvkr import Result, in_background, machine_image, make_clone, run_nvkr, seed
+from tests.helpers.ovnkubernetes import COMMANDS as OVNK_COMMANDS
+from tests.helpers.ovnkubernetes import LINKED_CRDS, Upstream, make_upstream
 from tests.helpers.ovnkubernetes import UPSTREAM as OVNK_UPSTREAM
-from tests.helpers.ovnkubernetes import Upstream, make_upstream
 
 pytestmark = pytest.mark.slow
 
@@ -247,11 +248,17 @@ def test_catalog_leaf_locks_and_builds_against_loopback_upstreams(
         "sha256:" + hashlib.sha256(spire_data.read_bytes()).hexdigest()
     )
 
-    # OVN-Kubernetes: its git repository pinned by commit, the URL the upstream's
-    ovnk = entries["ovn-kubernetes"]
-    assert (ovnk["url"], ovnk["commit"]) == (OVNK_UPSTREAM, leaf.ovnk.good)
-    assert debs["ovn-host"]["version"] == "23.03.1-1~deb12u2"
+    # OVN-Kubernetes: its git repository pinned by commit (the Go module and the whole tree,
+    # for the chart and the image's scripts), the URL the upstream's; the node runs Open
+    # vSwitch and no ovn-controller (it runs in the pods)
+    for name in ("ovn-kubernetes", "ovn-kubernetes-repo"):
+        ovnk = entries[name]
+        assert (ovnk["url"], ovnk["commit"]) == (OVNK_UPSTREAM, leaf.ovnk.good), name
     assert debs["openvswitch-switch"]["version"] == "3.1.0-2+deb12u1"
+    assert "ovn-host" not in debs
+    image_debs = {p["name"]: p for p in entries["ovnkube-packages"]["packages"]}
+    assert image_debs["ovn-central"]["version"] == "25.03.0-1"
+    assert image_debs["ovn-host"]["version"] == "25.03.0-1"
 
     built = leaf.built
     assert built.code == 0, built.stderr
@@ -300,10 +307,10 @@ def test_catalog_leaf_locks_and_builds_against_loopback_upstreams(
     dropin = read_root_file(raw, "/etc/systemd/system/kubelet.service.d/20-nvkr.conf")
     assert "EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env" in dropin
     assert "iommu=pt" in read_root_file(raw, "/boot/grub/grub.cfg")
-    # Open vSwitch and ovn-controller run on the node, from Debian (the network layer)
+    # Open vSwitch runs on the node, from Debian (the network layer); OVN runs in the pods
     status = read_root_file(raw, "/var/lib/dpkg/status")
-    for package in ("openvswitch-switch", "ovn-host"):
-        assert f"Package: {package}\n" in status, package
+    assert "Package: openvswitch-switch\n" in status
+    assert "Package: ovn-host\n" not in status
     # the full kernel's modules: bare-metal NICs and disks, the AMD IOMMU is built in
     (kernel,) = [n for n in debs if re.fullmatch(r"linux-image-[0-9].*-amd64", n)]
     release = kernel.removeprefix("linux-image-")
@@ -650,14 +657,15 @@ def test_the_debian_driver_image_holds_dkms_modules_built_for_its_kernel(
 # -- the ovnkube image and the DKMS root filesystem, from a second clone -------------------
 #: What the second clone builds again (:func:`_second_clone`), by action name in the
 #: Debian-driver leaf's plan: its root filesystem (DKMS's build of nvidia-current included) and
-#: the ovnkube image with what it is made of (its own root filesystem, both Go builds).
+#: the ovnkube image with what it is made of (its own root filesystem, the eight Go builds) and
+#: upstream's chart pinned to it.
 REBUILT_DEBIAN = ("rootfs [amd64]",)
 REBUILT_OVNKUBE = (
     "ovnkube-rootfs [amd64]",
-    "ovnkube [amd64]",
-    "ovn-k8s-cni-overlay [amd64]",
+    *(f"{name} [amd64]" for name in OVNK_COMMANDS),
     "ovnkube-image [amd64]",
     "ovnkube-image",
+    "ovnkube-chart",
 )
 
 
@@ -763,13 +771,14 @@ def test_the_debian_driver_root_filesystem_is_the_same_from_a_second_clone_offli
 def test_the_ovnkube_image_is_the_same_from_a_second_clone_and_holds_the_ovn_tools(
     leaf: Leaf, second_clone: SecondClone, tmp_path: Path
 ) -> None:
-    """ovnkube's image (recipes/network/ovn-kubernetes.yaml): ovnkube and its CNI plugin,
-    compiled from the pinned commit's vendored module, on a base made from locked Debian
-    packages. The second clone (:func:`_second_clone`: offline, a store holding only the
-    sources, every selected builder runs again: the root filesystem, both Go builds, the image
-    and its index) gives each the same outputs byte for byte under the same action keys as the
-    leaf's build; inside the leaf's image, ovnkube carries the pin's commit and date, and the OVS
-    and OVN tools it calls are there (OVN 23.03, OVS 3.1)."""
+    """ovnkube's image (recipes/network/ovn-kubernetes.yaml) in upstream's layout: the eight
+    commands of upstream's Makefile, compiled from the pinned commit's vendored module, the CNI
+    plugin in /usr/libexec/cni/ and the entrypoint /root/ovnkube.sh from dist/images/, on a
+    base of locked Debian 13 packages. The second clone (:func:`_second_clone`: offline, a store
+    holding only the sources, every selected builder runs again: the root filesystem, the Go
+    builds, the image, its index and upstream's chart) gives each the same outputs byte for byte
+    under the same action keys as the leaf's build; inside the leaf's image, ovnkube carries the
+    pin's commit and date, and the OVS and OVN tools are there (OVN 25.03, OVS 3.5)."""
     from nvkr.releaseset import read_metadata
     from nvkr.store import Store
 
@@ -785,7 +794,7 @@ def test_the_ovnkube_image_is_the_same_from_a_second_clone_and_holds_the_ovn_too
     )
 
     config, root = _image_root(leaf.layout, "ovnkube-image", tmp_path / "root")
-    assert config["config"]["Entrypoint"] == ["/usr/bin/ovnkube"]
+    assert config["config"]["Entrypoint"] == ["/root/ovnkube.sh"]
 
     def inside(*argv: str) -> str:
         proc = subprocess.run(["chroot", str(root), *argv], capture_output=True, text=True)
@@ -797,14 +806,51 @@ def test_the_ovnkube_image_is_the_same_from_a_second_clone_and_holds_the_ovn_too
         f"Git commit: {leaf.ovnk.good}",
         "Build date: 2026-05-28T20:26:40Z",
     ]
+    for name in OVNK_COMMANDS:
+        if name in ("ovnkube", "ovn-k8s-cni-overlay"):
+            continue
+        assert inside(f"/usr/bin/{name}").strip() == f"{name} stand-in"
     assert inside("/usr/libexec/cni/ovn-k8s-cni-overlay").strip() == "ovn-k8s-cni-overlay stand-in"
-    assert "23.03.1" in inside("ovn-nbctl", "--version")
-    assert "23.03.1" in inside("ovn-northd", "--version")
-    assert "3.1.0" in inside("ovs-vsctl", "--version")
-    for tool in ("ovn-sbctl", "ovsdb-tool", "ovsdb-client", "ip", "iptables", "conntrack"):
+    assert inside("/root/ovnkube.sh", "ovn-controller").strip() == "ovnkube.sh: ovn-controller"
+    assert (root / "root/ovndb-raft-functions.sh").is_file()
+    assert "25.03.0" in inside("ovn-nbctl", "--version")
+    assert "25.03.0" in inside("ovn-northd", "--version")
+    assert "25.03.0" in inside("ovn-controller", "--version")
+    assert "3.5.0" in inside("ovs-vsctl", "--version")
+    for tool in ("ovn-sbctl", "ovsdb-tool", "ovsdb-client", "ip", "nft", "iptables"):
         inside("sh", "-c", f"command -v {tool}")
     assert (root / "usr/share/ovn/scripts/ovn-ctl").is_file()
     assert (root / "usr/share/ovn/ovn-nb.ovsschema").is_file()
+
+
+def test_upstreams_chart_is_packaged_pinned_to_the_image_and_offline(leaf: Leaf) -> None:
+    """The network layer's chart is upstream's helm/ovn-kubernetes of the pin (the stand-in's
+    shape: local subcharts, no values.yaml, CRDs linked from dist/templates/): its
+    values-single-node-zone.yaml ships as values.yaml with the image pinned by digest in
+    global.image.tag, OVS off, the lookups off, the layer's networks; the linked CRDs are in
+    the archive as the files they point to, the monitoring CRD as upstream wrote it."""
+    from nvkr.releaseset import read_metadata
+
+    meta = read_metadata(leaf.layout)
+    (image,) = [x for x in meta["artifacts"] if x["name"] == "ovnkube-image"]
+    (chart,) = [x for x in meta["artifacts"] if x["name"] == "ovnkube-chart"]
+    tgz = leaf.layout / "blobs" / "sha256" / chart["primary"]["digest"][7:]
+    with tarfile.open(tgz) as tf:
+        names = set(tf.getnames())
+        values = yaml.safe_load(tf.extractfile("ovn-kubernetes/values.yaml").read())  # type: ignore[union-attr]
+        crd = tf.extractfile(f"ovn-kubernetes/crds/{LINKED_CRDS[0]}")
+        assert crd is not None and b"kind: CustomResourceDefinition" in crd.read()
+        assert tf.getmember(f"ovn-kubernetes/crds/{LINKED_CRDS[0]}").isfile()
+    assert "ovn-kubernetes/crds/monitoring.coreos.com_servicemonitors.yaml" in names
+    assert "ovn-kubernetes/charts/ovs-node/Chart.yaml" in names
+    assert values["global"]["image"] == {
+        "repository": "ghcr.io/nvkr/ovnkube",
+        "tag": f"1.2.0@{image['index']['digest']}",
+    }
+    assert values["tags"]["ovs-node"] is False
+    assert values["skipCallToK8s"] is True and values["global"]["skipCallToK8s"] is True
+    assert (values["podNetwork"], values["serviceNetwork"]) == ("10.244.0.0/16/24", "10.96.0.0/12")
+    assert values["mtu"] == 1400
 
 
 # -- the Cluster API boots -------------------------------------------------------------------
