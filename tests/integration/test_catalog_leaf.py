@@ -70,6 +70,7 @@ sources:
       nvidia-cuda: {keyring: {fingerprint: @NVIDIA_FPR@}}
       docker: {keyring: {fingerprint: @DOCKER_FPR@}}
   ovn-kubernetes: {commit: @OVNK_COMMIT@}
+  ovn-kubernetes-repo: {commit: @OVNK_COMMIT@}
 artifacts:
   node-image: {size: 3GiB, kubelet: {maxPods: @MAX_PODS@}}
 """.replace("@MAX_PODS@", str(LEAF_MAX_PODS))
@@ -403,6 +404,7 @@ sources:
     apt:
       docker: {keyring: {fingerprint: @DOCKER_FPR@}}
   ovn-kubernetes: {commit: @OVNK_COMMIT@}
+  ovn-kubernetes-repo: {commit: @OVNK_COMMIT@}
 artifacts:
   node-image: {size: 4GiB, kubelet: {maxPods: @MAX_PODS@}}
 """.replace("@MAX_PODS@", str(LEAF_MAX_PODS))
