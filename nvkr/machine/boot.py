@@ -75,9 +75,20 @@ POWERDOWN_GRACE: Final = 10.0
 CONSOLE_LOGS: Final = Path("logs") / "boot-test"
 LAST_LINES: Final = 40  # console lines a failure message ends with
 
-#: Escape sequences (CSI, and ESC + one byte such as SeaBIOS's terminal reset ``ESC c``) and
-#: control characters, removed from console lines.
-_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|[@-~])|[\x00-\x08\x0b-\x1f\x7f]")
+#: Escape sequences and control characters, removed from console lines: the string sequences
+#: (OSC, DCS, SOS, PM, APC: ``ESC ]``, ``ESC P``, ``ESC X``, ``ESC ^``, ``ESC _``, up to BEL or
+#: ``ESC \``, such as systemd 257's palette reset ``ESC ] 104 BEL``), CSI, and ESC + one byte
+#: (SeaBIOS's terminal reset ``ESC c``).
+_ANSI = re.compile(
+    r"\x1b[\]PX^_][^\x07\x1b]*(?:\x07|\x1b\\)"
+    r"|\x1b(?:\[[0-?]*[ -/]*[@-~]|[@-~])|[\x00-\x08\x0b-\x1f\x7f]"
+)
+
+
+def console_text(raw: bytes) -> str:
+    """A console line as text, without escape sequences, control characters and trailing
+    blanks."""
+    return _ANSI.sub("", raw.decode(errors="replace")).rstrip()
 
 
 @dataclass(frozen=True)
@@ -133,9 +144,9 @@ def _lines(
         buf += data
         *complete, buf = buf.split(b"\n")
         for raw in complete:
-            yield _ANSI.sub("", raw.decode(errors="replace")).rstrip(), True
+            yield console_text(raw), True
         if buf:
-            yield _ANSI.sub("", buf.decode(errors="replace")).rstrip(), False
+            yield console_text(buf), False
 
 
 def _watch(

@@ -312,7 +312,12 @@ def _values_from_file(chart: LoadedChart, name: str, where: str) -> str:
     found = [f for f in chart.files if f.name == name]
     if not found:
         offered = sorted(
-            f.name for f in chart.files if "/" not in f.name and f.name.endswith((".yaml", ".yml"))
+            [
+                f.name
+                for f in chart.files
+                if "/" not in f.name and f.name.endswith((".yaml", ".yml"))
+            ]
+            + (["values.yaml"] if chart.values is not None else [])
         )
         raise BuildError(
             f"{where}: valuesFile {name!r}: the chart has no such file"

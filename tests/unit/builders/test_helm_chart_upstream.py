@@ -197,6 +197,14 @@ def test_a_values_file_the_chart_does_not_have_names_the_ones_it_has(tmp_path: P
     message = e.value.message
     assert "valuesFile 'values.yaml': the chart has no such file" in message
     assert "(its values files: values-no-ic.yaml, values-single-node-zone.yaml)" in message
+    # a chart with its own values.yaml names it too (a user's local chart, say)
+    (repo / CHART / "values.yaml").write_text("tags: {}\n")
+    with pytest.raises(
+        BuildError,
+        match=r"\(its values files: values-no-ic.yaml, "
+        r"values-single-node-zone.yaml, values.yaml\)",
+    ):
+        build_chart(Store(tmp_path / "store2"), repo, subdir=CHART, valuesFile="values-x.yaml")
 
 
 @pytest.mark.parametrize(
