@@ -122,14 +122,18 @@ class _SourceGate:
         if not fetching:
             return ensure(src.name, src.spec, src.entry, self.ctx, base_dir=src.base_dir)
         last = [0]
+        # a per-arch source (an apt source's packages) downloads once per arch, at the same
+        # time: each its own transfer, named as its actions are (``node-packages [arm64]``)
+        arch = getattr(src.spec, "arch", None)
+        what = f"{src.name} [{arch}]" if isinstance(arch, str) and arch else src.name
 
         def report(done: int) -> None:
             last[0] = done
-            self.emit(Transfer("fetched", src.name, done, total))
+            self.emit(Transfer("fetched", what, done, total))
 
         with transfer.reporting(report):
             got = ensure(src.name, src.spec, src.entry, self.ctx, base_dir=src.base_dir)
-        self.emit(Transfer("fetched", src.name, last[0], total, finished=True))
+        self.emit(Transfer("fetched", what, last[0], total, finished=True))
         return got
 
     def ensure(self, action: Action) -> None:

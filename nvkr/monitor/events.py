@@ -159,7 +159,9 @@ class StoreNotice(NamedTuple):
 class Transfer(NamedTuple):
     """Bytes moving: ``direction`` ``fetched`` (a source download), ``pushed`` (publish, the
     cache push) or ``pulled``; ``done`` of ``total`` bytes (None: unknown) of ``what`` (a
-    source name, a reference). ``finished`` on the last report of a transfer."""
+    source name, with ``[ARCH]`` for a per-arch source such as an apt source's packages, which
+    download for each arch at the same time; a reference). ``finished`` on the last report of a
+    transfer."""
 
     direction: str
     what: str

@@ -287,3 +287,25 @@ def test_records_say_hermetic_and_warnings_come_back_from_the_cache(recorder, st
     assert again.up_to_date
     warned = [(e.action.name, e.message) for e in events if isinstance(e, ActionWarning)]
     assert warned == [("a", "a is odd")]
+
+
+def test_a_per_arch_source_downloads_as_its_own_transfer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both arches' apt packages download at the same time under one source name: each is a
+    transfer of its own (``node-packages [arm64]``), so the plain log's 'fetched ... in N s'
+    times each one (the arm64 download was printed as 5 s: the amd64 one's start was taken);
+    a source without an arch keeps its name."""
+    from types import SimpleNamespace
+
+    import nvkr.execute as execute
+    from nvkr.monitor.events import Transfer
+
+    events: list[Transfer] = []
+    monkeypatch.setattr(execute, "ensure", lambda *a, **k: "sha256:" + "0" * 64)
+    gate = execute._SourceGate(ctx=SimpleNamespace(), emit=events.append)  # type: ignore[arg-type]
+    for spec in (SimpleNamespace(arch="arm64"), SimpleNamespace()):
+        src = SimpleNamespace(name="node-packages", spec=spec, entry={}, base_dir=None)
+        gate._fetch(src, fetching=True, total=10)
+    assert [(e.what, e.finished) for e in events] == [
+        ("node-packages [arm64]", True),
+        ("node-packages", True),
+    ]

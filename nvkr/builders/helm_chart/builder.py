@@ -240,7 +240,8 @@ class HelmChartBuilder(Builder[HelmChartArtifact]):
             values=p.check.values if p.check else None,
         )
         log += checked
-        for warning in _unused_pins(chart.name, images, rendered):
+        leaves = {k: "tag" if p.images[k].tag is not None else "digest" for k in images}
+        for warning in _unused_pins(chart.name, images, rendered, leaves):
             ctx.warn(warning)
         config = out / "config.json"
         config.write_bytes(metadata_json(meta))
@@ -289,14 +290,18 @@ def _pins_as_values(
 
 
 def _unused_pins(
-    chart: str, images: dict[str, tuple[str, str]], rendered: dict[str, str]
+    chart: str,
+    images: dict[str, tuple[str, str]],
+    rendered: dict[str, str],
+    leaves: dict[str, str],
 ) -> list[str]:
     """A warning for each pinned digest that no rendered manifest holds: the chart ignores the
     pin (a hard-coded image, another values key), so installing it runs something else than
-    the image nvkr built. NOTES.txt is text for the user, not a manifest."""
+    the image nvkr built (``leaves``: where each pin went, ``digest`` or ``tag``). NOTES.txt is
+    text for the user, not a manifest."""
     manifests = [text for name, text in rendered.items() if not name.endswith("NOTES.txt")]
     return [
-        f"chart {chart}: the image digest pinned at {key} ({digest}) is in none of the "
+        f"chart {chart}: the image digest pinned at {key}.{leaves[key]} ({digest}) is in none of the "
         "rendered manifests: the chart ignores the pin (a hard-coded image, or another values key)"
         for key, (_, digest) in sorted(images.items())
         if not any(digest in text for text in manifests)

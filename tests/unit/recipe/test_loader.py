@@ -58,7 +58,8 @@ def test_unknown_key_lists_allowed_keys(write: WriteFile) -> None:
     )
     assert _error(path) == (
         f"{path}:12: artifacts.agent.flavour: unknown key 'flavour' "
-        "(allowed: builder, source, package, toolchain, output, cgo, toolsTree, tags, ldflags, stamp)"
+        "(allowed: builder, source, package, toolchain, output, cgo, toolsTree, tags, ldflags, stamp, "
+        "requires)"
     )
 
 
