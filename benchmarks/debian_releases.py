@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 from node_image import link_blobs  # benchmarks/ is the script's sys.path[0]
-from rootfs_arches import nvkr, qemu_version
+from rootfs_arches import nvkr, qemu_version, worktree
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -98,15 +98,8 @@ def main() -> None:
         prefix="nvkr-bench-debian-", dir=os.environ.get("TMPDIR")
     ) as t:
         base = Path(t)
-        tree = base / "baseline"
-        subprocess.run(
-            ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), args.baseline],
-            check=True, capture_output=True,
-        )  # fmt: skip
-        try:
+        with worktree(args.baseline, base / "baseline") as tree:
             rows.append((args.baseline, measure(tree, base / "b", not args.no_boot)))
-        finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)])
         rows.append(("this checkout", measure(ROOT, base / "a", not args.no_boot)))
     print(f"host          {platform.machine()}, {os.cpu_count()} cores; qemu-user {qemu_version()}")
     names = list(rows[0][1])

@@ -15,6 +15,7 @@ Usage: .venv/bin/python benchmarks/rootfs_arches.py [--baseline REF] [--no-cold]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from node_image import link_blobs  # benchmarks/ is the script's sys.path[0]
@@ -50,6 +52,20 @@ def fill_sources(store: Path, root: Path = ROOT) -> None:
         for name, source in variant.recipe.sources.items():
             src = resolver.source_for(variant, name)
             ensure(name, source, src.entry, ctx, base_dir=src.base_dir)
+
+
+@contextlib.contextmanager
+def worktree(ref: str, dest: Path) -> Iterator[Path]:
+    """This repository's commit ``ref`` checked out at ``dest`` (a git worktree) while the block
+    runs; removed after."""
+    subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(dest), ref],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    try:
+        yield dest
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(dest)])
 
 
 def fresh_store(seed: Path, store: Path) -> Path:
@@ -107,15 +123,8 @@ def main() -> None:
         seed = base / "seed"
         fill_sources(seed)
         if args.baseline:
-            tree = base / "baseline"
-            subprocess.run(
-                ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), args.baseline],
-                check=True, capture_output=True,
-            )  # fmt: skip
-            try:
+            with worktree(args.baseline, base / "baseline") as tree:
                 rows.append((args.baseline, measure(tree, seed, base / "b", not args.no_cold)))
-            finally:
-                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)])
         rows.append(("this checkout", measure(ROOT, seed, base / "a", not args.no_cold)))
     print(f"host                  {platform.machine()}, {os.cpu_count()} cores")
     print(f"qemu-user             {qemu_version()}")
