@@ -6,7 +6,8 @@ pages, the machine's ``pip.conf`` (extra indexes, find-links, certificates), cre
 :func:`nvkr.run.run`::
 
     python -m pip download --no-deps --only-binary=:all: --dest TMP [--platform P] \\
-        [--index-url MIRRORED-INDEX] NAME==VERSION
+        [--python-version 3.XY --implementation cp --abi cp3XY] [--index-url MIRRORED-INDEX] \\
+        NAME==VERSION
 
 and nvkr checks the wheel against the recipe's sha256 before anything enters the store. pip is
 run with a temporary ``HOME`` (no cache, no user state leaks in) but keeps the machine's pip
@@ -126,6 +127,10 @@ def _download_wheel(
     ]  # fmt: skip
     if source.platform:
         argv += ["--platform", source.platform]
+    if source.python:
+        # that CPython's tags: cp3XY-cp3XY, abi3 and none wheels (not the running Python's)
+        abi = "cp" + source.python.replace(".", "")
+        argv += ["--python-version", source.python, "--implementation", "cp", "--abi", abi]
     index = ctx.mirrors.rewrite(source.index) if source.index else None
     if index:
         argv += ["--index-url", index]
@@ -136,6 +141,7 @@ def _download_wheel(
     output = proc.stdout.decode(errors="replace") + "\n" + proc.stderr.decode(errors="replace")
     if proc.returncode != 0:
         on = f" for platform {source.platform}" if source.platform else ""
+        on += f" for CPython {source.python}" if source.python else ""
         raise FetchError(
             f"source {name!r}: pip could not download a wheel of {requirement}{on}{where}: {_pip_errors(output)}",
             hint="check the name, version and platform on the index; --mirror rewrites 'index'",

@@ -76,6 +76,14 @@ class PypiSource(Strict):
     platform: str | None = Field(
         default=None, description="Optional. wheel platform tag, e.g. manylinux_2_17_x86_64"
     )
+    # None, not a default version: a source spec is dumped without None fields into lockfiles,
+    # so existing locks of sources that set no python stay current
+    python: str | None = Field(
+        default=None,
+        pattern=r"^3\.[0-9]+$",
+        description="Optional. the CPython version a compiled wheel is for (its cp3XY tag), "
+        'e.g. "3.13" for an image whose python3 is 3.13; default: the Python running nvkr',
+    )
     member: str | None = Field(
         default=None, description="Optional. a file inside the wheel to use as the source"
     )

@@ -97,6 +97,49 @@ def test_platform_matters(index, ctx: FetchContext, tmp_path: Path, snapshot) ->
     assert snapshot(ctx.store) == before
 
 
+COMPILED = "nvkr-fixture-compiled"
+
+
+@pytest.mark.parametrize("python", ["3.11", "3.13"])
+def test_python_picks_that_cpythons_wheel(
+    http_server,
+    make_wheel,
+    serve_index,
+    isolated_pip,
+    ctx: FetchContext,
+    tmp_path: Path,
+    python: str,
+) -> None:
+    """``python`` fetches the compiled wheel of that CPython (an image's python3), whatever
+    Python runs nvkr; a wheel of another CPython pinned with it is refused by its sha256."""
+    tag = "cp" + python.replace(".", "")
+    wheels = {
+        t: make_wheel(
+            COMPILED, "1.0.0", f"{t}-{t}-manylinux_2_17_x86_64", files={"c/so": t.encode()}
+        )
+        for t in ("cp311", "cp313")
+    }
+    url = serve_index(http_server, COMPILED, list(wheels.values()))
+    filename, data = wheels[tag]
+    source = PypiSource(
+        pypi=COMPILED, version="1.0.0", sha256=sha(data), index=url,
+        platform="manylinux_2_17_x86_64", python=python,
+    )  # fmt: skip
+    entry = resolve("compiled", source, ctx, base_dir=tmp_path)
+    assert (entry["filename"], entry["digest"]) == (filename, f"sha256:{sha(data)}")
+    other = wheels["cp313" if tag == "cp311" else "cp311"][1]
+    wrong = source.model_copy(update={"sha256": sha(other)})
+    with pytest.raises(ChecksumError, match=filename):
+        resolve("compiled", wrong, ctx, base_dir=tmp_path)
+
+
+def test_python_is_a_cpython_minor_version() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="python"):
+        PypiSource(pypi="x", version="1", sha256="0" * 64, python="cp313")
+
+
 def test_member(index, ctx: FetchContext, tmp_path: Path) -> None:
     url, wheels = index
     _, data = wheels["any"]
