@@ -152,15 +152,19 @@ class _Run:
         assert isinstance(driver.version, DriverVersion)
         minimum = rule.minimum[f.gpu]
         if driver.version.branch < minimum:
+            branch = driver.version.branch
+            supported = [g for g, least in rule.minimum.items() if least <= branch]
+            supports = _names(supported) if supported else f"none of {_names(list(rule.minimum))}"
             self._fail(
                 rule.id,
                 f"{f.gpu} needs NVIDIA driver branch {minimum} or newer, got {driver.text} "
-                f"(branch {driver.version.branch}, {driver.where})",
+                f"(branch {branch}, which supports {supports}; {driver.where})",
                 {
                     "gpu": f.gpu,
                     "driver": driver.text,
-                    "branch": driver.version.branch,
+                    "branch": branch,
                     "minimum": minimum,
+                    "supports": ", ".join(supported),
                 },
             )
 
@@ -430,3 +434,8 @@ def check_variants(
             r: "; ".join(skipped[r]) for r in order if r in skipped and r not in applied
         },
     )
+
+
+def _names(items: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return " and ".join([", ".join(items[:-1]), items[-1]]) if len(items) > 1 else "".join(items)

@@ -121,7 +121,8 @@ class VariantFacts:
 def pinned_component(package: str) -> str | None:
     """The component an apt package pin stages: ``containerd`` (``containerd``,
     ``containerd.io``), ``runc``, ``nvidia-container-toolkit``, the NVIDIA driver
-    (``nvidia-driver*``, ``cuda-drivers*``, ``nvidia-open*``), OVN (``ovn-host``,
+    (``nvidia-driver*``, ``cuda-drivers*``, ``nvidia-open*``, and the kernel modules alone:
+    ``nvidia-kernel*`` as Debian and NVIDIA package them), OVN (``ovn-host``,
     ``ovn-central``, ``ovn-common``: the node's ovn-controller and the databases an image
     carries, all of one release), else None."""
     if package in ("containerd", "containerd.io"):
@@ -130,7 +131,7 @@ def pinned_component(package: str) -> str | None:
         return "runc"
     if package == "nvidia-container-toolkit":
         return "nvidia-container-toolkit"
-    if package.startswith(("nvidia-driver", "cuda-drivers", "nvidia-open")):
+    if package.startswith(("nvidia-driver", "cuda-drivers", "nvidia-open", "nvidia-kernel")):
         return DRIVER
     if package in ("ovn-host", "ovn-central", "ovn-common"):
         return OVN

@@ -5,7 +5,7 @@ repository and Docker's repository (signed Release files, keys fetched by URL an
 fingerprint), dl.k8s.io's binaries, cri-tools' and SPIRE's GitHub releases with their published
 checksum files, OVN-Kubernetes' git repository (:mod:`tests.helpers.ovnkubernetes`), Debian's
 real mirror for the rest. Then the Debian-driver leaf (recipes/catalog/hopper-debian-k8s1.36.yaml:
-NVIDIA's 535 driver from Debian's own archive, the real packages, built by DKMS) in the same
+NVIDIA's 550 driver from Debian 13's own archive, the real packages, built by DKMS) in the same
 store. The ovnkube image (with its root filesystem and Go builds) and the Debian-driver root
 filesystem (DKMS modules included) are built again in one second clone from a store holding only
 the sources, offline, and compared byte for byte (:func:`_second_clone`). Two Cluster API boots:
@@ -48,10 +48,11 @@ pytestmark = pytest.mark.slow
 
 
 DRIVER = "580.105.08-1"
-CONTAINERD = "2.2.1-1~debian.12~bookworm"
+CONTAINERD = "2.2.1-1~debian.13~trixie"  # Docker's naming, for the OS layer's Debian 13
 #: seconds: cloud-init's stages and the bootstrap under TCG on two loaded cores
 BOOT_TIMEOUT = 1800.0
-NVIDIA_UPSTREAM = "https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/"
+KERNEL = "6.12.118-1"  # recipes/os/debian-13.yaml: vars.debianKernelVersion
+NVIDIA_UPSTREAM = "https://developer.download.nvidia.com/compute/cuda/repos/debian13/x86_64/"
 DOCKER_UPSTREAM = "https://download.docker.com/linux/debian"
 
 #: The leaf's node image's kubelet.maxPods (not kubelet's default, 110): the boot tests check it
@@ -164,7 +165,7 @@ def _make_leaf(tmp: Path, go_toolchain: tuple[Path, str]) -> Leaf:
         fields={"Provides": "containerd, runc", "Conflicts": "containerd, runc"},
     )
     docker = build_apt_repo(
-        tmp / "docker", suite="bookworm", components=("stable",), packages=[containerd]
+        tmp / "docker", suite="trixie", components=("stable",), packages=[containerd]
     )
     ovnk = make_upstream(tmp / "ovn-kubernetes")
     try:
@@ -231,8 +232,9 @@ def test_catalog_leaf_locks_and_builds_against_loopback_upstreams(
     assert debs["containerd.io"]["url"].startswith(DOCKER_UPSTREAM + "/pool/")
     assert "containerd" not in debs and "runc" not in debs  # containerd.io replaces Debian's
     # the kernel layer: Debian's full kernel (bare metal), not the cloud one
-    assert debs["linux-image-amd64"]["version"] == "6.1.192-3"
-    assert debs["linux-headers-amd64"]["version"] == "6.1.192-3"
+    # the OS layer's kernel (Debian 13's 6.12), the kernel layer's flavour
+    assert debs["linux-image-amd64"]["version"] == KERNEL
+    assert debs["linux-headers-amd64"]["version"] == KERNEL
     assert not [n for n in debs if re.match(r"linux-(image|headers)-.*cloud", n)], "cloud kernel"
     keyrings = entries["node-packages"]["keyrings"]
     key = "sha256:" + __import__("hashlib").sha256(nvidia.keyring.read_bytes()).hexdigest()
@@ -255,7 +257,7 @@ def test_catalog_leaf_locks_and_builds_against_loopback_upstreams(
     for name in ("ovn-kubernetes", "ovn-kubernetes-repo"):
         ovnk = entries[name]
         assert (ovnk["url"], ovnk["commit"]) == (OVNK_UPSTREAM, leaf.ovnk.good), name
-    assert debs["openvswitch-switch"]["version"] == "3.1.0-2+deb12u1"
+    assert debs["openvswitch-switch"]["version"] == "3.5.0-1+b1"  # Debian 13's
     assert "ovn-host" not in debs
     image_debs = {p["name"]: p for p in entries["ovnkube-packages"]["packages"]}
     assert image_debs["ovn-central"]["version"] == "25.03.0-1"
@@ -291,7 +293,7 @@ def test_catalog_leaf_locks_and_builds_against_loopback_upstreams(
     sources = read_root_file(raw, "/etc/apt/sources.list")
     assert f"{NVIDIA_UPSTREAM} /\n" in sources
     assert "signed-by=/etc/apt/keyrings/nvkr-nvidia-cuda.gpg" in sources
-    assert f"{DOCKER_UPSTREAM} bookworm stable" in sources
+    assert f"{DOCKER_UPSTREAM} trixie stable" in sources
     containerd_config = read_root_file(raw, "/etc/containerd/config.toml")
     assert 'default_runtime_name = "nvidia"' in containerd_config
     # containerd's nvidia handler runs the toolkit's runtime, which is the stand-in's
@@ -408,14 +410,13 @@ sources:
 artifacts:
   node-image: {size: 4GiB, kubelet: {maxPods: @MAX_PODS@}}
 """.replace("@MAX_PODS@", str(LEAF_MAX_PODS))
-DEBIAN_DRIVER = "535.309.01-0+deb12u1"
-#: What nvidia-kernel-dkms 535 installs for a kernel (Debian renames NVIDIA's nvidia*.ko).
-DEBIAN_MODULES = (
-    "nvidia-current.ko",
-    "nvidia-current-modeset.ko",
-    "nvidia-current-drm.ko",
-    "nvidia-current-uvm.ko",
-    "nvidia-current-peermem.ko",
+DEBIAN_DRIVER = "550.163.01-2"  # recipes/os/debian-13.yaml: vars.debianNvidiaDriverVersion
+#: Debian 13's kernels are built with CONFIG_MODULE_COMPRESS_XZ: their modules, and those DKMS
+#: installs for them, are xz-compressed.
+KO = ".ko.xz"
+#: What nvidia-kernel-dkms 550 installs for a kernel (Debian renames NVIDIA's nvidia*.ko).
+DEBIAN_MODULES = tuple(
+    f"nvidia-current{part}{KO}" for part in ("", "-modeset", "-drm", "-uvm", "-peermem")
 )
 #: Left in the guest by the boot test's runcmd (see test_the_debian_driver_image_boots...).
 MODPROBE_RESOLVES = "/run/nvkr-test/nvidia-current.modprobe-n"
@@ -449,7 +450,7 @@ class DebianLeaf:
 
     @property
     def kernel(self) -> str:
-        """The image's kernel release (``6.1.0-57-amd64``), from the locked image package."""
+        """The image's kernel release (``6.12.x+deb13-amd64``), from the locked image package."""
         (name,) = [n for n in self.debs if re.fullmatch(r"linux-image-[0-9].*-amd64", n)]
         return name.removeprefix("linux-image-")
 
@@ -594,7 +595,7 @@ def _make_debian_leaf(leaf: Leaf) -> DebianLeaf:
 def test_the_debian_driver_image_holds_dkms_modules_built_for_its_kernel(
     debian_leaf: DebianLeaf, tmp_path: Path
 ) -> None:
-    """NVIDIA's 535 driver from Debian's security suite, built by DKMS inside the rootfs action
+    """NVIDIA's 550 driver from Debian 13's non-free, built by DKMS inside the rootfs action
     for the image's own kernel: each module exists under updates/dkms, modinfo reads it, its
     vermagic names the kernel, depmod resolves every symbol against the kernel's exports
     (Module.symvers: Debian's System.map is a stub) and the other modules, with matching CRCs;
@@ -604,9 +605,15 @@ def test_the_debian_driver_image_holds_dkms_modules_built_for_its_kernel(
     assert debian_leaf.locked.code == 0, debian_leaf.locked.stderr
     assert debian_leaf.built.code == 0, debian_leaf.built.stderr
     debs = debian_leaf.debs
-    for name in ("nvidia-kernel-dkms", "firmware-nvidia-gsp"):
+    # trixie's own suite: non-free for the modules' source, non-free-firmware for GSP's
+    for name, area in (
+        ("nvidia-kernel-dkms", "non-free"),
+        ("firmware-nvidia-gsp", "non-free-firmware"),
+    ):
         assert debs[name]["version"] == DEBIAN_DRIVER
-        assert debs[name]["url"].startswith("http://deb.debian.org/debian-security/pool/")
+        assert debs[name]["url"].startswith(f"http://deb.debian.org/debian/pool/{area}/"), debs[
+            name
+        ]
     assert "dkms" in debs and "linux-headers-amd64" in debs
     assert "nvidia-container-toolkit" not in debs, "Debian ships none: driver only"
     kernel = debian_leaf.kernel
@@ -643,17 +650,18 @@ def test_the_debian_driver_image_holds_dkms_modules_built_for_its_kernel(
     dep = {
         line.split(":", 1)[0]: line.split(":", 1)[1].split()
         for line in depmod.stdout.splitlines()
-        if line.endswith(".ko") or ".ko:" in line
+        if f"{KO}:" in line
     }
-    drm = dep["updates/dkms/nvidia-current-drm.ko"]
+    drm = dep[f"updates/dkms/nvidia-current-drm{KO}"]
     assert (
-        "updates/dkms/nvidia-current-modeset.ko" in drm and "kernel/drivers/gpu/drm/drm.ko" in drm
+        f"updates/dkms/nvidia-current-modeset{KO}" in drm
+        and f"kernel/drivers/gpu/drm/drm{KO}" in drm
     )
     # nothing of the build: no key (dkms would have generated /var/lib/dkms/mok.key), no log
     left = sorted(str(p.relative_to(dkms_dir)) for p in dkms_dir.rglob("*"))
     assert not [p for p in left if p.endswith(("mok.key", "mok.pub", "make.log"))], left
     assert not [p for p in left if "/log" in p or p.endswith("/build")], left
-    assert any(p.endswith(f"{kernel}/x86_64/module/nvidia-current.ko") for p in left), left
+    assert any(p.endswith(f"{kernel}/x86_64/module/nvidia-current{KO}") for p in left), left
 
 
 # -- the ovnkube image and the DKMS root filesystem, from a second clone -------------------

@@ -36,24 +36,91 @@ def test_every_leaf_boots_the_full_kernel() -> None:
         assert "../kernel/full.yaml" in leaf.read_text(), leaf.name
 
 
-def test_debians_535_driver_is_refused_for_blackwell(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """The Debian GPU layer's 535 branch is below Blackwell's minimum (570): a leaf putting it
-    on Blackwell is refused by gpu.driver-branch, naming the value and where it is set."""
+def _on_debian_12(tmp_path: Path) -> Path:
+    """A copy of recipes/ in ``tmp_path`` where every leaf has a Debian 12 twin beside it,
+    ``<leaf>-debian12.yaml``: the same layers with recipes/os/debian-12.yaml as its OS (what a
+    user who must stay on Debian 12 writes). Returns the copy's catalog directory."""
     import shutil
 
     shutil.copytree(REPO / "recipes", tmp_path / "recipes")
-    leaf = tmp_path / "recipes" / "catalog" / "blackwell-debian.yaml"
-    leaf.write_text(
+    catalog = tmp_path / "recipes" / "catalog"
+    for leaf in LEAVES:
+        text = leaf.read_text()
+        assert "extends: [../os/debian-13.yaml," in text, leaf.name
+        twin = text.replace("../os/debian-13.yaml", "../os/debian-12.yaml").replace(
+            f"name: {leaf.stem}\n", f"name: {leaf.stem}-debian12\n"
+        )
+        (catalog / f"{leaf.stem}-debian12.yaml").write_text(twin)
+    return catalog
+
+
+@pytest.mark.parametrize(
+    ("leaf", "driver"),
+    [
+        ("hopper-debian-k8s1.36", "550.163.01-2"),
+        ("hopper-debian-k8s1.36-debian12", "535.309.01-0+deb12u1"),
+    ],
+    ids=["debian-13", "debian-12"],
+)
+def test_debians_driver_is_refused_for_blackwell(
+    leaf: str, driver: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Debian's own driver branch (550 on Debian 13, 535 on Debian 12) is below Blackwell's
+    minimum (570), and it is the proprietary flavour, which Blackwell cannot use at any version:
+    a leaf putting it on Blackwell is refused by both rules, naming the version, where it is
+    set and which generations the branch does support; nothing is built (validate)."""
+    catalog = _on_debian_12(tmp_path)
+    (catalog / "blackwell-debian.yaml").write_text(
         "apiVersion: nvkr.dev/v1alpha1\nkind: Recipe\nmetadata: {name: blackwell-debian}\n"
-        "extends: [hopper-debian-k8s1.36.yaml]\nmatrix: {gpu: [blackwell]}\n"
+        f"extends: [{leaf}.yaml]\nmatrix: {{gpu: [blackwell]}}\n"
     )
     monkeypatch.chdir(tmp_path)
     code, _out, err = invoke(*["validate", "recipes/catalog/blackwell-debian.yaml"])
     assert code == 2, err
-    assert "gpu.driver-branch" in err and "535" in err and "570" in err, err
-    assert "recipes/gpu/hopper-debian.yaml" in err, err
+    branch = driver.split(".")[0]
+    assert (
+        f"rule gpu.driver-branch: blackwell needs NVIDIA driver branch 570 or newer, got {driver}"
+        f" (branch {branch}, which supports ampere and hopper; recipes/gpu/hopper-debian.yaml:"
+    ) in err, err
+    assert "sources.node-packages.packages.nvidia-kernel-dkms)" in err, err
+    assert (
+        "rule gpu.open-kernel-modules: blackwell on amd64 needs NVIDIA's open GPU kernel modules"
+    ) in err, err
+
+
+@pytest.mark.parametrize("leaf", LEAVES, ids=lambda p: p.stem)
+def test_every_leaf_stays_valid_on_debian_12(
+    leaf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Debian 12 stays a choice: each leaf's twin on recipes/os/debian-12.yaml validates under
+    the rules, plans its units, and installs bookworm's packages from every layer (the OS
+    layer's vars: kernel, GRUB, Open vSwitch, Debian's NVIDIA driver, Docker's suite and
+    package, NVIDIA's repository), not one of trixie's."""
+    from nvkr.recipe.loader import load_recipe
+    from nvkr.recipe.matrix import expand
+
+    catalog = _on_debian_12(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    rel = f"recipes/catalog/{leaf.stem}-debian12.yaml"
+    code, out, err = invoke("validate", rel)
+    assert code == 0, err
+    assert "gpu.driver-branch" in out and "containerd.kubernetes" in out, out
+    code, out, err = invoke("plan", rel, "--fan-out", "--by", "variant")
+    assert code == 0, err
+    assert f"nvkr build {rel} --locked --variant gpu=" in out, out
+    for variant in expand(load_recipe(catalog / f"{leaf.stem}-debian12.yaml")):
+        src = variant.recipe.sources["node-packages"]
+        suites = {name: repo.suite for name, repo in src.apt.items()}
+        assert suites["debian"] == "bookworm" and suites["docker"] == "bookworm", suites
+        pins = src.packages
+        assert pins[f"linux-image-{variant.arch}"] == "6.1.192-3", pins
+        assert pins["openvswitch-switch"] == "3.1.0-2+deb12u1", pins
+        assert pins["containerd.io"].endswith("-1~debian.12~bookworm"), pins
+        assert not [v for v in pins.values() if "deb13" in v or "trixie" in v], pins
+        if "nvidia-cuda" in src.apt:
+            assert "/repos/debian12/" in src.apt["nvidia-cuda"].url
+        if "nvidia-kernel-dkms" in pins:
+            assert pins["nvidia-kernel-dkms"] == "535.309.01-0+deb12u1"
 
 
 @pytest.mark.parametrize("leaf", LEAVES, ids=lambda p: p.stem)
@@ -141,4 +208,4 @@ def test_diff_between_two_kubernetes_releases_names_binaries_and_packages(
     lines = "\n".join(changed["kubelet"])
     assert "v1.34.2/bin/linux/amd64/kubelet" in lines and "v1.36.4/bin/linux/amd64/kubelet" in lines
     pkg = "\n".join(changed["node-packages"])
-    assert "containerd.io: '2.1.5-1~debian.12~bookworm' -> '2.2.1-1~debian.12~bookworm'" in pkg
+    assert "containerd.io: '2.1.5-1~debian.13~trixie' -> '2.2.1-1~debian.13~trixie'" in pkg

@@ -70,12 +70,14 @@ def test_list_json(catalog, capsys):
             "recipe": "recipes/catalog/blackwell.yaml",
             "rule": "gpu.driver-branch",
             "message": "blackwell needs NVIDIA driver branch 570 or newer, got 535.247.01 "
-            "(branch 535, recipes/catalog/blackwell.yaml:7: vars.nvidiaDriverVersion)",
+            "(branch 535, which supports ampere and hopper; "
+            "recipes/catalog/blackwell.yaml:7: vars.nvidiaDriverVersion)",
             "values": {
                 "gpu": "blackwell",
                 "driver": "535.247.01",
                 "branch": "535",
                 "minimum": "570",
+                "supports": "ampere, hopper",
             },
         }
     ]

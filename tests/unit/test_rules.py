@@ -276,8 +276,20 @@ def test_driver_branch(rules):
     got = failures(facts(gpu="blackwell", nvidia_driver="535.247.01"), rules)
     assert got == {
         "gpu.driver-branch": "blackwell needs NVIDIA driver branch 570 or newer, got 535.247.01 "
-        "(branch 535, x.yaml:1: vars.v)"
+        "(branch 535, which supports ampere and hopper; x.yaml:1: vars.v)"
     }
+    # Debian 13's branch: the message names the generations it does support
+    got = failures(facts(gpu="blackwell", nvidia_driver="550.163.01"), rules)
+    assert got == {
+        "gpu.driver-branch": "blackwell needs NVIDIA driver branch 570 or newer, got 550.163.01 "
+        "(branch 550, which supports ampere and hopper; x.yaml:1: vars.v)"
+    }
+    got = failures(facts(gpu="ampere", nvidia_driver="440.118.02"), rules)
+    assert got == {
+        "gpu.driver-branch": "ampere needs NVIDIA driver branch 450 or newer, got 440.118.02 "
+        "(branch 440, which supports none of ampere, hopper and blackwell; x.yaml:1: vars.v)"
+    }
+    assert failures(facts(gpu="hopper", nvidia_driver="550.163.01"), rules) == {}
     assert failures(facts(gpu="blackwell", nvidia_driver="570.195.03"), rules) == {}
     assert failures(facts(gpu="hopper", nvidia_driver="535.247.01"), rules) == {}
 
