@@ -92,7 +92,8 @@ def host_arch() -> str | None:
 CAN_RUN_HINT: Final = (
     "apt-get install qemu-user-static binfmt-support arch-test; mount binfmt_misc "
     "(mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc) and "
-    "`update-binfmts --enable qemu-aarch64`, as ./install.sh does"
+    "`update-binfmts --enable qemu-aarch64`, as ./install.sh does (Debian 13: qemu-user-binfmt, "
+    "registered by systemd-binfmt)"
 )
 
 

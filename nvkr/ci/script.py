@@ -18,12 +18,17 @@ _PR = "NVKR_PIPELINE_PR_CACHE"
 
 
 def binfmt_lines() -> list[str]:
-    """Register qemu-user for the arches the runner is not (no-ops where already done)."""
+    """Register qemu-user for the arches the runner is not (no-ops where already done): with
+    binfmt-support's ``update-binfmts`` where the image has it (Debian 12's qemu-user-static),
+    else by writing the systemd binfmt.d line of Debian 13's qemu-user-binfmt to the kernel (what
+    systemd-binfmt does; a job's container runs no systemd)."""
     return [
         "test -e /proc/sys/fs/binfmt_misc/register || "
         "mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc || true",
         "for a in qemu-aarch64 qemu-x86_64; do test -e /proc/sys/fs/binfmt_misc/$a || "
-        "update-binfmts --enable $a 2>/dev/null || true; done",
+        "update-binfmts --enable $a 2>/dev/null || "
+        "grep -h '^:' /usr/lib/binfmt.d/$a.conf > /proc/sys/fs/binfmt_misc/register 2>/dev/null "
+        "|| true; done",
     ]
 
 

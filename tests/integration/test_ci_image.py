@@ -21,6 +21,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+import yaml
 import zstandard
 
 from tests.helpers import REPO
@@ -117,14 +118,41 @@ def test_the_ci_image_is_the_same_from_two_clones_and_runs_nvkr(tmp_path):
         "import cryptography.hazmat.primitives.asymmetric.ed25519, pydantic_core, yaml, zstandard\n"
         "import helm_python, debian.deb822, docker, ruamel.yaml, rich, jinja2, semver\n"
         "from nvkr.hosttools import package_version as v\n"
-        "print(v('mmdebstrap', purpose='t'), v('qemu-user-static', purpose='t'), "
+        "print(v('mmdebstrap', purpose='t'), v('qemu-user', purpose='t'), "
         "v('qemu-utils', purpose='t'), v('e2fsprogs', purpose='t'))\n"
     )
+    pins = yaml.safe_load((REPO / RECIPE).read_text())["sources"]["ci-packages"]["packages"]
     assert inside("python3", "-c", probe).split() == [
-        "1.3.5-7",
-        "1:7.2+dfsg-7+deb12u18+b3",
-        "1:7.2+dfsg-7+deb12u18+b3",
-        "1.47.0-2+b2",
+        pins[p] for p in ("mmdebstrap", "qemu-user", "qemu-utils", "e2fsprogs")
     ]
+    assert pins["python3"].startswith("3.13.")  # the wheels' CPython (python: "3.13")
+    # a job registers qemu-user from the image's binfmt.d lines (nvkr/ci/script.py): Debian 13's
+    # qemu-user-binfmt has no binfmt-support entries, so update-binfmts cannot
+    line = (root / "usr/lib/binfmt.d/qemu-aarch64.conf").read_text()  # a relative link
+    assert line.startswith(":qemu-aarch64:M::") and line.rstrip().endswith(":OPF"), line
+    _job_registers_binfmt(root)
     for tool in ("mmdebstrap", "arch-test", "mkfs.ext4", "sfdisk", "qemu-img", "git", "skopeo"):
         inside("sh", "-c", f"command -v {tool}")
+
+
+def _job_registers_binfmt(root: Path) -> None:
+    """A pipeline job's binfmt lines, run in the image, register qemu-aarch64 from the image's
+    own files: here in a binfmt_misc instance of a user namespace of its own (Linux 6.7 and
+    later), so the host's registrations are neither used nor touched."""
+    from nvkr.ci.script import binfmt_lines
+
+    release = tuple(int(p) for p in os.uname().release.split(".")[:2])
+    if release < (6, 7):
+        pytest.skip(f"kernel {os.uname().release}: binfmt_misc has no user-namespace instances")
+    script = "\n".join([*binfmt_lines(), "cat /proc/sys/fs/binfmt_misc/qemu-aarch64"])
+    proc = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "--mount", "--pid", "--fork", "sh", "-c",
+         'mount -t proc proc "$0/proc" && exec chroot "$0" sh -c "$1"', str(root), script],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("enabled\n"), proc.stdout
+    assert "interpreter /usr/libexec/qemu-binfmt/aarch64-binfmt-P" in proc.stdout, proc.stdout
+    # F: the interpreter is opened now, so it serves chroots and containers without it
+    (flags,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("flags: ")]
+    assert "F" in flags.removeprefix("flags: "), proc.stdout
