@@ -194,7 +194,8 @@ def command(
 
             raw = read_limited(user_data, "user-data") if user_data.is_file() else b""
             for image in images:
-                load_user_data(user_data, seed_meta(raw, meta_data)[1], arch=image["arch"])
+                meta = seed_meta(raw, meta_data)[1]
+                load_user_data(user_data, meta, arch=image["arch"], image=image["path"])
         if console_log is None:
             from nvkr.machine.boot import CONSOLE_LOGS
             from nvkr.store import default_root

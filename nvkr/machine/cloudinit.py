@@ -168,7 +168,7 @@ def boot_with_user_data(
     """
     raw = _read(user_data)
     meta_bytes, meta = meta_data(raw, meta_data_file)
-    loaded = load_user_data(user_data, meta, arch=arch)
+    loaded = load_user_data(user_data, meta, arch=arch, image=image)
     paths = sorted({f.path for f in loaded.files} | set(expect_files))
     with tempfile.TemporaryDirectory(prefix="nvkr-seed-") as tmp:
         seed = Path(tmp) / "seed.img"

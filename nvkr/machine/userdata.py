@@ -125,32 +125,67 @@ class UserData:
     jinja: bool = False
 
 
-def instance_data(meta: dict[str, Any], arch: str = "amd64") -> dict[str, Any]:
+def image_os_release(disk: Path) -> dict[str, str]:
+    """The fields of the image ``disk``'s (QCOW2 or raw) /etc/os-release (``ID``,
+    ``VERSION_CODENAME``, ...: what cloud-init's ``v1.distro`` and ``v1.distro_release`` come
+    from in the guest), quotes removed; empty when it has none. Read without a mount
+    (:func:`nvkr.disk.imageread.open_root_fs`).
+
+    Raises:
+        DiskError, ToolError, UsageError: as :func:`~nvkr.disk.imageread.open_root_fs`.
+    """
+    from nvkr.disk.imageread import open_root_fs
+
+    with open_root_fs(disk) as fs:
+        entry = fs.lookup(b"/etc/os-release", follow=True)
+        text = fs.read(entry).decode(errors="replace") if entry is not None else ""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() and not key.startswith("#"):
+            fields[key.strip()] = value.strip().strip("\"'")
+    return fields
+
+
+def instance_data(
+    meta: dict[str, Any], arch: str = "amd64", os_release: dict[str, str] | None = None
+) -> dict[str, Any]:
     """The variables a Jinja user-data sees in a guest booted from a NoCloud seed with meta-data
-    ``meta`` (cloud-init's instance-data.json, the keys a template uses)."""
-    aliased = {**meta, **{k.replace("-", "_"): v for k, v in meta.items()}}
+    ``meta`` (cloud-init's instance-data.json, the keys a template uses); ``os_release`` is the
+    image's (:func:`image_os_release`): ``distro`` and ``distro_release`` are None without it."""
+    release = os_release or {}
     v1 = {
         "instance_id": meta.get("instance-id"),
         "local_hostname": meta.get("local-hostname"),
         "cloud_name": "nocloud",
         "platform": "nocloud",
-        "distro": "debian",
-        "distro_release": "bookworm",
+        "distro": release.get("ID"),
+        "distro_release": release.get("VERSION_CODENAME"),
         "machine": {"amd64": "x86_64", "arm64": "aarch64"}.get(arch, arch),
         "region": None,
         "availability_zone": None,
     }
-    return {**v1, "v1": v1, "ds": {"meta_data": aliased, "_doc": "nvkr boot-test seed"}}
+    return {**v1, "v1": v1, "ds": {"meta_data": _aliased(meta), "_doc": "nvkr boot-test seed"}}
 
 
-def load_user_data(path: Path, meta: dict[str, Any], *, arch: str = "amd64") -> UserData:
-    """Read and validate ``path`` as the guest will see it with meta-data ``meta``.
+def _aliased(meta: dict[str, Any]) -> dict[str, Any]:
+    """``meta`` with every key also under its ``-`` -> ``_`` name, as cloud-init offers it."""
+    return {**meta, **{k.replace("-", "_"): v for k, v in meta.items()}}
+
+
+def load_user_data(
+    path: Path, meta: dict[str, Any], *, arch: str = "amd64", image: Path | None = None
+) -> UserData:
+    """Read and validate ``path`` as the guest will see it with meta-data ``meta``: a Jinja
+    template is rendered with the variables the guest's cloud-init gives it, the OS release
+    read from ``image`` (only then, and only when given).
 
     Raises:
         UsageError: the file is missing or unreadable, not cloud-config, a template that does
             not render, not YAML, not a mapping, or fails cloud-init's schema (each with the
             file, the line and what was expected).
         ToolError: the host has no cloud-init (Debian package cloud-init) for the schema check.
+        DiskError: a Jinja template's ``image`` has no readable root file system.
     """
     try:
         raw = read_limited(path, "user-data")
@@ -166,7 +201,8 @@ def load_user_data(path: Path, meta: dict[str, Any], *, arch: str = "amd64") -> 
     jinja = bool(JINJA_HEADER.match(first.rstrip("\r")))
     offset = 0  # lines before the text the YAML is parsed from
     if jinja:
-        text, offset = _render(path, rest, instance_data(meta, arch)), 1
+        release = image_os_release(image) if image is not None else None
+        text, offset = _render(path, rest, instance_data(meta, arch, release)), 1
         first = text.partition("\n")[0]
     if first.rstrip() != CLOUD_CONFIG:
         what = repr(CLOUD_CONFIG) if jinja else f"{CLOUD_CONFIG!r} or '## template: jinja'"

@@ -145,6 +145,43 @@ def test_a_jinja_template_is_rendered_with_the_seeds_meta_data(tmp_path: Path) -
         load_user_data(broken, META)
 
 
+@pytest.mark.parametrize(
+    ("os_release", "want"),
+    [
+        (
+            'PRETTY_NAME="Debian GNU/Linux 13 (trixie)"\nVERSION_CODENAME=trixie\nID=debian\n',
+            "debian trixie",
+        ),
+        ('VERSION_CODENAME="bookworm"\nID=debian\n', "debian bookworm"),
+        ("", "None None"),  # the image does not say: nor would cloud-init know
+    ],
+    ids=["trixie", "bookworm", "unknown"],
+)
+def test_a_template_sees_the_os_the_image_boots(tmp_path: Path, os_release: str, want: str) -> None:
+    """cloud-init's ``v1.distro`` and ``v1.distro_release`` in a template are the image's (its
+    /etc/os-release, a link to /usr/lib/os-release as on Debian, read without a mount from a
+    QCOW2 as from a raw disk), not an OS nvkr assumes."""
+    import hashlib
+
+    from tests.helpers.disk import make_disk
+
+    tree = tmp_path / "tree"
+    (tree / "etc").mkdir(parents=True)
+    if os_release:
+        (tree / "usr" / "lib").mkdir(parents=True)
+        (tree / "usr" / "lib" / "os-release").write_text(os_release)
+        (tree / "etc" / "os-release").symlink_to("../usr/lib/os-release")
+    raw, qcow2 = make_disk(tmp_path / "disk", tree)
+    text = (
+        "## template: jinja\n#cloud-config\nwrite_files:\n  - path: /etc/nvkr-test/release\n"
+        '    content: "{{ v1.distro }} {{ v1.distro_release }}"\n'
+    )
+    path = _write(tmp_path, text)
+    for disk in (qcow2, raw):
+        (entry,) = load_user_data(path, META, image=disk).files
+        assert entry.sha256 == hashlib.sha256(want.encode()).hexdigest(), disk
+
+
 def test_the_default_meta_data_names_the_instance_by_the_user_datas_digest(tmp_path: Path) -> None:
     one, meta = meta_data(b"#cloud-config\n", None)
     two, _ = meta_data(b"#cloud-config\nruncmd: []\n", None)
