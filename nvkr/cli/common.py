@@ -163,10 +163,27 @@ def open_session(
 
 
 def bind_sources(session: Session) -> None:
-    """Bind every source of every selected variant to its lock entry (resolving what is new)."""
+    """Bind every source of every selected variant to its lock entry (resolving what is new).
+
+    Raises:
+        FetchError: a source could not be resolved; without a lockfile the hint says so first
+            (every source is then resolved from its upstream, which a leaf of the catalog, shipped
+            without one, needs the network for).
+    """
+    from nvkr.errors import FetchError
+
     for variant in session.variants:
         for name in sorted(variant.recipe.sources):
-            session.resolver.source_for(variant, name)
+            try:
+                session.resolver.source_for(variant, name)
+            except FetchError as e:
+                if session.resolver.lock is None:
+                    e.hint = (
+                        f"there is no lockfile at {session.lock_path}, so every source is "
+                        f"resolved from its upstream now: `nvkr lock {session.loaded.path}` "
+                        "where they are reachable writes it" + (f"; {e.hint}" if e.hint else "")
+                    )
+                raise
 
 
 def make_session_plan(session: Session) -> Any:

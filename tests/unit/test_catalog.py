@@ -164,6 +164,28 @@ def test_a_newer_ovn_kubernetes_pin_against_debian_13s_ovn_is_refused(
     assert "1 minor version newer than the cluster (kube-apiserver) 1.34.2" in err, err
 
 
+@pytest.mark.parametrize("offline", [True, False], ids=["offline", "unreachable"])
+def test_planning_a_leaf_without_its_lockfile_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, offline: bool
+) -> None:
+    """The leaves ship without lockfiles: ``nvkr plan`` of one resolves every source from its
+    upstream, and where it cannot (``--offline`` with an empty store, or an upstream this
+    machine cannot reach: a mirror to a closed port here) the hint names the missing lockfile
+    and the ``nvkr lock`` that writes it, before the fetch's own advice."""
+    leaf = "recipes/catalog/hopper-k8s1.36.yaml"
+    args = ["--offline"] if offline else ["--mirror", "https://github.com/=http://127.0.0.1:9/"]
+    if not offline:
+        args += ["--mirror", "https://dl.k8s.io/=http://127.0.0.1:9/"]
+    monkeypatch.setenv("NVKR_CONFIG", str(tmp_path / "none.yaml"))
+    code, _out, err = invoke("plan", leaf, *args, store=tmp_path / "store")
+    assert code != 0, err
+    lockfile = REPO / "lockfiles" / "catalog" / "hopper-k8s1.36.lock.json"
+    assert (
+        f"hint: there is no lockfile at {lockfile}, so every source is resolved from its upstream"
+        f" now: `nvkr lock {leaf}` where they are reachable writes it; "
+    ) in err, err
+
+
 @pytest.mark.parametrize(
     "layer", ["recipes/base.yaml", "recipes/gpu/hopper.yaml", "recipes/kubernetes/1.36.yaml"]
 )
