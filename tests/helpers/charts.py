@@ -9,6 +9,7 @@ import io
 import re
 import tarfile
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from nvkr.action import Action, action_key
@@ -65,7 +66,9 @@ def plan_chart(store: Store, root: Path, **fields: Any) -> tuple[ActionSpec, Act
         {"builder": "helm-chart", "source": src.name, "version": "0.1.0", **fields}
     )
     refs = FakeRefs(src)
-    spec = HelmChartBuilder().plan("chart", artifact, None, refs)  # type: ignore[arg-type]
+    # a plan reads only the variant's locations (for messages): none written here
+    variant = SimpleNamespace(locations={})
+    spec = HelmChartBuilder().plan("chart", artifact, variant, refs)  # type: ignore[arg-type]
     version = HelmChartBuilder.version
     key = action_key("helm-chart", version, spec.params, spec.inputs, spec.tools, EPOCH, spec.deps)
     action = Action(

@@ -34,6 +34,7 @@ from nvkr.builders import (
     PlanRefs,
     Problem,
     ReleaseKind,
+    ResolvedSource,
     SbomInputs,
     a_kind,
     builder_of,
@@ -42,7 +43,7 @@ from nvkr.builders import (
 from nvkr.builders.helm_chart.artifact import HelmChartArtifact
 from nvkr.builders.helm_chart.params import CheckParams, HelmChartParams, ImageDigest, ImagePin
 from nvkr.canonical import DIGEST_RE
-from nvkr.errors import BuildError
+from nvkr.errors import BuildError, RecipeError
 from nvkr.helm.chart import ChartFile, LoadedChart, load_dir
 from nvkr.helm.check import helm_check
 from nvkr.helm.dependencies import verify_dependencies
@@ -52,6 +53,8 @@ from nvkr.helm.values import emitter_versions, set_images
 from nvkr.oci.mediatypes import HELM_CHART_CONTENT, HELM_CONFIG
 from nvkr.recipe import Variant
 from nvkr.recipe import fieldchecks as fc
+from nvkr.recipe.models import PathSource
+from nvkr.recipe.yamlsource import where
 from nvkr.repro import extract_tar
 
 __all__ = ["CHART_NAME_RE", "HelmChartBuilder", "check_chart_name", "oci_tag"]
@@ -144,6 +147,8 @@ class HelmChartBuilder(Builder[HelmChartArtifact]):
         """
         subdir = fc.relative_dir(artifact.subdir) if artifact.subdir is not None else None
         src = refs.source(artifact.source)
+        if artifact.valuesFile is not None and isinstance(src.spec, PathSource):
+            _check_values_file(artifact_name, artifact.valuesFile, src, subdir, variant)
         images: dict[str, ImagePin | ImageDigest] = {}
         for key, image in sorted(artifact.images.items()):
             if image.reference is not None:
@@ -306,6 +311,36 @@ def _unused_pins(
         for key, (_, digest) in sorted(images.items())
         if not any(digest in text for text in manifests)
     ]
+
+
+#: the YAML files at a chart's top that are never values (Helm's metadata, lock, v1 requirements)
+_NOT_VALUES = frozenset({"Chart.yaml", "Chart.lock", "requirements.yaml", "requirements.lock"})
+
+
+def _check_values_file(
+    artifact_name: str, name: str, src: ResolvedSource, subdir: str | None, variant: Variant
+) -> None:
+    """A path source's chart is on disk when the plan is made: its ``valuesFile`` must be
+    there (a git source's is checked when the chart is built, from the fetched tree).
+
+    Raises:
+        RecipeError: no such file in the chart directory (naming the recipe's line, the
+            directory and the YAML files at its top).
+    """
+    chart_dir = src.base_dir / src.spec.path / (subdir or "")
+    if not chart_dir.is_dir() or (chart_dir / name).is_file():
+        return  # a missing directory is the build's error, with the source named
+    offered = sorted(
+        p.name
+        for p in chart_dir.iterdir()
+        if p.is_file() and p.suffix in (".yaml", ".yml") and p.name not in _NOT_VALUES
+    )
+    at = where(variant.locations, ("artifacts", artifact_name, "valuesFile"))
+    raise RecipeError(
+        f"{at}: valuesFile {name!r}: the chart {chart_dir} has no such file"
+        + (f" (its values files: {', '.join(offered)})" if offered else ""),
+        hint="valuesFile names a file of the chart directory, relative to it",
+    )
 
 
 def _values_from_file(chart: LoadedChart, name: str, where: str) -> str:

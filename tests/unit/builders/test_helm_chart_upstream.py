@@ -191,20 +191,40 @@ def test_values_file_and_typed_values_enter_the_key_only_when_set(tmp_path: Path
 
 
 def test_a_values_file_the_chart_does_not_have_names_the_ones_it_has(tmp_path: Path) -> None:
+    """A path source's chart is on disk when the plan is made: a valuesFile it lacks is a recipe
+    error then, before anything builds, naming the field, the directory and the values files it
+    has. A git source's tree is read only when the chart builds: the same check refuses it
+    there, with the same list."""
     repo = _upstream(tmp_path / "ovn-kubernetes")
-    with pytest.raises(BuildError) as e:
-        build_chart(Store(tmp_path / "store"), repo, subdir=CHART, valuesFile="values.yaml")
-    message = e.value.message
-    assert "valuesFile 'values.yaml': the chart has no such file" in message
+    store = Store(tmp_path / "store")
+    with pytest.raises(RecipeError) as planned:
+        plan_chart(store, repo, subdir=CHART, valuesFile="values.yaml")
+    message = planned.value.message
+    assert f"valuesFile: valuesFile 'values.yaml': the chart {repo / CHART} has no such file" in (
+        message
+    )
     assert "(its values files: values-no-ic.yaml, values-single-node-zone.yaml)" in message
+    # the build's own check, on the tree it extracted (what a git source gets)
+    from nvkr.builders.helm_chart.builder import _values_from_file
+
+    chart = load_dir(repo / CHART, "chart-src", lambda _m: None, within=repo)
+    with pytest.raises(BuildError) as built:
+        _values_from_file(chart, "values.yaml", "chart-src")
+    assert "valuesFile 'values.yaml': the chart has no such file" in built.value.message
+    assert "(its values files: values-no-ic.yaml, values-single-node-zone.yaml)" in (
+        built.value.message
+    )
     # a chart with its own values.yaml names it too (a user's local chart, say)
     (repo / CHART / "values.yaml").write_text("tags: {}\n")
+    with pytest.raises(RecipeError, match=r"values-single-node-zone.yaml, values.yaml\)"):
+        plan_chart(store, repo, subdir=CHART, valuesFile="values-x.yaml")
+    chart = load_dir(repo / CHART, "chart-src", lambda _m: None, within=repo)
     with pytest.raises(
         BuildError,
         match=r"\(its values files: values-no-ic.yaml, "
         r"values-single-node-zone.yaml, values.yaml\)",
     ):
-        build_chart(Store(tmp_path / "store2"), repo, subdir=CHART, valuesFile="values-x.yaml")
+        _values_from_file(chart, "values-x.yaml", "chart-src")
 
 
 @pytest.mark.parametrize(
