@@ -194,16 +194,27 @@ class Collector:
         self.notes: dict[str, str] = {}
         self.apt: dict[AptQuery, tuple[AptSource, set[str]]] = {}
 
-    def skip(self, name: str, why: str) -> None:
-        if self.explicit:
+    def skip(self, name: str, why: str, *, named: bool | None = None) -> None:
+        """Leave ``name`` alone with a note; an error when the request named it (``named``:
+        whether it did, default: whether the request named any source)."""
+        if self.explicit if named is None else named:
             raise UsageError(f"--update {name}: {why}", hint=f"--update knows {UPDATABLE}")
         self.notes.setdefault(name, f"{name}: left alone ({why})")
 
     def add(
-        self, loc: Location, field_: str, kind: Literal["upstream", "debian"], use: PinUse
+        self,
+        loc: Location,
+        field_: str,
+        kind: Literal["upstream", "debian"],
+        use: PinUse,
+        *,
+        named: bool | None = None,
     ) -> None:
         if "{{" in loc.text or "{%" in loc.text:
-            self.skip(use.source, f"{loc.file}:{loc.line}: {field_} is a template ({loc.text!r})")
+            # one package of an apt source is left alone, the rest of its source still moves
+            name = f"{use.source}:{use.package}" if use.package else use.source
+            why = f"{loc.file}:{loc.line}: {field_} is a template ({loc.text!r})"
+            self.skip(name, why, named=named)
             return
         key = (loc.file.resolve(), loc.line, loc.column)
         pin = self.pins.setdefault(key, Pin(loc, field_, kind))
@@ -259,7 +270,9 @@ class Collector:
                 continue
             entry = self.apt.setdefault(query, (source, set()))
             entry[1].add(pkg)
-            self.add(found[0], found[1], "debian", PinUse(name, variant, query, pkg))
+            # a package the request names is an error to leave alone; one of a whole source not
+            use = PinUse(name, variant, query, pkg)
+            self.add(found[0], found[1], "debian", use, named=packages is not None)
 
 
 def collect_pins(

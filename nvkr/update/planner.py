@@ -67,7 +67,7 @@ def plan_update(
         plan.changes.append(
             Change(
                 sources=tuple(dict.fromkeys(u.source for u in pin.uses)),
-                package=pin.uses[0].package,
+                package=_package_label(pin),
                 old=pin.current,
                 new=new,
                 where=pin.where,
@@ -90,6 +90,17 @@ def plan_update(
     plan.loaded = _load(loaded.path, files) if digest_edits else first
     _check(plan.loaded, moved)
     return plan
+
+
+def _package_label(pin: Pin) -> str | None:
+    """How a change names an apt pin: the package, or for a var several packages read (the OS
+    layer's kernel version, say) the var and its packages."""
+    packages = sorted({u.package for u in pin.uses if u.package})
+    if not packages:
+        return None
+    if pin.what.startswith("vars.") and len(packages) > 1:
+        return f"{pin.what} ({', '.join(packages)})"
+    return packages[0] if len(packages) == 1 else pin.uses[0].package
 
 
 def _load(path: Path, files: dict[Path, bytes]) -> LoadedRecipe:

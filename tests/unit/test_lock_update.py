@@ -543,6 +543,93 @@ def test_apt_picks_the_newest_version_served_for_every_arch(
         plan_update(loaded, expand(loaded), ctx, UpdateRequest(("node-packages",), to="1"))
 
 
+APT_VARS_RECIPE = """\
+apiVersion: nvkr.dev/v1alpha1
+kind: Recipe
+metadata: {name: apt}
+matrix: {gpu: [hopper], kubernetes: ["1.36"], arch: [amd64, arm64]}
+vars:
+  debianKernelVersion: "6.12.117-1"   # the OS layer's, as recipes/os/ write it
+  containerdVersion: "2.2.1"
+overlays:
+  - when: {arch: amd64}
+    sources:
+      node-packages:
+        packages:
+          linux-image-amd64: "{{ vars.debianKernelVersion }}"
+          linux-headers-amd64: "{{ vars.debianKernelVersion }}"
+  - when: {arch: arm64}
+    sources:
+      node-packages:
+        packages:
+          linux-image-arm64: "{{ vars.debianKernelVersion }}"
+          linux-headers-arm64: "{{ vars.debianKernelVersion }}"
+sources:
+  node-packages:
+    apt:
+      debian: {url: "http://deb.debian.org/debian", suite: trixie}
+    arch: "{{ arch }}"
+    packages:
+      containerd.io: "{{ vars.containerdVersion }}-1~debian.13~trixie"
+      runc: "1.1.15+ds1-2+deb13u1"
+artifacts: {}
+releaseSet:
+  name: "apt-k8s{{ kubernetes }}"
+  clusterRelease: {kubernetes: "1.36.3"}
+"""
+
+
+@pytest.mark.parametrize("request_", [(), ("node-packages",)], ids=["all", "the-apt-source"])
+def test_apt_pins_written_as_one_var_move_at_the_var(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request_: tuple[str, ...]
+) -> None:
+    """The OS layer's shape: several packages on both arches pinned ``"{{ vars.X }}"``. The var
+    moves, to the newest version every one of them has on every arch; a pin composed from a var
+    and more text cannot be rewritten in place: it stays, with a note naming it (and the rest of
+    its source still moves, also when the source is named)."""
+    listings = {
+        "amd64": {
+            "linux-image-amd64": ["6.12.117-1", "6.12.118-1", "6.12.119-1"],
+            "linux-headers-amd64": ["6.12.117-1", "6.12.118-1", "6.12.119-1"],
+            "containerd.io": ["2.2.1-1~debian.13~trixie", "2.2.2-1~debian.13~trixie"],
+            "runc": ["1.1.15+ds1-2+deb13u1", "1.1.15+ds1-2+deb13u2"],
+        },
+        "arm64": {
+            "linux-image-arm64": ["6.12.117-1", "6.12.118-1", "6.12.119-1"],
+            # 6.12.119's arm64 headers are not built yet: the shared var takes what all have
+            "linux-headers-arm64": ["6.12.117-1", "6.12.118-1"],
+            "containerd.io": ["2.2.1-1~debian.13~trixie", "2.2.2-1~debian.13~trixie"],
+            "runc": ["1.1.15+ds1-2+deb13u1", "1.1.15+ds1-2+deb13u2"],
+        },
+    }
+
+    def fake(name, source, packages, ctx, base_dir):  # type: ignore[no-untyped-def]
+        return {p: listings[source.arch].get(p, []) for p in packages}
+
+    monkeypatch.setattr("nvkr.update.targets.apt_versions", fake)
+    path = tmp_path / "apt.yaml"
+    path.write_text(APT_VARS_RECIPE)
+    loaded = load_recipe(path)
+    ctx = FetchContext(store=Store(tmp_path / "store"))
+    plan = plan_update(loaded, expand(loaded), ctx, UpdateRequest(request_))
+    assert [str(c) for c in plan.changes] == [
+        "node-packages: vars.debianKernelVersion (linux-headers-amd64, linux-headers-arm64, "
+        f"linux-image-amd64, linux-image-arm64) 6.12.117-1 -> 6.12.118-1 ({path}:6)",
+        f"node-packages: runc 1.1.15+ds1-2+deb13u1 -> 1.1.15+ds1-2+deb13u2 ({path}:28)",
+    ]
+    assert plan.files[path].decode() == APT_VARS_RECIPE.replace(
+        '"6.12.117-1"', '"6.12.118-1"'
+    ).replace('"1.1.15+ds1-2+deb13u1"', '"1.1.15+ds1-2+deb13u2"')
+    assert plan.notes == [
+        f"node-packages:containerd.io: left alone ({path}:27: "
+        "sources.node-packages.packages.containerd.io is a template "
+        "('{{ vars.containerdVersion }}-1~debian.13~trixie'))"
+    ]
+    # naming the templated package itself is an error: it cannot be rewritten in place
+    with pytest.raises(UsageError, match=r"containerd\.io: .* is a template"):
+        plan_update(loaded, expand(loaded), ctx, UpdateRequest(("node-packages:containerd.io",)))
+
+
 # -- edits ------------------------------------------------------------------------------------------
 def _edit(line: int, column: int, old: str, new: str, file: Path = Path("f.yaml")) -> Edit:
     return Edit(Location(file, line, column, old), "vars.x", old, new)
