@@ -201,7 +201,8 @@ def load_user_data(
     jinja = bool(JINJA_HEADER.match(first.rstrip("\r")))
     offset = 0  # lines before the text the YAML is parsed from
     if jinja:
-        release = image_os_release(image) if image is not None else None
+        # the image is read only for a template that asks what it boots
+        release = image_os_release(image) if image is not None and _reads_os(rest) else None
         text, offset = _render(path, rest, instance_data(meta, arch, release)), 1
         first = text.partition("\n")[0]
     if first.rstrip() != CLOUD_CONFIG:
@@ -237,6 +238,36 @@ def load_user_data(
         runcmd=bool(config.get("runcmd")),
         jinja=jinja,
     )
+
+
+#: the instance data that comes from the image's /etc/os-release
+_OS_KEYS: Final = frozenset({"distro", "distro_release"})
+
+
+def _reads_os(template: str) -> bool:
+    """Whether ``template`` may read :data:`_OS_KEYS` (``distro_release``, ``v1.distro``,
+    ``v1["distro"]``, or ``v1`` as a whole); False for one that does not parse (its render
+    reports that)."""
+    try:
+        tree = jinja2.Environment(extensions=["jinja2.ext.do"]).parse(template)
+    except jinja2.TemplateSyntaxError:
+        return False
+
+    def walk(node: jinja2.nodes.Node) -> bool:
+        if isinstance(node, jinja2.nodes.Name):
+            return node.name in _OS_KEYS or node.name == "v1"  # v1 whole: it may read them
+        if isinstance(node, (jinja2.nodes.Getattr, jinja2.nodes.Getitem)):
+            base = node.node
+            if isinstance(base, jinja2.nodes.Name) and base.name == "v1":
+                if isinstance(node, jinja2.nodes.Getattr):
+                    return node.attr in _OS_KEYS
+                key = node.arg
+                if isinstance(key, jinja2.nodes.Const) and isinstance(key.value, str):
+                    return key.value in _OS_KEYS
+                return True  # a key known only when rendering
+        return any(walk(child) for child in node.iter_child_nodes())
+
+    return walk(tree)
 
 
 def _render(path: Path, template: str, data: dict[str, Any]) -> str:

@@ -182,6 +182,29 @@ def test_a_template_sees_the_os_the_image_boots(tmp_path: Path, os_release: str,
         assert entry.sha256 == hashlib.sha256(want.encode()).hexdigest(), disk
 
 
+@pytest.mark.parametrize(
+    ("template", "reads"),
+    [
+        ("hostname: {{ v1.distro_release }}", True),
+        ("hostname: {{ distro }}", True),
+        ('hostname: {{ v1["distro"] }}', True),
+        ("hostname: {{ v1[key] }}", True),  # a key not known before rendering
+        ("hostname: {{ v1 | tojson }}", True),  # the whole of v1
+        ("{% if v1.distro == 'debian' %}hostname: a{% endif %}", True),
+        ("hostname: {{ v1.local_hostname }}", False),
+        ("hostname: {{ ds.meta_data.local_hostname }}", False),
+        ("hostname: {{ 'x' * 10 }}", False),
+        ("hostname: {{ x ", False),  # does not parse: the render says so, the image is not read
+    ],
+)
+def test_the_image_is_read_only_for_a_template_that_asks_what_it_boots(
+    template: str, reads: bool
+) -> None:
+    from nvkr.machine.userdata import _reads_os
+
+    assert _reads_os("#cloud-config\n" + template + "\n") is reads
+
+
 def test_the_default_meta_data_names_the_instance_by_the_user_datas_digest(tmp_path: Path) -> None:
     one, meta = meta_data(b"#cloud-config\n", None)
     two, _ = meta_data(b"#cloud-config\nruncmd: []\n", None)
