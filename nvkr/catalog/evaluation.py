@@ -183,11 +183,12 @@ class _Run:
             return
         self.applied.append(rule.id)
         if "proprietary" in f.kernel_modules:
+            pins = "; ".join(f.proprietary_pins) or "the apt pins"
             self._fail(
                 rule.id,
                 f"{f.gpu} on {f.arch} needs NVIDIA's open GPU kernel modules, but the apt pins "
-                "install the proprietary flavour (pin nvidia-open instead of cuda-drivers or "
-                "nvidia-kernel-dkms)",
+                f"install the proprietary flavour ({pins}): pin NVIDIA's nvidia-open or "
+                "Debian's nvidia-open-kernel-dkms instead of cuda-drivers or nvidia-kernel-dkms",
                 {"gpu": f.gpu, "arch": f.arch, "flavour": "proprietary"},
             )
 

@@ -104,6 +104,8 @@ class VariantFacts:
             is one, else from the first apt pin.
         kernel_modules: the NVIDIA kernel module flavours the apt pins install: ``open``,
             ``proprietary`` (both when both are pinned), empty when unknown.
+        proprietary_pins: where the pins of the proprietary flavour are written
+            (``FILE:LINE: sources.S.packages.P``).
         disagreements: var/pin pairs (and pin/pin pairs) naming different versions.
     """
 
@@ -115,6 +117,7 @@ class VariantFacts:
     cluster: Fact | None = None
     components: dict[str, Fact] = field(default_factory=dict)
     kernel_modules: frozenset[str] = frozenset()
+    proprietary_pins: tuple[str, ...] = ()
     disagreements: tuple[Disagreement, ...] = ()
 
 
@@ -174,6 +177,7 @@ def variant_facts(variant: Variant, file: str | Path) -> VariantFacts:
 
     pins: dict[str, list[Fact]] = {}
     flavours: set[str] = set()
+    proprietary: list[str] = []
     for source_name, source in sorted(recipe.sources.items()):
         if not isinstance(source, AptSource):
             continue
@@ -181,6 +185,8 @@ def variant_facts(variant: Variant, file: str | Path) -> VariantFacts:
             flavour = kernel_module_flavour(package)
             if flavour is not None:
                 flavours.add(flavour)
+            if flavour == "proprietary":
+                proprietary.append(where(locations, ("sources", source_name, "packages", package)))
             staged = pinned_component(package)
             if staged is None:
                 continue
@@ -208,6 +214,7 @@ def variant_facts(variant: Variant, file: str | Path) -> VariantFacts:
         cluster=cluster,
         components=components,
         kernel_modules=frozenset(flavours),
+        proprietary_pins=tuple(proprietary),
         disagreements=tuple(disagreements),
     )
 

@@ -84,8 +84,10 @@ def test_debians_driver_is_refused_for_blackwell(
     ) in err, err
     assert "sources.node-packages.packages.nvidia-kernel-dkms)" in err, err
     assert (
-        "rule gpu.open-kernel-modules: blackwell on amd64 needs NVIDIA's open GPU kernel modules"
+        "rule gpu.open-kernel-modules: blackwell on amd64 needs NVIDIA's open GPU kernel modules,"
+        " but the apt pins install the proprietary flavour (recipes/gpu/hopper-debian.yaml:"
     ) in err, err
+    assert "Debian's nvidia-open-kernel-dkms instead of" in err, err
 
 
 @pytest.mark.parametrize("leaf", LEAVES, ids=lambda p: p.stem)

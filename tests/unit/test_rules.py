@@ -5,6 +5,7 @@ facts read from expanded variants (vars, apt pins, their disagreement), rules-fi
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -338,6 +339,17 @@ def test_open_kernel_modules(rules):
     assert got["gpu.open-kernel-modules"].startswith(
         "blackwell on amd64 needs NVIDIA's open GPU kernel modules, but the apt pins install the "
         "proprietary flavour"
+    )
+    # where the proprietary pin is written, and what to pin instead in either repository
+    placed = replace(
+        facts(gpu="blackwell", flavours=("proprietary",)),
+        proprietary_pins=("gpu.yaml:9: sources.node-packages.packages.nvidia-kernel-dkms",),
+    )
+    assert failures(placed, rules)["gpu.open-kernel-modules"] == (
+        "blackwell on amd64 needs NVIDIA's open GPU kernel modules, but the apt pins install the "
+        "proprietary flavour (gpu.yaml:9: sources.node-packages.packages.nvidia-kernel-dkms): pin "
+        "NVIDIA's nvidia-open or Debian's nvidia-open-kernel-dkms instead of cuda-drivers or "
+        "nvidia-kernel-dkms"
     )
     assert failures(facts(gpu="hopper", arch="arm64", flavours=("proprietary",)), rules)
     result = evaluate_all(facts(gpu="hopper", flavours=("proprietary",)), rules)
