@@ -58,6 +58,9 @@ sources:
       firmware-nvidia-gsp: "{{{{ vars.debianNvidiaDriverVersion }}}}"
 artifacts:
   dkms-rootfs: {{builder: rootfs, packages: node-packages}}
+  # a recipe releases something; only the root filesystem's action is built (--action)
+  dkms-image: {{builder: container-image, base: {{rootfs: dkms-rootfs}}}}
+releaseSet: {{name: bench-dkms, artifacts: [dkms-image]}}
 """
 
 
@@ -85,7 +88,8 @@ def measure(base: Path, os_layer: str, flavour: str, arch: str, seed: Path | Non
     nvkr(project, store, "lock", rel)
     variant = f"gpu=hopper,arch={arch}"
     t0 = time.perf_counter()
-    proc = nvkr(project, store, "build", rel, "--locked", "--variant", variant, "--json")
+    action = f"rootfs/dkms-rootfs@{variant}"
+    proc = nvkr(project, store, "build", rel, "--locked", "--action", action, "--json")
     total = time.perf_counter() - t0
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     (done,) = [e for e in events if e["event"] == "action-done" and e["builder"] == "rootfs"]
