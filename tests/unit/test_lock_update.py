@@ -481,6 +481,27 @@ releaseSet:
 """
 
 
+def _apt_project(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    text: str,
+    listings: dict[str, dict[str, list[str]]],
+    asked: list[tuple[str, tuple[str, ...]]] | None = None,
+) -> tuple[Path, Any, FetchContext]:
+    """``text`` as tmp_path/apt.yaml, loaded, with apt's answers (``apt_versions``) served from
+    ``listings`` per arch (each question appended to ``asked``); (path, loaded, fetch context)."""
+
+    def fake(name, source, packages, ctx, base_dir):  # type: ignore[no-untyped-def]
+        if asked is not None:
+            asked.append((source.arch, tuple(packages)))
+        return {p: listings[source.arch].get(p, []) for p in packages}
+
+    monkeypatch.setattr("nvkr.update.targets.apt_versions", fake)
+    path = tmp_path / "apt.yaml"
+    path.write_text(text)
+    return path, load_recipe(path), FetchContext(store=Store(tmp_path / "store"))
+
+
 def test_apt_picks_the_newest_version_served_for_every_arch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -498,16 +519,7 @@ def test_apt_picks_the_newest_version_served_for_every_arch(
         },
     }
     asked: list[tuple[str, tuple[str, ...]]] = []
-
-    def fake(name, source, packages, ctx, base_dir):  # type: ignore[no-untyped-def]
-        asked.append((source.arch, tuple(packages)))
-        return {p: listings[source.arch].get(p, []) for p in packages}
-
-    monkeypatch.setattr("nvkr.update.targets.apt_versions", fake)
-    path = tmp_path / "apt.yaml"
-    path.write_text(APT_RECIPE)
-    loaded = load_recipe(path)
-    ctx = FetchContext(store=Store(tmp_path / "store"))
+    path, loaded, ctx = _apt_project(tmp_path, monkeypatch, APT_RECIPE, listings, asked)
     plan = plan_update(loaded, expand(loaded), ctx, UpdateRequest())
     assert [str(c) for c in plan.changes] == [
         f"node-packages: linux-image-cloud-amd64 6.1.192-3 -> 6.1.199-1 ({path}:9)",
@@ -603,14 +615,7 @@ def test_apt_pins_written_as_one_var_move_at_the_var(
         },
     }
 
-    def fake(name, source, packages, ctx, base_dir):  # type: ignore[no-untyped-def]
-        return {p: listings[source.arch].get(p, []) for p in packages}
-
-    monkeypatch.setattr("nvkr.update.targets.apt_versions", fake)
-    path = tmp_path / "apt.yaml"
-    path.write_text(APT_VARS_RECIPE)
-    loaded = load_recipe(path)
-    ctx = FetchContext(store=Store(tmp_path / "store"))
+    path, loaded, ctx = _apt_project(tmp_path, monkeypatch, APT_VARS_RECIPE, listings)
     plan = plan_update(loaded, expand(loaded), ctx, UpdateRequest(request_))
     assert [str(c) for c in plan.changes] == [
         "node-packages: vars.debianKernelVersion (linux-headers-amd64, linux-headers-arm64, "
