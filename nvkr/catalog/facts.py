@@ -61,7 +61,8 @@ COMPONENTS: tuple[str, ...] = (*VERSION_VARS.values(), OVN)
 
 # NVIDIA's packaging (driver installation guide, "Kernel Modules"): nvidia-open installs the open
 # kernel modules, cuda-drivers the proprietary ones; Debian's own packages are
-# nvidia-open-kernel-dkms and nvidia-kernel-dkms.
+# nvidia-open-kernel-dkms and nvidia-kernel-dkms (and nvidia-tesla-NNN-kernel-dkms for an older
+# branch kept beside the current one).
 _OPEN_PREFIXES = ("nvidia-open", "nvidia-kernel-open")
 _PROPRIETARY_PREFIXES = ("cuda-drivers", "nvidia-kernel-dkms")
 
@@ -124,8 +125,9 @@ class VariantFacts:
 def pinned_component(package: str) -> str | None:
     """The component an apt package pin stages: ``containerd`` (``containerd``,
     ``containerd.io``), ``runc``, ``nvidia-container-toolkit``, the NVIDIA driver
-    (``nvidia-driver*``, ``cuda-drivers*``, ``nvidia-open*``, and the kernel modules alone:
-    ``nvidia-kernel*`` as Debian and NVIDIA package them), OVN (``ovn-host``,
+    (``nvidia-driver``, ``cuda-drivers``, ``nvidia-open``, and the kernel modules alone:
+    ``nvidia-kernel``, each alone or followed by ``-...``, as Debian and NVIDIA package them;
+    Debian's ``nvidia-tesla-NNN-...`` read without ``tesla-NNN-``), OVN (``ovn-host``,
     ``ovn-central``, ``ovn-common``: the node's ovn-controller and the databases an image
     carries, all of one release), else None."""
     if package in ("containerd", "containerd.io"):
@@ -134,7 +136,7 @@ def pinned_component(package: str) -> str | None:
         return "runc"
     if package == "nvidia-container-toolkit":
         return "nvidia-container-toolkit"
-    if package.startswith(("nvidia-driver", "cuda-drivers", "nvidia-open", "nvidia-kernel")):
+    if _named(package, ("nvidia-driver", "cuda-drivers", "nvidia-open", "nvidia-kernel")):
         return DRIVER
     if package in ("ovn-host", "ovn-central", "ovn-common"):
         return OVN
@@ -143,11 +145,19 @@ def pinned_component(package: str) -> str | None:
 
 def kernel_module_flavour(package: str) -> str | None:
     """``open``, ``proprietary`` or None for an apt package name (see the module constants)."""
-    if package.startswith(_OPEN_PREFIXES):
+    if _named(package, _OPEN_PREFIXES):
         return "open"
-    if package.startswith(_PROPRIETARY_PREFIXES):
+    if _named(package, _PROPRIETARY_PREFIXES):
         return "proprietary"
     return None
+
+
+def _named(package: str, prefixes: tuple[str, ...]) -> bool:
+    """Whether ``package`` is one of ``prefixes`` or starts with one and a ``-`` (``nvidia-open``,
+    ``nvidia-open-580``, not ``nvidia-opencl-icd``), Debian's versioned names read without their
+    ``tesla-NNN-`` (``nvidia-tesla-535-kernel-dkms`` is ``nvidia-kernel-dkms``)."""
+    name = re.sub(r"^nvidia-tesla-[0-9]+-", "nvidia-", package)
+    return any(name == p or name.startswith(p + "-") for p in prefixes)
 
 
 def variant_facts(variant: Variant, file: str | Path) -> VariantFacts:

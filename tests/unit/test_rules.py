@@ -413,6 +413,31 @@ def test_facts_from_vars_and_pins(tmp_path):
     assert f.disagreements == ()
 
 
+@pytest.mark.parametrize(
+    ("packages", "driver", "flavours"),
+    [
+        # Debian's versioned 535 packages (nvidia-tesla-535-*, Debian 13's non-free) are the
+        # driver and its proprietary modules, as nvidia-kernel-dkms is
+        ({"nvidia-tesla-535-kernel-dkms": "535.274.02-1~deb13u1"}, "535.274.02", {"proprietary"}),
+        ({"nvidia-tesla-535-driver": "535.274.02-1~deb13u1"}, "535.274.02", set()),
+        # Debian's OpenCL ICD is neither the driver nor the open kernel modules
+        ({"nvidia-opencl-icd": "550.163.01-2"}, None, set()),
+        ({"nvidia-tesla-535-opencl-icd": "535.274.02-1~deb13u1"}, None, set()),
+        ({"nvidia-open-kernel-dkms": "550.163.01-2"}, "550.163.01", {"open"}),
+        ({"nvidia-open-580": "580.95.05-1"}, "580.95.05", {"open"}),
+    ],
+)
+def test_nvidia_package_names_as_debian_and_nvidia_write_them(
+    tmp_path, packages: dict[str, str], driver: str | None, flavours: set[str]
+):
+    path = write_leaf_recipe(tmp_path / "r.yaml", gpu="blackwell", packages=packages)
+    (variant,) = expand(load_recipe(path))
+    f = variant_facts(variant, "r.yaml")
+    got = f.components.get("nvidia-driver")
+    assert (str(got.version) if got else None) == driver
+    assert f.kernel_modules == flavours
+
+
 def test_ovn_pins_are_one_calendar_version_checked_against_the_schema(tmp_path, rules):
     """The node's ovn-host and an image's ovn-central are OVN pins: read as OVN's YY.MM.PATCH
     (the month's leading zero kept in messages), they must agree (pins.agree) and be at least
