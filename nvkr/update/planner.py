@@ -96,11 +96,9 @@ def _package_label(pin: Pin) -> str | None:
     """How a change names an apt pin: the package, or for a var several packages read (the OS
     layer's kernel version, say) the var and its packages."""
     packages = sorted({u.package for u in pin.uses if u.package})
-    if not packages:
-        return None
     if pin.what.startswith("vars.") and len(packages) > 1:
         return f"{pin.what} ({', '.join(packages)})"
-    return packages[0] if len(packages) == 1 else pin.uses[0].package
+    return pin.uses[0].package
 
 
 def _load(path: Path, files: dict[Path, bytes]) -> LoadedRecipe:

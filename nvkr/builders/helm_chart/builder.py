@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from nvkr.builders import (
@@ -330,17 +330,24 @@ def _check_values_file(
     chart_dir = src.base_dir / src.spec.path / (subdir or "")
     if not chart_dir.is_dir() or (chart_dir / name).is_file():
         return  # a missing directory is the build's error, with the source named
-    offered = sorted(
-        p.name
-        for p in chart_dir.iterdir()
-        if p.is_file() and p.suffix in (".yaml", ".yml") and p.name not in _NOT_VALUES
-    )
     at = where(variant.locations, ("artifacts", artifact_name, "valuesFile"))
+    offered = _values_files(p.name for p in chart_dir.iterdir() if p.is_file())
     raise RecipeError(
-        f"{at}: valuesFile {name!r}: the chart {chart_dir} has no such file"
-        + (f" (its values files: {', '.join(offered)})" if offered else ""),
-        hint="valuesFile names a file of the chart directory, relative to it",
+        f"{at}: valuesFile {name!r}: the chart {chart_dir} has no such file{offered}",
+        hint=_VALUES_FILE_HINT,
     )
+
+
+_VALUES_FILE_HINT = "valuesFile names a file of the chart directory, relative to it"
+
+
+def _values_files(names: Iterable[str]) -> str:
+    """`` (its values files: a.yaml, b.yaml)`` for the YAML files among a chart's top-level
+    file ``names`` that can be values (not Helm's metadata or lock files), or nothing."""
+    offered = sorted(
+        n for n in names if "/" not in n and n.endswith((".yaml", ".yml")) and n not in _NOT_VALUES
+    )
+    return f" (its values files: {', '.join(offered)})" if offered else ""
 
 
 def _values_from_file(chart: LoadedChart, name: str, where: str) -> str:
@@ -351,18 +358,10 @@ def _values_from_file(chart: LoadedChart, name: str, where: str) -> str:
     """
     found = [f for f in chart.files if f.name == name]
     if not found:
-        offered = sorted(
-            [
-                f.name
-                for f in chart.files
-                if "/" not in f.name and f.name.endswith((".yaml", ".yml"))
-            ]
-            + (["values.yaml"] if chart.values is not None else [])
-        )
+        names = [f.name for f in chart.files] + (["values.yaml"] if chart.values else [])
         raise BuildError(
-            f"{where}: valuesFile {name!r}: the chart has no such file"
-            + (f" (its values files: {', '.join(offered)})" if offered else ""),
-            hint="valuesFile names a file of the chart directory, relative to it",
+            f"{where}: valuesFile {name!r}: the chart has no such file{_values_files(names)}",
+            hint=_VALUES_FILE_HINT,
         )
     replaced = " (in place of its own values.yaml)" if chart.values is not None else ""
     chart.values = ChartFile("values.yaml", found[0].data)
