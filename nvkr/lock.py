@@ -17,6 +17,11 @@ A tools tree's C toolchain (the compiler, binutils and C library packages of the
 cgo build's ``toolsTree`` is made from, per arch) is listed among the tools; every .deb of it is
 pinned in its source's closure.
 
+A source entry may also record facts read from its bytes for the compatibility rules
+(``"ovsdbSchemas"``: the OVSDB schemas of a git tree's models or of a .deb, see
+:mod:`nvkr.catalog.schemas`); ``nvkr lock`` reads them afresh, ``plan`` and ``build`` take them
+from the lockfile.
+
 A source is looked up by its name and its rendered spec, so a changed pin, URL or version is a
 miss. Path sources (this repository's own directories) are listed without a digest: they are
 hashed afresh on every build. ``nvkr build --locked`` refuses any difference and names it.
@@ -44,6 +49,9 @@ from nvkr.redact import redact_urls
 PIN_FIELDS = ("sha256", "sha512", "digest", "commit", "checksumUrl", "packages", "version")
 
 LOCK_VERSION = 1
+#: the members of a source entry; any other member is a fact read from the source's bytes and
+#: recorded by the check that read it (``ovsdbSchemas``: :mod:`nvkr.catalog.schemas`)
+_ENTRY_KEYS = frozenset({"name", "spec", "variants", "resolved"})
 
 
 def default_lock_path(recipe_path: Path) -> Path:
@@ -188,10 +196,20 @@ class Resolver:
                 resolved = self._resolve(variant, name, base)
                 self.resolved_now.append(name)
             entry = {"name": name, "spec": spec, "variants": [], "resolved": resolved}
+            if locked_entry is not None and "path" not in spec:
+                # what was read from the bytes (the catalog's rules: ``ovsdbSchemas``) goes on
+                entry.update({k: v for k, v in locked_entry.items() if k not in _ENTRY_KEYS})
             self._used[key] = entry
         if variant.id not in entry["variants"]:
             entry["variants"].append(variant.id)
         return ResolvedSource(name=name, spec=source, entry=entry["resolved"], base_dir=base)
+
+    def bound_entry(self, variant: Variant, name: str) -> dict[str, Any]:
+        """The entry :meth:`source_for` binds ``name`` of ``variant`` to (binding it now when it
+        is not): the document :meth:`document` writes, so what a caller records in it beside
+        the four members (the OVSDB schemas :mod:`nvkr.catalog.schemas` reads) is written too."""
+        self.source_for(variant, name)
+        return self._used[_spec_key(name, _spec(variant.recipe.sources[name]))]
 
     def _resolve(self, variant: Variant, name: str, base: Path) -> dict[str, Any]:
         """:func:`nvkr.fetch.resolve`; a checksum failure also names where the pin was written
@@ -277,6 +295,7 @@ class Resolver:
                 resolved.pop("digest", None)
             sources.append(
                 {
+                    **{k: v for k, v in entry.items() if k not in _ENTRY_KEYS},
                     "name": entry["name"],
                     "spec": entry["spec"],
                     "variants": sorted(entry["variants"]),

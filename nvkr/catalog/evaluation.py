@@ -6,12 +6,13 @@ Evaluation fails closed (:mod:`nvkr.catalog.rules`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from nvkr.catalog.constraints import satisfies
-from nvkr.catalog.facts import CLIENT_GO, DRIVER, Fact, VariantFacts
+from nvkr.catalog.facts import CLIENT_GO, DRIVER, Fact, RuleSchemas, VariantFacts
 from nvkr.catalog.loading import find_rules, load_rules
 from nvkr.catalog.rules import (
     CELL_CHECKS,
@@ -25,8 +26,8 @@ from nvkr.catalog.rules import (
     GpuGenerationsRule,
     GpuOpenKernelModulesRule,
     KubernetesLinesRule,
+    OvsdbSchemaRule,
     Rule,
-    VersionAtLeastRule,
     VersionByLineRule,
     VersionSkewRule,
     Violation,
@@ -139,8 +140,8 @@ class _Run:
             self._skew(rule)
         elif isinstance(rule, VersionByLineRule):
             self._by_line(rule)
-        elif isinstance(rule, VersionAtLeastRule):
-            self._at_least(rule)
+        elif isinstance(rule, OvsdbSchemaRule):
+            self._ovsdb(rule)
 
     def _driver_branch(self, rule: GpuDriverBranchRule) -> None:
         f = self.facts
@@ -307,22 +308,44 @@ class _Run:
                 {**values, "constraint": constraint},
             )
 
-    def _at_least(self, rule: VersionAtLeastRule) -> None:
+    def _ovsdb(self, rule: OvsdbSchemaRule) -> None:
         f = self.facts
-        fact, minimum = f.components.get(rule.component), f.components.get(rule.minimum)
-        for name, found in ((rule.component, fact), (rule.minimum, minimum)):
-            if found is None:
-                self._skip(rule.id, f"no {name} staged ({_declared(name)})")
-                return
-        assert fact is not None and minimum is not None
-        self.applied.append(rule.id)
-        if fact.version < minimum.version:
-            self._fail(
+        if f.schemas is None:
+            self._skip(
                 rule.id,
-                f"{rule.component} {fact.text} ({fact.where}) is older than {rule.minimum} "
-                f"{minimum.text} ({minimum.where}), which it must be at least",
-                {"component": rule.component, "version": fact.text, "minimum": minimum.text},
+                "read from the locked sources' bytes: checked by lock, plan and build",
             )
+            return
+        found = f.schemas.get(rule.id) or RuleSchemas()
+        if not found.has_models:
+            self._skip(rule.id, f"no git source of {rule.models.git} holds the models")
+            return
+        if not found.has_server:
+            self._skip(rule.id, f"no apt source installs {rule.server.package}")
+            return
+        self.applied.append(rule.id)
+        for problem in found.unread:
+            self._fail(rule.id, problem, {})
+        package = rule.server.package
+        for model in found.models:
+            same = [s for s in found.servers if s.database == model.database]
+            if not same and not found.unread:
+                self._fail(
+                    rule.id,
+                    f"{model.database} {model.text} ({model.where}): {package} ships no schema "
+                    f"of that database (read: {', '.join(rule.server.files)})",
+                    {"database": model.database, "models": model.text},
+                )
+            for server in same:
+                if model.version > server.version:
+                    self._fail(
+                        rule.id,
+                        f"the {model.database} models are generated from schema {model.text} "
+                        f"({model.where}), newer than the {model.database} {server.text} that "
+                        f"{package} ships ({server.where}): the models must be at most the "
+                        "server's schema",
+                        {"database": model.database, "models": model.text, "server": server.text},
+                    )
 
     def cluster_line(self) -> None:
         f = self.facts
@@ -367,6 +390,11 @@ def _declared(component: str, *, pins: bool = True) -> str:
 
 
 # -- checking recipes --------------------------------------------------------------------------
+#: a variant and the rules -> per ``ovsdb-schema`` rule id, what it read (a Variant: typed as
+#: object here, as ``variants`` is, so that the rules import no recipe code)
+SchemasOf = Callable[[Any, CompatibilityRules], dict[str, RuleSchemas]]
+
+
 @dataclass(frozen=True)
 class CheckReport:
     """What :func:`check_variants` checked.
@@ -384,7 +412,11 @@ class CheckReport:
 
 
 def check_variants(
-    recipe: Path, variants: Sequence[object], rules_path: Path | None = None
+    recipe: Path,
+    variants: Sequence[object],
+    rules_path: Path | None = None,
+    *,
+    schemas: SchemasOf | None = None,
 ) -> CheckReport:
     """Check every variant of ``recipe`` against its catalog's rules (``rules_path``, else
     :func:`find_rules`); nothing to check for a recipe outside any catalog.
@@ -393,6 +425,8 @@ def check_variants(
         recipe: the recipe file, as the user named it.
         variants: :class:`~nvkr.recipe.Variant` objects from :func:`nvkr.recipe.expand`.
         rules_path: a rules file overriding the catalog's (``validate --rules``).
+        schemas: what the ``ovsdb-schema`` rules read of a variant's locked sources
+            (:class:`nvkr.catalog.schemas.SourceSchemas`); without it they do not apply.
     Returns:
         A :class:`CheckReport` when every variant satisfies the rules.
     Raises:
@@ -415,7 +449,10 @@ def check_variants(
     lines: list[str] = []
     for variant in variants:
         assert isinstance(variant, Variant)
-        result = evaluate_all(variant_facts(variant, file), loaded.rules)
+        facts = variant_facts(variant, file)
+        if schemas is not None:
+            facts = replace(facts, schemas=schemas(variant, loaded.rules))
+        result = evaluate_all(facts, loaded.rules)
         applied.update(dict.fromkeys(result.applied))
         for rule, reason in result.not_applicable.items():
             skipped.setdefault(rule, {})[reason] = None

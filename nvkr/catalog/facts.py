@@ -46,9 +46,6 @@ VERSION_VARS: dict[str, str] = {
     # fact of the fleet, not of the image: a layer of the user's sets it)
     "spireVersion": "spire-agent",
     "spireServerVersion": "spire-server",
-    # the OVN schema OVN-Kubernetes' database models are generated from (its go-controller
-    # Makefile's OVN_SCHEMA_VERSION at the pinned commit): the node's OVN must have it
-    "ovnKubernetesOvnSchema": "ovn-kubernetes-ovn-schema",
     # the k8s.io/client-go OVN-Kubernetes' pinned go.mod requires (v0.X.Y, Kubernetes 1.X.Y's
     # client libraries), read as the Kubernetes release it was made for
     "ovnKubernetesClientGo": CLIENT_GO,
@@ -56,7 +53,7 @@ VERSION_VARS: dict[str, str] = {
 DRIVER = "nvidia-driver"
 OVN = "ovn"
 # components versioned YY.MM.PATCH (OVN's releases), parsed with parse_calendar
-CALENDAR: frozenset[str] = frozenset({OVN, "ovn-kubernetes-ovn-schema"})
+CALENDAR: frozenset[str] = frozenset({OVN})
 COMPONENTS: tuple[str, ...] = (*VERSION_VARS.values(), OVN)
 
 # NVIDIA's packaging (driver installation guide, "Kernel Modules"): nvidia-open installs the open
@@ -93,6 +90,41 @@ class Disagreement:
 
 
 @dataclass(frozen=True)
+class SchemaFile:
+    """The OVSDB schema one file names (rule check ``ovsdb-schema``).
+
+    Attributes:
+        database: the schema's ``name``, e.g. ``OVN_Northbound``.
+        version: its ``version`` (x.y.z, parsed as SemVer); ``text`` as written.
+        where: the file and the source it was read from, with where the pin is written.
+    """
+
+    database: str
+    version: UpstreamVersion
+    text: str
+    where: str
+
+
+@dataclass(frozen=True)
+class RuleSchemas:
+    """What one ``ovsdb-schema`` rule read of a variant's locked sources
+    (:mod:`nvkr.catalog.schemas`).
+
+    Attributes:
+        models: the schemas the client's models were generated from.
+        servers: the schemas the server package ships.
+        unread: what could not be read, each said in full (a violation: the rules fail closed).
+        has_models, has_server: whether the variant has such sources at all.
+    """
+
+    models: tuple[SchemaFile, ...] = ()
+    servers: tuple[SchemaFile, ...] = ()
+    unread: tuple[str, ...] = ()
+    has_models: bool = False
+    has_server: bool = False
+
+
+@dataclass(frozen=True)
 class VariantFacts:
     """The facts of one variant that compatibility rules read.
 
@@ -108,6 +140,8 @@ class VariantFacts:
         proprietary_pins: where the pins of the proprietary flavour are written
             (``FILE:LINE: sources.S.packages.P``).
         disagreements: var/pin pairs (and pin/pin pairs) naming different versions.
+        schemas: per ``ovsdb-schema`` rule id, what it read of the locked sources' bytes; None
+            when no source was read (``validate``).
     """
 
     file: str
@@ -120,6 +154,7 @@ class VariantFacts:
     kernel_modules: frozenset[str] = frozenset()
     proprietary_pins: tuple[str, ...] = ()
     disagreements: tuple[Disagreement, ...] = ()
+    schemas: dict[str, RuleSchemas] | None = None
 
 
 def pinned_component(package: str) -> str | None:

@@ -41,7 +41,6 @@ Component = Literal[
     "spire-agent",
     "spire-server",
     "ovn",
-    "ovn-kubernetes-ovn-schema",
     "ovn-kubernetes-client-go",
 ]
 
@@ -127,14 +126,41 @@ class VersionByLineRule(_Rule):
     constraints: dict[str, str] = Field(min_length=1)
 
 
-class VersionAtLeastRule(_Rule):
-    """``component`` must be at least the version of ``minimum``, another component of the same
-    variant (the node's OVN against the OVN schema OVN-Kubernetes' models need). Applies when
-    the variant has both."""
+class OvsdbModels(_Strict):
+    """Where a client's OVSDB database models are: libovsdb model files (modelgen's
+    ``model.go``, which embeds the schema it was generated from as a JSON string) in the git
+    sources of one repository."""
 
-    check: Literal["version-at-least"]
-    component: Component
-    minimum: Component
+    git: str = Field(
+        min_length=1,
+        description="Required. the repository URL, as recipes pin it: every git source of it is read",
+    )
+    files: list[str] = Field(
+        min_length=1,
+        description="Required. paths in the repository, e.g. [go-controller/pkg/nbdb/model.go]",
+    )
+
+
+class OvsdbServer(_Strict):
+    """Where the server's OVSDB schemas are: ``.ovsschema`` files in a Debian package."""
+
+    package: str = Field(min_length=1, description="Required. e.g. ovn-central")
+    files: list[str] = Field(
+        min_length=1,
+        description="Required. absolute paths in the package's data, e.g. [/usr/share/ovn/ovn-nb.ovsschema]",
+    )
+
+
+class OvsdbSchemaRule(_Rule):
+    """Per database, the schema version a client's models were generated from at most the one
+    the server package ships: read from the bytes (the pinned tree's model files, the locked
+    .deb's schema files) when sources are locked, recorded in the lockfile and checked from it
+    by ``plan`` and ``build`` (``validate`` reads no source). Applies when the variant has a git
+    source of ``models.git`` and an apt source pinning ``server.package``."""
+
+    check: Literal["ovsdb-schema"]
+    models: OvsdbModels
+    server: OvsdbServer
 
 
 Rule = Annotated[
@@ -146,7 +172,7 @@ Rule = Annotated[
     | GpuOpenKernelModulesRule
     | VersionSkewRule
     | VersionByLineRule
-    | VersionAtLeastRule,
+    | OvsdbSchemaRule,
     Field(discriminator="check"),
 ]
 CHECKS = (
@@ -158,7 +184,7 @@ CHECKS = (
     "gpu-open-kernel-modules",
     "version-skew",
     "version-by-line",
-    "version-at-least",
+    "ovsdb-schema",
 )
 # The checks that decide which cells exist at all; each must appear exactly once.
 TABLE_CHECKS = ("kubernetes-lines", "architectures", "gpu-generations")

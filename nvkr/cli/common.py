@@ -186,6 +186,26 @@ def bind_sources(session: Session) -> None:
                 raise
 
 
+def check_contents(session: Session, *, reread: bool = False) -> None:
+    """Check the session's variants against the compatibility rules that read the locked
+    sources' bytes (check ``ovsdb-schema``): from what the lock entries record, else (or with
+    ``reread``, as ``nvkr lock`` does) from the store's blobs, recording what was read in the
+    entries. Binds every source first.
+
+    Raises:
+        RecipeError: a violation (as :func:`nvkr.catalog.check_variants`).
+    """
+    from nvkr.catalog import check_variants, find_rules
+
+    if find_rules(Path(session.loaded.path)) is None:
+        return
+    from nvkr.catalog.schemas import SourceSchemas
+
+    bind_sources(session)
+    read = SourceSchemas(session.resolver.bound_entry, session.store, reread=reread)
+    check_variants(Path(session.loaded.path), session.variants, schemas=read)
+
+
 def make_session_plan(session: Session) -> Any:
     """Plan the session's variants; the epoch falls back to the newest git commit time."""
     from nvkr.lock import lock_digest
@@ -193,6 +213,7 @@ def make_session_plan(session: Session) -> Any:
     from nvkr.repro import source_date_epoch
 
     bind_sources(session)
+    check_contents(session)
     doc = session.resolver.document()
     commit_times = [
         e["resolved"]["commitTime"] for e in doc["sources"] if "commitTime" in e["resolved"]

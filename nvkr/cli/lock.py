@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from nvkr.cli import DEFAULT_RECIPE, App
-from nvkr.cli.common import Session, bind_sources, fetch_options, open_session
+from nvkr.cli.common import Session, bind_sources, check_contents, fetch_options, open_session
 from nvkr.cli.common import n as _n
 
 
@@ -26,7 +26,9 @@ def _split_args(args: tuple[str, ...]) -> tuple[Path, tuple[str, ...]]:
 
 def _relock(session: Session) -> tuple[dict[str, Any], list[str]]:
     """Resolve every source afresh (a lock run verifies every pin again, it never trusts the old
-    lock); the new document and the names of the sources whose entries changed.
+    lock), then check the rules that read the sources' bytes (:func:`check_contents`), which
+    records what they read in the entries; the new document and the names of the sources whose
+    entries changed.
 
     ``--offline`` can ask no upstream (a checksum file, a Release file, PyPI's index), so what
     the old lock pins for an unchanged source is checked against the store instead, exactly as
@@ -56,6 +58,7 @@ def _relock(session: Session) -> tuple[dict[str, Any], list[str]]:
                 if src.digest not in checked:
                     ensure(name, src.spec, src.entry, session.fetch, base_dir=src.base_dir)
                     checked.add(src.digest)
+    check_contents(session, reread=True)  # every source is in the store now: read the bytes
     doc = fresh.document()
     before = {
         canonical_json([e["name"], e["spec"], e["resolved"]])

@@ -42,6 +42,8 @@ from tests.helpers.k8smirror import K8sMirror, serve_k8s_mirror
 from tests.helpers.nvkr import Result, in_background, machine_image, make_clone, run_nvkr, seed
 from tests.helpers.ovnkubernetes import COMMANDS as OVNK_COMMANDS
 from tests.helpers.ovnkubernetes import LINKED_CRDS, Upstream, make_upstream
+from tests.helpers.ovnkubernetes import NEWER_NB as OVNK_NEWER_NB
+from tests.helpers.ovnkubernetes import SCHEMAS as OVNK_SCHEMAS
 from tests.helpers.ovnkubernetes import UPSTREAM as OVNK_UPSTREAM
 
 pytestmark = pytest.mark.slow
@@ -262,6 +264,21 @@ def test_catalog_leaf_locks_and_builds_against_loopback_upstreams(
     image_debs = {p["name"]: p for p in entries["ovnkube-packages"]["packages"]}
     assert image_debs["ovn-central"]["version"] == "25.03.0-1"
     assert image_debs["ovn-host"]["version"] == "25.03.0-1"
+    # rule ovn-kubernetes.ovn-schema read both sides from the bytes and recorded them: the
+    # models of the pinned tree (the stand-in's, upstream's versions at 51b98b91) and the
+    # schemas of Debian 13's own ovn-central .deb
+    records = {e["name"]: e.get("ovsdbSchemas") for e in lock["sources"]}
+    assert records["ovnkube-packages"] == [
+        {"package": "ovn-central", "file": f"/usr/share/ovn/ovn-{db}.ovsschema", "name": name,
+         "version": version}
+        for db, (name, version) in (("nb", OVNK_SCHEMAS["nbdb"]), ("sb", OVNK_SCHEMAS["sbdb"]))
+    ]  # fmt: skip
+    for name in ("ovn-kubernetes", "ovn-kubernetes-repo"):
+        assert records[name] == [
+            {"file": f"go-controller/pkg/{pkg}/model.go", "name": db, "version": version}
+            for pkg, (db, version) in sorted(OVNK_SCHEMAS.items())
+        ], name
+    assert records["node-packages"] is None  # no ovn-central on the node
 
     built = leaf.built
     assert built.code == 0, built.stderr
@@ -831,6 +848,37 @@ def test_the_ovnkube_image_is_the_same_from_a_second_clone_and_holds_the_ovn_too
         inside("sh", "-c", f"command -v {tool}")
     assert (root / "usr/share/ovn/scripts/ovn-ctl").is_file()
     assert (root / "usr/share/ovn/ovn-nb.ovsschema").is_file()
+
+
+def test_a_newer_ovn_kubernetes_pin_is_refused_at_plan_naming_both_schemas(leaf: Leaf) -> None:
+    """A leaf moving OVN-Kubernetes to a commit whose Northbound models are generated from a
+    newer schema than Debian 13's ovn-central ships: `nvkr plan` with the good leaf's lockfile
+    (only the two git sources resolve now) reads the new tree's models, takes ovn-central's
+    schemas from the lockfile's record, and refuses before planning, naming both versions,
+    files and pins."""
+    bad = "recipes/catalog/loopback-newer-ovnk.yaml"
+    (leaf.project / bad).write_text(
+        "apiVersion: nvkr.dev/v1alpha1\nkind: Recipe\nmetadata: {name: loopback-newer-ovnk}\n"
+        "extends: [loopback.yaml]\n"
+        f"sources:\n  ovn-kubernetes: {{commit: {leaf.ovnk.newer}}}\n"
+        f"  ovn-kubernetes-repo: {{commit: {leaf.ovnk.newer}}}\n"
+    )
+    lockfile = leaf.project / "lockfiles" / "catalog" / "loopback.lock.json"
+    planned = run_nvkr(
+        "plan", bad, "--lockfile", str(lockfile), *leaf.mirrors, cwd=leaf.project, store=leaf.store
+    )
+    assert planned.code == 2, planned.stderr
+    err = " ".join(planned.stderr.split())
+    assert (
+        f"{bad}: variant gpu=hopper,kubernetes=1.36,arch=amd64: rule ovn-kubernetes.ovn-schema: "
+        f"the OVN_Northbound models are generated from schema {OVNK_NEWER_NB} "
+        f"(go-controller/pkg/nbdb/model.go of {OVNK_UPSTREAM} at commit {leaf.ovnk.newer[:12]}, "
+        f"{bad}:6: sources.ovn-kubernetes.commit), newer than the OVN_Northbound 7.11.0 that "
+        "ovn-central ships (/usr/share/ovn/ovn-nb.ovsschema of ovn-central 25.03.0-1, "
+        "recipes/network/ovn-kubernetes.yaml:"
+    ) in err, err
+    assert "OVN_Southbound" not in err, err  # the Southbound models are unchanged
+    assert "actions" not in planned.stdout, planned.stdout
 
 
 def test_upstreams_chart_is_packaged_pinned_to_the_image_and_offline(leaf: Leaf) -> None:

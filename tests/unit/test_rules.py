@@ -12,7 +12,7 @@ import pytest
 
 from nvkr.catalog import VariantFacts, check_variants, evaluate_all, load_rules, variant_facts
 from nvkr.catalog.evaluation import evaluate_cell
-from nvkr.catalog.facts import Disagreement, Fact
+from nvkr.catalog.facts import Disagreement, Fact, RuleSchemas, SchemaFile
 from nvkr.catalog.loading import find_rules
 from nvkr.catalog.rules import CompatibilityRules
 from nvkr.catalog.versions import VersionError, parse_calendar, parse_driver, parse_upstream
@@ -42,6 +42,7 @@ def facts(
     arch: str = "amd64",
     cluster: str | None = "1.36.3",
     flavours: tuple[str, ...] = ("open",),
+    schemas: RuleSchemas | None = None,
     **components: str,
 ) -> VariantFacts:
     """Facts of a valid hopper/1.36/amd64 variant, with components overridden (None drops one)."""
@@ -55,7 +56,6 @@ def facts(
         "spire_agent": "1.15.3",
         "spire_server": "1.15.3",
         "ovn": "23.03.1",
-        "ovn_kubernetes_ovn_schema": "23.03.0",
         # client-go v0.34.1, as facts hold it: the Kubernetes release it belongs to
         "ovn_kubernetes_client_go": "1.34.1",
     }
@@ -68,13 +68,53 @@ def facts(
         arch=arch,
         cluster=fact(cluster) if cluster else None,
         components={
-            k.replace("_", "-"): fact(
-                v, driver=k == "nvidia_driver", calendar=k in ("ovn", "ovn_kubernetes_ovn_schema")
-            )
+            k.replace("_", "-"): fact(v, driver=k == "nvidia_driver", calendar=k == "ovn")
             for k, v in base.items()
             if v is not None
         },
         kernel_modules=frozenset(flavours),
+        schemas={OVN_SCHEMA: schemas if schemas is not None else ovsdb()},
+    )
+
+
+OVN_SCHEMA = "ovn-kubernetes.ovn-schema"
+
+
+def schema_file(database: str, version: str, where: str) -> SchemaFile:
+    return SchemaFile(database, parse_upstream(version), version, where)
+
+
+def ovsdb(
+    nb: str = "7.11.0",
+    sb: str = "20.41.0",
+    server_nb: str = "7.11.0",
+    server_sb: str = "20.41.0",
+    *,
+    unread: tuple[str, ...] = (),
+) -> RuleSchemas:
+    """What rule ovn-kubernetes.ovn-schema reads of a variant: the models' schemas (the pinned
+    tree's model.go files) and the server's (ovn-central's .ovsschema files)."""
+    return RuleSchemas(
+        models=tuple(
+            schema_file(db, v, f"{f} of ovnk at commit c0ffee, x.yaml:2: sources.ovnk.commit")
+            for db, v, f in (
+                ("OVN_Northbound", nb, "go-controller/pkg/nbdb/model.go"),
+                ("OVN_Southbound", sb, "go-controller/pkg/sbdb/model.go"),
+            )
+        ),
+        servers=tuple(
+            schema_file(
+                db, v, f"{f} of ovn-central 25.03.0-1, x.yaml:3: sources.img.packages.ovn-central"
+            )
+            for db, v, f in (
+                ("OVN_Northbound", server_nb, "/usr/share/ovn/ovn-nb.ovsschema"),
+                ("OVN_Southbound", server_sb, "/usr/share/ovn/ovn-sb.ovsschema"),
+            )
+            if v
+        ),
+        unread=unread,
+        has_models=True,
+        has_server=True,
     )
 
 
@@ -173,23 +213,48 @@ def test_spire_agent_not_newer_than_the_server_and_one_minor_older_at_most(rules
     )
 
 
-def test_the_nodes_ovn_has_the_schema_ovn_kubernetes_models(rules):
-    """libovsdb refuses a server whose schema lacks a table or column of ovnkube's model
-    (ovn-org/ovn-kubernetes#3590): the node's OVN must be at least the schema the pinned commit's
-    models are generated from. OVN's versions are YY.MM.PATCH, compared as numbers."""
-    assert failures(facts(ovn="23.03.1", ovn_kubernetes_ovn_schema="23.03.0"), rules) == {}
-    assert failures(facts(ovn="24.03.2", ovn_kubernetes_ovn_schema="23.09.0"), rules) == {}
-    got = failures(facts(ovn="23.03.1", ovn_kubernetes_ovn_schema="23.06.0"), rules)
+def test_the_images_ovn_schemas_hold_ovn_kubernetes_models(rules):
+    """libovsdb refuses a server whose schema lacks a table or column of ovnkube's models
+    (ovn-org/ovn-kubernetes#3590): per database, the schema the pinned models were generated
+    from must be at most the one ovn-central ships, both named with where they were read."""
+    assert failures(facts(schemas=ovsdb()), rules) == {}
+    assert failures(facts(schemas=ovsdb(nb="7.3.0", sb="20.33.0")), rules) == {}
+    got = failures(facts(schemas=ovsdb(nb="7.12.0")), rules)
     assert got == {
-        "ovn-kubernetes.ovn-schema": "ovn 23.03.1 (x.yaml:1: vars.v) is older than "
-        "ovn-kubernetes-ovn-schema 23.06.0 (x.yaml:1: vars.v), which it must be at least"
+        OVN_SCHEMA: "the OVN_Northbound models are generated from schema 7.12.0 "
+        "(go-controller/pkg/nbdb/model.go of ovnk at commit c0ffee, x.yaml:2: sources.ovnk.commit), "
+        "newer than the OVN_Northbound 7.11.0 that ovn-central ships (/usr/share/ovn/ovn-nb.ovsschema "
+        "of ovn-central 25.03.0-1, x.yaml:3: sources.img.packages.ovn-central): the models must be "
+        "at most the server's schema"
     }
-    result = evaluate_all(facts(ovn_kubernetes_ovn_schema=None), rules)
-    assert result.not_applicable["ovn-kubernetes.ovn-schema"] == (
-        "no ovn-kubernetes-ovn-schema staged (vars.ovnKubernetesOvnSchema or an apt pin)"
+    # the other side of the same rule: an older OVN under the same models (bookworm's 23.03)
+    older = facts(schemas=ovsdb(server_nb="7.0.0", server_sb="20.27.0"))
+    messages = [v.message for v in evaluate_all(older, rules).violations]
+    assert len(messages) == 2, messages  # one per database
+    assert "schema 7.11.0" in messages[0] and "OVN_Northbound 7.0.0 that" in messages[0]
+    assert "schema 20.41.0" in messages[1] and "OVN_Southbound 20.27.0 that" in messages[1]
+    # a model whose database the package has no schema of
+    got = failures(facts(schemas=ovsdb(server_sb="")), rules)
+    assert got[OVN_SCHEMA].startswith("OVN_Southbound 20.41.0 (go-controller/pkg/sbdb/model.go")
+    assert "ovn-central ships no schema of that database" in got[OVN_SCHEMA]
+    # what could not be read fails closed
+    got = failures(facts(schemas=ovsdb(unread=("ovnk at commit c0ffee has no file x",))), rules)
+    assert got == {OVN_SCHEMA: "ovnk at commit c0ffee has no file x"}
+
+
+def test_the_ovn_schema_rule_applies_only_to_what_was_read(rules):
+    """validate reads no source; a variant without OVN-Kubernetes or without ovn-central has
+    nothing to compare."""
+    result = evaluate_all(replace(facts(), schemas=None), rules)
+    assert result.not_applicable[OVN_SCHEMA] == (
+        "read from the locked sources' bytes: checked by lock, plan and build"
     )
-    result = evaluate_all(facts(ovn=None), rules)
-    assert result.not_applicable["ovn-kubernetes.ovn-schema"] == "no ovn staged (an apt pin)"
+    result = evaluate_all(facts(schemas=replace(ovsdb(), has_models=False)), rules)
+    assert result.not_applicable[OVN_SCHEMA] == (
+        "no git source of https://github.com/ovn-org/ovn-kubernetes holds the models"
+    )
+    result = evaluate_all(facts(schemas=replace(ovsdb(), has_server=False)), rules)
+    assert result.not_applicable[OVN_SCHEMA] == "no apt source installs ovn-central"
 
 
 @pytest.mark.parametrize(
@@ -438,13 +503,11 @@ def test_nvidia_package_names_as_debian_and_nvidia_write_them(
     assert f.kernel_modules == flavours
 
 
-def test_ovn_pins_are_one_calendar_version_checked_against_the_schema(tmp_path, rules):
+def test_ovn_pins_are_one_calendar_version(tmp_path, rules):
     """The node's ovn-host and an image's ovn-central are OVN pins: read as OVN's YY.MM.PATCH
-    (the month's leading zero kept in messages), they must agree (pins.agree) and be at least
-    the schema var."""
+    (the month's leading zero kept in messages), they must agree (pins.agree)."""
     path = write_leaf_recipe(
         tmp_path / "r.yaml",
-        vars={"ovnKubernetesOvnSchema": "23.06.0"},
         packages={"ovn-host": "23.03.1-1~deb12u2", "ovn-central": "23.09.0-1"},
     )
     (variant,) = expand(load_recipe(path))
@@ -453,20 +516,19 @@ def test_ovn_pins_are_one_calendar_version_checked_against_the_schema(tmp_path, 
     got = failures(f, rules)
     assert got["pins.agree"].startswith("ovn 23.09.0-1 (")
     assert "disagrees with the pin 23.03.1-1~deb12u2" in got["pins.agree"]
-    assert "ovn-kubernetes.ovn-schema" not in got, "23.09 has the 23.06 schema"
     path.write_text(path.read_text().replace("23.09.0-1", "23.03.1-1~deb12u2"))
     (variant,) = expand(load_recipe(path))
-    got = failures(variant_facts(variant, "r.yaml"), rules)
-    assert list(got) == ["ovn-kubernetes.ovn-schema"], got
-    assert got["ovn-kubernetes.ovn-schema"].startswith("ovn 23.03.1-1~deb12u2 (")
+    assert failures(variant_facts(variant, "r.yaml"), rules) == {}
 
 
 def test_a_bad_calendar_version_names_file_and_field(tmp_path):
-    path = write_leaf_recipe(tmp_path / "r.yaml", vars={"ovnKubernetesOvnSchema": "23.03"})
+    path = write_leaf_recipe(tmp_path / "r.yaml", packages={"ovn-host": "23.03-1"})
     (variant,) = expand(load_recipe(path))
     with pytest.raises(VersionError) as err:
         variant_facts(variant, "r.yaml")
-    assert err.value.message.startswith(f"{path}:7: vars.ovnKubernetesOvnSchema: '23.03'")
+    assert err.value.message.startswith(
+        f"{path}:13: sources.node-packages.packages.ovn-host: '23.03-1': upstream part: '23.03'"
+    ), err.value.message
     assert "expected YY.MM.PATCH such as 23.03.1" in err.value.message
 
 
