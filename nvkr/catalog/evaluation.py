@@ -321,7 +321,7 @@ class _Run:
             self._skip(rule.id, f"no git source of {rule.models.git} holds the models")
             return
         if not found.has_server:
-            self._skip(rule.id, f"no apt source installs {rule.server.package}")
+            self._skip(rule.id, rule.without_server)
             return
         self.applied.append(rule.id)
         for problem in found.unread:
@@ -343,7 +343,9 @@ class _Run:
                         f"the {model.database} models are generated from schema {model.text} "
                         f"({model.where}), newer than the {model.database} {server.text} that "
                         f"{package} ships ({server.where}): the models must be at most the "
-                        "server's schema",
+                        f"server's schema; pin a commit whose models are generated from "
+                        f"{model.database} {server.text} or older, or a {package} version "
+                        "shipping a newer schema",
                         {"database": model.database, "models": model.text, "server": server.text},
                     )
 

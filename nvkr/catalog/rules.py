@@ -162,6 +162,14 @@ class OvsdbSchemaRule(_Rule):
     models: OvsdbModels
     server: OvsdbServer
 
+    @property
+    def without_server(self) -> str:
+        """Why the rule does not apply to a variant with the models and no server package."""
+        return (
+            f"no apt source installs {self.server.package}, so the models of {self.models.git} "
+            "have no schema to be held to"
+        )
+
 
 Rule = Annotated[
     KubernetesLinesRule
@@ -186,6 +194,9 @@ CHECKS = (
     "version-by-line",
     "ovsdb-schema",
 )
+# The checks that read the locked sources' bytes (lock, plan and build evaluate them; validate and
+# recipes list cannot).
+CONTENT_CHECKS = ("ovsdb-schema",)
 # The checks that decide which cells exist at all; each must appear exactly once.
 TABLE_CHECKS = ("kubernetes-lines", "architectures", "gpu-generations")
 # The checks that read nothing but the cell; a violation of one makes the cell "unsupported".

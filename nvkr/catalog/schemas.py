@@ -155,6 +155,9 @@ class SourceSchemas:
 
     def __init__(self, entry: EntryOf, store: Store, *, reread: bool = False) -> None:
         self.entry, self.store, self.reread = entry, store, reread
+        #: (rule id, why) -> the variants whose models are pinned with no server package to
+        #: hold them to (the rule does not apply; validate cannot tell, so the caller says it)
+        self.unchecked: dict[tuple[str, str], list[str]] = {}
 
     def __call__(self, variant: Variant, rules: CompatibilityRules) -> dict[str, RuleSchemas]:
         return {
@@ -194,10 +197,11 @@ class SourceSchemas:
                     }
 
                 digest = str(entry["resolved"]["digest"])
-                for record in self._records(
+                records, held = self._records(
                     entry, {}, files, digest, read_tree, model_schema, label, unread
-                ):
-                    fact = _fact(record, f"{record['file']} of {what}, {place}", unread)
+                )
+                for record in _one_per_database(records, label, unread):
+                    fact = _fact(record, f"{record['file']} of {what}, {place}", held, unread)
                     if fact is not None:
                         models.setdefault((source.commit, record["file"]), fact)
             elif isinstance(source, AptSource):
@@ -222,7 +226,7 @@ class SourceSchemas:
                     return deb_files(blob, files)
 
                 key = {"package": rule.server.package}
-                for record in self._records(
+                records, held = self._records(
                     entry,
                     key,
                     files,
@@ -231,10 +235,13 @@ class SourceSchemas:
                     ovsschema,
                     label,
                     unread,
-                ):
-                    fact = _fact(record, f"{record['file']} of {what}, {place}", unread)
+                )
+                for record in _one_per_database(records, label, unread):
+                    fact = _fact(record, f"{record['file']} of {what}, {place}", held, unread)
                     if fact is not None:
                         servers.append(fact)
+        if has_models and not has_server:
+            self.unchecked.setdefault((rule.id, rule.without_server), []).append(variant.id)
         return RuleSchemas(
             models=tuple(models.values()),
             servers=tuple(servers),
@@ -253,25 +260,25 @@ class SourceSchemas:
         parse: Callable[[bytes, str], tuple[str, str]],
         label: str,
         unread: list[str],
-    ) -> list[dict[str, str]]:
-        """The records of ``files`` (with ``key``: the package) of ``entry``: those it holds,
-        unless ``reread`` or one is missing; else read from blob ``digest`` and recorded in it.
-        What cannot be read is said in ``unread``."""
+    ) -> tuple[list[dict[str, str]], bool]:
+        """The records of ``files`` (with ``key``: the package) of ``entry``, and whether they
+        are the entry's own: those it holds, unless ``reread`` or one is missing; else read
+        from blob ``digest`` and recorded in it. What cannot be read is said in ``unread``."""
         held: list[dict[str, str]] = [r for r in entry.get(RECORD) or [] if isinstance(r, dict)]
         mine = {r.get("file"): r for r in held if all(r.get(k) == v for k, v in key.items())}
         if not self.reread and all(f in mine for f in files):
-            return [mine[f] for f in files]
+            return [mine[f] for f in files], True
         if not self.store.has_blob(digest):
             unread.append(
                 f"{label}: the lockfile records no schema of {', '.join(files)} and the store "
                 f"does not hold the bytes ({digest}) to read it: run `nvkr lock`"
             )
-            return []
+            return [], False
         try:
             contents = read(self.store.blob_path(digest))
         except (OSError, tarfile.TarError, ValueError) as e:
             unread.append(f"{label}: cannot read {', '.join(files)}: {e}")
-            return []
+            return [], False
         records = []
         for file in files:
             if file not in contents:
@@ -291,11 +298,31 @@ class SourceSchemas:
         entry[RECORD] = sorted(
             [*kept, *records], key=lambda r: (r.get("package", ""), r.get("file", ""))
         )
-        return records
+        return records, False
 
 
-def _fact(record: dict[str, str], place: str, unread: list[str]) -> SchemaFile | None:
-    """A record as a :class:`SchemaFile` (a version that does not parse goes to ``unread``)."""
+def _one_per_database(
+    records: list[dict[str, str]], label: str, unread: list[str]
+) -> list[dict[str, str]]:
+    """``records``, unless two files of one source name the same database: each file the rule
+    names is one database's, so that is said in ``unread`` and none of them is compared."""
+    files: dict[str, list[str]] = {}
+    for record in records:
+        files.setdefault(str(record.get("name")), []).append(str(record.get("file")))
+    twice = {name: paths for name, paths in files.items() if len(paths) > 1}
+    for name, paths in sorted(twice.items()):
+        unread.append(
+            f"{' and '.join(paths)} of {label} all hold a schema named {name}: the rule reads "
+            "one database from each file"
+        )
+    return [r for r in records if str(r.get("name")) not in twice]
+
+
+def _fact(record: dict[str, str], place: str, held: bool, unread: list[str]) -> SchemaFile | None:
+    """A record as a :class:`SchemaFile`, its place saying when it is the lockfile's record
+    rather than bytes read now (a version that does not parse goes to ``unread``)."""
+    if held:
+        place += "; as the lockfile records it"
     try:
         version = parse_upstream(str(record.get("version")), where=place)
     except VersionError as e:

@@ -204,6 +204,8 @@ def check_contents(session: Session, *, reread: bool = False) -> None:
     bind_sources(session)
     read = SourceSchemas(session.resolver.bound_entry, session.store, reread=reread)
     check_variants(Path(session.loaded.path), session.variants, schemas=read)
+    for (rule, why), variants in read.unchecked.items():  # validate said it is checked here
+        click.echo(f"note: rule {rule} did not apply to {'; '.join(variants)}: {why}", err=True)
 
 
 def make_session_plan(session: Session) -> Any:

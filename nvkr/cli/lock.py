@@ -60,15 +60,13 @@ def _relock(session: Session) -> tuple[dict[str, Any], list[str]]:
                     checked.add(src.digest)
     check_contents(session, reread=True)  # every source is in the store now: read the bytes
     doc = fresh.document()
-    before = {
-        canonical_json([e["name"], e["spec"], e["resolved"]])
-        for e in (old or {}).get("sources", [])
-    }
-    changed = [
-        e["name"]
-        for e in doc["sources"]
-        if canonical_json([e["name"], e["spec"], e["resolved"]]) not in before
-    ]
+
+    # an entry changed when anything but the variants using it did (what the rules read too)
+    def ident(entry: dict[str, Any]) -> bytes:
+        return canonical_json({k: v for k, v in entry.items() if k != "variants"})
+
+    before = {ident(e) for e in (old or {}).get("sources", [])}
+    changed = [e["name"] for e in doc["sources"] if ident(e) not in before]
     return doc, changed
 
 
@@ -122,7 +120,8 @@ def _report(session: Session, doc: dict[str, Any], changed: list[str], had_lock:
     from nvkr.lock import lock_digest
 
     click.echo(
-        f"locked {len(doc['sources'])} sources of {len(session.variants)} variants into {session.lock_path}"
+        f"locked {_n(len(doc['sources']), 'source')} of {_n(len(session.variants), 'variant')} "
+        f"into {session.lock_path}"
     )
     click.echo(f"  lockfile digest {lock_digest(doc)}")
     if had_lock:

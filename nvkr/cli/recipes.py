@@ -39,14 +39,15 @@ def command() -> None:
 @click.pass_obj
 def list_command(app: App, as_json: bool, directory: Path, rules_path: Path | None) -> None:
     """Every GPU generation x Kubernetes line x arch of the rules, the leaf recipes covering it,
-    and its status: ok (a covering leaf passes every rule), invalid (every covering leaf breaks
+    and its status: ok (a covering leaf passes every rule read from the recipes; the rules that
+    read a leaf's locked sources are named below and checked by lock, plan and build), invalid (every covering leaf breaks
     a rule), unsupported (the rules exclude it), no recipe. A leaf that breaks a rule is marked
     in every row covering it and named below the counts, even where another leaf keeps the
     combination ok. Files that fail to load are listed as broken. Exit 0 whatever the statuses
     (a listing); `nvkr validate` fails on a bad leaf."""
     from nvkr.catalog.listing import list_catalog
     from nvkr.catalog.loading import load_rules
-    from nvkr.catalog.rules import RULES_FILE
+    from nvkr.catalog.rules import CONTENT_CHECKS, RULES_FILE
     from nvkr.errors import UsageError
 
     if not directory.is_dir():
@@ -59,7 +60,8 @@ def list_command(app: App, as_json: bool, directory: Path, rules_path: Path | No
             f"{path}: no compatibility rules file",
             hint=f"a catalog holds its rules in {RULES_FILE}; or name them with --rules",
         )
-    listing = list_catalog(directory, load_rules(path))
+    rules = load_rules(path)
+    listing = list_catalog(directory, rules)
     if as_json:
         click.echo(json.dumps(listing.to_json(), indent=2, sort_keys=True))
         return
@@ -95,6 +97,12 @@ def list_command(app: App, as_json: bool, directory: Path, rules_path: Path | No
         f"{_n(len(listing.combinations), 'combination')} under {listing.rules}: "
         + ", ".join(f"{count} {status}" for status, count in counts.items())
     )
+    deferred = [r.id for r in rules.rules.rules if r.check in CONTENT_CHECKS]
+    if deferred:
+        click.echo(
+            "not checked here, as they read a leaf's locked sources (`nvkr lock`, `plan` and "
+            "`build` check them): " + ", ".join(deferred)
+        )
     if listing.failing_leaves:
         click.echo(
             "leaves breaking a rule (nvkr validate fails them): "

@@ -253,7 +253,8 @@ def git(repo: Path, *args: str) -> str:
 
 
 def make_upstream(repo: Path) -> Upstream:
-    """Create the stand-in repository at ``repo`` (a new directory) and commit it twice."""
+    """Create the stand-in repository at ``repo`` (a new directory) and commit it three times
+    (see the module)."""
     repo.mkdir(parents=True)
     git(repo, "-c", "init.defaultBranch=master", "init", "-q")
     for name, text in FILES.items():

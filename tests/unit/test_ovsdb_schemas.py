@@ -32,6 +32,7 @@ from nvkr.repro import write_tar
 from nvkr.store import Store
 from tests.helpers import REPO
 from tests.helpers.aptrepo import DebSpec, build_deb
+from tests.helpers.cli import invoke
 from tests.helpers.ovnkubernetes import NEWER_NB, SCHEMAS, Upstream, make_upstream, model_go
 
 LEAVES = sorted((REPO / "recipes" / "catalog").glob("*.yaml"))
@@ -216,3 +217,118 @@ def test_plan_checks_the_record_and_fails_closed_without_it(
         check_variants(leaf, variants, schemas=SourceSchemas(bare.entry, bare.store))
     assert f"{SB_FILE} is not in ovn-central 25.03.0-1 (" in err.value.message
     assert "sources.ovnkube-packages.packages.ovn-central): the rule reads it" in err.value.message
+
+
+LOCKED_LEAF = """\
+apiVersion: nvkr.dev/v1alpha1
+kind: Recipe
+metadata: {name: ovsdb}
+matrix: {gpu: [hopper], kubernetes: ["1.36"], arch: [amd64]}
+vars: {kubeletVersion: "1.36.3"}
+sources:
+  ovn-kubernetes:
+    git: https://github.com/ovn-org/ovn-kubernetes
+    commit: "@COMMIT@"
+    subdir: go-controller
+  image-packages:
+    apt: {test: {url: "@URL@", suite: stable, keyring: "@KEYRING@"}}
+    arch: amd64
+    base: none
+    packages: {@PACKAGE@: "25.03.0-1"}
+artifacts: {}
+releaseSet: {name: "ovsdb-{{ gpu }}", clusterRelease: {kubernetes: "1.36.3"}}
+"""
+
+
+def test_lock_records_plan_checks_and_a_refusal_writes_nothing(
+    upstream: Upstream, apt_repos: Any, tmp_path: Path
+) -> None:
+    """Through the CLI on a leaf of a catalog of its own: `nvkr lock` records both sides; a lock
+    restoring a record deleted by hand says the entries changed; the newer commit is refused by
+    `plan` (the server side from the record, said so) and by `lock` (the lockfile left as it
+    was); a leaf pinning the models without ovn-central gets a note, not silence."""
+    repo = apt_repos(
+        suite="stable",
+        arches=("amd64",),
+        packages=[
+            DebSpec("ovn-central", "25.03.0-1", "amd64", files=TRIXIE),
+            DebSpec("ovn-host", "25.03.0-1", "amd64"),
+        ],
+    )
+    catalog = tmp_path / "recipes"
+    catalog.mkdir()
+    (catalog / "compatibility.yaml").write_bytes(
+        (REPO / "recipes" / "compatibility.yaml").read_bytes()
+    )
+    leaf, store = catalog / "ovsdb.yaml", tmp_path / "store"
+    text = (
+        LOCKED_LEAF.replace("@URL@", str(repo.url))
+        .replace("@KEYRING@", str(repo.keyring))
+        .replace("@PACKAGE@", "ovn-central")
+    )
+    leaf.write_text(text.replace("@COMMIT@", upstream.good))
+    mirror = ("--mirror", f"https://github.com/ovn-org/ovn-kubernetes={upstream.repo.as_uri()}")
+    lockfile = tmp_path / "lockfiles" / "ovsdb.lock.json"
+
+    locked = invoke("lock", leaf, *mirror, store=store)
+    assert locked.code == 0, locked.stderr
+    assert "locked 2 sources of 1 variant into" in locked.stdout
+    doc = json.loads(lockfile.read_text())
+    records = {e["name"]: e[RECORD] for e in doc["sources"]}
+    assert records["image-packages"][0] == {
+        "package": "ovn-central",
+        "file": NB_FILE,
+        "name": "OVN_Northbound",
+        "version": "7.11.0",
+    }
+    assert [r["version"] for r in records["ovn-kubernetes"]] == ["7.11.0", "20.41.0"]
+
+    for entry in doc["sources"]:
+        del entry[RECORD]
+    lockfile.write_text(json.dumps(doc))
+    relocked = invoke("lock", leaf, "--offline", store=store)
+    assert relocked.code == 0, relocked.stderr
+    assert "changed: image-packages, ovn-kubernetes" in relocked.stdout
+    assert json.loads(lockfile.read_text())["sources"][0][RECORD]
+
+    leaf.write_text(text.replace("@COMMIT@", upstream.newer))
+    before = lockfile.read_bytes()
+    planned = invoke("plan", leaf, *mirror, store=store)
+    assert planned.code == 2, planned.stderr
+    message = " ".join(planned.stderr.split())
+    assert (
+        f"rule {RULE}: the OVN_Northbound models are generated from schema {NEWER_NB} " in message
+    )
+    assert (
+        f"newer than the OVN_Northbound 7.11.0 that ovn-central ships ({NB_FILE} of ovn-central "
+        f"25.03.0-1, {leaf}:15: sources.image-packages.packages.ovn-central; as the lockfile "
+        "records it): the models must be at most the server's schema; pin a commit whose models "
+        "are generated from OVN_Northbound 7.11.0 or older, or a ovn-central version shipping a "
+        "newer schema"
+    ) in message
+    refused = invoke("lock", leaf, *mirror, store=store)
+    assert refused.code == 2 and f"schema {NEWER_NB}" in refused.stderr, refused.stderr
+    assert lockfile.read_bytes() == before
+
+    leaf.write_text(text.replace("@COMMIT@", upstream.newer).replace("ovn-central", "ovn-host"))
+    noted = invoke("lock", leaf, *mirror, store=store)
+    assert noted.code == 0, noted.stderr
+    assert (
+        f"note: rule {RULE} did not apply to gpu=hopper,kubernetes=1.36,arch=amd64: no apt source "
+        "installs ovn-central, so the models of https://github.com/ovn-org/ovn-kubernetes have no "
+        "schema to be held to"
+    ) in " ".join(noted.stderr.split())
+
+
+def test_two_files_naming_one_database_fail_closed(upstream: Upstream, tmp_path: Path) -> None:
+    """Each file the rule names is one database's: a package whose two schema files name the
+    same database is not compared (its other database would go unchecked), it is refused."""
+    leaf = REPO / "recipes" / "catalog" / "hopper-k8s1.36.yaml"
+    twice = {NB_FILE: TRIXIE[NB_FILE], SB_FILE: _ovsschema("OVN_Northbound", "7.11.0")}
+    found = Bytes(tmp_path, upstream, upstream.good, twice)
+    with pytest.raises(RecipeError) as err:
+        check_variants(leaf, _leaf_variants(leaf), schemas=SourceSchemas(found.entry, found.store))
+    assert f"{NB_FILE} and {SB_FILE} of ovn-central 25.03.0-1 (" in err.value.message
+    assert "all hold a schema named OVN_Northbound: the rule reads one database from each file" in (
+        err.value.message
+    )

@@ -225,7 +225,8 @@ def test_the_images_ovn_schemas_hold_ovn_kubernetes_models(rules):
         "(go-controller/pkg/nbdb/model.go of ovnk at commit c0ffee, x.yaml:2: sources.ovnk.commit), "
         "newer than the OVN_Northbound 7.11.0 that ovn-central ships (/usr/share/ovn/ovn-nb.ovsschema "
         "of ovn-central 25.03.0-1, x.yaml:3: sources.img.packages.ovn-central): the models must be "
-        "at most the server's schema"
+        "at most the server's schema; pin a commit whose models are generated from "
+        "OVN_Northbound 7.11.0 or older, or a ovn-central version shipping a newer schema"
     }
     # the other side of the same rule: an older OVN under the same models (bookworm's 23.03)
     older = facts(schemas=ovsdb(server_nb="7.0.0", server_sb="20.27.0"))
@@ -254,7 +255,10 @@ def test_the_ovn_schema_rule_applies_only_to_what_was_read(rules):
         "no git source of https://github.com/ovn-org/ovn-kubernetes holds the models"
     )
     result = evaluate_all(facts(schemas=replace(ovsdb(), has_server=False)), rules)
-    assert result.not_applicable[OVN_SCHEMA] == "no apt source installs ovn-central"
+    assert result.not_applicable[OVN_SCHEMA] == (
+        "no apt source installs ovn-central, so the models of "
+        "https://github.com/ovn-org/ovn-kubernetes have no schema to be held to"
+    )
 
 
 @pytest.mark.parametrize(
