@@ -40,10 +40,10 @@ def command() -> None:
 def list_command(app: App, as_json: bool, directory: Path, rules_path: Path | None) -> None:
     """Every GPU generation x Kubernetes line x arch of the rules, the leaf recipes covering it,
     and its status: ok (a covering leaf passes every rule read from the recipes; the rules that
-    read a leaf's locked sources are named below and checked by lock, plan and build), invalid (every covering leaf breaks
-    a rule), unsupported (the rules exclude it), no recipe. A leaf that breaks a rule is marked
-    in every row covering it and named below the counts, even where another leaf keeps the
-    combination ok. Files that fail to load are listed as broken. Exit 0 whatever the statuses
+    read a leaf's locked sources are named below and checked by lock, plan and build), invalid
+    (every covering leaf breaks a rule), unsupported (the rules exclude it), no recipe. A leaf
+    that breaks a rule is marked in every row covering it and named below the counts, even where
+    another leaf keeps the combination ok. Files that fail to load are listed as broken. Exit 0 whatever the statuses
     (a listing); `nvkr validate` fails on a bad leaf."""
     from nvkr.catalog.listing import list_catalog
     from nvkr.catalog.loading import load_rules
