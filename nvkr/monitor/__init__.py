@@ -28,14 +28,10 @@ import os
 import signal
 import sys
 from collections.abc import Iterator
-from typing import Final, Protocol
+from typing import Protocol
 
+from nvkr.monitor.events import STREAM_VERSION as STREAM_VERSION  # the stream's, re-exported
 from nvkr.monitor.events import Error, Event
-
-#: The version of the ``--json`` event stream, the ``v`` of every event. 1: every event has
-#: ``v`` and ``ts``; keys are camelCase with durations in ``milliseconds`` in every verb (pull
-#: said ``build_record`` and ``seconds`` before); the stream ends with ``result`` or ``error``.
-STREAM_VERSION: Final = 1
 
 
 class Monitor(Protocol):

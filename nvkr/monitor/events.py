@@ -15,6 +15,11 @@ from __future__ import annotations
 import re
 from typing import Any, Final, NamedTuple
 
+#: The version of the ``--json`` event stream, the ``v`` of every event. 1: every event has
+#: ``v`` and ``ts``; keys are camelCase with durations in ``milliseconds`` in every verb (pull
+#: said ``build_record`` and ``seconds`` before); the stream ends with ``result`` or ``error``.
+STREAM_VERSION: Final = 1
+
 _WORD = re.compile(r"_([a-z0-9])")
 
 

@@ -1,6 +1,6 @@
 """The ``--json`` renderer: one JSON object per event, one line each, on stdout.
 
-Every object has ``v`` (:data:`nvkr.monitor.STREAM_VERSION`), ``ts`` (RFC 3339 UTC to the
+Every object has ``v`` (:data:`nvkr.monitor.events.STREAM_VERSION`), ``ts`` (RFC 3339 UTC to the
 millisecond) and ``event`` (:func:`~nvkr.monitor.events.event_name`), then the event's own keys
 (:meth:`~nvkr.monitor.events.Event.to_json`), sorted. Human-only :class:`~nvkr.monitor.events.Note`
 events are left out; ``bytes`` events of one transfer at most every :data:`BYTES_EVERY` seconds
@@ -14,7 +14,7 @@ import threading
 import time
 from typing import IO, Final
 
-from nvkr.monitor.events import Event, Note, Transfer, event_name
+from nvkr.monitor.events import STREAM_VERSION, Event, Note, Transfer, event_name
 from nvkr.monitor.lines import event_lines
 from nvkr.redact import redact_text
 
@@ -41,8 +41,6 @@ class JsonMonitor:
         self._last_bytes: dict[tuple[str, str], float] = {}
 
     def emit(self, event: Event) -> None:
-        from nvkr.monitor import STREAM_VERSION
-
         if isinstance(event, Note):
             if self.err is not None and event.level != "info":
                 with self._lock:
