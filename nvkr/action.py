@@ -9,10 +9,12 @@ epoch (osbuild's stage id, in spirit).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from nvkr.canonical import digest_json
+from nvkr.errors import BuildError
 
 if TYPE_CHECKING:
     from nvkr.builders import ResolvedSource
@@ -89,3 +91,20 @@ def action_key(
             "epoch": epoch,
         }
     )
+
+
+def one_output(result: Mapping[str, Any], role: str, what: str) -> dict[str, Any]:
+    """The single output of an action's result (a stored record: ``{"outputs": [{"role",
+    "digest", "size", ...}], ...}``) with ``role``: the record's own dict, not a copy.
+
+    Raises:
+        BuildError: none or several (names ``what``, the role and the count): a result that is
+            not what its builder writes.
+    """
+    found = [o for o in result.get("outputs") or [] if o.get("role") == role]
+    if len(found) != 1:
+        raise BuildError(
+            f"{what}: expected exactly one output with role {role!r}, found {len(found)}"
+        )
+    out: dict[str, Any] = found[0]
+    return out

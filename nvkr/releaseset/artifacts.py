@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from nvkr.action import one_output
 from nvkr.canonical import canonical_json
 from nvkr.errors import BuildError, IntegrityError
 from nvkr.oci import mediatypes as mt
@@ -85,10 +86,11 @@ def _layers(
     result: Mapping[str, Any], blobs: _Blobs, what: str
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     outputs = list(result.get("outputs", []))
-    primary = _one(outputs, "primary", what)
+    primary = one_output(result, "primary", what)
     # Primary first (consumers take layers[0]); the rest in a fixed order, not the builder's.
     rest = sorted(
-        (o for o in outputs if o is not primary), key=lambda o: (o.get("role", ""), o["name"])
+        (o for o in outputs if o.get("role") != "primary"),
+        key=lambda o: (o.get("role", ""), o["name"]),
     )
     layers = []
     for out in [primary, *rest]:
@@ -104,15 +106,6 @@ def _layers(
             )
         )
     return layers, primary
-
-
-def _one(outputs: list[dict[str, Any]], role: str, what: str) -> dict[str, Any]:
-    found = [o for o in outputs if o.get("role") == role]
-    if len(found) != 1:
-        raise BuildError(
-            f"{what}: expected exactly one output with role {role!r}, found {len(found)}"
-        )
-    return found[0]
 
 
 def _arch(platform: Mapping[str, Any] | None, variants: list[Any]) -> str | None:
@@ -166,7 +159,7 @@ def _pack_image(
     label: str,
 ) -> _Packed:
     """The image-index action's own OCI image index, with its whole closure, as it is."""
-    out = _one(list(result.get("outputs", [])), "index", what)
+    out = one_output(result, "index", what)
     if out.get("mediaType") != mt.OCI_INDEX:
         raise BuildError(
             f"{what}: its index output has mediaType {out.get('mediaType')!r}, expected "

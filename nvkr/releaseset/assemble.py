@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from nvkr.action import one_output
 from nvkr.builders import ReleaseKind
 from nvkr.canonical import canonical_json
 from nvkr.errors import BuildError, IntegrityError
@@ -35,7 +36,7 @@ from nvkr.provenance import (
     slsa_statement,
     statement_bytes,
 )
-from nvkr.releaseset.artifacts import _Blobs, _one, _pack_binary, _pack_image, _Packed
+from nvkr.releaseset.artifacts import _Blobs, _pack_binary, _pack_image, _Packed
 from nvkr.releaseset.chart import _pack_chart
 from nvkr.releaseset.metadata import _metadata
 from nvkr.releaseset.spec import _group_by_action, _VariantOrder, check_name
@@ -276,7 +277,7 @@ def _sbom(
             f"{what}: no result for its sbom action {key}",
             hint="the action did not run or its cache entry is gone; run the build again",
         )
-    doc = _one(list(result.get("outputs", [])), "sbom", f"{what} sbom action")
+    doc = one_output(result, "sbom", f"{what} sbom action")
     if doc.get("mediaType") != SPDX_MEDIA_TYPE:
         raise BuildError(
             f"{what}: its SBOM has mediaType {doc.get('mediaType')!r}, expected {SPDX_MEDIA_TYPE}"

@@ -13,11 +13,12 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
+from nvkr.action import one_output
 from nvkr.errors import BuildError
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import descriptor, image_manifest, manifest_bytes
 from nvkr.provenance import digest_set
-from nvkr.releaseset.artifacts import _Blobs, _one, _Packed, _trim
+from nvkr.releaseset.artifacts import _Blobs, _Packed, _trim
 
 
 def _pack_chart(
@@ -30,8 +31,8 @@ def _pack_chart(
     ``generateOCIAnnotations`` derives them from the chart metadata, with ``created`` = the epoch.
     """
     outputs = list(result.get("outputs", []))
-    tgz = _one(outputs, "primary", what)
-    config_out = _one(outputs, "config", what)
+    tgz = one_output(result, "primary", what)
+    config_out = one_output(result, "config", what)
     extra = [o for o in outputs if o is not tgz and o is not config_out]
     provs = [o for o in extra if o.get("mediaType") == mt.HELM_PROVENANCE]
     if len(provs) > 1 or len(extra) > len(provs):

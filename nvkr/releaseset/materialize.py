@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nvkr.errors import BuildError, IntegrityError
+from nvkr.action import one_output
+from nvkr.errors import IntegrityError
 from nvkr.oci.layoutdir import links_current, write_layout
 from nvkr.releaseset.signing import keep_signed_layout
 from nvkr.releaseset.spec import check_name
@@ -43,12 +44,7 @@ def materialize(result: dict[str, Any], store: Store, out_dir: Path) -> Path:
     """
     name = check_name(result.get("metadata", {}).get("name"))
     outputs = result.get("outputs", [])
-    index_out = [o for o in outputs if o.get("role") == "index"]
-    if len(index_out) != 1:
-        raise BuildError(
-            f"release set {name}: the result has {len(index_out)} index.json outputs, expected 1"
-        )
-    index_digest = index_out[0]["digest"]
+    index_digest = one_output(result, "index", f"release set {name}")["digest"]
     try:
         index_data = store.read_blob(index_digest)  # hashed as it is read
     except OSError as e:

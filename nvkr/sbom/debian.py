@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from nvkr.action import one_output
 from nvkr.errors import IntegrityError
-from nvkr.sbom.describe import one_output
 from nvkr.sbom.golang import build_comment, link_go_binary
 from nvkr.sbom.spdx import FileDigest, SpdxDocument, hashed_id, package, spdx_id
 from nvkr.store import Store

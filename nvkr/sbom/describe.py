@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from nvkr.action import one_output
 from nvkr.canonical import sha256_bytes
 from nvkr.errors import BuildError, IntegrityError
 from nvkr.oci import mediatypes as mt
@@ -39,20 +40,6 @@ _DIGEST_PREFIX = "sha256:"
 
 def _hex(digest: str) -> str:
     return digest.removeprefix(_DIGEST_PREFIX)
-
-
-def one_output(result: Mapping[str, Any], role: str, what: str) -> dict[str, Any]:
-    """The single output of ``result`` with ``role``.
-
-    Raises:
-        BuildError: none or several (names ``what`` and the role).
-    """
-    found = [o for o in result.get("outputs") or [] if o.get("role") == role]
-    if len(found) != 1:
-        raise BuildError(
-            f"{what}: expected exactly one output with role {role!r}, found {len(found)}"
-        )
-    return dict(found[0])
 
 
 def _read_checked(store: Store, digest: str, what: str) -> bytes:

@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nvkr.action import one_output
 from nvkr.builders import (
     ActionContext,
     ActionSpec,
@@ -434,14 +435,12 @@ class GoBinaryBuilder(Builder[GoBinaryArtifact]):
         """
         p = GoBinaryParams.model_validate(ctx.action.params)
         tree_result = ctx.deps[str(p.toolsTree)]
-        tars = [o for o in tree_result.get("outputs") or [] if o.get("role") == "primary"]
-        if len(tars) != 1:
-            raise BuildError(f"tools tree {tree_result.get('name')!r} has no single rootfs tar")
+        tar = one_output(tree_result, "primary", f"tools tree {tree_result.get('name')!r}")
         tree_arch = str((tree_result.get("metadata") or {}).get("arch"))
         check_can_run(tree_arch)
-        tree = unpack_tree(ctx.store, str(tars[0]["digest"]))
+        tree = unpack_tree(ctx.store, str(tar["digest"]))
         # Go's cache keys cgo work by the compiler's version, not by the headers: one per tree
-        cache = ctx.store.cache_dir / "go-build-cgo" / hex_of(str(tars[0]["digest"]))
+        cache = ctx.store.cache_dir / "go-build-cgo" / hex_of(str(tar["digest"]))
         cache.mkdir(parents=True, exist_ok=True)
         inside = _IN_TREE
         env = pinned_env(

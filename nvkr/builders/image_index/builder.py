@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from nvkr.action import one_output
 from nvkr.builders import (
     ActionContext,
     PlannerBuilder,
@@ -47,13 +48,10 @@ class ImageIndexBuilder(PlannerBuilder):
         manifests = []
         for key in ctx.action.deps:
             result = ctx.deps[key]
-            found = [o for o in result["outputs"] if o["role"] == "manifest"]
-            if len(found) != 1 or "platform" not in result.get("metadata", {}):
-                raise BuildError(
-                    f"image index {ctx.action.params['name']!r}: action {key[:19]} produced no single "
-                    "image manifest with a platform"
-                )
-            out = found[0]
+            what = f"image index {ctx.action.params['name']!r}: action {key[:19]}"
+            out = one_output(result, "manifest", what)
+            if "platform" not in result.get("metadata", {}):
+                raise BuildError(f"{what}: its image manifest has no platform")
             manifests.append(
                 {
                     "mediaType": out["mediaType"],

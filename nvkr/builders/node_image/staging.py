@@ -22,6 +22,7 @@ from typing import Any
 import jinja2
 import jinja2.sandbox
 
+from nvkr.action import one_output
 from nvkr.builders import ActionContext
 from nvkr.builders.assets import asset_dir
 from nvkr.builders.node_image.params import (
@@ -327,10 +328,7 @@ def _mkdirs(path: Path) -> None:
 
 
 def primary_output(ctx: ActionContext, result: dict[str, Any], what: str) -> Path:
-    found = [o for o in result.get("outputs") or [] if o.get("role") == "primary"]
-    if len(found) != 1:
-        raise BuildError(f"{what}: its action has {len(found)} primary outputs, expected one")
-    return ctx.store.checked_path(str(found[0]["digest"]))
+    return ctx.store.checked_path(str(one_output(result, "primary", what)["digest"]))
 
 
 def _inside(tree: Path, rel: str) -> Path:

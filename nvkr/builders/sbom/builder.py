@@ -16,6 +16,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from nvkr.action import one_output
 from nvkr.builders import (
     RELEASED_KINDS,
     ActionContext,
@@ -35,7 +36,7 @@ from nvkr.sbom import (
     describe_image,
     parse_buildinfo,
 )
-from nvkr.sbom.describe import OtherSbom, one_output
+from nvkr.sbom.describe import OtherSbom
 
 #: The kinds of artifact an SBOM describes (a release set's ``kind``s).
 SBOM_KINDS = tuple(k.value for k in RELEASED_KINDS)
@@ -125,9 +126,14 @@ class SbomBuilder(PlannerBuilder):
         for key in keys:
             dep = ctx.deps[key]
             info = _buildinfo(ctx, dep, f"artifact {dep.get('name', key[:19])}")
-            primary = [o for o in dep.get("outputs") or [] if o.get("role") == "primary"]
-            if info is not None and len(primary) == 1:
-                binaries[str(primary[0]["digest"])] = info
+            if info is not None:
+                binaries[
+                    str(
+                        one_output(dep, "primary", f"artifact {dep.get('name', key[:19])}")[
+                            "digest"
+                        ]
+                    )
+                ] = info
         return binaries
 
     def run(self, ctx: ActionContext) -> None:
