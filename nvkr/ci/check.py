@@ -11,8 +11,8 @@ check there, as CI does.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -42,26 +42,13 @@ def generated_files(paths: list[Path]) -> list[tuple[Path, list[str]]]:
     return found
 
 
-def regenerate(app: Any, command: list[str]) -> str:
-    """What ``command`` (``["nvkr", "ci", "generate", ...]``) writes, generated in memory.
-
-    Raises:
-        UsageError: the command is not a ``generate`` command nvkr parses.
-    """
-    from nvkr.cli.ci import generate, generate_text
-
-    if command[:3] != ["nvkr", "ci", "generate"]:
-        raise UsageError(f"not an `nvkr ci generate` command: {' '.join(command)}")
-    try:
-        ctx = generate.make_context("generate", command[3:], obj=app)
-    except click.UsageError as e:
-        raise UsageError(f"the recorded command does not parse: {e.format_message()}") from e
-    return generate_text(app, **ctx.params)
-
-
-def check_pipelines(app: Any, paths: list[Path], *, write: bool = False) -> None:
+def check_pipelines(
+    regenerate: Callable[[list[str]], str], paths: list[Path], *, write: bool = False
+) -> None:
     """Check every generated file under ``paths``; print a diff per drifted file (``write``:
-    rewrite it with what its command writes now, atomically).
+    rewrite it with what its command writes now, atomically). ``regenerate`` is what a recorded
+    command (``["nvkr", "ci", "generate", ...]``) writes now, parsed as the CLI parses it
+    (:func:`nvkr.cli.ci.regenerate`).
 
     Raises:
         DriftError: a file differs (naming each) and ``write`` is false, or no generated file
@@ -75,7 +62,7 @@ def check_pipelines(app: Any, paths: list[Path], *, write: bool = False) -> None
         )
     drifted = []
     for file, command in files:
-        want = regenerate(app, command)
+        want = regenerate(command)
         have = file.read_text()
         if want != have:
             drifted.append(str(file))

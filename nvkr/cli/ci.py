@@ -245,4 +245,24 @@ def check(app: App, paths: tuple[Path, ...], write: bool) -> None:
     command writes now, printing the diff (--write: rewrite it)."""
     from nvkr.ci.check import check_pipelines
 
-    check_pipelines(app, list(paths) or [Path("ci")], write=write)
+    check_pipelines(
+        lambda command: regenerate(app, command), list(paths) or [Path("ci")], write=write
+    )
+
+
+def regenerate(app: App, command: list[str]) -> str:
+    """What ``command`` (``["nvkr", "ci", "generate", ...]``, as a pipeline's header records
+    it) writes, parsed by this verb's own options and generated in memory.
+
+    Raises:
+        UsageError: the command is not a ``generate`` command nvkr parses.
+    """
+    from nvkr.errors import UsageError
+
+    if command[:3] != ["nvkr", "ci", "generate"]:
+        raise UsageError(f"not an `nvkr ci generate` command: {' '.join(command)}")
+    try:
+        ctx = generate.make_context("generate", command[3:], obj=app)
+    except click.UsageError as e:
+        raise UsageError(f"the recorded command does not parse: {e.format_message()}") from e
+    return generate_text(app, **ctx.params)

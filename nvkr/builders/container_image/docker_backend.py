@@ -32,7 +32,7 @@ import requests
 
 from nvkr.builders import ActionContext, ActionSpec, PlanRefs, Problem, a_kind, source_kind_of
 from nvkr.builders.container_image.artifact import ContainerImageArtifact
-from nvkr.builders.container_image.builder import execution_params, image_annotations
+from nvkr.builders.container_image.common import execution_params, image_annotations
 from nvkr.builders.container_image.params import DockerParams
 from nvkr.errors import BuildError, ToolError
 from nvkr.oci import mediatypes as mt

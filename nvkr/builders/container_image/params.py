@@ -1,5 +1,5 @@
 """The ``container-image`` action's params, typed: what the plans of the two backends fix
-(:func:`~nvkr.builders.container_image.builder.plan_daemonless`,
+(:func:`~nvkr.builders.container_image.daemonless.plan_daemonless`,
 :func:`~nvkr.builders.container_image.docker_backend.plan`) and their runs and
 :func:`~nvkr.builders.container_image.layout.assemble` read.
 
