@@ -352,8 +352,8 @@ class Resolver:
 
 
 def write_lock(path: Path, doc: dict[str, Any]) -> None:
-    """Write ``doc`` as canonical JSON atomically (temp file + rename)."""
+    """Write ``doc`` as canonical JSON, whole or not at all (:func:`nvkr.atomic.write_atomic`)."""
+    from nvkr.atomic import write_atomic
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_bytes(canonical_json_file(doc))
-    os.replace(tmp, path)
+    write_atomic(path, canonical_json_file(doc))

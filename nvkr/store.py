@@ -98,22 +98,6 @@ def corrupt_line(digest: str, reason: str) -> str:
     return f"store blob {digest[:19]}… is corrupt ({reason}): deleted; it is fetched or built again"
 
 
-def write_file_atomic(target: Path, data: bytes, *, tmp_dir: Path | None = None) -> None:
-    """Write ``data`` to ``target`` all or nothing: a temp file in ``tmp_dir`` (default: the
-    target's directory; same file system), fsync'd, then renamed over ``target``."""
-    fd, name = tempfile.mkstemp(prefix=".tmp-", dir=tmp_dir or target.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(name, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(name)
-        raise
-
-
 def default_root() -> Path:
     """``$NVKR_CACHE`` if set, else ``~/.cache/nvkr``."""
     env = os.environ.get("NVKR_CACHE")

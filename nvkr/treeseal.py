@@ -87,9 +87,9 @@ def seal_tree(root: Path) -> dict[str, Any]:
 
 
 def write_seal(root: Path, seal: dict[str, Any]) -> None:
-    tmp = root / (SEAL_NAME + ".tmp")
-    tmp.write_bytes(json.dumps(seal, sort_keys=True, separators=(",", ":")).encode())
-    os.replace(tmp, root / SEAL_NAME)
+    from nvkr.atomic import write_atomic
+
+    write_atomic(root / SEAL_NAME, json.dumps(seal, sort_keys=True, separators=(",", ":")).encode())
 
 
 def read_seal(root: Path) -> dict[str, Any] | None:

@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from nvkr.airgap.index import INDEX, MIRROR_VERSION, READ_CHUNK
+from nvkr.atomic import write_atomic
 from nvkr.canonical import canonical_json, canonical_json_file, hex_of
 from nvkr.errors import FetchError, IntegrityError, LockError
 from nvkr.fetch import FetchContext, all_present, ensure
@@ -26,7 +27,7 @@ from nvkr.fetch.oci import LAYOUT_PREFIX
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.session import LOOPBACK
 from nvkr.recipe.models import AptKeyring
-from nvkr.store import Store, write_file_atomic
+from nvkr.store import Store
 
 
 @dataclass
@@ -376,5 +377,5 @@ def export_mirror(
         "skipped": skipped,
         "blobs": {"count": len(seen), "bytes": sum(seen.values())},
     }
-    write_file_atomic(directory / INDEX, canonical_json_file(index))
+    write_atomic(directory / INDEX, canonical_json_file(index))
     return report

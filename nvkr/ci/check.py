@@ -67,9 +67,9 @@ def check_pipelines(
         if want != have:
             drifted.append(str(file))
             if write:
-                from nvkr.store import write_file_atomic
+                from nvkr.atomic import write_atomic
 
-                write_file_atomic(file, want.encode())
+                write_atomic(file, want.encode())
                 click.echo(f"nvkr: rewrote {file}", err=True)
                 continue
             diff = difflib.unified_diff(

@@ -94,10 +94,10 @@ def generate(app: App, /, out: Path | None, **kwargs: Any) -> None:
     if out is None:
         click.echo(text, nl=False)
         return
-    from nvkr.store import write_file_atomic
+    from nvkr.atomic import write_atomic
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    write_file_atomic(out, text.encode())
+    write_atomic(out, text.encode())
     click.echo(f"nvkr: wrote {out}", err=True)
 
 

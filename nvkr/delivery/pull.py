@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from nvkr.atomic import write_atomic
 from nvkr.canonical import sha256_bytes
 from nvkr.delivery.puller import EventSink, Puller
 from nvkr.errors import IntegrityError, UsageError
@@ -66,7 +67,7 @@ from nvkr.oci.registry import Reference, RegistryClient
 from nvkr.releaseset.record import is_build_record, record_paths
 from nvkr.releaseset.recordcheck import BuildRecordCheck, check_record_bytes
 from nvkr.releaseset.remote import read_remote_metadata
-from nvkr.releaseset.signing import ANN_ATTACHMENT, DSSE_ENVELOPE, SIGNATURE, _write_atomic
+from nvkr.releaseset.signing import ANN_ATTACHMENT, DSSE_ENVELOPE, SIGNATURE
 from nvkr.sign import PublicKey, envelope_parts
 
 #: Blob downloads running at once by default: a default release set holds four QCOW2 images.
@@ -183,7 +184,8 @@ def _write_build_record(target: Path, record: tuple[bytes, bytes | None] | None)
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
         else:
-            _write_atomic(path, data, FILE_MODE)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(path, data, mode=FILE_MODE)
     return str(paths[0]) if record else None
 
 

@@ -124,18 +124,13 @@ def record(arch: str, reason: str) -> Hang:
 
 
 def _write(path: Path, text: str) -> Path | None:
-    """``text`` as ``path``, whole or not at all (a temp file renamed); None if it failed."""
+    """``text`` as ``path``, whole or not at all (:func:`nvkr.atomic.write_atomic`); None if it
+    failed."""
+    from nvkr.atomic import write_atomic
+
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        write_atomic(path, text.encode())
     except OSError:
-        return None
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
         return None
     return path
 

@@ -2,7 +2,7 @@
 
 ``<store>/logs/durations/<key hex>.json`` holds ``{"seconds": [...]}``: the wall-clock seconds
 of the last :data:`KEEP` runs of that action key in this store, newest last, each file written
-atomically (:func:`nvkr.store.write_file_atomic`). An action key reruns when its result left the
+atomically (:func:`nvkr.atomic.write_atomic`). An action key reruns when its result left the
 store (``nvkr store gc``, ``store verify --repair``) or a build failed before recording it; the
 estimate is the median of those runs. Nothing here is ever needed: an unreadable file is no
 estimate, and a failure to write one never fails a build.
@@ -35,7 +35,7 @@ def estimate(store_root: Path, key: str) -> float | None:
 
 def record(store_root: Path, key: str, seconds: float) -> None:
     """Add a run of ``seconds`` to action ``key``'s durations (the last :data:`KEEP` kept)."""
-    from nvkr.store import write_file_atomic
+    from nvkr.atomic import write_atomic
 
     path = _path(store_root, key)
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
@@ -44,4 +44,4 @@ def record(store_root: Path, key: str, seconds: float) -> None:
             runs = [float(s) for s in json.loads(path.read_text())["seconds"]]
         path.parent.mkdir(parents=True, exist_ok=True)
         data = json.dumps({"seconds": [*runs, round(seconds, 3)][-KEEP:]}).encode()
-        write_file_atomic(path, data)
+        write_atomic(path, data)

@@ -50,6 +50,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from nvkr.atomic import write_atomic
 from nvkr.canonical import canonical_json
 from nvkr.errors import IntegrityError
 from nvkr.oci import mediatypes as mt
@@ -65,7 +66,7 @@ from nvkr.provenance import (
     slsa_statement,
     statement_bytes,
 )
-from nvkr.releaseset.signing import ANN_ATTACHMENT, DSSE_ENVELOPE, _write_atomic
+from nvkr.releaseset.signing import ANN_ATTACHMENT, DSSE_ENVELOPE
 from nvkr.sign import PrivateKey, envelope_parts, sign_envelope
 
 if TYPE_CHECKING:
@@ -349,7 +350,8 @@ def _replace(path: Path, data: bytes) -> None:
     with contextlib.suppress(OSError):
         if path.read_bytes() == data:
             return
-    _write_atomic(path, data, FILE_MODE)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, data, mode=FILE_MODE)
 
 
 # -- publishing ----------------------------------------------------------------------------------

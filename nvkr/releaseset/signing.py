@@ -34,12 +34,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
+from nvkr.atomic import write_atomic
 from nvkr.canonical import canonical_json
 from nvkr.errors import IntegrityError
 from nvkr.oci import mediatypes as mt
@@ -253,8 +252,8 @@ def _write_signatures(
     for digest, blob in sorted(new_blobs.items()):
         path = layout / blob_name(digest)
         if not path.is_file():
-            _write_atomic(path, blob, BLOB_MODE)
-    _write_atomic(layout / "index.json", data, FILE_MODE)
+            _write(path, blob, BLOB_MODE)
+    _write(layout / "index.json", data, FILE_MODE)
     stale = set()
     for m in replaced:
         stale.add(m["digest"])
@@ -268,26 +267,9 @@ def _write_signatures(
                 (layout / blob_name(digest)).unlink()
 
 
-def _write_atomic(path: Path, data: bytes, mode: int) -> None:
+def _write(path: Path, data: bytes, mode: int) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:16]}.tmp-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fchmod(f.fileno(), mode)
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    with contextlib.suppress(OSError):
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+    write_atomic(path, data, mode=mode)
 
 
 # -- keeping signatures across an unchanged rebuild ---------------------------------------------

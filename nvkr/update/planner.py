@@ -138,18 +138,19 @@ def write_atomically(files: dict[Path, bytes], originals: dict[Path, bytes]) -> 
             raise RecipeError(
                 f"{path} changed while updating; nothing was written", hint="run the update again"
             )
+    from nvkr.atomic import stage, sync_directory
+
     staged: list[tuple[Path, Path]] = []
     try:
         for path, data in files.items():
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-            tmp.write_bytes(data)
-            if path.exists():
-                os.chmod(tmp, path.stat().st_mode & 0o7777)
-            staged.append((tmp, path))
+            mode = path.stat().st_mode & 0o7777 if path.exists() else None
+            staged.append((stage(path, data, mode=mode), path))
     except BaseException:
         for tmp, _ in staged:
             tmp.unlink(missing_ok=True)
         raise
     for tmp, path in staged:
         os.replace(tmp, path)
+    for directory in sorted({path.parent for path in files}):
+        sync_directory(directory)

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from nvkr.atomic import sync_directory, write_atomic
 from nvkr.delivery.export.document import export_json
 from nvkr.delivery.export.metal3 import METAL3_MACHINE_TEMPLATE
 from nvkr.errors import IntegrityError, UsageError
@@ -334,7 +335,7 @@ def write_images_dir(out: Path, images: Sequence[DiskImage], fetch: Fetch) -> Im
         report.total = len(everything)
         out.mkdir(parents=True, exist_ok=True)
         # first: an interrupted export must leave a dir whose every image the manifest lists
-        _write_atomic(out / MANIFEST, manifest_bytes(everything.values()))
+        _write_file(out / MANIFEST, manifest_bytes(everything.values()))
         for image in adding:
             tmp = out / f"{TMP_PREFIX}{image.hex}"
             with contextlib.suppress(FileNotFoundError):
@@ -346,10 +347,10 @@ def write_images_dir(out: Path, images: Sequence[DiskImage], fetch: Fetch) -> Im
                 with contextlib.suppress(FileNotFoundError):
                     tmp.unlink()
         for image in everything.values():
-            _write_atomic(out / f"{image.file}.sha256sum", sums_line(image).encode())
+            _write_file(out / f"{image.file}.sha256sum", sums_line(image).encode())
         sums = "".join(sums_line(everything[name]) for name in sorted(everything))
-        _write_atomic(out / SUMS, sums.encode())
-        _fsync_dir(out)
+        _write_file(out / SUMS, sums.encode())
+        sync_directory(out)
     except OSError as e:
         if e.errno not in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.ENOSPC):
             raise
@@ -360,33 +361,13 @@ def write_images_dir(out: Path, images: Sequence[DiskImage], fetch: Fetch) -> Im
     return report
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def _write_file(path: Path, data: bytes) -> None:
     """``data`` at ``path`` (mode 0644, for the web server) via a temp file and a rename;
     unchanged when it already holds them."""
     with contextlib.suppress(OSError):
         if path.read_bytes() == data and path.stat().st_mode & 0o7777 == FILE_MODE:
             return
-    tmp = path.with_name(f"{TMP_PREFIX}{path.name}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fchmod(f.fileno(), FILE_MODE)
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        raise
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    write_atomic(path, data, mode=FILE_MODE, prefix=TMP_PREFIX)
 
 
 # -- --image-url-from-registry: can Ironic read it? ------------------------------------------------
