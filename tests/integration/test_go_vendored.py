@@ -68,7 +68,7 @@ def _binary(clone: Path) -> Path:
 def test_a_vendored_module_in_a_subdirectory_builds_the_same_from_two_clones(
     upstream, go_toolchain, tmp_path
 ) -> None:
-    repo, good, _ = upstream
+    repo, good = upstream.repo, upstream.good
     binaries = []
     for name in ("a", "b"):
         clone = _clone(tmp_path / name, repo.as_uri(), good)
@@ -90,7 +90,7 @@ def test_a_vendored_module_in_a_subdirectory_builds_the_same_from_two_clones(
 def test_a_subdir_without_go_mod_names_the_source_and_subdir(
     upstream, go_toolchain, tmp_path
 ) -> None:
-    repo, good, _ = upstream
+    repo, good = upstream.repo, upstream.good
     clone = _clone(tmp_path / "clone", repo.as_uri(), good, subdir="docs")
     store = seed(tmp_path / "store", go_toolchain)
     assert run_nvkr("lock", "recipes/ovn.yaml", cwd=clone, store=store).code == 0
@@ -104,7 +104,7 @@ def test_a_subdir_without_go_mod_names_the_source_and_subdir(
 def test_a_vendor_tree_out_of_sync_with_go_mod_is_named_with_gos_lines(
     upstream, go_toolchain, tmp_path
 ) -> None:
-    repo, _, stale = upstream
+    repo, stale = upstream.repo, upstream.stale
     clone = _clone(tmp_path / "clone", repo.as_uri(), stale)
     store = seed(tmp_path / "store", go_toolchain)
     assert run_nvkr("lock", "recipes/ovn.yaml", cwd=clone, store=store).code == 0
