@@ -2,10 +2,10 @@
 
 Two backends: the daemonless one (the default, :mod:`nvkr.builders.container_image.daemonless`:
 no daemon, no tool) and ``backend: docker`` (:mod:`nvkr.builders.container_image.docker_backend`,
-imported only when a recipe asks for it). Either way
-the result has the same shape: every layer (role ``layer``), the config (``config``) and the
-manifest (``manifest``), and ``platform``, ``manifestDigest`` and ``configDigest`` in the
-metadata, which the planner's ``image-index`` action joins across arches.
+imported only when a recipe asks for it); this module only dispatches. Either way the result has
+the same shape: every layer (role ``layer``), the config (``config``) and the manifest
+(``manifest``), and ``platform``, ``manifestDigest`` and ``configDigest`` in the metadata, which
+the planner's ``image-index`` action joins across arches.
 """
 
 from __future__ import annotations
