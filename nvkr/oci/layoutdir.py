@@ -9,7 +9,6 @@ old one untouched (image-spec v1.1.0 image-layout.md for the shape).
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import errno
 import hashlib
@@ -21,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
+from nvkr.atomic import sync_directory
 from nvkr.errors import IntegrityError
 from nvkr.oci.layout import LayoutReader, blob_name, layout_file_bytes
 
@@ -229,7 +229,7 @@ def _swap_into_place(tmp: Path, target: Path) -> None:
     if not target.exists() and not target.is_symlink():
         try:
             os.rename(tmp, target)
-            _fsync_dir(target.parent)
+            sync_directory(target.parent)
             return
         except OSError as e:
             if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
@@ -244,16 +244,7 @@ def _swap_into_place(tmp: Path, target: Path) -> None:
         except BaseException:
             os.rename(old, target)  # put the previous layout back before reporting
             raise
-    _fsync_dir(target.parent)
+    sync_directory(target.parent)
     shutil.rmtree(old, ignore_errors=True)
     if old.exists():
         log.warning("could not remove the previous layout at %s; delete it by hand", old)
-
-
-def _fsync_dir(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)

@@ -1,18 +1,25 @@
-"""What both backends of the ``container-image`` builder plan alike: the image config's execution
-fields and the manifest annotations known at plan time."""
+"""What both backends of the ``container-image`` builder do alike: the image config's execution
+fields and the manifest annotations known at plan time, and the result's outputs."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from nvkr.builders import PlanRefs
+from nvkr.builders import ActionContext, PlanRefs
 from nvkr.builders.container_image.artifact import ContainerImageArtifact
 from nvkr.oci import mediatypes as mt
+from nvkr.oci.image.layers import OCI_LAYER_TAR_ZSTD
 
 ANN_REVISION = "org.opencontainers.image.revision"
 ANN_SOURCE = "org.opencontainers.image.source"
 ANN_BASE_DIGEST = "org.opencontainers.image.base.digest"
 ANN_BASE_NAME = "org.opencontainers.image.base.name"
+#: Output names of layers by media type: ``layer-0.tar.gz`` (another type: no suffix).
+LAYER_SUFFIX = {
+    mt.OCI_LAYER_TAR_GZIP: ".tar.gz",
+    OCI_LAYER_TAR_ZSTD: ".tar.zst",
+}
 
 
 def execution_params(artifact: ContainerImageArtifact) -> dict[str, Any]:
@@ -48,3 +55,42 @@ def image_annotations(
             derived[ANN_SOURCE] = str(entry["url"])
     # the recipe's own annotations win over derived ones
     return dict(sorted({**derived, **artifact.annotations}.items()))
+
+
+def record_image(
+    ctx: ActionContext,
+    layers: list[dict[str, Any]],
+    config: Mapping[str, Any],
+    manifest: Mapping[str, Any],
+    platform: Mapping[str, Any],
+) -> None:
+    """Record an image whose blobs the store holds as the action's outputs, the shape both
+    backends' results have: every layer (role ``layer``, ``layer-N`` and its suffix), the config
+    (``config.json``) and the manifest (``manifest.json``), each by its descriptor's
+    ``mediaType``, ``digest`` and ``size``; ``platform``, ``manifestDigest`` and
+    ``configDigest`` in the metadata."""
+    named = [
+        (f"layer-{i}{LAYER_SUFFIX.get(d['mediaType'], '')}", d, "layer")
+        for i, d in enumerate(layers)
+    ]
+    for name, desc, role in [
+        *named,
+        ("config.json", config, "config"),
+        ("manifest.json", manifest, "manifest"),
+    ]:
+        ctx.outputs.append(
+            {
+                "name": name,
+                "digest": desc["digest"],
+                "size": desc["size"],
+                "mediaType": desc["mediaType"],
+                "role": role,
+            }
+        )
+    ctx.metadata.update(
+        {
+            "platform": dict(platform),
+            "manifestDigest": manifest["digest"],
+            "configDigest": config["digest"],
+        }
+    )

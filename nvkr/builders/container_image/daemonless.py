@@ -22,7 +22,7 @@ from nvkr.builders import (
     source_kind_of,
 )
 from nvkr.builders.container_image.artifact import ContainerImageArtifact, ImageBase
-from nvkr.builders.container_image.common import execution_params, image_annotations
+from nvkr.builders.container_image.common import execution_params, image_annotations, record_image
 from nvkr.builders.container_image.layout import assemble, rootfs_layer
 from nvkr.builders.container_image.params import (
     ArtifactFile,
@@ -60,10 +60,6 @@ FILE_KINDS = frozenset({"url", "pypi"})
 NOT_FILES = frozenset({"container-image", "image-index", "release-set"})
 #: Source kinds whose lockfile entry names a revision (a commit) or a URL.
 REVISION_KINDS = frozenset({"git", "url", "pypi"})
-_SUFFIX = {
-    mt.OCI_LAYER_TAR_GZIP: ".tar.gz",
-    "application/vnd.oci.image.layer.v1.tar+zstd": ".tar.zst",
-}
 
 
 def _file_spec(
@@ -370,34 +366,10 @@ def run_daemonless(ctx: ActionContext, p: DaemonlessParams) -> None:
     ]
     annotations = {mt.ANN_CREATED: rfc3339(epoch), **p.annotations}
     manifest_info = ctx.store.add_bytes(image_manifest(config_desc, layers, annotations))
-    for i, layer in enumerate(layers):
-        name = f"layer-{i}{_SUFFIX.get(layer['mediaType'], '')}"
-        _record(ctx, name, layer, "layer")
-    _record(ctx, "config.json", config_desc, "config")
     manifest_desc = {
         "mediaType": mt.OCI_MANIFEST,
         "digest": manifest_info.digest,
         "size": manifest_info.size,
     }
-    _record(ctx, "manifest.json", manifest_desc, "manifest")
-    ctx.metadata.update(
-        {
-            "platform": dict(platform),
-            "manifestDigest": manifest_info.digest,
-            "configDigest": config_info.digest,
-        }
-    )
+    record_image(ctx, layers, config_desc, manifest_desc, platform)
     _warn_dynamic_on_scratch(ctx, p)
-
-
-def _record(ctx: ActionContext, name: str, desc: dict[str, Any], role: str) -> None:
-    """Record a blob the store already holds as an output of this action."""
-    ctx.outputs.append(
-        {
-            "name": name,
-            "digest": desc["digest"],
-            "size": desc["size"],
-            "mediaType": desc["mediaType"],
-            "role": role,
-        }
-    )

@@ -32,12 +32,11 @@ import requests
 
 from nvkr.builders import ActionContext, ActionSpec, PlanRefs, Problem, a_kind, source_kind_of
 from nvkr.builders.container_image.artifact import ContainerImageArtifact
-from nvkr.builders.container_image.common import execution_params, image_annotations
+from nvkr.builders.container_image.common import execution_params, image_annotations, record_image
 from nvkr.builders.container_image.params import DockerParams
 from nvkr.errors import BuildError, ToolError
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.image import (
-    OCI_LAYER_TAR_ZSTD,
     Layer,
     image_config,
     image_manifest,
@@ -66,8 +65,6 @@ DAEMON_LABELS = frozenset({"io.buildah.version"})
 #: Variant arch -> the kernel's machine name, as qemu's binfmt_misc entries are called
 #: (``/proc/sys/fs/binfmt_misc/qemu-aarch64``).
 QEMU_MACHINE = {"amd64": "x86_64", "arm64": "aarch64"}
-#: Output names of layers end like the daemonless backend's: ``layer-0.tar.gz``.
-LAYER_SUFFIX = {mt.OCI_LAYER_TAR_GZIP: ".tar.gz", OCI_LAYER_TAR_ZSTD: ".tar.zst"}
 #: image-spec config.md execution fields, plus Docker's extensions a Dockerfile can set.
 EXECUTION_CONFIG_KEYS = (
     "User",
@@ -373,27 +370,14 @@ def _normalise(ctx: ActionContext, p: DockerParams, archive: Path) -> None:
     annotations = {mt.ANN_CREATED: rfc3339(epoch), **p.annotations}
     manifest = image_manifest(config_desc, [layer.descriptor() for layer in layers], annotations)
     manifest_info = ctx.store.add_bytes(manifest)
-    for i, layer in enumerate(layers):
-        _record(ctx, f"layer-{i}{LAYER_SUFFIX[layer.media_type]}", layer.descriptor(), "layer")
-    _record(ctx, "config.json", config_desc, "config")
     manifest_desc = {
         "mediaType": mt.OCI_MANIFEST,
         "digest": manifest_info.digest,
         "size": manifest_info.size,
     }
-    _record(ctx, "manifest.json", manifest_desc, "manifest")
-    ctx.metadata.update(
-        {
-            "platform": dict(p.platform),
-            "manifestDigest": manifest_info.digest,
-            "configDigest": config_info.digest,
-        }
+    record_image(
+        ctx, [layer.descriptor() for layer in layers], config_desc, manifest_desc, p.platform
     )
-
-
-def _record(ctx: ActionContext, name: str, desc: dict[str, Any], role: str) -> None:
-    """Record a blob already in the store as an output."""
-    ctx.outputs.append({"name": name, **desc, "role": role})
 
 
 def _member(tar: tarfile.TarFile, name: str, what: str) -> bytes:
