@@ -344,8 +344,8 @@ class _Run:
                         f"({model.where}), newer than the {model.database} {server.text} that "
                         f"{package} ships ({server.where}): the models must be at most the "
                         f"server's schema; pin a commit whose models are generated from "
-                        f"{model.database} {server.text} or older, or a {package} version "
-                        "shipping a newer schema",
+                        f"{model.database} {server.text} or older, or pin {package} at a "
+                        "version shipping a newer schema",
                         {"database": model.database, "models": model.text, "server": server.text},
                     )
 

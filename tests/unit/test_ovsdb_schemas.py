@@ -303,8 +303,8 @@ def test_lock_records_plan_checks_and_a_refusal_writes_nothing(
         f"newer than the OVN_Northbound 7.11.0 that ovn-central ships ({NB_FILE} of ovn-central "
         f"25.03.0-1, {leaf}:15: sources.image-packages.packages.ovn-central; as the lockfile "
         "records it): the models must be at most the server's schema; pin a commit whose models "
-        "are generated from OVN_Northbound 7.11.0 or older, or a ovn-central version shipping a "
-        "newer schema"
+        "are generated from OVN_Northbound 7.11.0 or older, or pin ovn-central at a version "
+        "shipping a newer schema"
     ) in message
     refused = invoke("lock", leaf, *mirror, store=store)
     assert refused.code == 2 and f"schema {NEWER_NB}" in refused.stderr, refused.stderr

@@ -226,7 +226,7 @@ def test_the_images_ovn_schemas_hold_ovn_kubernetes_models(rules):
         "newer than the OVN_Northbound 7.11.0 that ovn-central ships (/usr/share/ovn/ovn-nb.ovsschema "
         "of ovn-central 25.03.0-1, x.yaml:3: sources.img.packages.ovn-central): the models must be "
         "at most the server's schema; pin a commit whose models are generated from "
-        "OVN_Northbound 7.11.0 or older, or a ovn-central version shipping a newer schema"
+        "OVN_Northbound 7.11.0 or older, or pin ovn-central at a version shipping a newer schema"
     }
     # the other side of the same rule: an older OVN under the same models (bookworm's 23.03)
     older = facts(schemas=ovsdb(server_nb="7.0.0", server_sb="20.27.0"))
