@@ -1,4 +1,6 @@
-"""Actions: one build step of a plan and its action key.
+"""Actions: one build step of a plan and its action key, and the vocabulary around them: the
+resolved source an action reads, the release kind of what it makes, the one output of a result
+with a role.
 
 The planner (:mod:`nvkr.plan`) makes them, builders (:mod:`nvkr.builders`) read them at build
 time and the executor, cache and store address results by their key. An action key is the
@@ -11,13 +13,97 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
 
 from nvkr.canonical import digest_json
 from nvkr.errors import BuildError
+from nvkr.redact import redact_url, redact_urls
 
-if TYPE_CHECKING:
-    from nvkr.builders import ResolvedSource
+
+@dataclass(frozen=True)
+class ResolvedSource:
+    """A source of one variant with its lockfile entry.
+
+    ``entry`` is the resolved identity (see :func:`nvkr.fetch.resolve`); ``entry["digest"]`` is the
+    ``sha256:<hex>`` of the bytes the store holds for it. ``base_dir`` is the directory path
+    sources are relative to.
+    """
+
+    name: str
+    spec: Any
+    entry: dict[str, Any]
+    base_dir: Path
+
+    @property
+    def digest(self) -> str:
+        return str(self.entry["digest"])
+
+    def descriptor(self) -> dict[str, Any]:
+        """An in-toto ResourceDescriptor for SLSA ``resolvedDependencies`` (URLs without user
+        info, :mod:`nvkr.redact`)."""
+        e = redact_urls(self.entry)
+        digest: dict[str, str] = {"sha256": self.digest.split(":", 1)[1]}
+        desc: dict[str, Any] = {"name": self.name, "digest": digest}
+        kind = e.get("kind")
+        if kind == "url":
+            desc["uri"] = e["url"]
+            if "sha512" in e:
+                digest["sha512"] = e["sha512"].split(":", 1)[1]
+        elif kind == "git":
+            desc["uri"] = f"git+{e['url']}@{e['commit']}"
+            digest["gitCommit"] = e["commit"]
+        elif kind == "pypi":
+            desc["uri"] = e.get("url") or f"pkg:pypi/{e['name']}@{e['version']}"
+            desc["annotations"] = {"filename": e["filename"]}
+            if "member" in e:
+                desc["annotations"]["member"] = e["member"]
+        elif kind == "path":
+            desc["annotations"] = {"kind": "path", "path": e["path"]}
+        elif kind == "oci":
+            desc["uri"] = f"oci://{e['ref']}@{e['digest']}"
+            desc["mediaType"] = e["mediaType"]
+        elif kind == "apt":
+            desc["annotations"] = {"kind": "apt", "arch": e["arch"]}
+            desc["mediaType"] = "application/vnd.nvkr.apt-manifest.v1+json"
+        return desc
+
+    def descriptors(self) -> list[dict[str, Any]]:
+        """Every ResourceDescriptor this source stands for: :meth:`descriptor`, plus for an apt
+        source one per .deb (``uri`` its URL, ``digest.sha256``, ``name`` ``NAME_VERSION_ARCH``)."""
+        out = [self.descriptor()]
+        if self.entry.get("kind") == "apt":
+            for pkg in self.entry.get("packages") or []:
+                out.append(
+                    {
+                        "name": f"{pkg['name']}_{pkg['version']}_{pkg['arch']}",
+                        "uri": redact_url(pkg["url"]),
+                        "digest": {"sha256": str(pkg["sha256"]).split(":", 1)[1]},
+                    }
+                )
+        return out
+
+
+class ReleaseKind(StrEnum):
+    """How a release set holds a builder's artifacts (the release-set spec's ``kind``).
+
+    ``binary``: an OCI artifact manifest wrapping the primary output; ``image``: the multi-arch
+    image index the planner joins over the variant's arches (an ``image-index`` action);
+    ``chart``: a Helm chart manifest; ``machine-image``: an OCI artifact manifest of a disk
+    image. ``internal``: an intermediate a release set never holds (a rootfs, a staged package
+    tar, and the planner's own sbom, image-index and release-set actions).
+    """
+
+    BINARY = "binary"
+    IMAGE = "image"
+    CHART = "chart"
+    MACHINE_IMAGE = "machine-image"
+    INTERNAL = "internal"
+
+
+#: The kinds a release set holds, each with an SBOM (every :class:`ReleaseKind` but internal).
+RELEASED_KINDS: tuple[ReleaseKind, ...] = tuple(k for k in ReleaseKind if k != "internal")
 
 
 @dataclass(frozen=True)

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nvkr.action import ResolvedSource
 from nvkr.bounds import MAX_LOCKFILE_BYTES, read_limited
-from nvkr.builders import ResolvedSource
 from nvkr.canonical import canonical_json, canonical_json_file, sha256_bytes
 from nvkr.errors import ChecksumError, LockError
 from nvkr.fetch import FetchContext, resolve

@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import nvkr
-from nvkr.action import Action, action_key
-from nvkr.builders import ActionSpec, ReleaseKind, ResolvedSource, get_builder
+from nvkr.action import Action, ReleaseKind, ResolvedSource, action_key
+from nvkr.builders import ActionSpec, get_builder
 from nvkr.builders.image_index.builder import ImageIndexBuilder
 from nvkr.builders.release_set.builder import ReleaseSetBuilder
 from nvkr.builders.sbom.builder import SbomBuilder, sbom_spec
 from nvkr.canonical import digest_json
 from nvkr.errors import RecipeReferenceError
+from nvkr.paths import display_path
 from nvkr.plancheck import check_variant, released_artifacts
 from nvkr.recipe import LoadedRecipe, Variant
 
@@ -97,15 +98,6 @@ def recorded_path(path: Path, root: Path) -> str:
     p = Path(os.path.abspath(path))
     try:
         return p.relative_to(root).as_posix()
-    except ValueError:
-        return p.as_posix()
-
-
-def display_path(path: Path) -> str:
-    """``path`` relative to the working directory when it lies below it (stable across clones)."""
-    p = Path(os.path.abspath(path))
-    try:
-        return p.relative_to(Path.cwd()).as_posix()
     except ValueError:
         return p.as_posix()
 

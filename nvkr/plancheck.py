@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from nvkr.builders import Problem, ReleaseKind, get_builder
+from nvkr.action import ReleaseKind
+from nvkr.builders import Problem, get_builder
 from nvkr.errors import RecipeError, RecipeReferenceError
 from nvkr.recipe.yamlsource import DocPath, where
 

@@ -14,13 +14,14 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from nvkr.action import RELEASED_KINDS as RELEASED_KINDS  # the action vocabulary's, re-exported
+from nvkr.action import ReleaseKind as ReleaseKind
+from nvkr.action import ResolvedSource as ResolvedSource
 from nvkr.errors import UnknownBuilderError
 from nvkr.monitor.events import ActionProgress
-from nvkr.redact import redact_url, redact_urls
 
 if TYPE_CHECKING:
     from nvkr.action import Action
@@ -28,69 +29,6 @@ if TYPE_CHECKING:
     from nvkr.recipe import Variant
     from nvkr.recipe.base import ArtifactModel
     from nvkr.store import Store
-
-
-@dataclass(frozen=True)
-class ResolvedSource:
-    """A source of one variant with its lockfile entry.
-
-    ``entry`` is the resolved identity (see :func:`nvkr.fetch.resolve`); ``entry["digest"]`` is the
-    ``sha256:<hex>`` of the bytes the store holds for it. ``base_dir`` is the directory path
-    sources are relative to.
-    """
-
-    name: str
-    spec: Any
-    entry: dict[str, Any]
-    base_dir: Path
-
-    @property
-    def digest(self) -> str:
-        return str(self.entry["digest"])
-
-    def descriptor(self) -> dict[str, Any]:
-        """An in-toto ResourceDescriptor for SLSA ``resolvedDependencies`` (URLs without user
-        info, :mod:`nvkr.redact`)."""
-        e = redact_urls(self.entry)
-        digest: dict[str, str] = {"sha256": self.digest.split(":", 1)[1]}
-        desc: dict[str, Any] = {"name": self.name, "digest": digest}
-        kind = e.get("kind")
-        if kind == "url":
-            desc["uri"] = e["url"]
-            if "sha512" in e:
-                digest["sha512"] = e["sha512"].split(":", 1)[1]
-        elif kind == "git":
-            desc["uri"] = f"git+{e['url']}@{e['commit']}"
-            digest["gitCommit"] = e["commit"]
-        elif kind == "pypi":
-            desc["uri"] = e.get("url") or f"pkg:pypi/{e['name']}@{e['version']}"
-            desc["annotations"] = {"filename": e["filename"]}
-            if "member" in e:
-                desc["annotations"]["member"] = e["member"]
-        elif kind == "path":
-            desc["annotations"] = {"kind": "path", "path": e["path"]}
-        elif kind == "oci":
-            desc["uri"] = f"oci://{e['ref']}@{e['digest']}"
-            desc["mediaType"] = e["mediaType"]
-        elif kind == "apt":
-            desc["annotations"] = {"kind": "apt", "arch": e["arch"]}
-            desc["mediaType"] = "application/vnd.nvkr.apt-manifest.v1+json"
-        return desc
-
-    def descriptors(self) -> list[dict[str, Any]]:
-        """Every ResourceDescriptor this source stands for: :meth:`descriptor`, plus for an apt
-        source one per .deb (``uri`` its URL, ``digest.sha256``, ``name`` ``NAME_VERSION_ARCH``)."""
-        out = [self.descriptor()]
-        if self.entry.get("kind") == "apt":
-            for pkg in self.entry.get("packages") or []:
-                out.append(
-                    {
-                        "name": f"{pkg['name']}_{pkg['version']}_{pkg['arch']}",
-                        "uri": redact_url(pkg["url"]),
-                        "digest": {"sha256": str(pkg["sha256"]).split(":", 1)[1]},
-                    }
-                )
-        return out
 
 
 @dataclass(frozen=True)
@@ -217,27 +155,6 @@ def builder_of(variant: Variant, name: str) -> str | None:
 def a_kind(kind: str) -> str:
     """``a url source``/``an oci source``: the article for a kind or builder name."""
     return ("an " if kind[:1] in "aeio" else "a ") + kind  # a url, an oci
-
-
-class ReleaseKind(StrEnum):
-    """How a release set holds a builder's artifacts (the release-set spec's ``kind``).
-
-    ``binary``: an OCI artifact manifest wrapping the primary output; ``image``: the multi-arch
-    image index the planner joins over the variant's arches (an ``image-index`` action);
-    ``chart``: a Helm chart manifest; ``machine-image``: an OCI artifact manifest of a disk
-    image. ``internal``: an intermediate a release set never holds (a rootfs, a staged package
-    tar, and the planner's own sbom, image-index and release-set actions).
-    """
-
-    BINARY = "binary"
-    IMAGE = "image"
-    CHART = "chart"
-    MACHINE_IMAGE = "machine-image"
-    INTERNAL = "internal"
-
-
-#: The kinds a release set holds, each with an SBOM (every :class:`ReleaseKind` but internal).
-RELEASED_KINDS: tuple[ReleaseKind, ...] = tuple(k for k in ReleaseKind if k != "internal")
 
 
 @dataclass(frozen=True)

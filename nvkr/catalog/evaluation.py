@@ -438,7 +438,7 @@ def check_variants(
         VersionError: a version in the recipe that does not parse (naming ``FILE:LINE: vars.X``).
     """
     from nvkr.catalog.facts import variant_facts
-    from nvkr.plan import display_path
+    from nvkr.paths import display_path
     from nvkr.recipe import Variant
 
     path = rules_path if rules_path is not None else find_rules(recipe)

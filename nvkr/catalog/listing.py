@@ -105,7 +105,7 @@ def list_catalog(directory: Path, rules: LoadedRules) -> Listing:
     Raises nothing for a bad recipe (it is listed as broken); OSError only if ``directory``
     cannot be walked.
     """
-    from nvkr.plan import display_path
+    from nvkr.paths import display_path
 
     table = rules.rules
     cells: dict[tuple[str, str, str], Combination] = {

@@ -42,7 +42,7 @@ def load_rules(path: Path) -> LoadedRules:
             line or constraint that does not parse, a GPU generation or architecture not in the
             tables, a GPU map or containerd constraint table that leaves a generation or line out.
     """
-    from nvkr.plan import display_path
+    from nvkr.paths import display_path
     from nvkr.recipe.validation import validate
     from nvkr.recipe.yamlsource import read_yaml
 

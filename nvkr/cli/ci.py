@@ -140,7 +140,7 @@ def generate_text(
     from nvkr.cli.common import open_session
     from nvkr.cli.units import session_fan_out
     from nvkr.fanout import dns_label
-    from nvkr.plan import display_path
+    from nvkr.paths import display_path
 
     if image_from is not None:
         image = _image_digest(image, image_from)

@@ -24,7 +24,8 @@ def session_fan_out(
         UsageError, RecipeError: as planning does.
     """
     from nvkr.fanout import by_action, by_variant
-    from nvkr.plan import display_path, make_plan
+    from nvkr.paths import display_path
+    from nvkr.plan import make_plan
 
     shown = display_path(recipe)
     lock_arg = display_path(lockfile) if lockfile is not None else None

@@ -14,8 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from nvkr.action import one_output
-from nvkr.builders import ReleaseKind
+from nvkr.action import ReleaseKind, one_output
 from nvkr.canonical import canonical_json
 from nvkr.errors import BuildError, IntegrityError
 from nvkr.oci import mediatypes as mt

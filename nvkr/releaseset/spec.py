@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from nvkr.builders import RELEASED_KINDS, ReleaseKind
+from nvkr.action import RELEASED_KINDS, ReleaseKind
 from nvkr.canonical import canonical_json
 from nvkr.errors import BuildError
 
