@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from nvkr.action import ResolvedSource
+from nvkr.atomic import write_atomic
 from nvkr.bounds import MAX_LOCKFILE_BYTES, read_limited
 from nvkr.canonical import canonical_json, canonical_json_file, sha256_bytes
 from nvkr.errors import ChecksumError, LockError
@@ -353,7 +354,5 @@ class Resolver:
 
 def write_lock(path: Path, doc: dict[str, Any]) -> None:
     """Write ``doc`` as canonical JSON, whole or not at all (:func:`nvkr.atomic.write_atomic`)."""
-    from nvkr.atomic import write_atomic
-
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, canonical_json_file(doc))

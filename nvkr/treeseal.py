@@ -23,6 +23,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from nvkr.atomic import write_atomic
+
 #: The seal's file name in ``tools/<hex>/``, beside the unpacked tree (never part of it).
 SEAL_NAME = "seal.json"
 SEAL_VERSION = 1
@@ -87,8 +89,6 @@ def seal_tree(root: Path) -> dict[str, Any]:
 
 
 def write_seal(root: Path, seal: dict[str, Any]) -> None:
-    from nvkr.atomic import write_atomic
-
     write_atomic(root / SEAL_NAME, json.dumps(seal, sort_keys=True, separators=(",", ":")).encode())
 
 

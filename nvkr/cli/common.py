@@ -190,7 +190,7 @@ def check_contents(session: Session, *, reread: bool = False) -> None:
     """Check the session's variants against the compatibility rules that read the locked
     sources' bytes (check ``ovsdb-schema``): from what the lock entries record, else (or with
     ``reread``, as ``nvkr lock`` does) from the store's blobs, recording what was read in the
-    entries. Binds every source first.
+    entries (the sources it reads are bound on the way, :meth:`nvkr.lock.Resolver.bound_entry`).
 
     Raises:
         RecipeError: a violation (as :func:`nvkr.catalog.check_variants`).
@@ -201,7 +201,6 @@ def check_contents(session: Session, *, reread: bool = False) -> None:
         return
     from nvkr.catalog.schemas import SourceSchemas
 
-    bind_sources(session)
     read = SourceSchemas(session.resolver.bound_entry, session.store, reread=reread)
     check_variants(Path(session.loaded.path), session.variants, schemas=read)
     for (rule, why), variants in read.unchecked.items():  # validate said it is checked here
