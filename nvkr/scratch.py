@@ -177,6 +177,26 @@ class Cleanup:
         return bool(self.removed or self.unmounted or self.detached or self.kept)
 
 
+def cleanup_line(cleaned: Cleanup | None) -> str | None:
+    """The line saying what :meth:`nvkr.store.Store.lock` removed of dead builds' leftovers
+    (a :class:`Cleanup`), or None when there was nothing."""
+    from nvkr.monitor.lines import human_size, plural
+
+    if not cleaned:
+        return None
+    line = (
+        f"store: removed {plural(len(cleaned.removed), 'leftover')} of dead builds from tmp/ "
+        f"({human_size(cleaned.bytes)})"
+    )
+    if cleaned.unmounted:
+        line += f", unmounted {cleaned.unmounted}"
+    if cleaned.detached:
+        line += f", detached {plural(cleaned.detached, 'loop device')}"
+    if cleaned.kept:
+        line += f"; kept {', '.join(cleaned.kept)}: still mounted below (see --debug)"
+    return line
+
+
 def _is_claimed(path: Path) -> bool | None:
     """True when a live process holds ``path``'s claim, False when nobody does, None when it
     vanished meanwhile."""

@@ -8,11 +8,17 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from nvkr.cli import DEFAULT_RECIPE, App
+from nvkr.monitor.lines import human_size as human_size  # the verbs' sizes and counts
+from nvkr.oci.access import RegistryAccess as RegistryAccess  # the verbs' registry options
+
+if TYPE_CHECKING:
+    from nvkr.cache.settings import CacheSettings
+    from nvkr.session import Session
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -65,52 +71,6 @@ def make_console(*, stderr: bool = False) -> Any:
     return Console(stderr=stderr, highlight=False, soft_wrap=True, width=width)
 
 
-def human_size(n: int) -> str:
-    """``512 bytes``, ``6.0 MiB``, ``2.5 GiB`` (binary units, one decimal)."""
-    size = float(n)
-    for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{n} bytes" if unit == "bytes" else f"{size:.1f} {unit}"
-        size /= 1024
-    raise AssertionError("unreachable")
-
-
-def cleanup_line(cleaned: Any) -> str | None:
-    """The line saying what :meth:`nvkr.store.Store.lock` removed of dead builds' leftovers
-    (a :class:`nvkr.scratch.Cleanup`), or None when there was nothing."""
-    if not cleaned:
-        return None
-    line = (
-        f"store: removed {n(len(cleaned.removed), 'leftover')} of dead builds from tmp/ "
-        f"({human_size(cleaned.bytes)})"
-    )
-    if cleaned.unmounted:
-        line += f", unmounted {cleaned.unmounted}"
-    if cleaned.detached:
-        line += f", detached {n(cleaned.detached, 'loop device')}"
-    if cleaned.kept:
-        line += f"; kept {', '.join(cleaned.kept)}: still mounted below (see --debug)"
-    return line
-
-
-def n(count: int, noun: str) -> str:
-    """``1 variant``, ``4 variants``."""
-    return f"{count} {noun}" + ("" if count == 1 else "s")
-
-
-@dataclass
-class Session:
-    """A loaded recipe with its variants, resolver and (once planned) plan."""
-
-    loaded: Any
-    variants: list[Any]
-    all_variants: bool
-    resolver: Any
-    store: Any
-    fetch: Any
-    lock_path: Path
-
-
 def open_session(
     app: App,
     recipe: Path,
@@ -121,123 +81,110 @@ def open_session(
     locked: bool = False,
     lockfile: Path | None = None,
 ) -> Session:
-    """Load ``recipe``, expand the selected variants and read the lockfile.
+    """:func:`nvkr.session.open_session` on the store and config of ``app``, the store held for
+    reading until the command ends (gc deletes nothing it reads meanwhile).
 
     Raises:
         RecipeError, UsageError, LockError: as the steps do.
     """
-    from nvkr.fetch import FetchContext, Mirrors
-    from nvkr.lock import Resolver, default_lock_path, read_lock
-    from nvkr.plancheck import check_variant
-    from nvkr.recipe import expand, load_recipe, parse_variant_option
+    from nvkr.session import open_session as open_library_session
     from nvkr.store import Store
 
-    loaded = load_recipe(recipe)
-    selections = [parse_variant_option(v) for v in variants] or None
-    cells = expand(loaded, selections)
-    all_cells = cells if selections is None else expand(loaded, None)
-    for cell in cells:  # what needs no source is refused before any is read
-        check_variant(cell)
-    store = Store(app.store_root)
+    session = open_library_session(
+        recipe, variants, store=Store(app.store_root), config=app.config, mirrors=mirrors,
+        offline=offline, locked=locked, lockfile=lockfile,
+    )  # fmt: skip
     ctx = click.get_current_context(silent=True)
-    if ctx is not None:  # held until the command ends: gc deletes nothing it reads meanwhile
-        ctx.with_resource(store.reading())
-    config = (
-        app.config if app.config is not None else Path.home() / ".config" / "nvkr" / "config.yaml"
-    )
-    mirror_table = Mirrors.parse(list(mirrors)).merged(Mirrors.from_config(config))
-    fetch = FetchContext(store=store, mirrors=mirror_table, offline=offline)
-    lock_path = lockfile or default_lock_path(recipe)
-    resolver = Resolver(
-        loaded=loaded, lock_path=lock_path, lock=read_lock(lock_path), ctx=fetch, locked=locked
-    )
-    return Session(
-        loaded=loaded,
-        variants=cells,
-        all_variants=len(cells) == len(all_cells),
-        resolver=resolver,
-        store=store,
-        fetch=fetch,
-        lock_path=lock_path,
-    )
+    if ctx is not None:
+        ctx.with_resource(session.store.reading())
+    return session
 
 
-def bind_sources(session: Session) -> None:
-    """Bind every source of every selected variant to its lock entry (resolving what is new).
+@dataclass(frozen=True)
+class CacheArgs:
+    """The remote cache options as given (``--cache-from`` ... ``--cache-trust-unsigned``)."""
 
-    Raises:
-        FetchError: a source could not be resolved; without a lockfile the hint says so first
-            (every source is then resolved from its upstream, which a leaf of the catalog, shipped
-            without one, needs the network for).
-    """
-    from nvkr.errors import FetchError
+    cache_from: tuple[str, ...]
+    cache_to: str | None
+    cache_mode: str | None
+    cache_salt: str | None
+    cache_sign_key: str | None
+    cache_trust: tuple[str, ...]
+    cache_trust_unsigned: bool
 
-    for variant in session.variants:
-        for name in sorted(variant.recipe.sources):
-            try:
-                session.resolver.source_for(variant, name)
-            except FetchError as e:
-                if session.resolver.lock is None:
-                    e.hint = (
-                        f"there is no lockfile at {session.lock_path}, so every source is "
-                        f"resolved from its upstream now: `nvkr lock {session.loaded.path}` "
-                        "where they are reachable writes it" + (f"; {e.hint}" if e.hint else "")
-                    )
-                raise
+    def settings(self, config: Path | None) -> CacheSettings:
+        """The settings these options, the environment and ``config`` (None: the user's config
+        file) give (:func:`nvkr.cache.settings.resolve_settings`).
 
+        Raises:
+            UsageError: as resolve_settings does.
+        """
+        from nvkr.cache.settings import resolve_settings
 
-def check_contents(session: Session, *, reread: bool = False) -> None:
-    """Check the session's variants against the compatibility rules that read the locked
-    sources' bytes (check ``ovsdb-schema``): from what the lock entries record, else (or with
-    ``reread``, as ``nvkr lock`` does) from the store's blobs, recording what was read in the
-    entries (the sources it reads are bound on the way, :meth:`nvkr.lock.Resolver.bound_entry`).
-
-    Raises:
-        RecipeError: a violation (as :func:`nvkr.catalog.check_variants`).
-    """
-    from nvkr.catalog import check_variants, find_rules
-
-    if find_rules(Path(session.loaded.path)) is None:
-        return
-    from nvkr.catalog.schemas import SourceSchemas
-
-    read = SourceSchemas(session.resolver.bound_entry, session.store, reread=reread)
-    check_variants(Path(session.loaded.path), session.variants, schemas=read)
-    for (rule, why), variants in read.unchecked.items():  # validate said it is checked here
-        click.echo(f"note: rule {rule} did not apply to {'; '.join(variants)}: {why}", err=True)
+        return resolve_settings(
+            cache_from=self.cache_from, cache_to=self.cache_to, mode=self.cache_mode,
+            salt=self.cache_salt, sign_key=self.cache_sign_key, trust=self.cache_trust,
+            trust_unsigned=self.cache_trust_unsigned,
+            config=config if config is not None else Path.home() / ".config" / "nvkr" / "config.yaml",
+        )  # fmt: skip
 
 
-def make_session_plan(session: Session) -> Any:
-    """Plan the session's variants; the epoch falls back to the newest git commit time."""
-    from nvkr.lock import lock_digest
-    from nvkr.plan import make_plan, project_root, recorded_path
-    from nvkr.repro import source_date_epoch
+def cache_options(f: F) -> F:
+    """The remote cache options of ``nvkr build``, as one ``cache:`` :class:`CacheArgs`
+    argument of the command."""
 
-    bind_sources(session)
-    check_contents(session)
-    doc = session.resolver.document()
-    commit_times = [
-        e["resolved"]["commitTime"] for e in doc["sources"] if "commitTime" in e["resolved"]
+    @functools.wraps(f)
+    def command(*args: Any, **kwargs: Any) -> Any:
+        fields = {name: kwargs.pop(name) for name in CacheArgs.__dataclass_fields__}
+        return f(*args, cache=CacheArgs(**fields), **kwargs)
+
+    options = [
+        click.option(
+            "--cache-from",
+            "cache_from",
+            multiple=True,
+            metavar="REGISTRY/REPO",
+            help="Take action results from this remote cache (repeatable, read in order; env "
+            "NVKR_CACHE_FROM).",
+        ),
+        click.option(
+            "--cache-to",
+            metavar="REGISTRY/REPO",
+            help="Push action results to this remote cache, signed (env NVKR_CACHE_TO).",
+        ),
+        click.option(
+            "--cache-mode",
+            type=click.Choice(["min", "max"]),
+            help="min (default): what the release sets reference and slow actions; max: every action "
+            "(env NVKR_CACHE_MODE).",
+        ),
+        click.option(
+            "--cache-salt",
+            metavar="TEXT",
+            help="Mixed into every cache tag: a new salt disowns every earlier entry (env "
+            "NVKR_CACHE_SALT).",
+        ),
+        click.option(
+            "--cache-sign-key",
+            metavar="KEY",
+            help="Sign cache entries with this private key, a PEM file or env://NAME (env "
+            "NVKR_CACHE_SIGN_KEY).",
+        ),
+        click.option(
+            "--cache-trust",
+            multiple=True,
+            metavar="PUB",
+            help="Use cache entries signed by this public key (repeatable; env NVKR_CACHE_TRUST).",
+        ),
+        click.option(
+            "--cache-trust-unsigned",
+            is_flag=True,
+            help="Also use cache entries no trusted key signed (said on every build).",
+        ),
     ]
-    epoch = source_date_epoch(
-        session.loaded.recipe.epoch, fallback=max(commit_times) if commit_times else None
-    )
-    # The lockfile on disk is what provenance names, unless this build had to resolve sources the
-    # lock lacks; then the in-memory lock it actually used is named (its digest, the same path).
-    used = (
-        session.resolver.lock
-        if session.resolver.lock is not None and not session.resolver.resolved_now
-        else doc
-    )
-    root = project_root(session.loaded.path)
-    lockfile = {"path": recorded_path(session.lock_path, root), "digest": lock_digest(used)}
-    return make_plan(
-        session.loaded,
-        session.variants,
-        session.resolver.source_for,
-        epoch=epoch,
-        lockfile=lockfile,
-    )
+    for option in reversed(options):
+        command = option(command)
+    return command  # type: ignore[return-value]
 
 
 def registry_password(username: str | None, password_stdin: bool, command: str) -> str | None:
@@ -260,30 +207,6 @@ def registry_password(username: str | None, password_stdin: bool, command: str) 
                 hint=f'pipe the password in: echo "$PASSWORD" | {command} ... --password-stdin',
             )
     return password
-
-
-@dataclass(frozen=True)
-class RegistryAccess:
-    """How a verb reaches the registry its argument names: ``--insecure`` and the credentials of
-    ``-u``/``--password-stdin`` (None: the client's own defaults, NVKR_REGISTRY_* or the Docker
-    config)."""
-
-    insecure: bool = False
-    username: str | None = None
-    password: str | None = None
-
-    def client(self, registry: str, **options: Any) -> Any:
-        """A :class:`~nvkr.oci.registry.RegistryClient` for ``registry`` (``host[:port]``) with
-        these settings; ``options`` go to it as they are (``chunk_size``, ``pool_size``)."""
-        from nvkr.oci.registry import RegistryClient
-
-        return RegistryClient(
-            registry,
-            insecure=self.insecure,
-            username=self.username,
-            password=self.password,
-            **options,
-        )
 
 
 def registry_options(scope: str = "", insecure_note: str = "") -> Callable[[F], F]:

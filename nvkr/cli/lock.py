@@ -13,8 +13,9 @@ from typing import Any
 import click
 
 from nvkr.cli import DEFAULT_RECIPE, App
-from nvkr.cli.common import Session, bind_sources, check_contents, fetch_options, open_session
-from nvkr.cli.common import n as _n
+from nvkr.cli.common import fetch_options, open_session
+from nvkr.monitor.lines import plural as _n
+from nvkr.session import Session, bind_sources, check_contents
 
 
 def _split_args(args: tuple[str, ...]) -> tuple[Path, tuple[str, ...]]:

@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from nvkr.cli import App
-from nvkr.cli.common import n
+from nvkr.monitor.lines import plural as n
 
 
 def _bytes(size: int) -> str:
@@ -63,7 +63,8 @@ def export_command(
     missing; DIR/index.json is written last.
     """
     from nvkr.airgap.export import export_mirror, select_sources
-    from nvkr.cli.common import cleanup_line, open_session
+    from nvkr.cli.common import open_session
+    from nvkr.scratch import cleanup_line
 
     selections = []
     fetch = None

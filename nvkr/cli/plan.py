@@ -10,14 +10,9 @@ from typing import Any
 import click
 
 from nvkr.cli import App
-from nvkr.cli.common import (
-    fetch_options,
-    make_session_plan,
-    open_session,
-    recipe_argument,
-    variant_option,
-)
-from nvkr.cli.common import n as _n
+from nvkr.cli.common import fetch_options, open_session, recipe_argument, variant_option
+from nvkr.monitor.lines import plural as _n
+from nvkr.session import make_session_plan
 
 
 @click.command("plan")

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from nvkr.cli import App
-from nvkr.cli.common import n as _n
+from nvkr.monitor.lines import plural as _n
 
 _STYLE = {"ok": "green", "invalid": "red", "unsupported": "yellow", "no recipe": "white"}
 

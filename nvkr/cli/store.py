@@ -42,8 +42,8 @@ def verify(app: App, repair: bool, jobs: int, as_json: bool) -> None:
     when something is wrong and --repair was not given.
     """
     from nvkr.cli.common import human_size
-    from nvkr.cli.common import n as _n
     from nvkr.errors import IntegrityError
+    from nvkr.monitor.lines import plural as _n
     from nvkr.store import Store
     from nvkr.store_verify import verify_store
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nvkr.cli.common import Session, make_session_plan
 from nvkr.errors import LockError
+from nvkr.session import Session, make_session_plan
 
 
 def session_fan_out(

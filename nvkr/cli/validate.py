@@ -9,8 +9,8 @@ from pathlib import Path
 import click
 
 from nvkr.cli import App
-from nvkr.cli.common import n as _n
 from nvkr.cli.common import recipe_argument, variant_option
+from nvkr.monitor.lines import plural as _n
 
 
 @click.command("validate")

@@ -18,7 +18,7 @@ from nvkr.errors import UsageError
 
 
 class RegistryClients(Protocol):
-    """How a verb reaches a registry (``nvkr.cli.common.RegistryAccess``): ``--insecure`` and a
+    """How a verb reaches a registry (:class:`nvkr.oci.access.RegistryAccess`): ``--insecure`` and a
     :class:`~nvkr.oci.registry.RegistryClient` per registry host with the verb's credentials."""
 
     @property

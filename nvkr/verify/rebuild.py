@@ -1,14 +1,14 @@
 """``nvkr verify --rebuild``: build the release set again from its recipe and lockfile, compare.
 
 After :func:`nvkr.verify.verify_release_set` has checked a release set, :func:`rebuild` reads
-its metadata (recipe path, lockfile path, epoch, variants), runs ``nvkr build --locked`` in a
-subprocess against a fresh temporary store and compares the rebuilt release set artifact by
-artifact with :func:`compare`. A difference is a reproducibility failure (exit 3): the report names
+its metadata (recipe path, lockfile path, epoch, variants), builds it ``--locked`` against a fresh
+temporary store, in this process (:func:`nvkr.build.build`, its lines in a log whose tail a
+failure quotes), and compares the rebuilt release set artifact by artifact with :func:`compare`. A difference is a reproducibility failure (exit 3): the report names
 the artifact, the first differing blob inside it, the member or byte inside that blob
 (:func:`nvkr.verify.archive.first_difference`) and, where diffoscope is installed, its report.
 
 The recipe and lockfile paths in the metadata are relative to the directory the build ran in
-(``nvkr build`` records them so): the rebuild runs there too (``--project DIR``, default the
+(``nvkr build`` records them so): the rebuild reads them there (``--project DIR``, default the
 working directory), so its provenance names the same paths. A fresh store has to fetch every
 source again (the Go toolchain wheel from the package index, for the default recipe);
 ``--seed-store DIR`` hard-links the blobs of an existing store into the fresh one first (a
@@ -19,10 +19,9 @@ runs.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import logging
-import os
-import sys
 import tempfile
 import time
 from collections.abc import Mapping
@@ -30,21 +29,18 @@ from pathlib import Path
 from typing import Any
 
 from nvkr.canonical import canonical_json
-from nvkr.errors import BuildError, UsageError
+from nvkr.errors import BuildError, NvkrError, UsageError
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import LayoutReader
 from nvkr.oci.layoutdir import link_or_copy
 from nvkr.releaseset.metadata import read_metadata
 from nvkr.releaseset.signing import release_set_entry
-from nvkr.run import run, tail
+from nvkr.run import tail
 from nvkr.store import Store
 from nvkr.verify.archive import diffoscope, first_difference
 from nvkr.verify.report import VerifyReport
 
 log = logging.getLogger("nvkr.verify.rebuild")
-
-#: How long one rebuild may take, in seconds.
-REBUILD_TIMEOUT = 3600.0
 
 
 def rebuild(
@@ -101,34 +97,24 @@ def rebuild(
             with Store(seed_store).reading():  # no gc meanwhile: once linked, they are ours
                 _seed(seed_store, store)
         out = Path(tmp) / "out"
-        argv = [sys.executable, "-m", "nvkr", "build", recipe, "--locked"]
-        argv += ["--lockfile", lockfile, "--out", str(out)]
-        for variant in meta.get("variants") or []:
-            argv += ["--variant", ",".join(f"{k}={v}" for k, v in sorted(variant.items()))]
-        if jobs:
-            argv += ["--jobs", str(jobs)]
-        if offline:
-            argv.append("--offline")
-        env = {
-            **os.environ,
-            "NVKR_CACHE": str(store),
-            # the epoch the set was built with, even when it came from the environment then
-            "SOURCE_DATE_EPOCH": str(meta["epoch"]),
-        }
-        env.pop("NVKR_DEBUG", None)
-        if config is not None:
-            env["NVKR_CONFIG"] = str(config)
-        log_file = Path(tmp) / "build.log"
-        proc = run(
-            argv, cwd=project, env=env, check=False, log_file=log_file, timeout=REBUILD_TIMEOUT
+        variants = tuple(
+            ",".join(f"{k}={v}" for k, v in sorted(variant.items()))
+            for variant in meta.get("variants") or []
         )
-        if proc.returncode != 0:
+        log_file = Path(tmp) / "build.log"
+        try:
+            _build(
+                project / recipe, variants, project / lockfile, Store(store), log_file,
+                config=config, offline=offline, out=out, jobs=jobs, epoch=int(meta["epoch"]),
+            )  # fmt: skip
+        except NvkrError as e:
             raise BuildError(
-                f"the rebuild of {recipe} (lockfile {lockfile}) failed with exit "
-                f"{proc.returncode}:\n{tail(log_file.read_text(errors='replace'))}",
-                hint="the rebuild runs `nvkr build --locked` in a fresh store; it needs the "
-                "sources (--seed-store DIR reuses a store's downloads)",
-            )
+                f"the rebuild of {recipe} (lockfile {lockfile}) failed: error[{e.code}]: {e.message}"
+                + (f" ({e.hint})" if e.hint else "")
+                + f"\n{tail(log_file.read_text(errors='replace'))}",
+                hint="the rebuild builds --locked in a fresh store; it needs the sources "
+                "(--seed-store DIR reuses a store's downloads)",
+            ) from e
         result = compare(layout, out / name)
     elapsed = round((time.perf_counter() - started) * 1000)
     result.update(recipe=recipe, lockfile=lockfile, milliseconds=elapsed)
@@ -147,6 +133,41 @@ def rebuild(
             f"release set {name}: the artifacts are identical but the release set index is not "
             f"({result['digest']} vs {result['rebuiltDigest']}): {result['difference']}",
         )
+
+
+def _build(
+    recipe: Path,
+    variants: tuple[str, ...],
+    lockfile: Path,
+    store: Store,
+    log_file: Path,
+    *,
+    config: Path | None,
+    offline: bool,
+    out: Path,
+    jobs: int | None,
+    epoch: int,
+) -> None:
+    """``nvkr build --locked`` of ``recipe``'s ``variants`` into ``out``, in this process
+    (:func:`nvkr.build.build`), its lines in ``log_file``."""
+    from nvkr.build import BuildOptions, build
+    from nvkr.monitor.plain import PlainMonitor
+    from nvkr.session import open_session
+
+    with log_file.open("w", encoding="utf-8") as log:
+        monitor = PlainMonitor("build", log)
+        try:
+            session = open_session(
+                recipe, variants, store=store, config=config, offline=offline, locked=True,
+                lockfile=lockfile,
+            )  # fmt: skip
+            with session.store.reading():
+                options = BuildOptions(out=out, locked=True, epoch=epoch)
+                if jobs:
+                    options = dataclasses.replace(options, jobs=jobs)
+                build(session, options, monitor)
+        finally:
+            monitor.close()
 
 
 def _seed(seed_store: Path, store: Path) -> None:

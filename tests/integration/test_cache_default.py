@@ -104,15 +104,10 @@ def test_the_entries_of_two_independent_builds_are_byte_identical(
     hopper arm64 variant itself and takes what the full recipe needs beyond it from the first cache
     here, pushing only what it holds of its own, the full release set included; its push mounts
     its blobs from the first cache (the same registry), so it uploads little."""
-    from nvkr.cli import App
-    from nvkr.cli.common import make_session_plan, open_session
+    from nvkr.session import make_session_plan, open_session
 
-    plan = make_session_plan(
-        open_session(
-            App(debug=False, store_root=default_build.store, config=None),
-            default_build.clone / "recipes" / "default.yaml",
-        )
-    )
+    recipe = default_build.clone / "recipes" / "default.yaml"
+    plan = make_session_plan(open_session(recipe, store=Store(default_build.store)))
     names = {entry_tag(k): a.name for k, a in plan.actions.items()}
     client = RegistryClient(registry.host)
     res = run_nvkr(

@@ -57,15 +57,15 @@ if where == "action":
 
     helm_chart.HelmChartBuilder.run = slow_run
 else:  # the main thread, before the store lock (sources resolved with pip or git)
-    from nvkr.cli import common
+    from nvkr import session
 
-    plan = common.make_session_plan
+    plan = session.make_session_plan
 
-    def slow_plan(session):
+    def slow_plan(*args, **kwargs):
         run(tool)
-        return plan(session)
+        return plan(*args, **kwargs)
 
-    common.make_session_plan = slow_plan
+    session.make_session_plan = slow_plan
 
 from nvkr.cli import main
 

@@ -700,35 +700,36 @@ def test_rebuild_reports_every_artifact_identical(
 
 
 def test_an_offline_rebuild_runs_the_build_offline_on_the_seed_stores_sources(
-    small_project: tuple[Path, Path], nvkr: Any, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, http_dir: Any, nvkr: Any
 ) -> None:
-    """--offline: the rebuild's ``nvkr build`` gets --offline (it then names any source the
-    seed store lacks instead of fetching it), and from the build's own store it is identical."""
-    proj, store = small_project
-    layout = proj / "dist" / "small-1.36"
+    """--offline: the rebuild builds offline, from the seed store's sources: identical from the
+    build's own store; from a store without them it names what is missing rather than fetch
+    it (the loopback upstream still serves it)."""
+    from tests.helpers.cli import invoke
+    from tests.helpers.recipes import SCRATCH_TOOL, write_scratch_tool_recipe
+
+    (http_dir.root / "tool").write_bytes(SCRATCH_TOOL)
+    proj, store = tmp_path / "proj", tmp_path / "store"
+    write_scratch_tool_recipe(proj, "tool", http_dir.url)
+    for step in (("lock", "recipes/tool.yaml"), ("build", "recipes/tool.yaml", "--locked")):
+        res = invoke(*step, cwd=proj, store=store)
+        assert res.code == 0, res.stderr
+    layout = proj / "dist" / "tool"
     res = nvkr("verify", layout, "--rebuild", "--offline", "--project", proj,
                "--seed-store", store, "--json")  # fmt: skip
     assert res.code == 0, res.stderr
-    assert json.loads(res.stdout)["rebuild"]["identical"] is True
+    rebuilt = json.loads(res.stdout)["rebuild"]
+    assert rebuilt["identical"] is True and [a["name"] for a in rebuilt["artifacts"]] == ["image"]
 
-    from nvkr.verify import verify_release_set
-
-    rebuild_module = sys.modules[
-        "nvkr.verify.rebuild"
-    ]  # the module (the package exports the function)
-
-    seen: list[list[str]] = []
-
-    def fake_run(argv: list[str], **kw: Any) -> Any:
-        seen.append([str(a) for a in argv])
-        raise RuntimeError("stop here")
-
-    monkeypatch.setattr(rebuild_module, "run", fake_run)
-    report = verify_release_set(layout)
-    with pytest.raises(RuntimeError, match="stop here"):
-        rebuild_module.rebuild(layout, report, project=proj, seed_store=store, offline=True)
-    (argv,) = seen
-    assert argv[2:5] == ["nvkr", "build", "recipes/small.yaml"] and argv[-1] == "--offline"
+    empty = tmp_path / "empty-store"
+    (empty / "blobs" / "sha256").mkdir(parents=True)
+    res = nvkr("verify", layout, "--rebuild", "--offline", "--project", proj,
+               "--seed-store", empty)  # fmt: skip
+    assert res.code == 1, res.output
+    assert "the rebuild of recipes/tool.yaml (lockfile lockfiles/tool.lock.json) failed" in (
+        res.stderr
+    )
+    assert "source 'tool'" in res.stderr and "--offline forbids fetching it" in res.stderr
 
 
 def test_rebuild_of_a_drifted_recipe_fails_with_the_build_error(
