@@ -135,8 +135,6 @@ class Action:
         (:mod:`nvkr.actionrefs`): ``BUILDER/ARTIFACT@VARIANT`` with the first variant that
         planned it (``go-binary/agent@gpu=hopper,kubernetes=1.36,arch=amd64``), or
         ``release-set/NAME``. No digest is in it: it changes with the recipe's structure only."""
-        from nvkr.actionrefs import ref_of
-
         return ref_of(self)
 
     def to_json(self) -> dict[str, Any]:
@@ -154,6 +152,19 @@ class Action:
             "variants": self.variants,
             "hermetic": self.hermetic,
         }
+
+
+#: The builder of the planner's release-set actions: their reference names the set, no variant.
+RELEASE_SET = "release-set"
+
+
+def ref_of(action: Action) -> str:
+    """The canonical reference of ``action`` (:attr:`Action.ref`; the syntax is
+    :mod:`nvkr.actionrefs`'s): ``BUILDER/ARTIFACT@VARIANT`` with the first variant that planned
+    it, ``BUILDER/ARTIFACT`` for a release set or an action planned for no variant."""
+    if action.builder == RELEASE_SET or not action.variants:
+        return f"{action.builder}/{action.artifact}"
+    return f"{action.builder}/{action.artifact}@{action.variants[0]}"
 
 
 def action_key(

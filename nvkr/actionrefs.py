@@ -11,9 +11,9 @@ container-image artifact, ``sbom`` for the SBOM of an artifact), ``ARTIFACT`` th
 planned for, ``VARIANT`` any variant that plans it, in the ``--variant`` syntax (any subset of
 the axes: ``go-binary/agent@arch=amd64``). Within one variant an artifact has one action per
 builder, so a full variant id always names exactly one action; a subset names one when every
-matching variant shares it. The canonical reference of an action (:func:`ref_of`, ``ref`` in
-``nvkr plan --json``) uses the first variant that planned it (the planner walks the variants in
-matrix order), so it depends on the recipe's structure only, never on a digest.
+matching variant shares it. The canonical reference of an action (:func:`nvkr.action.ref_of`,
+``ref`` in ``nvkr plan --json``) uses the first variant that planned it (the planner walks the
+variants in matrix order), so it depends on the recipe's structure only, never on a digest.
 """
 
 from __future__ import annotations
@@ -27,15 +27,7 @@ if TYPE_CHECKING:
     from nvkr.action import Action
     from nvkr.plan import Plan
 
-RELEASE_SET = "release-set"
 _SYNTAX = "BUILDER/ARTIFACT@gpu=...,kubernetes=...,arch=... or release-set/NAME"
-
-
-def ref_of(action: Action) -> str:
-    """The canonical reference of ``action`` (see the module docstring)."""
-    if action.builder == RELEASE_SET or not action.variants:
-        return f"{action.builder}/{action.artifact}"
-    return f"{action.builder}/{action.artifact}@{action.variants[0]}"
 
 
 @dataclass(frozen=True)
