@@ -42,7 +42,8 @@ def fill_sources(project: Path, recipe: str, store: Path) -> None:
     """Fetch every locked source of every variant of ``recipe`` into ``store`` (not timed)."""
     from nvkr.fetch import FetchContext, ensure
     from nvkr.lock import Resolver, default_lock_path, read_lock
-    from nvkr.recipe import expand, load_recipe
+    from nvkr.recipe.loader import load_recipe
+    from nvkr.recipe.matrix import expand
     from nvkr.store import Store
 
     loaded = load_recipe(project / recipe)

@@ -39,7 +39,8 @@ def fill_sources(store: Path, root: Path = ROOT) -> None:
     sys.path.insert(0, str(root))
     from nvkr.fetch import FetchContext, ensure
     from nvkr.lock import Resolver, read_lock
-    from nvkr.recipe import expand, load_recipe
+    from nvkr.recipe.loader import load_recipe
+    from nvkr.recipe.matrix import expand
     from nvkr.store import Store
 
     loaded = load_recipe(root / RECIPE)

@@ -65,7 +65,7 @@ def parse_ref(text: str) -> ActionRef:
         UsageError: no ``/``, an empty builder or artifact, or a bad variant selection (as
             ``--variant`` reports it).
     """
-    from nvkr.recipe import parse_variant_option
+    from nvkr.recipe.matrix import parse_variant_option
 
     head, at, tail = text.partition("@")
     builder, slash, artifact = head.partition("/")

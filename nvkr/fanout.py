@@ -36,7 +36,7 @@ from typing import Any
 from nvkr.action import Action
 from nvkr.builders import get_builder
 from nvkr.plan import Plan
-from nvkr.recipe import Variant
+from nvkr.recipe.matrix import Variant
 from nvkr.store import Store
 
 BY = ("variant", "action")

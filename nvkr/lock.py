@@ -41,8 +41,9 @@ from nvkr.bounds import MAX_LOCKFILE_BYTES, read_limited
 from nvkr.canonical import canonical_json, canonical_json_file, sha256_bytes
 from nvkr.errors import ChecksumError, LockError
 from nvkr.fetch import FetchContext, resolve
-from nvkr.recipe import LoadedRecipe, Variant
 from nvkr.recipe.base import ArtifactModel
+from nvkr.recipe.loader import LoadedRecipe
+from nvkr.recipe.matrix import Variant
 from nvkr.recipe.yamlsource import where
 from nvkr.redact import redact_urls
 

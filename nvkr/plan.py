@@ -27,7 +27,8 @@ from nvkr.canonical import digest_json
 from nvkr.errors import RecipeReferenceError
 from nvkr.paths import display_path
 from nvkr.plancheck import check_variant, released_artifacts
-from nvkr.recipe import LoadedRecipe, Variant
+from nvkr.recipe.loader import LoadedRecipe
+from nvkr.recipe.matrix import Variant
 
 BINARY_ARTIFACT_TYPE = "application/vnd.nvkr.binary.v1"
 #: artifactType of the OCI artifact manifest a release set wraps around each non-image kind.

@@ -26,7 +26,7 @@ from nvkr.errors import RecipeError, RecipeReferenceError
 from nvkr.recipe.yamlsource import DocPath, where
 
 if TYPE_CHECKING:
-    from nvkr.recipe import Variant
+    from nvkr.recipe.matrix import Variant
     from nvkr.recipe.models import Recipe
 
 #: What each field of ``releaseSet`` may name: the release kind of the artifact's builder
@@ -41,7 +41,7 @@ _RELEASE_FIELDS: dict[str, tuple[ReleaseKind | None, str]] = {
 
 
 def check_variant(variant: Variant) -> None:
-    """Check ``variant`` (from :func:`nvkr.recipe.expand`) from its recipe alone.
+    """Check ``variant`` (from :func:`nvkr.recipe.matrix.expand`) from its recipe alone.
 
     Raises:
         RecipeReferenceError: artifacts use each other in a cycle (naming the chain).

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from nvkr.fetch import FetchContext
     from nvkr.lock import Resolver
     from nvkr.plan import Plan
-    from nvkr.recipe import LoadedRecipe, Variant
+    from nvkr.recipe.loader import LoadedRecipe
+    from nvkr.recipe.matrix import Variant
     from nvkr.store import Store
 
 
@@ -69,7 +70,8 @@ def open_session(
     from nvkr.fetch import FetchContext, Mirrors
     from nvkr.lock import Resolver, default_lock_path, read_lock
     from nvkr.plancheck import check_variant
-    from nvkr.recipe import expand, load_recipe, parse_variant_option
+    from nvkr.recipe.loader import load_recipe
+    from nvkr.recipe.matrix import expand, parse_variant_option
 
     loaded = load_recipe(recipe)
     selections = [parse_variant_option(v) for v in variants] or None

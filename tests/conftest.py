@@ -94,7 +94,8 @@ def default_sources(tmp_path_factory) -> Path:
     fetchers (PyPI, Debian's mirror) and checked against the lockfile. Returns its root."""
     from nvkr.fetch import FetchContext, ensure
     from nvkr.lock import Resolver, read_lock
-    from nvkr.recipe import expand, load_recipe
+    from nvkr.recipe.loader import load_recipe
+    from nvkr.recipe.matrix import expand
     from nvkr.store import Store
 
     loaded = load_recipe(REPO / "recipes" / "default.yaml")

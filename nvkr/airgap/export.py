@@ -70,7 +70,7 @@ def select_sources(loaded: Any, variants: list[Any], resolver: Any) -> RecipeSel
     """Bind every source of ``variants`` to its lock entry (``resolver`` must be ``locked``).
 
     Args:
-        loaded: the :class:`~nvkr.recipe.LoadedRecipe`; variants: the selected cells;
+        loaded: the :class:`~nvkr.recipe.loader.LoadedRecipe`; variants: the selected cells;
         resolver: a :class:`~nvkr.lock.Resolver` over the recipe's lockfile.
     Raises:
         LockError: there is no lockfile, or it lacks a source of a selected variant (exit 2).

@@ -26,8 +26,8 @@ from nvkr.monitor.events import ActionProgress
 if TYPE_CHECKING:
     from nvkr.action import Action
     from nvkr.builders.table import BuilderLine
-    from nvkr.recipe import Variant
     from nvkr.recipe.base import ArtifactModel
+    from nvkr.recipe.matrix import Variant
     from nvkr.store import Store
 
 

@@ -425,7 +425,8 @@ def check_variants(
 
     Args:
         recipe: the recipe file, as the user named it.
-        variants: :class:`~nvkr.recipe.Variant` objects from :func:`nvkr.recipe.expand`.
+        variants: :class:`~nvkr.recipe.matrix.Variant` objects from
+            :func:`nvkr.recipe.matrix.expand`.
         rules_path: a rules file overriding the catalog's (``validate --rules``).
         schemas: what the ``ovsdb-schema`` rules read of a variant's locked sources
             (:class:`nvkr.catalog.schemas.SourceSchemas`); without it they do not apply.
@@ -439,7 +440,7 @@ def check_variants(
     """
     from nvkr.catalog.facts import variant_facts
     from nvkr.paths import display_path
-    from nvkr.recipe import Variant
+    from nvkr.recipe.matrix import Variant
 
     path = rules_path if rules_path is not None else find_rules(recipe)
     if path is None:

@@ -1,14 +1,15 @@
 """The compatibility facts of one expanded variant: what the rules of ``recipes/compatibility.yaml``
 are evaluated on (:mod:`nvkr.catalog.rules`).
 
-After matrix expansion (:func:`nvkr.recipe.expand`) a variant is concrete; this module reads from
-it, without fetching anything: its matrix cell (GPU generation, Kubernetes release line, arch), the
-cluster version (``releaseSet.clusterRelease.kubernetes``), the component versions the recipe
-declares in ``vars`` (``kubeletVersion``, ..., ``nvidiaDriverVersion``) and the containerd, runc,
-NVIDIA driver and container toolkit and OVN versions pinned in its ``apt`` sources. Each version is
-parsed with the parser of its kind (:mod:`nvkr.catalog.versions`): upstream SemVer, NVIDIA driver,
-Debian package (reduced to its upstream version). A var and a pin of the same component that
-disagree are recorded, not resolved: that is a violation of its own (rule ``pins.agree``).
+After matrix expansion (:func:`nvkr.recipe.matrix.expand`) a variant is concrete; this module reads
+from it, without fetching anything: its matrix cell (GPU generation, Kubernetes release line,
+arch), the cluster version (``releaseSet.clusterRelease.kubernetes``), the component versions the
+recipe declares in ``vars`` (``kubeletVersion``, ..., ``nvidiaDriverVersion``) and the containerd,
+runc, NVIDIA driver and container toolkit and OVN versions pinned in its ``apt`` sources. Each
+version is parsed with the parser of its kind (:mod:`nvkr.catalog.versions`): upstream SemVer,
+NVIDIA driver, Debian package (reduced to its upstream version). A var and a pin of the same
+component that disagree are recorded, not resolved: that is a violation of its own (rule
+``pins.agree``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from nvkr.catalog.versions import (
     parse_driver,
     parse_upstream,
 )
-from nvkr.recipe import Variant
+from nvkr.recipe.matrix import Variant
 from nvkr.recipe.models import AptSource
 from nvkr.recipe.yamlsource import where
 

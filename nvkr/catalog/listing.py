@@ -159,7 +159,8 @@ def _evaluate_leaf(
     Raises:
         NvkrError: the file does not load or expand, or a version in it does not parse.
     """
-    from nvkr.recipe import expand, load_recipe
+    from nvkr.recipe.loader import load_recipe
+    from nvkr.recipe.matrix import expand
     from nvkr.recipe.yamlsource import read_yaml
 
     if read_yaml(path).data.get("kind") in NOT_LEAVES:

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from nvkr.catalog.facts import RuleSchemas, SchemaFile
 from nvkr.catalog.rules import CompatibilityRules, OvsdbSchemaRule
 from nvkr.catalog.versions import VersionError, parse_upstream
-from nvkr.recipe import Variant
+from nvkr.recipe.matrix import Variant
 from nvkr.recipe.models import AptSource, GitSource
 from nvkr.recipe.yamlsource import where
 

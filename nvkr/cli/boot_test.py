@@ -27,7 +27,7 @@ def _images_of_set(layout: Path, artifact: str | None, variant: str | None) -> l
     """The machine images of the release set in ``layout``: ``{"label", "path", "arch",
     "digest", "slug"}`` (``slug``: the start of its console log's file name)."""
     from nvkr.oci.layout import LayoutReader
-    from nvkr.recipe import parse_variant_option
+    from nvkr.recipe.matrix import parse_variant_option
     from nvkr.releaseset.metadata import read_metadata
 
     meta = read_metadata(layout)

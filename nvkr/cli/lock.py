@@ -195,7 +195,7 @@ def _update(
 ) -> None:
     from nvkr.canonical import canonical_json_file
     from nvkr.catalog import check_variants
-    from nvkr.recipe import expand
+    from nvkr.recipe.matrix import expand
     from nvkr.update import UpdateRequest, plan_update, write_atomically
 
     request = UpdateRequest(sources=sources, to=to, pre=pre)

@@ -15,7 +15,7 @@ import click
 def command(out: Path | None) -> None:
     """Write the JSON Schema of recipes (apiVersion nvkr.dev/v1alpha1)."""
     from nvkr.canonical import canonical_json_file
-    from nvkr.recipe import json_schema
+    from nvkr.recipe.schema import json_schema
 
     data = canonical_json_file(json_schema())
     if out is None:

@@ -27,7 +27,8 @@ def command(app: App, recipe: Path, variants: tuple[str, ...], rules_path: Path 
     """Check RECIPE (default recipes/default.yaml) without fetching or building anything."""
     from nvkr.catalog import check_variants
     from nvkr.plancheck import check_variant
-    from nvkr.recipe import expand, load_recipe, parse_variant_option
+    from nvkr.recipe.loader import load_recipe
+    from nvkr.recipe.matrix import expand, parse_variant_option
 
     loaded = load_recipe(recipe)
     cells = expand(loaded, [parse_variant_option(v) for v in variants] or None)

@@ -54,7 +54,7 @@ def choose_image(
         UsageError: no ARTIFACT given, no machine image of that name or variant, or several
             different images match (each listed with its variant).
     """
-    from nvkr.recipe import parse_variant_option
+    from nvkr.recipe.matrix import parse_variant_option
 
     images = [a for a in meta.get("artifacts") or [] if a.get("kind") == "machine-image"]
     names = machine_image_names(meta)

@@ -4,9 +4,10 @@ A reviewer's view of a change before (recipes, lockfiles) or after (release sets
 argument is recognised by :func:`detect_kind`; only two of the same kind compare (a recipe and
 its lockfile are not comparable: ``nvkr build --locked`` lists that drift). What is compared:
 
-- recipes (:func:`nvkr.recipe.load_recipe`, :func:`~nvkr.recipe.expand`): the variants by cell
-  id, then per common variant its rendered sources, artifacts and ``releaseSet``, field by field
-  (:func:`nvkr.lock._differences`, e.g. ``kubelet.url: 'a' -> 'b'``).
+- recipes (:func:`nvkr.recipe.loader.load_recipe`, :func:`~nvkr.recipe.matrix.expand`): the
+  variants by cell id, then per common variant its rendered sources, artifacts and
+  ``releaseSet``, field by field (:func:`nvkr.lock._differences`, e.g.
+  ``kubelet.url: 'a' -> 'b'``).
 - lockfiles: the variants the entries name, per common variant the source entry it uses (spec
   and resolved identity: URL, ref, version, commit, file name, digest, where the spec does not
   already say it), for apt sources every
@@ -115,7 +116,8 @@ def diff(a: Path, b: Path) -> dict[str, Any]:
 
 # -- recipes ---------------------------------------------------------------------------------
 def _diff_recipes(report: Report, a: Path, b: Path) -> None:
-    from nvkr.recipe import expand, load_recipe
+    from nvkr.recipe.loader import load_recipe
+    from nvkr.recipe.matrix import expand
 
     la, lb = load_recipe(a), load_recipe(b)
     header = [

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from nvkr.errors import RecipeError, UsageError
-from nvkr.recipe import LoadedRecipe, Variant
+from nvkr.recipe.loader import LoadedRecipe
+from nvkr.recipe.matrix import Variant
 from nvkr.recipe.models import AptSource, PypiSource, UrlSource
 from nvkr.recipe.yamlsource import Location
 from nvkr.update.edit import Edit

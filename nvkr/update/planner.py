@@ -11,7 +11,8 @@ from pathlib import Path
 
 from nvkr.errors import NvkrError, RecipeError, UsageError
 from nvkr.fetch.context import FetchContext
-from nvkr.recipe import LoadedRecipe, Variant, expand, load_recipe
+from nvkr.recipe.loader import LoadedRecipe, load_recipe
+from nvkr.recipe.matrix import Variant, expand
 from nvkr.recipe.models import PypiSource, UrlSource
 from nvkr.update.edit import Edit
 from nvkr.update.pins import Change, Pin, UpdatePlan, UpdateRequest, collect_pins, selection

@@ -24,7 +24,7 @@ from nvkr.errors import FetchError, RecipeError, UsageError
 from nvkr.fetch.checksums import parse_checksum_file
 from nvkr.fetch.context import FetchContext
 from nvkr.fetch.http import fetch_text, url_filename
-from nvkr.recipe import Variant
+from nvkr.recipe.matrix import Variant
 from nvkr.recipe.models import AptSource, PypiSource, UrlSource
 from nvkr.recipe.yamlsource import Location
 from nvkr.update.edit import Edit, apply_edits

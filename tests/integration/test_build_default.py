@@ -287,7 +287,7 @@ def test_every_artifact_has_an_spdx_sbom_naming_the_agent_module_and_go_version(
     import jsonschema
 
     from nvkr.oci.layout import LayoutReader
-    from nvkr.recipe import load_recipe
+    from nvkr.recipe.loader import load_recipe
     from nvkr.sbom import SPDX_MEDIA_TYPE
     from tests.helpers.spdx import SCHEMA_PATH, check_spdx
 

@@ -71,7 +71,7 @@ releaseSet:
 
 
 def _go_sha256() -> str:
-    from nvkr.recipe import load_recipe
+    from nvkr.recipe.loader import load_recipe
 
     go = load_recipe(REPO / "recipes" / "default.yaml").recipe.sources["go"]
     return str(go.sha256)  # type: ignore[union-attr]

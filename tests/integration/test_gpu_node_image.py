@@ -53,7 +53,8 @@ releaseSet:
 def _default_packages() -> tuple[str, str]:
     """The default recipe's Debian repositories (its OS layer's suites) and package pins for
     amd64 (the OS layer's list, the recipe's own and the amd64 overlay), as recipe lines."""
-    from nvkr.recipe import expand, load_recipe
+    from nvkr.recipe.loader import load_recipe
+    from nvkr.recipe.matrix import expand
 
     loaded = load_recipe(REPO / "recipes" / "default.yaml")
     (variant,) = expand(loaded, [{"gpu": "hopper", "arch": "amd64"}])

@@ -39,7 +39,7 @@ MAIN = 'package main\n\nimport "fmt"\n\nfunc main() { fmt.Println("hello") }\n'
 
 
 def _project(root: Path) -> Path:
-    from nvkr.recipe import load_recipe
+    from nvkr.recipe.loader import load_recipe
 
     go = load_recipe(REPO / "recipes" / "default.yaml").recipe.sources["go"]
     (root / "hello").mkdir(parents=True)

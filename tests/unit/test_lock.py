@@ -22,7 +22,8 @@ def test_the_committed_lockfiles_match_their_recipes(repo_root, tmp_path) -> Non
     every --locked build of the default recipe stopped with 'source node-agent changed')."""
     from nvkr.fetch import FetchContext
     from nvkr.lock import Resolver, default_lock_path, read_lock
-    from nvkr.recipe import expand, load_recipe
+    from nvkr.recipe.loader import load_recipe
+    from nvkr.recipe.matrix import expand
     from nvkr.store import Store
 
     for recipe in (repo_root / "recipes" / "default.yaml", repo_root / "ci/image/nvkr-ci.yaml"):

@@ -17,7 +17,8 @@ import pytest
 
 from nvkr.errors import FetchError, RecipeError, UsageError
 from nvkr.fetch import FetchContext, Mirrors
-from nvkr.recipe import expand, load_recipe
+from nvkr.recipe.loader import load_recipe
+from nvkr.recipe.matrix import expand
 from nvkr.recipe.yamlsource import Location
 from nvkr.store import Store
 from nvkr.update import UpdateRequest, plan_update

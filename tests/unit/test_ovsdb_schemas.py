@@ -27,7 +27,8 @@ from nvkr.catalog.schemas import (
     ovsschema,
 )
 from nvkr.errors import RecipeError
-from nvkr.recipe import Variant, expand, load_recipe
+from nvkr.recipe.loader import load_recipe
+from nvkr.recipe.matrix import Variant, expand
 from nvkr.repro import write_tar
 from nvkr.store import Store
 from tests.helpers import REPO

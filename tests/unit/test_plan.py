@@ -12,7 +12,8 @@ from nvkr.errors import RecipeReferenceError
 from nvkr.fetch import FetchContext
 from nvkr.lock import Resolver
 from nvkr.plan import make_plan
-from nvkr.recipe import expand, load_recipe
+from nvkr.recipe.loader import load_recipe
+from nvkr.recipe.matrix import expand
 from nvkr.store import Store
 
 RECIPE = """\

@@ -10,7 +10,8 @@ import pytest
 
 from nvkr.errors import RecipeError, RecipeReferenceError
 from nvkr.plancheck import check_variant
-from nvkr.recipe import expand, load_recipe
+from nvkr.recipe.loader import load_recipe
+from nvkr.recipe.matrix import expand
 from tests.helpers.cli import invoke
 
 HEX = "ab" * 32

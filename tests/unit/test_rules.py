@@ -17,7 +17,8 @@ from nvkr.catalog.loading import find_rules
 from nvkr.catalog.rules import CompatibilityRules
 from nvkr.catalog.versions import VersionError, parse_calendar, parse_driver, parse_upstream
 from nvkr.errors import RecipeError
-from nvkr.recipe import expand, load_recipe
+from nvkr.recipe.loader import load_recipe
+from nvkr.recipe.matrix import expand
 from tests.helpers.cli import invoke
 from tests.helpers.recipes import RULES_FILE, write_leaf_recipe
 

@@ -30,7 +30,7 @@ from nvkr.builders.container_image.params import (
     DockerParams,
     image_params,
 )
-from nvkr.recipe import Variant
+from nvkr.recipe.matrix import Variant
 
 if TYPE_CHECKING:
     from nvkr.action import Action

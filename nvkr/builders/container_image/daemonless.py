@@ -45,9 +45,9 @@ from nvkr.oci.image import (
     platform_of,
 )
 from nvkr.oci.layout import rfc3339
-from nvkr.recipe import Variant
 from nvkr.recipe import fieldchecks as fc
 from nvkr.recipe.imagefiles import ImageFile
+from nvkr.recipe.matrix import Variant
 
 if TYPE_CHECKING:
     pass

@@ -44,8 +44,8 @@ from nvkr.oci.image import (
     platform_of,
 )
 from nvkr.oci.layout import rfc3339
-from nvkr.recipe import Variant
 from nvkr.recipe import fieldchecks as fc
+from nvkr.recipe.matrix import Variant
 from nvkr.repro import extract_tar
 from nvkr.run import tail
 

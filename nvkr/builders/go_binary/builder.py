@@ -49,7 +49,7 @@ from nvkr.canonical import canonical_json, hex_of
 from nvkr.elf import read_elf
 from nvkr.errors import BuildError, LockError, RecipeError, ToolError
 from nvkr.mountns import Bind, chroot_argv
-from nvkr.recipe import Variant
+from nvkr.recipe.matrix import Variant
 from nvkr.recipe.models import GitSource
 from nvkr.recipe.yamlsource import where
 from nvkr.repro import extract_tar

@@ -51,8 +51,8 @@ from nvkr.helm.metadata import API_VERSION_V2, metadata_json
 from nvkr.helm.package import archive_name, oci_tag, package_bytes
 from nvkr.helm.values import emitter_versions, set_images
 from nvkr.oci.mediatypes import HELM_CHART_CONTENT, HELM_CONFIG
-from nvkr.recipe import Variant
 from nvkr.recipe import fieldchecks as fc
+from nvkr.recipe.matrix import Variant
 from nvkr.recipe.models import PathSource
 from nvkr.recipe.yamlsource import where
 from nvkr.repro import extract_tar

@@ -37,8 +37,8 @@ from nvkr.builders import (
 from nvkr.builders.kube_packages.artifact import KubeBinary, KubePackagesArtifact
 from nvkr.builders.kube_packages.params import KubeFile, KubePackagesParams
 from nvkr.errors import BuildError
-from nvkr.recipe import Variant
 from nvkr.recipe import fieldchecks as fc
+from nvkr.recipe.matrix import Variant
 
 MEDIA_TYPE = "application/vnd.nvkr.kube-packages.v1.tar"
 #: Source kinds whose blob is the file itself, and those whose blob is a tar of a tree.

@@ -65,9 +65,9 @@ from nvkr.canonical import sha256_bytes
 from nvkr.errors import RecipeError, ToolError
 from nvkr.hosttools import package_version
 from nvkr.oci import mediatypes as mt
-from nvkr.recipe import Variant
 from nvkr.recipe import fieldchecks as fc
 from nvkr.recipe.imagefiles import ImageFile
+from nvkr.recipe.matrix import Variant
 from nvkr.recipe.models import AptSource
 from nvkr.repro import tar_bytes
 from nvkr.run import run

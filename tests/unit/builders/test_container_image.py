@@ -34,7 +34,8 @@ from nvkr.oci.image import platform_of
 from nvkr.oci.layout import descriptor, image_index, index_bytes
 from nvkr.oci.layoutdir import write_layout
 from nvkr.plan import Plan, make_plan
-from nvkr.recipe import expand, load_recipe
+from nvkr.recipe.loader import load_recipe
+from nvkr.recipe.matrix import expand
 from nvkr.recipe.models import PathSource
 from nvkr.repro import tar_bytes
 from nvkr.store import Store

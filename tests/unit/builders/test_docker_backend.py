@@ -30,7 +30,7 @@ from nvkr.builders.container_image import docker_backend as backend
 from nvkr.builders.container_image.artifact import ContainerImageArtifact
 from nvkr.errors import BuildError, ToolError
 from nvkr.oci import mediatypes as mt
-from nvkr.recipe import Variant
+from nvkr.recipe.matrix import Variant
 from nvkr.repro import tar_bytes
 from nvkr.store import Store
 from tests.helpers.podman import podman_service

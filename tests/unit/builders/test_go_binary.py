@@ -14,7 +14,8 @@ from nvkr.errors import RecipeError, RecipeReferenceError
 from nvkr.fetch import FetchContext
 from nvkr.lock import Resolver
 from nvkr.plan import Plan, make_plan
-from nvkr.recipe import expand, load_recipe
+from nvkr.recipe.loader import load_recipe
+from nvkr.recipe.matrix import expand
 from nvkr.store import Store
 
 GO_SHA = "ae9a8cfefeacb582f53ff489a3b83d729256a284ac0f7f37b179216ac4bcb69d"

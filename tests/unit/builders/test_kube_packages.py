@@ -27,7 +27,8 @@ from nvkr.execute import run_action
 from nvkr.fetch import FetchContext
 from nvkr.fetch.mirrors import Mirrors
 from nvkr.lock import Resolver
-from nvkr.recipe import expand, load_recipe
+from nvkr.recipe.loader import load_recipe
+from nvkr.recipe.matrix import expand
 from nvkr.recipe.models import PathSource, UrlSource
 from nvkr.repro import tar_bytes
 from nvkr.store import Store

@@ -21,8 +21,8 @@ from nvkr.builders.node_image import staging
 from nvkr.builders.node_image.artifact import NodeImageArtifact
 from nvkr.builders.node_image.staging import _inside, clamp_mtimes, render_template
 from nvkr.errors import BootTestError, BuildError, RecipeError
-from nvkr.recipe import Variant
 from nvkr.recipe.fieldchecks import size_bytes
+from nvkr.recipe.matrix import Variant
 from nvkr.sbom.debian import copyright_licenses, deb_purl, spdx_license
 
 VALUES = {

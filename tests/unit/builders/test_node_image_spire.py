@@ -23,7 +23,7 @@ from nvkr.builders.node_image import spire, staging
 from nvkr.builders.node_image.artifact import NodeImageArtifact, SpireAgentSettings
 from nvkr.builders.node_image.params import SourceFile, SpireAgentParams
 from nvkr.errors import BuildError
-from nvkr.recipe import Variant
+from nvkr.recipe.matrix import Variant
 from tests.helpers import spire as standin
 
 IMAGE = {"arch": "amd64", "gpu": "hopper", "kubernetes": "1.36", "kubernetesVersion": "1.36.3"}

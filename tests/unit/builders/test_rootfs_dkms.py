@@ -13,7 +13,7 @@ from typing import Any, cast
 from nvkr.builders import ResolvedSource
 from nvkr.builders.rootfs import builder as rootfs
 from nvkr.builders.rootfs.artifact import RootfsArtifact
-from nvkr.recipe import Variant
+from nvkr.recipe.matrix import Variant
 from nvkr.recipe.models import AptSource
 
 SPEC = AptSource.model_validate(

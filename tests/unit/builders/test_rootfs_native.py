@@ -258,7 +258,7 @@ def test_a_foreign_tree_names_the_host_packages_of_its_native_tools_in_the_key()
     from nvkr.builders.rootfs import builder as rootfs
     from nvkr.builders.rootfs.artifact import RootfsArtifact
     from nvkr.hosttools import package_version
-    from nvkr.recipe import Variant
+    from nvkr.recipe.matrix import Variant
     from nvkr.recipe.models import AptSource
 
     def tools(arch: str, *locked: dict[str, str]) -> dict[str, str]:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from nvkr.errors import RecipeError, RecipeReferenceError, UnknownBuilderError
-from nvkr.recipe import LoadedRecipe, load_recipe
+from nvkr.recipe.loader import LoadedRecipe, load_recipe
 from nvkr.recipe.models import Recipe
 from tests.helpers.recipes import FIXTURES, MINIMAL, SHA, WriteFile
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from nvkr.errors import RecipeError, RecipeReferenceError, UsageError
-from nvkr.recipe import Variant, expand, load_recipe, parse_variant_option
+from nvkr.recipe.loader import load_recipe
+from nvkr.recipe.matrix import Variant, expand, parse_variant_option
 from tests.helpers.recipes import FIXTURES, MINIMAL, WriteFile
 
 GRID = (

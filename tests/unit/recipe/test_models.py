@@ -7,7 +7,7 @@ import pytest
 
 from nvkr.builders.go_binary.artifact import GoBinaryArtifact
 from nvkr.builders.node_image.artifact import NodeImageArtifact
-from nvkr.recipe import load_recipe
+from nvkr.recipe.loader import load_recipe
 from nvkr.recipe.models import Matrix, Recipe
 from tests.helpers.recipes import FIXTURES
 

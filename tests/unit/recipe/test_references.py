@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from nvkr.errors import RecipeReferenceError
-from nvkr.recipe import expand, load_recipe
+from nvkr.recipe.loader import load_recipe
+from nvkr.recipe.matrix import expand
 from tests.helpers.recipes import MINIMAL, WriteFile
 
 

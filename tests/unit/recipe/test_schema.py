@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 
-from nvkr.recipe import json_schema
-from nvkr.recipe.schema import SCHEMA_ID, json_schema_bytes
+from nvkr.recipe.schema import SCHEMA_ID, json_schema, json_schema_bytes
 from tests.helpers.recipes import FIXTURES
 
 SCHEMA_FILE = FIXTURES.parents[2] / "schema" / "recipe.schema.json"

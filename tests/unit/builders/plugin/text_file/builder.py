@@ -9,7 +9,7 @@ from nvkr.builders import ActionContext, ActionSpec, Builder, PlanRefs, Problem,
 from .artifact import TextFileArtifact
 
 if TYPE_CHECKING:
-    from nvkr.recipe import Variant
+    from nvkr.recipe.matrix import Variant
 
 
 class TextFileBuilder(Builder[TextFileArtifact]):
