@@ -197,7 +197,7 @@ def _check_session(session: Session, options: BuildOptions, monitor: Monitor) ->
     session.store.tree_notice = lambda digest, reason: monitor.emit(
         StoreNotice("tools-changed", digest, reason)
     )
-    from nvkr.catalog import check_variants  # an invalid combination never builds
+    from nvkr.catalog.evaluation import check_variants  # an invalid combination never builds
 
     check_variants(Path(session.loaded.path), session.variants)
     if options.locked:

@@ -133,9 +133,10 @@ def check_contents(
     A rule that did not apply to a variant is said through ``note``.
 
     Raises:
-        RecipeError: a violation (as :func:`nvkr.catalog.check_variants`).
+        RecipeError: a violation (as :func:`nvkr.catalog.evaluation.check_variants`).
     """
-    from nvkr.catalog import check_variants, find_rules
+    from nvkr.catalog.evaluation import check_variants
+    from nvkr.catalog.loading import find_rules
 
     if find_rules(Path(session.loaded.path)) is None:
         return

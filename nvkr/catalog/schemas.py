@@ -144,7 +144,7 @@ EntryOf = Callable[[Variant, str], dict[str, Any]]
 
 class SourceSchemas:
     """The schemas of a variant's locked sources, per ``ovsdb-schema`` rule (what
-    :func:`nvkr.catalog.check_variants` takes as ``schemas``).
+    :func:`nvkr.catalog.evaluation.check_variants` takes as ``schemas``).
 
     Args:
         entry: the lock entry a variant's source is bound to (:meth:`nvkr.lock.Resolver.

@@ -126,7 +126,7 @@ def generate_text(
         LockError: ``by="action"`` and a recipe's lock is missing or drifted.
         RecipeError: a recipe that does not validate (exit 2).
     """
-    from nvkr.catalog import check_variants
+    from nvkr.catalog.evaluation import check_variants
     from nvkr.ci import (
         DEFAULT_PR_TRUST,
         DEFAULT_TRUST,

@@ -173,7 +173,7 @@ def command(
     session = open_session(app, recipe, (), mirrors=mirrors, offline=offline, lockfile=lockfile)
     had_lock = session.resolver.lock is not None
     if not update:
-        from nvkr.catalog import check_variants  # an invalid combination is never locked
+        from nvkr.catalog.evaluation import check_variants  # an invalid combination is never locked
 
         check_variants(recipe, session.variants)
         doc, changed = _relock(session)
@@ -194,7 +194,7 @@ def _update(
     had_lock: bool,
 ) -> None:
     from nvkr.canonical import canonical_json_file
-    from nvkr.catalog import check_variants
+    from nvkr.catalog.evaluation import check_variants
     from nvkr.recipe.matrix import expand
     from nvkr.update import UpdateRequest, plan_update, write_atomically
 

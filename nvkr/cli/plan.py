@@ -64,7 +64,7 @@ def command(
     session = open_session(
         app, recipe, variants, mirrors=mirrors, offline=offline, lockfile=lockfile
     )
-    from nvkr.catalog import check_variants  # an invalid combination never builds
+    from nvkr.catalog.evaluation import check_variants  # an invalid combination never builds
 
     check_variants(recipe, session.variants)
     if fan_out:

@@ -25,7 +25,7 @@ from nvkr.monitor.lines import plural as _n
 @click.pass_obj
 def command(app: App, recipe: Path, variants: tuple[str, ...], rules_path: Path | None) -> None:
     """Check RECIPE (default recipes/default.yaml) without fetching or building anything."""
-    from nvkr.catalog import check_variants
+    from nvkr.catalog.evaluation import check_variants
     from nvkr.plancheck import check_variant
     from nvkr.recipe.loader import load_recipe
     from nvkr.recipe.matrix import expand, parse_variant_option

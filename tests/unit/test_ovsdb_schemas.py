@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from nvkr.catalog import check_variants
+from nvkr.catalog.evaluation import check_variants
 from nvkr.catalog.schemas import (
     RECORD,
     SchemaReadError,

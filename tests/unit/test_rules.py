@@ -10,10 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from nvkr.catalog import VariantFacts, check_variants, evaluate_all, load_rules, variant_facts
-from nvkr.catalog.evaluation import evaluate_cell
-from nvkr.catalog.facts import Disagreement, Fact, RuleSchemas, SchemaFile
-from nvkr.catalog.loading import find_rules
+from nvkr.catalog.evaluation import check_variants, evaluate_all, evaluate_cell
+from nvkr.catalog.facts import (
+    Disagreement,
+    Fact,
+    RuleSchemas,
+    SchemaFile,
+    VariantFacts,
+    variant_facts,
+)
+from nvkr.catalog.loading import find_rules, load_rules
 from nvkr.catalog.rules import CompatibilityRules
 from nvkr.catalog.versions import VersionError, parse_calendar, parse_driver, parse_upstream
 from nvkr.errors import RecipeError
