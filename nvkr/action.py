@@ -122,8 +122,8 @@ class Action:
     sources: dict[str, ResolvedSource] = field(default_factory=dict, compare=False)
     variants: list[str] = field(default_factory=list, compare=False)
     #: the key covers every tool that can change the outputs' bytes, this action's own (its
-    #: builder's :attr:`~nvkr.builders.ActionSpec.hermetic`) and every dependency's; outside the
-    #: key, so a result that is not stays in the local store
+    #: builder's :attr:`~nvkr.builders.api.ActionSpec.hermetic`) and every dependency's; outside
+    #: the key, so a result that is not stays in the local store
     hermetic: bool = field(default=True, compare=False)
     #: what the action is planned for: the artifact name (an sbom's: the names it describes,
     #: joined by ","; a release set's: the set name). Not part of the key.

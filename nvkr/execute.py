@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nvkr.action import Action
-from nvkr.builders import ActionContext, get_builder
+from nvkr.builders.api import ActionContext, get_builder
 from nvkr.errors import BuildError, Interrupted, NvkrError
 from nvkr.fetch import FetchContext, all_present, ensure
 from nvkr.fetch.debs import missing_debs
@@ -208,7 +208,7 @@ def run_action(
     ``started`` (seconds since 1970, default: ``clock()``) and ``clock()`` when the builder
     returned (``clock``: the build's :class:`BuildClock`, default the wall clock), both as
     RFC 3339 UTC (:func:`nvkr.provenance.timestamp`). ``progress`` gets what the builder
-    reports through :meth:`~nvkr.builders.ActionContext.progress`.
+    reports through :meth:`~nvkr.builders.api.ActionContext.progress`.
 
     Raises:
         NvkrError: the builder failed: the same class (so the same code and exit code, e.g. an

@@ -34,7 +34,7 @@ from datetime import datetime
 from typing import Any
 
 from nvkr.action import Action
-from nvkr.builders import get_builder
+from nvkr.builders.api import get_builder
 from nvkr.plan import Plan
 from nvkr.recipe.matrix import Variant
 from nvkr.store import Store

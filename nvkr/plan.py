@@ -19,7 +19,7 @@ from typing import Any
 
 import nvkr
 from nvkr.action import Action, ReleaseKind, ResolvedSource, action_key
-from nvkr.builders import ActionSpec, get_builder
+from nvkr.builders.api import ActionSpec, get_builder
 from nvkr.builders.image_index.builder import ImageIndexBuilder
 from nvkr.builders.release_set.builder import ReleaseSetBuilder
 from nvkr.builders.sbom.builder import SbomBuilder, sbom_spec
@@ -138,7 +138,8 @@ def _new_action(
 
 
 class _Refs:
-    """What :meth:`Builder.plan` may ask about one variant (see :class:`nvkr.builders.PlanRefs`)."""
+    """What :meth:`Builder.plan` may ask about one variant (see
+    :class:`nvkr.builders.api.PlanRefs`)."""
 
     def __init__(self, planner: _ArtifactPlanner, variant: Variant, artifact: str) -> None:
         self._planner = planner

@@ -11,7 +11,7 @@ names only what the set holds), and that artifacts do not use each other in a cy
 expanding, and :func:`nvkr.cli.common.open_session` (every verb that plans or locks) and
 :func:`nvkr.plan.make_plan` before planning, so a recipe ``validate`` passes is one ``plan`` takes.
 
-Each builder states its own rules in ``check`` (:class:`nvkr.builders.Builder`), returning
+Each builder states its own rules in ``check`` (:class:`nvkr.builders.api.Builder`), returning
 :data:`Problem` tuples; this module adds the release set's and the cycles, and reports every
 problem of a variant at once, one ``FILE:LINE: field: message`` line each.
 """
@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from nvkr.action import ReleaseKind
-from nvkr.builders import Problem, get_builder
+from nvkr.builders.api import Problem, get_builder
 from nvkr.errors import RecipeError, RecipeReferenceError
 from nvkr.recipe.yamlsource import DocPath, where
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from nvkr.recipe.models import Recipe
 
 #: What each field of ``releaseSet`` may name: the release kind of the artifact's builder
-#: (:attr:`nvkr.builders.Builder.release_kind`); None for any kind the set holds.
+#: (:attr:`nvkr.builders.api.Builder.release_kind`); None for any kind the set holds.
 _RELEASE_FIELDS: dict[str, tuple[ReleaseKind | None, str]] = {
     "machineImages": (ReleaseKind.MACHINE_IMAGE, "a machine image"),
     "machineImage": (ReleaseKind.MACHINE_IMAGE, "a machine image"),

@@ -1,11 +1,12 @@
 """The builder table: one line per builder, the one place that lists them.
 
-Each line names a builder, where its :class:`~nvkr.builders.Builder` lives (``module:Class``,
-imported when first asked for, so reading a recipe never loads a builder's code) and the
-artifact model a recipe declares it with (None for the builders the planner makes itself).
-:mod:`nvkr.recipe.models` derives the recipe's artifact union, and with it the JSON Schema, from
-the models here; :func:`nvkr.builders.get_builder` finds builders here. This module imports the
-artifact models only (``nvkr/builders/<name>/artifact.py``), which import nothing of the engine.
+Each line names a builder, where its :class:`~nvkr.builders.api.Builder` lives
+(``module:Class``, imported when first asked for, so reading a recipe never loads a builder's
+code) and the artifact model a recipe declares it with (None for the builders the planner makes
+itself). :mod:`nvkr.recipe.models` derives the recipe's artifact union, and with it the JSON
+Schema, from the models here; :func:`nvkr.builders.api.get_builder` finds builders here. This
+module imports the artifact models only (``nvkr/builders/<name>/artifact.py``), which import
+nothing of the engine.
 
 Adding a builder is a package ``nvkr/builders/<name>/`` (``builder.py`` and ``artifact.py``) and
 one line below. The order of the lines with a model is the order of the recipe schema's

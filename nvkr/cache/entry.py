@@ -104,7 +104,7 @@ def run_metadata_keys(builder: str) -> tuple[str, ...]:
     """The metadata keys builder ``builder`` declares as describing its run, not its output
     (its ``run_metadata`` attribute): the executor stores them under the record's ``run``, and
     an entry's config never holds them (records of older nvkr still have them in metadata)."""
-    from nvkr.builders import get_builder
+    from nvkr.builders.api import get_builder
     from nvkr.errors import UnknownBuilderError
 
     try:

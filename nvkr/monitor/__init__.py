@@ -1,9 +1,10 @@
 """One event stream, one display: how every long verb (``build``, ``publish``, ``pull``,
 ``boot-test``) reports.
 
-Producers (the executor, the builders through :meth:`nvkr.builders.ActionContext.progress`, the
-remote cache, publish and pull) send typed events (:mod:`nvkr.monitor.events`) to a
-:class:`Monitor`; the verb picks one renderer with :func:`open_monitor`:
+Producers (the executor, the builders through
+:meth:`nvkr.builders.api.ActionContext.progress`, the remote cache, publish and pull) send typed
+events (:mod:`nvkr.monitor.events`) to a :class:`Monitor`; the verb picks one renderer with
+:func:`open_monitor`:
 
 - ``--json``: :class:`~nvkr.monitor.jsonl.JsonMonitor`, one JSON object per event on stdout,
   each with ``v`` (:data:`STREAM_VERSION`), ``ts`` and ``event``; the stream ends with a

@@ -136,7 +136,7 @@ class ActionWarning(NamedTuple):
 
 
 class SourceFetch(NamedTuple):
-    """``source`` (a :class:`~nvkr.builders.ResolvedSource`) is about to be downloaded;
+    """``source`` (a :class:`~nvkr.builders.api.ResolvedSource`) is about to be downloaded;
     ``debs``: an apt source's .debs the store lacks and its locked ones (counts)."""
 
     source: Any

@@ -1,6 +1,6 @@
 """Progress read from the output of the long tools builders run, line by line
-(:func:`nvkr.run.run`'s ``on_line``), turned into :meth:`~nvkr.builders.ActionContext.progress`
-reports.
+(:func:`nvkr.run.run`'s ``on_line``), turned into
+:meth:`~nvkr.builders.api.ActionContext.progress` reports.
 
 - mmdebstrap (the rootfs builder) prints no progress off a terminal, only its ``I:`` phase lines
   (``I: extracting archives...``); :func:`mmdebstrap_lines` counts them against
@@ -30,7 +30,7 @@ MMDEBSTRAP_PHASES: Final = (
     "done",
 )
 
-#: ``(done, total, unit, what)`` as :meth:`nvkr.builders.ActionContext.progress` takes it
+#: ``(done, total, unit, what)`` as :meth:`nvkr.builders.api.ActionContext.progress` takes it
 Report = Callable[[float, float | None, str, str], None]
 
 _QEMU_PROGRESS = re.compile(r"^\s*\((\d+(?:\.\d+)?)/100%\)\s*$")

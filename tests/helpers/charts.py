@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from nvkr.action import Action, action_key
-from nvkr.builders import ActionSpec, ResolvedSource
+from nvkr.builders.api import ActionSpec, ResolvedSource
 from nvkr.builders.helm_chart.artifact import HelmChartArtifact
 from nvkr.builders.helm_chart.builder import HelmChartBuilder
 from nvkr.execute import run_action
@@ -99,11 +99,11 @@ def package_chart(tmp: Path, root: Path, **fields: Any) -> Path:
     """The chart at ``root`` packaged by the helm-chart builder (with a fake image-index result
     and ``fields`` as the recipe's artifact), written to ``tmp/<dir name>-<version>.tgz``; the
     builder table is left as it was."""
-    from nvkr import builders
+    from nvkr.builders import api
 
-    builders.get_builder("go-binary")
-    saved = builders.REGISTRY.get("helm-chart")
-    builders.REGISTRY["helm-chart"] = HelmChartBuilder()
+    api.get_builder("go-binary")
+    saved = api.REGISTRY.get("helm-chart")
+    api.REGISTRY["helm-chart"] = HelmChartBuilder()
     try:
         store = Store(tmp / "store")
         result = build_chart(store, root, **fields)
@@ -112,9 +112,9 @@ def package_chart(tmp: Path, root: Path, **fields: Any) -> Path:
         return tgz
     finally:
         if saved is None:
-            builders.REGISTRY.pop("helm-chart", None)
+            api.REGISTRY.pop("helm-chart", None)
         else:
-            builders.REGISTRY["helm-chart"] = saved
+            api.REGISTRY["helm-chart"] = saved
 
 
 def merge_values(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from nvkr import builders
 from nvkr.action import Action, action_key
-from nvkr.builders import ActionSpec, ResolvedSource
+from nvkr.builders import api
+from nvkr.builders.api import ActionSpec, ResolvedSource
 from nvkr.builders.container_image.artifact import ContainerImageArtifact
 from nvkr.builders.container_image.builder import ContainerImageBuilder
 from nvkr.execute import run_action
@@ -36,8 +36,8 @@ SCRIPT = b"#!/bin/sh\necho hello from nvkr\n"
 @pytest.fixture
 def container_image_builder(monkeypatch: pytest.MonkeyPatch) -> None:
     """The container-image builder in the registry for the test (``usefixtures`` it)."""
-    builders.get_builder("go-binary")  # fill the registry first
-    monkeypatch.setitem(builders.REGISTRY, "container-image", ContainerImageBuilder())
+    api.get_builder("go-binary")  # fill the registry first
+    monkeypatch.setitem(api.REGISTRY, "container-image", ContainerImageBuilder())
 
 
 class Refs:

@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from nvkr import builders
 from nvkr.action import Action, action_key
+from nvkr.builders import api
 from nvkr.plan import Plan
 
 
@@ -43,8 +43,8 @@ class Recorder:
 def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
     """The :class:`Recorder` registered as the ``test-echo`` builder for the test."""
     rec = Recorder()
-    monkeypatch.setitem(builders.REGISTRY, "test-echo", rec)
-    monkeypatch.setitem(builders.REGISTRY, "go-binary", rec)  # keep the registry non-empty
+    monkeypatch.setitem(api.REGISTRY, "test-echo", rec)
+    monkeypatch.setitem(api.REGISTRY, "go-binary", rec)  # keep the registry non-empty
     return rec
 
 

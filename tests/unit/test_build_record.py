@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from nvkr import builders
 from nvkr.action import Action, action_key
+from nvkr.builders import api
 from nvkr.builders.release_set.builder import ReleaseSetBuilder
 from nvkr.canonical import canonical_json
 from nvkr.delivery.publish import publish_layout
@@ -55,9 +55,9 @@ HOPPER = "agent (gpu=hopper,kubernetes=1.36,arch=amd64)"
 # -- an in-process build -------------------------------------------------------------------------
 @pytest.fixture
 def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
-    builders.get_builder("release-set")  # fill the registry before adding the echo builder
+    api.get_builder("release-set")  # fill the registry before adding the echo builder
     rec = Recorder()
-    monkeypatch.setitem(builders.REGISTRY, "test-echo", rec)
+    monkeypatch.setitem(api.REGISTRY, "test-echo", rec)
     return rec
 
 

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from nvkr import builders
 from nvkr.action import Action, action_key
+from nvkr.builders import api
 from nvkr.cache.entry import (
     ACTION_RESULT,
     EntryProblem,
@@ -224,7 +224,7 @@ class _Timed:
 
 
 def test_the_executor_files_run_metadata_under_run(tmp_path, monkeypatch):
-    monkeypatch.setitem(builders.REGISTRY, "test-timed", _Timed())
+    monkeypatch.setitem(api.REGISTRY, "test-timed", _Timed())
     key = action_key("test-timed", "1", {}, {}, {}, 0)
     action = Action(key, "test-timed", "1", "timed", {}, {}, {}, 0)
     plan = Plan(None, [], 0, {key: action}, [key], {})  # type: ignore[arg-type]

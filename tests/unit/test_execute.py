@@ -173,7 +173,7 @@ def test_action_key_covers_every_input():
 def test_sources_are_fetched_once_before_the_builders_that_read_them(recorder, store, tmp_path):
     import hashlib
 
-    from nvkr.builders import ResolvedSource
+    from nvkr.builders.api import ResolvedSource
     from nvkr.recipe.models import UrlSource
 
     payload = tmp_path / "tool.bin"

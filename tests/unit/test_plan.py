@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from nvkr import builders
-from nvkr.builders import ActionSpec
+from nvkr.builders import api
+from nvkr.builders.api import ActionSpec
 from nvkr.errors import RecipeReferenceError
 from nvkr.fetch import FetchContext
 from nvkr.lock import Resolver
@@ -40,7 +40,7 @@ releaseSet:
 """
 
 
-class Fake(builders.Builder[Any]):
+class Fake(api.Builder[Any]):
     """A builder that plans by the rules of the real one of the same name, minus the work."""
 
     version = "1"
@@ -52,7 +52,7 @@ class Fake(builders.Builder[Any]):
 
     def sbom_inputs(self, action, actions):
         if self.name == "container-image":  # the real one reads its own params; these have no files
-            return builders.SbomInputs()
+            return api.SbomInputs()
         return self.real.sbom_inputs(action, actions)
 
     def plan(self, artifact_name, artifact, variant, refs):
@@ -79,9 +79,9 @@ class Fake(builders.Builder[Any]):
 
 @pytest.fixture
 def fakes(monkeypatch):
-    builders.get_builder("go-binary")  # fill the registry first
+    api.get_builder("go-binary")  # fill the registry first
     for name in ("go-binary", "container-image", "helm-chart"):
-        monkeypatch.setitem(builders.REGISTRY, name, Fake(builders.REGISTRY[name]))
+        monkeypatch.setitem(api.REGISTRY, name, Fake(api.REGISTRY[name]))
 
 
 def _plan(tmp_path, img_file="bin", wanted="bin, img, chart"):

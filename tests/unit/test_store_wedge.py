@@ -149,12 +149,12 @@ def _oci_action(name: str, kind: str, deps=()):
 def chain(monkeypatch):
     """leaf (a blob) <- mid (an index over it) <- top (an index over mid) <- root (a set of
     top's closure): the leaf's blob is two cached actions below the one that reads it."""
-    from nvkr import builders
+    from nvkr.builders import api
     from tests.helpers.recorder import make_plan
 
-    builders.get_builder("go-binary")  # fill the registry first
+    api.get_builder("go-binary")  # fill the registry first
     oci = OciChain()
-    monkeypatch.setitem(builders.REGISTRY, "test-oci", oci)
+    monkeypatch.setitem(api.REGISTRY, "test-oci", oci)
     leaf = _oci_action("leaf", "layer")
     mid = _oci_action("mid", "index", [leaf.key])
     top = _oci_action("top", "index", [mid.key])

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from nvkr.builders import (
+from nvkr.builders.api import (
     ActionContext,
     ActionSpec,
     Builder,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from nvkr.builders import ActionContext, PlanRefs
+from nvkr.builders.api import ActionContext, PlanRefs
 from nvkr.builders.container_image.artifact import ContainerImageArtifact
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.image.layers import OCI_LAYER_TAR_ZSTD

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from nvkr.builders import (
+from nvkr.builders.api import (
     ActionContext,
     ActionSpec,
     PlanRefs,

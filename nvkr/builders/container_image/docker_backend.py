@@ -30,7 +30,7 @@ import docker
 import docker.errors
 import requests
 
-from nvkr.builders import ActionContext, ActionSpec, PlanRefs, Problem, a_kind, source_kind_of
+from nvkr.builders.api import ActionContext, ActionSpec, PlanRefs, Problem, a_kind, source_kind_of
 from nvkr.builders.container_image.artifact import ContainerImageArtifact
 from nvkr.builders.container_image.common import execution_params, image_annotations, record_image
 from nvkr.builders.container_image.params import DockerParams

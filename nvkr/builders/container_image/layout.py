@@ -17,7 +17,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO
 
 from nvkr.action import one_output
-from nvkr.builders import ActionContext
+from nvkr.builders.api import ActionContext
 from nvkr.builders.container_image.params import (
     ArtifactFile,
     FileParams,

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nvkr.action import one_output
-from nvkr.builders import (
+from nvkr.builders.api import (
     ActionContext,
     ActionSpec,
     Builder,

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from nvkr.action import one_output
-from nvkr.builders import (
+from nvkr.builders.api import (
     ActionContext,
     PlannerBuilder,
     SbomInputs,

@@ -23,7 +23,7 @@ import zlib
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
-from nvkr.builders import (
+from nvkr.builders.api import (
     ActionContext,
     ActionSpec,
     Builder,

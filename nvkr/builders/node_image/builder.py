@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from nvkr.builders import (
+from nvkr.builders.api import (
     ActionContext,
     ActionSpec,
     Builder,
@@ -455,7 +455,7 @@ def boot_check(
     line and labels (``agent``), else a login prompt. Its whole console goes to a new file in
     ``<store_root>/logs/boot-test`` (the work dir, with the build log, is gone after a failure),
     named with each attempt in ``build_log``; a stall is also a warning on the ``nvkr.boot``
-    logger. ``progress`` (the action's :meth:`~nvkr.builders.ActionContext.progress`) hears
+    logger. ``progress`` (the action's :meth:`~nvkr.builders.api.ActionContext.progress`) hears
     ``boot test: booting under kvm`` (step 1 of 2), a stall and its retry, and ``boot test:
     ready under tcg`` (step 2).
 

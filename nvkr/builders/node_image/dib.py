@@ -19,7 +19,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from nvkr.builders import ActionContext
+from nvkr.builders.api import ActionContext
 from nvkr.builders.assets import asset_dir
 from nvkr.errors import DiskError, ToolError
 from nvkr.run import FIXED_PATH, pinned_env, run, tail

@@ -23,7 +23,7 @@ import jinja2
 import jinja2.sandbox
 
 from nvkr.action import one_output
-from nvkr.builders import ActionContext
+from nvkr.builders.api import ActionContext
 from nvkr.builders.assets import asset_dir
 from nvkr.builders.node_image.params import (
     ArtifactFile,

@@ -9,7 +9,7 @@ an output, ``index.json`` last.
 
 from __future__ import annotations
 
-from nvkr.builders import ActionContext, PlannerBuilder
+from nvkr.builders.api import ActionContext, PlannerBuilder
 
 
 class ReleaseSetBuilder(PlannerBuilder):

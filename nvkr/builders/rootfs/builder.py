@@ -40,7 +40,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nvkr.builders import (
+from nvkr.builders.api import (
     ActionContext,
     ActionSpec,
     Builder,

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nvkr.action import one_output
-from nvkr.builders import (
+from nvkr.builders.api import (
     RELEASED_KINDS,
     ActionContext,
     ActionSpec,

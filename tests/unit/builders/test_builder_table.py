@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from nvkr.builders import Builder, ReleaseKind, get_builder
+from nvkr.builders.api import Builder, ReleaseKind, get_builder
 from nvkr.builders.table import BUILDER_TABLE
 from nvkr.recipe import models
 
@@ -53,7 +53,7 @@ def test_builders_do_not_import_the_planner() -> None:
     probe = (
         "import sys\n"
         "from nvkr.builders.table import BUILDER_TABLE\n"
-        "from nvkr.builders import get_builder\n"
+        "from nvkr.builders.api import get_builder\n"
         "for line in BUILDER_TABLE: get_builder(line.name)\n"
         "print('nvkr.plan' in sys.modules)\n"
     )

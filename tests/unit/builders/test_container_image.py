@@ -21,7 +21,7 @@ import pydantic
 import pytest
 
 import nvkr.builders
-from nvkr.builders import ActionSpec, ResolvedSource
+from nvkr.builders.api import ActionSpec, ResolvedSource
 from nvkr.builders.container_image.artifact import ContainerImageArtifact
 from nvkr.builders.container_image.params import DockerParams
 from nvkr.canonical import canonical_json
@@ -162,10 +162,10 @@ os.umask(0o077)
 os.environ["TZ"] = "Pacific/Chatham"
 time.tzset()
 from tests.helpers.container_images import World, FILES
-from nvkr import builders
+from nvkr.builders import api
 from nvkr.builders.container_image.builder import ContainerImageBuilder
-builders.get_builder("go-binary")
-builders.REGISTRY["container-image"] = ContainerImageBuilder()
+api.get_builder("go-binary")
+api.REGISTRY["container-image"] = ContainerImageBuilder()
 from nvkr.store import Store
 tmp = Path(sys.argv[2])
 result = World(tmp, Store(tmp / "store")).build(files=FILES, compression=sys.argv[3])

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from nvkr.action import Action, action_key
-from nvkr.builders import ResolvedSource
+from nvkr.builders.api import ResolvedSource
 from nvkr.builders.container_image.artifact import ContainerImageArtifact
 from nvkr.errors import BuildError
 from nvkr.execute import run_action

@@ -25,7 +25,7 @@ import pydantic
 import pytest
 
 from nvkr.action import Action, action_key
-from nvkr.builders import ActionContext, ResolvedSource
+from nvkr.builders.api import ActionContext, ResolvedSource
 from nvkr.builders.container_image import docker_backend as backend
 from nvkr.builders.container_image.artifact import ContainerImageArtifact
 from nvkr.errors import BuildError, ToolError

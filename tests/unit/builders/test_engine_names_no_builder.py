@@ -11,9 +11,9 @@ from pathlib import Path
 import nvkr
 
 ROOT = Path(nvkr.__file__).parent
-#: What every module may import of nvkr.builders: the protocol (the package itself), the table
-#: and the assets' locator.
-SHARED = {"table", "assets"}
+#: What every module may import of nvkr.builders: the builder API (the protocol), the table and
+#: the assets' locator.
+SHARED = {"api", "table", "assets"}
 #: The planner's own builders, which only the planner adds.
 PLANNERS_OWN = {"plan.py": {"image_index", "release_set", "sbom"}}
 

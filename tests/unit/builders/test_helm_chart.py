@@ -23,7 +23,7 @@ import yaml
 
 helm = pytest.importorskip("helm_python")
 
-from nvkr import builders  # noqa: E402
+from nvkr.builders import api  # noqa: E402
 from nvkr.builders.helm_chart.artifact import HelmChartArtifact  # noqa: E402
 from nvkr.builders.helm_chart.builder import HelmChartBuilder  # noqa: E402
 from nvkr.errors import BuildError, RecipeError, ToolError  # noqa: E402
@@ -63,8 +63,8 @@ DEMO = {
 
 @pytest.fixture(autouse=True)
 def registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    builders.get_builder("go-binary")  # fill the registry first
-    monkeypatch.setitem(builders.REGISTRY, "helm-chart", HelmChartBuilder())
+    api.get_builder("go-binary")  # fill the registry first
+    monkeypatch.setitem(api.REGISTRY, "helm-chart", HelmChartBuilder())
 
 
 @pytest.fixture

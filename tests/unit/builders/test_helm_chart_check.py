@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 pytest.importorskip("helm_python")
 
-from nvkr import builders
+from nvkr.builders import api
 from nvkr.builders.helm_chart.artifact import HelmChartArtifact
 from nvkr.builders.helm_chart.builder import HelmChartBuilder
 from nvkr.errors import BuildError
@@ -62,8 +62,8 @@ HARD_CODED = {
 
 @pytest.fixture(autouse=True)
 def registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    builders.get_builder("go-binary")
-    monkeypatch.setitem(builders.REGISTRY, "helm-chart", HelmChartBuilder())
+    api.get_builder("go-binary")
+    monkeypatch.setitem(api.REGISTRY, "helm-chart", HelmChartBuilder())
 
 
 @pytest.fixture

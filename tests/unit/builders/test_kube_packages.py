@@ -17,9 +17,9 @@ from typing import Any
 import pydantic
 import pytest
 
-from nvkr import builders
 from nvkr.action import Action, action_key
-from nvkr.builders import ActionSpec, ResolvedSource
+from nvkr.builders import api
+from nvkr.builders.api import ActionSpec, ResolvedSource
 from nvkr.builders.kube_packages.artifact import KubePackagesArtifact
 from nvkr.builders.kube_packages.builder import MEDIA_TYPE, KubePackagesBuilder
 from nvkr.errors import BuildError
@@ -148,7 +148,7 @@ def primary(store: Store, result: dict[str, Any]) -> bytes:
 
 # -- the builder --------------------------------------------------------------------------------
 def test_registered() -> None:
-    builder = builders.get_builder("kube-packages")
+    builder = api.get_builder("kube-packages")
     assert isinstance(builder, KubePackagesBuilder)
     assert (builder.per_arch, builder.release_kind) == (True, "internal")
 

@@ -17,7 +17,7 @@ import pytest
 from pydantic import ValidationError
 
 from nvkr.action import Action
-from nvkr.builders import ActionContext, ResolvedSource
+from nvkr.builders.api import ActionContext, ResolvedSource
 from nvkr.builders.node_image import builder as node_image
 from nvkr.builders.node_image import spire, staging
 from nvkr.builders.node_image.artifact import NodeImageArtifact, SpireAgentSettings

@@ -10,7 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
-from nvkr.builders import ResolvedSource
+from nvkr.builders.api import ResolvedSource
 from nvkr.builders.rootfs import builder as rootfs
 from nvkr.builders.rootfs.artifact import RootfsArtifact
 from nvkr.recipe.matrix import Variant

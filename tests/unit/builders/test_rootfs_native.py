@@ -254,7 +254,7 @@ def test_a_foreign_tree_names_the_host_packages_of_its_native_tools_in_the_key()
     from typing import cast
     from unittest.mock import ANY
 
-    from nvkr.builders import ResolvedSource
+    from nvkr.builders.api import ResolvedSource
     from nvkr.builders.rootfs import builder as rootfs
     from nvkr.builders.rootfs.artifact import RootfsArtifact
     from nvkr.hosttools import package_version

@@ -437,7 +437,7 @@ def test_a_build_names_the_debs_it_lacks_and_counts_their_bytes(
     import os
     from types import SimpleNamespace
 
-    from nvkr.builders import ResolvedSource
+    from nvkr.builders.api import ResolvedSource
     from nvkr.execute import _SourceGate
     from nvkr.monitor.events import Event, SourceFetch, Transfer
     from nvkr.monitor.lines import event_lines

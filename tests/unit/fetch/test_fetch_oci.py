@@ -458,7 +458,7 @@ def test_a_build_reports_fetching_the_layers_a_store_lost(tmp_path, ctx, store):
     the build's source gate fetches it again and says so, as for an apt source's lost .debs."""
     from types import SimpleNamespace
 
-    from nvkr.builders import ResolvedSource
+    from nvkr.builders.api import ResolvedSource
     from nvkr.execute import _SourceGate
     from nvkr.monitor.events import Event, SourceFetch
 

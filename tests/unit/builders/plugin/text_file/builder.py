@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from nvkr.builders import ActionContext, ActionSpec, Builder, PlanRefs, Problem, ReleaseKind
+from nvkr.builders.api import ActionContext, ActionSpec, Builder, PlanRefs, Problem, ReleaseKind
 
 from .artifact import TextFileArtifact
 
