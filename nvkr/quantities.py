@@ -1,7 +1,9 @@
-"""Durations and sizes as users write them on the command line (``30d``, ``1w2d``, ``20GiB``).
+"""Durations and sizes as users write them on the command line (``30d``, ``1w2d``, ``20GiB``),
+and sizes and counts as nvkr writes them (``6.0 MiB``, ``4 variants``).
 
 ``nvkr store gc --older-than/--max-size`` and ``nvkr cache prune --older-than`` read them here,
-so one spelling works everywhere.
+so one spelling works everywhere; the human lines of every verb (:mod:`nvkr.monitor.lines`, the
+store's cleanup line) write them with :func:`human_size` and :func:`plural`.
 """
 
 from __future__ import annotations
@@ -54,3 +56,18 @@ def parse_size(text: str, option: str = "--max-size") -> int:
             hint="e.g. 20GiB, 500MiB, 10GB (or a number of bytes)",
         )
     return int(float(m.group(1)) * _SIZE_UNITS[(m.group(2) or "B").lower()])
+
+
+def human_size(n: int) -> str:
+    """``512 bytes``, ``6.0 MiB``, ``2.5 GiB`` (binary units, one decimal)."""
+    size = float(n)
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{n} bytes" if unit == "bytes" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 variant``, ``4 variants``."""
+    return f"{count} {noun}" + ("" if count == 1 else "s")

@@ -180,7 +180,7 @@ class Cleanup:
 def cleanup_line(cleaned: Cleanup | None) -> str | None:
     """The line saying what :meth:`nvkr.store.Store.lock` removed of dead builds' leftovers
     (a :class:`Cleanup`), or None when there was nothing."""
-    from nvkr.monitor.lines import human_size, plural
+    from nvkr.quantities import human_size, plural
 
     if not cleaned:
         return None

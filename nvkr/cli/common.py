@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from nvkr.cli import DEFAULT_RECIPE, App
-from nvkr.monitor.lines import human_size as human_size  # the verbs' sizes and counts
 from nvkr.oci.access import RegistryAccess as RegistryAccess  # the verbs' registry options
 
 if TYPE_CHECKING:

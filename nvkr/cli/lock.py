@@ -14,7 +14,7 @@ import click
 
 from nvkr.cli import DEFAULT_RECIPE, App
 from nvkr.cli.common import fetch_options, open_session
-from nvkr.monitor.lines import plural as _n
+from nvkr.quantities import plural as _n
 from nvkr.session import Session, bind_sources, check_contents
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from nvkr.cli import App
-from nvkr.monitor.lines import plural as n
+from nvkr.quantities import plural as n
 
 
 def _bytes(size: int) -> str:

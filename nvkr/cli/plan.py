@@ -11,7 +11,7 @@ import click
 
 from nvkr.cli import App
 from nvkr.cli.common import fetch_options, open_session, recipe_argument, variant_option
-from nvkr.monitor.lines import plural as _n
+from nvkr.quantities import plural as _n
 from nvkr.session import make_session_plan
 
 

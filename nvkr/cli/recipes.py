@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from nvkr.cli import App
-from nvkr.monitor.lines import plural as _n
+from nvkr.quantities import plural as _n
 
 _STYLE = {"ok": "green", "invalid": "red", "unsupported": "yellow", "no recipe": "white"}
 

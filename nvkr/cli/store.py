@@ -41,9 +41,9 @@ def verify(app: App, repair: bool, jobs: int, as_json: bool) -> None:
     it, which catches any write after it was stored but not bit rot; this catches both. Exits 3
     when something is wrong and --repair was not given.
     """
-    from nvkr.cli.common import human_size
     from nvkr.errors import IntegrityError
-    from nvkr.monitor.lines import plural as _n
+    from nvkr.quantities import human_size
+    from nvkr.quantities import plural as _n
     from nvkr.store import Store
     from nvkr.store_verify import verify_store
 
@@ -112,7 +112,7 @@ def verify(app: App, repair: bool, jobs: int, as_json: bool) -> None:
 def du(app: App, as_json: bool) -> None:
     """What the store holds, by kind: sources, action outputs by builder, build logs, blobs
     nothing names any more, unpacked tools, tool caches, tmp/ and metadata."""
-    from nvkr.cli.common import human_size
+    from nvkr.quantities import human_size
     from nvkr.store import Store
     from nvkr.store_gc import usage
 
@@ -177,8 +177,7 @@ def gc(
     recipe) and deletes the rest, under the store lock: it waits for a running build and for
     the readers (pull, lock, plan, verify).
     """
-    from nvkr.cli.common import human_size
-    from nvkr.quantities import parse_duration, parse_size
+    from nvkr.quantities import human_size, parse_duration, parse_size
     from nvkr.store import Store
     from nvkr.store_gc import collect
 

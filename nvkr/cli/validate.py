@@ -10,7 +10,7 @@ import click
 
 from nvkr.cli import App
 from nvkr.cli.common import recipe_argument, variant_option
-from nvkr.monitor.lines import plural as _n
+from nvkr.quantities import plural as _n
 
 
 @click.command("validate")

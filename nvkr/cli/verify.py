@@ -16,7 +16,8 @@ from typing import Any
 import click
 
 from nvkr.cli import App
-from nvkr.cli.common import RegistryAccess, human_size, registry_options
+from nvkr.cli.common import RegistryAccess, registry_options
+from nvkr.quantities import human_size
 
 
 @click.command("verify")

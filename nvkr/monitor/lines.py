@@ -26,21 +26,7 @@ from nvkr.monitor.events import (
     Step,
     StoreNotice,
 )
-
-
-def human_size(n: int) -> str:
-    """``512 bytes``, ``6.0 MiB``, ``2.5 GiB`` (binary units, one decimal)."""
-    size = float(n)
-    for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{n} bytes" if unit == "bytes" else f"{size:.1f} {unit}"
-        size /= 1024
-    raise AssertionError("unreachable")
-
-
-def plural(count: int, noun: str) -> str:
-    """``1 variant``, ``4 variants``."""
-    return f"{count} {noun}" + ("" if count == 1 else "s")
+from nvkr.quantities import human_size, plural
 
 
 def event_lines(event: Event) -> list[str]:

@@ -45,8 +45,9 @@ from nvkr.monitor.events import (
     Step,
     Transfer,
 )
-from nvkr.monitor.lines import event_lines, human_size
+from nvkr.monitor.lines import event_lines
 from nvkr.monitor.plain import elapsed, progress_text
+from nvkr.quantities import human_size
 from nvkr.redact import redact_text
 
 _STYLES = {"warning:": "yellow", "  failed": "red", "  built": "green", "error": "red"}

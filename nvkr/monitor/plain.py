@@ -24,7 +24,8 @@ from nvkr.monitor.events import (
     Event,
     Transfer,
 )
-from nvkr.monitor.lines import event_lines, human_size
+from nvkr.monitor.lines import event_lines
+from nvkr.quantities import human_size
 from nvkr.redact import redact_text
 
 #: seconds between two progress lines of a running action (or a transfer)
