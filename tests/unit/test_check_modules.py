@@ -1,4 +1,5 @@
-"""`.ci/check-modules`: module length and import-time cycles, on small package trees in tmp_path."""
+"""`.ci/check-modules`: module length and import cycles (every import counts: at import time,
+inside a function, under TYPE_CHECKING), on small package trees in tmp_path and on nvkr/."""
 
 from __future__ import annotations
 
@@ -45,13 +46,15 @@ def _run(pkg: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_clean_tree_passes(tmp_path: Path) -> None:
+    # imports of every kind, all pointing one way: a -> b -> sub -> sub.c -> sub.d
     pkg = _tree(
         tmp_path,
         {
-            "a.py": "from pkg import b\n",
-            "b.py": "import os\n",
+            "a.py": "from pkg import b\ndef f():\n    import pkg.sub.d\n",
+            "b.py": "import os\nfrom typing import TYPE_CHECKING\n"
+            "if TYPE_CHECKING:\n    from pkg.sub import C\n",
             "sub/__init__.py": "from pkg.sub.c import C\n",
-            "sub/c.py": "from pkg.sub.d import D\nclass C: pass\n",
+            "sub/c.py": "class C:\n    def m(self):\n        from pkg.sub.d import D\n",
             "sub/d.py": "class D: pass\n",
         },
     )
@@ -71,27 +74,54 @@ def test_a_cycle_is_named_with_each_import(tmp_path: Path) -> None:
     )
     result = _run(pkg)
     assert result.returncode == 1
-    assert "import cycle at import time: pkg.a -> pkg.b -> pkg.c -> pkg.a" in result.stdout
-    assert "pkg/a.py:2: pkg.a imports pkg.b" in result.stdout
-    assert "pkg/b.py:2: pkg.b imports pkg.c" in result.stdout
-    assert "pkg/c.py:2: pkg.c imports pkg.a" in result.stdout
+    assert "import cycle: pkg.a -> pkg.b -> pkg.c -> pkg.a" in result.stdout
+    assert "pkg/a.py:2: pkg.a imports pkg.b (at import time)" in result.stdout
+    assert "pkg/b.py:2: pkg.b imports pkg.c (at import time)" in result.stdout
+    assert "pkg/c.py:2: pkg.c imports pkg.a (at import time)" in result.stdout
 
 
-def test_type_checking_and_function_imports_do_not_count(tmp_path: Path) -> None:
+def test_a_cycle_only_through_an_import_inside_a_function_fails(tmp_path: Path) -> None:
+    pkg = _tree(
+        tmp_path,
+        {
+            "a.py": "import os\nfrom pkg.b import B\n",
+            "b.py": "class B:\n    def m(self):\n        from pkg.a import f\n        return f\n",
+        },
+    )
+    result = _run(pkg)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "import cycle: pkg.a -> pkg.b -> pkg.a" in result.stdout
+    assert "pkg/a.py:2: pkg.a imports pkg.b (at import time)" in result.stdout
+    assert "pkg/b.py:3: pkg.b imports pkg.a (inside a function)" in result.stdout
+
+
+def test_a_cycle_only_under_type_checking_fails(tmp_path: Path) -> None:
     pkg = _tree(
         tmp_path,
         {
             "a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.b import B\n",
-            "b.py": "import typing\nif typing.TYPE_CHECKING:\n    pass\nelse:\n    pass\n"
-            "def f():\n    from pkg import a\nfrom pkg import a\n",
+            "b.py": "import typing\nif typing.TYPE_CHECKING:\n    import pkg.a\nelse:\n    pass\n",
         },
     )
-    assert _run(pkg).returncode == 0
-    # The same import outside the TYPE_CHECKING block closes the cycle.
-    (pkg / "a.py").write_text("from pkg.b import B\n")
+    result = _run(pkg)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "import cycle: pkg.a -> pkg.b -> pkg.a" in result.stdout
+    assert "pkg/a.py:3: pkg.a imports pkg.b (under TYPE_CHECKING)" in result.stdout
+    assert "pkg/b.py:3: pkg.b imports pkg.a (under TYPE_CHECKING)" in result.stdout
+
+
+def test_a_step_names_the_import_that_runs_first_of_several(tmp_path: Path) -> None:
+    # b imports a in a function and at module level: the message names the module-level one
+    pkg = _tree(
+        tmp_path,
+        {
+            "a.py": "from pkg import b\n",
+            "b.py": "def f():\n    from pkg import a\nfrom pkg import a\n",
+        },
+    )
     result = _run(pkg)
     assert result.returncode == 1
-    assert "pkg.a -> pkg.b -> pkg.a" in result.stdout
+    assert "pkg/b.py:3: pkg.b imports pkg.a (at import time)" in result.stdout
 
 
 def test_a_type_checking_else_branch_counts(tmp_path: Path) -> None:
@@ -160,8 +190,9 @@ def test_no_package_is_a_usage_error(tmp_path: Path) -> None:
     assert "no package" in result.stderr
 
 
-def test_the_real_tree_has_no_import_time_cycle() -> None:
+def test_the_real_tree_has_no_cycle() -> None:
     root = SCRIPT.parents[1] / "nvkr"
-    modules = check_modules.discover(root)
-    assert "nvkr.oci.registry" in modules
-    assert check_modules.cycles(modules, root) == []
+    assert "nvkr.oci.registry" in check_modules.discover(root)
+    result = _run(root)  # nvkr/, as .ci/run checks it
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no cycle" in result.stdout
