@@ -70,6 +70,11 @@ def make_console(*, stderr: bool = False) -> Any:
     return Console(stderr=stderr, highlight=False, soft_wrap=True, width=width)
 
 
+def echo_note(line: str) -> None:
+    """A note of a library step (:mod:`nvkr.session`'s ``note``) on the command's stderr."""
+    click.echo(line, err=True)
+
+
 def open_session(
     app: App,
     recipe: Path,

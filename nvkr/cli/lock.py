@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from nvkr.cli import DEFAULT_RECIPE, App
-from nvkr.cli.common import fetch_options, open_session
+from nvkr.cli.common import echo_note, fetch_options, open_session
 from nvkr.quantities import plural as _n
 from nvkr.session import Session, bind_sources, check_contents
 
@@ -59,7 +59,9 @@ def _relock(session: Session) -> tuple[dict[str, Any], list[str]]:
                 if src.digest not in checked:
                     ensure(name, src.spec, src.entry, session.fetch, base_dir=src.base_dir)
                     checked.add(src.digest)
-    check_contents(session, reread=True)  # every source is in the store now: read the bytes
+    check_contents(
+        session, reread=True, note=echo_note
+    )  # every source is in the store now: read the bytes
     doc = fresh.document()
 
     # an entry changed when anything but the variants using it did (what the rules read too)

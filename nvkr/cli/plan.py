@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from nvkr.cli import App
-from nvkr.cli.common import fetch_options, open_session, recipe_argument, variant_option
+from nvkr.cli.common import echo_note, fetch_options, open_session, recipe_argument, variant_option
 from nvkr.quantities import plural as _n
 from nvkr.session import make_session_plan
 
@@ -70,7 +70,7 @@ def command(
     if fan_out:
         _print_fan_out(session, recipe, by, lockfile, as_json or fmt == "json")
         return
-    plan = make_session_plan(session)
+    plan = make_session_plan(session, note=echo_note)
     if as_json or fmt == "json":
         doc = plan.to_json()
         for action in doc["actions"]:

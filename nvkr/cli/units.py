@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from nvkr.cli.common import echo_note
 from nvkr.errors import LockError
 from nvkr.session import Session, make_session_plan
 
@@ -37,12 +38,12 @@ def session_fan_out(
                 "does not pin every source:\n  - " + "\n  - ".join(drift),
                 hint=f"run `nvkr lock {shown}` first, or fan out --by variant (the matrix only)",
             )
-        plan = make_session_plan(session)
+        plan = make_session_plan(session, note=echo_note)
         return by_action(plan, shown, store=session.store if estimates else None, lockfile=lock_arg)
     name = session.loaded.recipe.metadata.name
     if drift or not estimates:
         return by_variant(session.variants, shown, name, lockfile=lock_arg)
-    full = make_session_plan(session)
+    full = make_session_plan(session, note=echo_note)
 
     def partial(variants: list[Any]) -> Any:
         return make_plan(
