@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Start-up: ``nvkr --version``, every verb's ``--help`` and the no-op build of the default
+recipe, for this checkout and a baseline revision, measured in one run.
+
+Both trees are byte-compiled first (``compileall``: the figures are for compiled modules, as an
+installed nvkr runs) and run with the same interpreter, the same store and the same working
+directory (this checkout's recipes and lockfiles: the no-op is the same plan for both, since the
+action keys do not depend on nvkr's own code outside the builders' versions). The store must
+hold a build of the recipe (``--store DIR``; without it one is built first, which takes
+minutes). Each figure is the median of ``--runs`` runs, alternating the two trees so that a
+machine's drift hits both.
+
+Usage: .venv/bin/python benchmarks/startup.py [--baseline REV] [--store DIR] [--runs N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+#: the no-op the issue names; the verbs' --help from nvkr.cli.VERBS
+NOOP = ("build", "--locked", "--json")
+
+
+def _run(tree: Path, argv: tuple[str, ...], store: Path, out: Path) -> float:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(tree),
+        "NVKR_CACHE": str(store),
+        "NVKR_CONFIG": str(out / "no-config.yaml"),
+    }
+    args = [a if a != "@OUT" else str(out) for a in argv]
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "nvkr", *args], cwd=ROOT, env=env, capture_output=True, check=False
+    )
+    elapsed = time.perf_counter() - t0
+    if proc.returncode != 0:
+        sys.exit(f"{tree}: nvkr {' '.join(args)} exited {proc.returncode}:\n{proc.stderr.decode()}")
+    return elapsed
+
+
+def _baseline_tree(rev: str, dest: Path) -> Path:
+    """``rev``'s nvkr/ and builders/ under ``dest`` (``git archive``), byte-compiled."""
+    archive = subprocess.run(
+        ["git", "archive", rev, "nvkr", "builders"], cwd=ROOT, capture_output=True, check=True
+    )
+    dest.mkdir(parents=True)
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+    return dest
+
+
+def main() -> None:
+    from nvkr.cli import VERBS
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline", default="9eaf6dc", help="revision to compare with")
+    parser.add_argument("--store", type=Path, help="a store holding a build of the recipe")
+    parser.add_argument("--runs", type=int, default=7)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="nvkr-startup-") as tmp:
+        base = Path(tmp)
+        trees = {"baseline": _baseline_tree(args.baseline, base / "baseline"), "now": ROOT}
+        for tree in trees.values():
+            subprocess.run(
+                [sys.executable, "-m", "compileall", "-q", str(tree / "nvkr")], check=True
+            )
+        store = args.store or base / "store"
+        out = base / "out"
+        out.mkdir()
+        if args.store is None:
+            print("building the default recipe once (minutes)...", flush=True)
+            _run(ROOT, ("build", "--locked", "--out", "@OUT"), store, out)
+        cases = {
+            "--version": ("--version",),
+            **{f"{verb} --help": (verb, "--help") for verb in VERBS},
+            "no-op build": (*NOOP, "--out", "@OUT"),
+        }
+        times: dict[str, dict[str, list[float]]] = {c: {t: [] for t in trees} for c in cases}
+        for tree in trees.values():  # warm the page cache; the first no-op writes dist
+            _run(tree, cases["no-op build"], store, out)
+        for _ in range(args.runs):
+            for case, argv in cases.items():
+                for name, tree in trees.items():
+                    times[case][name].append(_run(tree, argv, store, out))
+        print(f"baseline {args.baseline}, median of {args.runs} runs, compiled modules")
+        print(f"{'':24} {'baseline':>9} {'now':>9} {'now/baseline':>13}")
+        for case in cases:
+            b, n = (statistics.median(times[case][t]) for t in ("baseline", "now"))
+            print(f"{case:24} {b:8.3f}s {n:8.3f}s {n / b:12.2f}x")
+        worst = max((statistics.median(times[c]["now"]), c) for c in cases if c != "no-op build")
+        print(f"slowest --help/--version now: {worst[1]} {worst[0]:.3f} s")
+
+
+if __name__ == "__main__":
+    main()
