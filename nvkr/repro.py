@@ -1,12 +1,18 @@
-"""Reproducibility primitives: SOURCE_DATE_EPOCH, deterministic tar and gzip.
+"""Reproducibility primitives, one home each: the epoch, tar members, the sorted walk, gzip.
 
-Every builder that writes an archive uses these so that the same tree gives the same bytes on any
-machine, under any umask, TZ or locale (DESIGN.md, "Reproducibility rules"):
+Every archive nvkr writes is built from these, so that the same tree gives the same bytes on any
+machine, under any umask, TZ or locale (README "The store and reproducibility"):
 
-- members sorted by path bytes, directories included; uid/gid 0, empty owner names;
-- modes normalised to 0755 (directories and files with any execute bit) or 0644;
-- every mtime set to the epoch (an integer), no PAX atime/ctime;
-- gzip with mtime 0, no file name, OS byte 255, a fixed compression level.
+- the epoch: :func:`source_date_epoch` (``$SOURCE_DATE_EPOCH``, the recipe's ``epoch``, the
+  newest commit time) and :func:`clamp_mtime` / :func:`clamp_tree_mtimes` (nothing newer);
+- the sorted walk: :func:`sorted_tree`, every path under a root sorted by its bytes
+  (:func:`path_key`), directories included;
+- tar: :func:`tar_writer` (PAX format, UTF-8 names), :func:`tar_member` (a normalised header:
+  uid/gid 0, empty owner names, an integer mtime, no PAX atime/ctime), :func:`normal_mode` (0755
+  for directories and files with any execute bit, else 0644), :func:`tree_members` (a tree's
+  headers in sorted order) and :func:`write_tar` / :func:`tar_bytes` on top of them;
+- gzip: :func:`gzip_writer` / :func:`gzip_bytes`, a fixed header (mtime 0, no file name, OS byte
+  255) at a fixed level.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import io
 import os
 import stat
 import tarfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -80,26 +86,137 @@ def source_date_epoch(recipe_epoch: str | None, *, fallback: int | None = None) 
     return fallback if fallback is not None else 0
 
 
-def _norm_mode(mode: int) -> int:
-    if stat.S_ISDIR(mode) or mode & 0o111:
-        return 0o755
-    return 0o644
+def clamp_mtime(mtime: float, epoch: int) -> int:
+    """``mtime`` clamped into ``0 .. epoch``, as an integer (SOURCE_DATE_EPOCH clamping: a time
+    after the epoch becomes the epoch, one before 1970 becomes 0, fractions are dropped)."""
+    return max(0, min(int(mtime), epoch))
 
 
-def _walk(root: Path, exclude: Callable[[str], bool]) -> list[str]:
-    """Relative POSIX paths under ``root`` (not following symlinks), sorted by bytes."""
+def clamp_tree_mtimes(tree: Path, epoch: int) -> None:
+    """Set every mtime (and atime) in ``tree`` newer than ``epoch`` to ``epoch``, symlinks
+    included (SOURCE_DATE_EPOCH clamping, as mmdebstrap does for the packages' own files)."""
+    for root, dirs, files in os.walk(tree):
+        for name in dirs + files:
+            path = os.path.join(root, name)
+            st = os.lstat(path)
+            if st.st_mtime > epoch:
+                os.utime(path, (epoch, epoch), follow_symlinks=False)
+    if os.lstat(tree).st_mtime > epoch:
+        os.utime(tree, (epoch, epoch))
+
+
+def path_key(name: str) -> bytes:
+    """The sort key of a path or member name: its bytes (UTF-8; a file name that is not UTF-8
+    keeps its own bytes through ``surrogateescape``), so ``B`` < ``a`` < ``b`` < ``b-`` < ``b/``."""
+    return name.encode("utf-8", "surrogateescape")
+
+
+def sorted_tree(root: Path, exclude: Callable[[str], bool] | None = None) -> list[str]:
+    """Relative POSIX paths under ``root`` (not ``root`` itself; not following symlinks),
+    directories included, sorted by :func:`path_key`.
+
+    Args:
+        exclude: called with each relative path; True drops it (and, for a directory,
+            everything below).
+    """
     out: list[str] = []
     for dirpath, dirnames, filenames in os.walk(root):
         rel_dir = os.path.relpath(dirpath, root)
         for name in [*dirnames, *filenames]:
             rel = name if rel_dir == "." else f"{rel_dir}/{name}"
-            if exclude(rel):
+            if exclude is not None and exclude(rel):
                 if name in dirnames:
                     dirnames.remove(name)
                 continue
             out.append(rel)
-    out.sort(key=lambda p: p.encode())
+    out.sort(key=path_key)
     return out
+
+
+def normal_mode(mode: int) -> int:
+    """0755 for a directory or a file with any execute bit in ``mode`` (an ``st_mode`` or bare
+    permission bits), else 0644: what is left of a mode once the umask no longer shows."""
+    if stat.S_ISDIR(mode) or mode & 0o111:
+        return 0o755
+    return 0o644
+
+
+def tar_writer(out: BinaryIO) -> tarfile.TarFile:
+    """A tar writer over ``out`` in nvkr's format: PAX (plain ustar headers, with a PAX record
+    only where a name, link target or size does not fit them), names in UTF-8. Close it (``with``)
+    to write the end-of-archive blocks."""
+    return tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT, encoding="utf-8")
+
+
+def tar_member(
+    name: str,
+    *,
+    mtime: int,
+    mode: int,
+    kind: bytes = tarfile.REGTYPE,
+    size: int = 0,
+    linkname: str = "",
+) -> tarfile.TarInfo:
+    """A normalised tar header: uid/gid 0, empty owner names, mtime ``mtime`` (an integer: no
+    PAX mtime record), no PAX atime/ctime, ``mode`` as given (:func:`normal_mode` for a tree).
+
+    Args:
+        kind: the member type (``tarfile.REGTYPE``, ``DIRTYPE``, ``SYMTYPE``...).
+        size: a regular file's size in bytes.
+        linkname: a link's target.
+    """
+    info = tarfile.TarInfo(name)
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    info.mtime = mtime
+    info.mode = mode
+    info.type = kind
+    info.size = size
+    info.linkname = linkname
+    return info
+
+
+def tree_members(
+    root: Path,
+    *,
+    epoch: int,
+    unsupported: Callable[[Path], Exception],
+    prefix: str = "",
+    exclude: Callable[[str], bool] | None = None,
+    modes: Mapping[str, int] | None = None,
+) -> Iterator[tuple[tarfile.TarInfo, Path | None]]:
+    """The tree under ``root`` as tar headers in :func:`sorted_tree` order, each with the file
+    whose bytes follow it (None for a directory or symlink).
+
+    Every member is a :func:`tar_member` with mtime ``epoch``: symlinks kept as links (mode 0777),
+    directories and files with :func:`normal_mode`, unless ``modes`` names the path (relative to
+    ``root``, e.g. ``{"etc/app/key": 0o600}``), whose mode is used as given.
+
+    Args:
+        unsupported: the error for a member that is neither a file, a directory nor a symlink
+            (a socket, device or fifo), given its path; raised.
+        prefix: prepended to every member name (e.g. ``"chart/"``).
+        exclude: as :func:`sorted_tree`.
+    """
+    for rel in sorted_tree(root, exclude):
+        path = root / rel
+        st = os.lstat(path)
+        mode = modes.get(rel, normal_mode(st.st_mode)) if modes else normal_mode(st.st_mode)
+        if stat.S_ISLNK(st.st_mode):
+            info = tar_member(
+                prefix + rel,
+                mtime=epoch,
+                mode=0o777,
+                kind=tarfile.SYMTYPE,
+                linkname=os.readlink(path),
+            )
+            yield info, None
+        elif stat.S_ISDIR(st.st_mode):
+            yield tar_member(prefix + rel, mtime=epoch, mode=mode, kind=tarfile.DIRTYPE), None
+        elif stat.S_ISREG(st.st_mode):
+            yield tar_member(prefix + rel, mtime=epoch, mode=mode, size=st.st_size), path
+        else:
+            raise unsupported(path)
 
 
 def write_tar(
@@ -110,7 +227,8 @@ def write_tar(
     prefix: str = "",
     exclude: Callable[[str], bool] = lambda rel: rel == ".git" or rel.startswith(".git/"),
 ) -> None:
-    """Write the tree under ``root`` to ``out`` as a deterministic (uncompressed) tar.
+    """Write the tree under ``root`` to ``out`` as a deterministic (uncompressed) tar: the
+    :func:`tree_members` of ``root`` through a :func:`tar_writer`.
 
     Args:
         prefix: prepended to every member name (e.g. ``"chart/"``); empty for none.
@@ -119,29 +237,20 @@ def write_tar(
     Raises:
         RecipeError: a member is neither a file, a directory nor a symlink (sockets, devices).
     """
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for rel in _walk(root, exclude):
-            path = root / rel
-            st = os.lstat(path)
-            info = tarfile.TarInfo(prefix + rel)
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            info.mtime = epoch
-            info.mode = _norm_mode(st.st_mode)
-            if stat.S_ISLNK(st.st_mode):
-                info.type = tarfile.SYMTYPE
-                info.linkname = os.readlink(path)
-                info.mode = 0o777
+
+    def unsupported(path: Path) -> RecipeError:
+        return RecipeError(f"{path}: only files, directories and symlinks can be archived")
+
+    with tar_writer(out) as tar:
+        members = tree_members(
+            root, epoch=epoch, unsupported=unsupported, prefix=prefix, exclude=exclude
+        )
+        for info, path in members:
+            if path is None:
                 tar.addfile(info)
-            elif stat.S_ISDIR(st.st_mode):
-                info.type = tarfile.DIRTYPE
-                tar.addfile(info)
-            elif stat.S_ISREG(st.st_mode):
-                info.size = st.st_size
+            else:
                 with open(path, "rb") as f:
                     tar.addfile(info, f)
-            else:
-                raise RecipeError(f"{path}: only files, directories and symlinks can be archived")
 
 
 def tar_bytes(root: Path, *, epoch: int, prefix: str = "", exclude: Sequence[str] = ()) -> bytes:
@@ -170,10 +279,17 @@ def excluder(patterns: Sequence[str]) -> Callable[[str], bool]:
     return exclude
 
 
+def gzip_writer(out: BinaryIO, level: int = GZIP_LEVEL) -> gzip.GzipFile:
+    """A gzip stream into ``out`` with a fixed header: mtime 0, no file name (RFC 1952 FNAME
+    absent), OS byte 255, compression ``level`` (:data:`GZIP_LEVEL`). Close it to write the
+    trailer; closing it leaves ``out`` open."""
+    return gzip.GzipFile(filename="", mode="wb", fileobj=out, compresslevel=level, mtime=0)
+
+
 def gzip_bytes(data: bytes, level: int = GZIP_LEVEL) -> bytes:
-    """gzip ``data`` with a clean header: mtime 0, no file name (RFC 1952 FNAME absent)."""
+    """``data`` through a :func:`gzip_writer`."""
     buf = io.BytesIO()
-    with gzip.GzipFile(filename="", mode="wb", fileobj=buf, compresslevel=level, mtime=0) as gz:
+    with gzip_writer(buf, level) as gz:
         gz.write(data)
     return buf.getvalue()
 

@@ -10,7 +10,7 @@ Helm's order is not fixed (subcharts come from a Go map) nvkr sorts by the entry
 
 Bytes: mode 0644, uid/gid 0, empty owner names, every mtime the build's epoch (Helm 4 uses file
 mtimes or ``SOURCE_DATE_EPOCH``), PAX only where a name needs it, gzip with mtime 0, no file name
-and level 9 (:func:`nvkr.repro.gzip_bytes`). The same chart and epoch give the same bytes on any
+and level 9 (:func:`nvkr.repro.gzip_bytes`; the headers are :func:`nvkr.repro.tar_member`'s). The same chart and epoch give the same bytes on any
 machine; Helm's own gzip stream differs (Go's deflate), never what a loader reads.
 """
 
@@ -19,12 +19,11 @@ from __future__ import annotations
 import io
 import json
 import re
-import tarfile
 
 from nvkr.errors import BuildError
 from nvkr.helm.chart import LoadedChart
 from nvkr.helm.metadata import API_VERSION_V2, chart_yaml, lock_yaml
-from nvkr.repro import gzip_bytes
+from nvkr.repro import gzip_bytes, tar_member, tar_writer
 
 _OCI_TAG = re.compile(r"^[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}$")  # distribution spec "tag"
 
@@ -96,13 +95,7 @@ def package_bytes(chart: LoadedChart, *, epoch: int) -> bytes:
         BuildError: as :func:`archive_members`.
     """
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+    with tar_writer(buf) as tar:
         for name, data in archive_members(chart):
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            info.mode = 0o644
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            info.mtime = epoch
-            tar.addfile(info, io.BytesIO(data))
+            tar.addfile(tar_member(name, mtime=epoch, mode=0o644, size=len(data)), io.BytesIO(data))
     return gzip_bytes(buf.getvalue())

@@ -27,6 +27,7 @@ from nvkr.builders.container_image.params import (
 )
 from nvkr.errors import BuildError
 from nvkr.oci.image import Layer, normalise_layer
+from nvkr.repro import normal_mode
 
 
 def _parents(root: Path, rel: str) -> Path:
@@ -104,7 +105,7 @@ def _put_tree(ctx: ActionContext, i: int, f: TreeFile, rootfs: Path, modes: dict
     if not rel:
         raise BuildError(f"source {f.source!r}: {f.select!r} is a file; it cannot be '/'")
     if mode is None:  # the source's own mode (its tar holds 0644 or 0755)
-        mode = 0o755 if os.lstat(chosen).st_mode & 0o111 else 0o644
+        mode = normal_mode(os.lstat(chosen).st_mode)
     _put_file(chosen, rootfs, rel, mode)
     modes[rel] = mode
 
@@ -180,7 +181,7 @@ def _unpack_member(
         raise BuildError(f"{where}: /{rel} is already in the image")
     with open(target, "wb") as dst:
         shutil.copyfileobj(data, dst)
-    modes[rel] = 0o755 if mode & 0o111 else 0o644
+    modes[rel] = normal_mode(mode & 0o777)  # a file: its permission bits only
     os.chmod(target, modes[rel])
 
 

@@ -52,7 +52,7 @@ from nvkr.mountns import Bind, chroot_argv
 from nvkr.recipe.matrix import Variant
 from nvkr.recipe.models import GitSource
 from nvkr.recipe.yamlsource import where
-from nvkr.repro import extract_tar
+from nvkr.repro import extract_tar, normal_mode
 from nvkr.run import pinned_env, run, tail
 from nvkr.store import Store
 
@@ -90,7 +90,7 @@ def toolchain_root(store: Store, wheel_digest: str) -> Path:
                 path = Path(zf.extract(info, tmp))
                 mode = (info.external_attr >> 16) & 0o777
                 if not info.is_dir():
-                    os.chmod(path, 0o755 if mode & 0o111 else 0o644)
+                    os.chmod(path, normal_mode(mode))
 
     return store.unpacked(wheel_digest, unpack, check="go/bin/go") / "go"
 

@@ -39,6 +39,7 @@ from nvkr.builders.kube_packages.params import KubeFile, KubePackagesParams
 from nvkr.errors import BuildError
 from nvkr.recipe import fieldchecks as fc
 from nvkr.recipe.matrix import Variant
+from nvkr.repro import path_key, tar_member, tar_writer
 
 MEDIA_TYPE = "application/vnd.nvkr.kube-packages.v1.tar"
 #: Source kinds whose blob is the file itself, and those whose blob is a tar of a tree.
@@ -153,17 +154,15 @@ class KubePackagesBuilder(Builder[KubePackagesArtifact]):
         listing: list[dict[str, Any]] = []
         with (
             open(out, "wb") as raw,
-            tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar,
+            tar_writer(raw) as tar,
         ):
             parts = PurePosixPath(p.prefix).parts if p.prefix else ()
             for i in range(len(parts)):
-                info = _info("/".join(parts[: i + 1]), epoch, DIR_MODE)
-                info.type = tarfile.DIRTYPE
-                tar.addfile(info)
-            for f, path in sorted(contents, key=lambda c: c[0].path.encode()):
+                name = "/".join(parts[: i + 1])
+                tar.addfile(tar_member(name, mtime=epoch, mode=DIR_MODE, kind=tarfile.DIRTYPE))
+            for f, path in sorted(contents, key=lambda c: path_key(c[0].path)):
                 size = os.stat(path).st_size
-                info = _info(f.path, epoch, FILE_MODE)
-                info.size = size
+                info = tar_member(f.path, mtime=epoch, mode=FILE_MODE, size=size)
                 with open(path, "rb") as data:
                     hashing = _HashingReader(data)
                     tar.addfile(info, hashing)
@@ -180,15 +179,6 @@ class KubePackagesBuilder(Builder[KubePackagesArtifact]):
         shutil.rmtree(staged)
         ctx.add_output(out, name=p.output, media_type=MEDIA_TYPE)
         ctx.metadata.update({"prefix": "/" + p.prefix, "files": listing})
-
-
-def _info(name: str, epoch: int, mode: int) -> tarfile.TarInfo:
-    info = tarfile.TarInfo(name)
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    info.mtime = epoch
-    info.mode = mode
-    return info
 
 
 class _HashingReader:

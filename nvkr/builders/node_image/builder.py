@@ -59,7 +59,7 @@ from nvkr.builders.node_image.spire import (
     SPIRE_AGENT_CONF,
     spire_assets_digest,
 )
-from nvkr.builders.node_image.staging import ASSETS, clamp_mtimes, primary_output, stage
+from nvkr.builders.node_image.staging import ASSETS, primary_output, stage
 from nvkr.builders.rootfs.artifact import RootfsArtifact
 from nvkr.canonical import sha256_bytes
 from nvkr.errors import RecipeError, ToolError
@@ -69,7 +69,7 @@ from nvkr.recipe import fieldchecks as fc
 from nvkr.recipe.imagefiles import ImageFile
 from nvkr.recipe.matrix import Variant
 from nvkr.recipe.models import AptSource
-from nvkr.repro import tar_bytes
+from nvkr.repro import clamp_tree_mtimes, tar_bytes
 from nvkr.run import run
 from nvkr.sbom.debian import tree_licenses
 
@@ -304,7 +304,7 @@ class NodeImageBuilder(Builder[NodeImageArtifact]):
             for pkg in packages:
                 if pkg["name"] in licenses:
                     pkg["licenses"] = licenses[pkg["name"]]
-            clamp_mtimes(tree, ctx.action.epoch)
+            clamp_tree_mtimes(tree, ctx.action.epoch)
         out = ctx.workdir / "disk.qcow2"
         seed = disk_seed(ctx.action)
         if p.backend == "diskimage-builder":
@@ -323,7 +323,7 @@ class NodeImageBuilder(Builder[NodeImageArtifact]):
                 kernel_args=p.kernelArgs,
                 epoch=ctx.action.epoch,
             )
-            clamp_mtimes(tree, ctx.action.epoch)
+            clamp_tree_mtimes(tree, ctx.action.epoch)
             result = assemble_disk(
                 tree,
                 out,

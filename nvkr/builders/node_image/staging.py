@@ -349,19 +349,6 @@ def _inside(tree: Path, rel: str) -> Path:
     return cur / parts[-1] if parts else tree
 
 
-def clamp_mtimes(tree: Path, epoch: int) -> None:
-    """Set every mtime (and atime) in ``tree`` newer than ``epoch`` to ``epoch``, symlinks
-    included (SOURCE_DATE_EPOCH clamping, as mmdebstrap does for the packages' own files)."""
-    for root, dirs, files in os.walk(tree):
-        for name in dirs + files:
-            path = os.path.join(root, name)
-            st = os.lstat(path)
-            if st.st_mtime > epoch:
-                os.utime(path, (epoch, epoch), follow_symlinks=False)
-    if os.lstat(tree).st_mtime > epoch:
-        os.utime(tree, (epoch, epoch))
-
-
 def _template_env(root: Path | None = None, *, loader: bool = True) -> jinja2.Environment:
     """The sandboxed Jinja2 environment of the templates in ``root`` (default :data:`ASSETS`);
     without a ``loader``, of a recipe's template rendered from its text

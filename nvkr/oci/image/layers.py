@@ -5,8 +5,9 @@ turns the files of a recipe into a layer with :func:`layer_from_tree`, the docke
 a daemon built with :func:`normalise_layer`; the :class:`Layer` each returns (digest, size,
 ``diff_id``) then feeds :func:`nvkr.oci.image.image_config` and
 :func:`nvkr.oci.image.image_manifest`. Layers are deterministic tars (members sorted by path
-bytes, integer mtimes, no PAX atime/ctime, empty owner names; DESIGN.md "Reproducibility rules")
-compressed with a fixed gzip header (mtime 0, no name, level 9) or a fixed zstd level, streamed
+bytes, integer mtimes, no PAX atime/ctime, empty owner names: the tar primitives of
+:mod:`nvkr.repro`) compressed with its fixed gzip header (mtime 0, no name, level 9,
+:func:`nvkr.repro.gzip_writer`) or a fixed zstd level, streamed
 into the store while the uncompressed bytes are hashed for the ``diff_id`` (image-spec v1.1.0
 layer.md).
 """
@@ -17,9 +18,7 @@ import bz2
 import gzip
 import hashlib
 import lzma
-import os
 import shutil
-import stat
 import tarfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from typing import IO, Any, BinaryIO, Final, cast
 
 from nvkr.errors import BuildError
 from nvkr.oci import mediatypes as mt
-from nvkr.repro import GZIP_LEVEL
+from nvkr.repro import clamp_mtime, gzip_writer, path_key, tar_member, tar_writer, tree_members
 from nvkr.store import BlobWriter, Store
 
 #: image-spec media-types.md: a zstd-compressed layer (the gzip one is in :mod:`mediatypes`).
@@ -100,9 +99,7 @@ class _LayerSink:
         self._compressor: Any
         if compression == "gzip":
             # no file name and mtime 0 in the header: the same tar gives the same bytes anywhere
-            self._compressor = gzip.GzipFile(
-                filename="", mode="wb", fileobj=sink, compresslevel=GZIP_LEVEL, mtime=0
-            )
+            self._compressor = gzip_writer(cast(BinaryIO, sink))
         elif compression == "zstd":
             import zstandard
 
@@ -139,9 +136,7 @@ def _write_layer(
         raise ValueError(f"compression {compression!r}: expected 'gzip' or 'zstd'")
     with store.writer(what=what) as writer:
         sink = _LayerSink(writer, compression)
-        with tarfile.open(
-            fileobj=cast(BinaryIO, sink), mode="w", format=tarfile.PAX_FORMAT, encoding="utf-8"
-        ) as tar:
+        with tar_writer(cast(BinaryIO, sink)) as tar:
             for info, opener in members:
                 if opener is None:
                     tar.addfile(info)
@@ -153,10 +148,6 @@ def _write_layer(
     return Layer(digest=blob.digest, size=blob.size, diff_id=diff_id, media_type=media_type)
 
 
-def _normal_mode(mode: int) -> int:
-    return 0o755 if stat.S_ISDIR(mode) or mode & 0o111 else 0o644
-
-
 def _file_opener(path: Path) -> Callable[[], IO[bytes]]:
     return lambda: open(path, "rb")
 
@@ -164,35 +155,13 @@ def _file_opener(path: Path) -> Callable[[], IO[bytes]]:
 def _tree_members(
     root: Path, epoch: int, modes: Mapping[str, int]
 ) -> Iterator[tuple[tarfile.TarInfo, Callable[[], IO[bytes]] | None]]:
-    paths: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        rel_dir = os.path.relpath(dirpath, root)
-        for name in (*dirnames, *filenames):
-            paths.append(name if rel_dir == "." else f"{rel_dir}/{name}")
-    paths.sort(key=os.fsencode)
-    for rel in paths:
-        path = root / rel
-        st = os.lstat(path)
-        info = tarfile.TarInfo(rel)
-        info.uid = info.gid = 0
-        info.uname = info.gname = ""
-        info.mtime = epoch
-        info.mode = modes.get(rel, _normal_mode(st.st_mode))
-        if stat.S_ISLNK(st.st_mode):
-            info.type = tarfile.SYMTYPE
-            info.linkname = os.readlink(path)
-            info.mode = 0o777
-            yield info, None
-        elif stat.S_ISDIR(st.st_mode):
-            info.type = tarfile.DIRTYPE
-            yield info, None
-        elif stat.S_ISREG(st.st_mode):
-            info.size = st.st_size
-            yield info, _file_opener(path)
-        else:
-            raise BuildError(
-                f"{path}: only files, directories and symlinks can go into an image layer"
-            )
+    def unsupported(path: Path) -> BuildError:
+        return BuildError(
+            f"{path}: only files, directories and symlinks can go into an image layer"
+        )
+
+    for info, path in tree_members(root, epoch=epoch, unsupported=unsupported, modes=modes):
+        yield info, None if path is None else _file_opener(path)
 
 
 def layer_from_tree(
@@ -261,10 +230,6 @@ def _plain_tar(stream: BinaryIO, tmp: Path, what: str) -> Path:
     return plain
 
 
-def _name_key(name: str) -> bytes:
-    return name.encode("utf-8", "surrogateescape")
-
-
 def _normalised_members(
     tar: tarfile.TarFile, epoch: int, what: str
 ) -> Iterator[tuple[tarfile.TarInfo, Callable[[], IO[bytes]] | None]]:
@@ -274,7 +239,7 @@ def _normalised_members(
             raise BuildError(f"{what}: member {m.name!r} has an unsupported tar type {m.type!r}")
         latest.pop(m.name, None)  # a later entry of the same path replaces the earlier one
         latest[m.name] = m
-    names = sorted(latest, key=_name_key)
+    names = sorted(latest, key=path_key)
 
     # Hard links: after sorting, a link may come before the file it names, which no extractor
     # accepts. Each set of linked names is rewritten so the first name in sorted order holds the
@@ -294,17 +259,14 @@ def _normalised_members(
                 groups.setdefault(target, [target]).append(name)
     holder: dict[str, tuple[str, str]] = {}  # name -> (first name of its group, data member)
     for target, group in groups.items():
-        group.sort(key=_name_key)
+        group.sort(key=path_key)
         for name in group:
             holder[name] = (group[0], target)
 
     for name in names:
         m = latest[name]
-        info = tarfile.TarInfo(name)
-        info.mode = m.mode & 0o7777
-        info.uid, info.gid = m.uid, m.gid
-        info.uname = info.gname = ""
-        info.mtime = max(0, min(int(m.mtime), epoch))
+        info = tar_member(name, mtime=clamp_mtime(m.mtime, epoch), mode=m.mode & 0o7777)
+        info.uid, info.gid = m.uid, m.gid  # kept: a layer's owners are part of its files
         info.pax_headers = {
             k: v for k, v in sorted(m.pax_headers.items()) if k.startswith(KEPT_PAX_PREFIXES)
         }

@@ -1,6 +1,6 @@
 """The node-image builder's pieces that need no root filesystem: sizes, the builder's templates
-(rendered, and named with file and line when broken), staged paths staying in the tree, mtime
-clamping, and the machine-image SBOM's Debian licence handling."""
+(rendered, and named with file and line when broken), staged paths staying in the tree, and
+the machine-image SBOM's Debian licence handling (mtime clamping: tests/unit/test_repro.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from nvkr.action import Action
 from nvkr.builders.node_image import builder as node_image
 from nvkr.builders.node_image import staging
 from nvkr.builders.node_image.artifact import NodeImageArtifact
-from nvkr.builders.node_image.staging import _inside, clamp_mtimes, render_template
+from nvkr.builders.node_image.staging import _inside, render_template
 from nvkr.errors import BootTestError, BuildError, RecipeError
 from nvkr.recipe.fieldchecks import size_bytes
 from nvkr.recipe.matrix import Variant
@@ -222,20 +222,6 @@ def test_staged_paths_stay_in_the_tree(tmp_path: Path) -> None:
     os.symlink("../../..", tree / "usr" / "up")
     with pytest.raises(BuildError, match="leads out of the root filesystem"):
         _inside(tree, "usr/up/etc/passwd")
-
-
-def test_clamp_mtimes(tmp_path: Path) -> None:
-    tree = tmp_path / "tree"
-    (tree / "d").mkdir(parents=True)
-    (tree / "d" / "new").write_text("x")
-    (tree / "old").write_text("y")
-    os.utime(tree / "old", (100, 100))
-    os.symlink("d/new", tree / "link")
-    clamp_mtimes(tree, 1000)
-    assert os.lstat(tree / "d" / "new").st_mtime == 1000
-    assert os.lstat(tree / "link").st_mtime == 1000
-    assert os.lstat(tree / "old").st_mtime == 100, "older files keep their time"
-    assert os.lstat(tree).st_mtime == 1000
 
 
 COPYRIGHT = """Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
