@@ -30,6 +30,7 @@ from typing import Any, Final
 
 from nvkr.canonical import DIGEST_RE, canonical_json
 from nvkr.errors import IntegrityError
+from nvkr.jsondoc import json_kind
 
 STATEMENT_TYPE: Final = "https://in-toto.io/Statement/v1"
 SLSA_PROVENANCE_V1: Final = "https://slsa.dev/provenance/v1"
@@ -235,7 +236,7 @@ def validate_statement(d: Any) -> None:
     """
     problems: list[str] = []
     if not isinstance(d, Mapping):
-        raise IntegrityError(f"in-toto statement: expected a JSON object, got {type(d).__name__}")
+        raise IntegrityError(f"in-toto statement: expected a JSON object, got {json_kind(d)}")
     if d.get("_type") != STATEMENT_TYPE:
         problems.append(f"$._type is {d.get('_type')!r}, expected {STATEMENT_TYPE!r}")
     subjects = d.get("subject")

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from nvkr.canonical import DIGEST_RE, canonical_json, sha256_bytes
 from nvkr.errors import IntegrityError
+from nvkr.jsondoc import load_json_object
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import artifact_manifest, descriptor, manifest_bytes
 
@@ -199,12 +200,7 @@ def check_signature_payload(
     Raises:
         EntryProblem: it names something else (the reason says what).
     """
-    try:
-        doc = json.loads(payload)
-    except ValueError as e:
-        raise EntryProblem("its signature's payload is not JSON") from e
-    if not isinstance(doc, dict):
-        raise EntryProblem("its signature's payload is not a JSON object")
+    doc = load_json_object(payload, "its signature's payload", error=EntryProblem)
     if doc.get("actionKey") != key:
         raise EntryProblem(f"its signature names action key {doc.get('actionKey')}, not {key}")
     if doc.get("tag") != tag:
@@ -287,12 +283,7 @@ def _canonical_config(data: bytes) -> dict[str, Any]:
     Raises:
         EntryProblem: not JSON, not an object, or not in canonical form.
     """
-    try:
-        doc = json.loads(data)
-    except ValueError as e:
-        raise EntryProblem("its config is not JSON") from e
-    if not isinstance(doc, dict):
-        raise EntryProblem("its config is not a JSON object")
+    doc = load_json_object(data, "its config", error=EntryProblem)
     try:
         canonical = canonical_json(doc)
     except TypeError as e:

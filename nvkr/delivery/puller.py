@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
-import json
 import logging
 import os
 import threading
@@ -21,6 +20,7 @@ from types import TracebackType
 from typing import IO, Any, Final
 
 from nvkr.errors import IntegrityError
+from nvkr.jsondoc import load_json_object
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import blob_name
 from nvkr.oci.layoutdir import BLOB_MODE, DIR_MODE
@@ -243,12 +243,7 @@ class Puller:
                 f"{what}: {digest} is {len(data)} bytes, its descriptor says {desc.get('size')}",
                 hint="the registry serves other bytes than the descriptor names",
             )
-        try:
-            doc = json.loads(data)
-        except ValueError as e:
-            raise IntegrityError(f"{what}: {digest} is not JSON") from e
-        if not isinstance(doc, dict):
-            raise IntegrityError(f"{what}: {digest} is not a JSON object")
+        doc = load_json_object(data, f"{what}: {digest}", error=IntegrityError)
         if self._claim(actual):
             self._store(actual, data, reused=local is not None)
         return doc

@@ -5,7 +5,6 @@ changes (QCOW2 contents only through their SBOM).
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from urllib.parse import unquote
 from nvkr.diff.lockfiles import Package, optional_str, package_changes
 from nvkr.diff.report import AXES, Report
 from nvkr.errors import IntegrityError, UsageError
+from nvkr.jsondoc import load_json_object
 from nvkr.lock import _differences
 
 #: Primary blobs larger than this (bytes) are not searched for their first difference.
@@ -278,12 +278,8 @@ def _read_inventory(side: _ReleaseSet, desc: Mapping[str, Any]) -> _Inventory:
     layers = [x for x in _objects(manifest.get("layers")) if x.get("mediaType") == SPDX_MEDIA_TYPE]
     if len(layers) != 1:
         raise IntegrityError(f"{what}: expected one {SPDX_MEDIA_TYPE} layer, found {len(layers)}")
-    try:
-        doc = json.loads(side.reader.read_blob(layers[0], referrer=what))
-    except ValueError as e:
-        raise IntegrityError(f"{what}: the SPDX document is not JSON ({e})") from e
-    if not isinstance(doc, dict):
-        raise IntegrityError(f"{what}: the SPDX document is not a JSON object")
+    data = side.reader.read_blob(layers[0], referrer=what)
+    doc = load_json_object(data, f"{what}: the SPDX document", error=IntegrityError)
     found: list[tuple[str, str, Package]] = []
     for pkg in _objects(doc.get("packages")):
         purl = next(

@@ -43,6 +43,7 @@ from nvkr.fetch import http as fetch_http
 from nvkr.fetch.context import NET_HINT, FetchContext, check_entry
 from nvkr.fetch.http import CHUNK
 from nvkr.fetch.mirrors import mirror_label
+from nvkr.jsondoc import load_json_object
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.image import media_type_of
 from nvkr.oci.registry import RegistryClient, docker_credentials
@@ -333,12 +334,7 @@ def _pull(name: str, ref: str, digest: str, store: Store, origin: _Origin | None
                 pull.leaf(d, size, where)
                 continue
             data, origin_type = pull.document(d, size, where)
-            try:
-                doc = json.loads(data)
-            except ValueError as e:
-                raise FetchError(f"{prefix}: {d} is not JSON: {e}") from e
-            if not isinstance(doc, dict):
-                raise FetchError(f"{prefix}: {d} is not a JSON object")
+            doc = load_json_object(data, f"{prefix}: {d}", error=FetchError)
             media_type = media_type_of(doc, desc_type or origin_type)
             if top is None:
                 top = (media_type, len(data))

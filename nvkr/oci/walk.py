@@ -10,19 +10,19 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from nvkr.canonical import DIGEST_RE
 from nvkr.errors import IntegrityError
+from nvkr.jsondoc import json_kind, load_json_object
 from nvkr.oci import mediatypes as mt
 
 
 def check_descriptor(desc: Mapping[str, Any], referrer: str) -> tuple[str, int]:
     if not isinstance(desc, Mapping):
         raise IntegrityError(
-            f"{referrer}: a descriptor must be a JSON object, got {type(desc).__name__}"
+            f"{referrer}: a descriptor must be a JSON object, got {json_kind(desc)}"
         )
     digest, size, media_type = desc.get("digest"), desc.get("size"), desc.get("mediaType")
     if not isinstance(digest, str) or not DIGEST_RE.match(digest):
@@ -64,16 +64,9 @@ def check_data(desc: Mapping[str, Any], referrer: str) -> None:
 def json_document(data: bytes, desc: Mapping[str, Any], referrer: str) -> dict[str, Any]:
     """``data`` (the checked bytes of ``desc``) as a JSON object whose own ``mediaType``, when
     set, is the descriptor's (image-spec manifest.md/image-index.md: they MUST match)."""
-    try:
-        doc = json.loads(data)
-    except ValueError as e:
-        raise IntegrityError(
-            f"blob {desc['digest']} (referenced by {referrer}) is not JSON: {e}"
-        ) from e
-    if not isinstance(doc, dict):
-        raise IntegrityError(
-            f"blob {desc['digest']} (referenced by {referrer}) is not a JSON object"
-        )
+    doc = load_json_object(
+        data, f"blob {desc['digest']} (referenced by {referrer})", error=IntegrityError
+    )
     if (
         desc.get("mediaType") in mt.MANIFEST_TYPES
         and doc.get("mediaType", desc["mediaType"]) != desc["mediaType"]

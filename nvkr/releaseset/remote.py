@@ -10,27 +10,17 @@ checks as :func:`nvkr.releaseset.metadata.read_metadata` does on a layout on dis
 from __future__ import annotations
 
 import io
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from nvkr.errors import IntegrityError, RegistryError, UsageError
+from nvkr.jsondoc import load_json_object
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.registry import Reference, RegistryClient
 from nvkr.releaseset.metadata import METADATA_SCHEMA_VERSION
 
 #: The metadata JSON is a few hundred KiB at most; a larger config is not one.
 MAX_METADATA = 16 << 20
-
-
-def _json(data: bytes, what: str) -> dict[str, Any]:
-    try:
-        doc = json.loads(data)
-    except ValueError as e:
-        raise IntegrityError(f"{what} is not JSON: {e}") from e
-    if not isinstance(doc, dict):
-        raise IntegrityError(f"{what} is not a JSON object")
-    return doc
 
 
 def fetch_manifest(client: RegistryClient, repo: str, desc: Mapping[str, Any], what: str) -> bytes:
@@ -86,7 +76,7 @@ def read_remote_metadata(
             hint = "no tag given, so 'latest' was looked up: nvkr publish tags a release set "
             hint += f"with its name, e.g. {where}:<release set name>"
         raise RegistryError(e.message, hint=hint, status=404) from e
-    index = _json(data, f"{where}@{digest}")
+    index = load_json_object(data, f"{where}@{digest}", error=IntegrityError)
     members = index.get("manifests")
     if media_type != mt.OCI_INDEX or index.get("artifactType") != mt.NVKR_RELEASE_SET:
         # another manifest of the repository (an artifact, a signature): the wrong name given
@@ -100,7 +90,9 @@ def read_remote_metadata(
     top = {"mediaType": media_type, "digest": digest, "size": len(data)}
     meta_desc = members[0]
     what = f"release set {digest} manifests[0]"
-    meta_manifest = _json(fetch_manifest(client, repo, meta_desc, what), what)
+    meta_manifest = load_json_object(
+        fetch_manifest(client, repo, meta_desc, what), what, error=IntegrityError
+    )
     config = meta_manifest.get("config")
     if meta_manifest.get("artifactType") != mt.NVKR_RELEASE_SET or not isinstance(config, dict):
         raise IntegrityError(
@@ -120,7 +112,9 @@ def read_remote_metadata(
         raise IntegrityError(
             f"{where}: metadata {config['digest']} is {buf.tell()} bytes, not {size}"
         )
-    meta = _json(buf.getvalue(), f"{where}: metadata {config['digest']}")
+    meta = load_json_object(
+        buf.getvalue(), f"{where}: metadata {config['digest']}", error=IntegrityError
+    )
     if meta.get("schemaVersion") != METADATA_SCHEMA_VERSION:
         raise IntegrityError(
             f"{where}: release set metadata schemaVersion is {meta.get('schemaVersion')!r}, "

@@ -21,7 +21,6 @@ root package stands for — the same digest the release set's provenance names a
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +28,7 @@ from typing import Any
 from nvkr.action import one_output
 from nvkr.canonical import sha256_bytes
 from nvkr.errors import BuildError, IntegrityError
+from nvkr.jsondoc import load_json_object
 from nvkr.oci import mediatypes as mt
 from nvkr.sbom.archive import tar_files
 from nvkr.sbom.golang import build_comment, link_go_binary
@@ -69,13 +69,9 @@ def _file_digest(store: Store, digest: str, what: str) -> FileDigest:
 
 
 def _json_blob(store: Store, digest: str, what: str) -> dict[str, Any]:
-    try:
-        doc = json.loads(_read_checked(store, digest, what))
-    except ValueError as e:
-        raise BuildError(f"{what}: blob {digest} is not JSON: {e}") from e
-    if not isinstance(doc, dict):
-        raise BuildError(f"{what}: blob {digest} is not a JSON object")
-    return doc
+    return load_json_object(
+        _read_checked(store, digest, what), f"{what}: blob {digest}", error=BuildError
+    )
 
 
 # -- binaries ------------------------------------------------------------------------------------

@@ -11,12 +11,12 @@ image-index.md.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from nvkr.errors import BuildError, IntegrityError
+from nvkr.jsondoc import load_json_object
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.image.config import PLATFORM_VARIANTS, platform_label
 from nvkr.store import Store
@@ -68,13 +68,7 @@ def _read_json(store: Store, digest: str, what: str) -> dict[str, Any]:
             f"{what}: blob {digest} is not in the store",
             hint="the source was not fetched completely; run the build again (without --offline)",
         ) from e
-    try:
-        doc = json.loads(data)
-    except ValueError as e:
-        raise IntegrityError(f"{what}: blob {digest} is not JSON: {e}") from e
-    if not isinstance(doc, dict):
-        raise IntegrityError(f"{what}: blob {digest} is not a JSON object")
-    return doc
+    return load_json_object(data, f"{what}: blob {digest}", error=IntegrityError)
 
 
 def _platform_rank(candidate: Mapping[str, Any], wanted: Mapping[str, str]) -> int | None:
