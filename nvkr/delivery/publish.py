@@ -1,10 +1,10 @@
 """Publishing a release set: its OCI image layout pushed to a registry, the tag written last.
 
-The last arrow of the data flow (DESIGN.md): ``dist/<name>/`` → OCI registry. The closure of the
-release set index (every blob :meth:`~nvkr.oci.layout.LayoutReader.walk` reaches), with the
-attachments ``index.json`` lists beside it (the signatures of ``nvkr build --sign``: manifests
-whose ``subject`` is in the set), goes up in an order that never lets a reader see a
-half-published set:
+The last arrow of the data flow (docs/architecture.md, "The data flow"): ``dist/<name>/`` → OCI
+registry. The closure of the release set index (every blob
+:meth:`~nvkr.oci.layout.LayoutReader.walk` reaches), with the attachments ``index.json`` lists
+beside it (the signatures of ``nvkr build --sign``: manifests whose ``subject`` is in the set), goes
+up in an order that never lets a reader see a half-published set:
 
 1. blobs (configs, layers, payloads): ``HEAD`` first, skipped when present, else mounted from a
    ``mount_from`` repository of the same registry, else uploaded (in parallel, ``jobs`` at a time);

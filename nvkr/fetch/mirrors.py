@@ -1,10 +1,11 @@
 """URL prefix mirrors: where to fetch a source from when its upstream is slow, blocked or offline.
 
-Mirrors sit between a recipe's URLs and the network. ``nvkr build --mirror PREFIX=REPLACEMENT``
-and the ``mirrors:`` list of the user's config file both map a URL prefix to another; every fetcher
+Mirrors sit between a recipe's URLs and the network. ``nvkr build --mirror PREFIX=REPLACEMENT`` and
+the ``mirrors:`` list of the user's config file both map a URL prefix to another; every fetcher
 rewrites the URL it is about to open (a ``url``, a ``checksumUrl``, a git clone URL, a pip index)
 just before opening it. A mirror changes where bytes come from, never which bytes are accepted:
-digests, commits and lockfile entries keep the recipe's original URL (DESIGN.md, "Source").
+digests, commits and lockfile entries keep the recipe's original URL (README, "Commands":
+``--mirror`` "rewrites source URLs, never digests").
 """
 
 from __future__ import annotations

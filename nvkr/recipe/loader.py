@@ -1,8 +1,9 @@
 """Load a recipe file: read, apply ``extends``, validate, prepare overlays, compute its digest.
 
-The entry point of the data flow (DESIGN.md "recipe YAML --load+overlay--> Recipe"). The result,
-a :class:`LoadedRecipe`, is what matrix expansion (:func:`nvkr.recipe.matrix.expand`), the
-lockfile (its ``digest`` is the recipe checksum) and path sources (``source_dirs``) build on.
+The entry point of the data flow (docs/architecture.md, "The data flow": ``recipes/*.yaml`` ──load,
+extends, overlays──▶ Recipe). The result, a :class:`LoadedRecipe`, is what matrix expansion
+(:func:`nvkr.recipe.matrix.expand`), the lockfile (its ``digest`` is the recipe checksum) and path
+sources (``source_dirs``) build on.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Matrix expansion: a loaded recipe becomes one :class:`Variant` per matrix cell.
 
-DESIGN.md "Matrix / Variant": the cells are gpu x kubernetes x arch in matrix order, minus
+The cells are gpu x kubernetes x arch in matrix order (README, "Recipes": the three axes), minus
 ``exclude``, optionally narrowed by ``--variant`` selections. Each cell gets its own copy of the
 merged raw document with the matching criteria overlays merged on, its templates rendered, and
 is validated again and reference-checked, so everything downstream (lock, plan, build) sees a

@@ -1,4 +1,4 @@
-"""The overlay merge: how a file's values land on its bases (DESIGN.md "Overlay").
+"""The overlay merge: how a file's values land on its bases (README, "Recipes": "Merging").
 
 ``extends`` bases, criteria overlays and the files they extend are all merged with one rule set:
 mappings merge by key, lists (and scalars) replace, and ``null`` deletes the key. Locations merge

@@ -7,7 +7,7 @@ expansion (:mod:`nvkr.recipe.matrix`) merges the layers whose ``when`` matches a
 cell's copy of the recipe. Layers are built at load time so every file is read (and hashed into
 the recipe digest) once, and a missing file fails before any variant is expanded.
 
-Criteria fail closed (DESIGN.md "Overlay"): a ``when`` or ``exclude`` value that is not in the
+Criteria fail closed (README, "Recipes"): a ``when`` or ``exclude`` value that is not in the
 matrix is a typo, and an axis that overlays distinguish must have an overlay for every value,
 so adding ``ampere`` to the matrix without its GPU overlay is an error, not a silently generic
 node image.

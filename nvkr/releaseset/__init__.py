@@ -1,10 +1,10 @@
 """The release set: assembled from cached artifacts into the store, then materialised on disk.
 
-Last step of the data flow (DESIGN.md): the ``release-set`` action gets the release set's spec
-(its params) and the cached results of the actions it names, and :func:`assemble` writes an OCI
-image layout's worth of blobs into the store; its result is an ordinary action result, so an
-unchanged release set is a cache hit. :func:`materialize` then puts that layout at
-``dist/<name>/`` atomically; ``publish`` pushes the same blobs to a registry.
+Last step of the data flow (docs/architecture.md, "The data flow", step 7): the ``release-set``
+action gets the release set's spec (its params) and the cached results of the actions it names, and
+:func:`assemble` writes an OCI image layout's worth of blobs into the store; its result is an
+ordinary action result, so an unchanged release set is a cache hit. :func:`materialize` then puts
+that layout at ``dist/<name>/`` atomically; ``publish`` pushes the same blobs to a registry.
 
 The modules, in the order the data flows through them: :mod:`.spec` (the action's params: the
 name, the artifacts grouped by action, the variants' order), :mod:`.artifacts` (the layout's

@@ -1,8 +1,8 @@
 """``nvkr verify``: check a release set's integrity, provenance, signatures, policy and rebuild.
 
-The consumer's end of the data flow (DESIGN.md): a release set on disk (``dist/<name>/``, an OCI
-image layout written by :func:`nvkr.releaseset.materialize` and signed by
-:func:`nvkr.releaseset.signing.sign_release_set`) is checked by :func:`verify_release_set`
+The consumer's end of the data flow (docs/architecture.md, "The data flow", step 9): a release set
+on disk (``dist/<name>/``, an OCI image layout written by :func:`nvkr.releaseset.materialize` and
+signed by :func:`nvkr.releaseset.signing.sign_release_set`) is checked by :func:`verify_release_set`
 (:mod:`.check`: closure, metadata, provenance, signatures), against a :class:`Policy`
 (:mod:`.policy`), and optionally rebuilt from its recipe and lockfile and compared artifact by
 artifact (:mod:`.rebuild`, with :mod:`.archive` naming the first differing member of an archive).

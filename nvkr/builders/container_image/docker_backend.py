@@ -232,7 +232,7 @@ def _build(
                 rm=True,
                 forcerm=True,
                 pull=False,
-                network_mode="none",  # build actions get no network (DESIGN.md)
+                network_mode="none",  # no network: what a step could download is in no action key
                 use_config_proxy=False,  # ~/.docker/config.json proxies would become build args
                 decode=True,
             )

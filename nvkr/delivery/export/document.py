@@ -1,8 +1,9 @@
 """The export JSON document of a release set (``nvkr release-set export --format json``).
 
-Consumer end of the data flow (DESIGN.md): ``nvkr release-set export`` reads a release set's
-metadata JSON (:func:`nvkr.releaseset.read_metadata`) and its index digest, and turns them into
-what a management plane consumes by digest. :func:`export_json` gives the documented shape in
+Consumer end of the data flow (docs/architecture.md, "The data flow", step 9):
+``nvkr release-set export`` reads a release set's metadata JSON
+(:func:`nvkr.releaseset.read_metadata`) and its index digest, and turns them into what a
+management plane consumes by digest. :func:`export_json` gives the documented shape in
 ``schema/release-set-export.schema.json`` (``apiVersion: nvkr.dev/v1alpha1``, ``kind:
 ReleaseSet``, ``schemaVersion`` :data:`EXPORT_SCHEMA_VERSION`), a pure function of its inputs:
 same release set, same bytes out. The machine images' SBOMs tell whether a node can run kubeadm

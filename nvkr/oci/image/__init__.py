@@ -4,8 +4,8 @@ Both backends of the ``container-image`` builder write images with these: the da
 turns the files of a recipe into a layer with :func:`layer_from_tree`, the docker one re-tars what a
 daemon built with :func:`normalise_layer`; then :func:`image_config` and :func:`image_manifest`
 give the config and manifest bytes. Layers are deterministic tars (members sorted by path bytes,
-integer mtimes, no PAX atime/ctime, empty owner names; DESIGN.md "Reproducibility rules")
-compressed with a fixed gzip header (mtime 0, no name, level 9) or a fixed zstd level, streamed
+integer mtimes, no PAX atime/ctime, empty owner names: the tar primitives of :mod:`nvkr.repro`)
+compressed with its fixed gzip header (mtime 0, no name, level 9) or a fixed zstd level, streamed
 into the store while the uncompressed bytes are hashed for the ``diff_id``. Base images pulled by
 the ``oci`` fetcher (OCI or Docker schema 2) are read back from the store with
 :func:`load_image`, which picks the variant's platform from an index. Shapes follow image-spec
