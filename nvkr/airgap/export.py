@@ -26,7 +26,7 @@ from nvkr.fetch.http import url_filename
 from nvkr.fetch.oci import LAYOUT_PREFIX
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.session import LOOPBACK
-from nvkr.recipe.models import AptKeyring
+from nvkr.recipe.sources import AptKeyring
 from nvkr.store import Store
 
 
@@ -76,7 +76,7 @@ def select_sources(loaded: Any, variants: list[Any], resolver: Any) -> RecipeSel
         LockError: there is no lockfile, or it lacks a source of a selected variant (exit 2).
     """
     from nvkr.lock import lock_digest
-    from nvkr.recipe.models import PathSource
+    from nvkr.recipe.sources import PathSource
 
     if resolver.lock is None:
         raise LockError(

@@ -28,7 +28,7 @@ from nvkr.catalog.versions import (
     parse_upstream,
 )
 from nvkr.recipe.matrix import Variant
-from nvkr.recipe.models import AptSource
+from nvkr.recipe.sources import AptSource
 from nvkr.recipe.yamlsource import where
 
 CLIENT_GO = "ovn-kubernetes-client-go"

@@ -36,7 +36,7 @@ from nvkr.catalog.facts import RuleSchemas, SchemaFile
 from nvkr.catalog.rules import CompatibilityRules, OvsdbSchemaRule
 from nvkr.catalog.versions import VersionError, parse_upstream
 from nvkr.recipe.matrix import Variant
-from nvkr.recipe.models import AptSource, GitSource
+from nvkr.recipe.sources import AptSource, GitSource
 from nvkr.recipe.yamlsource import where
 
 if TYPE_CHECKING:

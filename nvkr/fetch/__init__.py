@@ -31,14 +31,7 @@ from nvkr.fetch import apt, git, http, oci, path, pypi
 from nvkr.fetch.checksums import parse_checksum_file
 from nvkr.fetch.context import FetchContext
 from nvkr.fetch.mirrors import Mirrors, default_config_path
-from nvkr.recipe.models import (
-    AptSource,
-    GitSource,
-    OciSource,
-    PathSource,
-    PypiSource,
-    UrlSource,
-)
+from nvkr.recipe.sources import AptSource, GitSource, OciSource, PathSource, PypiSource, UrlSource
 from nvkr.store import Store
 
 AnySource = UrlSource | GitSource | PypiSource | PathSource | OciSource | AptSource

@@ -33,7 +33,7 @@ from nvkr.errors import AptError, FetchError, IntegrityError, LockError, Offline
 from nvkr.fetch.context import FetchContext, check_entry
 from nvkr.fetch.debs import fetch_debs
 from nvkr.fetch.http import download
-from nvkr.recipe.models import AptKeyring, AptRepository, AptSource
+from nvkr.recipe.sources import AptKeyring, AptRepository, AptSource
 from nvkr.redact import redact_url
 from nvkr.run import pinned_env, run
 

@@ -27,7 +27,7 @@ from typing import Any, BinaryIO, cast
 from nvkr.errors import ChecksumError, DowngradeError, FetchError, ToolError
 from nvkr.fetch.context import NET_HINT, FetchContext, check_entry
 from nvkr.fetch.mirrors import mirror_label
-from nvkr.recipe.models import GitSource
+from nvkr.recipe.sources import GitSource
 from nvkr.redact import redact_url
 from nvkr.repro import write_tar
 from nvkr.run import pinned_env, run

@@ -43,7 +43,7 @@ from nvkr.fetch.context import NET_HINT, FetchContext, check_entry
 from nvkr.fetch.mirrors import mirror_label
 from nvkr.monitor import transfer
 from nvkr.origin import MAX_REDIRECTS, redirect_target, refuse_downgrade
-from nvkr.recipe.models import UrlSource
+from nvkr.recipe.sources import UrlSource
 from nvkr.redact import redact_url
 from nvkr.store import BlobInfo, BlobWriter, Store
 

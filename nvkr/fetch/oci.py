@@ -48,7 +48,7 @@ from nvkr.oci import mediatypes as mt
 from nvkr.oci.image import media_type_of
 from nvkr.oci.registry import RegistryClient, docker_credentials
 from nvkr.oci.session import LOOPBACK, MAX_MANIFEST
-from nvkr.recipe.models import OciSource
+from nvkr.recipe.sources import OciSource
 from nvkr.store import BlobWriter, Store
 
 __all__ = ["LAYOUT_PREFIX", "docker_credentials", "ensure", "resolve"]

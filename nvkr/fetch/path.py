@@ -17,7 +17,7 @@ from typing import Any
 from nvkr.canonical import sha256_bytes
 from nvkr.errors import FetchError
 from nvkr.fetch.context import FetchContext, check_entry
-from nvkr.recipe.models import PathSource
+from nvkr.recipe.sources import PathSource
 from nvkr.repro import tar_bytes
 
 

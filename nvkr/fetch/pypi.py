@@ -33,7 +33,7 @@ from urllib.parse import urlsplit, urlunsplit
 from nvkr.canonical import hash_stream
 from nvkr.errors import ChecksumError, FetchError
 from nvkr.fetch.context import FetchContext, check_entry
-from nvkr.recipe.models import PypiSource
+from nvkr.recipe.sources import PypiSource
 from nvkr.run import pinned_env, run, tail
 
 log = logging.getLogger("nvkr.fetch")

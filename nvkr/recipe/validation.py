@@ -25,7 +25,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
 from nvkr.errors import RecipeError, UnknownBuilderError
-from nvkr.recipe import models
+from nvkr.recipe import models, sources
 from nvkr.recipe.base import NAME_PATTERN
 from nvkr.recipe.fieldchecks import semver_suggestion
 from nvkr.recipe.yamlsource import DocPath, Location, LocationMap, where
@@ -36,9 +36,9 @@ SCHEMA_HINT = "the recipe format is described in schema/recipe.schema.json (`nvk
 
 _PATTERNS = {
     NAME_PATTERN: "a lower-case name: a-z, 0-9, '.', '_', '-', starting and ending with a letter or digit, at most 63 characters",
-    models.SHA256_PATTERN: "a sha256 digest: 64 hex digits",
-    models.SHA512_PATTERN: "a sha512 digest: 128 hex digits",
-    models.COMMIT_PATTERN: "a full commit id: 40 (or 64) lower-case hex digits",
+    sources.SHA256_PATTERN: "a sha256 digest: 64 hex digits",
+    sources.SHA512_PATTERN: "a sha512 digest: 128 hex digits",
+    sources.COMMIT_PATTERN: "a full commit id: 40 (or 64) lower-case hex digits",
     r"^[0-9]+$": "decimal digits (seconds since 1970-01-01 UTC)",
 }
 _YAML_KINDS = {bool: "a boolean", int: "an integer", float: "a float"}

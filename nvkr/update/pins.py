@@ -16,7 +16,7 @@ from typing import Any, Literal
 from nvkr.errors import RecipeError, UsageError
 from nvkr.recipe.loader import LoadedRecipe
 from nvkr.recipe.matrix import Variant
-from nvkr.recipe.models import AptSource, PypiSource, UrlSource
+from nvkr.recipe.sources import AptSource, PypiSource, UrlSource
 from nvkr.recipe.yamlsource import Location
 from nvkr.update.edit import Edit
 from nvkr.update.upstreams import (

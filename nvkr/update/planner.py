@@ -13,7 +13,7 @@ from nvkr.errors import NvkrError, RecipeError, UsageError
 from nvkr.fetch.context import FetchContext
 from nvkr.recipe.loader import LoadedRecipe, load_recipe
 from nvkr.recipe.matrix import Variant, expand
-from nvkr.recipe.models import PypiSource, UrlSource
+from nvkr.recipe.sources import PypiSource, UrlSource
 from nvkr.update.edit import Edit
 from nvkr.update.pins import Change, Pin, UpdatePlan, UpdateRequest, collect_pins, selection
 from nvkr.update.targets import (

@@ -25,7 +25,7 @@ from nvkr.fetch.checksums import parse_checksum_file
 from nvkr.fetch.context import FetchContext
 from nvkr.fetch.http import fetch_text, url_filename
 from nvkr.recipe.matrix import Variant
-from nvkr.recipe.models import AptSource, PypiSource, UrlSource
+from nvkr.recipe.sources import AptSource, PypiSource, UrlSource
 from nvkr.recipe.yamlsource import Location
 from nvkr.update.edit import Edit, apply_edits
 from nvkr.update.pins import DIGESTS, AptQuery, Collector, Pin, PinUse, UpdateRequest

@@ -31,7 +31,7 @@ from nvkr.catalog.versions import VersionError, parse_upstream
 from nvkr.errors import FetchError
 from nvkr.fetch.context import FetchContext
 from nvkr.fetch.http import fetch_text
-from nvkr.recipe.models import AptSource
+from nvkr.recipe.sources import AptSource
 from nvkr.run import run
 
 K8S_RELEASE = "https://dl.k8s.io/release/"

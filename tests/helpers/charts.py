@@ -17,7 +17,7 @@ from nvkr.builders.api import ActionSpec, ResolvedSource
 from nvkr.builders.helm_chart.artifact import HelmChartArtifact
 from nvkr.builders.helm_chart.builder import HelmChartBuilder
 from nvkr.execute import run_action
-from nvkr.recipe.models import PathSource
+from nvkr.recipe.sources import PathSource
 from nvkr.repro import tar_bytes
 from nvkr.store import Store
 

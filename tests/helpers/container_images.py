@@ -24,7 +24,7 @@ from nvkr.oci import mediatypes as mt
 from nvkr.oci.image import image_config, image_manifest, layer_from_tree, platform_of
 from nvkr.oci.layout import descriptor, image_index, index_bytes
 from nvkr.oci.layoutdir import write_layout
-from nvkr.recipe.models import GitSource, OciSource, PathSource, UrlSource
+from nvkr.recipe.sources import GitSource, OciSource, PathSource, UrlSource
 from nvkr.repro import tar_bytes
 from nvkr.store import Store
 

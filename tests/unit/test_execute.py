@@ -174,7 +174,7 @@ def test_sources_are_fetched_once_before_the_builders_that_read_them(recorder, s
     import hashlib
 
     from nvkr.builders.api import ResolvedSource
-    from nvkr.recipe.models import UrlSource
+    from nvkr.recipe.sources import UrlSource
 
     payload = tmp_path / "tool.bin"
     payload.write_bytes(b"tool bytes")

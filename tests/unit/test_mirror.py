@@ -348,7 +348,7 @@ def test_oci_closure_round_trip_through_export_import_and_serve(registry, tmp_pa
     from nvkr.airgap.export import RecipeSelection, export_mirror
     from nvkr.airgap.importing import import_mirror
     from nvkr.fetch import FetchContext, Mirrors, ensure, resolve
-    from nvkr.recipe.models import OciSource
+    from nvkr.recipe.sources import OciSource
     from nvkr.store import Store
     from tests.helpers.oci_images import make_layout, push
 

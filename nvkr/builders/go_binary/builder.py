@@ -50,7 +50,7 @@ from nvkr.elf import read_elf
 from nvkr.errors import BuildError, LockError, RecipeError, ToolError
 from nvkr.mountns import Bind, chroot_argv
 from nvkr.recipe.matrix import Variant
-from nvkr.recipe.models import GitSource
+from nvkr.recipe.sources import GitSource
 from nvkr.recipe.yamlsource import where
 from nvkr.repro import extract_tar, normal_mode
 from nvkr.run import pinned_env, run, tail

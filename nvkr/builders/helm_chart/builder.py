@@ -53,7 +53,7 @@ from nvkr.helm.values import emitter_versions, set_images
 from nvkr.oci.mediatypes import HELM_CHART_CONTENT, HELM_CONFIG
 from nvkr.recipe import fieldchecks as fc
 from nvkr.recipe.matrix import Variant
-from nvkr.recipe.models import PathSource
+from nvkr.recipe.sources import PathSource
 from nvkr.recipe.yamlsource import where
 from nvkr.repro import extract_tar
 

@@ -68,7 +68,7 @@ from nvkr.oci import mediatypes as mt
 from nvkr.recipe import fieldchecks as fc
 from nvkr.recipe.imagefiles import ImageFile
 from nvkr.recipe.matrix import Variant
-from nvkr.recipe.models import AptSource
+from nvkr.recipe.sources import AptSource
 from nvkr.repro import clamp_tree_mtimes, tar_bytes
 from nvkr.run import run
 from nvkr.sbom.debian import tree_licenses

@@ -61,7 +61,7 @@ from nvkr.fetch.apt import file_sha256, keyring_path, read_manifest
 from nvkr.hosttools import package_version
 from nvkr.monitor.tools import mmdebstrap_lines
 from nvkr.recipe.matrix import Variant
-from nvkr.recipe.models import AptSource
+from nvkr.recipe.sources import AptSource
 from nvkr.repro import tar_bytes
 from nvkr.run import CAN_RUN_HINT, can_run, host_arch, pinned_env, run
 

@@ -36,7 +36,7 @@ from nvkr.oci.layoutdir import write_layout
 from nvkr.plan import Plan, make_plan
 from nvkr.recipe.loader import load_recipe
 from nvkr.recipe.matrix import expand
-from nvkr.recipe.models import PathSource
+from nvkr.recipe.sources import PathSource
 from nvkr.repro import tar_bytes
 from nvkr.store import Store
 from tests.helpers.container_images import (

@@ -19,7 +19,7 @@ from nvkr.builders.container_image.artifact import ContainerImageArtifact
 from nvkr.errors import BuildError
 from nvkr.execute import run_action
 from nvkr.oci import mediatypes as mt
-from nvkr.recipe.models import PypiSource
+from nvkr.recipe.sources import PypiSource
 from nvkr.store import Store
 from tests.helpers.container_images import EPOCH, World, to_action, tool, write_image_layout
 

@@ -29,7 +29,7 @@ from nvkr.fetch.mirrors import Mirrors
 from nvkr.lock import Resolver
 from nvkr.recipe.loader import load_recipe
 from nvkr.recipe.matrix import expand
-from nvkr.recipe.models import PathSource, UrlSource
+from nvkr.recipe.sources import PathSource, UrlSource
 from nvkr.repro import tar_bytes
 from nvkr.store import Store
 from tests.helpers.k8smirror import K8sMirror, crictl_archive, kube_payload, serve_k8s_mirror

@@ -14,7 +14,7 @@ from nvkr.builders.api import ResolvedSource
 from nvkr.builders.rootfs import builder as rootfs
 from nvkr.builders.rootfs.artifact import RootfsArtifact
 from nvkr.recipe.matrix import Variant
-from nvkr.recipe.models import AptSource
+from nvkr.recipe.sources import AptSource
 
 SPEC = AptSource.model_validate(
     {

@@ -259,7 +259,7 @@ def test_a_foreign_tree_names_the_host_packages_of_its_native_tools_in_the_key()
     from nvkr.builders.rootfs.artifact import RootfsArtifact
     from nvkr.hosttools import package_version
     from nvkr.recipe.matrix import Variant
-    from nvkr.recipe.models import AptSource
+    from nvkr.recipe.sources import AptSource
 
     def tools(arch: str, *locked: dict[str, str]) -> dict[str, str]:
         spec = AptSource.model_validate(

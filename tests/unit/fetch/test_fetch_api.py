@@ -11,15 +11,8 @@ import pytest
 
 from nvkr.canonical import DIGEST_RE, canonical_json
 from nvkr.fetch import FETCHERS, FetchContext, Mirrors, ensure, resolve
-from nvkr.recipe.models import (
-    AptSource,
-    GitSource,
-    OciSource,
-    PathSource,
-    PypiSource,
-    Source,
-    UrlSource,
-)
+from nvkr.recipe.models import Source
+from nvkr.recipe.sources import AptSource, GitSource, OciSource, PathSource, PypiSource, UrlSource
 
 BODY = b"payload\n" * 100
 

@@ -17,7 +17,7 @@ import pytest
 from nvkr.errors import AptError, ChecksumError, FetchError, IntegrityError, LockError, OfflineError
 from nvkr.fetch import FetchContext, ensure, resolve
 from nvkr.fetch.apt import read_manifest
-from nvkr.recipe.models import AptSource
+from nvkr.recipe.sources import AptSource
 from nvkr.store import Store
 from tests.helpers import aptrepo
 from tests.helpers.aptrepo import DRIVER_VERSION, TOOLKIT_VERSION, AptRepo

@@ -11,7 +11,7 @@ import pytest
 from nvkr.errors import ChecksumError, FetchError, LockError, OfflineError
 from nvkr.fetch import FetchContext, Mirrors, ensure, resolve
 from nvkr.fetch import http as fetch_http
-from nvkr.recipe.models import UrlSource
+from nvkr.recipe.sources import UrlSource
 
 BODY = b"kubelet binary\x00\x01" * 1000
 SHA256 = hashlib.sha256(BODY).hexdigest()

@@ -26,7 +26,7 @@ from nvkr.errors import ChecksumError, FetchError, LockError, OfflineError
 from nvkr.fetch import FetchContext, Mirrors, ensure, resolve
 from nvkr.fetch.oci import _Registry, docker_credentials
 from nvkr.oci import mediatypes as mt
-from nvkr.recipe.models import OciSource
+from nvkr.recipe.sources import OciSource
 from nvkr.store import Store
 from tests.helpers.oci_images import Image, make_layout, push
 from tests.helpers.registry import Registry, skopeo

@@ -11,7 +11,7 @@ import pytest
 from nvkr.canonical import sha256_bytes
 from nvkr.errors import FetchError, LockError
 from nvkr.fetch import FetchContext, ensure, resolve
-from nvkr.recipe.models import PathSource
+from nvkr.recipe.sources import PathSource
 from nvkr.repro import tar_bytes
 
 

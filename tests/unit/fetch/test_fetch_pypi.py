@@ -14,7 +14,7 @@ import pytest
 from nvkr.errors import ChecksumError, FetchError, LockError, OfflineError
 from nvkr.fetch import FetchContext, Mirrors, ensure, resolve
 from nvkr.fetch.pypi import pip_origin
-from nvkr.recipe.models import PypiSource
+from nvkr.recipe.sources import PypiSource
 from nvkr.store import Store
 
 PROJECT = "nvkr-fixture-tool"

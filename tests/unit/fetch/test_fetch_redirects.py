@@ -18,7 +18,7 @@ import pytest
 from nvkr.errors import ChecksumError, DowngradeError, FetchError
 from nvkr.fetch import FetchContext, ensure, resolve
 from nvkr.fetch.http import fetch_text
-from nvkr.recipe.models import UrlSource
+from nvkr.recipe.sources import UrlSource
 
 BODY = b"kubelet binary\x00\x01" * 1000
 SHA256 = hashlib.sha256(BODY).hexdigest()
