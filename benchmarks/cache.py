@@ -40,7 +40,8 @@ PARTS = ("recipes", "lockfiles", "agents", "charts")
 
 def fill_sources(project: Path, recipe: str, store: Path) -> None:
     """Fetch every locked source of every variant of ``recipe`` into ``store`` (not timed)."""
-    from nvkr.fetch import FetchContext, ensure
+    from nvkr.fetch.api import ensure
+    from nvkr.fetch.context import FetchContext
     from nvkr.lock import Resolver, default_lock_path, read_lock
     from nvkr.recipe.loader import load_recipe
     from nvkr.recipe.matrix import expand

@@ -51,7 +51,8 @@ def nvkr_build(store: Path, out: Path) -> tuple[float, list[dict[str, object]]]:
 def fill_sources(store: Path) -> None:
     """Fetch every locked source of the default recipe into ``store`` (not timed)."""
     sys.path.insert(0, str(ROOT))
-    from nvkr.fetch import FetchContext, ensure
+    from nvkr.fetch.api import ensure
+    from nvkr.fetch.context import FetchContext
     from nvkr.lock import Resolver, read_lock
     from nvkr.recipe.loader import load_recipe
     from nvkr.recipe.matrix import expand

@@ -37,7 +37,8 @@ def fill_sources(store: Path, root: Path = ROOT) -> None:
     timed), with the nvkr modules first on ``sys.path`` (``root``'s when run in a process of
     its own with ``PYTHONPATH=root``)."""
     sys.path.insert(0, str(root))
-    from nvkr.fetch import FetchContext, ensure
+    from nvkr.fetch.api import ensure
+    from nvkr.fetch.context import FetchContext
     from nvkr.lock import Resolver, read_lock
     from nvkr.recipe.loader import load_recipe
     from nvkr.recipe.matrix import expand

@@ -26,7 +26,7 @@ from nvkr.redact import redact_url, redact_urls
 class ResolvedSource:
     """A source of one variant with its lockfile entry.
 
-    ``entry`` is the resolved identity (see :func:`nvkr.fetch.resolve`); ``entry["digest"]`` is the
+    ``entry`` is the resolved identity (see :func:`nvkr.fetch.api.resolve`); ``entry["digest"]`` is the
     ``sha256:<hex>`` of the bytes the store holds for it. ``base_dir`` is the directory path
     sources are relative to.
     """

@@ -4,7 +4,7 @@ Only what the roots (the release sets) need is considered: an action whose resul
 action cache is not run and its own inputs are not even fetched, which is what makes a no-op
 rebuild take well under a second. Ready actions run on a thread pool (builders spend their time in
 subprocesses). Before a builder runs, the sources it reads are put in the store
-(:func:`nvkr.fetch.ensure`, once per digest even when several actions want it). A failed action
+(:func:`nvkr.fetch.api.ensure`, once per digest even when several actions want it). A failed action
 stops the scheduling of new ones; those already running finish and are cached; the build then
 fails with the failed action's log tail. Ctrl-C (or SIGTERM, which the CLI turns into the same
 path) cancels what has not started, stops the running tools (:func:`nvkr.run.stop_tools`) and
@@ -47,7 +47,8 @@ from typing import Any
 from nvkr.action import Action
 from nvkr.builders.api import ActionContext, get_builder
 from nvkr.errors import BuildError, Interrupted, NvkrError
-from nvkr.fetch import FetchContext, all_present, ensure
+from nvkr.fetch.api import all_present, ensure
+from nvkr.fetch.context import FetchContext
 from nvkr.fetch.debs import missing_debs
 from nvkr.monitor import Monitor, estimates, transfer
 from nvkr.monitor.events import (
@@ -117,7 +118,7 @@ class _SourceGate:
         self._guard = threading.Lock()
 
     def _fetch(self, src: Any, fetching: bool, total: int | None = None) -> str:
-        """:func:`nvkr.fetch.ensure` of ``src``, its download's bytes (``total`` when known)
+        """:func:`nvkr.fetch.api.ensure` of ``src``, its download's bytes (``total`` when known)
         reported."""
         if not fetching:
             return ensure(src.name, src.spec, src.entry, self.ctx, base_dir=src.base_dir)

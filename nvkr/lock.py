@@ -1,7 +1,7 @@
 """Lockfiles: the resolved identity of every source and toolchain a recipe uses.
 
 ``nvkr lock`` renders every source of every variant, resolves it (fetching and verifying it into
-the store, see :func:`nvkr.fetch.resolve`) and writes ``lockfiles/<recipe>.lock.json`` as
+the store, see :func:`nvkr.fetch.api.resolve`) and writes ``lockfiles/<recipe>.lock.json`` as
 canonical JSON (sorted keys, no floats, trailing newline)::
 
     {"lockVersion": 1,
@@ -40,7 +40,8 @@ from nvkr.atomic import write_atomic
 from nvkr.bounds import MAX_LOCKFILE_BYTES, read_limited
 from nvkr.canonical import canonical_json, canonical_json_file, sha256_bytes
 from nvkr.errors import ChecksumError, LockError
-from nvkr.fetch import FetchContext, resolve
+from nvkr.fetch.api import resolve
+from nvkr.fetch.context import FetchContext
 from nvkr.recipe.base import ArtifactModel
 from nvkr.recipe.loader import LoadedRecipe
 from nvkr.recipe.matrix import Variant
@@ -214,7 +215,7 @@ class Resolver:
         return self._used[_spec_key(name, _spec(variant.recipe.sources[name]))]
 
     def _resolve(self, variant: Variant, name: str, base: Path) -> dict[str, Any]:
-        """:func:`nvkr.fetch.resolve`; a checksum failure also names where the pin was written
+        """:func:`nvkr.fetch.api.resolve`; a checksum failure also names where the pin was written
         (``FILE:LINE: sources.NAME.sha256``), the place to fix a wrong pin."""
         source = variant.recipe.sources[name]
         try:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from nvkr.fetch import FetchContext
+    from nvkr.fetch.context import FetchContext
     from nvkr.lock import Resolver
     from nvkr.plan import Plan
     from nvkr.recipe.loader import LoadedRecipe
@@ -67,7 +67,8 @@ def open_session(
     Raises:
         RecipeError, UsageError, LockError: as the steps do.
     """
-    from nvkr.fetch import FetchContext, Mirrors
+    from nvkr.fetch.context import FetchContext
+    from nvkr.fetch.mirrors import Mirrors
     from nvkr.lock import Resolver, default_lock_path, read_lock
     from nvkr.plancheck import check_variant
     from nvkr.recipe.loader import load_recipe

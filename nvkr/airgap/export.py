@@ -20,8 +20,9 @@ from nvkr.airgap.index import INDEX, MIRROR_VERSION, READ_CHUNK
 from nvkr.atomic import write_atomic
 from nvkr.canonical import canonical_json, canonical_json_file, hex_of
 from nvkr.errors import FetchError, IntegrityError, LockError
-from nvkr.fetch import FetchContext, all_present, ensure
+from nvkr.fetch.api import all_present, ensure
 from nvkr.fetch.checksums import algorithm_for
+from nvkr.fetch.context import FetchContext
 from nvkr.fetch.http import url_filename
 from nvkr.fetch.oci import LAYOUT_PREFIX
 from nvkr.oci import mediatypes as mt
@@ -295,7 +296,7 @@ def export_mirror(
 ) -> ExportReport:
     """Write every blob the selected sources need into ``directory``, then its ``index.json``.
 
-    Sources missing from ``ctx.store`` are fetched first (:func:`nvkr.fetch.ensure`). A blob
+    Sources missing from ``ctx.store`` are fetched first (:func:`nvkr.fetch.api.ensure`). A blob
     already in ``directory`` with the right size is reused (``verify``: re-hashed too); one of
     the wrong size or digest is replaced.
 

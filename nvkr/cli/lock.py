@@ -36,7 +36,7 @@ def _relock(session: Session) -> tuple[dict[str, Any], list[str]]:
     ``build --offline`` takes it (every blob present and intact, else OfflineError naming the
     source); a new or changed source is resolved from the store where its pin allows."""
     from nvkr.canonical import canonical_json
-    from nvkr.fetch import ensure
+    from nvkr.fetch.api import ensure
     from nvkr.lock import Resolver
 
     old = session.resolver.lock

@@ -2,7 +2,7 @@
 
 :class:`FetchContext` is built once per command (``nvkr lock``, ``nvkr build``) from the store,
 ``--mirror`` plus the config file's mirrors, and ``--offline``, then handed to
-:func:`nvkr.fetch.resolve` / :func:`nvkr.fetch.ensure` for every source.
+:func:`nvkr.fetch.api.resolve` / :func:`nvkr.fetch.api.ensure` for every source.
 """
 
 from __future__ import annotations

@@ -13,19 +13,15 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, Union
 from pydantic import BaseModel, Discriminator, Field, Tag
 
 from nvkr.builders.table import BUILDER_TABLE
+from nvkr.fetch.table import SOURCE_TABLE
 from nvkr.recipe import fieldchecks as fc
 from nvkr.recipe.base import ArtifactModel, Name, Strict
-from nvkr.recipe.sources import (
-    AptSource,
-    GitSource,
-    OciSource,
-    PathSource,
-    PypiSource,
-    UrlSource,
-)
 from nvkr.recipe.versionfields import ExactRelease
 
 # -- sources -----------------------------------------------------------------------------------
+#: The source kinds of the source table (:mod:`nvkr.fetch.table`), in its order: the key that
+#: names a source of each.
+SOURCE_KINDS: tuple[str, ...] = tuple(line.kind for line in SOURCE_TABLE)
 
 
 def _source_kind(value: Any) -> str | None:
@@ -33,34 +29,39 @@ def _source_kind(value: Any) -> str | None:
         value = value.model_dump()
     if not isinstance(value, dict):
         return None
-    for kind in ("url", "git", "pypi", "path", "oci", "apt"):
+    for kind in SOURCE_KINDS:
         if kind in value:
             return kind
     return None
 
 
 def source_kind(source: BaseModel) -> str:
-    """``url``, ``git``, ``pypi``, ``path``, ``oci`` or ``apt``: the kind of a source model (the
-    ``kind`` of its lockfile entry)."""
+    """The kind of a source model (``url``, ``git``, ``pypi``, ``path``, ``oci``, ``apt``: a
+    line of the source table), the ``kind`` of its lockfile entry."""
     kind = _source_kind(source)
     if kind is None:
         raise TypeError(f"not a source model: {type(source).__name__}")
     return kind
 
 
-Source = Annotated[
-    Annotated[UrlSource, Tag("url")]
-    | Annotated[GitSource, Tag("git")]
-    | Annotated[PypiSource, Tag("pypi")]
-    | Annotated[PathSource, Tag("path")]
-    | Annotated[OciSource, Tag("oci")]
-    | Annotated[AptSource, Tag("apt")],
-    Discriminator(
-        _source_kind,
-        custom_error_type="source_kind",
-        custom_error_message="a source needs one of the keys url, git, pypi, path, oci or apt",
-    ),
-]
+def one_of_keys(kinds: tuple[str, ...] = SOURCE_KINDS) -> str:
+    """``url, git, pypi, path, oci or apt``: the keys one of which makes a source."""
+    return ", ".join(kinds[:-1]) + " or " + kinds[-1] if len(kinds) > 1 else "".join(kinds)
+
+
+if TYPE_CHECKING:
+    Source: TypeAlias = Strict
+else:
+    # The recipe's source: one of the table's models, told apart by the first of the table's
+    # kinds that is one of its keys.
+    Source = Annotated[
+        Union[tuple(Annotated[line.model, Tag(line.kind)] for line in SOURCE_TABLE)],  # noqa: UP007
+        Discriminator(
+            _source_kind,
+            custom_error_type="source_kind",
+            custom_error_message=f"a source needs one of the keys {one_of_keys()}",
+        ),
+    ]
 
 
 # -- artifacts ---------------------------------------------------------------------------------

@@ -19,7 +19,8 @@ from nvkr.builders.api import ActionSpec, ResolvedSource
 from nvkr.builders.container_image.artifact import ContainerImageArtifact
 from nvkr.builders.container_image.builder import ContainerImageBuilder
 from nvkr.execute import run_action
-from nvkr.fetch import FetchContext, resolve
+from nvkr.fetch.api import resolve
+from nvkr.fetch.context import FetchContext
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.image import image_config, image_manifest, layer_from_tree, platform_of
 from nvkr.oci.layout import descriptor, image_index, index_bytes

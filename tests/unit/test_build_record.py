@@ -26,7 +26,7 @@ from nvkr.delivery.publish import publish_layout
 from nvkr.delivery.pull import pull_release_set
 from nvkr.errors import IntegrityError
 from nvkr.execute import BuildReport, execute
-from nvkr.fetch import FetchContext
+from nvkr.fetch.context import FetchContext
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.registry import RegistryClient, fallback_tag
 from nvkr.plan import Plan

@@ -23,7 +23,7 @@ from nvkr.cache.entry import (
 )
 from nvkr.canonical import canonical_json
 from nvkr.execute import execute
-from nvkr.fetch import FetchContext
+from nvkr.fetch.context import FetchContext
 from nvkr.oci import mediatypes as mt
 from nvkr.plan import Plan
 from nvkr.store import Store

@@ -15,7 +15,7 @@ from nvkr.cache.remote import CacheReader
 from nvkr.cache.settings import CacheSettings, resolve_settings
 from nvkr.errors import UsageError
 from nvkr.execute import execute
-from nvkr.fetch import FetchContext
+from nvkr.fetch.context import FetchContext
 from nvkr.oci.reference import Reference
 from nvkr.oci.registry import RegistryClient
 from nvkr.sign import generate_key, load_private_key, load_public_key

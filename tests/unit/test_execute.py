@@ -20,7 +20,7 @@ from nvkr.errors import (
     ToolError,
 )
 from nvkr.execute import execute
-from nvkr.fetch import FetchContext
+from nvkr.fetch.context import FetchContext
 from nvkr.monitor import ListMonitor
 from nvkr.monitor.events import ActionStarted, ActionWarning, Event, event_name
 from nvkr.run import run

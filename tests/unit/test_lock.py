@@ -20,7 +20,7 @@ def test_the_committed_lockfiles_match_their_recipes(repo_root, tmp_path) -> Non
     """Every shipped lockfile pins what its recipe says, as the models read it now: a field
     added to a source model must not show up in existing specs (an ``exclude: []`` did, and
     every --locked build of the default recipe stopped with 'source node-agent changed')."""
-    from nvkr.fetch import FetchContext
+    from nvkr.fetch.context import FetchContext
     from nvkr.lock import Resolver, default_lock_path, read_lock
     from nvkr.recipe.loader import load_recipe
     from nvkr.recipe.matrix import expand

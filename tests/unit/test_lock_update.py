@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from nvkr.errors import FetchError, RecipeError, UsageError
-from nvkr.fetch import FetchContext, Mirrors
+from nvkr.fetch.context import FetchContext
+from nvkr.fetch.mirrors import Mirrors
 from nvkr.recipe.loader import load_recipe
 from nvkr.recipe.matrix import expand
 from nvkr.recipe.yamlsource import Location

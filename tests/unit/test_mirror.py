@@ -347,7 +347,9 @@ def test_oci_closure_round_trip_through_export_import_and_serve(registry, tmp_pa
     registry's URL layout, import restores it, and a fresh store pulls it through ``serve``."""
     from nvkr.airgap.export import RecipeSelection, export_mirror
     from nvkr.airgap.importing import import_mirror
-    from nvkr.fetch import FetchContext, Mirrors, ensure, resolve
+    from nvkr.fetch.api import ensure, resolve
+    from nvkr.fetch.context import FetchContext
+    from nvkr.fetch.mirrors import Mirrors
     from nvkr.recipe.sources import OciSource
     from nvkr.store import Store
     from tests.helpers.oci_images import make_layout, push

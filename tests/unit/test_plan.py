@@ -9,7 +9,7 @@ import pytest
 from nvkr.builders import api
 from nvkr.builders.api import ActionSpec
 from nvkr.errors import RecipeReferenceError
-from nvkr.fetch import FetchContext
+from nvkr.fetch.context import FetchContext
 from nvkr.lock import Resolver
 from nvkr.plan import make_plan
 from nvkr.recipe.loader import load_recipe

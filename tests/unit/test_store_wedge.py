@@ -166,7 +166,7 @@ def chain(monkeypatch):
 @pytest.mark.parametrize("how", ["missing", "corrupt"])
 def test_an_output_lost_at_any_depth_is_rebuilt(chain, tmp_path, how, lost):
     from nvkr.execute import execute
-    from nvkr.fetch import FetchContext
+    from nvkr.fetch.context import FetchContext
 
     oci, plan, actions = chain
     store = Store(tmp_path / "store", notice=lambda digest, reason: None)

@@ -34,6 +34,8 @@ def test_the_recipe_names_the_builders_of_the_lines_with_a_model() -> None:
     "module",
     [
         "nvkr.builders.table",
+        "nvkr.fetch.table",
+        "nvkr.recipe.sources",
         "nvkr.recipe.base",
         "nvkr.recipe.imagefiles",
         *(line.artifact.__module__ for line in BUILDER_TABLE if line.artifact is not None),

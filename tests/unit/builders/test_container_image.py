@@ -27,7 +27,7 @@ from nvkr.builders.container_image.params import DockerParams
 from nvkr.canonical import canonical_json
 from nvkr.errors import BuildError
 from nvkr.execute import execute, run_action
-from nvkr.fetch import FetchContext
+from nvkr.fetch.context import FetchContext
 from nvkr.lock import Resolver
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.image import platform_of

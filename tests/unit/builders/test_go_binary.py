@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from nvkr.errors import RecipeError, RecipeReferenceError
-from nvkr.fetch import FetchContext
+from nvkr.fetch.context import FetchContext
 from nvkr.lock import Resolver
 from nvkr.plan import Plan, make_plan
 from nvkr.recipe.loader import load_recipe

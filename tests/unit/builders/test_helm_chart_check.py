@@ -21,7 +21,7 @@ from nvkr.builders.helm_chart.artifact import HelmChartArtifact
 from nvkr.builders.helm_chart.builder import HelmChartBuilder
 from nvkr.errors import BuildError
 from nvkr.execute import execute
-from nvkr.fetch import FetchContext
+from nvkr.fetch.context import FetchContext
 from nvkr.monitor import ListMonitor
 from nvkr.monitor.events import ActionWarning, Event, event_name
 from nvkr.plan import Plan

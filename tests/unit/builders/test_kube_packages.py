@@ -24,7 +24,7 @@ from nvkr.builders.kube_packages.artifact import KubePackagesArtifact
 from nvkr.builders.kube_packages.builder import MEDIA_TYPE, KubePackagesBuilder
 from nvkr.errors import BuildError
 from nvkr.execute import run_action
-from nvkr.fetch import FetchContext
+from nvkr.fetch.context import FetchContext
 from nvkr.fetch.mirrors import Mirrors
 from nvkr.lock import Resolver
 from nvkr.recipe.loader import load_recipe

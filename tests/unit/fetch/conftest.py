@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from nvkr.fetch import FetchContext
+from nvkr.fetch.context import FetchContext
 from nvkr.store import Store
 from tests.helpers.tls import self_signed, serve_tls
 

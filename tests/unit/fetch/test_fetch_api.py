@@ -10,7 +10,11 @@ from pathlib import Path
 import pytest
 
 from nvkr.canonical import DIGEST_RE, canonical_json
-from nvkr.fetch import FETCHERS, FetchContext, Mirrors, ensure, resolve
+from nvkr.errors import LockError
+from nvkr.fetch.api import SourceKind, ensure, fetcher_for, fetcher_of, resolve
+from nvkr.fetch.context import FetchContext
+from nvkr.fetch.mirrors import Mirrors
+from nvkr.fetch.table import SOURCE_TABLE
 from nvkr.recipe.models import Source
 from nvkr.recipe.sources import AptSource, GitSource, OciSource, PathSource, PypiSource, UrlSource
 
@@ -21,8 +25,17 @@ def test_every_source_kind_has_a_fetcher() -> None:
     union = typing.get_args(typing.get_args(Source)[0])
     kinds = {typing.get_args(member)[0] for member in union}
     assert kinds == {UrlSource, GitSource, PypiSource, PathSource, OciSource, AptSource}
-    assert set(FETCHERS) == kinds
-    assert {f.kind for f in FETCHERS.values()} == {"url", "git", "pypi", "path", "oci", "apt"}
+    assert {line.model for line in SOURCE_TABLE} == kinds
+    assert [line.kind for line in SOURCE_TABLE] == ["url", "git", "pypi", "path", "oci", "apt"]
+    for line in SOURCE_TABLE:
+        fetcher = fetcher_for(line.kind)
+        assert isinstance(fetcher, SourceKind) and fetcher.kind == line.kind
+        assert fetcher_of(line.model.model_construct()) is fetcher
+
+
+def test_unknown_kind() -> None:
+    with pytest.raises(LockError, match="unknown source kind 'svn'"):
+        fetcher_for("svn")
 
 
 def test_unknown_source_type(ctx: FetchContext, tmp_path: Path) -> None:

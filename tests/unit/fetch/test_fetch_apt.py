@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from nvkr.errors import AptError, ChecksumError, FetchError, IntegrityError, LockError, OfflineError
-from nvkr.fetch import FetchContext, ensure, resolve
+from nvkr.fetch.api import ensure, resolve
 from nvkr.fetch.apt import read_manifest
+from nvkr.fetch.context import FetchContext
 from nvkr.recipe.sources import AptSource
 from nvkr.store import Store
 from tests.helpers import aptrepo

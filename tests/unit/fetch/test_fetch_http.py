@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 
 from nvkr.errors import ChecksumError, FetchError, LockError, OfflineError
-from nvkr.fetch import FetchContext, Mirrors, ensure, resolve
 from nvkr.fetch import http as fetch_http
+from nvkr.fetch.api import ensure, resolve
+from nvkr.fetch.context import FetchContext
+from nvkr.fetch.mirrors import Mirrors
 from nvkr.recipe.sources import UrlSource
 
 BODY = b"kubelet binary\x00\x01" * 1000

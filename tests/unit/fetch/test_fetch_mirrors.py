@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from nvkr.errors import UsageError
-from nvkr.fetch import Mirrors, default_config_path
+from nvkr.fetch.mirrors import Mirrors, default_config_path
 
 
 def test_parse_and_rewrite_longest_prefix_wins() -> None:

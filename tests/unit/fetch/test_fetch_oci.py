@@ -23,7 +23,9 @@ import pytest
 
 from nvkr.canonical import canonical_json
 from nvkr.errors import ChecksumError, FetchError, LockError, OfflineError
-from nvkr.fetch import FetchContext, Mirrors, ensure, resolve
+from nvkr.fetch.api import ensure, resolve
+from nvkr.fetch.context import FetchContext
+from nvkr.fetch.mirrors import Mirrors
 from nvkr.fetch.oci import _Registry, docker_credentials
 from nvkr.oci import mediatypes as mt
 from nvkr.recipe.sources import OciSource

@@ -10,7 +10,8 @@ import pytest
 
 from nvkr.canonical import sha256_bytes
 from nvkr.errors import FetchError, LockError
-from nvkr.fetch import FetchContext, ensure, resolve
+from nvkr.fetch.api import ensure, resolve
+from nvkr.fetch.context import FetchContext
 from nvkr.recipe.sources import PathSource
 from nvkr.repro import tar_bytes
 

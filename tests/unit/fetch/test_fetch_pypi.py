@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from nvkr.errors import ChecksumError, FetchError, LockError, OfflineError
-from nvkr.fetch import FetchContext, Mirrors, ensure, resolve
+from nvkr.fetch.api import ensure, resolve
+from nvkr.fetch.context import FetchContext
+from nvkr.fetch.mirrors import Mirrors
 from nvkr.fetch.pypi import pip_origin
 from nvkr.recipe.sources import PypiSource
 from nvkr.store import Store

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from nvkr.errors import ChecksumError, DowngradeError, FetchError
-from nvkr.fetch import FetchContext, ensure, resolve
+from nvkr.fetch.api import ensure, resolve
+from nvkr.fetch.context import FetchContext
 from nvkr.fetch.http import fetch_text
 from nvkr.recipe.sources import UrlSource
 

@@ -1,0 +1,52 @@
+"""What nvkr asks of a source kind: :class:`SourceKind`, the one place a kind's behaviour lives.
+
+Each line of the source table (:mod:`nvkr.fetch.table`) names a kind's recipe model and its
+``SourceKind`` subclass (``module:Class``, imported when a source of that kind is first used:
+the fetching code and what it imports stay unloaded until then). The engine asks the table
+(:func:`nvkr.fetch.api.fetcher_for`) and never branches on a kind. A subclass implements
+:meth:`~SourceKind.resolve` and :meth:`~SourceKind.ensure` and overrides the rest where its lock
+entry holds more than one blob.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nvkr.fetch.context import FetchContext
+
+
+class SourceKind:
+    """One source kind: its lock-time and build-time halves and what the rest of nvkr reads
+    from its lock entries (the ``resolved`` member of a lockfile source, JSON, holding
+    ``"kind"`` and ``"digest"``)."""
+
+    #: the recipe key that names a source of this kind, and its lock entry's ``kind``
+    kind: str = ""
+
+    def resolve(
+        self, name: str, source: Any, ctx: FetchContext, *, base_dir: Path
+    ) -> dict[str, Any]:
+        """Lock time: fetch ``source`` (or use the store), verify it against its pin and return
+        its lock entry (see :func:`nvkr.fetch.api.resolve`)."""
+        raise NotImplementedError
+
+    def ensure(
+        self,
+        name: str,
+        source: Any,
+        resolved: dict[str, Any],
+        ctx: FetchContext,
+        *,
+        base_dir: Path,
+    ) -> str:
+        """Build time: make the store hold what ``resolved`` describes and return its digest
+        (see :func:`nvkr.fetch.api.ensure`)."""
+        raise NotImplementedError
+
+    def blobs(self, entry: Mapping[str, Any]) -> list[str]:
+        """Every blob digest the entry's content is stored as: its own (default), and for a kind
+        whose content is several blobs (an apt source's .debs, an OCI closure) each of them."""
+        return [str(entry["digest"])]

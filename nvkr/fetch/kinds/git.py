@@ -1,0 +1,35 @@
+"""The ``git`` source kind. A commit's tree as a deterministic tar (:mod:`nvkr.fetch.git`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nvkr.fetch.kind import SourceKind
+
+if TYPE_CHECKING:
+    from nvkr.fetch.context import FetchContext
+
+
+class GitKind(SourceKind):
+    kind = "git"
+
+    def resolve(
+        self, name: str, source: Any, ctx: FetchContext, *, base_dir: Path
+    ) -> dict[str, Any]:
+        from nvkr.fetch import git as fetch_git
+
+        return fetch_git.resolve(name, source, ctx, base_dir=base_dir)
+
+    def ensure(
+        self,
+        name: str,
+        source: Any,
+        resolved: dict[str, Any],
+        ctx: FetchContext,
+        *,
+        base_dir: Path,
+    ) -> str:
+        from nvkr.fetch import git as fetch_git
+
+        return fetch_git.ensure(name, source, resolved, ctx, base_dir=base_dir)

@@ -1,0 +1,35 @@
+"""The ``path`` source kind. A directory of this repository, hashed on every run (:mod:`nvkr.fetch.path`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nvkr.fetch.kind import SourceKind
+
+if TYPE_CHECKING:
+    from nvkr.fetch.context import FetchContext
+
+
+class PathKind(SourceKind):
+    kind = "path"
+
+    def resolve(
+        self, name: str, source: Any, ctx: FetchContext, *, base_dir: Path
+    ) -> dict[str, Any]:
+        from nvkr.fetch import path as fetch_path
+
+        return fetch_path.resolve(name, source, ctx, base_dir=base_dir)
+
+    def ensure(
+        self,
+        name: str,
+        source: Any,
+        resolved: dict[str, Any],
+        ctx: FetchContext,
+        *,
+        base_dir: Path,
+    ) -> str:
+        from nvkr.fetch import path as fetch_path
+
+        return fetch_path.ensure(name, source, resolved, ctx, base_dir=base_dir)

@@ -1,0 +1,35 @@
+"""The ``url`` source kind. A file fetched over http(s) or file, pinned by its digest (:mod:`nvkr.fetch.http`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nvkr.fetch.kind import SourceKind
+
+if TYPE_CHECKING:
+    from nvkr.fetch.context import FetchContext
+
+
+class UrlKind(SourceKind):
+    kind = "url"
+
+    def resolve(
+        self, name: str, source: Any, ctx: FetchContext, *, base_dir: Path
+    ) -> dict[str, Any]:
+        from nvkr.fetch import http as fetch_http
+
+        return fetch_http.resolve(name, source, ctx, base_dir=base_dir)
+
+    def ensure(
+        self,
+        name: str,
+        source: Any,
+        resolved: dict[str, Any],
+        ctx: FetchContext,
+        *,
+        base_dir: Path,
+    ) -> str:
+        from nvkr.fetch import http as fetch_http
+
+        return fetch_http.ensure(name, source, resolved, ctx, base_dir=base_dir)
