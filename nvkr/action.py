@@ -19,16 +19,16 @@ from typing import Any
 
 from nvkr.canonical import digest_json
 from nvkr.errors import BuildError
-from nvkr.redact import redact_url, redact_urls
 
 
 @dataclass(frozen=True)
 class ResolvedSource:
     """A source of one variant with its lockfile entry.
 
-    ``entry`` is the resolved identity (see :func:`nvkr.fetch.api.resolve`); ``entry["digest"]`` is the
-    ``sha256:<hex>`` of the bytes the store holds for it. ``base_dir`` is the directory path
-    sources are relative to.
+    ``entry`` is the resolved identity (see :func:`nvkr.fetch.api.resolve`); ``entry["digest"]``
+    is the ``sha256:<hex>`` of the bytes the store holds for it. ``base_dir`` is the directory
+    path sources are relative to. What an entry stands for in provenance (its descriptors) is its
+    kind's to say: :func:`nvkr.fetch.api.descriptors`.
     """
 
     name: str
@@ -39,50 +39,6 @@ class ResolvedSource:
     @property
     def digest(self) -> str:
         return str(self.entry["digest"])
-
-    def descriptor(self) -> dict[str, Any]:
-        """An in-toto ResourceDescriptor for SLSA ``resolvedDependencies`` (URLs without user
-        info, :mod:`nvkr.redact`)."""
-        e = redact_urls(self.entry)
-        digest: dict[str, str] = {"sha256": self.digest.split(":", 1)[1]}
-        desc: dict[str, Any] = {"name": self.name, "digest": digest}
-        kind = e.get("kind")
-        if kind == "url":
-            desc["uri"] = e["url"]
-            if "sha512" in e:
-                digest["sha512"] = e["sha512"].split(":", 1)[1]
-        elif kind == "git":
-            desc["uri"] = f"git+{e['url']}@{e['commit']}"
-            digest["gitCommit"] = e["commit"]
-        elif kind == "pypi":
-            desc["uri"] = e.get("url") or f"pkg:pypi/{e['name']}@{e['version']}"
-            desc["annotations"] = {"filename": e["filename"]}
-            if "member" in e:
-                desc["annotations"]["member"] = e["member"]
-        elif kind == "path":
-            desc["annotations"] = {"kind": "path", "path": e["path"]}
-        elif kind == "oci":
-            desc["uri"] = f"oci://{e['ref']}@{e['digest']}"
-            desc["mediaType"] = e["mediaType"]
-        elif kind == "apt":
-            desc["annotations"] = {"kind": "apt", "arch": e["arch"]}
-            desc["mediaType"] = "application/vnd.nvkr.apt-manifest.v1+json"
-        return desc
-
-    def descriptors(self) -> list[dict[str, Any]]:
-        """Every ResourceDescriptor this source stands for: :meth:`descriptor`, plus for an apt
-        source one per .deb (``uri`` its URL, ``digest.sha256``, ``name`` ``NAME_VERSION_ARCH``)."""
-        out = [self.descriptor()]
-        if self.entry.get("kind") == "apt":
-            for pkg in self.entry.get("packages") or []:
-                out.append(
-                    {
-                        "name": f"{pkg['name']}_{pkg['version']}_{pkg['arch']}",
-                        "uri": redact_url(pkg["url"]),
-                        "digest": {"sha256": str(pkg["sha256"]).split(":", 1)[1]},
-                    }
-                )
-        return out
 
 
 class ReleaseKind(StrEnum):

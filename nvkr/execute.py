@@ -47,7 +47,7 @@ from typing import Any
 from nvkr.action import Action
 from nvkr.builders.api import ActionContext, get_builder
 from nvkr.errors import BuildError, Interrupted, NvkrError
-from nvkr.fetch.api import all_present, ensure
+from nvkr.fetch.api import all_present, ensure, fetcher_for
 from nvkr.fetch.context import FetchContext
 from nvkr.fetch.debs import missing_debs
 from nvkr.monitor import Monitor, estimates, transfer
@@ -150,7 +150,8 @@ class _SourceGate:
                 total: int | None = None
                 if fetching:
                     debs, total = _download(src, self.ctx)
-                    self.emit(SourceFetch(src, debs))
+                    where = fetcher_for(src.entry["kind"]).where(src.name, src.entry, debs)
+                    self.emit(SourceFetch(src, debs, where))
                 got = self._fetch(src, fetching, total)
             if got != src.digest:  # a path source edited since the plan was made
                 raise BuildError(

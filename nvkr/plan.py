@@ -25,6 +25,7 @@ from nvkr.builders.release_set.builder import ReleaseSetBuilder
 from nvkr.builders.sbom.builder import SbomBuilder, sbom_spec
 from nvkr.canonical import digest_json
 from nvkr.errors import RecipeReferenceError
+from nvkr.fetch.api import descriptors
 from nvkr.paths import display_path
 from nvkr.plancheck import check_variant, released_artifacts
 from nvkr.recipe.loader import LoadedRecipe
@@ -424,7 +425,7 @@ def _release_set_spec(
                         else None
                     ),
                     "artifactType": ARTIFACT_TYPES.get(builder.release_kind),
-                    "dependencies": [d for s in sources for d in s.descriptors()],
+                    "dependencies": [d for s in sources for d in descriptors(s)],
                     **builder.release_fields(action),
                 }
             )

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from nvkr.action import ResolvedSource
 from nvkr.errors import LockError
 from nvkr.fetch import table
 from nvkr.fetch.context import FetchContext
@@ -38,6 +39,7 @@ from nvkr.store import Store
 __all__ = [
     "SourceKind",
     "all_present",
+    "descriptors",
     "ensure",
     "entry_blobs",
     "entry_kind",
@@ -142,6 +144,16 @@ def entry_blobs(resolved: Mapping[str, Any]) -> list[str]:
     .debs or an OCI source's image blobs (a store can lose those alone: ``store gc``,
     ``store verify --repair``); :meth:`SourceKind.blobs` of its kind."""
     return fetcher_for(str(resolved.get("kind"))).blobs(resolved)
+
+
+def descriptors(src: ResolvedSource) -> list[dict[str, Any]]:
+    """Every in-toto ResourceDescriptor a bound source stands for, as SLSA
+    ``resolvedDependencies`` lists them: :meth:`SourceKind.descriptors` of its entry's kind.
+
+    Raises:
+        LockError: the entry's kind is none of the table's.
+    """
+    return entry_kind(src.name, src.entry).descriptors(src.name, src.entry)
 
 
 def all_present(store: Store, resolved: Mapping[str, Any]) -> bool:

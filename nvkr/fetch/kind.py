@@ -50,3 +50,20 @@ class SourceKind:
         """Every blob digest the entry's content is stored as: its own (default), and for a kind
         whose content is several blobs (an apt source's .debs, an OCI closure) each of them."""
         return [str(entry["digest"])]
+
+    def descriptor(self, name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+        """The in-toto ResourceDescriptor of the source for SLSA ``resolvedDependencies`` (the
+        release set's provenance, and through it the SBOMs): ``name`` and ``digest.sha256``
+        (default); a kind adds its ``uri``, other digests, ``mediaType`` or ``annotations``, URLs
+        without user info (:mod:`nvkr.redact`)."""
+        return {"name": name, "digest": {"sha256": str(entry["digest"]).split(":", 1)[1]}}
+
+    def descriptors(self, name: str, entry: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Every ResourceDescriptor the source stands for: :meth:`descriptor` (default), and
+        one for each part a kind pins by its own digest (an apt source's .debs)."""
+        return [self.descriptor(name, entry)]
+
+    def where(self, name: str, entry: Mapping[str, Any], debs: tuple[int, int] | None) -> str:
+        """What a build's fetch line names the source by: its descriptor's ``uri`` (default),
+        else ``name``; ``debs`` is :meth:`to_download`'s count, for a kind that has one."""
+        return str(self.descriptor(name, entry).get("uri") or name)

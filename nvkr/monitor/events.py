@@ -137,10 +137,13 @@ class ActionWarning(NamedTuple):
 
 class SourceFetch(NamedTuple):
     """``source`` (a :class:`~nvkr.builders.api.ResolvedSource`) is about to be downloaded;
-    ``debs``: an apt source's .debs the store lacks and its locked ones (counts)."""
+    ``debs``: an apt source's .debs the store lacks and its locked ones (counts); ``where``:
+    what the fetch line names it by (its kind's :meth:`~nvkr.fetch.kind.SourceKind.where`: a
+    URL, the .debs counted), not in the JSON stream."""
 
     source: Any
     debs: tuple[int, int] | None = None
+    where: str = ""
 
     def to_json(self) -> dict[str, Any]:
         out = {"source": self.source.name, "digest": self.source.digest}

@@ -35,8 +35,8 @@ def event_lines(event: Event) -> list[str]:
         case Note(message=message, level=level, hint=hint):
             head = message if level == "info" else f"{level}: {message}"
             return [head] + ([f"  hint: {hint}"] if hint else [])
-        case SourceFetch(source=src, debs=debs):
-            return [f"  fetching {src.name} {_source_where(src, debs)}"]
+        case SourceFetch(source=src, where=where):
+            return [f"  fetching {src.name} {where or src.name}"]
         case ActionStarted(action=a):
             return [f"  building {a.name} ({a.builder}, {a.key[7:19]})"]
         case ActionDone(action=a, seconds=seconds):
@@ -63,17 +63,6 @@ def event_lines(event: Event) -> list[str]:
         case Result():
             return result_lines(event)
     return []
-
-
-def _source_where(src: Any, debs: tuple[int, int] | None = None) -> str:
-    uri = src.descriptor().get("uri")
-    if uri:
-        return str(uri)
-    if src.entry.get("kind") == "apt":
-        locked = len(src.entry.get("packages") or [])
-        missing, locked = debs if debs is not None else (locked, locked)
-        return f"{missing} of {locked} .debs ({src.entry.get('arch')})"
-    return str(src.name)
 
 
 def _cache_lines(event: CacheEvent) -> list[str]:

@@ -7,9 +7,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nvkr.fetch.kind import SourceKind
+from nvkr.redact import redact_url
 
 if TYPE_CHECKING:
     from nvkr.fetch.context import FetchContext
+
+#: the media type of the package manifest an apt source is stored as
+MANIFEST_MEDIA_TYPE = "application/vnd.nvkr.apt-manifest.v1+json"
 
 
 class AptKind(SourceKind):
@@ -38,3 +42,30 @@ class AptKind(SourceKind):
     def blobs(self, entry: Mapping[str, Any]) -> list[str]:
         """The manifest and every .deb."""
         return [str(entry["digest"]), *(p["sha256"] for p in entry.get("packages") or [])]
+
+    def descriptor(self, name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+        """The package manifest: no ``uri``, the kind and arch as annotations."""
+        desc = super().descriptor(name, entry)
+        desc["annotations"] = {"kind": "apt", "arch": redact_url(entry["arch"])}
+        desc["mediaType"] = MANIFEST_MEDIA_TYPE
+        return desc
+
+    def descriptors(self, name: str, entry: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The manifest's, then one per .deb (``uri`` its URL, ``digest.sha256``, ``name``
+        ``NAME_VERSION_ARCH``)."""
+        out = [self.descriptor(name, entry)]
+        for pkg in entry.get("packages") or []:
+            out.append(
+                {
+                    "name": f"{pkg['name']}_{pkg['version']}_{pkg['arch']}",
+                    "uri": redact_url(pkg["url"]),
+                    "digest": {"sha256": str(pkg["sha256"]).split(":", 1)[1]},
+                }
+            )
+        return out
+
+    def where(self, name: str, entry: Mapping[str, Any], debs: tuple[int, int] | None) -> str:
+        """``MISSING of LOCKED .debs (ARCH)``."""
+        locked = len(entry.get("packages") or [])
+        missing, locked = debs if debs is not None else (locked, locked)
+        return f"{missing} of {locked} .debs ({entry.get('arch')})"

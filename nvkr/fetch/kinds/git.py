@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nvkr.fetch.kind import SourceKind
+from nvkr.redact import redact_url
 
 if TYPE_CHECKING:
     from nvkr.fetch.context import FetchContext
@@ -33,3 +35,11 @@ class GitKind(SourceKind):
         from nvkr.fetch import git as fetch_git
 
         return fetch_git.ensure(name, source, resolved, ctx, base_dir=base_dir)
+
+    def descriptor(self, name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+        """``uri`` ``git+URL@COMMIT`` and ``digest.gitCommit``."""
+        desc = super().descriptor(name, entry)
+        url, commit = redact_url(entry["url"]), str(entry["commit"])
+        desc["uri"] = f"git+{url}@{commit}"
+        desc["digest"]["gitCommit"] = commit
+        return desc

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nvkr.fetch.kind import SourceKind
+from nvkr.redact import redact_url
 
 if TYPE_CHECKING:
     from nvkr.fetch.context import FetchContext
@@ -39,3 +40,11 @@ class OciKind(SourceKind):
         """The pinned manifest or index and every blob of its closure (the lock lists it with
         the pinned one: a blob may repeat)."""
         return [str(entry["digest"]), *(entry.get("blobs") or [])]
+
+    def descriptor(self, name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+        """``uri`` ``oci://REF@DIGEST`` and the pinned document's ``mediaType``."""
+        desc = super().descriptor(name, entry)
+        e = {k: redact_url(entry[k]) for k in ("ref", "digest", "mediaType")}
+        desc["uri"] = f"oci://{e['ref']}@{e['digest']}"
+        desc["mediaType"] = e["mediaType"]
+        return desc

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nvkr.fetch.kind import SourceKind
+from nvkr.redact import redact_url
 
 if TYPE_CHECKING:
     from nvkr.fetch.context import FetchContext
@@ -33,3 +35,9 @@ class PathKind(SourceKind):
         from nvkr.fetch import path as fetch_path
 
         return fetch_path.ensure(name, source, resolved, ctx, base_dir=base_dir)
+
+    def descriptor(self, name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+        """No ``uri``: the kind and the path as annotations."""
+        desc = super().descriptor(name, entry)
+        desc["annotations"] = {"kind": "path", "path": redact_url(entry["path"])}
+        return desc

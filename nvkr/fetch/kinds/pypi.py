@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nvkr.fetch.kind import SourceKind
+from nvkr.redact import redact_urls
 
 if TYPE_CHECKING:
     from nvkr.fetch.context import FetchContext
@@ -33,3 +35,14 @@ class PypiKind(SourceKind):
         from nvkr.fetch import pypi as fetch_pypi
 
         return fetch_pypi.ensure(name, source, resolved, ctx, base_dir=base_dir)
+
+    def descriptor(self, name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+        """``uri`` the wheel's URL (else ``pkg:pypi/NAME@VERSION``), the wheel's file name (and
+        the member used) as annotations."""
+        desc = super().descriptor(name, entry)
+        e = redact_urls(entry)
+        desc["uri"] = e.get("url") or f"pkg:pypi/{e['name']}@{e['version']}"
+        desc["annotations"] = {"filename": e["filename"]}
+        if "member" in e:
+            desc["annotations"]["member"] = e["member"]
+        return desc

