@@ -49,7 +49,6 @@ from nvkr.builders.api import ActionContext, get_builder
 from nvkr.errors import BuildError, Interrupted, NvkrError
 from nvkr.fetch.api import all_present, ensure, fetcher_for
 from nvkr.fetch.context import FetchContext
-from nvkr.fetch.debs import missing_debs
 from nvkr.monitor import Monitor, estimates, transfer
 from nvkr.monitor.events import (
     ActionCached,
@@ -144,34 +143,18 @@ class _SourceGate:
             with lock:
                 # a source whose own blob is stored may still lack some of its blobs (an apt
                 # source's .debs, an OCI image's layers): fetching them is reported too
-                fetching = src.entry.get("kind") != "path" and not all_present(
-                    self.ctx.store, src.entry
-                )
+                kind = fetcher_for(src.entry["kind"])
+                fetching = not kind.local and not all_present(self.ctx.store, src.entry)
                 total: int | None = None
                 if fetching:
-                    debs, total = _download(src, self.ctx)
-                    where = fetcher_for(src.entry["kind"]).where(src.name, src.entry, debs)
-                    self.emit(SourceFetch(src, debs, where))
+                    debs, total = kind.to_download(src.entry, self.ctx.store)
+                    self.emit(SourceFetch(src, debs, kind.where(src.name, src.entry, debs)))
                 got = self._fetch(src, fetching, total)
             if got != src.digest:  # a path source edited since the plan was made
                 raise BuildError(
                     f"source {src.name!r}: the store holds {got}, the plan expects {src.digest}",
                     hint="the source changed during the build; run the same command again",
                 )
-
-
-def _download(src: Any, ctx: FetchContext) -> tuple[tuple[int, int] | None, int | None]:
-    """What fetching ``src`` downloads: an apt source's .debs the store lacks and its locked
-    ones (counts, else None), and the bytes when known (a file's locked size, the lacking
-    .debs' sizes)."""
-    packages = src.entry.get("packages") if src.entry.get("kind") == "apt" else None
-    if not isinstance(packages, list):
-        size = src.entry.get("size")
-        return None, size if isinstance(size, int) else None
-    missing = missing_debs(packages, ctx.store)
-    sizes = [p.get("size") for p in missing]
-    known = [n for n in sizes if isinstance(n, int)]
-    return (len(missing), len(packages)), sum(known) if len(known) == len(sizes) else None
 
 
 def _missing_error(plan: Plan, to_run: list[str]) -> BuildError:

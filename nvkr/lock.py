@@ -40,7 +40,7 @@ from nvkr.atomic import write_atomic
 from nvkr.bounds import MAX_LOCKFILE_BYTES, read_limited
 from nvkr.canonical import canonical_json, canonical_json_file, sha256_bytes
 from nvkr.errors import ChecksumError, LockError
-from nvkr.fetch.api import resolve
+from nvkr.fetch.api import fetcher_for, fetcher_of, resolve
 from nvkr.fetch.context import FetchContext
 from nvkr.recipe.base import ArtifactModel
 from nvkr.recipe.loader import LoadedRecipe
@@ -187,7 +187,8 @@ class Resolver:
         entry = self._used.get(key)
         if entry is None:
             locked_entry = self._entries.get(key)
-            if "path" in spec:  # the repository's own files: hashed afresh on every build
+            local = fetcher_of(source).local
+            if local:  # the repository's own files (path): hashed afresh on every build
                 resolved = self._resolve(variant, name, base)
             elif locked_entry is not None:
                 resolved = locked_entry["resolved"]
@@ -199,7 +200,7 @@ class Resolver:
                 resolved = self._resolve(variant, name, base)
                 self.resolved_now.append(name)
             entry = {"name": name, "spec": spec, "variants": [], "resolved": resolved}
-            if locked_entry is not None and "path" not in spec:
+            if locked_entry is not None and not local:
                 # what was read from the bytes (the catalog's rules: ``ovsdbSchemas``) goes on
                 entry.update({k: v for k, v in locked_entry.items() if k not in _ENTRY_KEYS})
             self._used[key] = entry
@@ -294,7 +295,7 @@ class Resolver:
         sources = []
         for entry in self._used.values():
             resolved = dict(entry["resolved"])
-            if resolved.get("kind") == "path":
+            if fetcher_for(resolved["kind"]).local:  # hashed on every build: no digest pinned
                 resolved.pop("digest", None)
             sources.append(
                 {
@@ -310,19 +311,21 @@ class Resolver:
         tools: dict[str, Any] = {}
         for entry in sources:
             r = entry["resolved"]
-            if entry["name"] in toolchains and r.get("kind") == "pypi":
+            version = fetcher_for(r["kind"]).version(r) if entry["name"] in toolchains else None
+            if version is not None:  # a toolchain pinned by its release (a wheel)
                 tools[entry["name"]] = {
                     "source": entry["name"],
-                    "version": r["version"],
+                    "version": version,
                     "digest": r["digest"],
                 }
         trees = self._tools_tree_sources()
         for entry in sources:
             r = entry["resolved"]
-            if entry["name"] in trees and r.get("kind") == "apt":
+            debs = fetcher_for(r["kind"]).debs(r) if entry["name"] in trees else None
+            if debs is not None:  # a tools tree's packages: its C toolchain
                 tool = tools.setdefault(entry["name"], {"source": entry["name"], "cToolchain": {}})
                 arch = str(r.get("arch"))
-                summary = trees[entry["name"]].tree_c_toolchain(r.get("packages") or [], arch)
+                summary = trees[entry["name"]].tree_c_toolchain(debs, arch)
                 tool["cToolchain"][arch] = summary
         recipe_rel = os.path.relpath(
             os.path.abspath(self.loaded.path), os.path.abspath(self.lock_path.parent)

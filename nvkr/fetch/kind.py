@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from nvkr.fetch.context import FetchContext
+    from nvkr.store import Store
 
 
 class SourceKind:
@@ -25,6 +26,9 @@ class SourceKind:
 
     #: the recipe key that names a source of this kind, and its lock entry's ``kind``
     kind: str = ""
+    #: the repository's own files (a path source): hashed afresh on every run, so the lockfile
+    #: pins no digest for it, a build never reports fetching it and a mirror export leaves it out
+    local: bool = False
 
     def resolve(
         self, name: str, source: Any, ctx: FetchContext, *, base_dir: Path
@@ -62,6 +66,26 @@ class SourceKind:
         """Every ResourceDescriptor the source stands for: :meth:`descriptor` (default), and
         one for each part a kind pins by its own digest (an apt source's .debs)."""
         return [self.descriptor(name, entry)]
+
+    def debs(self, entry: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+        """The Debian packages the entry pins (``{"name", "version", "arch", "url", "size",
+        "sha256", ...}`` each: the lockfile's ``tools`` summarise a tools tree's C toolchain from
+        them, ``nvkr diff`` compares them); None (default) for a kind that pins none."""
+        return None
+
+    def version(self, entry: Mapping[str, Any]) -> str | None:
+        """The release the entry pins by version (a wheel's), which the lockfile's ``tools``
+        name a toolchain source by; None (default) for a kind pinned otherwise."""
+        return None
+
+    def to_download(
+        self, entry: Mapping[str, Any], store: Store
+    ) -> tuple[tuple[int, int] | None, int | None]:
+        """What fetching the entry downloads, for the build's report: the parts ``store`` lacks
+        and those locked (counts; None by default: one blob) and the bytes when known (by
+        default the entry's ``size``)."""
+        size = entry.get("size")
+        return None, size if isinstance(size, int) else None
 
     def where(self, name: str, entry: Mapping[str, Any], debs: tuple[int, int] | None) -> str:
         """What a build's fetch line names the source by: its descriptor's ``uri`` (default),

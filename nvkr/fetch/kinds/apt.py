@@ -11,6 +11,7 @@ from nvkr.redact import redact_url
 
 if TYPE_CHECKING:
     from nvkr.fetch.context import FetchContext
+    from nvkr.store import Store
 
 #: the media type of the package manifest an apt source is stored as
 MANIFEST_MEDIA_TYPE = "application/vnd.nvkr.apt-manifest.v1+json"
@@ -42,6 +43,25 @@ class AptKind(SourceKind):
     def blobs(self, entry: Mapping[str, Any]) -> list[str]:
         """The manifest and every .deb."""
         return [str(entry["digest"]), *(p["sha256"] for p in entry.get("packages") or [])]
+
+    def debs(self, entry: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+        packages: list[dict[str, Any]] = entry.get("packages") or []
+        return packages
+
+    def to_download(
+        self, entry: Mapping[str, Any], store: Store
+    ) -> tuple[tuple[int, int] | None, int | None]:
+        """The .debs ``store`` lacks and those locked (counts), and the lacking ones' bytes
+        (when every one of them has a size)."""
+        from nvkr.fetch.debs import missing_debs
+
+        packages = entry.get("packages")
+        if not isinstance(packages, list):
+            return super().to_download(entry, store)
+        missing = missing_debs(packages, store)
+        sizes = [p.get("size") for p in missing]
+        known = [n for n in sizes if isinstance(n, int)]
+        return (len(missing), len(packages)), sum(known) if len(known) == len(sizes) else None
 
     def descriptor(self, name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
         """The package manifest: no ``uri``, the kind and arch as annotations."""

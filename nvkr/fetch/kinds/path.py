@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 class PathKind(SourceKind):
     kind = "path"
+    local = True
 
     def resolve(
         self, name: str, source: Any, ctx: FetchContext, *, base_dir: Path

@@ -46,3 +46,6 @@ class PypiKind(SourceKind):
         if "member" in e:
             desc["annotations"]["member"] = e["member"]
         return desc
+
+    def version(self, entry: Mapping[str, Any]) -> str | None:
+        return str(entry["version"])
