@@ -7,27 +7,19 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from nvkr.airgap.index import INDEX, MIRROR_VERSION, READ_CHUNK
 from nvkr.atomic import write_atomic
 from nvkr.canonical import canonical_json, canonical_json_file, hex_of
 from nvkr.errors import FetchError, IntegrityError, LockError
-from nvkr.fetch.api import all_present, ensure
-from nvkr.fetch.checksums import algorithm_for
+from nvkr.fetch.api import all_present, ensure, entry_kind, fetcher_of
 from nvkr.fetch.context import FetchContext
-from nvkr.fetch.http import url_filename
-from nvkr.fetch.oci import LAYOUT_PREFIX
-from nvkr.oci import mediatypes as mt
-from nvkr.oci.session import LOOPBACK
-from nvkr.recipe.sources import AptKeyring
 from nvkr.store import Store
 
 
@@ -63,7 +55,8 @@ class RecipeSelection:
     lockfile_path: str
     lockfile_digest: str
     bindings: dict[bytes, tuple[str, Any, dict[str, Any], Path, list[str]]]
-    skipped: list[str]
+    #: ``(name, kind)`` of the sources of a local kind (path), which the export leaves out
+    skipped: list[tuple[str, str]]
 
 
 # -- export ------------------------------------------------------------------------------------
@@ -77,7 +70,6 @@ def select_sources(loaded: Any, variants: list[Any], resolver: Any) -> RecipeSel
         LockError: there is no lockfile, or it lacks a source of a selected variant (exit 2).
     """
     from nvkr.lock import lock_digest
-    from nvkr.recipe.sources import PathSource
 
     if resolver.lock is None:
         raise LockError(
@@ -85,11 +77,12 @@ def select_sources(loaded: Any, variants: list[Any], resolver: Any) -> RecipeSel
             hint=f"run `nvkr lock {loaded.path}` first: an export holds what the lockfile pins",
         )
     bindings: dict[bytes, tuple[str, Any, dict[str, Any], Path, list[str]]] = {}
-    skipped: set[str] = set()
+    skipped: set[tuple[str, str]] = set()
     for variant in variants:
         for name, source in sorted(variant.recipe.sources.items()):
-            if isinstance(source, PathSource):
-                skipped.add(name)
+            fetcher = fetcher_of(source)
+            if fetcher.local:  # the repository's own files travel with it
+                skipped.add((name, fetcher.kind))
                 continue
             bound = resolver.source_for(variant, name)
             key = canonical_json([name, source.model_dump(exclude_none=True)])
@@ -108,120 +101,17 @@ def select_sources(loaded: Any, variants: list[Any], resolver: Any) -> RecipeSel
     )
 
 
-def _oci_blobs(store: Store, source: Any, entry: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every blob of an oci source's closure, documents with their media type, walked in the
-    store from the pinned digest (as :mod:`nvkr.fetch.oci` pulled it)."""
-    ref: str = source.oci
-    base = None
-    if not ref.startswith(LAYOUT_PREFIX):
-        registry, _, repository = ref.partition("/")
-        host = urlsplit("//" + registry).hostname or registry
-        scheme = "http" if source.insecure or host in LOOPBACK else "https"
-        base = f"{scheme}://{registry}/v2/{repository}"
-    out: dict[str, dict[str, Any]] = {}
-    todo: list[tuple[str, str | None]] = [(entry["digest"], entry.get("mediaType"))]
-    while todo:
-        digest, media_type = todo.pop()
-        if digest in out:
-            continue
-        item: dict[str, Any] = {"digest": digest, "urls": []}
-        is_doc = media_type is None or media_type in mt.MANIFEST_TYPES
-        if is_doc:
-            try:
-                doc = json.loads(store.read_blob(digest))
-            except (OSError, ValueError) as e:
-                raise IntegrityError(
-                    f"oci source {ref}: store blob {digest} is not a readable JSON document: {e}"
-                ) from e
-            media_type = media_type or (doc.get("mediaType") if isinstance(doc, dict) else None)
-            item["mediaType"] = media_type or mt.OCI_MANIFEST
-            children = []
-            if isinstance(doc, dict):
-                children = list(doc.get("manifests") or []) + list(doc.get("layers") or [])
-                if isinstance(doc.get("config"), dict):
-                    children.append(doc["config"])
-            for child in children:
-                if isinstance(child, dict) and isinstance(child.get("digest"), str):
-                    # a descriptor without a media type is a leaf, as nvkr.fetch.oci walks it
-                    todo.append((child["digest"], str(child.get("mediaType") or "")))
-        if base is not None:
-            item["urls"] = [f"{base}/{'manifests' if is_doc else 'blobs'}/{digest}"]
-        out[digest] = item
-    listed = set(entry.get("blobs") or [])
-    if listed and listed != set(out):
-        raise IntegrityError(
-            f"oci source {ref}: the closure of {entry['digest']} in the store has other blobs "
-            "than the lock entry lists",
-            hint="run `nvkr lock` again",
-        )
-    return [out[d] for d in sorted(out)]
-
-
-def _checksum_file(source: Any, entry: dict[str, Any]) -> dict[str, str] | None:
-    """The ``checksumUrl`` of a url source rebuilt from the lock: ``HASH  NAME\\n``."""
-    url = getattr(source, "checksumUrl", None)
-    if not url:
-        return None
-    algo = algorithm_for(url, getattr(source, "checksumAlgorithm", None))
-    algo = algo or ("sha512" if "sha512" in entry else "sha256")
-    pinned = entry.get(algo) or (entry["digest"] if algo == "sha256" else None)
-    if not pinned:
-        return None
-    name = getattr(source, "filename", None) or url_filename(entry["url"])
-    return {"url": url, "algorithm": algo, "text": f"{hex_of(pinned)}  {name}\n"}
-
-
 def source_blobs(store: Store, name: str, source: Any, entry: dict[str, Any]) -> dict[str, Any]:
-    """The index entry of one resolved source (its blobs, their upstream URLs and sizes).
+    """The index entry of one resolved source (its blobs, their upstream URLs and sizes): what
+    its kind's :meth:`~nvkr.fetch.kind.SourceKind.mirror_files` says, every blob checked.
 
     Raises:
         IntegrityError: a blob is missing from the store or its size differs from the lock.
+        LockError: the entry is of no kind of the source table.
     """
-    kind = entry.get("kind")
-    blobs: list[dict[str, Any]] = []
-    item: dict[str, Any] = {"name": name, "kind": kind, "digest": entry["digest"]}
-    if kind == "url":
-        item["upstream"] = entry["url"]
-        blobs.append({"digest": entry["digest"], "size": entry.get("size"), "urls": [entry["url"]]})
-        checksum = _checksum_file(source, entry)
-        if checksum is not None:
-            item["checksum"] = checksum
-    elif kind == "pypi":
-        item["upstream"] = f"{entry.get('name')}=={entry.get('version')} {entry.get('filename')}"
-        blob: dict[str, Any] = {"digest": entry["digest"], "urls": []}
-        if entry.get("member"):
-            blob["role"] = "member"  # the wheel's member, not the wheel: nothing to serve
-        elif entry.get("url"):
-            blob["urls"] = [entry["url"]]
-        blobs.append(blob)
-    elif kind == "git":
-        item["upstream"] = f"{entry.get('url')}@{entry.get('commit')}"
-        blobs.append({"digest": entry["digest"], "urls": []})
-    elif kind == "apt":
-        item["upstream"] = sorted({r.url for r in source.apt.values()})
-        blobs.append({"digest": entry["digest"], "urls": [], "role": "manifest"})
-        for p in entry["packages"]:
-            blobs.append(
-                {
-                    "digest": p["sha256"],
-                    "size": p["size"],
-                    "urls": [p["url"]],
-                    "package": f"{p['name']} {p['version']} ({p['arch']})",
-                }
-            )
-        # keys fetched by URL and pinned by fingerprint live in the store too (path keyrings
-        # stay files of the repository or the host)
-        keyrings = entry.get("keyrings") or {}
-        for repo_name, repo in sorted(source.apt.items()):
-            if isinstance(repo.keyring, AptKeyring) and repo_name in keyrings:
-                blobs.append(
-                    {"digest": keyrings[repo_name], "urls": [repo.keyring.url], "role": "keyring"}
-                )
-    elif kind == "oci":
-        item["upstream"] = f"{source.oci}@{entry['digest']}"
-        blobs = _oci_blobs(store, source, entry)
-    else:
-        raise LockError(f"lock entry for source {name!r} has an unknown kind {kind!r}")
+    item: dict[str, Any] = {"name": name, "kind": entry.get("kind"), "digest": entry["digest"]}
+    item.update(entry_kind(name, entry).mirror_files(store, name, source, entry))
+    blobs: list[dict[str, Any]] = item.pop("blobs")
     for b in blobs:
         path = store.blob_path(b["digest"])
         try:
@@ -311,12 +201,12 @@ def export_mirror(
     sources: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
     for sel in selections:
-        for name in sel.skipped:
+        for name, kind in sel.skipped:
             skipped.append(
                 {
                     "recipe": sel.name,
                     "name": name,
-                    "kind": "path",
+                    "kind": kind,
                     "reason": "a directory of the repository: it travels with the repository",
                 }
             )

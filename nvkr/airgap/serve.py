@@ -18,6 +18,7 @@ from urllib.parse import unquote, urlsplit
 from nvkr.airgap.index import READ_CHUNK, read_index
 from nvkr.canonical import hex_of
 from nvkr.errors import UsageError
+from nvkr.fetch.api import known_kind
 from nvkr.yamlemit import double_quoted
 
 
@@ -36,8 +37,9 @@ class Served:
 def serve_table(directory: Path, index: dict[str, Any]) -> tuple[dict[str, Served], list[str]]:
     """``/<host>/<path>`` → what to answer, and the upstream prefixes (``https://host/``) served.
 
-    Every blob with upstream URLs, each url source's checksum file, and ``/<registry>/v2/`` for
-    each registry an oci source came from (the API version check).
+    Every blob with upstream URLs, each url source's checksum file, and what a source's kind
+    answers beside its blobs (:meth:`~nvkr.fetch.kind.SourceKind.mirror_roots`: ``/<registry>/v2/``
+    for each registry an oci source came from, the API version check).
     """
     table: dict[str, Served] = {}
     prefixes: set[str] = set()
@@ -51,6 +53,7 @@ def serve_table(directory: Path, index: dict[str, Any]) -> tuple[dict[str, Serve
         prefixes.add(f"{parts.scheme}://{parts.netloc}/")
 
     for source in index["sources"]:
+        kind = known_kind(source.get("kind"))
         for blob in source["blobs"]:
             media = blob.get("mediaType") or "application/octet-stream"
             for url in blob.get("urls") or []:
@@ -58,8 +61,7 @@ def serve_table(directory: Path, index: dict[str, Any]) -> tuple[dict[str, Serve
                     blobs / hex_of(blob["digest"]), None, blob["size"], media, blob["digest"]
                 )
                 add(url, served)
-                if source.get("kind") == "oci" and "/v2/" in url:
-                    root = url.split("/v2/", 1)[0] + "/v2/"
+                for root in kind.mirror_roots(url) if kind is not None else []:
                     add(root, Served(None, b"{}", 2, "application/json", None))
         checksum = source.get("checksum")
         if isinstance(checksum, dict):

@@ -45,6 +45,7 @@ __all__ = [
     "entry_kind",
     "fetcher_for",
     "fetcher_of",
+    "known_kind",
     "resolve",
 ]
 
@@ -66,9 +67,9 @@ def fetcher_for(kind: str) -> SourceKind:
     Raises:
         LockError: no line of the source table has that kind.
     """
-    for line in table.SOURCE_TABLE:
-        if line.kind == kind:
-            return _load(line)
+    fetcher = known_kind(kind)
+    if fetcher is not None:
+        return fetcher
     known = ", ".join(line.kind for line in table.SOURCE_TABLE)
     raise LockError(f"unknown source kind {kind!r}", hint=f"known kinds: {known}")
 
@@ -85,6 +86,15 @@ def fetcher_of(source: Any) -> SourceKind:
     raise TypeError(f"no fetcher for source type {type(source).__name__}")
 
 
+def known_kind(kind: object) -> SourceKind | None:
+    """The :class:`SourceKind` of ``kind``, None when no line of the source table has it (a
+    document another nvkr wrote, read as far as this one can)."""
+    for line in table.SOURCE_TABLE:
+        if line.kind == kind:
+            return _load(line)
+    return None
+
+
 def entry_kind(name: str, resolved: Mapping[str, Any]) -> SourceKind:
     """The :class:`SourceKind` of the lock entry of source ``name``.
 
@@ -92,9 +102,10 @@ def entry_kind(name: str, resolved: Mapping[str, Any]) -> SourceKind:
         LockError: the entry's kind is none of the table's (names the source).
     """
     kind = resolved.get("kind")
-    if not any(line.kind == kind for line in table.SOURCE_TABLE):
+    fetcher = known_kind(kind)
+    if fetcher is None:
         raise LockError(f"lock entry for source {name!r} has an unknown kind {kind!r}")
-    return fetcher_for(str(kind))
+    return fetcher
 
 
 def resolve(name: str, source: Any, ctx: FetchContext, *, base_dir: Path) -> dict[str, Any]:

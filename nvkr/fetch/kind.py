@@ -87,6 +87,26 @@ class SourceKind:
         size = entry.get("size")
         return None, size if isinstance(size, int) else None
 
+    def mirror_files(
+        self, store: Store, name: str, source: Any, entry: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """What ``nvkr mirror export`` writes of a source of this kind (:mod:`nvkr.airgap`):
+        the members of its index entry beside ``name``, ``kind`` and ``digest``: ``upstream``
+        (what it came from, for a reader), ``blobs`` (``{"digest", "urls": [upstream URLs a
+        mirror answers with it], "size"?, "mediaType"?, "role"?, "package"?}`` each; the export
+        checks every one is in ``store`` and records its size) and optionally ``checksum``
+        (``{"url", "algorithm", "text"}``: a checksum file ``nvkr mirror serve`` answers). By
+        default: the descriptor's ``uri`` (else ``name``) and the entry's one blob, served at no
+        URL (an offline build takes it from the store)."""
+        upstream = self.descriptor(name, entry).get("uri") or name
+        return {"upstream": upstream, "blobs": [{"digest": str(entry["digest"]), "urls": []}]}
+
+    def mirror_roots(self, url: str) -> list[str]:
+        """The URLs beside a blob's upstream ``url`` that ``nvkr mirror serve`` answers with an
+        empty JSON object, as the upstream does (an OCI registry's API version check,
+        ``/v2/``); none by default."""
+        return []
+
     def where(self, name: str, entry: Mapping[str, Any], debs: tuple[int, int] | None) -> str:
         """What a build's fetch line names the source by: its descriptor's ``uri`` (default),
         else ``name``; ``debs`` is :meth:`to_download`'s count, for a kind that has one."""

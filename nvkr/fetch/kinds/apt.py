@@ -89,3 +89,29 @@ class AptKind(SourceKind):
         locked = len(entry.get("packages") or [])
         missing, locked = debs if debs is not None else (locked, locked)
         return f"{missing} of {locked} .debs ({entry.get('arch')})"
+
+    def mirror_files(
+        self, store: Store, name: str, source: Any, entry: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """The package manifest, every .deb at its repository URL and the keyrings fetched by
+        URL and pinned by fingerprint (a path keyring stays a file of the repository or the
+        host)."""
+        from nvkr.recipe.sources import AptKeyring
+
+        blobs: list[dict[str, Any]] = [{"digest": entry["digest"], "urls": [], "role": "manifest"}]
+        for p in entry["packages"]:
+            blobs.append(
+                {
+                    "digest": p["sha256"],
+                    "size": p["size"],
+                    "urls": [p["url"]],
+                    "package": f"{p['name']} {p['version']} ({p['arch']})",
+                }
+            )
+        keyrings = entry.get("keyrings") or {}
+        for repo_name, repo in sorted(source.apt.items()):
+            if isinstance(repo.keyring, AptKeyring) and repo_name in keyrings:
+                blobs.append(
+                    {"digest": keyrings[repo_name], "urls": [repo.keyring.url], "role": "keyring"}
+                )
+        return {"upstream": sorted({r.url for r in source.apt.values()}), "blobs": blobs}

@@ -11,6 +11,7 @@ from nvkr.redact import redact_url
 
 if TYPE_CHECKING:
     from nvkr.fetch.context import FetchContext
+    from nvkr.store import Store
 
 
 class GitKind(SourceKind):
@@ -43,3 +44,10 @@ class GitKind(SourceKind):
         desc["uri"] = f"git+{url}@{commit}"
         desc["digest"]["gitCommit"] = commit
         return desc
+
+    def mirror_files(
+        self, store: Store, name: str, source: Any, entry: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """The tree's tar, served at no URL (a mirror is no git server)."""
+        upstream = f"{entry.get('url')}@{entry.get('commit')}"
+        return {"upstream": upstream, "blobs": [{"digest": entry["digest"], "urls": []}]}

@@ -11,6 +11,7 @@ from nvkr.redact import redact_urls
 
 if TYPE_CHECKING:
     from nvkr.fetch.context import FetchContext
+    from nvkr.store import Store
 
 
 class PypiKind(SourceKind):
@@ -49,3 +50,16 @@ class PypiKind(SourceKind):
 
     def version(self, entry: Mapping[str, Any]) -> str | None:
         return str(entry["version"])
+
+    def mirror_files(
+        self, store: Store, name: str, source: Any, entry: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """The wheel at the URL pip got it from; a member is no file of the index: served at
+        no URL."""
+        blob: dict[str, Any] = {"digest": entry["digest"], "urls": []}
+        if entry.get("member"):
+            blob["role"] = "member"  # the wheel's member, not the wheel: nothing to serve
+        elif entry.get("url"):
+            blob["urls"] = [entry["url"]]
+        upstream = f"{entry.get('name')}=={entry.get('version')} {entry.get('filename')}"
+        return {"upstream": upstream, "blobs": [blob]}

@@ -11,6 +11,7 @@ from nvkr.redact import redact_url
 
 if TYPE_CHECKING:
     from nvkr.fetch.context import FetchContext
+    from nvkr.store import Store
 
 
 class UrlKind(SourceKind):
@@ -43,3 +44,36 @@ class UrlKind(SourceKind):
         if "sha512" in entry:
             desc["digest"]["sha512"] = str(entry["sha512"]).split(":", 1)[1]
         return desc
+
+    def mirror_files(
+        self, store: Store, name: str, source: Any, entry: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """The file at its URL, and the checksum file the recipe names rebuilt from the lock."""
+        out: dict[str, Any] = {
+            "upstream": entry["url"],
+            "blobs": [
+                {"digest": entry["digest"], "size": entry.get("size"), "urls": [entry["url"]]}
+            ],
+        }
+        checksum = _checksum_file(source, entry)
+        if checksum is not None:
+            out["checksum"] = checksum
+        return out
+
+
+def _checksum_file(source: Any, entry: Mapping[str, Any]) -> dict[str, str] | None:
+    """The ``checksumUrl`` of a url source rebuilt from the lock: ``HASH  NAME\\n``."""
+    from nvkr.canonical import hex_of
+    from nvkr.fetch.checksums import algorithm_for
+    from nvkr.fetch.http import url_filename
+
+    url = getattr(source, "checksumUrl", None)
+    if not url:
+        return None
+    algo = algorithm_for(url, getattr(source, "checksumAlgorithm", None))
+    algo = algo or ("sha512" if "sha512" in entry else "sha256")
+    pinned = entry.get(algo) or (entry["digest"] if algo == "sha256" else None)
+    if not pinned:
+        return None
+    name = getattr(source, "filename", None) or url_filename(entry["url"])
+    return {"url": url, "algorithm": algo, "text": f"{hex_of(pinned)}  {name}\n"}

