@@ -1,6 +1,6 @@
 """``nvkr diff`` of two lockfiles: per common variant the source entries (spec and resolved
-identity), every .deb of an apt closure (added, removed, versions ordered as Debian orders them)
-and the tools.
+identity, as each entry's kind names it), every .deb of an apt closure (added, removed, versions
+ordered as Debian orders them) and the tools.
 """
 
 from __future__ import annotations
@@ -9,26 +9,13 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from nvkr.diff.report import Report, change_key
 from nvkr.errors import LockError, UsageError
+from nvkr.fetch.api import fetcher_for, known_kind
+from nvkr.fetch.table import SOURCE_TABLE
 from nvkr.lock import _differences
-
-#: Keys of a lock entry's ``resolved`` that identify what was fetched (sizes and per-blob
-#: lists follow from them).
-_IDENTITY: Final = (
-    "kind",
-    "url",
-    "ref",
-    "version",
-    "commit",
-    "filename",
-    "member",
-    "arch",
-    "digest",
-    "keyrings",
-)
 
 
 # -- lockfiles --------------------------------------------------------------------------------
@@ -76,14 +63,33 @@ def _by_variant(doc: Mapping[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
     return dict(sorted(out.items()))
 
 
+def _identity(resolved: Mapping[str, Any]) -> tuple[str, ...]:
+    """The members of ``resolved`` that identify what was fetched: its kind's
+    :attr:`~nvkr.fetch.kind.SourceKind.identity` (of a kind this nvkr does not know, every
+    member that identifies an entry of any kind it knows)."""
+    kind = known_kind(resolved.get("kind"))
+    if kind is not None:
+        return kind.identity
+    every = (fetcher_for(line.kind).identity for line in SOURCE_TABLE)
+    return tuple(dict.fromkeys(k for identity in every for k in identity))
+
+
+def _debs(resolved: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """The Debian packages ``resolved`` pins (its kind's :meth:`~nvkr.fetch.kind.SourceKind.debs`),
+    None for a kind that pins none or this nvkr does not know."""
+    kind = known_kind(resolved.get("kind"))
+    return kind.debs(resolved) if kind is not None else None
+
+
 def _identities(
     old: Mapping[str, Any], new: Mapping[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The identity keys of two entries' ``resolved``, less those that only repeat the spec on
-    both sides (a url's URL, a wheel's version, a commit: the spec's lines say it already)."""
+    """The identity keys of two entries' ``resolved`` (their kinds' :func:`_identity`), less
+    those that only repeat the spec on both sides (a url's URL, a wheel's version, a commit: the
+    spec's lines say it already)."""
     keys = [
         k
-        for k in _IDENTITY
+        for k in dict.fromkeys(_identity(old["resolved"]) + _identity(new["resolved"]))
         if not all(e["resolved"].get(k) == e["spec"].get(k) for e in (old, new))
     ]
     ra, rb = old["resolved"], new["resolved"]
@@ -108,10 +114,9 @@ def diff_lockfiles(report: Report, a: Path, b: Path) -> None:
             lines = _differences(sa["spec"], sb["spec"], name)
             lines += _differences(ia, ib, f"{name}.resolved")
             report.change("sources", name, "changed", lines, vid)
-            if ra.get("kind") == rb.get("kind") == "apt":
-                package_changes(
-                    report, name, _debs(ra.get("packages", [])), _debs(rb.get("packages", [])), vid
-                )
+            debs_a, debs_b = _debs(ra), _debs(rb)
+            if debs_a is not None and debs_b is not None:
+                package_changes(report, name, _by_name(debs_a), _by_name(debs_b), vid)
     report.compare("tools", da.get("tools") or {}, db.get("tools") or {}, None)
 
 
@@ -122,7 +127,7 @@ class Package:
     debian: bool
 
 
-def _debs(packages: Iterable[Mapping[str, Any]]) -> dict[str, Package]:
+def _by_name(packages: Iterable[Mapping[str, Any]]) -> dict[str, Package]:
     """The .debs of an apt lock entry by name (``name:arch`` where a name repeats)."""
     items = list(packages)
     names = Counter(p["name"] for p in items)

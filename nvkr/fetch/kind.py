@@ -29,6 +29,9 @@ class SourceKind:
     #: the repository's own files (a path source): hashed afresh on every run, so the lockfile
     #: pins no digest for it, a build never reports fetching it and a mirror export leaves it out
     local: bool = False
+    #: the members of its lock entry that identify what was fetched (``nvkr diff`` of two
+    #: lockfiles names a change of these; sizes and per-blob lists follow from them)
+    identity: tuple[str, ...] = ("kind", "digest")
 
     def resolve(
         self, name: str, source: Any, ctx: FetchContext, *, base_dir: Path

@@ -19,6 +19,7 @@ MANIFEST_MEDIA_TYPE = "application/vnd.nvkr.apt-manifest.v1+json"
 
 class AptKind(SourceKind):
     kind = "apt"
+    identity = ("kind", "arch", "digest", "keyrings")
 
     def resolve(
         self, name: str, source: Any, ctx: FetchContext, *, base_dir: Path

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 class GitKind(SourceKind):
     kind = "git"
+    identity = ("kind", "url", "commit", "digest")
 
     def resolve(
         self, name: str, source: Any, ctx: FetchContext, *, base_dir: Path

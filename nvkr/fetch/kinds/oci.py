@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 class OciKind(SourceKind):
     kind = "oci"
+    identity = ("kind", "ref", "digest")
 
     def resolve(
         self, name: str, source: Any, ctx: FetchContext, *, base_dir: Path

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 class PypiKind(SourceKind):
     kind = "pypi"
+    identity = ("kind", "url", "version", "filename", "member", "digest")
 
     def resolve(
         self, name: str, source: Any, ctx: FetchContext, *, base_dir: Path

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 class UrlKind(SourceKind):
     kind = "url"
+    identity = ("kind", "url", "digest")
 
     def resolve(
         self, name: str, source: Any, ctx: FetchContext, *, base_dir: Path

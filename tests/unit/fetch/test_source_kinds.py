@@ -12,6 +12,7 @@ import pytest
 from nvkr.action import ResolvedSource
 from nvkr.errors import LockError
 from nvkr.fetch.api import descriptors, entry_blobs, fetcher_for
+from nvkr.fetch.table import SOURCE_TABLE
 from nvkr.recipe.sources import AptSource
 from nvkr.store import Store
 
@@ -142,3 +143,20 @@ def test_a_mirror_answers_a_registrys_api_check_beside_its_blobs() -> None:
     assert oci.mirror_roots(f"https://r.example/v2/base/blobs/{H}") == ["https://r.example/v2/"]
     assert oci.mirror_roots("https://dl.example/kubelet") == []
     assert fetcher_for("url").mirror_roots("https://r.example/v2/x") == []
+
+
+def test_what_identifies_an_entry_of_each_kind_for_nvkr_diff() -> None:
+    identity = {line.kind: fetcher_for(line.kind).identity for line in SOURCE_TABLE}
+    assert identity == {
+        "url": ("kind", "url", "digest"),
+        "git": ("kind", "url", "commit", "digest"),
+        "pypi": ("kind", "url", "version", "filename", "member", "digest"),
+        "path": ("kind", "digest"),
+        "oci": ("kind", "ref", "digest"),
+        "apt": ("kind", "arch", "digest", "keyrings"),
+    }
+    # an entry holds no member that identifies entries of another kind but not its own
+    for name, entry in ENTRIES.items():
+        assert set(entry) & {k for ids in identity.values() for k in ids} <= set(
+            identity[entry["kind"]]
+        ), name
