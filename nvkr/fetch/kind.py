@@ -32,6 +32,10 @@ class SourceKind:
     #: the members of its lock entry that identify what was fetched (``nvkr diff`` of two
     #: lockfiles names a change of these; sizes and per-blob lists follow from them)
     identity: tuple[str, ...] = ("kind", "digest")
+    #: its ``nvkr lock --update`` hook, an :class:`nvkr.update.hooks.UpdateHook` as
+    #: ``module:Class`` (imported only by ``lock --update``); None: the kind has no upstream
+    #: listing, and ``lock --update`` leaves its sources alone with a note
+    update: str | None = None
 
     def resolve(
         self, name: str, source: Any, ctx: FetchContext, *, base_dir: Path

@@ -13,7 +13,9 @@ locks that recipe and only then writes the files (:func:`write_atomically`): a f
 leaves every file as it was.
 
 The request and the pins are :mod:`nvkr.update.pins`', the targets and edits
-:mod:`nvkr.update.targets`', the plan :mod:`nvkr.update.planner`'s. Versions are ordered only by
+:mod:`nvkr.update.targets`', the plan :mod:`nvkr.update.planner`'s; what each source kind adds is
+its hook's (:mod:`nvkr.update.hooks`, named by the kind's
+:class:`~nvkr.fetch.kind.SourceKind`; the built-in kinds' are :mod:`nvkr.update.kinds`). Versions are ordered only by
 :mod:`nvkr.catalog.versions` and :mod:`nvkr.catalog.constraints`.
 """
 

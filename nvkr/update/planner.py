@@ -13,17 +13,10 @@ from nvkr.errors import NvkrError, RecipeError, UsageError
 from nvkr.fetch.context import FetchContext
 from nvkr.recipe.loader import LoadedRecipe, load_recipe
 from nvkr.recipe.matrix import Variant, expand
-from nvkr.recipe.sources import PypiSource, UrlSource
 from nvkr.update.edit import Edit
-from nvkr.update.pins import Change, Pin, UpdatePlan, UpdateRequest, collect_pins, selection
-from nvkr.update.targets import (
-    Listings,
-    apply_to_files,
-    choose_target,
-    pin_value,
-    pypi_edits,
-    url_digest_edits,
-)
+from nvkr.update.hooks import UpdateHook, collect_pins, hook_of, pin_value, selection
+from nvkr.update.pins import Change, Pin, UpdatePlan, UpdateRequest
+from nvkr.update.targets import Listings, apply_to_files, choose_target
 
 
 # -- the whole plan ----------------------------------------------------------------------------
@@ -63,8 +56,8 @@ def plan_update(
             continue
         moved.append((pin, new))
         version_edits.append(Edit(pin.location, pin.what, pin.current, new))
-        if any(isinstance(u.variant.recipe.sources[u.source], PypiSource) for u in pin.uses):
-            version_edits += pypi_edits(pin, new, listings)
+        for hook in _hooks(pin):  # what follows the version in each kind's sources
+            version_edits += hook.version_edits(pin, new, listings)
         plan.changes.append(
             Change(
                 sources=tuple(dict.fromkeys(u.source for u in pin.uses)),
@@ -78,19 +71,28 @@ def plan_update(
         return plan
     files = apply_to_files({}, plan.originals, version_edits)
     first = _load(loaded.path, files)
-    url_sources = {
-        (u.variant.id, u.source)
-        for pin, _ in moved
-        for u in pin.uses
-        if isinstance(u.variant.recipe.sources[u.source], UrlSource)
-    }
-    digest_edits = url_digest_edits(ctx, expand(first, None), url_sources)
+    moved_by_hook: dict[UpdateHook, set[tuple[str, str]]] = {}
+    for pin, _ in moved:
+        for u in pin.uses:
+            use_hook = hook_of(u.variant.recipe.sources[u.source])
+            if use_hook is not None:
+                moved_by_hook.setdefault(use_hook, set()).add((u.variant.id, u.source))
+    edited = expand(first, None)
+    digest_edits = [
+        edit for hook, ms in moved_by_hook.items() for edit in hook.moved_edits(ctx, edited, ms)
+    ]
     files = apply_to_files(files, plan.originals, digest_edits)
     plan.edits = version_edits + digest_edits
     plan.files = files
     plan.loaded = _load(loaded.path, files) if digest_edits else first
     _check(plan.loaded, moved)
     return plan
+
+
+def _hooks(pin: Pin) -> list[UpdateHook]:
+    """The hooks of the kinds of the sources using ``pin``, once each, in their order."""
+    hooks = (hook_of(u.variant.recipe.sources[u.source]) for u in pin.uses)
+    return list(dict.fromkeys(h for h in hooks if h is not None))
 
 
 def _package_label(pin: Pin) -> str | None:

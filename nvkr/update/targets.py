@@ -25,7 +25,7 @@ from nvkr.fetch.checksums import parse_checksum_file
 from nvkr.fetch.context import FetchContext
 from nvkr.fetch.http import fetch_text, url_filename
 from nvkr.recipe.matrix import Variant
-from nvkr.recipe.sources import AptSource, PypiSource, UrlSource
+from nvkr.recipe.sources import PypiSource, UrlSource
 from nvkr.recipe.yamlsource import Location
 from nvkr.update.edit import Edit, apply_edits
 from nvkr.update.pins import DIGESTS, AptQuery, Collector, Pin, PinUse, UpdateRequest
@@ -259,12 +259,3 @@ def apply_to_files(
                 raise RecipeError(f"{path}: cannot read: {e.strerror or e}") from None
         out[path] = apply_edits(out[path], its, path)
     return out
-
-
-def pin_value(variant: Variant, pin: Pin, use: PinUse) -> str | None:
-    if pin.what.startswith("vars."):
-        return variant.recipe.vars.get(pin.what[len("vars.") :])
-    source = variant.recipe.sources.get(use.source)
-    if isinstance(source, AptSource):
-        return source.packages.get(use.package or "")
-    return getattr(source, "version", None)

@@ -19,6 +19,7 @@ MANIFEST_MEDIA_TYPE = "application/vnd.nvkr.apt-manifest.v1+json"
 
 class AptKind(SourceKind):
     kind = "apt"
+    update = "nvkr.update.kinds:AptUpdate"
     identity = ("kind", "arch", "digest", "keyrings")
 
     def resolve(

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 class PypiKind(SourceKind):
     kind = "pypi"
+    update = "nvkr.update.kinds:PypiUpdate"
     identity = ("kind", "url", "version", "filename", "member", "digest")
 
     def resolve(

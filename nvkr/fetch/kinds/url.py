@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 class UrlKind(SourceKind):
     kind = "url"
+    update = "nvkr.update.kinds:UrlUpdate"
     identity = ("kind", "url", "digest")
 
     def resolve(

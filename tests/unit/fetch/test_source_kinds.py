@@ -160,3 +160,14 @@ def test_what_identifies_an_entry_of_each_kind_for_nvkr_diff() -> None:
         assert set(entry) & {k for ids in identity.values() for k in ids} <= set(
             identity[entry["kind"]]
         ), name
+
+
+def test_the_kinds_with_a_lock_update_hook() -> None:
+    from nvkr.update.hooks import UpdateHook, hook_of
+
+    hooks = {line.kind: hook_of(line.model.model_construct()) for line in SOURCE_TABLE}
+    assert {k for k, hook in hooks.items() if hook is not None} == {"url", "pypi", "apt"}
+    assert all(isinstance(h, UpdateHook) for h in hooks.values() if h is not None)
+    apt = AptSource.model_construct(packages={"b": "1", "a": "2"})
+    assert hooks["apt"] is not None and hooks["apt"].packages(apt) == ["a", "b"]
+    assert hooks["url"] is not None and hooks["url"].packages(apt) is None
