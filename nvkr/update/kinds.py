@@ -10,13 +10,17 @@ import json
 from pathlib import Path
 from typing import Any
 
+from nvkr.errors import FetchError
+from nvkr.fetch.checksums import parse_checksum_file
 from nvkr.fetch.context import FetchContext
+from nvkr.fetch.http import fetch_text, url_filename
 from nvkr.recipe.matrix import Variant
+from nvkr.recipe.sources import PypiSource, UrlSource
 from nvkr.update.edit import Edit
 from nvkr.update.hooks import UpdateHook
-from nvkr.update.pins import VAR_REF, AptQuery, Collector, Pin, PinUse, value_location
-from nvkr.update.targets import Listings, pypi_edits, url_digest_edits
-from nvkr.update.upstreams import pypi_upstream, url_upstream
+from nvkr.update.pins import DIGESTS, VAR_REF, AptQuery, Collector, Pin, PinUse, value_location
+from nvkr.update.targets import Listings, digest_location
+from nvkr.update.upstreams import pypi_upstream, pypi_wheel, url_upstream
 
 
 class UrlUpdate(UpdateHook):
@@ -52,7 +56,39 @@ class UrlUpdate(UpdateHook):
     def moved_edits(
         self, ctx: FetchContext, variants: list[Variant], moved: set[tuple[str, str]]
     ) -> list[Edit]:
-        return url_digest_edits(ctx, variants, moved)
+        """The inline sha256/sha512 of each moved url source, from the checksum file published
+        next to its new URL (``<url>.sha256``)."""
+        edits: list[Edit] = []
+        for variant in variants:
+            for vid, name in sorted(moved):
+                if vid != variant.id:
+                    continue
+                source = variant.recipe.sources.get(name)
+                if not isinstance(source, UrlSource):
+                    continue
+                for algo in DIGESTS:
+                    pinned = getattr(source, algo)
+                    if pinned is None:
+                        continue
+                    loc, what = digest_location(variant, name, algo, pinned)
+                    url = f"{source.url}.{algo}"
+                    try:
+                        text = fetch_text(
+                            ctx.mirrors.rewrite(url),
+                            what=f"source {name!r}: checksum file",
+                            origin=url,
+                        )
+                        _, hexdigest = parse_checksum_file(
+                            text, source.filename or url_filename(source.url), algo, url=url
+                        )
+                    except FetchError as e:
+                        raise FetchError(
+                            f"source {name!r} pins its {algo} inline; the new version's is read "
+                            f"from the checksum file beside it, which failed: {e.message}",
+                            hint=f"replace the inline {algo} with a checksumUrl, or pin it by hand",
+                        ) from e
+                    edits.append(Edit(loc, what, loc.text, hexdigest))
+        return edits
 
 
 class PypiUpdate(UpdateHook):
@@ -81,7 +117,35 @@ class PypiUpdate(UpdateHook):
         pins.add(found[0], found[1], "upstream", PinUse(name, variant, upstream))
 
     def version_edits(self, pin: Pin, new: str, listings: Listings) -> list[Edit]:
-        return pypi_edits(pin, new, listings)
+        """The wheel's ``sha256`` (PyPI's for the file matching the pinned one) and a ``member``
+        naming the old version's ``.data`` directory."""
+        edits: list[Edit] = []
+        for use in pin.uses:
+            source = use.variant.recipe.sources[use.source]
+            assert isinstance(source, PypiSource)
+            up = use.upstream
+            releases = listings.pypi.get(getattr(up, "json_url", ""), {})
+            wheel = pypi_wheel(releases, pin.current, new, source.sha256)
+            if wheel is None:
+                raise FetchError(
+                    f"source {use.source!r} ({use.variant.id}): PyPI lists no wheel of "
+                    f"{source.pypi} {new} matching the pinned one of {pin.current} "
+                    f"(sha256 {source.sha256[:12]}…, platform {source.platform or 'any'})",
+                    hint="pin it by hand (version and sha256), then run `nvkr lock`",
+                )
+            loc, what = digest_location(use.variant, use.source, "sha256", source.sha256)
+            edits.append(Edit(loc, what, loc.text, wheel[1]))
+            member = use.variant.locations.get(("sources", use.source, "member"))
+            if member is not None and f"-{pin.current}.data/" in member.text:
+                edits.append(
+                    Edit(
+                        member,
+                        f"sources.{use.source}.member",
+                        member.text,
+                        member.text.replace(f"-{pin.current}.data/", f"-{new}.data/"),
+                    )
+                )
+        return edits
 
 
 class AptUpdate(UpdateHook):

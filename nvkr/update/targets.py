@@ -1,9 +1,9 @@
 """What each pin moves to and the edits that follow: the upstream listings fetched once
 (:mod:`nvkr.update.upstreams`), the target chosen (newest release in the pin's own
 ``MAJOR.MINOR`` line for SemVer upstreams, newest package for apt, never a pre-release without
-``pre``, exactly ``to`` when given), then the version edits and those it drags along (a pypi
-wheel's ``sha256`` and ``member``, a url source's inline digest from the checksum file next to
-the new URL).
+``pre``, exactly ``to`` when given), and applying the edits; the edits a version drags along (a
+pypi wheel's ``sha256`` and ``member``, a url source's inline digest from the checksum file next
+to the new URL) are the kinds' hooks' (:mod:`nvkr.update.kinds`), through :func:`digest_location`.
 """
 
 from __future__ import annotations
@@ -20,15 +20,12 @@ from nvkr.catalog.versions import (
     parse_debian,
     parse_upstream,
 )
-from nvkr.errors import FetchError, RecipeError, UsageError
-from nvkr.fetch.checksums import parse_checksum_file
+from nvkr.errors import RecipeError, UsageError
 from nvkr.fetch.context import FetchContext
-from nvkr.fetch.http import fetch_text, url_filename
 from nvkr.recipe.matrix import Variant
-from nvkr.recipe.sources import PypiSource, UrlSource
 from nvkr.recipe.yamlsource import Location
 from nvkr.update.edit import Edit, apply_edits
-from nvkr.update.pins import DIGESTS, AptQuery, Collector, Pin, PinUse, UpdateRequest
+from nvkr.update.pins import AptQuery, Collector, Pin, PinUse, UpdateRequest
 from nvkr.update.upstreams import (
     Candidate,
     GithubRepo,
@@ -39,7 +36,6 @@ from nvkr.update.upstreams import (
     pypi_candidates,
     pypi_releases,
     pypi_semver,
-    pypi_wheel,
 )
 
 
@@ -155,7 +151,7 @@ def _newest(kind: Kind, cands: list[Candidate]) -> list[str]:
     return texts or ["(none)"]
 
 
-def _digest_location(variant: Variant, name: str, algo: str, value: str) -> tuple[Location, str]:
+def digest_location(variant: Variant, name: str, algo: str, value: str) -> tuple[Location, str]:
     """Where a source's digest is written: the field itself, or the var its template reads
     (``sha256: "{{ vars['kubelet-' ~ arch ~ '-sha256'] }}"``: the one var holding that digest).
 
@@ -175,73 +171,6 @@ def _digest_location(variant: Variant, name: str, algo: str, value: str) -> tupl
             hint="write the digest as a plain value (or a var), or update it by hand",
         )
     return var_loc, f"vars.{holders[0]}"
-
-
-# -- the edits that follow a version ---------------------------------------------------------------
-def pypi_edits(pin: Pin, new: str, listings: Listings) -> list[Edit]:
-    edits: list[Edit] = []
-    for use in pin.uses:
-        source = use.variant.recipe.sources[use.source]
-        assert isinstance(source, PypiSource)
-        up = use.upstream
-        releases = listings.pypi.get(getattr(up, "json_url", ""), {})
-        wheel = pypi_wheel(releases, pin.current, new, source.sha256)
-        if wheel is None:
-            raise FetchError(
-                f"source {use.source!r} ({use.variant.id}): PyPI lists no wheel of "
-                f"{source.pypi} {new} matching the pinned one of {pin.current} "
-                f"(sha256 {source.sha256[:12]}…, platform {source.platform or 'any'})",
-                hint="pin it by hand (version and sha256), then run `nvkr lock`",
-            )
-        loc, what = _digest_location(use.variant, use.source, "sha256", source.sha256)
-        edits.append(Edit(loc, what, loc.text, wheel[1]))
-        member = use.variant.locations.get(("sources", use.source, "member"))
-        if member is not None and f"-{pin.current}.data/" in member.text:
-            edits.append(
-                Edit(
-                    member,
-                    f"sources.{use.source}.member",
-                    member.text,
-                    member.text.replace(f"-{pin.current}.data/", f"-{new}.data/"),
-                )
-            )
-    return edits
-
-
-def url_digest_edits(
-    ctx: FetchContext, variants: list[Variant], moved: set[tuple[str, str]]
-) -> list[Edit]:
-    """The inline sha256/sha512 of each moved url source (``moved``: (variant id, source)),
-    from the checksum file published next to its new URL (``<url>.sha256``)."""
-    edits: list[Edit] = []
-    for variant in variants:
-        for vid, name in sorted(moved):
-            if vid != variant.id:
-                continue
-            source = variant.recipe.sources.get(name)
-            if not isinstance(source, UrlSource):
-                continue
-            for algo in DIGESTS:
-                pinned = getattr(source, algo)
-                if pinned is None:
-                    continue
-                loc, what = _digest_location(variant, name, algo, pinned)
-                url = f"{source.url}.{algo}"
-                try:
-                    text = fetch_text(
-                        ctx.mirrors.rewrite(url), what=f"source {name!r}: checksum file", origin=url
-                    )
-                    _, hexdigest = parse_checksum_file(
-                        text, source.filename or url_filename(source.url), algo, url=url
-                    )
-                except FetchError as e:
-                    raise FetchError(
-                        f"source {name!r} pins its {algo} inline; the new version's is read "
-                        f"from the checksum file beside it, which failed: {e.message}",
-                        hint=f"replace the inline {algo} with a checksumUrl, or pin it by hand",
-                    ) from e
-                edits.append(Edit(loc, what, loc.text, hexdigest))
-    return edits
 
 
 def apply_to_files(
