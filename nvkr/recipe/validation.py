@@ -244,7 +244,8 @@ def _line(model: type[BaseModel], error: ErrorDetails, locations: LocationMap) -
             else f"got {describe_value(value, location)}"
         )
         return (
-            f"{where(locations, path)}: a source needs one of the keys url, git, pypi or path ({keys})",
+            f"{where(locations, path)}: a source needs one of the keys {models.one_of_keys()} "
+            f"({keys})",
             False,
         )
     if kind == "value_error":

@@ -127,7 +127,7 @@ def test_source_without_kind_says_which_keys(write: WriteFile) -> None:
     path = write("r.yaml", MINIMAL.replace("  app: {path: app}", "  app: {dir: app}"))
     assert (
         _error(path)
-        == f"{path}:9: sources.app: a source needs one of the keys url, git, pypi or path (got keys: dir)"
+        == f"{path}:9: sources.app: a source needs one of the keys url, git, pypi, path, oci or apt (got keys: dir)"
     )
 
 
