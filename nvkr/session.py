@@ -160,6 +160,7 @@ def make_session_plan(
             :func:`nvkr.repro.source_date_epoch` says (``$SOURCE_DATE_EPOCH``, the recipe's, the
             newest git commit time).
     """
+    from nvkr.fetch.api import fetcher_for
     from nvkr.lock import lock_digest
     from nvkr.plan import make_plan, project_root, recorded_path
     from nvkr.repro import source_date_epoch
@@ -168,9 +169,10 @@ def make_session_plan(
     check_contents(session, note=note)
     doc = session.resolver.document()
     if epoch is None:
-        commit_times = [
-            e["resolved"]["commitTime"] for e in doc["sources"] if "commitTime" in e["resolved"]
-        ]
+        made = (
+            fetcher_for(e["resolved"]["kind"]).commit_time(e["resolved"]) for e in doc["sources"]
+        )
+        commit_times = [time for time in made if time is not None]
         epoch = source_date_epoch(
             session.loaded.recipe.epoch, fallback=max(commit_times) if commit_times else None
         )

@@ -85,6 +85,12 @@ class SourceKind:
         name a toolchain source by; None (default) for a kind pinned otherwise."""
         return None
 
+    def commit_time(self, entry: Mapping[str, Any]) -> int | None:
+        """When the entry's content was made upstream, in seconds since 1970 (a git commit's
+        committer time): the newest of a recipe's is ``SOURCE_DATE_EPOCH`` when the recipe sets
+        no epoch; None (default) for a kind that records none."""
+        return None
+
     def to_download(
         self, entry: Mapping[str, Any], store: Store
     ) -> tuple[tuple[int, int] | None, int | None]:

@@ -52,3 +52,8 @@ class GitKind(SourceKind):
         """The tree's tar, served at no URL (a mirror is no git server)."""
         upstream = f"{entry.get('url')}@{entry.get('commit')}"
         return {"upstream": upstream, "blobs": [{"digest": entry["digest"], "urls": []}]}
+
+    def commit_time(self, entry: Mapping[str, Any]) -> int | None:
+        """The commit's committer time."""
+        time = entry.get("commitTime")
+        return time if isinstance(time, int) else None

@@ -171,3 +171,8 @@ def test_the_kinds_with_a_lock_update_hook() -> None:
     apt = AptSource.model_construct(packages={"b": "1", "a": "2"})
     assert hooks["apt"] is not None and hooks["apt"].packages(apt) == ["a", "b"]
     assert hooks["url"] is not None and hooks["url"].packages(apt) is None
+
+
+def test_only_a_git_entry_says_when_its_content_was_made() -> None:
+    assert fetcher_for("git").commit_time(ENTRIES["repo"]) == 1
+    assert [n for n, e in ENTRIES.items() if fetcher_for(e["kind"]).commit_time(e)] == ["repo"]
