@@ -57,7 +57,6 @@ from nvkr.builders.rootfs.debs import decompress_data_member
 from nvkr.builders.rootfs.params import AptRepositoryParams, RootfsParams
 from nvkr.canonical import sha256_bytes
 from nvkr.errors import IntegrityError, ToolError
-from nvkr.fetch.apt import file_sha256, keyring_path, read_manifest
 from nvkr.hosttools import package_version
 from nvkr.monitor.tools import mmdebstrap_lines
 from nvkr.recipe.matrix import Variant
@@ -199,6 +198,8 @@ class RootfsBuilder(Builder[RootfsArtifact]):
         return RootfsParams.model_validate(action.params).arch
 
     def run(self, ctx: ActionContext) -> None:
+        from nvkr.fetch.apt import file_sha256, read_manifest  # the apt fetcher: at run time
+
         p = RootfsParams.model_validate(ctx.action.params)
         check_can_run(p.arch)
         manifest = read_manifest(ctx.input_path("packages").read_bytes())
@@ -315,6 +316,8 @@ class RootfsBuilder(Builder[RootfsArtifact]):
 
     def _overlay(self, ctx: ActionContext) -> Path:
         """Files the customize hook copies over the tree: apt sources + keyrings, host names."""
+        from nvkr.fetch.apt import file_sha256, keyring_path
+
         p = RootfsParams.model_validate(ctx.action.params)
         src = ctx.action.sources["packages"]
         spec = src.spec
