@@ -1,0 +1,13 @@
+"""The ``note`` source's recipe model: a source named by its ``note`` key."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from nvkr.recipe.base import Strict
+
+
+class NoteSource(Strict):
+    """A text written in the recipe, stored as the source's bytes (UTF-8)."""
+
+    note: str = Field(description="Required. the text")
