@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from nvkr.errors import UsageError
 from nvkr.monitor.events import CacheEvent, Note, Result, StoreNotice, Transfer
 from nvkr.oci.access import RegistryAccess
+from nvkr.quantities import plural as _n
 
 if TYPE_CHECKING:
     from nvkr.cache.push import PushSummary
@@ -133,10 +134,6 @@ def prepare_cache(
             "trusted signature; whoever can push there decides what this build uses"
         }))  # fmt: skip
     return settings
-
-
-def _n(count: int, noun: str) -> str:
-    return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
 def build(session: Session, options: BuildOptions, monitor: Monitor) -> BuildOutcome:

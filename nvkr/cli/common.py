@@ -118,18 +118,20 @@ class CacheArgs:
 
     def settings(self, config: Path | None) -> CacheSettings:
         """The settings these options, the environment and ``config`` (None: the user's config
-        file) give (:func:`nvkr.cache.settings.resolve_settings`).
+        file, :func:`nvkr.fetch.mirrors.default_config_path`) give
+        (:func:`nvkr.cache.settings.resolve_settings`).
 
         Raises:
             UsageError: as resolve_settings does.
         """
         from nvkr.cache.settings import resolve_settings
+        from nvkr.fetch.mirrors import default_config_path
 
         return resolve_settings(
             cache_from=self.cache_from, cache_to=self.cache_to, mode=self.cache_mode,
             salt=self.cache_salt, sign_key=self.cache_sign_key, trust=self.cache_trust,
             trust_unsigned=self.cache_trust_unsigned,
-            config=config if config is not None else Path.home() / ".config" / "nvkr" / "config.yaml",
+            config=config if config is not None else default_config_path(),
         )  # fmt: skip
 
 

@@ -10,6 +10,7 @@ entry holds more than one blob.
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from nvkr.store import Store
 
 
-class SourceKind:
+class SourceKind(abc.ABC):
     """One source kind: its lock-time and build-time halves and what the rest of nvkr reads
     from its lock entries (the ``resolved`` member of a lockfile source, JSON, holding
     ``"kind"`` and ``"digest"``)."""
@@ -37,13 +38,14 @@ class SourceKind:
     #: listing, and ``lock --update`` leaves its sources alone with a note
     update: str | None = None
 
+    @abc.abstractmethod
     def resolve(
         self, name: str, source: Any, ctx: FetchContext, *, base_dir: Path
     ) -> dict[str, Any]:
         """Lock time: fetch ``source`` (or use the store), verify it against its pin and return
         its lock entry (see :func:`nvkr.fetch.api.resolve`)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def ensure(
         self,
         name: str,
@@ -55,7 +57,6 @@ class SourceKind:
     ) -> str:
         """Build time: make the store hold what ``resolved`` describes and return its digest
         (see :func:`nvkr.fetch.api.ensure`)."""
-        raise NotImplementedError
 
     def blobs(self, entry: Mapping[str, Any]) -> list[str]:
         """Every blob digest the entry's content is stored as: its own (default), and for a kind

@@ -10,6 +10,7 @@ sources are left alone with a note. :func:`hook_of` finds a source's hook.
 
 from __future__ import annotations
 
+import abc
 import importlib
 from pathlib import Path
 from typing import Any
@@ -24,10 +25,11 @@ from nvkr.update.pins import Collector, Pin, PinUse, UpdateRequest
 from nvkr.update.targets import Listings
 
 
-class UpdateHook:
+class UpdateHook(abc.ABC):
     """What ``lock --update`` asks of a source kind with an upstream listing. A subclass
     implements :meth:`collect`; the rest default to a kind pinned by one version."""
 
+    @abc.abstractmethod
     def collect(
         self,
         pins: Collector,
@@ -40,7 +42,6 @@ class UpdateHook:
         """Add each place ``variant``'s source ``name`` writes a version to ``pins``
         (:meth:`Collector.add`), or leave it alone with a note (:meth:`Collector.skip`).
         ``packages``: those the request names (``--update NAME:PACKAGE``), None for all."""
-        raise NotImplementedError
 
     def packages(self, source: Any) -> list[str] | None:
         """The packages ``source`` pins one by one, which ``--update NAME:PACKAGE`` names;
