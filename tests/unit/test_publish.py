@@ -339,6 +339,7 @@ def complete(registry: Registry, repo: str, layout: Path) -> None:
             assert client.blob_exists(repo, blob.digest), blob
 
 
+@pytest.mark.slow  # seconds: out of the fast tier (pyproject's markers)
 def test_killed_at_any_request_the_tag_is_old_or_absent_and_a_rerun_completes(registry, sets):
     a, b = sets["a"], sets["b"]
     # how many requests a publish of b over a takes

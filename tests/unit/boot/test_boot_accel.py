@@ -45,6 +45,7 @@ def _boot(image: Path, events: list[BootStart | BootStall] | None = None, **kw: 
     return boot.boot_test(image, **args)
 
 
+@pytest.mark.slow  # seconds: out of the fast tier (pyproject's markers)
 def test_a_kvm_guest_silent_after_the_firmware_is_booted_again_under_tcg(
     image, tmp_path, kvm_host, monkeypatch
 ):
@@ -107,6 +108,7 @@ def test_no_console_output_at_all_counts_as_a_stall(image, tmp_path, kvm_host, m
     assert e.value.message.endswith("last console lines:\n(none)")
 
 
+@pytest.mark.slow  # seconds: out of the fast tier (pyproject's markers)
 def test_a_kvm_guest_whose_kernel_has_spoken_is_not_cut_short(
     image, tmp_path, kvm_host, monkeypatch
 ):
@@ -117,6 +119,7 @@ def test_a_kvm_guest_whose_kernel_has_spoken_is_not_cut_short(
     assert accels(fake) == ["kvm"]
 
 
+@pytest.mark.slow  # seconds: out of the fast tier (pyproject's markers)
 def test_tcg_never_runs_kvm_and_is_never_cut_short(image, tmp_path, kvm_host, monkeypatch):
     script = {"kvm": [*FIRMWARE, *KERNEL, *READY], "tcg": [("sleep", STALL + 1.5), *READY]}
     fake = _use(monkeypatch, fake_qemu(tmp_path / "q", script))
@@ -136,6 +139,7 @@ def test_after_a_stall_the_process_boots_under_tcg_at_once(image, tmp_path, kvm_
     assert isinstance(start, BootStart) and "stalled" in start.why
 
 
+@pytest.mark.slow  # seconds: out of the fast tier (pyproject's markers)
 def test_a_stall_holds_for_later_processes_until_the_host_reboots(
     image, tmp_path, kvm_host, monkeypatch
 ):

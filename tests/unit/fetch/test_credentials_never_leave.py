@@ -58,6 +58,7 @@ def _leaks(root: Path, secrets: list[bytes], skip: Path) -> list[str]:
     return found
 
 
+@pytest.mark.slow  # seconds: out of the fast tier (pyproject's markers)
 @pytest.mark.parametrize(
     "password",
     ["s3cr3t-Pa55word", "p%40ss%3Aw0rd%2Fx%25"],  # the second decodes to p@ss:w0rd/x%
@@ -109,6 +110,7 @@ def test_a_password_in_a_url_is_written_nowhere(tmp_path, http_server, password)
     assert USER + "@" not in lock
 
 
+@pytest.mark.slow  # seconds: out of the fast tier (pyproject's markers)
 def test_a_rotated_password_moves_no_digest(tmp_path, http_server):
     """The recipe digest (the lockfile's checksum, provenance's externalParameters) is taken
     with every URL's user info stripped: a new password is neither a drift for ``--locked``
