@@ -1,12 +1,14 @@
-"""A node image that boots by itself under QEMU/TCG: OVMF on a disk of its own size (nothing to
-grow), SeaBIOS on a larger disk (growroot grows the root partition and file system), two boots at
-once. The image is the session's default build's hopper amd64 one (the node-image builder's
-:func:`nvkr.disk.assemble_disk` of the default root filesystem). Prints the time of every step
-(run with ``-s`` to see them).
+"""A node image that boots by itself under QEMU/TCG, in one boot: OVMF, on a disk larger than the
+image (growroot grows the root partition and file system), to the node agent's readiness line
+and labels. The image is the session's default build's blackwell amd64 one (the node-image
+builder's :func:`nvkr.disk.assemble_disk` of the default amd64 root filesystem). SeaBIOS boots
+amd64 images in the catalog leaf's Cluster API boots (tests/integration/test_catalog_leaf.py:
+a config drive, NoCloud), hopper's arm64 image boots through the CLI in
+tests/integration/test_node_image.py. Prints the time of every step (run with ``-s``).
 
 Set ``NVKR_TEST_ROOTFS_TAR`` to an mmdebstrap tar (linux-image-cloud-amd64, grub-pc-bin,
 grub-efi-amd64-bin, initramfs-tools, udev, cloud-guest-utils, e2fsprogs) to assemble and boot
-that instead, without the default build.
+that instead, without the default build (it has no node agent: the boot ends at growroot).
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import os
 import re
 import shutil
 import subprocess
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,15 +84,17 @@ def _assemble(tar: Path, base: Path):
 
 @dataclass
 class Image:
-    """A node image to boot: its QCOW2 and its root file system's UUID."""
+    """A node image to boot: its QCOW2, its root file system's UUID and whether it holds the
+    node agent (the default build's images do; an assembled ``$NVKR_TEST_ROOTFS_TAR`` not)."""
 
     qcow2: Path
     fs_uuid: str
+    agent: bool
 
 
 @pytest.fixture(scope="module")
 def node_image(request, tmp_path_factory) -> Image:
-    """The hopper amd64 node image of the session's default build (the node-image builder's
+    """The blackwell amd64 node image of the session's default build (the node-image builder's
     :func:`nvkr.disk.assemble_disk` of the default rootfs; its assembly's reproducibility is the
     session's ``verify --rebuild``'s, from another store and extraction), or, with
     ``$NVKR_TEST_ROOTFS_TAR``, that tar assembled here into a 2 GiB disk."""
@@ -99,63 +102,54 @@ def node_image(request, tmp_path_factory) -> Image:
     if given and Path(given).is_file():
         result = _assemble(Path(given), tmp_path_factory.mktemp("image"))
         _report("assemble phases (seconds)", result.phases)
-        return Image(result.qcow2, result.fs_uuid)
+        return Image(result.qcow2, result.fs_uuid, agent=False)
     from tests.helpers.disk import read_root_file
     from tests.helpers.nvkr import machine_image
 
     layout = request.getfixturevalue("default_build").clone / "dist" / "nvkr-default-k8s1.36"
-    qcow2 = machine_image(layout, gpu="hopper", arch="amd64")
+    qcow2 = machine_image(layout, gpu="blackwell", arch="amd64")
     raw = tmp_path_factory.mktemp("image") / "disk.raw"
     subprocess.run(["qemu-img", "convert", "-O", "raw", str(qcow2), str(raw)], check=True)
     fstab = read_root_file(raw, "/etc/fstab")
     raw.unlink()
     (uuid,) = re.findall(r"^UUID=(\S+)\s+/\s", fstab, re.M)
-    return Image(qcow2, uuid)
+    return Image(qcow2, uuid, agent=True)
 
 
-@pytest.fixture(scope="module")
-def boots(node_image, tmp_path_factory) -> dict[str, Future]:
-    """Two boots at once (each guest leaves much of the machine idle): OVMF on the image itself
-    (a disk of the image's size: nothing to grow), SeaBIOS on a larger overlay (growroot)."""
-    tmp = tmp_path_factory.mktemp("boots")
-    bigger = tmp / "bigger.qcow2"
+#: growroot's verdict on a disk larger than the image
+GROWN = r"nvkr-growroot: The filesystem on /dev/vda3 is now \d+ \(4k\) blocks long"
+
+
+@pytest.mark.skipif(not Path(OVMF[0]).is_file(), reason="ovmf missing")
+def test_boots_by_itself_with_ovmf_grows_its_root_and_reports_ready(node_image, tmp_path):
+    """One boot (each TCG boot is a minute of both cores): OVMF, a 6 GiB overlay of the image
+    (growroot grows partition 3 and its file system to the disk's end), then the agent's
+    readiness line and labels (blackwell's generation, no GPU in QEMU, the two binaries of the
+    image's manifest checked)."""
+    from nvkr.agent_labels import AGENT_LABELS, check_agent_labels
+
+    bigger = tmp_path / "bigger.qcow2"
     subprocess.run(
         ["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(node_image.qcow2), "-F", "qcow2",
          str(bigger), "6G"],
         check=True,
     )  # fmt: skip
-    grown = r"nvkr-growroot: The filesystem on /dev/vda3 is now \d+ \(4k\) blocks long"
-    pool = ThreadPoolExecutor(max_workers=2)
-    started = {
-        "efi": pool.submit(
-            boot_test, node_image.qcow2, expect=BOOTED, fail=BROKEN, firmware="efi",
-            timeout=600, log_file=tmp / "efi.log",
-        ),
-        "grow": pool.submit(
-            boot_test, bigger, expect=grown, fail=BROKEN, timeout=600, log_file=tmp / "grow.log"
-        ),
-    }  # fmt: skip
-    pool.shutdown(wait=False)
-    return started
-
-
-@pytest.mark.skipif(not Path(OVMF[0]).is_file(), reason="ovmf missing")
-def test_boots_by_itself_with_ovmf(node_image, boots):
-    """(SeaBIOS boots the default amd64 images in test_node_image.py, through the CLI, and in
-    the grow test below.)"""
-    result = boots["efi"].result()
-    _report("boot seconds (OVMF, " + result.accel + ")", result.seconds)
+    agent = {"expect": r"nvkr-node-agent: ready", "then": AGENT_LABELS, "wait_for": [GROWN]}
+    result = boot_test(
+        bigger, fail=BROKEN, firmware="efi", timeout=900, then_timeout=900,
+        log_file=tmp_path / "efi.log", **(agent if node_image.agent else {"expect": GROWN}),
+    )  # fmt: skip
+    _report("boot seconds (OVMF, grow, " + result.accel + ")", result.seconds)
     assert result.firmware == "efi"
-    assert f"root=UUID={node_image.fs_uuid}" in "\n".join(result.lines)
-    assert "Nothing to do!" in result.matched, "a disk of the image's size has nothing to grow"
-
-
-def test_root_grows_to_a_larger_disk(node_image, boots):
-    result = boots["grow"].result()
-    _report("boot seconds (SeaBIOS, grow, " + result.accel + ")", result.seconds)
-    assert result.firmware == "bios"
-    assert f"root=UUID={node_image.fs_uuid}" in "\n".join(result.lines)
-    assert any("CHANGED: partition=3" in line for line in result.lines)
+    lines = "\n".join(result.lines)
+    assert f"root=UUID={node_image.fs_uuid}" in lines
+    assert "CHANGED: partition=3" in lines
+    if not node_image.agent:
+        return
+    assert "manifest=ok(2 files)" in result.matched, "the agent checked node-agent and kubectl"
+    labels = check_agent_labels(result.matched, result.lines)
+    assert labels["nvkr.dev/gpu-generation"] == "blackwell", labels
+    assert (labels["nvidia.com/gpu.present"], labels["nvidia.com/gpu.count"]) == ("false", "0")
 
 
 @pytest.mark.skipif(
