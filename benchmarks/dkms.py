@@ -13,12 +13,19 @@ action's own, and DKMS's own time as the tree's check hook prints it from make.l
 dkms: ...: built in N s``, read from the action's stored build log), with the modules' names. A foreign arch runs under qemu-user
 (QEMU_CPU as the rootfs builder sets it): expect it many times slower than native.
 
+``--twice``: each build is made again, cold, in a second copy of the recipe and lockfile with a
+store holding only the first store's blobs (no action record), offline, with umask 002 and
+another TZ, and the two root filesystems' digests are compared (``"same": true``): the proof
+that DKMS's build of NVIDIA's own modules is reproducible, which the test suite makes on a small
+module only (tests/integration/test_dkms_rootfs.py; a second NVIDIA build is minutes of CPU).
+A difference exits 1.
+
 The recipe lives outside ``recipes/``, so the catalog's rules do not apply: the open flavour on
 amd64 and the proprietary one on arm64 can be measured although gpu.open-kernel-modules would
 refuse the latter for GH200.
 
 Usage: .venv/bin/python benchmarks/dkms.py [--arch amd64 --arch arm64]
-           [--flavour proprietary --flavour open] [--os debian-13] [--seed STORE]
+           [--flavour proprietary --flavour open] [--os debian-13] [--seed STORE] [--twice]
 """
 
 from __future__ import annotations
@@ -64,17 +71,26 @@ releaseSet: {{name: bench-dkms, artifacts: [dkms-image]}}
 """
 
 
-def nvkr(project: Path, store: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "NVKR_CACHE": str(store), "PYTHONPATH": str(ROOT)}
+def nvkr(
+    project: Path, store: Path, *args: str, env: dict[str, str] | None = None, umask: int = 0o022
+) -> subprocess.CompletedProcess[str]:
+    full = {**os.environ, "NVKR_CACHE": str(store), "PYTHONPATH": str(ROOT), **(env or {})}
     proc = subprocess.run(
-        [sys.executable, "-m", "nvkr", *args], cwd=project, env=env, capture_output=True, text=True
+        [sys.executable, "-m", "nvkr", *args],
+        cwd=project,
+        env=full,
+        capture_output=True,
+        text=True,
+        umask=umask,
     )
     if proc.returncode != 0:
         sys.exit(f"nvkr {' '.join(args)} failed:\n{proc.stderr}")
     return proc
 
 
-def measure(base: Path, os_layer: str, flavour: str, arch: str, seed: Path | None) -> dict:
+def measure(
+    base: Path, os_layer: str, flavour: str, arch: str, seed: Path | None, twice: bool = False
+) -> dict:
     project = base / f"{flavour}-{arch}"
     shutil.copytree(ROOT / "recipes", project / "recipes")
     (project / "bench").mkdir()
@@ -96,6 +112,9 @@ def measure(base: Path, os_layer: str, flavour: str, arch: str, seed: Path | Non
     record = json.loads((store / "actions" / f"{done['key'].split(':', 1)[1]}.json").read_text())
     log = (store / "blobs" / "sha256" / record["log"].split(":", 1)[1]).read_text(errors="replace")
     built = re.findall(r"nvkr: dkms: (.*): built in (\d+) s", log)
+    again: dict = {}
+    if twice:
+        again = _again(project, store, rel, action, done["key"], record["outputs"])
     return {
         "flavour": flavour,
         "arch": arch,
@@ -103,6 +122,28 @@ def measure(base: Path, os_layer: str, flavour: str, arch: str, seed: Path | Non
         "build s (downloads included)": round(total, 1),
         "rootfs s": int(done["milliseconds"]) / 1000,
         "dkms": [{"module": what, "s": int(s)} for what, s in built],
+        **again,
+    }
+
+
+def _again(project: Path, store: Path, rel: str, action: str, key: str, outputs: list) -> dict:
+    """The rootfs action built again in a copy of ``project`` (recipe and lockfile) with a store
+    of ``store``'s blobs alone, offline, umask 002, TZ Asia/Kolkata: whether its outputs are
+    ``outputs`` byte for byte, and its time."""
+    copy, second = project.parent / f"{project.name}-again", store.parent / f"{store.name}-again"
+    shutil.copytree(project, copy, ignore=shutil.ignore_patterns("dist"))
+    link_blobs(store, second)
+    t0 = time.perf_counter()
+    proc = nvkr(copy, second, "build", rel, "--locked", "--offline", "--action", action, "--json",
+                env={"TZ": "Asia/Kolkata"}, umask=0o002)  # fmt: skip
+    seconds = time.perf_counter() - t0
+    events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    (done,) = [e for e in events if e["event"] == "action-done" and e["builder"] == "rootfs"]
+    record = json.loads((second / "actions" / f"{key.split(':', 1)[1]}.json").read_text())
+    return {
+        "second build s": round(seconds, 1),
+        "same key": done["key"] == key,
+        "same": done["key"] == key and record["outputs"] == outputs,
     }
 
 
@@ -112,11 +153,18 @@ def main() -> None:
     parser.add_argument("--flavour", action="append", choices=sorted(PACKAGE))
     parser.add_argument("--os", default="debian-13", choices=["debian-12", "debian-13"])
     parser.add_argument("--seed", type=Path, help="a store whose blobs (.debs) are linked in")
+    parser.add_argument(
+        "--twice", action="store_true", help="build each again from a second copy and compare"
+    )
     args = parser.parse_args()
+    differ = False
     with tempfile.TemporaryDirectory(prefix="nvkr-bench-dkms-") as tmp:
         for arch in args.arch or ["amd64", "arm64"]:
             for flavour in args.flavour or ["proprietary"]:
-                print(json.dumps(measure(Path(tmp), args.os, flavour, arch, args.seed)), flush=True)
+                row = measure(Path(tmp), args.os, flavour, arch, args.seed, args.twice)
+                differ = differ or row.get("same") is False
+                print(json.dumps(row), flush=True)
+    sys.exit(1 if differ else 0)
 
 
 if __name__ == "__main__":
