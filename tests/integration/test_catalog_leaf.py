@@ -478,13 +478,13 @@ class DebianLeaf:
 # default build: it starts at the session's first test (tests/conftest.py, which orders this
 # module last) and runs beside everything else. Within it, each boot (a TCG guest that leaves
 # much of the machine idle: timers, cloud-init's waits) overlaps a build: the NVIDIA leaf's join
-# boot the second clone's build and the Debian-driver leaf's lock and build; the Debian-driver
-# image's init boot comes last.
+# boot, the second clone's build and the Debian-driver leaf's lock and build run side by side;
+# the Debian-driver image's init boot comes last.
 
 
 class Pipeline:
-    """The module's work: :func:`_make_leaf`, then :func:`_join_boot` beside
-    :func:`_second_clone` and :func:`_make_debian_leaf`, then :func:`_init_boot`; each a
+    """The module's work: :func:`_make_leaf`, then :func:`_join_boot`, :func:`_second_clone`
+    and :func:`_make_debian_leaf` side by side, then :func:`_init_boot`; each a
     Future (``leaf``, ``join``, ``debian``, ``init``, ``second``) that the module's fixtures and
     tests wait for (``result()`` raises what the step raised)."""
 
@@ -507,19 +507,26 @@ class Pipeline:
             for future in (self.join, self.debian, self.init, self.second):
                 future.set_exception(RuntimeError("the catalog leaf's stand-ins did not start"))
             return
-        boots = ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="catalog-boot", initializer=in_background,
-            initargs=(self._env,),
+        # the boots in one thread, the second clone in another, the Debian-driver leaf here: the
+        # chain to the last step (the init boot) is the NVIDIA leaf, the Debian-driver leaf's
+        # build and its boot
+        boots, beside = (
+            ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix=f"catalog-{name}", initializer=in_background,
+                initargs=(self._env,),
+            )
+            for name in ("boot", "second")
         )  # fmt: skip
         try:
             boots.submit(_step, self.join, _join_boot, leaf, _mkdir(tmp / "join-boot"))
-            _step(self.second, _second_clone, leaf, _mkdir(tmp / "second-clone"))
+            beside.submit(_step, self.second, _second_clone, leaf, _mkdir(tmp / "second-clone"))
             debian = _step(self.debian, _make_debian_leaf, leaf)
             if debian is None:
                 self.init.set_exception(RuntimeError("the Debian-driver leaf's step failed"))
                 return
             boots.submit(_step, self.init, _init_boot, leaf, debian, _mkdir(tmp / "init-boot"))
         finally:
+            beside.shutdown(wait=True)
             boots.shutdown(wait=True)
 
     def close(self) -> None:

@@ -23,6 +23,7 @@ import pytest
 from nvkr.elf import read_elf
 from nvkr.store import Store
 from tests.helpers import REPO
+from tests.helpers.background import BackgroundTest
 from tests.helpers.nvkr import run_nvkr, seed
 
 pytestmark = pytest.mark.slow
@@ -107,9 +108,8 @@ def _primary(store: Store, record: dict[str, Any]) -> Path:
     return store.blob_path(out["digest"])
 
 
-def test_cgo_for_amd64_and_arm64_with_a_pinned_tools_tree(
-    tmp_path: Path, go_toolchain: tuple[Path, str]
-) -> None:
+def _cgo(tmp_path: Path, go_toolchain: tuple[Path, str]) -> None:
+    """The test's body, run in the background (:func:`start_in_background`)."""
     project = _project(tmp_path / "project")
     # the first store holds the session's sources (the pinned Go wheel among them, fetched once)
     first, second = seed(tmp_path / "store-a", go_toolchain), tmp_path / "store-b"
@@ -243,3 +243,15 @@ def _statements(layout: Path) -> list[dict[str, Any]]:
         if isinstance(doc, dict) and doc.get("_type") == "https://in-toto.io/Statement/v1":
             found.append(doc)
     return found
+
+
+def start_in_background(request: pytest.FixtureRequest) -> BackgroundTest:
+    """The test's body, from the session's first test on, beside the other tests (four minutes of
+    builds that need nothing of the default build: tests/helpers/background.py)."""
+    return BackgroundTest.start(request, "cgo", _cgo, "go_toolchain")
+
+
+def test_cgo_for_amd64_and_arm64_with_a_pinned_tools_tree(
+    _started_in_background: dict[str, BackgroundTest],
+) -> None:
+    _started_in_background[__name__].check()

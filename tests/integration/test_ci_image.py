@@ -25,6 +25,7 @@ import yaml
 import zstandard
 
 from tests.helpers import REPO
+from tests.helpers.background import BackgroundTest
 from tests.helpers.nvkr import run_nvkr
 
 pytestmark = pytest.mark.slow
@@ -61,7 +62,8 @@ def _image_layers(layout: Path) -> tuple[dict, list[Path]]:
     return config, [blobs / layer["digest"][7:] for layer in manifest["layers"]]
 
 
-def test_the_ci_image_is_the_same_from_two_clones_and_runs_nvkr(tmp_path):
+def _ci_image(tmp_path: Path) -> None:
+    """The test's body, run in the background (:func:`start_in_background`)."""
     first = _checkout(tmp_path / "a", pycache=True)
     second = _checkout(tmp_path / "b", pycache=False)
     store_a, store_b = tmp_path / "store-a", tmp_path / "store-b"
@@ -156,3 +158,15 @@ def _job_registers_binfmt(root: Path) -> None:
     # F: the interpreter is opened now, so it serves chroots and containers without it
     (flags,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("flags: ")]
     assert "F" in flags.removeprefix("flags: "), proc.stdout
+
+
+def start_in_background(request: pytest.FixtureRequest) -> BackgroundTest:
+    """The test's body, from the session's first test on, beside the other tests (five minutes of
+    builds that need nothing of the default build: tests/helpers/background.py)."""
+    return BackgroundTest.start(request, "ci-image", _ci_image)
+
+
+def test_the_ci_image_is_the_same_from_two_clones_and_runs_nvkr(
+    _started_in_background: dict[str, BackgroundTest],
+) -> None:
+    _started_in_background[__name__].check()

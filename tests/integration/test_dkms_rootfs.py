@@ -26,12 +26,14 @@ import os
 import shutil
 import subprocess
 import tarfile
+from pathlib import Path
 
 import pytest
 import yaml
 
 from nvkr.store import Store
 from tests.helpers import REPO
+from tests.helpers.background import BackgroundTest
 from tests.helpers.nvkr import Result, run_nvkr, seed
 
 pytestmark = pytest.mark.slow
@@ -87,7 +89,8 @@ def _done(result: Result) -> dict:
     return done
 
 
-def test_a_dkms_module_is_built_the_same_from_a_second_clone_offline(tmp_path, go_toolchain):
+def _twice(tmp_path: Path, go_toolchain: tuple[Path, str]) -> None:
+    """The test's body, run in the background (:func:`start_in_background`)."""
     first = tmp_path / "first"
     (first / "recipes").mkdir(parents=True)
     (first / REL).write_text(_recipe())
@@ -134,3 +137,15 @@ def test_a_dkms_module_is_built_the_same_from_a_second_clone_offline(tmp_path, g
     left = [n for n in names if "/var/lib/dkms/" in n]
     assert not [n for n in left if n.endswith(("mok.key", "mok.pub", "make.log"))], left
     assert not [n for n in left if n.endswith("/build") or "/log/" in n], left
+
+
+def start_in_background(request: pytest.FixtureRequest) -> BackgroundTest:
+    """The test's body, from the session's first test on, beside the other tests (minutes of
+    builds that need nothing of the default build: tests/helpers/background.py)."""
+    return BackgroundTest.start(request, "dkms", _twice, "go_toolchain")
+
+
+def test_a_dkms_module_is_built_the_same_from_a_second_clone_offline(
+    _started_in_background: dict[str, BackgroundTest],
+) -> None:
+    _started_in_background[__name__].check()
