@@ -124,8 +124,8 @@ GROWN = r"nvkr-growroot: The filesystem on /dev/vda3 is now \d+ \(4k\) blocks lo
 def test_boots_by_itself_with_ovmf_grows_its_root_and_reports_ready(node_image, tmp_path):
     """One boot (each TCG boot is a minute of both cores): OVMF, a 6 GiB overlay of the image
     (growroot grows partition 3 and its file system to the disk's end), then the agent's
-    readiness line and labels (blackwell's generation, no GPU in QEMU, the two binaries of the
-    image's manifest checked)."""
+    readiness line and labels (no GPU in QEMU; the two binaries of the image's manifest
+    checked)."""
     from nvkr.agent_labels import AGENT_LABELS, check_agent_labels
 
     bigger = tmp_path / "bigger.qcow2"
@@ -147,8 +147,8 @@ def test_boots_by_itself_with_ovmf_grows_its_root_and_reports_ready(node_image, 
     if not node_image.agent:
         return
     assert "manifest=ok(2 files)" in result.matched, "the agent checked node-agent and kubectl"
+    # the agent's labels agree with its readiness line: no GPU in QEMU, so no generation found
     labels = check_agent_labels(result.matched, result.lines)
-    assert labels["nvkr.dev/gpu-generation"] == "blackwell", labels
     assert (labels["nvidia.com/gpu.present"], labels["nvidia.com/gpu.count"]) == ("false", "0")
 
 
