@@ -14,8 +14,9 @@ Its module defines::
 
 ``_body(tmp, go_toolchain)`` is the test's body (its asserts and all), given a fresh directory of
 the session's temporary tree and the named session fixtures; :meth:`BackgroundTest.check` waits
-for it and raises what it raised (an assert's message rewritten by pytest, as in any test module),
-then deletes its directory (a failed body's stays, as a failed test's ``tmp_path`` does).
+for it and raises what it raised (an assert's message rewritten by pytest, as in any test module).
+The body's directory is deleted as soon as it passes (a failed body's stays, as a failed test's
+``tmp_path`` does).
 """
 
 from __future__ import annotations
@@ -41,8 +42,15 @@ class BackgroundTest:
             max_workers=1, thread_name_prefix=name, initializer=in_background,
             initargs=(dict(os.environ),),
         )  # fmt: skip
-        self._future: Future[None] = pool.submit(body, tmp, *args)
+        self._future: Future[None] = pool.submit(self._run, body, tmp, *args)
         pool.shutdown(wait=False)
+
+    @staticmethod
+    def _run(body: Callable[..., None], tmp: Path, *args: Any) -> None:
+        """``body(tmp, *args)``; its directory deleted as soon as it passed (its stores and trees
+        are gigabytes: the session's peak of disk use is every lane's at once)."""
+        body(tmp, *args)
+        shutil.rmtree(tmp, ignore_errors=True)
 
     @classmethod
     def start(
@@ -58,9 +66,8 @@ class BackgroundTest:
         return cls(name, tmp, body, *(request.getfixturevalue(f) for f in fixtures))
 
     def check(self) -> None:
-        """Wait for the body; raise what it raised, else delete its directory."""
+        """Wait for the body; raise what it raised."""
         self._future.result()
-        shutil.rmtree(self.tmp, ignore_errors=True)
 
     def close(self) -> None:
         """At the session's end: wait for the body (its test may not have waited)."""
