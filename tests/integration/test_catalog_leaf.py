@@ -9,7 +9,7 @@ NVIDIA's 550 driver from Debian 13's own archive, the real packages, built by DK
 store. The ovnkube image (with its root filesystem and Go builds) is built again in a second
 clone from a store holding only the sources, offline, and compared byte for byte
 (:func:`_second_clone`; DKMS's reproducibility is tests/integration/test_dkms_rootfs.py's, on a
-small module: a second build of NVIDIA's is six minutes of both cores). Two Cluster API boots:
+small module: a second build of NVIDIA's is about 350 CPU-seconds). Two Cluster API boots:
 a join of the NVIDIA leaf's image, an init of the Debian-driver leaf's (which also loads its
 module). All of it starts at the session's first test and runs in the background (see "the
 module's work, in the background"); the tests here collect it.

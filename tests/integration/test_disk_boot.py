@@ -2,9 +2,10 @@
 image (growroot grows the root partition and file system), to the node agent's readiness line
 and labels. The image is the session's default build's blackwell amd64 one (the node-image
 builder's :func:`nvkr.disk.assemble_disk` of the default amd64 root filesystem). SeaBIOS boots
-amd64 images in the catalog leaf's Cluster API boots (tests/integration/test_catalog_leaf.py:
-a config drive, NoCloud), hopper's arm64 image boots through the CLI in
-tests/integration/test_node_image.py. Prints the time of every step (run with ``-s``).
+amd64 images in hopper's config-drive boot (tests/integration/test_cloud_init_boot.py) and the
+catalog leaves' Cluster API boots (tests/integration/test_catalog_leaf.py); hopper's arm64 image
+boots through the CLI in tests/integration/test_node_image.py. Prints the time of every step
+(run with ``-s``).
 
 Set ``NVKR_TEST_ROOTFS_TAR`` to an mmdebstrap tar (linux-image-cloud-amd64, grub-pc-bin,
 grub-efi-amd64-bin, initramfs-tools, udev, cloud-guest-utils, e2fsprogs) to assemble and boot

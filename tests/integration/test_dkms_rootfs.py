@@ -11,12 +11,11 @@ module in the tree unsigned, built for the tree's kernel, and nothing of DKMS's 
 
 NVIDIA's own DKMS build (nvidia-kernel-dkms, the catalog's Debian-driver leaf) runs once in the
 suite (tests/integration/test_catalog_leaf.py: its modules' vermagic, symbols and loading in a
-boot): a second build of it costs about six minutes of both cores, so its reproducibility is
-measured on demand by ``benchmarks/dkms.py --twice`` (two cold builds in two stores, the digests
-compared). What differs between the two packages is what their Kbuild files compile; what makes
-a DKMS build reproducible or not is the rootfs builder's (builders/rootfs-dkms/: no signing key,
-no build tree or log left; the kernel's KBUILD_BUILD_TIMESTAMP from SOURCE_DATE_EPOCH), which
-both go through.
+boot). A second build of it costs about 350 CPU-seconds (213 s on a quiet two-core machine), so
+its reproducibility is checked on demand by ``benchmarks/dkms.py --twice`` (two cold builds in
+two stores, the digests compared). The two packages differ in what their Kbuild files compile;
+both go through the same DKMS, the same kernel build system and the rootfs builder's DKMS hooks
+(builders/rootfs-dkms/: no signing key, no build tree or log left in the tree).
 """
 
 from __future__ import annotations
