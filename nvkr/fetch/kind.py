@@ -4,8 +4,9 @@ Each line of the source table (:mod:`nvkr.fetch.table`) names a kind's recipe mo
 ``SourceKind`` subclass (``module:Class``, imported when a source of that kind is first used:
 the fetching code and what it imports stay unloaded until then). The engine asks the table
 (:func:`nvkr.fetch.api.fetcher_for`) and never branches on a kind. A subclass implements
-:meth:`~SourceKind.resolve` and :meth:`~SourceKind.ensure` and overrides the rest where its lock
-entry holds more than one blob.
+:meth:`~SourceKind.resolve` and :meth:`~SourceKind.ensure` (a :class:`ModuleKind`: by naming the
+module that does both, :meth:`ModuleKind.fetcher`) and overrides the rest where its lock entry
+holds more than one blob.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from nvkr.fetch.context import FetchContext
@@ -125,3 +126,48 @@ class SourceKind(abc.ABC):
         """What a build's fetch line names the source by: its descriptor's ``uri`` (default),
         else ``name``; ``debs`` is :meth:`to_download`'s count, for a kind that has one."""
         return str(self.descriptor(name, entry).get("uri") or name)
+
+
+class Fetcher(Protocol):
+    """A module that fetches one kind of source (``nvkr.fetch.apt``, ``nvkr.fetch.http``, ...):
+    its lock-time and build-time halves, as :class:`SourceKind` asks for them."""
+
+    def resolve(
+        self, name: str, source: Any, ctx: FetchContext, *, base_dir: Path
+    ) -> dict[str, Any]: ...
+
+    def ensure(
+        self,
+        name: str,
+        source: Any,
+        resolved: dict[str, Any],
+        ctx: FetchContext,
+        *,
+        base_dir: Path,
+    ) -> str: ...
+
+
+class ModuleKind(SourceKind):
+    """A kind whose fetching lives in a module of its own (every built-in kind): it names the
+    module (:meth:`fetcher`, imported only when a source of the kind is resolved or ensured)
+    and the two halves are that module's."""
+
+    @abc.abstractmethod
+    def fetcher(self) -> Fetcher:
+        """The module that resolves and ensures sources of this kind."""
+
+    def resolve(
+        self, name: str, source: Any, ctx: FetchContext, *, base_dir: Path
+    ) -> dict[str, Any]:
+        return self.fetcher().resolve(name, source, ctx, base_dir=base_dir)
+
+    def ensure(
+        self,
+        name: str,
+        source: Any,
+        resolved: dict[str, Any],
+        ctx: FetchContext,
+        *,
+        base_dir: Path,
+    ) -> str:
+        return self.fetcher().ensure(name, source, resolved, ctx, base_dir=base_dir)

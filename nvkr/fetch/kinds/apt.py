@@ -3,44 +3,27 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nvkr.fetch.kind import SourceKind
+from nvkr.fetch.kind import Fetcher, ModuleKind
 from nvkr.redact import redact_url
 
 if TYPE_CHECKING:
-    from nvkr.fetch.context import FetchContext
     from nvkr.store import Store
 
 #: the media type of the package manifest an apt source is stored as
 MANIFEST_MEDIA_TYPE = "application/vnd.nvkr.apt-manifest.v1+json"
 
 
-class AptKind(SourceKind):
+class AptKind(ModuleKind):
     kind = "apt"
     update = "nvkr.update.kinds:AptUpdate"
     identity = ("kind", "arch", "digest", "keyrings")
 
-    def resolve(
-        self, name: str, source: Any, ctx: FetchContext, *, base_dir: Path
-    ) -> dict[str, Any]:
-        from nvkr.fetch import apt as fetch_apt
+    def fetcher(self) -> Fetcher:
+        from nvkr.fetch import apt
 
-        return fetch_apt.resolve(name, source, ctx, base_dir=base_dir)
-
-    def ensure(
-        self,
-        name: str,
-        source: Any,
-        resolved: dict[str, Any],
-        ctx: FetchContext,
-        *,
-        base_dir: Path,
-    ) -> str:
-        from nvkr.fetch import apt as fetch_apt
-
-        return fetch_apt.ensure(name, source, resolved, ctx, base_dir=base_dir)
+        return apt
 
     def blobs(self, entry: Mapping[str, Any]) -> list[str]:
         """The manifest and every .deb."""

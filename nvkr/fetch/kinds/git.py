@@ -3,40 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nvkr.fetch.kind import SourceKind
+from nvkr.fetch.kind import Fetcher, ModuleKind
 from nvkr.redact import redact_url
 
 if TYPE_CHECKING:
-    from nvkr.fetch.context import FetchContext
     from nvkr.store import Store
 
 
-class GitKind(SourceKind):
+class GitKind(ModuleKind):
     kind = "git"
     identity = ("kind", "url", "commit", "digest")
 
-    def resolve(
-        self, name: str, source: Any, ctx: FetchContext, *, base_dir: Path
-    ) -> dict[str, Any]:
-        from nvkr.fetch import git as fetch_git
+    def fetcher(self) -> Fetcher:
+        from nvkr.fetch import git
 
-        return fetch_git.resolve(name, source, ctx, base_dir=base_dir)
-
-    def ensure(
-        self,
-        name: str,
-        source: Any,
-        resolved: dict[str, Any],
-        ctx: FetchContext,
-        *,
-        base_dir: Path,
-    ) -> str:
-        from nvkr.fetch import git as fetch_git
-
-        return fetch_git.ensure(name, source, resolved, ctx, base_dir=base_dir)
+        return git
 
     def descriptor(self, name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
         """``uri`` ``git+URL@COMMIT`` and ``digest.gitCommit``."""

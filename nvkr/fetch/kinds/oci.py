@@ -3,40 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nvkr.fetch.kind import SourceKind
+from nvkr.fetch.kind import Fetcher, ModuleKind
 from nvkr.redact import redact_url
 
 if TYPE_CHECKING:
-    from nvkr.fetch.context import FetchContext
     from nvkr.store import Store
 
 
-class OciKind(SourceKind):
+class OciKind(ModuleKind):
     kind = "oci"
     identity = ("kind", "ref", "digest")
 
-    def resolve(
-        self, name: str, source: Any, ctx: FetchContext, *, base_dir: Path
-    ) -> dict[str, Any]:
-        from nvkr.fetch import oci as fetch_oci
+    def fetcher(self) -> Fetcher:
+        from nvkr.fetch import oci
 
-        return fetch_oci.resolve(name, source, ctx, base_dir=base_dir)
-
-    def ensure(
-        self,
-        name: str,
-        source: Any,
-        resolved: dict[str, Any],
-        ctx: FetchContext,
-        *,
-        base_dir: Path,
-    ) -> str:
-        from nvkr.fetch import oci as fetch_oci
-
-        return fetch_oci.ensure(name, source, resolved, ctx, base_dir=base_dir)
+        return oci
 
     def blobs(self, entry: Mapping[str, Any]) -> list[str]:
         """The pinned manifest or index and every blob of its closure (the lock lists it with

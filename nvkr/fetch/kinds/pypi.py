@@ -3,41 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nvkr.fetch.kind import SourceKind
+from nvkr.fetch.kind import Fetcher, ModuleKind
 from nvkr.redact import redact_urls
 
 if TYPE_CHECKING:
-    from nvkr.fetch.context import FetchContext
     from nvkr.store import Store
 
 
-class PypiKind(SourceKind):
+class PypiKind(ModuleKind):
     kind = "pypi"
     update = "nvkr.update.kinds:PypiUpdate"
     identity = ("kind", "url", "version", "filename", "member", "digest")
 
-    def resolve(
-        self, name: str, source: Any, ctx: FetchContext, *, base_dir: Path
-    ) -> dict[str, Any]:
-        from nvkr.fetch import pypi as fetch_pypi
+    def fetcher(self) -> Fetcher:
+        from nvkr.fetch import pypi
 
-        return fetch_pypi.resolve(name, source, ctx, base_dir=base_dir)
-
-    def ensure(
-        self,
-        name: str,
-        source: Any,
-        resolved: dict[str, Any],
-        ctx: FetchContext,
-        *,
-        base_dir: Path,
-    ) -> str:
-        from nvkr.fetch import pypi as fetch_pypi
-
-        return fetch_pypi.ensure(name, source, resolved, ctx, base_dir=base_dir)
+        return pypi
 
     def descriptor(self, name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
         """``uri`` the wheel's URL (else ``pkg:pypi/NAME@VERSION``), the wheel's file name (and

@@ -3,41 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nvkr.fetch.kind import SourceKind
+from nvkr.fetch.kind import Fetcher, ModuleKind
 from nvkr.redact import redact_url
 
 if TYPE_CHECKING:
-    from nvkr.fetch.context import FetchContext
     from nvkr.store import Store
 
 
-class UrlKind(SourceKind):
+class UrlKind(ModuleKind):
     kind = "url"
     update = "nvkr.update.kinds:UrlUpdate"
     identity = ("kind", "url", "digest")
 
-    def resolve(
-        self, name: str, source: Any, ctx: FetchContext, *, base_dir: Path
-    ) -> dict[str, Any]:
-        from nvkr.fetch import http as fetch_http
+    def fetcher(self) -> Fetcher:
+        from nvkr.fetch import http
 
-        return fetch_http.resolve(name, source, ctx, base_dir=base_dir)
-
-    def ensure(
-        self,
-        name: str,
-        source: Any,
-        resolved: dict[str, Any],
-        ctx: FetchContext,
-        *,
-        base_dir: Path,
-    ) -> str:
-        from nvkr.fetch import http as fetch_http
-
-        return fetch_http.ensure(name, source, resolved, ctx, base_dir=base_dir)
+        return http
 
     def descriptor(self, name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
         """``uri`` the URL, and ``digest.sha512`` when one was pinned."""
