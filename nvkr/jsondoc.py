@@ -13,7 +13,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeAlias
+
+#: A parsed JSON value (what :func:`json.loads` returns), for documents nvkr passes on verbatim.
+JsonValue: TypeAlias = "bool | int | float | str | list[JsonValue] | dict[str, JsonValue] | None"
+#: A parsed JSON object.
+JsonObject: TypeAlias = "dict[str, JsonValue]"
 
 #: What a parsed JSON value is, as a message says it.
 _KINDS: dict[type, str] = {

@@ -15,7 +15,6 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import nvkr
 from nvkr.action import Action, ReleaseKind, ResolvedSource, action_key
@@ -26,10 +25,18 @@ from nvkr.builders.sbom.builder import SbomBuilder, sbom_spec
 from nvkr.canonical import digest_json
 from nvkr.errors import RecipeReferenceError
 from nvkr.fetch.api import descriptors
+from nvkr.jsondoc import JsonObject
 from nvkr.paths import display_path
 from nvkr.plancheck import check_variant, released_artifacts
 from nvkr.recipe.loader import LoadedRecipe
 from nvkr.recipe.matrix import Variant
+from nvkr.releasespec import (
+    ClusterReleaseSpec,
+    FileRef,
+    NodePoolReleaseSpec,
+    ReleaseSetSpec,
+    SpecArtifact,
+)
 
 BINARY_ARTIFACT_TYPE = "application/vnd.nvkr.binary.v1"
 #: artifactType of the OCI artifact manifest a release set wraps around each non-image kind.
@@ -54,7 +61,7 @@ class Plan:
     def build_digest(self) -> str:
         return digest_json(sorted(self.actions))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "recipe": {"path": display_path(self.recipe.path), "digest": self.recipe.digest},
             "buildDigest": self.build_digest,
@@ -314,14 +321,14 @@ def make_plan(
 
     release_sets: dict[str, str] = {}
     for set_name, members in sorted(by_set.items()):
-        params = _release_set_spec(set_name, members, planner, loaded, epoch, lockfile, sboms)
+        spec = _release_set_spec(set_name, members, planner, loaded, epoch, lockfile, sboms)
         built_keys = {a.key for _, built in members for a in built.values()}
         deps = tuple(sorted(built_keys | {sboms[k] for k in built_keys}))
         action = _new_action(
             ReleaseSetBuilder.name,
             ReleaseSetBuilder.version,
             f"release set {set_name}",
-            ActionSpec(params=params, deps=deps),
+            ActionSpec(params=spec.to_params(), deps=deps),
             epoch,
             actions,
             set_name,
@@ -398,11 +405,12 @@ def _release_set_spec(
     epoch: int,
     lockfile: dict[str, str],
     sboms: dict[str, str],
-) -> dict[str, Any]:
-    """The params of a release-set action, in the shape :func:`nvkr.releaseset.assemble` takes."""
-    artifacts: list[dict[str, Any]] = []
-    node_pools: list[dict[str, Any]] = []
-    cluster: dict[str, Any] | None = None
+) -> ReleaseSetSpec:
+    """The spec of a release-set action, which :func:`nvkr.releaseset.assemble` takes (its
+    params are :meth:`~nvkr.releasespec.ReleaseSetSpec.to_params`)."""
+    artifacts: list[SpecArtifact] = []
+    node_pools: list[NodePoolReleaseSpec] = []
+    cluster: ClusterReleaseSpec | None = None
     machine_images: list[str] = []
     for variant, built in members:
         rs = variant.recipe.releaseSet
@@ -410,49 +418,47 @@ def _release_set_spec(
             builder = get_builder(variant.recipe.artifacts[art_name].builder)
             sources = sorted(planner.sources_of(action).values(), key=lambda s: (s.name, s.digest))
             artifacts.append(
-                {
-                    "name": art_name,
-                    "kind": builder.release_kind.value,
-                    "actionKey": action.key,
-                    "sbomActionKey": sboms[action.key],
-                    "builder": builder.name,
-                    "builderVersion": builder.version,
-                    "variant": variant.axes,
+                SpecArtifact(
+                    name=art_name,
+                    kind=builder.release_kind,
+                    action_key=action.key,
+                    sbom_action_key=sboms[action.key],
+                    builder=builder.name,
+                    builder_version=builder.version,
+                    variant=variant.axes,
                     # An image index spans the arches; its manifests carry their own platforms.
-                    "platform": (
+                    platform=(
                         {"os": "linux", "architecture": variant.arch}
                         if builder.per_arch and builder.release_kind != ReleaseKind.IMAGE
                         else None
                     ),
-                    "artifactType": ARTIFACT_TYPES.get(builder.release_kind),
-                    "dependencies": [d for s in sources for d in descriptors(s)],
-                    **builder.release_fields(action),
-                }
+                    artifact_type=ARTIFACT_TYPES.get(builder.release_kind),
+                    dependencies=tuple(d for s in sources for d in descriptors(s)),
+                    extra=builder.release_fields(action),
+                )
             )
         for pool in rs.nodePoolReleases:
             node_pools.append(
-                {
-                    "name": pool.name,
-                    "machineImage": pool.machineImage,
-                    "artifacts": list(pool.artifacts),
-                    "variant": variant.axes,
-                }
+                NodePoolReleaseSpec(
+                    name=pool.name,
+                    machine_image=pool.machineImage,
+                    artifacts=tuple(pool.artifacts),
+                    variant=variant.axes,
+                )
             )
         if rs.clusterRelease is not None:
-            cluster = rs.clusterRelease.model_dump()
+            c = rs.clusterRelease
+            cluster = ClusterReleaseSpec(c.kubernetes, tuple(c.charts), tuple(c.images))
         machine_images = sorted({*machine_images, *rs.machineImages})
-    return {
-        "name": name,
-        "epoch": epoch,
-        "recipe": {
-            "path": recorded_path(loaded.path, project_root(loaded.path)),
-            "digest": loaded.digest,
-        },
-        "lockfile": lockfile,
-        "nvkrVersion": nvkr.__version__,
-        "variants": [v.axes for v, _ in members],
-        "artifacts": artifacts,
-        "machineImages": machine_images,
-        "clusterRelease": cluster,
-        "nodePoolReleases": node_pools,
-    }
+    return ReleaseSetSpec(
+        name=name,
+        epoch=epoch,
+        recipe=FileRef(recorded_path(loaded.path, project_root(loaded.path)), loaded.digest),
+        lockfile=FileRef(lockfile["path"], lockfile["digest"]),
+        nvkr_version=nvkr.__version__,
+        variants=tuple(v.axes for v, _ in members),
+        artifacts=tuple(artifacts),
+        machine_images=tuple(machine_images),
+        cluster_release=cluster,
+        node_pool_releases=tuple(node_pools),
+    )

@@ -31,6 +31,7 @@ from typing import Any, Final
 from nvkr.canonical import DIGEST_RE, canonical_json
 from nvkr.errors import IntegrityError
 from nvkr.jsondoc import json_kind
+from nvkr.releasespec import ReleaseSetSpec
 
 STATEMENT_TYPE: Final = "https://in-toto.io/Statement/v1"
 SLSA_PROVENANCE_V1: Final = "https://slsa.dev/provenance/v1"
@@ -87,8 +88,8 @@ def parse_timestamp(text: Any) -> datetime:
 
 
 def external_parameters(
-    spec: Mapping[str, Any],
-    variants: Sequence[Any],
+    spec: ReleaseSetSpec,
+    variants: Sequence[Mapping[str, str] | None],
     *,
     artifact: str | None = None,
     release_set: str | None = None,
@@ -99,17 +100,17 @@ def external_parameters(
     the release-set spec (:func:`nvkr.releaseset.assemble`), plus ``"artifact"`` (the label of
     one artifact's statement) or ``"releaseSet"`` (the set's name, in its build record).
     """
-    params: dict[str, Any] = {"recipe": spec["recipe"], "lockfile": spec["lockfile"]}
+    params: dict[str, Any] = {"recipe": spec.recipe.to_json(), "lockfile": spec.lockfile.to_json()}
     if artifact is not None:
         params["artifact"] = artifact
     if release_set is not None:
         params["releaseSet"] = release_set
-    params["variants"] = list(variants)
+    params["variants"] = [dict(v) if v is not None else None for v in variants]
     return params
 
 
 def internal_parameters(
-    spec: Mapping[str, Any],
+    spec: ReleaseSetSpec,
     builder: str,
     builder_version: str,
     action_key: str,
@@ -124,7 +125,7 @@ def internal_parameters(
     compression) and the raw disk's digest (the node-image action's
     ``disk.qcow2`` metadata, :func:`nvkr.builders.node_image.builder._compression_record`)."""
     params: dict[str, Any] = {
-        "epoch": spec["epoch"],
+        "epoch": spec.epoch,
         "builder": builder,
         "builderVersion": builder_version,
         "actionKey": action_key,

@@ -21,6 +21,7 @@ from nvkr.action import RELEASED_KINDS as RELEASED_KINDS  # the action vocabular
 from nvkr.action import ReleaseKind as ReleaseKind
 from nvkr.action import ResolvedSource as ResolvedSource
 from nvkr.errors import UnknownBuilderError
+from nvkr.jsondoc import JsonObject
 from nvkr.monitor.events import ActionProgress
 
 if TYPE_CHECKING:
@@ -217,7 +218,7 @@ class Builder(Protocol[A_contra]):
         result; ``actions`` holds every action planned so far. Default: nothing."""
         return SbomInputs()
 
-    def release_fields(self, action: Action) -> dict[str, Any]:
+    def release_fields(self, action: Action) -> JsonObject:
         """Fields the release-set spec's entry for ``action`` carries beyond the common ones
         (JSON-able; part of the release-set action's key). Default: none."""
         return {}

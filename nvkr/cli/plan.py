@@ -72,9 +72,11 @@ def command(
         return
     plan = make_session_plan(session, note=echo_note)
     if as_json or fmt == "json":
-        doc = plan.to_json()
-        for action in doc["actions"]:
-            action["cached"] = session.store.get_action(action["key"]) is not None
+        actions = [
+            {**a.to_json(), "cached": session.store.get_action(a.key) is not None}
+            for a in plan.actions.values()
+        ]
+        doc = {**plan.to_json(), "actions": actions}
         click.echo(json.dumps(doc, indent=2, sort_keys=True))
         return
     if fmt == "mermaid":

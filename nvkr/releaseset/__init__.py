@@ -51,7 +51,7 @@ from nvkr.releaseset.assemble import assemble
 from nvkr.releaseset.chart import helm_annotations
 from nvkr.releaseset.materialize import materialize
 from nvkr.releaseset.metadata import METADATA_SCHEMA_VERSION, read_metadata
-from nvkr.releaseset.spec import KINDS, check_name
+from nvkr.releasespec import KINDS, check_name
 
 __all__ = [
     "KINDS",

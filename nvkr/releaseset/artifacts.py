@@ -23,6 +23,7 @@ from nvkr.oci import mediatypes as mt
 from nvkr.oci.closure import store_closure
 from nvkr.oci.layout import artifact_manifest, descriptor, manifest_bytes
 from nvkr.provenance import digest_set
+from nvkr.releasespec import SpecArtifact
 from nvkr.store import Store
 
 
@@ -108,7 +109,7 @@ def _layers(
     return layers, primary
 
 
-def _arch(platform: Mapping[str, Any] | None, variants: list[Any]) -> str | None:
+def _arch(platform: Mapping[str, str] | None, variants: list[Mapping[str, str]]) -> str | None:
     if platform:
         return str(platform["architecture"])
     arches = {v.get("arch") for v in variants if isinstance(v, Mapping)}
@@ -116,17 +117,24 @@ def _arch(platform: Mapping[str, Any] | None, variants: list[Any]) -> str | None
 
 
 def _pack_binary(
-    first: Mapping[str, Any],
+    first: SpecArtifact,
     result: Mapping[str, Any],
     blobs: _Blobs,
     *,
     what: str,
     label: str,
     created: str,
-    variants: list[Any],
+    variants: list[Mapping[str, str]],
 ) -> _Packed:
-    """An OCI artifact manifest (``artifactType`` from the spec) wrapping the action's outputs."""
-    platform = first.get("platform")
+    """An OCI artifact manifest (``artifactType`` from the spec) wrapping the action's outputs.
+
+    Raises:
+        BuildError: the spec gives the artifact no ``artifactType``, or a result without the
+            outputs it needs (:func:`_layers`).
+    """
+    if first.artifact_type is None:
+        raise BuildError(f"{what}: the release-set spec gives it no artifactType")
+    platform = dict(first.platform) if first.platform is not None else None
     layers, primary = _layers(result, blobs, what)
     annotations = {mt.ANN_NVKR_ARTIFACT: label, mt.ANN_CREATED: created}
     extra = (result.get("metadata") or {}).get("annotations") or {}
@@ -134,7 +142,7 @@ def _pack_binary(
     arch = _arch(platform, variants)
     if arch:
         annotations[mt.ANN_NVKR_ARCH] = arch
-    manifest = manifest_bytes(artifact_manifest(first["artifactType"], layers, annotations))
+    manifest = manifest_bytes(artifact_manifest(first.artifact_type, layers, annotations))
     blobs.put(manifest, mt.OCI_MANIFEST)
     mdesc = descriptor(
         mt.OCI_MANIFEST, manifest, annotations={mt.ANN_NVKR_ARTIFACT: label}, platform=platform
@@ -143,7 +151,7 @@ def _pack_binary(
         desc=mdesc,
         subjects=[{"name": primary["name"], "digest": digest_set(primary["digest"])}],
         fields={
-            "artifactType": first["artifactType"],
+            "artifactType": first.artifact_type,
             "manifest": _trim(mdesc),
             "primary": {k: primary[k] for k in ("name", "mediaType", "digest", "size")},
         },
@@ -151,7 +159,7 @@ def _pack_binary(
 
 
 def _pack_image(
-    members: list[dict[str, Any]],
+    members: list[SpecArtifact],
     result: Mapping[str, Any],
     blobs: _Blobs,
     *,
@@ -182,11 +190,11 @@ def _pack_image(
             platforms.append(p)
     arches = {p.get("architecture") for p in platforms}
     for m in members:
-        variant = m.get("variant")
-        if isinstance(variant, Mapping) and variant.get("arch") not in (None, *arches):
+        variant = m.variant
+        if variant is not None and variant.get("arch") not in (None, *arches):
             raise BuildError(
                 f"{what}: image index {out['digest']} has no manifest for arch "
-                f"{variant['arch']!r} (variant {canonical_json(variant).decode()})",
+                f"{variant['arch']!r} (variant {canonical_json(dict(variant)).decode()})",
                 hint="the plan joined the wrong images; this is a bug in nvkr, please report it",
             )
     idesc = descriptor(

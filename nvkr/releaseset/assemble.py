@@ -17,6 +17,7 @@ from typing import Any
 from nvkr.action import ReleaseKind, one_output
 from nvkr.canonical import canonical_json
 from nvkr.errors import BuildError, IntegrityError
+from nvkr.jsondoc import JsonObject
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import (
     artifact_manifest,
@@ -37,24 +38,21 @@ from nvkr.provenance import (
 )
 from nvkr.releaseset.artifacts import _Blobs, _pack_binary, _pack_image, _Packed
 from nvkr.releaseset.chart import _pack_chart
-from nvkr.releaseset.metadata import _metadata
-from nvkr.releaseset.spec import _group_by_action, _VariantOrder, check_name
+from nvkr.releaseset.metadata import _Entry, _metadata
+from nvkr.releaseset.spec import _group_by_action, _VariantOrder
+from nvkr.releasespec import ReleaseSetSpec, SpecArtifact
 from nvkr.sbom import SPDX_MEDIA_TYPE
 from nvkr.store import Store
 
 
 def assemble(
-    spec: dict[str, Any], artifacts: dict[str, dict[str, Any]], store: Store
+    spec: ReleaseSetSpec, artifacts: dict[str, dict[str, Any]], store: Store
 ) -> dict[str, Any]:
     """Write the release set described by ``spec`` into ``store`` as OCI layout blobs.
 
     Args:
-        spec: the release-set action's params: ``name``, ``epoch`` (seconds), ``recipe`` and
-            ``lockfile`` (``{"path", "digest"}``), ``nvkrVersion``, ``variants``, ``artifacts``
-            (each ``{"name", "kind", "actionKey", "builder", "builderVersion", "variant",
-            "platform", "artifactType", "dependencies"[, "sbomActionKey"]}``; ``kind`` is
-            ``binary`` (the default), ``image`` or ``chart``), ``machineImages``,
-            ``clusterRelease``, ``nodePoolReleases``.
+        spec: the release-set action's params, read (:meth:`ReleaseSetSpec.from_params`
+            checked the name, the epoch and every artifact's kind).
         artifacts: action key → that action's cached result (``{"outputs": [{"name", "digest",
             "size", "mediaType", "role"}, ...], "metadata": {...}}``). Binary: exactly one output
             with role ``primary``. Image: one output with role ``index`` (an OCI image index in
@@ -72,7 +70,7 @@ def assemble(
         "role": "index"}], "metadata": {"name", "releaseSetDigest": "sha256:<hex>"}}``.
         ``index.json`` is stored as a blob too; :func:`materialize` writes the directory.
     Raises:
-        BuildError: a bad name or epoch, an unknown kind, an action key without a result, a
+        BuildError: an action key without a result, a
             result without the outputs or metadata its kind needs, artifacts sharing an action
             key with different identities, a dependency that is no valid ResourceDescriptor, or
             a ``clusterRelease`` naming an artifact the set does not hold (or of another kind),
@@ -81,21 +79,16 @@ def assemble(
             an image, anywhere in the index's closure; the message names the blob and the
             documents leading to it).
     """
-    name = check_name(spec.get("name"))
-    epoch = spec.get("epoch")
-    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-        raise BuildError(
-            f"release set {name}: epoch is {epoch!r}, expected seconds since 1970 (int)"
-        )
-    created = rfc3339(epoch)
+    name = spec.name
+    created = rfc3339(spec.epoch)
     blobs = _Blobs(store)
     blobs.put(mt.EMPTY_JSON, mt.OCI_EMPTY)  # referenced by every artifact's config
 
-    order = _VariantOrder(list(spec.get("variants", [])))
-    entries: list[dict[str, Any]] = []  # one per distinct action: descriptors + metadata facts
+    order = _VariantOrder(spec.variants)
+    entries: list[_Entry] = []  # one per distinct action: descriptors + metadata facts
     for key, members in _group_by_action(spec).items():
         first = members[0]
-        label = ",".join(sorted({m["name"] for m in members}))  # one action, several names
+        label = ",".join(sorted({m.name for m in members}))  # one action, several names
         what = f"release set {name}: artifact {label} ({key})"
         result = artifacts.get(key)
         if result is None:
@@ -103,11 +96,11 @@ def assemble(
                 f"{what}: no result for its action",
                 hint="the action did not run or its cache entry is gone; run the build again",
             )
-        unique = {canonical_json(m["variant"]): m["variant"] for m in members if m.get("variant")}
+        unique = {canonical_json(dict(m.variant)): m.variant for m in members if m.variant}
         variant_list = sorted(unique.values(), key=order)
-        if first["kind"] == ReleaseKind.IMAGE:
+        if first.kind == ReleaseKind.IMAGE:
             packed = _pack_image(members, result, blobs, what=what, label=label)
-        elif first["kind"] == ReleaseKind.CHART:
+        elif first.kind == ReleaseKind.CHART:
             packed = _pack_chart(result, blobs, what=what, label=label, created=created)
         else:
             packed = _pack_binary(
@@ -127,21 +120,21 @@ def assemble(
         sdesc = _sbom(members, artifacts, packed, blobs, what=what, label=label, created=created)
         plat = packed.desc.get("platform") or {}
         entries.append(
-            {
-                "sort": (
+            _Entry(
+                sort=(
                     label,
                     plat.get("os", ""),
                     plat.get("architecture", ""),
                     plat.get("variant", ""),
                     packed.desc["digest"],
                 ),
-                "members": members,
-                "packed": packed,
-                "provenance": pdesc,
-                "sbom": sdesc,
-            }
+                members=members,
+                packed=packed,
+                provenance=pdesc,
+                sbom=sdesc,
+            )
         )
-    entries.sort(key=lambda e: e["sort"])
+    entries.sort(key=lambda e: e.sort)
 
     metadata = _metadata(spec, created, entries, order)
     config = canonical_json(metadata)
@@ -159,9 +152,9 @@ def assemble(
         image_index(
             [
                 descriptor(mt.OCI_MANIFEST, meta_manifest),
-                *(e["packed"].desc for e in entries),
-                *(e["provenance"] for e in entries),
-                *(e["sbom"] for e in entries if e["sbom"] is not None),
+                *(e.packed.desc for e in entries),
+                *(e.provenance for e in entries),
+                *(e.sbom for e in entries if e.sbom is not None),
             ],
             {mt.ANN_TITLE: name, mt.ANN_CREATED: created, mt.ANN_NVKR_RELEASE_SET: name},
             artifact_type=mt.NVKR_RELEASE_SET,
@@ -199,17 +192,17 @@ def assemble(
 
 
 def _provenance(
-    spec: Mapping[str, Any],
-    first: Mapping[str, Any],
+    spec: ReleaseSetSpec,
+    first: SpecArtifact,
     packed: _Packed,
     blobs: _Blobs,
     *,
     what: str,
     label: str,
     key: str,
-    variants: list[Any],
-    disk_image: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
+    variants: list[Mapping[str, str]],
+    disk_image: JsonObject | None = None,
+) -> JsonObject:
     """The in-toto provenance manifest of one artifact (``subject`` = its descriptor);
     ``disk_image``: a machine image's QCOW2 record (compressed or not), into internalParameters."""
     try:
@@ -219,15 +212,15 @@ def _provenance(
             external_parameters=external_parameters(spec, variants, artifact=label),
             internal_parameters=internal_parameters(
                 spec,
-                first["builder"],
-                first["builderVersion"],
+                first.builder,
+                first.builder_version,
                 key,
-                first.get("cToolchain"),
+                first.c_toolchain,
                 disk_image,
             ),
-            resolved_dependencies=first.get("dependencies", []),
+            resolved_dependencies=first.dependencies,
             builder_id=BUILDER_ID,
-            builder_version={"nvkr": spec["nvkrVersion"]},
+            builder_version={"nvkr": spec.nvkr_version},
             invocation_id=key,  # deterministic: the same action is the same invocation
         )
         sbytes = statement_bytes(statement)
@@ -238,7 +231,7 @@ def _provenance(
         artifact_manifest(
             mt.IN_TOTO_JSON,
             [descriptor(mt.IN_TOTO_JSON, sbytes)],
-            {mt.ANN_NVKR_ARTIFACT: label, mt.ANN_CREATED: rfc3339(spec["epoch"])},
+            {mt.ANN_NVKR_ARTIFACT: label, mt.ANN_CREATED: rfc3339(spec.epoch)},
             subject=packed.desc,
         )
     )
@@ -247,7 +240,7 @@ def _provenance(
 
 
 def _sbom(
-    members: list[dict[str, Any]],
+    members: list[SpecArtifact],
     artifacts: Mapping[str, Mapping[str, Any]],
     packed: _Packed,
     blobs: _Blobs,
@@ -255,13 +248,13 @@ def _sbom(
     what: str,
     label: str,
     created: str,
-) -> dict[str, Any] | None:
+) -> JsonObject | None:
     """The SBOM manifest of one artifact, or None when the spec names no sbom action for it.
 
     An OCI artifact manifest (``artifactType`` and its one layer ``application/spdx+json``,
     ``subject`` = the artifact's descriptor), as ``oras attach --artifact-type`` makes one.
     """
-    keys = {m.get("sbomActionKey") for m in members}
+    keys = {m.sbom_action_key for m in members}
     if keys == {None}:
         return None
     if len(keys) != 1 or None in keys:

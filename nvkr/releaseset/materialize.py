@@ -14,7 +14,7 @@ from nvkr.action import one_output
 from nvkr.errors import IntegrityError
 from nvkr.oci.layoutdir import links_current, write_layout
 from nvkr.releaseset.signing import keep_signed_layout
-from nvkr.releaseset.spec import check_name
+from nvkr.releasespec import check_name
 from nvkr.store import Store
 
 

@@ -36,23 +36,39 @@ generation and over amd64+arm64 for another is two indexes). ``machineImages`` a
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from nvkr.canonical import canonical_json
 from nvkr.errors import BuildError, IntegrityError
+from nvkr.jsondoc import JsonObject
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import LayoutReader
 from nvkr.releaseset.artifacts import _Packed, _trim
 from nvkr.releaseset.spec import _VariantOrder
+from nvkr.releasespec import ReleaseSetSpec, SpecArtifact
 
 #: Version of the metadata JSON shape (the config of the metadata manifest); bumped on any change
 #: a reader must know about, together with a new media type suffix.
 METADATA_SCHEMA_VERSION: Final = 1
 
 
+@dataclass(frozen=True)
+class _Entry:
+    """One distinct action of the set as assembled: the spec's artifacts it serves
+    (``members``), how the set holds it (``packed``), its provenance and SBOM manifests'
+    descriptors, and its place in the release set index (``sort``)."""
+
+    sort: tuple[str, str, str, str, str]
+    members: list[SpecArtifact]
+    packed: _Packed
+    provenance: JsonObject
+    sbom: JsonObject | None
+
+
 def _metadata(
-    spec: Mapping[str, Any], created: str, entries: list[dict[str, Any]], order: _VariantOrder
+    spec: ReleaseSetSpec, created: str, entries: list[_Entry], order: _VariantOrder
 ) -> dict[str, Any]:
     """The release set's table of contents, the metadata manifest's config (schemaVersion 1).
 
@@ -64,42 +80,41 @@ def _metadata(
     """
     arts = []
     for e in entries:
-        packed: _Packed = e["packed"]
-        for m in e["members"]:
+        for m in e.members:
             item: dict[str, Any] = {
-                "name": m["name"],
-                "kind": m["kind"],
-                "variant": m.get("variant"),
-                "actionKey": m["actionKey"],
-                "builder": m["builder"],
-                **packed.fields,
-                "provenance": _trim(e["provenance"]),
+                "name": m.name,
+                "kind": m.kind.value,
+                "variant": dict(m.variant) if m.variant is not None else None,
+                "actionKey": m.action_key,
+                "builder": m.builder,
+                **e.packed.fields,
+                "provenance": _trim(e.provenance),
             }
-            if e.get("sbom") is not None:
-                item["sbom"] = _trim(e["sbom"])
-            if m["kind"] in ("binary", "machine-image") and m.get("platform"):
-                item["platform"] = m["platform"]
+            if e.sbom is not None:
+                item["sbom"] = _trim(e.sbom)
+            if m.kind in ("binary", "machine-image") and m.platform:
+                item["platform"] = dict(m.platform)
             arts.append(item)
     arts.sort(key=lambda a: (a["name"], order(a["variant"])))
     return {
         "schemaVersion": METADATA_SCHEMA_VERSION,
         "mediaType": mt.NVKR_RELEASE_SET_METADATA,
-        "name": spec["name"],
-        "epoch": spec["epoch"],
+        "name": spec.name,
+        "epoch": spec.epoch,
         "created": created,
-        "nvkrVersion": spec["nvkrVersion"],
-        "recipe": spec["recipe"],
-        "lockfile": spec["lockfile"],
-        "variants": list(spec.get("variants", [])),
+        "nvkrVersion": spec.nvkr_version,
+        "recipe": spec.recipe.to_json(),
+        "lockfile": spec.lockfile.to_json(),
+        "variants": [dict(v) for v in spec.variants],
         "artifacts": arts,
-        "machineImages": list(spec.get("machineImages") or []),
+        "machineImages": list(spec.machine_images),
         "clusterRelease": _cluster_release(spec, entries, order),
-        "nodePoolReleases": list(spec.get("nodePoolReleases") or []),
+        "nodePoolReleases": [p.to_json() for p in spec.node_pool_releases],
     }
 
 
 def _cluster_release(
-    spec: Mapping[str, Any], entries: list[dict[str, Any]], order: _VariantOrder
+    spec: ReleaseSetSpec, entries: list[_Entry], order: _VariantOrder
 ) -> dict[str, Any] | None:
     """The spec's ``clusterRelease`` with its ``charts`` and ``images`` names resolved.
 
@@ -109,37 +124,38 @@ def _cluster_release(
     Raises:
         BuildError: a name the release set does not hold, or one of another kind.
     """
-    cluster = spec.get("clusterRelease")
+    cluster = spec.cluster_release
     if cluster is None:
         return None
-    resolved = dict(cluster)
-    for field, kind in (("charts", "chart"), ("images", "image")):
+    resolved: dict[str, Any] = cluster.to_json()
+    for field, kind, names in (
+        ("charts", "chart", cluster.charts),
+        ("images", "image", cluster.images),
+    ):
         items: list[dict[str, Any]] = []
-        for art_name in cluster.get(field) or []:
+        for art_name in names:
             found = []
             for e in entries:
-                serving = [m for m in e["members"] if m["name"] == art_name]
+                serving = [m for m in e.members if m.name == art_name]
                 if not serving:
                     continue
-                if serving[0]["kind"] != kind:
+                if serving[0].kind != kind:
                     raise BuildError(
-                        f"release set {spec['name']}: clusterRelease.{field} names "
-                        f"{art_name!r}, whose kind is {serving[0]['kind']!r}",
+                        f"release set {spec.name}: clusterRelease.{field} names "
+                        f"{art_name!r}, whose kind is {serving[0].kind.value!r}",
                         hint=f"list only {kind} artifacts under clusterRelease.{field}",
                     )
-                variants = sorted(
-                    {canonical_json(m["variant"]): m["variant"] for m in serving}.values(),
-                    key=order,
-                )
+                unique = {canonical_json(_axes(m.variant)): _axes(m.variant) for m in serving}
+                variants = sorted(unique.values(), key=order)
                 found.append((order(variants[0]) if variants else (0, b""), e, variants))
             if not found:
                 raise BuildError(
-                    f"release set {spec['name']}: clusterRelease.{field} names {art_name!r}, "
+                    f"release set {spec.name}: clusterRelease.{field} names {art_name!r}, "
                     "which the release set does not hold",
                     hint="add it to releaseSet.artifacts (or leave that list out to take all)",
                 )
-            for _, e, variants in sorted(found, key=lambda f: (f[0], f[1]["sort"])):
-                packed: _Packed = e["packed"]
+            for _, e, variants in sorted(found, key=lambda f: (f[0], f[1].sort)):
+                packed = e.packed
                 item: dict[str, Any] = {"name": art_name}
                 if kind == "chart":
                     chart = packed.fields["chart"]
@@ -151,6 +167,10 @@ def _cluster_release(
                 items.append(item)
         resolved[field] = items
     return resolved
+
+
+def _axes(variant: Mapping[str, str] | None) -> dict[str, str] | None:
+    return dict(variant) if variant is not None else None
 
 
 def read_metadata(layout_dir: Path, name: str | None = None) -> dict[str, Any]:

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any, Final
 from nvkr.atomic import write_atomic
 from nvkr.canonical import canonical_json
 from nvkr.errors import IntegrityError
+from nvkr.jsondoc import JsonObject
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import artifact_manifest, descriptor, manifest_bytes
 from nvkr.oci.layoutdir import FILE_MODE
@@ -67,6 +68,7 @@ from nvkr.provenance import (
     statement_bytes,
 )
 from nvkr.releaseset.signing import ANN_ATTACHMENT, DSSE_ENVELOPE
+from nvkr.releasespec import ReleaseSetSpec
 from nvkr.sign import PrivateKey, envelope_parts, sign_envelope
 
 if TYPE_CHECKING:
@@ -143,11 +145,11 @@ def _main_output(record: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return outputs[0] if outputs else None
 
 
-def _dependencies(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _dependencies(spec: ReleaseSetSpec) -> list[JsonObject]:
     """Every artifact's resolvedDependencies, each once, sorted by name then canonical bytes."""
-    unique: dict[bytes, dict[str, Any]] = {}
-    for art in spec.get("artifacts") or []:
-        for dep in art.get("dependencies") or []:
+    unique: dict[bytes, JsonObject] = {}
+    for art in spec.artifacts:
+        for dep in art.dependencies:
             unique.setdefault(canonical_json(dep), dict(dep))
     return [unique[k] for k in sorted(unique, key=lambda k: (str(unique[k].get("name")), k))]
 
@@ -175,7 +177,7 @@ def record_warnings(statement: Mapping[str, Any]) -> list[dict[str, str]]:
 
 
 def build_record(
-    spec: Mapping[str, Any],
+    spec: ReleaseSetSpec,
     set_action: Mapping[str, str],
     metadata: Mapping[str, Any],
     release_set_digest: str,
@@ -184,7 +186,7 @@ def build_record(
     """The build record of one release set (shape in the module docstring).
 
     Args:
-        spec: the release-set action's params (:func:`nvkr.releaseset.assemble`'s ``spec``).
+        spec: the release-set action's spec (:func:`nvkr.releaseset.assemble`'s).
         set_action: ``{"key", "builder", "builderVersion"}`` of the release-set action.
         metadata: the set's metadata JSON (:func:`nvkr.releaseset.read_metadata`).
         release_set_digest: ``sha256:<hex>`` of the release set index.
@@ -237,19 +239,16 @@ def build_record(
                 "annotations": annotations,
             }
         )
-    name = str(spec["name"])
     return slsa_statement(
         record_subjects(metadata, release_set_digest),
         build_type=BUILD_TYPE,
-        external_parameters=external_parameters(
-            spec, list(spec.get("variants") or []), release_set=name
-        ),
+        external_parameters=external_parameters(spec, spec.variants, release_set=spec.name),
         internal_parameters=internal_parameters(
             spec, set_action["builder"], set_action["builderVersion"], set_action["key"]
         ),
         resolved_dependencies=_dependencies(spec),
         builder_id=BUILDER_ID,
-        builder_version={"nvkr": str(spec["nvkrVersion"])},
+        builder_version={"nvkr": spec.nvkr_version},
         invocation_id=invocation if isinstance(invocation, str) else None,
         started_on=min(starts)[1] if starts else None,
         finished_on=max(ends)[1] if ends else None,
@@ -303,7 +302,7 @@ def plan_build_record(
     result = report.results.get(key) or _cached_record(store, key) or {}
     digest = str((result.get("metadata") or {}).get("releaseSetDigest"))
     return build_record(
-        action.params,
+        ReleaseSetSpec.from_params(action.params),
         {"key": key, "builder": action.builder, "builderVersion": action.builder_version},
         read_metadata(layout_dir, set_name),
         digest,

@@ -21,6 +21,7 @@ from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import LayoutReader, descriptor, image_manifest, manifest_bytes
 from nvkr.oci.registry import RegistryClient
 from nvkr.releaseset.signing import sign_release_set
+from nvkr.releasespec import ReleaseSetSpec
 from nvkr.repro import gzip_bytes
 from nvkr.sign import generate_key, load_private_key
 from nvkr.store import Store
@@ -155,7 +156,7 @@ def make_set(
         "clusterRelease": {"kubernetes": "1.36.3", "charts": [], "images": ["agent-image"]},
         "nodePoolReleases": [],
     }
-    result = releaseset.assemble(spec, artifacts, store)
+    result = releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
     return releaseset.materialize(result, store, root / "dist")
 
 

@@ -23,6 +23,7 @@ from nvkr import releaseset
 from nvkr.canonical import canonical_json
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import descriptor, image_manifest, manifest_bytes
+from nvkr.releasespec import ReleaseSetSpec
 from nvkr.repro import gzip_bytes
 from nvkr.store import Store
 
@@ -242,7 +243,7 @@ def build(
 ) -> tuple[Store, dict[str, Any], Path]:
     store = Store(root / "store")
     spec, artifacts = sample(store, epoch=epoch, kinds=kinds)
-    result = releaseset.assemble(spec, artifacts, store)
+    result = releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
     return store, result, releaseset.materialize(result, store, root / "dist")
 
 

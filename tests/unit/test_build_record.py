@@ -41,6 +41,7 @@ from nvkr.releaseset.record import (
 )
 from nvkr.releaseset.recordcheck import check_build_record
 from nvkr.releaseset.signing import ANN_ATTACHMENT, DSSE_ENVELOPE, sign_release_set
+from nvkr.releasespec import ReleaseSetSpec
 from nvkr.sign import generate_key, load_private_key, load_public_key, sign_envelope
 from nvkr.store import Store
 from nvkr.verify import verify_release_set
@@ -361,7 +362,7 @@ def test_bad_times_in_an_action_record_are_refused(built: Built) -> None:
 
 def test_build_record_is_a_function_of_its_inputs() -> None:
     plan = small_plan()
-    spec = plan.actions[plan.release_sets[NAME]].params
+    spec = ReleaseSetSpec.from_params(plan.actions[plan.release_sets[NAME]].params)
     meta = {"name": NAME, "artifacts": []}
     records = [
         {

@@ -20,6 +20,7 @@ from nvkr.diff.lockfiles import version_change
 from nvkr.diff.releasesets import _Details, _ReleaseSet, _split_purl
 from nvkr.diff.report import SECTIONS, Report
 from nvkr.oci.layout import LayoutReader
+from nvkr.releasespec import ReleaseSetSpec
 from tests.helpers.cli import invoke
 
 HOPPER_AMD = "gpu=hopper,kubernetes=1.36,arch=amd64"
@@ -578,7 +579,9 @@ def _staged_set(
         "clusterRelease": {"kubernetes": "1.36.3", "charts": [], "images": []},
         "nodePoolReleases": [],
     }  # fmt: skip
-    assembled = releaseset.assemble(spec, {image_key: result, sbom_key: sbom}, store)
+    assembled = releaseset.assemble(
+        ReleaseSetSpec.from_params(spec), {image_key: result, sbom_key: sbom}, store
+    )
     return releaseset.materialize(assembled, store, tmp_path / f"{name}-dist")
 
 

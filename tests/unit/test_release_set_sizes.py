@@ -16,6 +16,7 @@ from nvkr import releaseset
 from nvkr.delivery.publish import publish_layout
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.registry import RegistryClient
+from nvkr.releasespec import ReleaseSetSpec
 from nvkr.store import Store
 from tests.helpers.cli import invoke, invoke_output
 from tests.helpers.disk import needs_tools
@@ -86,7 +87,7 @@ def layout(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "clusterRelease": {"kubernetes": "1.36.3", "charts": [], "images": []},
         "nodePoolReleases": [],
     }  # fmt: skip
-    result = releaseset.assemble(spec, results, store)
+    result = releaseset.assemble(ReleaseSetSpec.from_params(spec), results, store)
     return releaseset.materialize(result, store, tmp / "dist")
 
 

@@ -34,6 +34,7 @@ from nvkr.oci import mediatypes as mt
 from nvkr.oci.closure import store_closure
 from nvkr.oci.layout import LayoutReader, descriptor
 from nvkr.provenance import BUILD_TYPE, BUILDER_ID, TIME_FIELDS, validate_statement
+from nvkr.releasespec import ReleaseSetSpec
 from nvkr.run import pinned_env, run
 from nvkr.store import Store
 from tests.helpers import REPO
@@ -246,7 +247,7 @@ def test_chart_provenance_file_is_a_second_layer_sorted_by_digest(tmp_path: Path
         store, "node-agent-0.1.0.tgz.prov", b"-----BEGIN PGP", mt.HELM_PROVENANCE, "prov"
     )
     artifacts[KEY_CHART]["outputs"].append(prov)
-    result = releaseset.assemble(spec, artifacts, store)
+    result = releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
     layout = releaseset.materialize(result, store, tmp_path / "dist")
     chart = _blob(layout, _by_artifact(layout)["agent-chart"][0]["digest"])
     tgz = artifacts[KEY_CHART]["outputs"][1]
@@ -336,7 +337,9 @@ def test_one_image_index_for_four_variants_appears_once(tmp_path: Path) -> None:
         ],
         clusterRelease={"kubernetes": "1.36.3", "charts": [], "images": ["agent-image"]},
     )
-    result = releaseset.assemble(spec, {KEY_IMAGE_BLACKWELL: index}, store)
+    result = releaseset.assemble(
+        ReleaseSetSpec.from_params(spec), {KEY_IMAGE_BLACKWELL: index}, store
+    )
     layout = releaseset.materialize(result, store, tmp_path / "dist")
     manifests = _release_set(layout)["manifests"]
     assert len(manifests) == 3  # metadata, the index, its provenance
@@ -451,7 +454,9 @@ def test_metadata_json(built: tuple[Store, dict[str, Any], Path]) -> None:
 def test_metadata_without_cluster_release(tmp_path: Path) -> None:
     store = Store(tmp_path / "store")
     spec, artifacts = sample(store)
-    result = releaseset.assemble(dict(spec, clusterRelease=None), artifacts, store)
+    result = releaseset.assemble(
+        ReleaseSetSpec.from_params(dict(spec, clusterRelease=None)), artifacts, store
+    )
     layout = releaseset.materialize(result, store, tmp_path / "dist")
     assert releaseset.read_metadata(layout)["clusterRelease"] is None
 
@@ -601,11 +606,16 @@ def test_provenance_has_no_time_field(built: tuple[Store, dict[str, Any], Path])
 def test_same_inputs_same_result_in_one_store(tmp_path: Path) -> None:
     store = Store(tmp_path / "store")
     spec, artifacts = sample(store)
-    first = releaseset.assemble(spec, artifacts, store)
+    first = releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
     # the spec's artifact order must not matter
     shuffled = dict(spec, artifacts=list(reversed(spec["artifacts"])))
-    assert releaseset.assemble(shuffled, artifacts, store) == first
-    assert releaseset.assemble(dict(spec, epoch=EPOCH + 1), artifacts, store) != first
+    assert releaseset.assemble(ReleaseSetSpec.from_params(shuffled), artifacts, store) == first
+    assert (
+        releaseset.assemble(
+            ReleaseSetSpec.from_params(dict(spec, epoch=EPOCH + 1)), artifacts, store
+        )
+        != first
+    )
 
 
 def test_a_spec_without_kinds_holds_binaries(tmp_path: Path) -> None:
@@ -615,7 +625,9 @@ def test_a_spec_without_kinds_holds_binaries(tmp_path: Path) -> None:
     old = dict(
         spec, artifacts=[{k: v for k, v in a.items() if k != "kind"} for a in spec["artifacts"]]
     )
-    assert releaseset.assemble(old, artifacts, store) == releaseset.assemble(spec, artifacts, store)
+    assert releaseset.assemble(
+        ReleaseSetSpec.from_params(old), artifacts, store
+    ) == releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
 
 
 def _run_script(root: Path, *, umask: int, env: dict[str, str]) -> dict[str, Any]:
@@ -706,7 +718,7 @@ def test_materialize_copies_across_file_systems(
 ) -> None:
     store = Store(tmp_path / "store")
     spec, artifacts = sample(store)
-    result = releaseset.assemble(spec, artifacts, store)
+    result = releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
 
     def no_link(src: Any, dst: Any) -> None:
         raise OSError(errno.EXDEV, "Invalid cross-device link")
@@ -727,7 +739,7 @@ def test_materialize_copies_across_file_systems(
 def test_materialize_replaces_an_older_set(tmp_path: Path) -> None:
     store, _, layout = build(tmp_path)
     spec, artifacts = sample(store, epoch=EPOCH + 86400)
-    new_result = releaseset.assemble(spec, artifacts, store)
+    new_result = releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
     assert releaseset.materialize(new_result, store, tmp_path / "dist") == layout
     assert (
         _json(layout / "index.json")["manifests"][0]["digest"]
@@ -745,7 +757,7 @@ def test_materialize_seals_its_own_links_so_the_next_check_hashes_nothing(
     build after it hashes nothing (its ``dist/`` was rewritten, even removed by hand: once)."""
     store, _, layout = build(tmp_path)
     spec, artifacts = sample(store, epoch=EPOCH + 86400)
-    new_result = releaseset.assemble(spec, artifacts, store)
+    new_result = releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
     releaseset.materialize(new_result, store, tmp_path / "dist")  # links made and removed
     hashed: list[str] = []
     real = store.hash_blob
@@ -785,7 +797,7 @@ def test_failure_midway_leaves_the_old_set_and_no_temp_dir(
     store, _, layout = build(tmp_path)
     before = tree(layout)
     spec, artifacts = sample(store, epoch=EPOCH + 1)
-    new_result = releaseset.assemble(spec, artifacts, store)
+    new_result = releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
     monkeypatch.setattr(layoutdir, "link_or_copy", _fail_after(3, layoutdir.link_or_copy))
     with pytest.raises(OSError, match="No space left"):
         releaseset.materialize(new_result, store, tmp_path / "dist")
@@ -798,7 +810,7 @@ def test_failure_on_first_materialize_leaves_nothing(
 ) -> None:
     store = Store(tmp_path / "store")
     spec, artifacts = sample(store)
-    result = releaseset.assemble(spec, artifacts, store)
+    result = releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
     monkeypatch.setattr(layoutdir, "link_or_copy", _fail_after(0, layoutdir.link_or_copy))
     with pytest.raises(OSError):
         releaseset.materialize(result, store, tmp_path / "dist")
@@ -811,7 +823,7 @@ def test_failure_during_the_swap_restores_the_old_set(
     store, _, layout = build(tmp_path)
     before = tree(layout)
     spec, artifacts = sample(store, epoch=EPOCH + 1)
-    new_result = releaseset.assemble(spec, artifacts, store)
+    new_result = releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
     monkeypatch.setattr(layoutdir, "_exchange", lambda a, b: False)  # take the two-rename path
     # the old set is moved aside, moving the new one in fails, the old one is moved back
     monkeypatch.setattr(os, "rename", _fail_after(1, os.rename, only_once=True))
@@ -825,7 +837,7 @@ def test_failure_during_the_swap_restores_the_old_set(
 def test_two_rename_fallback_swaps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store, _, layout = build(tmp_path)
     spec, artifacts = sample(store, epoch=EPOCH + 1)
-    new_result = releaseset.assemble(spec, artifacts, store)
+    new_result = releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
     monkeypatch.setattr(layoutdir, "_exchange", lambda a, b: False)
     releaseset.materialize(new_result, store, tmp_path / "dist")
     assert (
@@ -838,7 +850,7 @@ def test_two_rename_fallback_swaps(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 def test_corrupt_store_blob_is_not_copied(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = Store(tmp_path / "store")
     spec, artifacts = sample(store)
-    result = releaseset.assemble(spec, artifacts, store)
+    result = releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
     primary = artifacts[KEY_AMD64]["outputs"][1]
     path = store.blob_path(primary["digest"])
     path.chmod(0o644)
@@ -858,7 +870,7 @@ def test_missing_action_result(tmp_path: Path) -> None:
     spec, artifacts = sample(store)
     del artifacts[KEY_ARM64]
     with pytest.raises(BuildError, match=f"agent \\({KEY_ARM64}\\): no result"):
-        releaseset.assemble(spec, artifacts, store)
+        releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
 
 
 def test_result_needs_exactly_one_primary(tmp_path: Path) -> None:
@@ -866,7 +878,7 @@ def test_result_needs_exactly_one_primary(tmp_path: Path) -> None:
     spec, artifacts = sample(store)
     artifacts[KEY_AMD64]["outputs"][0]["role"] = "primary"
     with pytest.raises(BuildError, match="exactly one output with role 'primary', found 2"):
-        releaseset.assemble(spec, artifacts, store)
+        releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
 
 
 def test_output_blob_missing_from_store(tmp_path: Path) -> None:
@@ -874,7 +886,7 @@ def test_output_blob_missing_from_store(tmp_path: Path) -> None:
     spec, artifacts = sample(store)
     artifacts[KEY_CHART]["outputs"][0]["digest"] = "sha256:" + "9" * 64
     with pytest.raises(IntegrityError, match="not in the store"):
-        releaseset.assemble(spec, artifacts, store)
+        releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
 
 
 def test_one_action_with_two_identities_is_refused(tmp_path: Path) -> None:
@@ -882,7 +894,7 @@ def test_one_action_with_two_identities_is_refused(tmp_path: Path) -> None:
     spec, artifacts = sample(store)
     spec["artifacts"][0] = dict(spec["artifacts"][0], builderVersion="2")
     with pytest.raises(BuildError, match="disagree on 'builderVersion'"):
-        releaseset.assemble(spec, artifacts, store)
+        releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
 
 
 def test_bad_dependency_is_a_build_error(tmp_path: Path) -> None:
@@ -892,7 +904,7 @@ def test_bad_dependency_is_a_build_error(tmp_path: Path) -> None:
         if a["actionKey"] == KEY_CHART:
             a["dependencies"] = [{"name": "chart"}]
     with pytest.raises(BuildError, match="needs one of uri, digest, content"):
-        releaseset.assemble(spec, artifacts, store)
+        releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
 
 
 @pytest.mark.parametrize("name", ["", ".hidden", "a/b", "..", "-x", None, "x" * 200])
@@ -900,7 +912,7 @@ def test_bad_names(tmp_path: Path, name: Any) -> None:
     store = Store(tmp_path)
     spec, artifacts = sample(store)
     with pytest.raises(BuildError, match="release set name"):
-        releaseset.assemble(dict(spec, name=name), artifacts, store)
+        releaseset.assemble(ReleaseSetSpec.from_params(dict(spec, name=name)), artifacts, store)
 
 
 @pytest.mark.parametrize("epoch", [-1, "1764547200", True, None])
@@ -908,7 +920,7 @@ def test_bad_epoch(tmp_path: Path, epoch: Any) -> None:
     store = Store(tmp_path)
     spec, artifacts = sample(store)
     with pytest.raises(BuildError, match="epoch"):
-        releaseset.assemble(dict(spec, epoch=epoch), artifacts, store)
+        releaseset.assemble(ReleaseSetSpec.from_params(dict(spec, epoch=epoch)), artifacts, store)
 
 
 def _image_blob(store: Store, key: str, media_type: str, arch: str = "arm64") -> dict[str, Any]:
@@ -938,7 +950,7 @@ def test_a_blob_missing_from_an_image_closure(tmp_path: Path, media_type: str, w
     missing = _image_blob(store, KEY_IMAGE_BLACKWELL, media_type)
     store.blob_path(missing["digest"]).unlink()
     with pytest.raises(IntegrityError) as e:
-        releaseset.assemble(spec, artifacts, store)
+        releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
     message = e.value.message
     assert message.startswith(f"blob {missing['digest']} ({media_type}, referenced by release set")
     assert "artifact agent-image" in message and "is not in the store" in message
@@ -953,7 +965,7 @@ def test_a_truncated_blob_in_an_image_closure(tmp_path: Path) -> None:
     path.chmod(0o644)
     path.write_bytes(path.read_bytes()[:-1])
     with pytest.raises(IntegrityError, match=f"blob {layer['digest']} .* bytes in the store"):
-        releaseset.assemble(spec, artifacts, store)
+        releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
 
 
 def test_a_corrupt_image_manifest_in_the_store(tmp_path: Path) -> None:
@@ -964,7 +976,7 @@ def test_a_corrupt_image_manifest_in_the_store(tmp_path: Path) -> None:
     path.chmod(0o644)
     path.write_bytes(path.read_bytes().replace(b'"schemaVersion":2', b'"schemaVersion":3'))
     with pytest.raises(IntegrityError, match=f"blob {child['digest']} .* is corrupt"):
-        releaseset.assemble(spec, artifacts, store)
+        releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
 
 
 @pytest.mark.parametrize(
@@ -986,7 +998,7 @@ def test_image_result_errors(tmp_path: Path, edit: Any, message: str) -> None:
     spec, artifacts = sample(store)
     edit(artifacts[KEY_IMAGE_BLACKWELL])
     with pytest.raises(BuildError, match=message):
-        releaseset.assemble(spec, artifacts, store)
+        releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
 
 
 def test_image_index_without_a_variants_arch(tmp_path: Path) -> None:
@@ -996,7 +1008,7 @@ def test_image_index_without_a_variants_arch(tmp_path: Path) -> None:
         if a["kind"] == "image" and a["variant"] == BLACKWELL_ARM64:
             a["actionKey"] = KEY_IMAGE_HOPPER
     with pytest.raises(BuildError, match="has no manifest for arch 'arm64'"):
-        releaseset.assemble(spec, artifacts, store)
+        releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
 
 
 @pytest.mark.parametrize(
@@ -1036,7 +1048,7 @@ def test_chart_result_errors(tmp_path: Path, edit: Any, error: type, message: st
     spec, artifacts = sample(store)
     edit(artifacts[KEY_CHART])
     with pytest.raises(error, match=message):
-        releaseset.assemble(spec, artifacts, store)
+        releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
 
 
 def test_chart_tag_defaults_to_the_version_with_underscores(tmp_path: Path) -> None:
@@ -1048,7 +1060,7 @@ def test_chart_tag_defaults_to_the_version_with_underscores(tmp_path: Path) -> N
         store, "chart.json", canonical_json(config), mt.HELM_CONFIG, "config"
     )
     chart["metadata"] = {"chartName": "node-agent", "version": "0.1.0+g1"}
-    result = releaseset.assemble(spec, artifacts, store)
+    result = releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
     layout = releaseset.materialize(result, store, tmp_path / "dist")
     meta = releaseset.read_metadata(layout)
     facts = [a["chart"] for a in meta["artifacts"] if a["kind"] == "chart"]
@@ -1069,7 +1081,7 @@ def test_unknown_kind(tmp_path: Path) -> None:
     with pytest.raises(
         BuildError, match="has kind 'internal', expected one of binary, image, chart"
     ):
-        releaseset.assemble(spec, artifacts, store)
+        releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
 
 
 @pytest.mark.parametrize(
@@ -1095,7 +1107,9 @@ def test_cluster_release_names_must_resolve(
     store = Store(tmp_path / "store")
     spec, artifacts = sample(store)
     with pytest.raises(BuildError, match=message):
-        releaseset.assemble(dict(spec, clusterRelease=cluster), artifacts, store)
+        releaseset.assemble(
+            ReleaseSetSpec.from_params(dict(spec, clusterRelease=cluster)), artifacts, store
+        )
 
 
 # -- real tools: skopeo and umoci (CI installs them; missing tools fail, never skip) ---------------

@@ -31,6 +31,7 @@ from nvkr.execute import run_action
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import LayoutReader, descriptor, image_manifest, manifest_bytes
 from nvkr.plan import _new_action
+from nvkr.releasespec import ReleaseSetSpec
 from nvkr.sbom import SPDX_MEDIA_TYPE, golang_purl, oci_purl
 from nvkr.sbom.archive import member_path
 from nvkr.store import Store
@@ -592,7 +593,7 @@ def with_sboms(store: Store) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]
 def test_the_release_set_attaches_one_sbom_per_artifact(tmp_path: Path, validator: Any) -> None:
     store = Store(tmp_path / "store")
     spec, artifacts = with_sboms(store)
-    result = releaseset.assemble(spec, artifacts, store)
+    result = releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
     layout = releaseset.materialize(result, store, tmp_path / "dist")
     reader = LayoutReader(layout)
     reader.walk()  # every blob reachable, every digest right
@@ -629,7 +630,11 @@ def test_the_release_set_with_sboms_is_the_same_from_two_stores(tmp_path: Path) 
     for name in ("a", "b"):
         store = Store(tmp_path / name)
         spec, artifacts = with_sboms(store)
-        digests.append(releaseset.assemble(spec, artifacts, store)["metadata"]["releaseSetDigest"])
+        digests.append(
+            releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)["metadata"][
+                "releaseSetDigest"
+            ]
+        )
     assert digests[0] == digests[1]
 
 
@@ -644,7 +649,7 @@ def test_an_sbom_of_another_artifact_is_refused(tmp_path: Path) -> None:
             a["sbomActionKey"] = arm64["sbomActionKey"]
     assert amd64["sbomActionKey"] == arm64["sbomActionKey"]
     with pytest.raises(BuildError, match="its SBOM describes"):
-        releaseset.assemble(swapped, artifacts, store)
+        releaseset.assemble(ReleaseSetSpec.from_params(swapped), artifacts, store)
 
 
 def test_a_missing_sbom_result_is_a_build_error(tmp_path: Path) -> None:
@@ -653,13 +658,13 @@ def test_a_missing_sbom_result_is_a_build_error(tmp_path: Path) -> None:
     chart = next(a for a in spec["artifacts"] if a["kind"] == "chart")
     del artifacts[chart["sbomActionKey"]]
     with pytest.raises(BuildError, match="no result for its sbom action"):
-        releaseset.assemble(spec, artifacts, store)
+        releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
 
 
 def test_a_spec_without_sbom_keys_holds_no_sboms(tmp_path: Path) -> None:
     store = Store(tmp_path / "store")
     spec, artifacts = sample(store)
-    result = releaseset.assemble(spec, artifacts, store)
+    result = releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
     layout = releaseset.materialize(result, store, tmp_path / "dist")
     assert not any("sbom" in a for a in releaseset.read_metadata(layout)["artifacts"])
 

@@ -48,6 +48,7 @@ from nvkr.builders.rootfs.builder import check_can_run
 from nvkr.canonical import canonical_json, hex_of
 from nvkr.elf import read_elf
 from nvkr.errors import BuildError, LockError, RecipeError, ToolError
+from nvkr.jsondoc import JsonObject
 from nvkr.mountns import Bind, chroot_argv
 from nvkr.recipe.matrix import Variant
 from nvkr.recipe.sources import GitSource
@@ -328,13 +329,13 @@ class GoBinaryBuilder(Builder[GoBinaryArtifact]):
                 return arch
         return None
 
-    def release_fields(self, action: Action) -> dict[str, Any]:
+    def release_fields(self, action: Action) -> JsonObject:
         """``{"cToolchain": {"cc", "packages": {name: version}}}`` for a cgo build (its
         provenance's internalParameters name the tools tree's compiler), else nothing: a
         release set without cgo keeps the spec it always had."""
         if "cc" not in action.params:
             return {}
-        packages = {k: v for k, v in sorted(action.tools.items()) if k != "go"}
+        packages: JsonObject = {k: v for k, v in sorted(action.tools.items()) if k != "go"}
         return {"cToolchain": {"cc": action.params["cc"], "packages": packages}}
 
     def run(self, ctx: ActionContext) -> None:

@@ -20,7 +20,8 @@ class ReleaseSetBuilder(PlannerBuilder):
 
     def run(self, ctx: ActionContext) -> None:
         from nvkr.releaseset import assemble
+        from nvkr.releasespec import ReleaseSetSpec
 
-        result = assemble(ctx.action.params, ctx.deps, ctx.store)
+        result = assemble(ReleaseSetSpec.from_params(ctx.action.params), ctx.deps, ctx.store)
         ctx.outputs.extend(result["outputs"])
         ctx.metadata.update(result["metadata"])
