@@ -119,11 +119,12 @@ def fingerprint(path: str) -> Fingerprint:
     return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode]
 
 
-def code_fingerprint() -> str:
-    """sha256 over path, size, mtime_ns, inode and mode of every file of nvkr's package and the
-    checkout's ``builders/`` (the builders' assets), ``__pycache__`` left out."""
+def code_fingerprint(package: Path = _PACKAGE) -> str:
+    """sha256 over path, size, mtime_ns, inode and mode of every file of nvkr's ``package``
+    and the checkout's ``builders/`` beside it (the builders' assets), ``__pycache__`` left
+    out."""
     digest = hashlib.sha256()
-    stack = [str(p) for p in (_PACKAGE.parent / "builders", _PACKAGE) if p.is_dir()]
+    stack = [str(p) for p in (package.parent / "builders", package) if p.is_dir()]
     while stack:
         directory = stack.pop()
         try:
