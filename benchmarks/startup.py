@@ -50,7 +50,12 @@ def _run(
     args = [a if a != "@OUT" else str(out) for a in argv]
     t0 = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "nvkr", *args], cwd=ROOT, env=env, capture_output=True, check=False
+        # -P: the working directory (this checkout) must not come before the tree's PYTHONPATH
+        [sys.executable, "-P", "-m", "nvkr", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        check=False,
     )
     elapsed = time.perf_counter() - t0
     if proc.returncode != 0:

@@ -264,3 +264,18 @@ def test_a_hit_imports_nothing_that_plans(project: Project) -> None:
     assert "pydantic" in runs[0].stderr.splitlines()[-1]
     assert runs[1].stderr.splitlines()[-1] == "[]", runs[1].stderr
     assert runs[1].stderr.splitlines()[:-1] == runs[0].stderr.splitlines()[:-1]
+
+
+def test_a_hit_says_what_the_store_lock_cleaned_up_where_the_full_path_does(
+    project: Project, plans: list[int]
+) -> None:
+    def leftover() -> None:
+        (project.store / "tmp" / "work-of-a-dead-build").mkdir()
+
+    leftover()
+    full = project.build(env={"NVKR_PLAN_MEMO": "off"})
+    leftover()
+    hit = project.build()
+    assert plans == [1]
+    assert "store: removed 1 leftover" in hit.stderr
+    assert hit.stderr == full.stderr
