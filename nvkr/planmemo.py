@@ -370,6 +370,8 @@ class BuildMemo:
                 return self._miss("an input file changed")
             events = [decode_event(item) for item in memo["events"]]
             pre_lock = int(memo["preLock"])
+            if not isinstance(memo["gcRoot"], dict):
+                raise TypeError("gcRoot")
         except (KeyError, TypeError, ValueError):
             return self._miss("unreadable memo")
         from nvkr.scratch import cleanup_line

@@ -279,3 +279,21 @@ def test_a_hit_says_what_the_store_lock_cleaned_up_where_the_full_path_does(
     assert plans == [1]
     assert "store: removed 1 leftover" in hit.stderr
     assert hit.stderr == full.stderr
+
+
+@pytest.mark.parametrize(
+    "memo",
+    ['{"version": 1}', "[]", '{"version": 1, "code": 1, "files": 2, "events": [["x"]]}', ""],
+)
+def test_a_memo_of_the_wrong_shape_takes_the_full_path(
+    project: Project, plans: list[int], memo: str
+) -> None:
+    (path,) = project.memos()
+    good = json.loads(path.read_bytes())
+    path.write_text(memo)
+    project.build()
+    assert plans == [1]
+    for key in ("gcRoot", "events", "records", "releaseSets"):
+        path.write_text(json.dumps({**good, key: 7}))
+        project.build()
+    assert plans == [1, 1, 1, 1, 1]
