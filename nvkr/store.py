@@ -7,6 +7,7 @@ Everything a build fetches or produces lands here before anything else sees it::
       seals/sha256/<hex>    the blob's seal: its size, mtime, ctime, inode and link count
       actions/<hex>.json    one action's outputs, keyed by its action key
       roots/<id>.json       what one finished build used, for gc (nvkr.store_gc)
+      state/plan-memo/      the memos of no-op builds (nvkr.planmemo); never a build's input
       tools/<hex>/          toolchains unpacked from a blob (the Go wheel, a tools tree's tar),
                             keyed by its digest, with the tree's seal (nvkr.treeseal)
       cache/                tool caches that never affect outputs (Go's build cache; a cgo

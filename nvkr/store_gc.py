@@ -77,13 +77,21 @@ def write_root(
         release_sets: ``{"name", "digest", "path"}`` of each release set written.
         finished: seconds since 1970 (default: now).
     """
+    doc = root_document(recipe=recipe, plan=plan, release_sets=release_sets)
+    return write_root_document(store, doc, invocation_id=invocation_id, finished=finished)
+
+
+def root_document(
+    *, recipe: str, plan: Any, release_sets: Iterable[dict[str, Any]]
+) -> dict[str, Any]:
+    """What a GC root says of a build but its ``invocationId`` and ``finishedOn``
+    (:func:`write_root`'s arguments); the plan memo (:mod:`nvkr.planmemo`) keeps it to root a
+    no-op build it answers without a plan."""
     blobs: set[str] = set()
     for action in plan.actions.values():
         for src in action.sources.values():
             blobs |= entry_blobs(src.entry)
-    root = {
-        "invocationId": invocation_id,
-        "finishedOn": int(finished if finished is not None else time.time()),
+    return {
         "recipe": recipe,
         "actions": sorted(plan.actions),
         "blobs": sorted(blobs),
@@ -91,6 +99,18 @@ def write_root(
             ({k: str(r[k]) for k in ("name", "digest", "path")} for r in release_sets),
             key=lambda r: r["name"],
         ),
+    }
+
+
+def write_root_document(
+    store: Store, doc: dict[str, Any], *, invocation_id: str, finished: float | None = None
+) -> Path:
+    """Write :func:`root_document`'s ``doc`` as the root of build ``invocation_id``, finished
+    at ``finished`` (seconds since 1970, default: now)."""
+    root = {
+        **doc,
+        "invocationId": invocation_id,
+        "finishedOn": int(finished if finished is not None else time.time()),
     }
     path = store.roots_dir / f"{invocation_id}.json"
     store.write_atomic(path, canonical_json(root))

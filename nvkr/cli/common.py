@@ -116,6 +116,11 @@ class CacheArgs:
     cache_trust: tuple[str, ...]
     cache_trust_unsigned: bool
 
+    @property
+    def given(self) -> bool:
+        """Whether any remote cache option was given on the command line."""
+        return any(getattr(self, name) for name in self.__dataclass_fields__)
+
     def settings(self, config: Path | None) -> CacheSettings:
         """The settings these options, the environment and ``config`` (None: the user's config
         file, :func:`nvkr.fetch.mirrors.default_config_path`) give
