@@ -5,7 +5,8 @@ built by the go-binary builder with the pinned toolchain (issue: the seeds' node
 A loopback repository of that shape stands in for the upstream (unreachable here). Checked: two
 clones with two stores lock and build the same binary; it runs, with the vendored dependency
 linked and the commit and commit date stamped from the pin (``stamp``); a ``subdir`` without
-go.mod and a vendor tree out of sync with go.mod are clear errors that leave no release set.
+go.mod and a vendor tree out of sync with go.mod are clear errors that leave no release set
+(built in the first clone's store, whose toolchain is unpacked: an error needs no fresh store).
 """
 
 from __future__ import annotations
@@ -65,19 +66,31 @@ def _binary(clone: Path) -> Path:
     return layout / "blobs" / "sha256" / art["primary"]["digest"].split(":", 1)[1]
 
 
+@pytest.fixture(scope="module")
+def first_build(upstream, go_toolchain, tmp_path_factory) -> tuple[Path, Path]:
+    """(clone, store) of the good commit, locked and built: the first of the two clones, whose
+    store (the toolchain unpacked, Go's build cache warm) the error tests build in too."""
+    root = tmp_path_factory.mktemp("first")
+    clone = _clone(root / "a", upstream.repo.as_uri(), upstream.good)
+    store = seed(root / "a-store", go_toolchain)
+    locked = run_nvkr("lock", "recipes/ovn.yaml", cwd=clone, store=store)
+    assert locked.code == 0, locked.stderr
+    built = run_nvkr("build", "recipes/ovn.yaml", "--locked", cwd=clone, store=store)
+    assert built.code == 0, built.stderr
+    return clone, store
+
+
 def test_a_vendored_module_in_a_subdirectory_builds_the_same_from_two_clones(
-    upstream, go_toolchain, tmp_path
+    upstream, go_toolchain, first_build, tmp_path
 ) -> None:
     repo, good = upstream.repo, upstream.good
-    binaries = []
-    for name in ("a", "b"):
-        clone = _clone(tmp_path / name, repo.as_uri(), good)
-        store = seed(tmp_path / f"{name}-store", go_toolchain)
-        locked = run_nvkr("lock", "recipes/ovn.yaml", cwd=clone, store=store)
-        assert locked.code == 0, locked.stderr
-        built = run_nvkr("build", "recipes/ovn.yaml", "--locked", cwd=clone, store=store)
-        assert built.code == 0, built.stderr
-        binaries.append(_binary(clone))
+    clone = _clone(tmp_path / "b", repo.as_uri(), good)
+    store = seed(tmp_path / "b-store", go_toolchain)  # a store of its own: nothing shared
+    locked = run_nvkr("lock", "recipes/ovn.yaml", cwd=clone, store=store)
+    assert locked.code == 0, locked.stderr
+    built = run_nvkr("build", "recipes/ovn.yaml", "--locked", cwd=clone, store=store)
+    assert built.code == 0, built.stderr
+    binaries = [_binary(first_build[0]), _binary(clone)]
     a, b = (p.read_bytes() for p in binaries)
     assert a == b, "two clones, two stores: the same ovnkube"
     ovnkube = tmp_path / "ovnkube"  # the layout's blob is read-only, not executable
@@ -88,11 +101,11 @@ def test_a_vendored_module_in_a_subdirectory_builds_the_same_from_two_clones(
 
 
 def test_a_subdir_without_go_mod_names_the_source_and_subdir(
-    upstream, go_toolchain, tmp_path
+    upstream, first_build, tmp_path
 ) -> None:
     repo, good = upstream.repo, upstream.good
     clone = _clone(tmp_path / "clone", repo.as_uri(), good, subdir="docs")
-    store = seed(tmp_path / "store", go_toolchain)
+    store = first_build[1]  # an error needs no fresh store: save the toolchain's unpacking
     assert run_nvkr("lock", "recipes/ovn.yaml", cwd=clone, store=store).code == 0
     res = run_nvkr("build", "recipes/ovn.yaml", "--locked", cwd=clone, store=store)
     assert res.code == 1, res.stderr
@@ -102,11 +115,11 @@ def test_a_subdir_without_go_mod_names_the_source_and_subdir(
 
 
 def test_a_vendor_tree_out_of_sync_with_go_mod_is_named_with_gos_lines(
-    upstream, go_toolchain, tmp_path
+    upstream, first_build, tmp_path
 ) -> None:
     repo, stale = upstream.repo, upstream.stale
     clone = _clone(tmp_path / "clone", repo.as_uri(), stale)
-    store = seed(tmp_path / "store", go_toolchain)
+    store = first_build[1]  # an error needs no fresh store: save the toolchain's unpacking
     assert run_nvkr("lock", "recipes/ovn.yaml", cwd=clone, store=store).code == 0
     res = run_nvkr("build", "recipes/ovn.yaml", "--locked", cwd=clone, store=store)
     assert res.code == 1, res.stderr
