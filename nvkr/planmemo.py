@@ -555,6 +555,23 @@ class BuildMemo:
                 old.unlink()
 
 
+def memoized(
+    memo: BuildMemo | None,
+    monitor: Monitor,
+    hold: Hold,
+    full: Callable[[Monitor], tuple[Session, bool, BuildOutcome]],
+) -> None:
+    """Answer a build from ``memo`` when it still matches, else run ``full`` (the build,
+    returning its session, whether remote caches were used and its outcome) recording what a
+    memo needs, and save it. ``memo`` None: just ``full``."""
+    if memo is None:
+        full(monitor)
+    elif not memo.replay(monitor, hold):
+        with memo.recording(monitor) as recorder:
+            session, cache, outcome = full(recorder)
+        memo.save(recorder, session, outcome, cache=cache)
+
+
 def _links_current(layout: Path, paths: dict[str, Path], links: dict[str, Fingerprint]) -> bool:
     """Each blob of ``layout`` is still the store's (the inode it linked, or a copy of its
     size across file systems), and the store's is the one the memo's build saw."""

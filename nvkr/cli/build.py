@@ -17,7 +17,6 @@ is asked, before anything is built.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,7 +38,6 @@ from nvkr.monitor import monitoring, open_monitor
 
 if TYPE_CHECKING:
     from nvkr.build import BuildOutcome
-    from nvkr.cache.settings import CacheSettings
     from nvkr.monitor import Monitor
     from nvkr.session import Session
 
@@ -114,7 +112,35 @@ def command(
     registry: RegistryAccess,
 ) -> None:
     """Build RECIPE (default recipes/default.yaml) into release sets under --out."""
-    from nvkr.planmemo import BuildMemo
+    from nvkr.planmemo import BuildMemo, memoized
+
+    def full(monitor: Monitor) -> tuple[Session, bool, BuildOutcome]:
+        """The build itself: bad push references, cache settings and unreadable keys fail
+        before anything builds."""
+        from nvkr.build import BuildOptions, build, prepare_cache
+
+        push_ref = None
+        if push is not None:
+            from nvkr.oci.reference import Reference
+
+            push_ref = Reference.parse(push)
+        signing_key = None
+        if sign_key is not None:
+            from nvkr.sign import load_private_key
+
+            signing_key = load_private_key(sign_key)
+        settings = prepare_cache(
+            cache.settings(app.config), offline=offline, registry=registry, monitor=monitor
+        )
+        session = open_session(
+            app, recipe, variants, mirrors=mirrors, offline=offline, locked=locked,
+            lockfile=lockfile,
+        )  # fmt: skip
+        options = BuildOptions(
+            out=out, jobs=jobs, action_refs=action_refs, locked=locked, sign_key=signing_key,
+            push=push_ref, cache=settings, cached_only=cached_only, registry=registry,
+        )  # fmt: skip
+        return session, settings.enabled, build(session, options, monitor)
 
     memo = BuildMemo.for_build(
         store_root=app.store_root, config=app.config, debug=app.debug,
@@ -123,59 +149,5 @@ def command(
                  "lockfile": lockfile, "locked": locked, "out": out, "jobs": jobs},
     )  # fmt: skip
     with monitoring(open_monitor("build", as_json=as_json)) as monitor:
-        if memo is not None and memo.replay(monitor, click.get_current_context().with_resource):
-            return  # a no-op, answered from the plan memo (nvkr.planmemo)
-        recording = memo.recording(monitor) if memo is not None else None
-        with recording or contextlib.nullcontext() as recorder:
-            session, settings, outcome = _build(
-                app, recipe, variants, action_refs, mirrors, offline, lockfile, locked, out, jobs,
-                sign_key, push, cache, cached_only, registry, recorder or monitor,
-            )  # fmt: skip
-        if memo is not None and recorder is not None:
-            memo.save(recorder, session, outcome, cache=settings.enabled)
-
-
-def _build(
-    app: App,
-    recipe: Path,
-    variants: tuple[str, ...],
-    action_refs: tuple[str, ...],
-    mirrors: tuple[str, ...],
-    offline: bool,
-    lockfile: Path | None,
-    locked: bool,
-    out: Path,
-    jobs: int,
-    sign_key: str | None,
-    push: str | None,
-    cache: CacheArgs,
-    cached_only: bool,
-    registry: RegistryAccess,
-    monitor: Monitor,
-) -> tuple[Session, CacheSettings, BuildOutcome]:
-    """The full build: the options checked, the session opened, :func:`nvkr.build.build`."""
-    from nvkr.build import BuildOptions, build, prepare_cache
-
-    # Bad push references, cache settings and unreadable keys fail before anything builds.
-    push_ref = None
-    if push is not None:
-        from nvkr.oci.reference import Reference
-
-        push_ref = Reference.parse(push)
-    signing_key = None
-    if sign_key is not None:
-        from nvkr.sign import load_private_key
-
-        signing_key = load_private_key(sign_key)
-    settings = prepare_cache(
-        cache.settings(app.config), offline=offline, registry=registry, monitor=monitor
-    )
-    session = open_session(
-        app, recipe, variants, mirrors=mirrors, offline=offline, locked=locked,
-        lockfile=lockfile,
-    )  # fmt: skip
-    options = BuildOptions(
-        out=out, jobs=jobs, action_refs=action_refs, locked=locked, sign_key=signing_key,
-        push=push_ref, cache=settings, cached_only=cached_only, registry=registry,
-    )  # fmt: skip
-    return session, settings, build(session, options, monitor)
+        # a no-op may be answered from the plan memo (nvkr.planmemo) without planning
+        memoized(memo, monitor, click.get_current_context().with_resource, full)
