@@ -80,7 +80,7 @@ def write_root(
     blobs: set[str] = set()
     for action in plan.actions.values():
         for src in action.sources.values():
-            blobs |= entry_blobs(src.entry)
+            blobs |= entry_blobs(src.entry.to_json())
     root = {
         "invocationId": invocation_id,
         "finishedOn": int(finished if finished is not None else time.time()),
