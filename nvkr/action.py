@@ -15,30 +15,35 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nvkr.canonical import digest_json
 from nvkr.errors import BuildError
+from nvkr.fetch.entries import LockEntry
+
+if TYPE_CHECKING:  # a type only: the recipe's models (pydantic) stay unloaded for a reader
+    from nvkr.recipe.base import Strict
 
 
 @dataclass(frozen=True)
 class ResolvedSource:
     """A source of one variant with its lockfile entry.
 
-    ``entry`` is the resolved identity (see :func:`nvkr.fetch.api.resolve`); ``entry["digest"]``
+    ``spec`` is the recipe's source model (one of :mod:`nvkr.fetch.table`'s), ``entry`` its
+    resolved identity, typed by its kind (see :func:`nvkr.fetch.api.resolve`); ``entry.digest``
     is the ``sha256:<hex>`` of the bytes the store holds for it. ``base_dir`` is the directory
     path sources are relative to. What an entry stands for in provenance (its descriptors) is its
     kind's to say: :func:`nvkr.fetch.api.descriptors`.
     """
 
     name: str
-    spec: Any
-    entry: dict[str, Any]
+    spec: Strict
+    entry: LockEntry
     base_dir: Path
 
     @property
     def digest(self) -> str:
-        return str(self.entry["digest"])
+        return self.entry.digest
 
 
 class ReleaseKind(StrEnum):

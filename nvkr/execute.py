@@ -143,7 +143,7 @@ class _SourceGate:
             with lock:
                 # a source whose own blob is stored may still lack some of its blobs (an apt
                 # source's .debs, an OCI image's layers): fetching them is reported too
-                kind = fetcher_for(src.entry["kind"])
+                kind = fetcher_for(src.entry.kind)
                 fetching = not kind.local and not all_present(self.ctx.store, src.entry)
                 total: int | None = None
                 if fetching:

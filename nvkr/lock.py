@@ -42,6 +42,8 @@ from nvkr.canonical import canonical_json, canonical_json_file, sha256_bytes
 from nvkr.errors import ChecksumError, LockError
 from nvkr.fetch.api import fetcher_for, fetcher_of, resolve
 from nvkr.fetch.context import FetchContext
+from nvkr.fetch.entries import LockEntry
+from nvkr.fetch.table import read_entry
 from nvkr.recipe.base import ArtifactModel
 from nvkr.recipe.loader import LoadedRecipe
 from nvkr.recipe.matrix import Variant
@@ -191,7 +193,7 @@ class Resolver:
             if local:  # the repository's own files (path): hashed afresh on every build
                 resolved = self._resolve(variant, name, base)
             elif locked_entry is not None:
-                resolved = locked_entry["resolved"]
+                resolved = read_entry(locked_entry["resolved"], where=self._where(name))
             elif self.locked:
                 raise LockError(
                     f"source {name!r} of variant {variant.id} is not in the lockfile {self.lock_path}"
@@ -208,19 +210,29 @@ class Resolver:
             entry["variants"].append(variant.id)
         return ResolvedSource(name=name, spec=source, entry=entry["resolved"], base_dir=base)
 
+    def resolved(self) -> list[LockEntry]:
+        """The lock entry of every source bound so far."""
+        return [entry["resolved"] for entry in self._used.values()]
+
     def bound_entry(self, variant: Variant, name: str) -> dict[str, Any]:
         """The entry :meth:`source_for` binds ``name`` of ``variant`` to (binding it now when it
-        is not): the document :meth:`document` writes, so what a caller records in it beside
-        the four members (the OVSDB schemas :mod:`nvkr.catalog.schemas` reads) is written too."""
+        is not), its ``resolved`` a :class:`~nvkr.fetch.entries.LockEntry`: the document
+        :meth:`document` writes, so what a caller records in it beside the four members (the
+        OVSDB schemas :mod:`nvkr.catalog.schemas` reads) is written too."""
         self.source_for(variant, name)
         return self._used[_spec_key(name, _spec(variant.recipe.sources[name]))]
 
-    def _resolve(self, variant: Variant, name: str, base: Path) -> dict[str, Any]:
-        """:func:`nvkr.fetch.api.resolve`; a checksum failure also names where the pin was written
-        (``FILE:LINE: sources.NAME.sha256``), the place to fix a wrong pin."""
+    def _where(self, name: str) -> str:
+        return f"{self.lock_path}: lock entry for source {name!r}"
+
+    def _resolve(self, variant: Variant, name: str, base: Path) -> LockEntry:
+        """:func:`nvkr.fetch.api.resolve` (the entry's URLs without user info); a checksum
+        failure also names where the pin was written (``FILE:LINE: sources.NAME.sha256``), the
+        place to fix a wrong pin."""
         source = variant.recipe.sources[name]
         try:
-            return redact_urls(resolve(name, source, self.ctx, base_dir=base))
+            entry = resolve(name, source, self.ctx, base_dir=base)
+            return read_entry(redact_urls(entry.to_json()), where=self._where(name))
         except ChecksumError as e:
             locations = variant.locations or self.loaded.locations
             written = _spec(source)
@@ -292,40 +304,36 @@ class Resolver:
 
     def document(self) -> dict[str, Any]:
         """The lock document for every source bound so far (what ``nvkr lock`` writes)."""
-        sources = []
+        rows: list[tuple[dict[str, Any], LockEntry]] = []  # each source, and its typed entry
         for entry in self._used.values():
-            resolved = dict(entry["resolved"])
+            resolved = entry["resolved"].to_json()
             if fetcher_for(resolved["kind"]).local:  # hashed on every build: no digest pinned
                 resolved.pop("digest", None)
-            sources.append(
-                {
-                    **{k: v for k, v in entry.items() if k not in _ENTRY_KEYS},
-                    "name": entry["name"],
-                    "spec": entry["spec"],
-                    "variants": sorted(entry["variants"]),
-                    "resolved": resolved,
-                }
-            )
-        sources.sort(key=lambda e: canonical_json([e["name"], e["spec"]]))
+            written = {
+                **{k: v for k, v in entry.items() if k not in _ENTRY_KEYS},
+                "name": entry["name"],
+                "spec": entry["spec"],
+                "variants": sorted(entry["variants"]),
+                "resolved": resolved,
+            }
+            rows.append((written, entry["resolved"]))
+        rows.sort(key=lambda row: canonical_json([row[0]["name"], row[0]["spec"]]))
+        sources = [written for written, _ in rows]
         toolchains = self._toolchain_sources()
         tools: dict[str, Any] = {}
-        for entry in sources:
-            r = entry["resolved"]
-            version = fetcher_for(r["kind"]).version(r) if entry["name"] in toolchains else None
+        for written, typed in rows:
+            name = written["name"]
+            version = fetcher_for(typed.kind).version(typed) if name in toolchains else None
             if version is not None:  # a toolchain pinned by its release (a wheel)
-                tools[entry["name"]] = {
-                    "source": entry["name"],
-                    "version": version,
-                    "digest": r["digest"],
-                }
+                tools[name] = {"source": name, "version": version, "digest": typed.digest}
         trees = self._tools_tree_sources()
-        for entry in sources:
-            r = entry["resolved"]
-            debs = fetcher_for(r["kind"]).debs(r) if entry["name"] in trees else None
+        for written, typed in rows:
+            name = written["name"]
+            debs = fetcher_for(typed.kind).debs(typed) if name in trees else None
             if debs is not None:  # a tools tree's packages: its C toolchain
-                tool = tools.setdefault(entry["name"], {"source": entry["name"], "cToolchain": {}})
-                arch = str(r.get("arch"))
-                summary = trees[entry["name"]].tree_c_toolchain(debs, arch)
+                tool = tools.setdefault(name, {"source": name, "cToolchain": {}})
+                arch = str(written["resolved"].get("arch"))
+                summary = trees[name].tree_c_toolchain(debs, arch)
                 tool["cToolchain"][arch] = summary
         recipe_rel = os.path.relpath(
             os.path.abspath(self.loaded.path), os.path.abspath(self.lock_path.parent)

@@ -169,9 +169,7 @@ def make_session_plan(
     check_contents(session, note=note)
     doc = session.resolver.document()
     if epoch is None:
-        made = (
-            fetcher_for(e["resolved"]["kind"]).commit_time(e["resolved"]) for e in doc["sources"]
-        )
+        made = (fetcher_for(e.kind).commit_time(e) for e in session.resolver.resolved())
         commit_times = [time for time in made if time is not None]
         epoch = source_date_epoch(
             session.loaded.recipe.epoch, fallback=max(commit_times) if commit_times else None

@@ -90,7 +90,7 @@ def root_document(
     blobs: set[str] = set()
     for action in plan.actions.values():
         for src in action.sources.values():
-            blobs |= entry_blobs(src.entry)
+            blobs |= entry_blobs(src.entry.to_json())
     return {
         "recipe": recipe,
         "actions": sorted(plan.actions),

@@ -20,6 +20,7 @@ from nvkr.canonical import canonical_json, canonical_json_file, hex_of
 from nvkr.errors import FetchError, IntegrityError, LockError
 from nvkr.fetch.api import all_present, ensure, entry_kind, fetcher_of
 from nvkr.fetch.context import FetchContext
+from nvkr.fetch.entries import LockEntry
 from nvkr.store import Store
 
 
@@ -54,7 +55,7 @@ class RecipeSelection:
     variants: list[str]
     lockfile_path: str
     lockfile_digest: str
-    bindings: dict[bytes, tuple[str, Any, dict[str, Any], Path, list[str]]]
+    bindings: dict[bytes, tuple[str, Any, LockEntry, Path, list[str]]]
     #: ``(name, kind)`` of the sources of a local kind (path), which the export leaves out
     skipped: list[tuple[str, str]]
 
@@ -76,7 +77,7 @@ def select_sources(loaded: Any, variants: list[Any], resolver: Any) -> RecipeSel
             f"{loaded.path}: there is no lockfile at {resolver.lock_path}",
             hint=f"run `nvkr lock {loaded.path}` first: an export holds what the lockfile pins",
         )
-    bindings: dict[bytes, tuple[str, Any, dict[str, Any], Path, list[str]]] = {}
+    bindings: dict[bytes, tuple[str, Any, LockEntry, Path, list[str]]] = {}
     skipped: set[tuple[str, str]] = set()
     for variant in variants:
         for name, source in sorted(variant.recipe.sources.items()):
@@ -101,7 +102,7 @@ def select_sources(loaded: Any, variants: list[Any], resolver: Any) -> RecipeSel
     )
 
 
-def source_blobs(store: Store, name: str, source: Any, entry: dict[str, Any]) -> dict[str, Any]:
+def source_blobs(store: Store, name: str, source: Any, entry: LockEntry) -> dict[str, Any]:
     """The index entry of one resolved source (its blobs, their upstream URLs and sizes): what
     its kind's :meth:`~nvkr.fetch.kind.SourceKind.mirror_files` says, every blob checked.
 
@@ -109,7 +110,7 @@ def source_blobs(store: Store, name: str, source: Any, entry: dict[str, Any]) ->
         IntegrityError: a blob is missing from the store or its size differs from the lock.
         LockError: the entry is of no kind of the source table.
     """
-    item: dict[str, Any] = {"name": name, "kind": entry.get("kind"), "digest": entry["digest"]}
+    item: dict[str, Any] = {"name": name, "kind": entry.kind, "digest": entry.digest}
     item.update(entry_kind(name, entry).mirror_files(store, name, source, entry))
     blobs: list[dict[str, Any]] = item.pop("blobs")
     for b in blobs:

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from nvkr.catalog.facts import RuleSchemas, SchemaFile
 from nvkr.catalog.rules import CompatibilityRules, OvsdbSchemaRule
 from nvkr.catalog.versions import VersionError, parse_upstream
+from nvkr.fetch.entries import AptEntry
 from nvkr.recipe.matrix import Variant
 from nvkr.recipe.sources import AptSource, GitSource
 from nvkr.recipe.yamlsource import where
@@ -196,7 +197,7 @@ class SourceSchemas:
                         if f.removeprefix(prefix) in got
                     }
 
-                digest = str(entry["resolved"]["digest"])
+                digest = entry["resolved"].digest
                 records, held = self._records(
                     entry, {}, files, digest, read_tree, model_schema, label, unread
                 )
@@ -206,7 +207,9 @@ class SourceSchemas:
                         models.setdefault((source.commit, record["file"]), fact)
             elif isinstance(source, AptSource):
                 entry = self.entry(variant, name)
-                locked = {p.get("name"): p for p in entry["resolved"].get("packages") or []}
+                resolved = entry["resolved"]
+                debs = resolved.packages if isinstance(resolved, AptEntry) else ()
+                locked = {p.name: p for p in debs}
                 package = locked.get(rule.server.package)
                 if package is None:
                     continue
@@ -217,7 +220,7 @@ class SourceSchemas:
                     if pinned
                     else ("sources", name)
                 )
-                what = f"{rule.server.package} {package.get('version')}"
+                what = f"{rule.server.package} {package.version}"
                 place = where(variant.locations, at)
                 label = f"{what} ({place})"
                 files = rule.server.files
@@ -230,7 +233,7 @@ class SourceSchemas:
                     entry,
                     key,
                     files,
-                    str(package.get("sha256")),
+                    package.sha256,
                     read_deb,
                     ovsschema,
                     label,

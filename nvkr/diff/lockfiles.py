@@ -14,7 +14,7 @@ from typing import Any
 from nvkr.diff.report import Report, change_key
 from nvkr.errors import LockError, UsageError
 from nvkr.fetch.api import fetcher_for, known_kind
-from nvkr.fetch.table import SOURCE_TABLE
+from nvkr.fetch.table import SOURCE_TABLE, read_entry
 from nvkr.lock import _differences
 
 
@@ -74,11 +74,12 @@ def _identity(resolved: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(k for identity in every for k in identity))
 
 
-def _debs(resolved: Mapping[str, Any]) -> list[dict[str, Any]] | None:
-    """The Debian packages ``resolved`` pins (its kind's :meth:`~nvkr.fetch.kind.SourceKind.debs`),
-    None for a kind that pins none or this nvkr does not know."""
+def _debs(resolved: Mapping[str, Any], where: str) -> list[dict[str, Any]] | None:
+    """The Debian packages ``resolved`` pins (its kind's :meth:`~nvkr.fetch.kind.SourceKind.debs`
+    of the entry read as its type; ``where`` names it), None for a kind that pins none or this
+    nvkr does not know."""
     kind = known_kind(resolved.get("kind"))
-    return kind.debs(resolved) if kind is not None else None
+    return kind.debs(read_entry(resolved, where=where)) if kind is not None else None
 
 
 def _identities(
@@ -114,7 +115,8 @@ def diff_lockfiles(report: Report, a: Path, b: Path) -> None:
             lines = _differences(sa["spec"], sb["spec"], name)
             lines += _differences(ia, ib, f"{name}.resolved")
             report.change("sources", name, "changed", lines, vid)
-            debs_a, debs_b = _debs(ra), _debs(rb)
+            debs_a = _debs(ra, f"{a}: lock entry for source {name!r}")
+            debs_b = _debs(rb, f"{b}: lock entry for source {name!r}")
             if debs_a is not None and debs_b is not None:
                 package_changes(report, name, _by_name(debs_a), _by_name(debs_b), vid)
     report.compare("tools", da.get("tools") or {}, db.get("tools") or {}, None)

@@ -18,14 +18,14 @@ the entry shapes are documented on the ``resolve`` of each fetching module:
 - ``apt``  (:mod:`nvkr.fetch.apt`): a closed set of Debian packages resolved from signed apt
   metadata at lock time, every .deb kept in the store.
 
-Every entry has ``"kind"`` and ``"digest"`` (``sha256:<hex>`` of the blob in the store), is
-JSON-able and holds no floats; URLs in entries are the recipe's, never a mirror's.
+Every entry is a :class:`~nvkr.fetch.entries.LockEntry` of its kind's type (the table line's),
+with ``kind`` and ``digest`` (``sha256:<hex>`` of the blob in the store); its JSON form holds no
+floats; URLs in entries are the recipe's, never a mirror's.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from nvkr.action import ResolvedSource
 from nvkr.errors import LockError
 from nvkr.fetch import table
 from nvkr.fetch.context import FetchContext
+from nvkr.fetch.entries import LockEntry
 from nvkr.fetch.kind import SourceKind
 from nvkr.store import Store
 
@@ -49,10 +50,10 @@ __all__ = [
     "resolve",
 ]
 
-_LOADED: dict[table.SourceLine, SourceKind] = {}
+_LOADED: dict[table.SourceLine, SourceKind[LockEntry]] = {}
 
 
-def _load(line: table.SourceLine) -> SourceKind:
+def _load(line: table.SourceLine) -> SourceKind[LockEntry]:
     """The :class:`SourceKind` of a table line, its module imported now (``module:Class``)."""
     fetcher = _LOADED.get(line)
     if fetcher is None:
@@ -61,7 +62,7 @@ def _load(line: table.SourceLine) -> SourceKind:
     return fetcher
 
 
-def fetcher_for(kind: str) -> SourceKind:
+def fetcher_for(kind: str) -> SourceKind[LockEntry]:
     """The :class:`SourceKind` of ``kind`` (a lock entry's ``kind``).
 
     Raises:
@@ -74,7 +75,7 @@ def fetcher_for(kind: str) -> SourceKind:
     raise LockError(f"unknown source kind {kind!r}", hint=f"known kinds: {known}")
 
 
-def fetcher_of(source: Any) -> SourceKind:
+def fetcher_of(source: Any) -> SourceKind[LockEntry]:
     """The :class:`SourceKind` of a source model.
 
     Raises:
@@ -86,7 +87,7 @@ def fetcher_of(source: Any) -> SourceKind:
     raise TypeError(f"no fetcher for source type {type(source).__name__}")
 
 
-def known_kind(kind: object) -> SourceKind | None:
+def known_kind(kind: object) -> SourceKind[LockEntry] | None:
     """The :class:`SourceKind` of ``kind``, None when no line of the source table has it (a
     document another nvkr wrote, read as far as this one can)."""
     for line in table.SOURCE_TABLE:
@@ -95,28 +96,28 @@ def known_kind(kind: object) -> SourceKind | None:
     return None
 
 
-def entry_kind(name: str, resolved: Mapping[str, Any]) -> SourceKind:
+def entry_kind(name: str, resolved: LockEntry) -> SourceKind[LockEntry]:
     """The :class:`SourceKind` of the lock entry of source ``name``.
 
     Raises:
         LockError: the entry's kind is none of the table's (names the source).
     """
-    kind = resolved.get("kind")
+    kind = resolved.kind
     fetcher = known_kind(kind)
     if fetcher is None:
         raise LockError(f"lock entry for source {name!r} has an unknown kind {kind!r}")
     return fetcher
 
 
-def resolve(name: str, source: Any, ctx: FetchContext, *, base_dir: Path) -> dict[str, Any]:
+def resolve(name: str, source: Any, ctx: FetchContext, *, base_dir: Path) -> LockEntry:
     """Lock time: fetch ``source`` (or use the store), verify it against its pin and return its
-    resolved identity, the lockfile entry (JSON-able, no floats).
+    resolved identity, the lockfile entry (of the kind's entry type).
 
     Args:
         name: the source's name in the recipe (for messages).
         base_dir: the directory of the recipe file that declares the source (path sources).
     Returns:
-        the entry; ``entry["digest"]`` (``sha256:<hex>``) names the blob now in ``ctx.store``.
+        the entry; ``entry.digest`` (``sha256:<hex>``) names the blob now in ``ctx.store``.
         Shapes: see the ``resolve`` of :mod:`~nvkr.fetch.http`, :mod:`~nvkr.fetch.git`,
         :mod:`~nvkr.fetch.pypi`, :mod:`~nvkr.fetch.path`, :mod:`~nvkr.fetch.oci` and
         :mod:`~nvkr.fetch.apt`.
@@ -133,7 +134,7 @@ def resolve(name: str, source: Any, ctx: FetchContext, *, base_dir: Path) -> dic
 
 
 def ensure(
-    name: str, source: Any, resolved: dict[str, Any], ctx: FetchContext, *, base_dir: Path
+    name: str, source: Any, resolved: LockEntry, ctx: FetchContext, *, base_dir: Path
 ) -> str:
     """Build time: make ``ctx.store`` hold the content ``resolved`` describes; return its blob
     digest ``sha256:<hex>``.
@@ -150,11 +151,11 @@ def ensure(
     return fetcher_of(source).ensure(name, source, resolved, ctx, base_dir=base_dir)
 
 
-def entry_blobs(resolved: Mapping[str, Any]) -> list[str]:
+def entry_blobs(resolved: LockEntry) -> list[str]:
     """Every blob digest a lock entry's content is stored as: its own, and an apt source's
     .debs or an OCI source's image blobs (a store can lose those alone: ``store gc``,
     ``store verify --repair``); :meth:`SourceKind.blobs` of its kind."""
-    return fetcher_for(str(resolved.get("kind"))).blobs(resolved)
+    return fetcher_for(resolved.kind).blobs(resolved)
 
 
 def descriptors(src: ResolvedSource) -> list[dict[str, Any]]:
@@ -167,7 +168,7 @@ def descriptors(src: ResolvedSource) -> list[dict[str, Any]]:
     return entry_kind(src.name, src.entry).descriptors(src.name, src.entry)
 
 
-def all_present(store: Store, resolved: Mapping[str, Any]) -> bool:
+def all_present(store: Store, resolved: LockEntry) -> bool:
     """Whether ``store`` holds every blob of :func:`entry_blobs` (then :func:`ensure` fetches
     nothing)."""
     return all(store.has_blob(d) for d in entry_blobs(resolved))

@@ -6,5 +6,14 @@ Modules with fixtures are registered as pytest plugins in ``tests/conftest.py``,
 for a fixture by naming its parameter and never imports it."""
 
 from pathlib import Path
+from typing import Any
+
+from nvkr.fetch.entries import LockEntry
+from nvkr.fetch.table import read_entry
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def lock_entry(data: dict[str, Any]) -> LockEntry:
+    """The typed lock entry ``data`` holds, as a lockfile's is read (:mod:`nvkr.fetch.entries`)."""
+    return read_entry(data, where="a test's lock entry")

@@ -20,6 +20,7 @@ from nvkr.execute import run_action
 from nvkr.recipe.sources import PathSource
 from nvkr.repro import tar_bytes
 from nvkr.store import Store
+from tests.helpers import lock_entry
 
 DIGEST = "sha256:" + "5e" * 32
 EPOCH = 1764547200
@@ -54,7 +55,7 @@ def chart_source(store: Store, root: Path, name: str = "chart-src") -> ResolvedS
     return ResolvedSource(
         name=name,
         spec=PathSource(path=root.name),
-        entry={"kind": "path", "path": f"charts/{root.name}", "digest": digest},
+        entry=lock_entry({"kind": "path", "path": f"charts/{root.name}", "digest": digest}),
         base_dir=root.parent,
     )
 

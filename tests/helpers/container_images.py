@@ -28,6 +28,7 @@ from nvkr.oci.layoutdir import write_layout
 from nvkr.recipe.sources import GitSource, OciSource, PathSource, UrlSource
 from nvkr.repro import tar_bytes
 from nvkr.store import Store
+from tests.helpers import lock_entry
 
 EPOCH = 1_764_547_200
 CREATED = "2025-12-01T00:00:00Z"
@@ -125,22 +126,27 @@ class World:
             "app": ResolvedSource(
                 "app",
                 PathSource(path="app"),
-                {"kind": "path", "path": "app", "digest": tree_digest},
+                lock_entry({"kind": "path", "path": "app", "digest": tree_digest}),
                 tmp,
             ),
             "data": ResolvedSource(
                 "data",
                 UrlSource(url="https://files.example.org/data.txt", sha256=data.digest[7:]),
-                {
-                    "kind": "url",
-                    "url": "https://files.example.org/data.txt",
-                    "digest": data.digest,
-                    "size": data.size,
-                },
+                lock_entry(
+                    {
+                        "kind": "url",
+                        "url": "https://files.example.org/data.txt",
+                        "digest": data.digest,
+                        "size": data.size,
+                    }
+                ),
                 tmp,
             ),
             "repo": ResolvedSource(
-                "repo", GitSource(git=git_entry["url"], commit="a" * 40), git_entry, tmp
+                "repo",
+                GitSource(git=str(git_entry["url"]), commit="a" * 40),
+                lock_entry(git_entry),
+                tmp,
             ),
         }
         self.artifacts = {"agent": agent_action}

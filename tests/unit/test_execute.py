@@ -25,6 +25,7 @@ from nvkr.monitor import ListMonitor
 from nvkr.monitor.events import ActionStarted, ActionWarning, Event, event_name
 from nvkr.run import run
 from nvkr.store import Store
+from tests.helpers import lock_entry
 from tests.helpers.recorder import echo_action, make_plan
 
 
@@ -183,7 +184,9 @@ def test_sources_are_fetched_once_before_the_builders_that_read_them(recorder, s
     src = ResolvedSource(
         name="tool",
         spec=UrlSource(url=url, sha256=digest[7:]),
-        entry={"kind": "url", "url": url, "size": 10, "digest": digest, "sha256": digest},
+        entry=lock_entry(
+            {"kind": "url", "url": url, "size": 10, "digest": digest, "sha256": digest}
+        ),
         base_dir=tmp_path,
     )
     seen: list[bool] = []

@@ -27,11 +27,12 @@ from nvkr.catalog.schemas import (
     ovsschema,
 )
 from nvkr.errors import RecipeError
+from nvkr.fetch.entries import LockEntry
 from nvkr.recipe.loader import load_recipe
 from nvkr.recipe.matrix import Variant, expand
 from nvkr.repro import write_tar
 from nvkr.store import Store
-from tests.helpers import REPO
+from tests.helpers import REPO, lock_entry
 from tests.helpers.aptrepo import DebSpec, build_deb
 from tests.helpers.cli import invoke
 from tests.helpers.ovnkubernetes import NEWER_NB, SCHEMAS, Upstream, make_upstream, model_go
@@ -73,17 +74,25 @@ class Bytes:
             buf = io.BytesIO()
             write_tar(top, buf, epoch=0)  # as nvkr stores a git tree
             digest = self.store.add_bytes(buf.getvalue()).digest
-            self.entries[name] = {"resolved": {"kind": "git", "digest": digest}}
+            git = {"kind": "git", "url": "u", "commit": "c", "digest": digest}
+            self.entries[name] = {"resolved": lock_entry(git)}
         deb = root / "ovn-central.deb"
         build_deb(DebSpec("ovn-central", "25.03.0-1", "amd64", files=schemas), deb)
         sha = self.store.add_file(deb).digest
         package = {"name": "ovn-central", "version": "25.03.0-1", "sha256": sha}
-        self.entries["ovnkube-packages"] = {"resolved": {"kind": "apt", "packages": [package]}}
+        package |= {"arch": "amd64", "repository": "r", "url": "u", "filename": "f", "size": 1}
+        self.entries["ovnkube-packages"] = {"resolved": _apt([package])}
         self.asked: list[str] = []
 
     def entry(self, variant: Variant, name: str) -> dict[str, Any]:
         self.asked.append(name)
-        return self.entries.setdefault(name, {"resolved": {"kind": "apt", "packages": []}})
+        return self.entries.setdefault(name, {"resolved": _apt([])})
+
+
+def _apt(packages: list[dict[str, Any]]) -> LockEntry:
+    return lock_entry(
+        {"kind": "apt", "arch": "amd64", "digest": "sha256:" + "0" * 64, "packages": packages}
+    )
 
 
 TRIXIE = {

@@ -8,6 +8,7 @@ from typing import Any
 
 from nvkr.builders.api import ActionContext, PlanRefs
 from nvkr.builders.container_image.artifact import ContainerImageArtifact
+from nvkr.fetch.entries import GitEntry, OciEntry, PypiEntry, UrlEntry
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.image.layers import OCI_LAYER_TAR_ZSTD
 
@@ -37,22 +38,22 @@ def execution_params(artifact: ContainerImageArtifact) -> dict[str, Any]:
 
 
 def image_annotations(
-    where: str, artifact: ContainerImageArtifact, refs: PlanRefs, base: dict[str, Any] | None
+    where: str, artifact: ContainerImageArtifact, refs: PlanRefs, base: OciEntry | None
 ) -> dict[str, str]:
     """The manifest annotations known at plan time (``created`` is added at run time)."""
     derived: dict[str, str] = {}
     if base is not None:
-        derived[ANN_BASE_DIGEST] = str(base["digest"])
-        if not str(base["ref"]).startswith("oci-layout:"):
-            derived[ANN_BASE_NAME] = str(base["ref"])
+        derived[ANN_BASE_DIGEST] = base.digest
+        if not base.ref.startswith("oci-layout:"):
+            derived[ANN_BASE_NAME] = base.ref
     if artifact.version is not None:
         derived[mt.ANN_VERSION] = artifact.version
     if artifact.revisionSource is not None:
         entry = refs.source(artifact.revisionSource).entry
-        if entry.get("commit"):
-            derived[ANN_REVISION] = str(entry["commit"])
-        if entry.get("url"):
-            derived[ANN_SOURCE] = str(entry["url"])
+        if isinstance(entry, GitEntry) and entry.commit:
+            derived[ANN_REVISION] = entry.commit
+        if isinstance(entry, GitEntry | UrlEntry | PypiEntry) and entry.url:
+            derived[ANN_SOURCE] = entry.url
     # the recipe's own annotations win over derived ones
     return dict(sorted({**derived, **artifact.annotations}.items()))
 

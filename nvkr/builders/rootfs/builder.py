@@ -57,6 +57,7 @@ from nvkr.builders.rootfs.debs import decompress_data_member
 from nvkr.builders.rootfs.params import AptRepositoryParams, RootfsParams
 from nvkr.canonical import sha256_bytes
 from nvkr.errors import IntegrityError, ToolError
+from nvkr.fetch.entries import AptEntry
 from nvkr.hosttools import package_version
 from nvkr.monitor.tools import mmdebstrap_lines
 from nvkr.recipe.matrix import Variant
@@ -147,10 +148,12 @@ class RootfsBuilder(Builder[RootfsArtifact]):
         src = refs.source(artifact.packages)
         spec = src.spec
         assert isinstance(spec, AptSource)  # check() ran
+        entry = src.entry
+        assert isinstance(entry, AptEntry)  # the entry of an apt source
         # The tree is for the apt source's arch, which need not be the variant's: a cgo build's
         # tools tree is the build host's (amd64) for arm64 targets too. A node image checks
         # that its rootfs is for the variant's arch.
-        keyrings = dict(src.entry.get("keyrings") or {})
+        keyrings = dict(entry.keyrings or {})
         repos = [
             AptRepositoryParams(
                 name=name,
@@ -166,7 +169,7 @@ class RootfsBuilder(Builder[RootfsArtifact]):
         # (a flat vendor repository, such as NVIDIA's, has none).
         suites = [r.suite for r in repos if not r.suite.endswith("/")]
         # dkms comes in as a dependency (of nvidia-kernel-dkms, say): the lock lists it
-        dkms = any(pkg.get("name") == "dkms" for pkg in src.entry.get("packages") or [])
+        dkms = any(pkg.name == "dkms" for pkg in entry.packages)
         params = RootfsParams(
             arch=spec.arch,
             base=spec.base,
@@ -182,7 +185,8 @@ class RootfsBuilder(Builder[RootfsArtifact]):
         tools = {"mmdebstrap": package_version("mmdebstrap", purpose="the rootfs builder")}
         if _foreign(spec.arch) and native.supported():
             # they run in the tree as it is built
-            tools.update(native.tool_versions(native.interpreters(src.entry.get("packages") or [])))
+            packages = [pkg.to_json() for pkg in entry.packages]
+            tools.update(native.tool_versions(native.interpreters(packages)))
         if _foreign(spec.arch) and spec.arch in QEMU_CPU:
             tools["qemu-cpu"] = QEMU_CPU[spec.arch]  # what the emulated programs see
         return ActionSpec(

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from nvkr.fetch.entries import AptEntry
 from nvkr.fetch.kind import Fetcher, ModuleKind
 from nvkr.redact import redact_url
 
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 MANIFEST_MEDIA_TYPE = "application/vnd.nvkr.apt-manifest.v1+json"
 
 
-class AptKind(ModuleKind):
+class AptKind(ModuleKind[AptEntry]):
     kind = "apt"
     update = "nvkr.update.kinds:AptUpdate"
     identity = ("kind", "arch", "digest", "keyrings")
@@ -25,75 +25,64 @@ class AptKind(ModuleKind):
 
         return apt
 
-    def blobs(self, entry: Mapping[str, Any]) -> list[str]:
+    def blobs(self, entry: AptEntry) -> list[str]:
         """The manifest and every .deb."""
-        return [str(entry["digest"]), *(p["sha256"] for p in entry.get("packages") or [])]
+        return [entry.digest, *(p.sha256 for p in entry.packages)]
 
-    def debs(self, entry: Mapping[str, Any]) -> list[dict[str, Any]] | None:
-        packages: list[dict[str, Any]] = entry.get("packages") or []
-        return packages
+    def debs(self, entry: AptEntry) -> list[dict[str, Any]] | None:
+        return [p.to_json() for p in entry.packages]
 
     def to_download(
-        self, entry: Mapping[str, Any], store: Store
+        self, entry: AptEntry, store: Store
     ) -> tuple[tuple[int, int] | None, int | None]:
-        """The .debs ``store`` lacks and those locked (counts), and the lacking ones' bytes
-        (when every one of them has a size)."""
-        from nvkr.fetch.debs import missing_debs
+        """The .debs ``store`` lacks and those locked (counts), and the lacking ones' bytes."""
+        missing = [p for p in entry.packages if not store.has_blob(p.sha256)]
+        return (len(missing), len(entry.packages)), sum(p.size for p in missing)
 
-        packages = entry.get("packages")
-        if not isinstance(packages, list):
-            return super().to_download(entry, store)
-        missing = missing_debs(packages, store)
-        sizes = [p.get("size") for p in missing]
-        known = [n for n in sizes if isinstance(n, int)]
-        return (len(missing), len(packages)), sum(known) if len(known) == len(sizes) else None
-
-    def descriptor(self, name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+    def descriptor(self, name: str, entry: AptEntry) -> dict[str, Any]:
         """The package manifest: no ``uri``, the kind and arch as annotations."""
         desc = super().descriptor(name, entry)
-        desc["annotations"] = {"kind": "apt", "arch": redact_url(entry["arch"])}
+        desc["annotations"] = {"kind": "apt", "arch": redact_url(entry.arch)}
         desc["mediaType"] = MANIFEST_MEDIA_TYPE
         return desc
 
-    def descriptors(self, name: str, entry: Mapping[str, Any]) -> list[dict[str, Any]]:
+    def descriptors(self, name: str, entry: AptEntry) -> list[dict[str, Any]]:
         """The manifest's, then one per .deb (``uri`` its URL, ``digest.sha256``, ``name``
         ``NAME_VERSION_ARCH``)."""
         out = [self.descriptor(name, entry)]
-        for pkg in entry.get("packages") or []:
+        for pkg in entry.packages:
             out.append(
                 {
-                    "name": f"{pkg['name']}_{pkg['version']}_{pkg['arch']}",
-                    "uri": redact_url(pkg["url"]),
-                    "digest": {"sha256": str(pkg["sha256"]).split(":", 1)[1]},
+                    "name": f"{pkg.name}_{pkg.version}_{pkg.arch}",
+                    "uri": redact_url(pkg.url),
+                    "digest": {"sha256": pkg.sha256.split(":", 1)[1]},
                 }
             )
         return out
 
-    def where(self, name: str, entry: Mapping[str, Any], debs: tuple[int, int] | None) -> str:
+    def where(self, name: str, entry: AptEntry, debs: tuple[int, int] | None) -> str:
         """``MISSING of LOCKED .debs (ARCH)``."""
-        locked = len(entry.get("packages") or [])
+        locked = len(entry.packages)
         missing, locked = debs if debs is not None else (locked, locked)
-        return f"{missing} of {locked} .debs ({entry.get('arch')})"
+        return f"{missing} of {locked} .debs ({entry.arch})"
 
-    def mirror_files(
-        self, store: Store, name: str, source: Any, entry: Mapping[str, Any]
-    ) -> dict[str, Any]:
+    def mirror_files(self, store: Store, name: str, source: Any, entry: AptEntry) -> dict[str, Any]:
         """The package manifest, every .deb at its repository URL and the keyrings fetched by
         URL and pinned by fingerprint (a path keyring stays a file of the repository or the
         host)."""
         from nvkr.recipe.sources import AptKeyring
 
-        blobs: list[dict[str, Any]] = [{"digest": entry["digest"], "urls": [], "role": "manifest"}]
-        for p in entry["packages"]:
+        blobs: list[dict[str, Any]] = [{"digest": entry.digest, "urls": [], "role": "manifest"}]
+        for p in entry.packages:
             blobs.append(
                 {
-                    "digest": p["sha256"],
-                    "size": p["size"],
-                    "urls": [p["url"]],
-                    "package": f"{p['name']} {p['version']} ({p['arch']})",
+                    "digest": p.sha256,
+                    "size": p.size,
+                    "urls": [p.url],
+                    "package": f"{p.name} {p.version} ({p.arch})",
                 }
             )
-        keyrings = entry.get("keyrings") or {}
+        keyrings = entry.keyrings or {}
         for repo_name, repo in sorted(source.apt.items()):
             if isinstance(repo.keyring, AptKeyring) and repo_name in keyrings:
                 blobs.append(

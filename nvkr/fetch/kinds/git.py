@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from nvkr.fetch.entries import GitEntry
 from nvkr.fetch.kind import Fetcher, ModuleKind
 from nvkr.redact import redact_url
 
@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from nvkr.store import Store
 
 
-class GitKind(ModuleKind):
+class GitKind(ModuleKind[GitEntry]):
     kind = "git"
     identity = ("kind", "url", "commit", "digest")
 
@@ -21,22 +21,19 @@ class GitKind(ModuleKind):
 
         return git
 
-    def descriptor(self, name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+    def descriptor(self, name: str, entry: GitEntry) -> dict[str, Any]:
         """``uri`` ``git+URL@COMMIT`` and ``digest.gitCommit``."""
         desc = super().descriptor(name, entry)
-        url, commit = redact_url(entry["url"]), str(entry["commit"])
+        url, commit = redact_url(entry.url), entry.commit
         desc["uri"] = f"git+{url}@{commit}"
         desc["digest"]["gitCommit"] = commit
         return desc
 
-    def mirror_files(
-        self, store: Store, name: str, source: Any, entry: Mapping[str, Any]
-    ) -> dict[str, Any]:
+    def mirror_files(self, store: Store, name: str, source: Any, entry: GitEntry) -> dict[str, Any]:
         """The tree's tar, served at no URL (a mirror is no git server)."""
-        upstream = f"{entry.get('url')}@{entry.get('commit')}"
-        return {"upstream": upstream, "blobs": [{"digest": entry["digest"], "urls": []}]}
+        upstream = f"{entry.url}@{entry.commit}"
+        return {"upstream": upstream, "blobs": [{"digest": entry.digest, "urls": []}]}
 
-    def commit_time(self, entry: Mapping[str, Any]) -> int | None:
+    def commit_time(self, entry: GitEntry) -> int | None:
         """The commit's committer time."""
-        time = entry.get("commitTime")
-        return time if isinstance(time, int) else None
+        return entry.commitTime

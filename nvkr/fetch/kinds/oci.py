@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from nvkr.fetch.entries import OciEntry
 from nvkr.fetch.kind import Fetcher, ModuleKind
 from nvkr.redact import redact_url
 
@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from nvkr.store import Store
 
 
-class OciKind(ModuleKind):
+class OciKind(ModuleKind[OciEntry]):
     kind = "oci"
     identity = ("kind", "ref", "digest")
 
@@ -21,26 +21,23 @@ class OciKind(ModuleKind):
 
         return oci
 
-    def blobs(self, entry: Mapping[str, Any]) -> list[str]:
+    def blobs(self, entry: OciEntry) -> list[str]:
         """The pinned manifest or index and every blob of its closure (the lock lists it with
         the pinned one: a blob may repeat)."""
-        return [str(entry["digest"]), *(entry.get("blobs") or [])]
+        return [entry.digest, *entry.blobs]
 
-    def descriptor(self, name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+    def descriptor(self, name: str, entry: OciEntry) -> dict[str, Any]:
         """``uri`` ``oci://REF@DIGEST`` and the pinned document's ``mediaType``."""
         desc = super().descriptor(name, entry)
-        e = {k: redact_url(entry[k]) for k in ("ref", "digest", "mediaType")}
-        desc["uri"] = f"oci://{e['ref']}@{e['digest']}"
-        desc["mediaType"] = e["mediaType"]
+        desc["uri"] = f"oci://{redact_url(entry.ref)}@{redact_url(entry.digest)}"
+        desc["mediaType"] = redact_url(entry.mediaType)
         return desc
 
-    def mirror_files(
-        self, store: Store, name: str, source: Any, entry: Mapping[str, Any]
-    ) -> dict[str, Any]:
+    def mirror_files(self, store: Store, name: str, source: Any, entry: OciEntry) -> dict[str, Any]:
         """Every blob of the closure, documents with their media type, at the registry's
         ``/v2/`` URLs (none for an image layout)."""
         return {
-            "upstream": f"{source.oci}@{entry['digest']}",
+            "upstream": f"{source.oci}@{entry.digest}",
             "blobs": _closure(store, source, entry),
         }
 
@@ -49,7 +46,7 @@ class OciKind(ModuleKind):
         return [url.split("/v2/", 1)[0] + "/v2/"] if "/v2/" in url else []
 
 
-def _closure(store: Store, source: Any, entry: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _closure(store: Store, source: Any, entry: OciEntry) -> list[dict[str, Any]]:
     """Every blob of an oci source's closure, documents with their media type, walked in the
     store from the pinned digest (as :mod:`nvkr.fetch.oci` pulled it).
 
@@ -73,7 +70,7 @@ def _closure(store: Store, source: Any, entry: Mapping[str, Any]) -> list[dict[s
         scheme = "http" if source.insecure or host in LOOPBACK else "https"
         base = f"{scheme}://{registry}/v2/{repository}"
     out: dict[str, dict[str, Any]] = {}
-    todo: list[tuple[str, str | None]] = [(entry["digest"], entry.get("mediaType"))]
+    todo: list[tuple[str, str | None]] = [(entry.digest, entry.mediaType)]
     while todo:
         digest, media_type = todo.pop()
         if digest in out:
@@ -101,10 +98,10 @@ def _closure(store: Store, source: Any, entry: Mapping[str, Any]) -> list[dict[s
         if base is not None:
             item["urls"] = [f"{base}/{'manifests' if is_doc else 'blobs'}/{digest}"]
         out[digest] = item
-    listed = set(entry.get("blobs") or [])
+    listed = set(entry.blobs)
     if listed and listed != set(out):
         raise IntegrityError(
-            f"oci source {ref}: the closure of {entry['digest']} in the store has other blobs "
+            f"oci source {ref}: the closure of {entry.digest} in the store has other blobs "
             "than the lock entry lists",
             hint="run `nvkr lock` again",
         )

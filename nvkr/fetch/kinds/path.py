@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
+from nvkr.fetch.entries import PathEntry
 from nvkr.fetch.kind import Fetcher, ModuleKind
 from nvkr.redact import redact_url
 
 
-class PathKind(ModuleKind):
+class PathKind(ModuleKind[PathEntry]):
     kind = "path"
     local = True
 
@@ -18,8 +18,8 @@ class PathKind(ModuleKind):
 
         return path
 
-    def descriptor(self, name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+    def descriptor(self, name: str, entry: PathEntry) -> dict[str, Any]:
         """No ``uri``: the kind and the path as annotations."""
         desc = super().descriptor(name, entry)
-        desc["annotations"] = {"kind": "path", "path": redact_url(entry["path"])}
+        desc["annotations"] = {"kind": "path", "path": redact_url(entry.path)}
         return desc

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from nvkr.fetch.entries import UrlEntry
 from nvkr.fetch.kind import Fetcher, ModuleKind
 from nvkr.redact import redact_url
 
@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from nvkr.store import Store
 
 
-class UrlKind(ModuleKind):
+class UrlKind(ModuleKind[UrlEntry]):
     kind = "url"
     update = "nvkr.update.kinds:UrlUpdate"
     identity = ("kind", "url", "digest")
@@ -22,23 +22,19 @@ class UrlKind(ModuleKind):
 
         return http
 
-    def descriptor(self, name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+    def descriptor(self, name: str, entry: UrlEntry) -> dict[str, Any]:
         """``uri`` the URL, and ``digest.sha512`` when one was pinned."""
         desc = super().descriptor(name, entry)
-        desc["uri"] = redact_url(entry["url"])
-        if "sha512" in entry:
-            desc["digest"]["sha512"] = str(entry["sha512"]).split(":", 1)[1]
+        desc["uri"] = redact_url(entry.url)
+        if entry.sha512 is not None:
+            desc["digest"]["sha512"] = entry.sha512.split(":", 1)[1]
         return desc
 
-    def mirror_files(
-        self, store: Store, name: str, source: Any, entry: Mapping[str, Any]
-    ) -> dict[str, Any]:
+    def mirror_files(self, store: Store, name: str, source: Any, entry: UrlEntry) -> dict[str, Any]:
         """The file at its URL, and the checksum file the recipe names rebuilt from the lock."""
         out: dict[str, Any] = {
-            "upstream": entry["url"],
-            "blobs": [
-                {"digest": entry["digest"], "size": entry.get("size"), "urls": [entry["url"]]}
-            ],
+            "upstream": entry.url,
+            "blobs": [{"digest": entry.digest, "size": entry.size, "urls": [entry.url]}],
         }
         checksum = _checksum_file(source, entry)
         if checksum is not None:
@@ -46,7 +42,7 @@ class UrlKind(ModuleKind):
         return out
 
 
-def _checksum_file(source: Any, entry: Mapping[str, Any]) -> dict[str, str] | None:
+def _checksum_file(source: Any, entry: UrlEntry) -> dict[str, str] | None:
     """The ``checksumUrl`` of a url source rebuilt from the lock: ``HASH  NAME\\n``."""
     from nvkr.canonical import hex_of
     from nvkr.fetch.checksums import algorithm_for
@@ -56,9 +52,9 @@ def _checksum_file(source: Any, entry: Mapping[str, Any]) -> dict[str, str] | No
     if not url:
         return None
     algo = algorithm_for(url, getattr(source, "checksumAlgorithm", None))
-    algo = algo or ("sha512" if "sha512" in entry else "sha256")
-    pinned = entry.get(algo) or (entry["digest"] if algo == "sha256" else None)
+    algo = algo or ("sha512" if entry.sha512 is not None else "sha256")
+    pinned = {"sha256": entry.sha256 or entry.digest, "sha512": entry.sha512}.get(algo)
     if not pinned:
         return None
-    name = getattr(source, "filename", None) or url_filename(entry["url"])
+    name = getattr(source, "filename", None) or url_filename(entry.url)
     return {"url": url, "algorithm": algo, "text": f"{hex_of(pinned)}  {name}\n"}

@@ -39,6 +39,7 @@ from nvkr.recipe.matrix import expand
 from nvkr.recipe.sources import PathSource
 from nvkr.repro import tar_bytes
 from nvkr.store import Store
+from tests.helpers import lock_entry
 from tests.helpers.container_images import (
     CREATED,
     EPOCH,
@@ -418,7 +419,7 @@ def _tree_source(world: World, name: str, build) -> None:
     root.mkdir()
     build(root)
     digest = world.store.add_bytes(tar_bytes(root, epoch=0)).digest
-    entry = {"kind": "path", "path": name, "digest": digest}
+    entry = lock_entry({"kind": "path", "path": name, "digest": digest})
     world.sources[name] = ResolvedSource(name, PathSource(path=name), entry, world.tmp)
 
 

@@ -21,6 +21,7 @@ from nvkr.execute import run_action
 from nvkr.oci import mediatypes as mt
 from nvkr.recipe.sources import PypiSource
 from nvkr.store import Store
+from tests.helpers import lock_entry
 from tests.helpers.container_images import EPOCH, World, to_action, tool, write_image_layout
 
 pytestmark = pytest.mark.usefixtures("container_image_builder")
@@ -205,13 +206,16 @@ def add_file_source(w: World, name: str, data: bytes) -> None:
     w.sources[name] = ResolvedSource(
         name,
         PypiSource(pypi=name, version="1.0", sha256=blob.digest[7:]),
-        {
-            "kind": "pypi",
-            "name": name,
-            "version": "1.0",
-            "digest": blob.digest,
-            "filename": f"{name}-1.0-py3-none-any.whl",
-        },
+        lock_entry(
+            {
+                "kind": "pypi",
+                "name": name,
+                "version": "1.0",
+                "digest": blob.digest,
+                "sha256": blob.digest,
+                "filename": f"{name}-1.0-py3-none-any.whl",
+            }
+        ),
         w.tmp,
     )
 

@@ -33,6 +33,7 @@ from nvkr.oci import mediatypes as mt
 from nvkr.recipe.matrix import Variant
 from nvkr.repro import tar_bytes
 from nvkr.store import Store
+from tests.helpers import lock_entry
 from tests.helpers.podman import podman_service
 
 #: the tests that build through podman's service (the plan and model tests need none)
@@ -68,7 +69,7 @@ def _context_source(store: Store, root: Path = FIXTURE) -> ResolvedSource:
     return ResolvedSource(
         name="greeter-src",
         spec=None,
-        entry={"kind": "path", "path": "greeter", "digest": digest},
+        entry=lock_entry({"kind": "path", "path": "greeter", "digest": digest}),
         base_dir=root,
     )
 
@@ -170,7 +171,10 @@ def test_plan_annotates_the_revision_of_a_git_source(tmp_path: Path) -> None:
     commit = "0123456789abcdef0123456789abcdef01234567"
     url = "https://example.org/greeter.git"
     git = ResolvedSource(
-        "repo", None, {"kind": "git", "url": url, "commit": commit, "digest": src.digest}, tmp_path
+        "repo",
+        None,
+        lock_entry({"kind": "git", "url": url, "commit": commit, "digest": src.digest}),
+        tmp_path,
     )
     refs = Refs({src.name: src, "repo": git})
     spec = backend.plan("greeter", _artifact(revisionSource="repo"), _variant("amd64"), refs)

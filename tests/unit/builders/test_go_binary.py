@@ -17,6 +17,7 @@ from nvkr.plan import Plan, make_plan
 from nvkr.recipe.loader import load_recipe
 from nvkr.recipe.matrix import expand
 from nvkr.store import Store
+from tests.helpers import lock_entry
 
 GO_SHA = "ae9a8cfefeacb582f53ff489a3b83d729256a284ac0f7f37b179216ac4bcb69d"
 RECIPE = f"""\
@@ -303,13 +304,14 @@ def test_stamps_come_from_the_git_pin_and_a_pin_without_them_is_a_lock_error() -
         "example.org/m/pkg/config.Commit": "commit",
         "example.org/m/pkg/config.Date": "commitDate",
     }
-    assert _stamp_ldflags(stamp, {"commit": commit, "commitTime": 1_780_000_000}) == [
+    git = {"kind": "git", "url": "u", "digest": "sha256:" + "1" * 64, "commit": commit}
+    assert _stamp_ldflags(stamp, lock_entry({**git, "commitTime": 1_780_000_000})) == [
         f"-X example.org/m/pkg/config.Commit={commit}",
         "-X example.org/m/pkg/config.Date=2026-05-28T20:26:40Z",
     ]
     assert _stamp_ldflags({}, {}) == []
     with pytest.raises(LockError, match="needs the commitDate of the source's git pin"):
-        _stamp_ldflags(stamp, {"commit": commit})
+        _stamp_ldflags(stamp, lock_entry(git))
 
 
 GO_MOD = """module github.com/ovn-org/ovn-kubernetes/go-controller

@@ -159,7 +159,7 @@ def test_the_warning_is_an_event_when_built_and_when_cached(
     _, action, refs = plan_chart(store, chart, images=IMAGE)
     # the chart's source blob is in the store already (plan_chart put it there)
     monkeypatch.setattr(
-        "nvkr.execute.ensure", lambda name, spec, entry, ctx, base_dir: entry["digest"]
+        "nvkr.execute.ensure", lambda name, spec, entry, ctx, base_dir: entry.digest
     )
     (index,) = refs.indexes.values()
     # the image-index action as cached, so the plan runs the chart alone

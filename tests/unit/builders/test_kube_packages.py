@@ -32,6 +32,7 @@ from nvkr.recipe.matrix import expand
 from nvkr.recipe.sources import PathSource, UrlSource
 from nvkr.repro import tar_bytes
 from nvkr.store import Store
+from tests.helpers import lock_entry
 from tests.helpers.k8smirror import K8sMirror, crictl_archive, kube_payload, serve_k8s_mirror
 
 EPOCH = 1_764_547_200
@@ -72,7 +73,8 @@ def to_action(spec: ActionSpec, epoch: int = EPOCH) -> Action:
 def url_source(store: Store, name: str, url: str, data: bytes) -> ResolvedSource:
     info = store.add_bytes(data)
     entry = {"kind": "url", "url": url, "size": info.size, "digest": info.digest}
-    return ResolvedSource(name, UrlSource(url=url, sha256=info.digest[7:]), entry, store.root)
+    spec = UrlSource(url=url, sha256=info.digest[7:])
+    return ResolvedSource(name, spec, lock_entry(entry), store.root)
 
 
 class World:
@@ -295,7 +297,7 @@ def test_member_of_a_tree_source(world: World, tmp_path: Path) -> None:
     world.sources["tree"] = ResolvedSource(
         "tree",
         PathSource(path="tree"),
-        {"kind": "path", "path": "tree", "digest": digest},
+        lock_entry({"kind": "path", "path": "tree", "digest": digest}),
         tmp_path,
     )
     result = world.build(binaries={"tool": {"source": "tree", "member": "bin/tool"}})

@@ -24,6 +24,7 @@ from nvkr.builders.node_image.artifact import NodeImageArtifact, SpireAgentSetti
 from nvkr.builders.node_image.params import SourceFile, SpireAgentParams
 from nvkr.errors import BuildError
 from nvkr.recipe.matrix import Variant
+from tests.helpers import lock_entry
 from tests.helpers import spire as standin
 
 IMAGE = {"arch": "amd64", "gpu": "hopper", "kubernetes": "1.36", "kubernetesVersion": "1.36.3"}
@@ -98,7 +99,10 @@ class _Refs:
 
     def source(self, name: str) -> ResolvedSource:
         return ResolvedSource(
-            name=name, spec=None, entry={"digest": "sha256:" + "2" * 64}, base_dir=Path(".")
+            name=name,
+            spec=None,
+            entry=lock_entry({"kind": "path", "path": name, "digest": "sha256:" + "2" * 64}),
+            base_dir=Path("."),
         )
 
     def image_index(self, name: str) -> Any:  # pragma: no cover
@@ -193,7 +197,12 @@ def test_the_unit_starts_only_where_the_user_data_wrote_the_environment() -> Non
 # -- staging -------------------------------------------------------------------------------------
 def _ctx(tmp_path: Path, inputs: dict[str, Path]) -> ActionContext:
     sources = {
-        role: ResolvedSource(name=role.split(":")[1], spec=None, entry={}, base_dir=tmp_path)
+        role: ResolvedSource(
+            name=role.split(":")[1],
+            spec=None,
+            entry=lock_entry({"kind": "path", "path": "p", "digest": "sha256:" + "2" * 64}),
+            base_dir=tmp_path,
+        )
         for role in inputs
     }
     return cast(

@@ -15,6 +15,7 @@ from nvkr.builders.rootfs import builder as rootfs
 from nvkr.builders.rootfs.artifact import RootfsArtifact
 from nvkr.recipe.matrix import Variant
 from nvkr.recipe.sources import AptSource
+from tests.helpers import lock_entry
 
 SPEC = AptSource.model_validate(
     {
@@ -25,12 +26,30 @@ SPEC = AptSource.model_validate(
 )
 
 
-def _plan(locked: list[str]) -> Any:
-    entry = {
-        "digest": "sha256:" + "3" * 64,
-        "keyrings": {"debian": "sha256:" + "4" * 64},
-        "packages": [{"name": n, "version": "1"} for n in locked],
+def deb(name: str, version: str) -> dict[str, object]:
+    """A locked .deb of ``name`` at ``version``, as an apt lock entry lists it."""
+    return {
+        "name": name,
+        "version": version,
+        "arch": "amd64",
+        "repository": "debian",
+        "url": f"http://deb.debian.org/debian/{name}.deb",
+        "filename": f"{name}.deb",
+        "size": 1,
+        "sha256": "sha256:" + "5" * 64,
     }
+
+
+def _plan(locked: list[str]) -> Any:
+    entry = lock_entry(
+        {
+            "kind": "apt",
+            "arch": "amd64",
+            "digest": "sha256:" + "3" * 64,
+            "keyrings": {"debian": "sha256:" + "4" * 64},
+            "packages": [deb(n, "1") for n in locked],
+        }
+    )
     src = ResolvedSource(name="pkgs", spec=SPEC, entry=entry, base_dir=Path("."))
     refs = SimpleNamespace(source=lambda name: src)
     art = RootfsArtifact.model_validate({"builder": "rootfs", "packages": "pkgs"})

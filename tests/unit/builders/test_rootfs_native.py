@@ -17,8 +17,23 @@ import zstandard
 from nvkr.builders.rootfs import native
 from nvkr.elf import read_elf
 from nvkr.errors import IntegrityError
+from tests.helpers import lock_entry
 
 pytestmark = pytest.mark.skipif(not native.supported(), reason="an x86-64 host only")
+
+
+def deb(name: str, version: str) -> dict[str, object]:
+    """A locked .deb of ``name`` at ``version``, as an apt lock entry lists it."""
+    return {
+        "name": name,
+        "version": version,
+        "arch": "amd64",
+        "repository": "debian",
+        "url": f"http://deb.debian.org/debian/{name}.deb",
+        "filename": f"{name}.deb",
+        "size": 1,
+        "sha256": "sha256:" + "5" * 64,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -270,7 +285,14 @@ def test_a_foreign_tree_names_the_host_packages_of_its_native_tools_in_the_key()
             }
         )
         packages = [{"name": "systemd", "version": "252.39-1~deb12u2"}, *locked]
-        entry = {"digest": "sha256:" + "3" * 64, "packages": packages}
+        entry = lock_entry(
+            {
+                "kind": "apt",
+                "arch": arch,
+                "digest": "sha256:" + "3" * 64,
+                "packages": [{**deb(p["name"], p["version"]), "arch": arch} for p in packages],
+            }
+        )
         src = ResolvedSource(name="pkgs", spec=spec, entry=entry, base_dir=Path("."))
         refs = SimpleNamespace(source=lambda name: src)
         art = RootfsArtifact.model_validate({"builder": "rootfs", "packages": "pkgs"})

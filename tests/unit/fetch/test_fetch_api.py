@@ -65,9 +65,10 @@ def test_entries_are_canonical_json_and_rebuild_is_offline(
     }
     entries = {name: resolve(name, src, ctx, base_dir=tmp_path) for name, src in sources.items()}
     for name, entry in entries.items():
-        assert json.loads(canonical_json(entry)) == entry, name
-        assert DIGEST_RE.match(entry["digest"]), name
-        assert ctx.store.has_blob(entry["digest"]), name
+        data = entry.to_json()
+        assert json.loads(canonical_json(data)) == data, name
+        assert DIGEST_RE.match(entry.digest), name
+        assert ctx.store.has_blob(entry.digest), name
 
     # a no-op rebuild: everything is in the store, nothing may touch the network or run a tool
     request.getfixturevalue("no_network")
@@ -77,5 +78,5 @@ def test_entries_are_canonical_json_and_rebuild_is_offline(
             store=ctx.store, offline=offline, mirrors=Mirrors.parse(["http://=http://unused/"])
         )
         for name, src in sources.items():
-            assert ensure(name, src, entries[name], c, base_dir=tmp_path) == entries[name]["digest"]
+            assert ensure(name, src, entries[name], c, base_dir=tmp_path) == entries[name].digest
     assert http_server.total_hits == hits

@@ -15,12 +15,11 @@ from typing import Any
 import pytest
 
 from nvkr.errors import AptError, ChecksumError, FetchError, IntegrityError, LockError, OfflineError
-from nvkr.fetch.api import ensure, resolve
-from nvkr.fetch.apt import read_manifest
+from nvkr.fetch.apt import ensure, read_manifest, resolve
 from nvkr.fetch.context import FetchContext
 from nvkr.recipe.sources import AptSource
 from nvkr.store import Store
-from tests.helpers import aptrepo
+from tests.helpers import aptrepo, lock_entry
 from tests.helpers.aptrepo import DRIVER_VERSION, TOOLKIT_VERSION, AptRepo
 
 
@@ -450,7 +449,7 @@ def test_a_build_names_the_debs_it_lacks_and_counts_their_bytes(
     os.link(first.blob_path(held["sha256"]), fresh.blob_path(held["sha256"]))
     events: list[Event] = []
     gate = _SourceGate(FetchContext(store=fresh), events.append)
-    resolved = ResolvedSource("g", src, entry, tmp_path)
+    resolved = ResolvedSource("g", src, lock_entry(entry), tmp_path)
     gate.ensure(SimpleNamespace(sources={"g": resolved}))  # type: ignore[arg-type]
 
     (fetch,) = [e for e in events if isinstance(e, SourceFetch)]

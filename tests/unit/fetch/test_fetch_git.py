@@ -16,8 +16,8 @@ import pytest
 
 from nvkr.canonical import sha256_bytes
 from nvkr.errors import ChecksumError, DowngradeError, FetchError, LockError, OfflineError
-from nvkr.fetch.api import ensure, resolve
 from nvkr.fetch.context import NET_HINT, FetchContext
+from nvkr.fetch.git import ensure, resolve
 from nvkr.fetch.mirrors import Mirrors
 from nvkr.recipe.sources import GitSource
 from nvkr.repro import tar_bytes

@@ -10,8 +10,8 @@ import pytest
 
 from nvkr.errors import ChecksumError, FetchError, LockError, OfflineError
 from nvkr.fetch import http as fetch_http
-from nvkr.fetch.api import ensure, resolve
 from nvkr.fetch.context import FetchContext
+from nvkr.fetch.http import ensure, resolve
 from nvkr.fetch.mirrors import Mirrors
 from nvkr.recipe.sources import UrlSource
 

@@ -23,13 +23,13 @@ import pytest
 
 from nvkr.canonical import canonical_json
 from nvkr.errors import ChecksumError, FetchError, LockError, OfflineError
-from nvkr.fetch.api import ensure, resolve
 from nvkr.fetch.context import FetchContext
 from nvkr.fetch.mirrors import Mirrors
-from nvkr.fetch.oci import _Registry, docker_credentials
+from nvkr.fetch.oci import _Registry, docker_credentials, ensure, resolve
 from nvkr.oci import mediatypes as mt
 from nvkr.recipe.sources import OciSource
 from nvkr.store import Store
+from tests.helpers import lock_entry
 from tests.helpers.oci_images import Image, make_layout, push
 from tests.helpers.registry import Registry, skopeo
 
@@ -471,7 +471,7 @@ def test_a_build_reports_fetching_the_layers_a_store_lost(tmp_path, ctx, store):
     store.blob_path(layer).unlink()
     assert store.has_blob(entry["digest"])
     events: list[Event] = []
-    resolved = ResolvedSource("base", src, entry, tmp_path)
+    resolved = ResolvedSource("base", src, lock_entry(entry), tmp_path)
     _SourceGate(ctx, events.append).ensure(SimpleNamespace(sources={"base": resolved}))  # type: ignore[arg-type]
     (fetch,) = [e for e in events if isinstance(e, SourceFetch)]
     assert fetch.source.name == "base" and fetch.debs is None

@@ -10,8 +10,8 @@ import pytest
 
 from nvkr.canonical import sha256_bytes
 from nvkr.errors import FetchError, LockError
-from nvkr.fetch.api import ensure, resolve
 from nvkr.fetch.context import FetchContext
+from nvkr.fetch.path import ensure, resolve
 from nvkr.recipe.sources import PathSource
 from nvkr.repro import tar_bytes
 

@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 
 from nvkr.errors import ChecksumError, FetchError, LockError, OfflineError
-from nvkr.fetch.api import ensure, resolve
 from nvkr.fetch.context import FetchContext
 from nvkr.fetch.mirrors import Mirrors
-from nvkr.fetch.pypi import pip_origin
+from nvkr.fetch.pypi import ensure, pip_origin, resolve
 from nvkr.recipe.sources import PypiSource
 from nvkr.store import Store
 

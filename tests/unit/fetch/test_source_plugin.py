@@ -1,13 +1,15 @@
 """A new source kind is its model, its fetcher and one line in the source table.
 
 ``plugin/note_source/`` is a whole source kind outside nvkr (``model.py``: its recipe model,
-``fetcher.py``: its SourceKind; a ``note`` source's bytes are the text the recipe writes), with
+``entry.py``: its lock entry's type, ``fetcher.py``: its SourceKind; a ``note`` source's bytes
+are the text the recipe writes), with
 a ``copy-source`` builder to make an artifact of it. Each nvkr run below is a fresh interpreter
 that adds the folder to the path and one line to :data:`nvkr.fetch.table.SOURCE_TABLE` (and the
 builder's line to the builder table) before anything reads the tables, then runs the real CLI:
 the recipe's source union and its JSON Schema, the lock, the build, the provenance, ``mirror
 export`` and ``import``, ``lock --update`` and ``diff`` take the kind as they take the built-in
-ones; no file of nvkr names it.
+ones; no file of nvkr names it. Its lock entry is a type of its own (``entry.py``, named by its
+table line), read from and written to the lockfile as the built-in kinds' are.
 """
 
 from __future__ import annotations
@@ -19,6 +21,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from nvkr.canonical import canonical_json_file
+from nvkr.errors import LockError
+from nvkr.fetch import table
+
 PLUGINS = Path(__file__).resolve().parent / "plugin"
 
 # The one line: what a source kind of nvkr itself adds to nvkr/fetch/table.py (the builder's
@@ -26,8 +34,11 @@ PLUGINS = Path(__file__).resolve().parent / "plugin"
 REGISTER = """\
 import sys
 from nvkr.fetch import table
+from note_source.entry import NoteEntry
 from note_source.model import NoteSource
-table.SOURCE_TABLE += (table.SourceLine("note", NoteSource, "note_source.fetcher:NoteKind"),)
+table.SOURCE_TABLE += (
+    table.SourceLine("note", NoteSource, NoteEntry, "note_source.fetcher:NoteKind"),
+)
 from nvkr.builders import table as builders
 from note_source.copy_artifact import CopySourceArtifact
 builders.BUILDER_TABLE += (
@@ -155,3 +166,30 @@ def test_lock_update_leaves_a_kind_without_a_hook_alone_and_diff_names_its_chang
     assert diff.returncode == 1, diff.stderr
     assert "greeting.note: 'one' -> 'two'" in diff.stdout
     assert "greeting.resolved.digest: 'sha256:" in diff.stdout  # the kind's identity
+
+
+def test_the_kind_declares_its_own_lock_entry_type_and_its_entries_round_trip(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The table line names the kind's entry type: the lockfile's note entry reads into a
+    ``NoteEntry`` and is written back as the same bytes; a malformed one is refused by its
+    fields."""
+    (tmp_path / "notes.yaml").write_text(RECIPE % "round trip")
+    locked = _nvkr(tmp_path, tmp_path / "store", "lock", "notes.yaml")
+    assert locked.returncode == 0, locked.stderr
+    monkeypatch.syspath_prepend(str(PLUGINS))
+    from note_source.entry import NoteEntry
+    from note_source.model import NoteSource
+
+    line = table.SourceLine("note", NoteSource, NoteEntry, "note_source.fetcher:NoteKind")
+    monkeypatch.setattr(table, "SOURCE_TABLE", (*table.SOURCE_TABLE, line))
+    raw = (tmp_path / LOCK).read_bytes()
+    doc = json.loads(raw)
+    (source,) = doc["sources"]
+    where = f"{LOCK}: lock entry for source 'greeting'"
+    entry = table.read_entry(source["resolved"], where=where)
+    assert isinstance(entry, NoteEntry) and entry.size == len("round trip")
+    source["resolved"] = entry.to_json()
+    assert canonical_json_file(doc) == raw
+    with pytest.raises(LockError, match=f"^{where}: size is a string, not an integer"):
+        table.read_entry({**source["resolved"], "size": "10"}, where=where)

@@ -1,9 +1,8 @@
 """The ``note`` source kind: the bytes are the recipe's text, so locking and fetching need no
-network; its lock entry is ``{"kind": "note", "digest": "sha256:<hex>", "size": <bytes>}``."""
+network; its lock entry is a :class:`~note_source.entry.NoteEntry`."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -11,34 +10,34 @@ from nvkr.errors import ChecksumError
 from nvkr.fetch.context import FetchContext, check_entry
 from nvkr.fetch.kind import SourceKind
 
+from .entry import NoteEntry
 
-class NoteKind(SourceKind):
+
+class NoteKind(SourceKind[NoteEntry]):
     kind = "note"
 
-    def resolve(
-        self, name: str, source: Any, ctx: FetchContext, *, base_dir: Path
-    ) -> dict[str, Any]:
+    def resolve(self, name: str, source: Any, ctx: FetchContext, *, base_dir: Path) -> NoteEntry:
         data = source.note.encode()
-        return {"kind": "note", "digest": ctx.store.add_bytes(data).digest, "size": len(data)}
+        return NoteEntry(digest=ctx.store.add_bytes(data).digest, size=len(data))
 
     def ensure(
         self,
         name: str,
         source: Any,
-        resolved: dict[str, Any],
+        resolved: NoteEntry,
         ctx: FetchContext,
         *,
         base_dir: Path,
     ) -> str:
-        check_entry(name, resolved, "note")
-        digest = str(resolved["digest"])
+        check_entry(name, resolved.to_json(), "note")
+        digest = resolved.digest
         if not ctx.store.has_blob(digest):
             got = ctx.store.add_bytes(source.note.encode()).digest
             if got != digest:
                 raise ChecksumError(f"source {name!r}: the note is {got}, the lock says {digest}")
         return digest
 
-    def descriptor(self, name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+    def descriptor(self, name: str, entry: NoteEntry) -> dict[str, Any]:
         desc = super().descriptor(name, entry)
-        desc["annotations"] = {"kind": "note", "size": str(entry["size"])}
+        desc["annotations"] = {"kind": "note", "size": str(entry.size)}
         return desc
