@@ -11,6 +11,7 @@ from typing import Any
 from nvkr import releaseset
 from nvkr.oci import mediatypes as mt
 from nvkr.store import Store
+from tests.helpers.results import results
 
 NAME = "nvkr-machines-k8s1.36"
 EPOCH = 1764547200
@@ -91,7 +92,7 @@ def make_machine_image_set(
             if pools
         ],
     }
-    result = releaseset.assemble(spec, artifacts, store)
+    result = releaseset.assemble(spec, results(artifacts), store)
     return releaseset.materialize(result, store, root / "dist")
 
 
@@ -137,5 +138,5 @@ def make_disk_set(root: Path, disks: list[tuple[dict[str, str], Path]]) -> Path:
         "clusterRelease": {"kubernetes": "1.36.3", "charts": [], "images": []},
         "nodePoolReleases": [],
     }
-    result = releaseset.assemble(spec, artifacts, store)
+    result = releaseset.assemble(spec, results(artifacts), store)
     return releaseset.materialize(result, store, root / "dist")

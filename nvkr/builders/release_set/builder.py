@@ -22,5 +22,5 @@ class ReleaseSetBuilder(PlannerBuilder):
         from nvkr.releaseset import assemble
 
         result = assemble(ctx.action.params, ctx.deps, ctx.store)
-        ctx.outputs.extend(result["outputs"])
-        ctx.metadata.update(result["metadata"])
+        ctx.outputs.extend(result.outputs)
+        ctx.metadata.update(result.metadata)
