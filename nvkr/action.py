@@ -70,7 +70,7 @@ class Action:
     builder: str
     builder_version: str
     name: str
-    params: dict[str, Any]
+    params: JsonObject
     inputs: dict[str, str]
     tools: dict[str, str]
     epoch: int
@@ -93,7 +93,7 @@ class Action:
         ``release-set/NAME``. No digest is in it: it changes with the recipe's structure only."""
         return ref_of(self)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, JsonValue]:
         return {
             "key": self.key,
             "ref": self.ref,
@@ -126,7 +126,7 @@ def ref_of(action: Action) -> str:
 def action_key(
     builder: str,
     version: str,
-    params: Any,
+    params: JsonValue,
     inputs: dict[str, str],
     tools: dict[str, str],
     epoch: int,

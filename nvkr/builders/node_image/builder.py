@@ -382,7 +382,7 @@ def disk_seed(action: Action) -> str:
     """The hex the disk's identifiers (file system UUID, GPT GUIDs) derive from: the action key
     of the image without compression. So a compressed image holds the very raw disk the
     uncompressed one does (the same ``rawDigest``), and only the container differs."""
-    compression = action.params.get("compression", "none")
+    compression = str(action.params.get("compression", "none"))
     if compression == "none":
         return action.key.split(":", 1)[1]
     from nvkr.action import action_key

@@ -21,6 +21,6 @@ class ReleaseSetBuilder(PlannerBuilder):
     def run(self, ctx: ActionContext) -> None:
         from nvkr.releaseset import assemble
 
-        result = assemble(ctx.action.params, ctx.deps, ctx.store)
+        result = assemble(dict(ctx.action.params), ctx.deps, ctx.store)
         ctx.outputs.extend(result.outputs)
         ctx.metadata.update(result.metadata)
