@@ -308,7 +308,7 @@ def _write_release_sets(
             sign_release_set(path, options.sign_key)
         record = plan_build_record(plan, report, name, path, session.store)
         record_path, _ = write_build_record(path, record, options.sign_key)
-        digest = str(result["metadata"]["releaseSetDigest"])
+        digest = str(result.metadata["releaseSetDigest"])
         written.append(WrittenSet(name, path, digest, record_path))
     return written
 

@@ -39,14 +39,13 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any
 
-from nvkr.action import Action
+from nvkr.action import Action, ActionResult, ResolvedSource, ResultWarning
 from nvkr.builders.api import ActionContext, get_builder
-from nvkr.errors import BuildError, Interrupted, NvkrError
+from nvkr.errors import BuildError, IntegrityError, Interrupted, NvkrError
 from nvkr.fetch.api import all_present, ensure, fetcher_for
 from nvkr.fetch.context import FetchContext
 from nvkr.monitor import Monitor, estimates, transfer
@@ -70,7 +69,7 @@ from nvkr.walk import RemoteLookup, Walk, closure, needed
 
 Emit = Callable[[Event], None]
 #: ``on_result(action, result, how)``: how is ``built``, ``cached`` (the store) or ``remote``.
-ResultHook = Callable[[Action, dict[str, Any], str], None]
+ResultHook = Callable[[Action, ActionResult, str], None]
 
 
 class BuildClock:
@@ -96,7 +95,7 @@ class BuildReport:
     built: list[str] = field(default_factory=list)
     cached: list[str] = field(default_factory=list)
     remote: dict[str, str] = field(default_factory=dict)
-    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    results: dict[str, ActionResult] = field(default_factory=dict)
     invocation_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     actions: int = 0
     clock: Callable[[], float] = field(default_factory=BuildClock, repr=False, compare=False)
@@ -116,7 +115,7 @@ class _SourceGate:
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
 
-    def _fetch(self, src: Any, fetching: bool, total: int | None = None) -> str:
+    def _fetch(self, src: ResolvedSource, fetching: bool, total: int | None = None) -> str:
         """:func:`nvkr.fetch.api.ensure` of ``src``, its download's bytes (``total`` when known)
         reported."""
         if not fetching:
@@ -175,20 +174,21 @@ def _missing_error(plan: Plan, to_run: list[str]) -> BuildError:
 def run_action(
     action: Action,
     store: Store,
-    deps: dict[str, dict[str, Any]],
+    deps: Mapping[str, ActionResult],
     *,
     invocation_id: str | None = None,
     started: float | None = None,
     progress: Callable[[ActionProgress], None] | None = None,
     clock: Callable[[], float] | None = None,
-) -> dict[str, Any]:
+) -> ActionResult:
     """Run one action's builder in a fresh work dir and record its result in the action cache.
 
-    The result is ``{"key", "builder", "name", "outputs", "metadata", "hermetic"[,
-    "warnings"][, "log"], "run": {"invocationId", "startedOn", "finishedOn"[, the builder's
-    run_metadata keys]}}``: ``hermetic`` is :attr:`Action.hermetic` (whether the key covers
+    The result (:class:`~nvkr.action.ActionResult`, its record ``{"key", "builder", "name",
+    "outputs", "metadata", "hermetic"[, "warnings"][, "log"], "run": {"invocationId",
+    "startedOn", "finishedOn"[, the builder's run_metadata keys]}}``) has the builder's outputs,
+    metadata and warnings, ``hermetic`` :attr:`Action.hermetic` (whether the key covers
     every tool that can change the outputs: only such a result may be shared beyond this
-    store), ``warnings`` what the builder warned about (``{"message"[, "hint"]}`` each),
+    store), ``log`` the build log's digest when there is one, and ``run``:
     ``invocation_id`` (default: a new UUID),
     ``started`` (seconds since 1970, default: ``clock()``) and ``clock()`` when the builder
     returned (``clock``: the build's :class:`BuildClock`, default the wall clock), both as
@@ -227,24 +227,25 @@ def run_action(
         # what the builder says describes its run (times) goes with the run, not the metadata
         run_keys = [k for k in getattr(builder, "run_metadata", ()) if k in ctx.metadata]
         run_details = {k: ctx.metadata.pop(k) for k in run_keys}
-        result: dict[str, Any] = {
-            "key": action.key,
-            "builder": action.builder,
-            "name": action.name,
-            "outputs": ctx.outputs,
-            "metadata": ctx.metadata,
-            "hermetic": action.hermetic,
-        }
-        if ctx.warnings:
-            result["warnings"] = ctx.warnings
-        if ctx.log_file.exists():
-            result["log"] = store.add_file(ctx.log_file, what="build log").digest
-    result["run"] = {
-        "invocationId": invocation_id or str(uuid.uuid4()),
-        "startedOn": timestamp(started),
-        "finishedOn": timestamp(max(started, clock())),  # a clock stepped back mid-action
-        **run_details,
-    }
+        log = (
+            store.add_file(ctx.log_file, what="build log").digest if ctx.log_file.exists() else None
+        )
+    result = ActionResult(
+        key=action.key,
+        builder=action.builder,
+        name=action.name,
+        outputs=tuple(ctx.outputs),
+        metadata=ctx.metadata,
+        hermetic=action.hermetic,
+        warnings=tuple(ctx.warnings),
+        log=log,
+        run={
+            "invocationId": invocation_id or str(uuid.uuid4()),
+            "startedOn": timestamp(started),
+            "finishedOn": timestamp(max(started, clock())),  # a clock stepped back mid-action
+            **run_details,
+        },
+    )
     store.put_action(action.key, result)
     return result
 
@@ -375,13 +376,13 @@ class _Run:
         self.gate = _SourceGate(fetch, emit)
         self.pending = list(walk.to_run)
         self.waits = {key: walk.waits(plan, key) for key in walk.to_run}
-        self.running: dict[Future[dict[str, Any]], str] = {}
+        self.running: dict[Future[ActionResult], str] = {}
         self.started: dict[str, float] = {}
         self.failure: BaseException | None = None
         self.failed: Action | None = None
         self.pool = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="nvkr-action")
 
-    def work(self, action: Action) -> dict[str, Any]:
+    def work(self, action: Action) -> ActionResult:
         started = self.report.clock()
         self.gate.ensure(action)
         deps = {k: self.report.results[k] for k in action.deps}
@@ -406,7 +407,7 @@ class _Run:
                 self.emit(ActionStarted(action, estimates.estimate(self.store.root, key)))
                 self.running[self.pool.submit(self.work, action)] = key
 
-    def finished(self, fut: Future[dict[str, Any]]) -> None:
+    def finished(self, fut: Future[ActionResult]) -> None:
         key = self.running.pop(fut)
         action = self.plan.actions[key]
         try:
@@ -479,14 +480,16 @@ def _failure_error(failure: BaseException, failed: Action) -> BaseException:
     return error
 
 
-def _record(store: Store, key: str) -> dict[str, Any]:
-    """The action record of ``key`` as stored, without checking its blobs (only its warnings
-    are read; a no-op rebuild reads every record of the plan this way), or ``{}``."""
+def _warnings(store: Store, key: str) -> tuple[ResultWarning, ...]:
+    """The warnings of the action record of ``key`` as stored, without checking its blobs (a
+    no-op rebuild reads every record of the plan this way); none when there is no record or
+    it is not one."""
     try:
-        record = json.loads(store.action_path(key).read_bytes())
-    except (OSError, ValueError):
-        return {}
-    return record if isinstance(record, dict) else {}
+        return ActionResult.from_json(
+            json.loads(store.action_path(key).read_bytes()), f"action record {key}"
+        ).warnings
+    except (OSError, ValueError, IntegrityError):
+        return ()
 
 
 def _emit_warnings(
@@ -500,6 +503,6 @@ def _emit_warnings(
     for key, action in plan.actions.items():
         if key not in needed:
             continue
-        record = report.results.get(key) or _record(store, key)
-        for warning in record.get("warnings") or []:
-            emit(ActionWarning(action, warning["message"], warning.get("hint")))
+        result = report.results.get(key)
+        for warning in result.warnings if result is not None else _warnings(store, key):
+            emit(ActionWarning(action, warning.message, warning.hint))

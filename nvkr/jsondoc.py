@@ -7,18 +7,26 @@ that fails its contract, a :class:`~nvkr.errors.FetchError` for what a registry 
 with one wording: ``WHAT is not JSON: REASON`` or ``WHAT is not a JSON object (it is a list)``.
 It reads what it is given: a size limit on untrusted input stays with the reader that got the
 bytes (:mod:`nvkr.bounds`, a registry answer's cap).
+
+It also names what a parsed JSON value is, for the documents whose shape is a producer's own
+(the metadata a builder writes into its action result): :data:`JsonValue` and
+:data:`JsonObject`, read-only (``Sequence``, ``Mapping``), so a builder's ``list[dict[str,
+str]]`` is one as it is.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
-#: A parsed JSON value (what :func:`json.loads` returns), for documents nvkr passes on verbatim.
-JsonValue: TypeAlias = "bool | int | float | str | list[JsonValue] | dict[str, JsonValue] | None"
-#: A parsed JSON object.
-JsonObject: TypeAlias = "dict[str, JsonValue]"
+#: A JSON value as :func:`json.loads` makes it (or as a producer hands it to
+#: :func:`nvkr.canonical.canonical_json`): read-only, since a reader only looks into it.
+JsonValue: TypeAlias = (
+    "str | int | float | bool | Sequence[JsonValue] | Mapping[str, JsonValue] | None"
+)
+#: A JSON object whose keys and values are the producer's to choose.
+JsonObject: TypeAlias = Mapping[str, JsonValue]
 
 #: What a parsed JSON value is, as a message says it.
 _KINDS: dict[type, str] = {
@@ -60,3 +68,19 @@ def load_json_object(
     if not isinstance(doc, dict):
         raise error(f"{what} is not a JSON object (it is {json_kind(doc)})")
     return doc
+
+
+def json_object(value: object) -> JsonObject:
+    """``value`` when it is a JSON object, else an empty one: what a reader of a producer's
+    document (a builder's metadata) takes for a field that is absent (or not an object)."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def json_list(value: object) -> Sequence[JsonValue]:
+    """``value`` when it is a JSON list, else an empty one (as :func:`json_object`)."""
+    return value if isinstance(value, Sequence) and not isinstance(value, str | bytes) else ()
+
+
+def json_objects(value: object) -> list[JsonObject]:
+    """The objects of ``value`` when it is a JSON list (as :func:`json_list`), in order."""
+    return [v for v in json_list(value) if isinstance(v, Mapping)]

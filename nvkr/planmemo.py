@@ -518,9 +518,8 @@ class BuildMemo:
         sets = []
         for item in outcome.written:
             result = outcome.report.results[plan.release_sets[item.name]]
-            outputs = result.get("outputs", [])
-            blobs = [o["digest"] for o in outputs if o.get("role") == "blob"]
-            index = next(o["digest"] for o in outputs if o.get("role") == "index")
+            blobs = [o.digest for o in result.outputs_with("blob")]
+            index = result.output("index", f"release set {item.name}").digest
             record_files = [[str(p), fingerprint(str(p))] for p in record_paths(item.path)]
             links = {d: fingerprint(str(store.blob_path(d))) for d in blobs}
             sets.append({

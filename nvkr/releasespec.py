@@ -97,7 +97,7 @@ class SpecArtifact:
         """``{"cc", "packages": {name: version}}`` of a cgo binary (its provenance names the
         compiler of its tools tree), else None."""
         value = self.extra.get("cToolchain")
-        return value if isinstance(value, dict) else None
+        return value if isinstance(value, Mapping) else None
 
     def identity(self) -> dict[str, JsonValue]:
         """What every artifact sharing this one's action must agree on, by its params key."""

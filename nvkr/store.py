@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from nvkr import treeseal
+from nvkr.action import ActionResult
 from nvkr.canonical import canonical_json, hex_of
 from nvkr.errors import ChecksumError, IntegrityError, Interrupted, UsageError
 from nvkr.run import stop_requested
@@ -465,21 +466,24 @@ class Store:
     def action_path(self, key: str) -> Path:
         return self.actions_dir / f"{hex_of(key)}.json"
 
-    def get_action(self, key: str) -> dict[str, Any] | None:
-        """The cached result of action ``key``, or None when absent or when a blob it names is gone."""
+    def get_action(self, key: str) -> ActionResult | None:
+        """The cached result of action ``key``, or None when absent, when its record is not
+        one (not JSON, or not of an action result's shape: :meth:`ActionResult.from_json`;
+        ``nvkr store verify`` lists it) or when a blob it names is gone."""
         path = self.action_path(key)
         try:
-            result: dict[str, Any] = json.loads(path.read_bytes())
-        except (FileNotFoundError, json.JSONDecodeError):
+            result = ActionResult.from_json(json.loads(path.read_bytes()), f"action record {key}")
+        except (FileNotFoundError, json.JSONDecodeError, IntegrityError):
             return None
-        for out in result.get("outputs", []):
-            if not self.has_blob(out["digest"]):
+        for out in result.outputs:
+            if not self.has_blob(out.digest):
                 return None
         return result
 
-    def put_action(self, key: str, result: dict[str, Any]) -> None:
-        """Record ``result`` (JSON-able, no floats) for ``key`` atomically."""
-        self.write_atomic(self.action_path(key), canonical_json(result))
+    def put_action(self, key: str, result: ActionResult) -> None:
+        """Record ``result`` (its metadata JSON-able, no floats) for ``key`` atomically: the
+        canonical JSON of :meth:`ActionResult.to_json`."""
+        self.write_atomic(self.action_path(key), canonical_json(result.to_json()))
 
     # -- tmp/ --------------------------------------------------------------------------------
     def claimed_file(self, prefix: str) -> tuple[int, Path]:

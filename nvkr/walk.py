@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
-from nvkr.action import Action
+from nvkr.action import Action, ActionResult
 from nvkr.cache.entry import missing_closure
 from nvkr.plan import Plan
 from nvkr.store import Store
@@ -34,7 +34,7 @@ class RemoteHit:
     its outputs in the store), ``cache`` (``REGISTRY/REPOSITORY``) and ``complete``: False when
     its outputs reference blobs the store lacks, so its dependencies are needed as well."""
 
-    result: dict[str, Any]
+    result: ActionResult
     cache: str
     complete: bool = True
 
@@ -58,7 +58,7 @@ class Walk:
     were found nowhere (only targets are built)."""
 
     to_run: list[str]
-    cached: dict[str, dict[str, Any]]
+    cached: dict[str, ActionResult]
     remote: dict[str, RemoteHit]
     incomplete: set[str] = field(default_factory=set)
     absent: list[str] = field(default_factory=list)
@@ -85,7 +85,7 @@ class _Walker:
         self, plan: Plan, store: Store, remote: RemoteLookup | None, targets: list[str] | None
     ) -> None:
         self.plan, self.store, self.remote = plan, store, remote
-        self.cached: dict[str, dict[str, Any]] = {}
+        self.cached: dict[str, ActionResult] = {}
         self.hits: dict[str, RemoteHit] = {}
         self.missing: set[str] = set()
         self.absent: set[str] = set()
@@ -121,7 +121,7 @@ class _Walker:
             # a result taken from a cache without them, or one whose dependency's output was
             # lost (deleted, found corrupt) since. Those dependencies are looked at as well, and
             # below them, at any depth, whatever lost an output is run again.
-            if missing_closure(self.store, result.get("outputs") or []):
+            if missing_closure(self.store, result.outputs):
                 self.incomplete.add(key)
                 self.descend(key)
             return

@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from nvkr.action import RELEASED_KINDS as RELEASED_KINDS  # the action vocabulary's, re-exported
+from nvkr.action import ActionOutput, ActionResult, ResultWarning
 from nvkr.action import ReleaseKind as ReleaseKind
 from nvkr.action import ResolvedSource as ResolvedSource
 from nvkr.errors import UnknownBuilderError
-from nvkr.jsondoc import JsonObject
+from nvkr.jsondoc import JsonObject, JsonValue
 from nvkr.monitor.events import ActionProgress
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ class ActionSpec:
     (a Docker daemon and the base images it resolves). It is not part of the key.
     """
 
-    params: dict[str, Any]
+    params: JsonObject
     inputs: dict[str, str] = field(default_factory=dict)
     tools: dict[str, str] = field(default_factory=dict)
     sources: dict[str, ResolvedSource] = field(default_factory=dict)
@@ -55,23 +56,26 @@ class ActionSpec:
 
 
 class ActionContext:
-    """What :meth:`Builder.run` gets: its action, the store, a private work dir and a log file.
+    """What :meth:`Builder.run` gets: its action, the store, a private work dir and a log file,
+    and ``deps``: the results of the actions it depends on, by action key.
 
-    ``warnings`` (:meth:`warn`) are things the user should know about an output that is still
-    built: they go into the action's result and are shown on every build, cached or not.
+    What it makes goes into the action's result (:class:`~nvkr.action.ActionResult`):
+    ``outputs`` (:meth:`add_output`), ``metadata`` (a JSON object of the builder's) and
+    ``warnings`` (:meth:`warn`): things the user should know about an output that is still
+    built, shown on every build, cached or not.
     """
 
     def __init__(
-        self, action: Action, store: Store, workdir: Path, deps: dict[str, dict[str, Any]]
+        self, action: Action, store: Store, workdir: Path, deps: Mapping[str, ActionResult]
     ) -> None:
         self.action = action
         self.store = store
         self.workdir = workdir
         self.log_file = workdir / "build.log"
         self.deps = deps
-        self.outputs: list[dict[str, Any]] = []
-        self.metadata: dict[str, Any] = {}
-        self.warnings: list[dict[str, str]] = []
+        self.outputs: list[ActionOutput] = []
+        self.metadata: dict[str, JsonValue] = {}
+        self.warnings: list[ResultWarning] = []
         #: where :meth:`progress` reports go (the executor's monitor; by default nowhere)
         self.on_progress: Callable[[ActionProgress], None] = lambda p: None
 
@@ -85,10 +89,7 @@ class ActionContext:
         """Record a warning about the result (kept in its action record, so a cached result
         warns on every build that uses it, see :func:`nvkr.execute.execute`; also written to
         the action's log)."""
-        warning = {"message": message}
-        if hint:
-            warning["hint"] = hint
-        self.warnings.append(warning)
+        self.warnings.append(ResultWarning(message, hint or None))
         with open(self.log_file, "a", encoding="utf-8") as f:
             f.write(f"warning: {message}\n" + (f"  hint: {hint}\n" if hint else ""))
 
@@ -99,16 +100,10 @@ class ActionContext:
 
     def add_output(
         self, path: Path, *, name: str, media_type: str, role: str = "primary"
-    ) -> dict[str, Any]:
+    ) -> ActionOutput:
         """Move a produced file into the store and record it as an output of this action."""
         info = self.store.add_file(path, what=f"output {name!r}")
-        out = {
-            "name": name,
-            "digest": info.digest,
-            "size": info.size,
-            "mediaType": media_type,
-            "role": role,
-        }
+        out = ActionOutput(name, info.digest, info.size, media_type, role)
         self.outputs.append(out)
         return out
 

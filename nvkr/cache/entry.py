@@ -37,9 +37,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from nvkr.action import ActionOutput, ActionResult
 from nvkr.canonical import DIGEST_RE, canonical_json, sha256_bytes
 from nvkr.errors import IntegrityError
-from nvkr.jsondoc import load_json_object
+from nvkr.jsondoc import JsonValue, load_json_object
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import artifact_manifest, descriptor, manifest_bytes
 
@@ -77,14 +78,14 @@ class EntryProblem(Exception):
 @dataclass(frozen=True)
 class Entry:
     """The bytes of one entry: its ``tag``, ``config`` and ``manifest`` (canonical JSON),
-    ``digest`` (``sha256:<hex>`` of the manifest) and ``outputs`` (the record's, in order)."""
+    ``digest`` (``sha256:<hex>`` of the manifest) and ``outputs`` (the result's, in order)."""
 
     key: str
     tag: str
     config: bytes
     manifest: bytes
     digest: str
-    outputs: tuple[dict[str, Any], ...]
+    outputs: tuple[ActionOutput, ...]
 
     @property
     def manifest_descriptor(self) -> dict[str, Any]:
@@ -114,31 +115,26 @@ def run_metadata_keys(builder: str) -> tuple[str, ...]:
         return ()
 
 
-def entry_config(action: Action, record: Mapping[str, Any]) -> dict[str, Any]:
-    """The deterministic part of ``record`` (a local action record of ``action``): see the
+def entry_config(action: Action, record: ActionResult) -> dict[str, JsonValue]:
+    """The deterministic part of ``record`` (a local action result of ``action``): see the
     module docstring.
 
     Raises:
-        ValueError: the record is not one of ``action`` or an output lacks a field.
+        ValueError: the record is not one of ``action``.
     """
-    if record.get("key") != action.key:
-        raise ValueError(f"the record of {record.get('key')} is not one of action {action.key}")
-    outputs = [dict(o) for o in record.get("outputs") or []]
-    for out in outputs:
-        missing = [f for f in _OUTPUT_FIELDS if f not in out]
-        if missing:
-            raise ValueError(f"action {action.key}: an output lacks {', '.join(missing)}")
+    if record.key != action.key:
+        raise ValueError(f"the record of {record.key} is not one of action {action.key}")
     drop = set(run_metadata_keys(action.builder))
-    metadata = {k: v for k, v in (record.get("metadata") or {}).items() if k not in drop}
-    config: dict[str, Any] = {
+    metadata = {k: v for k, v in record.metadata.items() if k not in drop}
+    config: dict[str, JsonValue] = {
         "key": action.key,
         "builder": action.builder,
         "builderVersion": action.builder_version,
-        "outputs": outputs,
+        "outputs": [o.to_json() for o in record.outputs],
         "metadata": metadata,
     }
-    if record.get("warnings"):  # what the builder warned about its output, as recorded
-        config["warnings"] = list(record["warnings"])
+    if record.warnings:  # what the builder warned about its output, as recorded
+        config["warnings"] = [w.to_json() for w in record.warnings]
     return config
 
 
@@ -156,22 +152,21 @@ def manifest_for(config: bytes, outputs: Sequence[Mapping[str, Any]]) -> bytes:
     return manifest_bytes(doc)
 
 
-def make_entry(action: Action, record: Mapping[str, Any], salt: str = "") -> Entry:
-    """The entry of ``record`` (a local action record of ``action``) under ``salt``.
+def make_entry(action: Action, record: ActionResult, salt: str = "") -> Entry:
+    """The entry of ``record`` (a local action result of ``action``) under ``salt``.
 
     Raises:
         ValueError: as :func:`entry_config`; TypeError: the record holds floats.
     """
-    config_doc = entry_config(action, record)
-    config = canonical_json(config_doc)
-    manifest = manifest_for(config, config_doc["outputs"])
+    config = canonical_json(entry_config(action, record))
+    manifest = manifest_for(config, [o.descriptor() for o in record.outputs])
     return Entry(
         key=action.key,
         tag=entry_tag(action.key, salt),
         config=config,
         manifest=manifest,
         digest=sha256_bytes(manifest),
-        outputs=tuple(config_doc["outputs"]),
+        outputs=record.outputs,
     )
 
 
@@ -307,12 +302,19 @@ def _check_output(i: int, out: Any) -> None:
 
 
 def local_record(
-    action: Action, config: Mapping[str, Any], origin: Mapping[str, Any]
-) -> dict[str, Any]:
-    """The local action record of ``action`` made from a checked entry ``config``; ``origin``
-    (``{"cache", "manifest", "fetchedOn"}``) says where it came from, under ``remote``; the
-    caller adds ``run`` when the entry's run record verifies."""
-    record: dict[str, Any] = {
+    action: Action,
+    config: Mapping[str, Any],
+    origin: Mapping[str, JsonValue],
+    run: Mapping[str, JsonValue] | None = None,
+) -> ActionResult:
+    """The local action result of ``action`` made from a checked entry ``config``; ``origin``
+    (``{"cache", "manifest", "fetchedOn"}``) says where it came from, under ``remote``; ``run``
+    is the entry's run record's, when that verifies.
+
+    Raises:
+        EntryProblem: the config's warnings are not what nvkr records.
+    """
+    record: dict[str, JsonValue] = {
         "key": action.key,
         "builder": action.builder,
         "name": action.name,
@@ -323,10 +325,15 @@ def local_record(
     }
     if config.get("warnings"):
         record["warnings"] = list(config["warnings"])
-    return record
+    if run is not None:
+        record["run"] = dict(run)
+    try:
+        return ActionResult.from_json(record, "its config")
+    except IntegrityError as e:
+        raise EntryProblem(e.message) from e
 
 
-def missing_closure(store: Store, outputs: Sequence[Mapping[str, Any]]) -> list[str]:
+def missing_closure(store: Store, outputs: Sequence[ActionOutput]) -> list[str]:
     """The digests that the OCI manifests and indexes among ``outputs`` reference, directly or
     through other manifests in the store, and that the store lacks.
 
@@ -335,12 +342,8 @@ def missing_closure(store: Store, outputs: Sequence[Mapping[str, Any]]) -> list[
     assembly and the image's SBOM read. A result taken from a cache without them is usable only
     once its dependencies' results are there too, so the executor looks at those as well.
     """
-    own = {str(o["digest"]) for o in outputs}
-    todo = [
-        (str(o["digest"]), str(o["mediaType"]))
-        for o in outputs
-        if o.get("mediaType") in mt.MANIFEST_TYPES
-    ]
+    own = {o.digest for o in outputs}
+    todo = [(o.digest, o.media_type) for o in outputs if o.media_type in mt.MANIFEST_TYPES]
     seen: set[str] = set()
     missing: list[str] = []
     while todo:

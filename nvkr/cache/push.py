@@ -65,7 +65,7 @@ from nvkr.provenance import parse_timestamp, timestamp
 from nvkr.sign import key_id, sign_envelope
 
 if TYPE_CHECKING:
-    from nvkr.action import Action
+    from nvkr.action import Action, ActionResult
     from nvkr.cache.settings import CacheSettings
     from nvkr.execute import BuildReport
     from nvkr.oci.registry import RegistryClient
@@ -97,10 +97,10 @@ class PushSummary:
     failed: str | None = None
 
 
-def run_seconds(record: Mapping[str, Any]) -> int | None:
-    """The recorded run time of an action record in seconds (None: no times recorded)."""
-    run = record.get("run")
-    if not isinstance(run, Mapping):
+def run_seconds(record: ActionResult) -> int | None:
+    """The recorded run time of an action result in seconds (None: no times recorded)."""
+    run = record.run
+    if run is None:
         return None
     try:
         start = parse_timestamp(str(run["startedOn"]))
@@ -159,18 +159,18 @@ class CacheWriter:
             self._emit_raw(kind, **fields)
 
     # -- what is pushed ------------------------------------------------------------------------
-    def wanted(self, key: str, result: Mapping[str, Any], referenced: set[str]) -> bool:
+    def wanted(self, key: str, result: ActionResult, referenced: set[str]) -> bool:
         """Whether the mode pushes ``result`` of action ``key``: ``max`` every action; ``min``
         the roots, an action one of whose outputs is in ``referenced`` (the release sets'
         blobs), and one whose run took longer than :data:`SLOW_ACTION`."""
         if self.settings.mode == "max" or key in self.plan.roots:
             return True
-        if any(o.get("digest") in referenced for o in result.get("outputs") or []):
+        if any(o.digest in referenced for o in result.outputs):
             return True
         seconds = run_seconds(result)
         return seconds is not None and seconds > SLOW_ACTION
 
-    def offer(self, action: Action, result: dict[str, Any], how: str) -> None:
+    def offer(self, action: Action, result: ActionResult, how: str) -> None:
         """Push ``result`` now when the mode wants it whatever the release sets hold (the
         executor's ``on_result`` hook); :meth:`finish` decides the rest. Never raises."""
         if self.wanted(action.key, result, set()):
@@ -182,8 +182,9 @@ class CacheWriter:
         pushes."""
         referenced: set[str] = set()
         for root in self.plan.roots:
-            root_record = report.results.get(root) or self.store.get_action(root) or {}
-            referenced |= {str(o["digest"]) for o in root_record.get("outputs") or []}
+            root_record = report.results.get(root) or self.store.get_action(root)
+            if root_record is not None:
+                referenced |= {o.digest for o in root_record.outputs}
         for key, action in self.plan.actions.items():
             if key in self._offered:
                 continue
@@ -200,7 +201,7 @@ class CacheWriter:
         self._entries.shutdown(wait=True, cancel_futures=True)
         self._blobs.shutdown(wait=True, cancel_futures=True)
 
-    def _submit(self, action: Action, result: dict[str, Any]) -> None:
+    def _submit(self, action: Action, result: ActionResult) -> None:
         with self._lock:
             if action.key in self._offered or self.summary.failed is not None:
                 return
@@ -216,10 +217,10 @@ class CacheWriter:
                 message=f"not shared: {NOT_HERMETIC}",
             )
             return
-        self._futures.append(self._entries.submit(self._push_guarded, action, dict(result)))
+        self._futures.append(self._entries.submit(self._push_guarded, action, result))
 
     # -- one entry -----------------------------------------------------------------------------
-    def _push_guarded(self, action: Action, result: dict[str, Any]) -> None:
+    def _push_guarded(self, action: Action, result: ActionResult) -> None:
         if self.summary.failed is not None:
             return
         try:
@@ -246,7 +247,7 @@ class CacheWriter:
             self.summary.states[state] = self.summary.states.get(state, 0) + 1
             self.summary.bytes_uploaded += sent
 
-    def _push(self, action: Action, result: dict[str, Any]) -> None:
+    def _push(self, action: Action, result: ActionResult) -> None:
         entry = make_entry(action, result, self.settings.salt)
         existing = self.client.manifest_digest(self.repo, entry.tag)
         if existing is not None:
@@ -257,10 +258,10 @@ class CacheWriter:
         blobs: dict[str, tuple[int, Callable[[], Any]]] = {}
         for out in entry.outputs:
             try:
-                path = self.store.checked_path(str(out["digest"]))
+                path = self.store.checked_path(out.digest)
             except IntegrityError as e:  # corrupt here (deleted): this entry only is not pushed
                 raise ValueError(e.message) from e
-            blobs[str(out["digest"])] = (int(out["size"]), functools.partial(open, path, "rb"))
+            blobs[out.digest] = (out.size, functools.partial(open, path, "rb"))
         add = functools.partial(self._bytes, blobs)
         add(entry.config)
         sig_manifest = self._signature_manifest(entry, add)
@@ -349,20 +350,20 @@ class CacheWriter:
         )
 
     def _run_manifest(
-        self, action: Action, entry: Entry, result: Mapping[str, Any], add: Callable[[bytes], Any]
+        self, action: Action, entry: Entry, result: ActionResult, add: Callable[[bytes], Any]
     ) -> bytes:
         doc: dict[str, Any] = {
             "actionKey": entry.key,
             "name": action.name,
             "manifest": entry.digest,
-            "run": dict(result.get("run") or {}),
+            "run": dict(result.run or {}),
             "pushedOn": timestamp(time.time()),
             "nvkrVersion": nvkr.__version__,
         }
         layers: list[tuple[str, bytes]] = []
-        log = result.get("log")
+        log = result.log
         log_bytes = None
-        if isinstance(log, str) and self.store.has_blob(log):
+        if log is not None and self.store.has_blob(log):
             log_bytes = self.store.read_blob(log)
             doc["log"] = {"digest": log, "size": len(log_bytes)}
         payload = canonical_json(doc)

@@ -38,6 +38,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from nvkr.action import ActionOutput
 from nvkr.cache import shareable
 from nvkr.cache.entry import (
     ACTION_RUN,
@@ -319,17 +320,19 @@ class CacheReader:
             "its config blob",
         )
         config = check_config(config_bytes, action, data, layers)
-        got = self._download(cache, config["outputs"])
+        outputs = [  # checked by check_config
+            ActionOutput.from_json(o, f"its config's outputs[{i}]")
+            for i, o in enumerate(config["outputs"])
+        ]
+        got = self._download(cache, outputs)
         record = local_record(
             action,
             config,
             {"cache": cache.name, "manifest": digest, "fetchedOn": timestamp(time.time())},
+            self._run_record(cache, action, digest, referrers),
         )
-        run = self._run_record(cache, action, digest, referrers)
-        if run is not None:
-            record["run"] = run
         self.store.put_action(action.key, record)
-        complete = not missing_closure(self.store, record["outputs"])
+        complete = not missing_closure(self.store, record.outputs)
         self._emit(
             "cache-hit",
             action=action,
@@ -453,15 +456,15 @@ class CacheReader:
         return verified.payload_type, verified.payload
 
     # -- downloads -----------------------------------------------------------------------------
-    def _download(self, cache: _Cache, outputs: Sequence[Mapping[str, Any]]) -> int:
+    def _download(self, cache: _Cache, outputs: Sequence[ActionOutput]) -> int:
         """Put every output the store lacks into it; bytes downloaded.
 
         Raises:
             EntryProblem: a layer's bytes are not its digest (or size), or the registry lacks it.
             _Unusable: the registry failed.
         """
-        sizes = {str(o["digest"]): int(o["size"]) for o in outputs}
-        names = {str(o["digest"]): str(o["name"]) for o in outputs}
+        sizes = {o.digest: o.size for o in outputs}
+        names = {o.digest: o.name for o in outputs}
         wanted = [d for d in sizes if not self.store.has_blob(d)]
         futures: list[tuple[str, Future[int]]] = []
         for digest in wanted:

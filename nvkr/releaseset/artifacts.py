@@ -16,9 +16,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nvkr.action import one_output
+from nvkr.action import ActionOutput, ActionResult
 from nvkr.canonical import canonical_json
 from nvkr.errors import BuildError, IntegrityError
+from nvkr.jsondoc import json_object
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.closure import store_closure
 from nvkr.oci.layout import artifact_manifest, descriptor, manifest_bytes
@@ -84,27 +85,18 @@ class _Packed:
 
 
 def _layers(
-    result: Mapping[str, Any], blobs: _Blobs, what: str
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    outputs = list(result.get("outputs", []))
-    primary = one_output(result, "primary", what)
+    result: ActionResult, blobs: _Blobs, what: str
+) -> tuple[list[dict[str, Any]], ActionOutput]:
+    primary = result.output("primary", what)
     # Primary first (consumers take layers[0]); the rest in a fixed order, not the builder's.
     rest = sorted(
-        (o for o in outputs if o.get("role") != "primary"),
-        key=lambda o: (o.get("role", ""), o["name"]),
+        (o for o in result.outputs if o.role != "primary"), key=lambda o: (o.role, o.name)
     )
     layers = []
     for out in [primary, *rest]:
-        blobs.reference(
-            out["digest"], out["size"], out["mediaType"], f"{what} output {out['name']!r}"
-        )
+        blobs.reference(out.digest, out.size, out.media_type, f"{what} output {out.name!r}")
         layers.append(
-            descriptor(
-                out["mediaType"],
-                out["digest"],
-                out["size"],
-                annotations={mt.ANN_TITLE: out["name"]},
-            )
+            descriptor(out.media_type, out.digest, out.size, annotations={mt.ANN_TITLE: out.name})
         )
     return layers, primary
 
@@ -118,7 +110,7 @@ def _arch(platform: Mapping[str, str] | None, variants: list[Mapping[str, str]])
 
 def _pack_binary(
     first: SpecArtifact,
-    result: Mapping[str, Any],
+    result: ActionResult,
     blobs: _Blobs,
     *,
     what: str,
@@ -137,7 +129,7 @@ def _pack_binary(
     platform = dict(first.platform) if first.platform is not None else None
     layers, primary = _layers(result, blobs, what)
     annotations = {mt.ANN_NVKR_ARTIFACT: label, mt.ANN_CREATED: created}
-    extra = (result.get("metadata") or {}).get("annotations") or {}
+    extra = json_object(result.metadata.get("annotations"))
     annotations.update({str(k): str(v) for k, v in sorted(extra.items())})
     arch = _arch(platform, variants)
     if arch:
@@ -149,39 +141,43 @@ def _pack_binary(
     )
     return _Packed(
         desc=mdesc,
-        subjects=[{"name": primary["name"], "digest": digest_set(primary["digest"])}],
+        subjects=[{"name": primary.name, "digest": digest_set(primary.digest)}],
         fields={
             "artifactType": first.artifact_type,
             "manifest": _trim(mdesc),
-            "primary": {k: primary[k] for k in ("name", "mediaType", "digest", "size")},
+            "primary": {
+                "name": primary.name,
+                "mediaType": primary.media_type,
+                "digest": primary.digest,
+                "size": primary.size,
+            },
         },
     )
 
 
 def _pack_image(
     members: list[SpecArtifact],
-    result: Mapping[str, Any],
+    result: ActionResult,
     blobs: _Blobs,
     *,
     what: str,
     label: str,
 ) -> _Packed:
     """The image-index action's own OCI image index, with its whole closure, as it is."""
-    out = one_output(result, "index", what)
-    if out.get("mediaType") != mt.OCI_INDEX:
+    out = result.output("index", what)
+    if out.media_type != mt.OCI_INDEX:
         raise BuildError(
-            f"{what}: its index output has mediaType {out.get('mediaType')!r}, expected "
-            f"{mt.OCI_INDEX}"
+            f"{what}: its index output has mediaType {out.media_type!r}, expected {mt.OCI_INDEX}"
         )
-    meta = result.get("metadata") or {}
-    for field, value in (("indexDigest", out["digest"]), ("indexSize", out["size"])):
+    meta = result.metadata
+    for field, value in (("indexDigest", out.digest), ("indexSize", out.size)):
         if field in meta and meta[field] != value:
             raise BuildError(
                 f"{what}: metadata {field} is {meta[field]!r}, its index output says {value!r}"
             )
-    root = descriptor(mt.OCI_INDEX, out["digest"], out["size"])
+    root = descriptor(mt.OCI_INDEX, out.digest, out.size)
     blobs.closure(root, f"{what} image index")
-    index = json.loads(blobs.read_checked(out["digest"], what))
+    index = json.loads(blobs.read_checked(out.digest, what))
     platforms: list[dict[str, Any]] = []
     for m in index["manifests"]:
         p = m.get("platform")
@@ -193,15 +189,15 @@ def _pack_image(
         variant = m.variant
         if variant is not None and variant.get("arch") not in (None, *arches):
             raise BuildError(
-                f"{what}: image index {out['digest']} has no manifest for arch "
+                f"{what}: image index {out.digest} has no manifest for arch "
                 f"{variant['arch']!r} (variant {canonical_json(dict(variant)).decode()})",
                 hint="the plan joined the wrong images; this is a bug in nvkr, please report it",
             )
     idesc = descriptor(
-        mt.OCI_INDEX, out["digest"], out["size"], annotations={mt.ANN_NVKR_ARTIFACT: label}
+        mt.OCI_INDEX, out.digest, out.size, annotations={mt.ANN_NVKR_ARTIFACT: label}
     )
     return _Packed(
         desc=idesc,
-        subjects=[{"name": label, "digest": digest_set(out["digest"])}],
+        subjects=[{"name": label, "digest": digest_set(out.digest)}],
         fields={"index": _trim(idesc), "platforms": platforms},
     )

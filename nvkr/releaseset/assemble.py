@@ -12,12 +12,11 @@ in the :mod:`nvkr.releaseset` docstring); :func:`nvkr.releaseset.materialize` wr
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
-from nvkr.action import ReleaseKind, one_output
+from nvkr.action import ActionOutput, ActionResult, Outputs, ReleaseKind
 from nvkr.canonical import canonical_json
 from nvkr.errors import BuildError, IntegrityError
-from nvkr.jsondoc import JsonObject
+from nvkr.jsondoc import JsonObject, json_object
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import (
     artifact_manifest,
@@ -45,16 +44,14 @@ from nvkr.sbom import SPDX_MEDIA_TYPE
 from nvkr.store import Store
 
 
-def assemble(
-    spec: ReleaseSetSpec, artifacts: dict[str, dict[str, Any]], store: Store
-) -> dict[str, Any]:
+def assemble(spec: ReleaseSetSpec, artifacts: Mapping[str, ActionResult], store: Store) -> Outputs:
     """Write the release set described by ``spec`` into ``store`` as OCI layout blobs.
 
     Args:
         spec: the release-set action's params, read (:meth:`ReleaseSetSpec.from_params`
             checked the name, the epoch and every artifact's kind).
-        artifacts: action key → that action's cached result (``{"outputs": [{"name", "digest",
-            "size", "mediaType", "role"}, ...], "metadata": {...}}``). Binary: exactly one output
+        artifacts: action key → that action's cached result (its outputs by role and its
+            metadata, :class:`~nvkr.action.ActionResult`). Binary: exactly one output
             with role ``primary``. Image: one output with role ``index`` (an OCI image index in
             the store; metadata ``indexDigest``, ``indexSize``, ``mediaType``). Chart: role
             ``primary`` (the .tgz) and role ``config`` (Helm's config JSON), optionally a
@@ -65,10 +62,11 @@ def assemble(
             describes, which must be the artifact's own.
         store: where the new blobs (manifests, statements, metadata, indexes) are added.
     Returns:
-        an action result: ``{"outputs": [{"name": "blobs/sha256/<hex>", "digest", "size",
-        "mediaType", "role": "blob"}, ... sorted by digest, {"name": "index.json", ...,
-        "role": "index"}], "metadata": {"name", "releaseSetDigest": "sha256:<hex>"}}``.
-        ``index.json`` is stored as a blob too; :func:`materialize` writes the directory.
+        the release-set action's outputs and metadata (:class:`~nvkr.action.Outputs`):
+        outputs ``{"name": "blobs/sha256/<hex>", "digest", "size", "mediaType", "role":
+        "blob"}``, ... sorted by digest, then ``{"name": "index.json", ..., "role": "index"}``;
+        metadata ``{"name", "releaseSetDigest": "sha256:<hex>"}``. ``index.json`` is stored as
+        a blob too; :func:`materialize` writes the directory.
     Raises:
         BuildError: an action key without a result, a
             result without the outputs or metadata its kind needs, artifacts sharing an action
@@ -112,10 +110,10 @@ def assemble(
                 created=created,
                 variants=variant_list,
             )
-        disk = (result.get("metadata") or {}).get("disk") or {}
+        qcow2 = json_object(result.metadata.get("disk")).get("qcow2")
         pdesc = _provenance(
             spec, first, packed, blobs, what=what, label=label, key=key, variants=variant_list,
-            disk_image=disk.get("qcow2"),
+            disk_image=qcow2 if isinstance(qcow2, Mapping) else None,
         )  # fmt: skip
         sdesc = _sbom(members, artifacts, packed, blobs, what=what, label=label, created=created)
         plat = packed.desc.get("platform") or {}
@@ -175,20 +173,14 @@ def assemble(
     )
     top_info = store.add_bytes(top)  # not in the layout's blobs/: it is the layout's index.json
 
-    outputs: list[dict[str, Any]] = [
-        {"name": blob_name(d), "digest": d, "size": size, "mediaType": media_type, "role": "blob"}
+    outputs = [
+        ActionOutput(blob_name(d), d, size, media_type, "blob")
         for d, (size, media_type) in sorted(blobs.known.items())
     ]
     outputs.append(
-        {
-            "name": "index.json",
-            "digest": top_info.digest,
-            "size": top_info.size,
-            "mediaType": mt.OCI_INDEX,
-            "role": "index",
-        }
+        ActionOutput("index.json", top_info.digest, top_info.size, mt.OCI_INDEX, "index")
     )
-    return {"outputs": outputs, "metadata": {"name": name, "releaseSetDigest": rs_digest}}
+    return Outputs(outputs=tuple(outputs), metadata={"name": name, "releaseSetDigest": rs_digest})
 
 
 def _provenance(
@@ -241,7 +233,7 @@ def _provenance(
 
 def _sbom(
     members: list[SpecArtifact],
-    artifacts: Mapping[str, Mapping[str, Any]],
+    artifacts: Mapping[str, ActionResult],
     packed: _Packed,
     blobs: _Blobs,
     *,
@@ -269,22 +261,20 @@ def _sbom(
             f"{what}: no result for its sbom action {key}",
             hint="the action did not run or its cache entry is gone; run the build again",
         )
-    doc = one_output(result, "sbom", f"{what} sbom action")
-    if doc.get("mediaType") != SPDX_MEDIA_TYPE:
+    doc = result.output("sbom", f"{what} sbom action")
+    if doc.media_type != SPDX_MEDIA_TYPE:
         raise BuildError(
-            f"{what}: its SBOM has mediaType {doc.get('mediaType')!r}, expected {SPDX_MEDIA_TYPE}"
+            f"{what}: its SBOM has mediaType {doc.media_type!r}, expected {SPDX_MEDIA_TYPE}"
         )
-    described = (result.get("metadata") or {}).get("describes")
+    described = result.metadata.get("describes")
     subjects = {"sha256:" + s["digest"]["sha256"] for s in packed.subjects}
     if described not in subjects:
         raise BuildError(
             f"{what}: its SBOM describes {described!r}, the artifact is {', '.join(sorted(subjects))}",
             hint="the plan paired the wrong SBOM with it; this is a bug in nvkr, please report it",
         )
-    blobs.reference(doc["digest"], doc["size"], SPDX_MEDIA_TYPE, f"{what} SBOM {doc['name']!r}")
-    layer = descriptor(
-        SPDX_MEDIA_TYPE, doc["digest"], doc["size"], annotations={mt.ANN_TITLE: doc["name"]}
-    )
+    blobs.reference(doc.digest, doc.size, SPDX_MEDIA_TYPE, f"{what} SBOM {doc.name!r}")
+    layer = descriptor(SPDX_MEDIA_TYPE, doc.digest, doc.size, annotations={mt.ANN_TITLE: doc.name})
     manifest = manifest_bytes(
         artifact_manifest(
             SPDX_MEDIA_TYPE,

@@ -13,8 +13,9 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
-from nvkr.action import one_output
+from nvkr.action import ActionResult
 from nvkr.errors import BuildError
+from nvkr.jsondoc import JsonObject
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import descriptor, image_manifest, manifest_bytes
 from nvkr.provenance import digest_set
@@ -22,7 +23,7 @@ from nvkr.releaseset.artifacts import _Blobs, _Packed, _trim
 
 
 def _pack_chart(
-    result: Mapping[str, Any], blobs: _Blobs, *, what: str, label: str, created: str
+    result: ActionResult, blobs: _Blobs, *, what: str, label: str, created: str
 ) -> _Packed:
     """A Helm chart manifest, shaped as ``helm push`` makes it (SPECS.md "Helm constants.go").
 
@@ -30,30 +31,26 @@ def _pack_chart(
     sorted by digest, no ``artifactType``, no layer annotations; manifest annotations as Helm's
     ``generateOCIAnnotations`` derives them from the chart metadata, with ``created`` = the epoch.
     """
-    outputs = list(result.get("outputs", []))
-    tgz = one_output(result, "primary", what)
-    config_out = one_output(result, "config", what)
-    extra = [o for o in outputs if o is not tgz and o is not config_out]
-    provs = [o for o in extra if o.get("mediaType") == mt.HELM_PROVENANCE]
+    tgz = result.output("primary", what)
+    config_out = result.output("config", what)
+    extra = [o for o in result.outputs if o is not tgz and o is not config_out]
+    provs = [o for o in extra if o.media_type == mt.HELM_PROVENANCE]
     if len(provs) > 1 or len(extra) > len(provs):
         raise BuildError(
             f"{what}: a Helm chart manifest holds the chart, its config and at most one "
-            f"provenance file; the action also made " + ", ".join(repr(o["name"]) for o in extra)
+            f"provenance file; the action also made " + ", ".join(repr(o.name) for o in extra)
         )
     for out, media_type in ((tgz, mt.HELM_CHART_CONTENT), (config_out, mt.HELM_CONFIG)):
-        if out.get("mediaType") != media_type:
+        if out.media_type != media_type:
             raise BuildError(
-                f"{what}: output {out['name']!r} has mediaType {out.get('mediaType')!r}, "
+                f"{what}: output {out.name!r} has mediaType {out.media_type!r}, "
                 f"expected {media_type}"
             )
     for out in (tgz, config_out, *provs):
-        blobs.reference(
-            out["digest"], out["size"], out["mediaType"], f"{what} output {out['name']!r}"
-        )
-    meta = result.get("metadata") or {}
-    chart = _chart_facts(meta, what)
+        blobs.reference(out.digest, out.size, out.media_type, f"{what} output {out.name!r}")
+    chart = _chart_facts(result.metadata, what)
     try:
-        config = json.loads(blobs.read_checked(config_out["digest"], what))
+        config = json.loads(blobs.read_checked(config_out.digest, what))
     except ValueError as e:
         raise BuildError(f"{what}: the chart config is not JSON: {e}") from e
     if not isinstance(config, dict) or (config.get("name"), config.get("version")) != (
@@ -66,14 +63,14 @@ def _pack_chart(
             hint="the helm-chart builder disagrees with itself; this is a bug in nvkr, please report it",
         )
     layers = sorted(
-        (descriptor(o["mediaType"], o["digest"], o["size"]) for o in (tgz, *provs)),
+        (descriptor(o.media_type, o.digest, o.size) for o in (tgz, *provs)),
         key=lambda d: d["digest"],
     )
     annotations = helm_annotations(config, created)
     annotations[mt.ANN_NVKR_ARTIFACT] = label
     manifest = manifest_bytes(
         image_manifest(
-            descriptor(mt.HELM_CONFIG, config_out["digest"], config_out["size"]),
+            descriptor(mt.HELM_CONFIG, config_out.digest, config_out.size),
             layers,
             annotations,
         )
@@ -82,10 +79,15 @@ def _pack_chart(
     mdesc = descriptor(mt.OCI_MANIFEST, manifest, annotations={mt.ANN_NVKR_ARTIFACT: label})
     return _Packed(
         desc=mdesc,
-        subjects=[{"name": tgz["name"], "digest": digest_set(tgz["digest"])}],
+        subjects=[{"name": tgz.name, "digest": digest_set(tgz.digest)}],
         fields={
             "manifest": _trim(mdesc),
-            "primary": {k: tgz[k] for k in ("name", "mediaType", "digest", "size")},
+            "primary": {
+                "name": tgz.name,
+                "mediaType": tgz.media_type,
+                "digest": tgz.digest,
+                "size": tgz.size,
+            },
             "chart": chart,
         },
     )
@@ -97,7 +99,7 @@ def _name_version(config: Any) -> str:
     return f"{config.get('name')!r} {config.get('version')!r}"
 
 
-def _chart_facts(meta: Mapping[str, Any], what: str) -> dict[str, str]:
+def _chart_facts(meta: JsonObject, what: str) -> dict[str, str]:
     name, version = meta.get("chartName"), meta.get("version")
     if not isinstance(name, str) or not name or not isinstance(version, str) or not version:
         raise BuildError(

@@ -8,9 +8,8 @@ the directory's contents to :func:`nvkr.oci.layoutdir.write_layout`, which swaps
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from nvkr.action import one_output
+from nvkr.action import Outputs
 from nvkr.errors import IntegrityError
 from nvkr.oci.layoutdir import links_current, write_layout
 from nvkr.releaseset.signing import keep_signed_layout
@@ -18,8 +17,9 @@ from nvkr.releasespec import check_name
 from nvkr.store import Store
 
 
-def materialize(result: dict[str, Any], store: Store, out_dir: Path) -> Path:
-    """Write the layout of an :func:`assemble` result to ``out_dir/<name>/`` atomically.
+def materialize(result: Outputs, store: Store, out_dir: Path) -> Path:
+    """Write the layout of an :func:`assemble` result (or of the release-set action's result,
+    which holds the same outputs and metadata) to ``out_dir/<name>/`` atomically.
 
     ``out_dir/<name>/`` gets ``oci-layout`` (``{"imageLayoutVersion":"1.0.0"}``), ``index.json``
     and ``blobs/sha256/*`` (hard links from the store where possible), built in
@@ -42,9 +42,8 @@ def materialize(result: dict[str, Any], store: Store, out_dir: Path) -> Path:
         OSError: the file system refused. On any failure no temp dir is left and an existing
             ``out_dir/<name>`` is as it was.
     """
-    name = check_name(result.get("metadata", {}).get("name"))
-    outputs = result.get("outputs", [])
-    index_digest = one_output(result, "index", f"release set {name}")["digest"]
+    name = check_name(result.metadata.get("name"))
+    index_digest = result.output("index", f"release set {name}").digest
     try:
         index_data = store.read_blob(index_digest)  # hashed as it is read
     except OSError as e:
@@ -54,7 +53,7 @@ def materialize(result: dict[str, Any], store: Store, out_dir: Path) -> Path:
         ) from e
     except IntegrityError as e:
         raise IntegrityError(f"release set {name}: index.json: {e.message}", hint=e.hint) from e
-    blobs = [(o["digest"], o["size"]) for o in outputs if o.get("role") == "blob"]
+    blobs = [(o.digest, o.size) for o in result.outputs_with("blob")]
     # Every blob is checked against its seal before it is linked or left linked: a blob
     # written after it was stored is never (re)published in dist/.
     paths = {digest: store.checked_path(digest) for digest, _ in blobs}

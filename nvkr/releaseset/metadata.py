@@ -127,7 +127,7 @@ def _cluster_release(
     cluster = spec.cluster_release
     if cluster is None:
         return None
-    resolved: dict[str, Any] = cluster.to_json()
+    resolved: dict[str, Any] = dict(cluster.to_json())
     for field, kind, names in (
         ("charts", "chart", cluster.charts),
         ("images", "image", cluster.images),

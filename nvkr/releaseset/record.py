@@ -45,11 +45,12 @@ import contextlib
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from nvkr.action import ActionOutput, ActionResult
 from nvkr.atomic import write_atomic
 from nvkr.canonical import canonical_json
 from nvkr.errors import IntegrityError
@@ -136,13 +137,12 @@ def record_subjects(metadata: Mapping[str, Any], release_set_digest: str) -> lis
     return subjects
 
 
-def _main_output(record: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    outputs = [o for o in record.get("outputs") or [] if isinstance(o, Mapping)]
+def _main_output(record: ActionResult) -> ActionOutput | None:
     for role in _MAIN_ROLES:
-        found = [o for o in outputs if o.get("role") == role]
+        found = record.outputs_with(role)
         if len(found) == 1:
             return found[0]
-    return outputs[0] if outputs else None
+    return record.outputs[0] if record.outputs else None
 
 
 def _dependencies(spec: ReleaseSetSpec) -> list[JsonObject]:
@@ -181,7 +181,7 @@ def build_record(
     set_action: Mapping[str, str],
     metadata: Mapping[str, Any],
     release_set_digest: str,
-    records: Sequence[Mapping[str, Any]],
+    records: Sequence[ActionResult],
 ) -> dict[str, Any]:
     """The build record of one release set (shape in the module docstring).
 
@@ -190,43 +190,47 @@ def build_record(
         set_action: ``{"key", "builder", "builderVersion"}`` of the release-set action.
         metadata: the set's metadata JSON (:func:`nvkr.releaseset.read_metadata`).
         release_set_digest: ``sha256:<hex>`` of the release set index.
-        records: the action cache records of every action of the set (the release-set action
-            among them): ``{"key", "builder", "name", "outputs"[, "run": {"invocationId",
-            "startedOn", "finishedOn"}]}``; a record without outputs is left out.
+        records: the action results of every action of the set (the release-set action
+            among them), with their ``run`` (``{"invocationId", "startedOn", "finishedOn"}``)
+            when recorded; a result without outputs is left out.
     Returns:
         the statement (valid per :func:`nvkr.provenance.validate_statement`).
     Raises:
         IntegrityError: a record's times are no RFC 3339 timestamps, or the statement would be
             invalid.
     """
-    by_key = {str(r.get("key")): r for r in records}
-    own_run = (by_key.get(set_action["key"]) or {}).get("run") or {}
-    invocation = own_run.get("invocationId") if isinstance(own_run, Mapping) else None
+    by_key = {r.key: r for r in records}
+    own = by_key.get(set_action["key"])
+    invocation = (own.run or {}).get("invocationId") if own is not None else None
     byproducts: list[dict[str, Any]] = []
     starts: list[tuple[datetime, str]] = []
     ends: list[tuple[datetime, str]] = []
-    for key, record in sorted(by_key.items(), key=lambda kv: (str(kv[1].get("name")), kv[0])):
+    for key, record in sorted(by_key.items(), key=lambda kv: (kv[1].name, kv[0])):
         out = _main_output(record)
         if out is None:
             continue
-        run = record.get("run")
-        run = run if isinstance(run, Mapping) else {}
+        run = record.run or {}
         annotations: dict[str, Any] = {
             "actionKey": key,
-            "builder": str(record.get("builder")),
+            "builder": record.builder,
             "cached": not run or invocation is None or run.get("invocationId") != invocation,
         }
         for field_name in ("invocationId", "startedOn", "finishedOn"):
             if isinstance(run.get(field_name), str):
                 annotations[field_name] = run[field_name]
-        warnings = _warnings(record.get("warnings"))
+        warnings = [
+            {"message": w.message, **({"hint": w.hint} if w.hint is not None else {})}
+            for w in record.warnings
+        ]
         if warnings:
             annotations["warnings"] = warnings
         try:
             if "startedOn" in annotations:
-                starts.append((parse_timestamp(annotations["startedOn"]), run["startedOn"]))
+                started = annotations["startedOn"]
+                starts.append((parse_timestamp(started), started))
             if "finishedOn" in annotations:
-                ends.append((parse_timestamp(annotations["finishedOn"]), run["finishedOn"]))
+                finished = annotations["finishedOn"]
+                ends.append((parse_timestamp(finished), finished))
         except ValueError as e:
             raise IntegrityError(
                 f"action cache record {key}: {e}",
@@ -234,8 +238,8 @@ def build_record(
             ) from e
         byproducts.append(
             {
-                "name": str(record.get("name") or key),
-                "digest": digest_set(str(out["digest"])),
+                "name": record.name or key,
+                "digest": digest_set(out.digest),
                 "annotations": annotations,
             }
         )
@@ -269,13 +273,15 @@ def action_closure(plan: Plan, root: str) -> list[str]:
     return sorted(seen)
 
 
-def _cached_record(store: Store, key: str) -> dict[str, Any] | None:
-    """The action cache entry of ``key`` as stored (its blobs need not be there any more)."""
+def _cached_record(store: Store, key: str) -> ActionResult | None:
+    """The action cache record of ``key`` as stored (its blobs need not be there any more);
+    None when there is none, or it is not an action record."""
     try:
-        record = json.loads(store.action_path(key).read_bytes())
-    except (OSError, ValueError):
+        return ActionResult.from_json(
+            json.loads(store.action_path(key).read_bytes()), f"action record {key}"
+        )
+    except (OSError, ValueError, IntegrityError):
         return None
-    return record if isinstance(record, dict) else None
 
 
 def plan_build_record(
@@ -298,9 +304,9 @@ def plan_build_record(
     for k in action_closure(plan, key):
         record = report.results.get(k) or _cached_record(store, k)
         if record is not None:
-            records.append({**record, "key": k})
-    result = report.results.get(key) or _cached_record(store, key) or {}
-    digest = str((result.get("metadata") or {}).get("releaseSetDigest"))
+            records.append(replace(record, key=k))
+    result = report.results.get(key) or _cached_record(store, key)
+    digest = str(None if result is None else result.metadata.get("releaseSetDigest"))
     return build_record(
         ReleaseSetSpec.from_params(action.params),
         {"key": key, "builder": action.builder, "builderVersion": action.builder_version},

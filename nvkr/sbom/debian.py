@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from nvkr.action import one_output
+from nvkr.action import ActionResult
 from nvkr.errors import IntegrityError
+from nvkr.jsondoc import json_list, json_objects
 from nvkr.sbom.golang import build_comment, link_go_binary
 from nvkr.sbom.spdx import FileDigest, SpdxDocument, hashed_id, package, spdx_id
 from nvkr.store import Store
@@ -175,7 +176,7 @@ def _stream_digest(store: Store, digest: str, what: str) -> FileDigest:
 def describe_machine_image(
     doc: SpdxDocument,
     store: Store,
-    result: Mapping[str, Any],
+    result: ActionResult,
     label: str,
     binaries: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> str:
@@ -193,24 +194,24 @@ def describe_machine_image(
         BuildError: no single primary output. IntegrityError: its blob is missing or corrupt.
     """
     what = f"artifact {label}"
-    primary = one_output(result, "primary", what)
-    digest = str(primary["digest"])
-    fd = _stream_digest(store, digest, f"{what} output {primary['name']!r}")
-    meta = result.get("metadata") or {}
+    primary = result.output("primary", what)
+    digest = primary.digest
+    fd = _stream_digest(store, digest, f"{what} output {primary.name!r}")
+    meta = result.metadata
     root = doc.add_package(
         package(
             spdx_id("Package-artifact", label),
             label,
-            file_name=str(primary["name"]),
+            file_name=primary.name,
             sha256=fd.sha256,
             purpose="OPERATING_SYSTEM",
             comment=f"QCOW2 disk image, architecture {meta.get('arch', '?')}",
         )
     )
     doc.describes(root)
-    for pkg in meta.get("packages") or []:
+    for pkg in json_objects(meta.get("packages")):
         element = deb_package(pkg)
-        names = [str(n) for n in pkg.get("licenses") or []]
+        names = [str(n) for n in json_list(pkg.get("licenses"))]
         expression = spdx_license(names)
         if expression:
             element["licenseDeclared"] = expression
@@ -218,7 +219,8 @@ def describe_machine_image(
             element["licenseDeclared"] = "NOASSERTION"
             element["licenseComments"] = "Debian copyright file names: " + ", ".join(names)
         doc.relate(root, "CONTAINS", doc.add_package(element))
-    for f in meta.get("staged") or []:
+    staged: list[Mapping[str, Any]] = json_objects(meta.get("staged"))  # the builder's shape
+    for f in staged:
         path = str(f["path"])
         info = (binaries or {}).get("sha256:" + str(f["sha256"]))
         file_id = doc.add_file(

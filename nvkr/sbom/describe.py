@@ -25,10 +25,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nvkr.action import one_output
+from nvkr.action import ActionResult
 from nvkr.canonical import sha256_bytes
 from nvkr.errors import BuildError, IntegrityError
-from nvkr.jsondoc import load_json_object
+from nvkr.jsondoc import json_object, json_objects, load_json_object
 from nvkr.oci import mediatypes as mt
 from nvkr.sbom.archive import tar_files
 from nvkr.sbom.golang import build_comment, link_go_binary
@@ -78,7 +78,7 @@ def _json_blob(store: Store, digest: str, what: str) -> dict[str, Any]:
 def describe_binary(
     doc: SpdxDocument,
     store: Store,
-    result: Mapping[str, Any],
+    result: ActionResult,
     label: str,
     buildinfo: Mapping[str, Any] | None,
 ) -> str:
@@ -93,10 +93,10 @@ def describe_binary(
         BuildError: no single primary output. IntegrityError: its blob is missing or corrupt.
     """
     what = f"artifact {label}"
-    primary = one_output(result, "primary", what)
-    digest = str(primary["digest"])
-    fd = _file_digest(store, digest, f"{what} output {primary['name']!r}")
-    meta = result.get("metadata") or {}
+    primary = result.output("primary", what)
+    digest = primary.digest
+    fd = _file_digest(store, digest, f"{what} output {primary.name!r}")
+    meta = result.metadata
     platform = "/".join(str(meta[k]) for k in ("goos", "goarch") if meta.get(k))
     notes = [f"platform {platform}"] if platform else []
     if meta.get("linkage") == "dynamic":
@@ -105,7 +105,7 @@ def describe_binary(
         package(
             spdx_id("Package-artifact", label),
             label,
-            file_name=str(primary["name"]),
+            file_name=primary.name,
             sha256=fd.sha256,
             purpose="APPLICATION",
             comment="; ".join(notes) or None,
@@ -113,8 +113,8 @@ def describe_binary(
     )
     doc.describes(root)
     file_id = doc.add_file(
-        hashed_id("File", digest, str(primary["name"])),
-        f"./{primary['name']}",
+        hashed_id("File", digest, primary.name),
+        f"./{primary.name}",
         fd,
         comment=build_comment(buildinfo) if buildinfo else None,
     )
@@ -123,9 +123,9 @@ def describe_binary(
         link_go_binary(doc, file_id, buildinfo)
     c_toolchain = meta.get("cToolchain")
     if c_toolchain:  # a cgo build: the tools tree's compiler, binutils and C library
-        from nvkr.sbom.debian import add_build_tools  # it uses this module's one_output
+        from nvkr.sbom.debian import add_build_tools  # it uses this module's helpers
 
-        add_build_tools(doc, root, c_toolchain.get("packages") or [])
+        add_build_tools(doc, root, json_objects(json_object(c_toolchain).get("packages")))
     return digest
 
 
@@ -229,7 +229,7 @@ class _ImageWalk:
 def describe_image(
     doc: SpdxDocument,
     store: Store,
-    result: Mapping[str, Any],
+    result: ActionResult,
     label: str,
     binaries: Mapping[str, Mapping[str, Any]],
 ) -> str:
@@ -247,8 +247,7 @@ def describe_image(
         IntegrityError: a blob is missing from the store or corrupt.
     """
     what = f"image {label}"
-    out = one_output(result, "index", what)
-    digest = str(out["digest"])
+    digest = result.output("index", what).digest
     root = doc.add_package(
         package(
             spdx_id("Package-image", _hex(digest)),
@@ -287,7 +286,7 @@ def _pinned_image(reference: str) -> tuple[str, str] | None:
 def describe_chart(
     doc: SpdxDocument,
     store: Store,
-    result: Mapping[str, Any],
+    result: ActionResult,
     label: str,
     image_sboms: Mapping[str, OtherSbom] | None = None,
 ) -> str:
@@ -302,26 +301,25 @@ def describe_chart(
         IntegrityError: the .tgz is missing from the store or corrupt.
     """
     what = f"chart {label}"
-    tgz = one_output(result, "primary", what)
-    digest = str(tgz["digest"])
-    meta = result.get("metadata") or {}
+    tgz = result.output("primary", what)
+    digest = tgz.digest
+    meta = result.metadata
     root = doc.add_package(
         package(
             spdx_id("Package-chart", label),
             str(meta.get("chartName") or label),
             version=str(meta["version"]) if meta.get("version") else None,
-            file_name=str(tgz["name"]),
+            file_name=tgz.name,
             sha256=_hex(digest),
             purpose="INSTALL",
             comment=f"appVersion {meta['appVersion']}" if meta.get("appVersion") else None,
         )
     )
     doc.describes(root)
-    for path, fd in tar_files(store, digest, f"{what} archive {tgz['name']!r}").items():
+    for path, fd in tar_files(store, digest, f"{what} archive {tgz.name!r}").items():
         file_id = doc.add_file(hashed_id("File", digest, path), f"./{path}", fd)
         doc.contains_file(root, file_id)
-    given = meta.get("images")
-    images: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
+    images = json_object(meta.get("images"))
     pinned: dict[tuple[str, str], list[str]] = {}
     for key, reference in images.items():
         found = _pinned_image(str(reference))

@@ -21,6 +21,7 @@ from nvkr.recipe.sources import PathSource
 from nvkr.repro import tar_bytes
 from nvkr.store import Store
 from tests.helpers import lock_entry
+from tests.helpers.results import results
 
 DIGEST = "sha256:" + "5e" * 32
 EPOCH = 1764547200
@@ -92,8 +93,10 @@ def build_chart(
 ) -> dict[str, Any]:
     """Plan and run the builder (as the executor does) with a fake image-index result."""
     _, action, _ = plan_chart(store, root, **fields)
-    deps = {k: {"outputs": [], "metadata": {"indexDigest": index_digest}} for k in action.deps}
-    return run_action(action, store, deps)
+    deps = results(
+        {k: {"outputs": [], "metadata": {"indexDigest": index_digest}} for k in action.deps}
+    )
+    return run_action(action, store, deps).to_json()
 
 
 def package_chart(tmp: Path, root: Path, **fields: Any) -> Path:

@@ -29,6 +29,7 @@ from nvkr.recipe.sources import GitSource, OciSource, PathSource, UrlSource
 from nvkr.repro import tar_bytes
 from nvkr.store import Store
 from tests.helpers import lock_entry
+from tests.helpers.results import results
 
 EPOCH = 1_764_547_200
 CREATED = "2025-12-01T00:00:00Z"
@@ -167,8 +168,8 @@ class World:
 
     def build(self, arch: str = "amd64", **fields: Any) -> dict[str, Any]:
         action = to_action(self.plan(arch, **fields))
-        deps = {k: self.agent_result for k in action.deps}
-        return run_action(action, self.store, deps)
+        deps = results({k: self.agent_result for k in action.deps})
+        return run_action(action, self.store, deps).to_json()
 
 
 def make_base_layout(root: Path, arches: tuple[str, ...]) -> str:

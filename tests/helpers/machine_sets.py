@@ -12,6 +12,7 @@ from nvkr import releaseset
 from nvkr.oci import mediatypes as mt
 from nvkr.releasespec import ReleaseSetSpec
 from nvkr.store import Store
+from tests.helpers.results import results
 
 NAME = "nvkr-machines-k8s1.36"
 EPOCH = 1764547200
@@ -92,7 +93,7 @@ def make_machine_image_set(
             if pools
         ],
     }
-    result = releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
+    result = releaseset.assemble(ReleaseSetSpec.from_params(spec), results(artifacts), store)
     return releaseset.materialize(result, store, root / "dist")
 
 
@@ -138,5 +139,5 @@ def make_disk_set(root: Path, disks: list[tuple[dict[str, str], Path]]) -> Path:
         "clusterRelease": {"kubernetes": "1.36.3", "charts": [], "images": []},
         "nodePoolReleases": [],
     }
-    result = releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
+    result = releaseset.assemble(ReleaseSetSpec.from_params(spec), results(artifacts), store)
     return releaseset.materialize(result, store, root / "dist")

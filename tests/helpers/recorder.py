@@ -34,7 +34,7 @@ class Recorder:
         if callable(hook):
             hook(ctx)
         out = ctx.workdir / "out.txt"
-        deps = ",".join(sorted(r["outputs"][0]["digest"] for r in ctx.deps.values()))
+        deps = ",".join(sorted(r.outputs[0].digest for r in ctx.deps.values()))
         out.write_text(f"{ctx.action.name}:{deps}")
         ctx.add_output(out, name="out.txt", media_type="text/plain")
 

@@ -26,6 +26,7 @@ from nvkr.repro import gzip_bytes
 from nvkr.sign import generate_key, load_private_key
 from nvkr.store import Store
 from tests.helpers.registry import Registry
+from tests.helpers.results import results
 
 NAME = "nvkr-test-k8s1.36"
 EPOCH = 1764547200
@@ -156,7 +157,7 @@ def make_set(
         "clusterRelease": {"kubernetes": "1.36.3", "charts": [], "images": ["agent-image"]},
         "nodePoolReleases": [],
     }
-    result = releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
+    result = releaseset.assemble(ReleaseSetSpec.from_params(spec), results(artifacts), store)
     return releaseset.materialize(result, store, root / "dist")
 
 

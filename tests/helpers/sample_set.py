@@ -26,6 +26,7 @@ from nvkr.oci.layout import descriptor, image_manifest, manifest_bytes
 from nvkr.releasespec import ReleaseSetSpec
 from nvkr.repro import gzip_bytes
 from nvkr.store import Store
+from tests.helpers.results import results
 
 NAME = "nvkr-default-k8s1.36"
 EPOCH = 1764547200  # 2025-12-01T00:00:00Z
@@ -243,7 +244,7 @@ def build(
 ) -> tuple[Store, dict[str, Any], Path]:
     store = Store(root / "store")
     spec, artifacts = sample(store, epoch=epoch, kinds=kinds)
-    result = releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
+    result = releaseset.assemble(ReleaseSetSpec.from_params(spec), results(artifacts), store)
     return store, result, releaseset.materialize(result, store, root / "dist")
 
 
@@ -263,8 +264,8 @@ if __name__ == "__main__":
     print(
         json.dumps(
             {
-                "index": result["outputs"][-1]["digest"],
-                "releaseSetDigest": result["metadata"]["releaseSetDigest"],
+                "index": result.outputs[-1].digest,
+                "releaseSetDigest": result.metadata["releaseSetDigest"],
                 "tree": tree(layout),
             }
         )

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from nvkr.action import ActionResult
+from nvkr.canonical import canonical_json
 from nvkr.oci.layout import LayoutReader
 from nvkr.releaseset import read_metadata
 from tests.helpers import REPO
@@ -407,3 +409,15 @@ def check_image_ls_lists_etc(layout: Path, cwd: Path, store: Path) -> None:
 def test_image_ls_lists_etc_of_the_hopper_amd64_image(built):
     clone, store, _, _ = built
     check_image_ls_lists_etc(clone / "dist" / SET, clone, store)
+
+
+def test_every_action_record_reads_and_writes_back_byte_for_byte(built):
+    """Every record of the default build's store, read as an ActionResult and written again:
+    the same bytes (nvkr.action.ActionResult.from_json, to_json)."""
+    _, store, _, _ = built
+    paths = sorted((Path(store) / "actions").glob("*.json"))
+    assert len(paths) > 20
+    for path in paths:
+        data = path.read_bytes()
+        result = ActionResult.from_json(json.loads(data), f"action record {path.name}")
+        assert canonical_json(result.to_json()) == data, path.name

@@ -46,6 +46,7 @@ from tests.helpers.ovnkubernetes import LINKED_CRDS, Upstream, make_upstream
 from tests.helpers.ovnkubernetes import NEWER_NB as OVNK_NEWER_NB
 from tests.helpers.ovnkubernetes import SCHEMAS as OVNK_SCHEMAS
 from tests.helpers.ovnkubernetes import UPSTREAM as OVNK_UPSTREAM
+from tests.helpers.results import record_of
 
 pytestmark = pytest.mark.slow
 
@@ -718,7 +719,7 @@ class SecondClone:
         a, b = Store(first), Store(self.store)
         out: dict[str, tuple[object, object]] = {}
         for name in names:
-            ra, rb = (s.get_action(self.keys[name]) for s in (a, b))
+            ra, rb = (record_of(s.get_action(self.keys[name])) for s in (a, b))
             pair = tuple(None if r is None else r["outputs"] for r in (ra, rb))
             if pair[0] is None or pair[0] != pair[1]:
                 out[name] = pair
@@ -801,7 +802,7 @@ def test_the_ovnkube_image_is_the_same_from_a_second_clone_and_holds_the_ovn_too
     assert set(REBUILT_OVNKUBE) <= done, done
     assert second_clone.differs(leaf.store, REBUILT_OVNKUBE) == {}
     (image,) = [x for x in read_metadata(leaf.layout)["artifacts"] if x["name"] == "ovnkube-image"]
-    record = Store(leaf.store).get_action(second_clone.keys["ovnkube-image"])
+    record = record_of(Store(leaf.store).get_action(second_clone.keys["ovnkube-image"]))
     assert record is not None and record["outputs"][0]["digest"] == image["index"]["digest"], (
         "the leaf's own ovnkube image"
     )

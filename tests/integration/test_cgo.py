@@ -25,6 +25,7 @@ from nvkr.store import Store
 from tests.helpers import REPO
 from tests.helpers.background import BackgroundTest
 from tests.helpers.nvkr import run_nvkr, seed
+from tests.helpers.results import record_of, result
 
 pytestmark = pytest.mark.slow
 
@@ -129,7 +130,7 @@ def _cgo(tmp_path: Path, go_toolchain: tuple[Path, str]) -> None:
 
     # the tools tree: one action (amd64) for both targets; its size and build time
     (tree_event,) = _done(events, "rootfs").values()
-    tree_record = store.get_action(tree_event["key"])
+    tree_record = record_of(store.get_action(tree_event["key"]))
     assert tree_record is not None
     tree_tar = _primary(store, tree_record)
     print(
@@ -142,7 +143,7 @@ def _cgo(tmp_path: Path, go_toolchain: tuple[Path, str]) -> None:
     assert sorted(binaries) == [
         "hello [amd64]", "hello [arm64]", "hello-static [amd64]", "hello-static [arm64]"
     ]  # fmt: skip
-    records = {n: store.get_action(e["key"]) for n, e in binaries.items()}
+    records = {n: record_of(store.get_action(e["key"])) for n, e in binaries.items()}
     for name, record in records.items():
         assert record is not None and record["hermetic"] is True, name
         print(f"{name}: built in {binaries[name]['milliseconds'] / 1000:.1f} s")
@@ -190,7 +191,7 @@ def _cgo(tmp_path: Path, go_toolchain: tuple[Path, str]) -> None:
     assert "build-tools-packages" in deps
     assert any(d.startswith("gcc-12-aarch64-linux-gnu_12.2.0-14") for d in deps)
     sboms = _done(events, "sbom")
-    sbom_record = store.get_action(sboms["sbom hello [arm64]"]["key"])
+    sbom_record = record_of(store.get_action(sboms["sbom hello [arm64]"]["key"]))
     assert sbom_record is not None
     doc = json.loads(store.read_blob(sbom_record["outputs"][0]["digest"]))
     by_id = {p["SPDXID"]: p for p in doc["packages"]}
@@ -207,13 +208,13 @@ def _cgo(tmp_path: Path, go_toolchain: tuple[Path, str]) -> None:
     other = Store(second)
     for out in tree_record["outputs"]:
         os.link(store.blob_path(out["digest"]), other.blob_path(out["digest"]))
-    other.put_action(tree_event["key"], tree_record)
+    other.put_action(tree_event["key"], result(tree_record))
     again = run_nvkr("build", "recipes/cgo.yaml", "--locked", "--json", "--out", "dist2",
                      cwd=project, store=second)  # fmt: skip
     assert again.code == 0, again.stderr
     assert _done(again.json_events(), "rootfs") == {}, "the second store was given the tree"
     for name, event in _done(again.json_events(), "go-binary").items():
-        record = other.get_action(event["key"])
+        record = record_of(other.get_action(event["key"]))
         assert record is not None and event["key"] == binaries[name]["key"]
         assert record["outputs"] == records[name]["outputs"], f"{name} differs between stores"
     first_set = json.loads(res.stdout.splitlines()[-1])["releaseSets"][0]["digest"]

@@ -34,6 +34,7 @@ from nvkr.store import Store
 from tests.helpers import REPO
 from tests.helpers.background import BackgroundTest
 from tests.helpers.nvkr import Result, run_nvkr, seed
+from tests.helpers.results import record_of
 
 pytestmark = pytest.mark.slow
 
@@ -110,7 +111,7 @@ def _twice(tmp_path: Path, go_toolchain: tuple[Path, str]) -> None:
     ))  # fmt: skip
     assert again["key"] == built["key"], "the second clone's action key"
     key = built["key"]
-    ra, rb = Store(store_a).get_action(key), store_b.get_action(key)
+    ra, rb = record_of(Store(store_a).get_action(key)), record_of(store_b.get_action(key))
     assert ra is not None and rb is not None
     assert ra["outputs"] == rb["outputs"], "the second clone's tree differs"
 

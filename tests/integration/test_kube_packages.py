@@ -20,6 +20,7 @@ from typing import Any
 from nvkr.store import Store
 from tests.helpers.k8smirror import K8sMirror, serve_k8s_mirror
 from tests.helpers.nvkr import run_nvkr
+from tests.helpers.results import record_of
 
 RECIPE = """\
 apiVersion: nvkr.dev/v1alpha1
@@ -117,7 +118,7 @@ def test_lock_then_build_from_the_mirror_and_tampering_exits_3(tmp_path: Path) -
         assert sorted(e["name"] for e in done) == ["kube [amd64]", "kube [arm64]"]
         for event in done:
             arch = event["name"][len("kube [") : -1]
-            result = Store(store).get_action(event["key"])
+            result = record_of(Store(store).get_action(event["key"]))
             assert result is not None
             (out,) = result["outputs"]
             assert out["mediaType"] == "application/vnd.nvkr.kube-packages.v1.tar"

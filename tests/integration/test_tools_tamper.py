@@ -16,6 +16,7 @@ import pytest
 from nvkr.store import Store
 from tests.helpers import REPO
 from tests.helpers.nvkr import run_nvkr, seed
+from tests.helpers.results import record_of
 
 pytestmark = pytest.mark.slow
 
@@ -64,7 +65,7 @@ def test_a_changed_toolchain_tree_is_unpacked_again_not_built_with(tmp_path, go_
     args = ("build", "recipes/hello.yaml", "--json")
     key, _ = _binary(run_nvkr(*args, cwd=project, store=store_root))
     store = Store(store_root)
-    record = store.get_action(key)
+    record = record_of(store.get_action(key))
     assert record is not None
     honest = record["outputs"]
 
@@ -78,7 +79,7 @@ def test_a_changed_toolchain_tree_is_unpacked_again_not_built_with(tmp_path, go_
 
     again_key, events = _binary(run_nvkr(*args, cwd=project, store=store_root))
     assert again_key == key
-    rebuilt = store.get_action(key)
+    rebuilt = record_of(store.get_action(key))
     assert rebuilt is not None and rebuilt["outputs"] == honest, "built with the changed tree"
     (changed,) = [e for e in events if e["event"] == "tools-changed"]
     assert "go/src/fmt/print.go changed" in changed["reason"], changed

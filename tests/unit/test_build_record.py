@@ -48,6 +48,7 @@ from nvkr.verify import verify_release_set
 from tests.helpers.nvkr import Result, run_nvkr
 from tests.helpers.recorder import Recorder
 from tests.helpers.registry import Registry
+from tests.helpers.results import result as read_record
 from tests.helpers.sample_set import DEPS, EPOCH, NAME, VARIANTS
 
 HOPPER = "agent (gpu=hopper,kubernetes=1.36,arch=amd64)"
@@ -175,7 +176,7 @@ def test_every_action_run_records_its_times(built: Built) -> None:
     for key in built.plan.actions:
         record = built.store.get_action(key)
         assert record is not None
-        run = record["run"]
+        run = record.to_json()["run"]
         assert run["invocationId"] == built.report.invocation_id
         assert parse_timestamp(run["startedOn"]) <= parse_timestamp(run["finishedOn"])
         assert run["startedOn"].endswith("Z") and len(run["startedOn"]) == 20
@@ -200,7 +201,7 @@ def test_times_do_not_go_backwards_within_a_build_when_the_clock_steps_back(
     fake = types.SimpleNamespace(time=stepping_back, monotonic=real_time.monotonic)
     monkeypatch.setattr(nvkr.execute, "time", fake)
     b = build(tmp_path)
-    runs = {k: b.store.get_action(k)["run"] for k in b.plan.actions}  # type: ignore[index]
+    runs = {k: b.store.get_action(k).to_json()["run"] for k in b.plan.actions}  # type: ignore[union-attr]
     for key, action in b.plan.actions.items():
         start, end = (parse_timestamp(runs[key][f]) for f in ("startedOn", "finishedOn"))
         assert start <= end, runs[key]
@@ -211,7 +212,7 @@ def test_times_do_not_go_backwards_within_a_build_when_the_clock_steps_back(
 
 def _set_digest(b: Built) -> str:
     (set_key,) = b.plan.release_sets.values()
-    return str(b.report.results[set_key]["metadata"]["releaseSetDigest"])
+    return str(b.report.results[set_key].metadata["releaseSetDigest"])
 
 
 def test_a_cached_action_keeps_the_times_of_the_run_that_built_it(
@@ -250,7 +251,7 @@ def test_record_shape(built: Built) -> None:
     assert doc["_type"] == STATEMENT_TYPE and doc["predicateType"] == SLSA_PROVENANCE_V1
     meta = read_metadata(built.layout)
     set_key = built.plan.release_sets[NAME]
-    digest = built.report.results[set_key]["metadata"]["releaseSetDigest"]
+    digest = built.report.results[set_key].metadata["releaseSetDigest"]
     assert doc["subject"] == record_subjects(meta, digest)
     names = [s["name"] for s in doc["subject"]]
     assert names == [
@@ -288,8 +289,8 @@ def test_record_shape(built: Built) -> None:
         assert b["name"] == built.plan.actions[key].name
         assert ann["cached"] is False and ann["invocationId"] == built.report.invocation_id
         assert (ann["startedOn"], ann["finishedOn"]) == (
-            record["run"]["startedOn"],
-            record["run"]["finishedOn"],
+            record.to_json()["run"]["startedOn"],
+            record.to_json()["run"]["finishedOn"],
         )
     index_json = hashlib.sha256((built.layout / "index.json").read_bytes()).hexdigest()
     assert byproducts[set_key]["digest"] == {"sha256": index_json}
@@ -369,7 +370,15 @@ def test_build_record_is_a_function_of_its_inputs() -> None:
             "key": "sha256:" + "a" * 64,
             "builder": "release-set",
             "name": "release set x",
-            "outputs": [{"digest": "sha256:" + "b" * 64, "role": "index"}],
+            "outputs": [
+                {
+                    "name": "index.json",
+                    "digest": "sha256:" + "b" * 64,
+                    "size": 2,
+                    "mediaType": mt.OCI_INDEX,
+                    "role": "index",
+                }
+            ],
             "run": {
                 "invocationId": "i-1",
                 "startedOn": "2026-11-30T03:52:04Z",
@@ -378,9 +387,10 @@ def test_build_record_is_a_function_of_its_inputs() -> None:
         }
     ]
     set_action = {"key": "sha256:" + "a" * 64, "builder": "release-set", "builderVersion": "3"}
-    one = build_record(spec, set_action, meta, "sha256:" + "c" * 64, records)
+    typed = [read_record(r) for r in records]
+    one = build_record(spec, set_action, meta, "sha256:" + "c" * 64, typed)
     assert canonical_json(one) == canonical_json(
-        build_record(spec, set_action, meta, "sha256:" + "c" * 64, list(reversed(records)))
+        build_record(spec, set_action, meta, "sha256:" + "c" * 64, list(reversed(typed)))
     )
     assert one["predicate"]["runDetails"]["metadata"] == {
         "invocationId": "i-1",
@@ -551,7 +561,7 @@ def test_check_build_record_sees_the_layout_through_any_path_spelling(
     built: Built, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     meta = read_metadata(built.layout)
-    digest = built.report.results[built.plan.release_sets[NAME]]["metadata"]["releaseSetDigest"]
+    digest = built.report.results[built.plan.release_sets[NAME]].metadata["releaseSetDigest"]
     monkeypatch.chdir(built.layout)
     check = check_build_record(Path("."), meta, digest)
     assert check.checked and not check.problems

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from nvkr.action import Action, action_key
+from nvkr.action import Action, ActionOutput, ActionResult, action_key
 from nvkr.builders import api
 from nvkr.cache.entry import (
     ACTION_RESULT,
@@ -77,6 +77,10 @@ def _record(**over):
     return record
 
 
+def _result(**over):
+    return ActionResult.from_json(_record(**over), "test record")
+
+
 def test_the_tag_is_the_key_hex_or_the_salted_hash():
     assert entry_tag(KEY) == "ac-" + "ab" * 32
     salted = entry_tag(KEY, "2026-01")
@@ -89,8 +93,8 @@ def test_the_tag_is_the_key_hex_or_the_salted_hash():
 def test_two_honest_writers_write_the_same_bytes():
     """What differs between two runs of one action (times, invocation, log, the artifact's
     name) stays out of the config and the manifest."""
-    first = make_entry(_action(), _record())
-    other_run = _record(
+    first = make_entry(_action(), _result())
+    other_run = _result(
         name="another recipe's name [amd64]",
         log="sha256:" + "44" * 32,
         run={
@@ -117,14 +121,14 @@ def test_a_builders_run_metadata_never_reaches_the_config():
     """node-image declares ``timings`` as describing its run: a record of an older nvkr that
     still holds them in metadata makes the same entry as one without."""
     action = _action(name="node-image [hopper amd64]", builder="node-image")
-    old = _record(builder="node-image", metadata={"arch": "amd64", "timings": {"disk": 1234}})
-    new = _record(builder="node-image", metadata={"arch": "amd64"})
+    old = _result(builder="node-image", metadata={"arch": "amd64", "timings": {"disk": 1234}})
+    new = _result(builder="node-image", metadata={"arch": "amd64"})
     assert make_entry(action, old).config == make_entry(action, new).config
     assert b"timings" not in make_entry(action, old).config
 
 
 def test_the_manifest_has_one_layer_per_output_and_no_annotations():
-    entry = make_entry(_action(), _record())
+    entry = make_entry(_action(), _result())
     doc = json.loads(entry.manifest)
     assert doc["artifactType"] == ACTION_RESULT
     assert doc["config"]["mediaType"] == ACTION_RESULT
@@ -137,7 +141,7 @@ def test_the_manifest_has_one_layer_per_output_and_no_annotations():
 
 
 def test_the_reader_refuses_another_actions_config_and_layers_that_differ():
-    entry = make_entry(_action(), _record())
+    entry = make_entry(_action(), _result())
     _, layers = check_manifest(entry.manifest, mt.OCI_MANIFEST)
     assert check_config(entry.config, _action(), entry.manifest, layers)["key"] == KEY
     other = _action(key="sha256:" + "cd" * 32)
@@ -157,7 +161,7 @@ def test_the_reader_refuses_another_actions_config_and_layers_that_differ():
 
 
 def test_a_signature_payload_must_name_this_key_tag_and_manifest():
-    entry = make_entry(_action(), _record())
+    entry = make_entry(_action(), _result())
     desc = entry.manifest_descriptor
     payload = signature_payload(KEY, entry.tag, desc)
     check_signature_payload(payload, KEY, entry.tag, desc)
@@ -195,7 +199,9 @@ def test_missing_closure_follows_manifests_in_the_store(tmp_path):
         }
     )
     index_blob = store.add_bytes(index)
-    outputs = [{"digest": index_blob.digest, "mediaType": mt.OCI_INDEX}]
+    outputs = [
+        ActionOutput("index.json", index_blob.digest, index_blob.size, mt.OCI_INDEX, "index")
+    ]
     manifest_digest = "sha256:" + hashlib.sha256(manifest).hexdigest()
     assert missing_closure(store, outputs) == [manifest_digest]
     store.add_bytes(manifest)
@@ -232,5 +238,5 @@ def test_the_executor_files_run_metadata_under_run(tmp_path, monkeypatch):
     execute(plan, store, FetchContext(store=store), jobs=1)
     record = store.get_action(key)
     assert record is not None
-    assert record["metadata"] == {"size": 6}
-    assert record["run"]["timings"] == {"phase": 12}
+    assert record.metadata == {"size": 6}
+    assert record.run is not None and record.run["timings"] == {"phase": 12}

@@ -22,6 +22,8 @@ from nvkr.diff.report import SECTIONS, Report
 from nvkr.oci.layout import LayoutReader
 from nvkr.releasespec import ReleaseSetSpec
 from tests.helpers.cli import invoke
+from tests.helpers.results import result as read_record
+from tests.helpers.results import results
 
 HOPPER_AMD = "gpu=hopper,kubernetes=1.36,arch=amd64"
 HOPPER_ARM = "gpu=hopper,kubernetes=1.36,arch=arm64"
@@ -537,12 +539,26 @@ def _staged_set(
     ctx = SimpleNamespace(
         action=SimpleNamespace(params=params.to_json()),
         store=store,
-        deps={"sha256:" + "a" * 64: {"outputs": [{"role": "primary", "digest": agent.digest}]}},
+        deps={
+            "sha256:" + "a" * 64: read_record(
+                {
+                    "outputs": [
+                        {
+                            "name": "agent",
+                            "role": "primary",
+                            "digest": agent.digest,
+                            "size": agent.size,
+                            "mediaType": mt.OCTET_STREAM,
+                        }
+                    ]
+                }
+            )
+        },
         input_path=lambda role: store.blob_path(blobs[role].digest),
     )
     tree = tmp_path / f"{name}-tree"
     tree.mkdir()
-    staged = stage(ctx, tree, {"metadata": {"packages": []}})  # type: ignore[arg-type]
+    staged = stage(ctx, tree, read_record({"builder": "rootfs", "outputs": []}))
     disk = store.add_bytes(b"QFI\xfb" + name.encode())
     image_key, sbom_key = "sha256:" + "1" * 64, "sha256:" + "2" * 64
     result = {
@@ -551,7 +567,7 @@ def _staged_set(
         "metadata": {"arch": "amd64", "packages": [], "staged": staged},
     }  # fmt: skip
     doc = SpdxDocument("node-image (linux/amd64)", "node-image")
-    describes = describe_machine_image(doc, store, result, "node-image")
+    describes = describe_machine_image(doc, store, read_record(result), "node-image")
     spdx = store.add_bytes(
         canonical_json(doc.to_json(created="2025-12-01T00:00:00Z", creators=["Tool: nvkr-test"]))
     )
@@ -580,7 +596,7 @@ def _staged_set(
         "nodePoolReleases": [],
     }  # fmt: skip
     assembled = releaseset.assemble(
-        ReleaseSetSpec.from_params(spec), {image_key: result, sbom_key: sbom}, store
+        ReleaseSetSpec.from_params(spec), results({image_key: result, sbom_key: sbom}), store
     )
     return releaseset.materialize(assembled, store, tmp_path / f"{name}-dist")
 

@@ -149,7 +149,7 @@ def test_ctrl_c_cancels_pending_and_leaves_store_consistent(recorder, store):
     assert not os.listdir(store.tmp_dir)
     for key in (a.key, b.key):
         result = store.get_action(key)
-        assert result is None or all(store.has_blob(o["digest"]) for o in result["outputs"])
+        assert result is None or all(store.has_blob(o.digest) for o in result.outputs)
     # The next run completes the build.
     execute(make_plan(a, b, top, roots=[top]), store, FetchContext(store=store), jobs=1)
     assert store.get_action(top.key) is not None
@@ -280,9 +280,10 @@ def test_records_say_hermetic_and_warnings_come_back_from_the_cache(recorder, st
     execute(plan, store, FetchContext(store=store), jobs=1, monitor=ListMonitor(events))
     record_a, record_b = store.get_action(a.key), store.get_action(b.key)
     assert record_a is not None and record_b is not None
-    assert record_a["hermetic"] is True and record_b["hermetic"] is False
-    assert record_a["warnings"] == [{"message": "a is odd", "hint": "make it even"}]
-    assert "warnings" not in record_b
+    json_a, json_b = record_a.to_json(), record_b.to_json()
+    assert json_a["hermetic"] is True and json_b["hermetic"] is False
+    assert json_a["warnings"] == [{"message": "a is odd", "hint": "make it even"}]
+    assert "warnings" not in json_b
     warned = [(e.action.name, e.message, e.hint) for e in events if isinstance(e, ActionWarning)]
     assert warned == [("a", "a is odd", "make it even")]
     events.clear()

@@ -203,6 +203,7 @@ def _variant_units(monkeypatch, tmp_path, prefers, seconds=None):
     from types import SimpleNamespace
 
     from nvkr import fanout
+    from nvkr.action import ActionResult
     from nvkr.store import Store
 
     actions = {
@@ -215,7 +216,12 @@ def _variant_units(monkeypatch, tmp_path, prefers, seconds=None):
         if seconds and action.name in seconds:
             run = {"startedOn": "2026-01-01T00:00:00+00:00"}
             run["finishedOn"] = f"2026-01-01T00:{seconds[action.name] // 60:02d}:00+00:00"
-            store.put_action(key, {"outputs": [], "run": run})
+            store.put_action(
+                key,
+                ActionResult(
+                    key=key, builder=action.name, name=action.name, outputs=(), metadata={}, run=run
+                ),
+            )
     plan = SimpleNamespace(actions=actions)
     axes = {"gpu": "hopper", "kubernetes": "1.36", "arch": "arm64"}
     variant = SimpleNamespace(id="arch=arm64", arch="arm64", axes=axes)

@@ -20,6 +20,7 @@ from nvkr.releasespec import ReleaseSetSpec
 from nvkr.store import Store
 from tests.helpers.cli import invoke, invoke_output
 from tests.helpers.disk import needs_tools
+from tests.helpers.results import results
 
 pytestmark = [needs_tools]
 MIB = 1 << 20
@@ -61,10 +62,10 @@ def layout(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ),
         3: (random.Random(0).randbytes(4096), {}),
     }
-    results: dict[str, dict[str, Any]] = {}
+    records: dict[str, dict[str, Any]] = {}
     for n, (data, metadata) in blobs.items():
         info = store.add_bytes(data)
-        results[f"sha256:{n:064x}"] = {
+        records[f"sha256:{n:064x}"] = {
             "outputs": [{"name": f"disk-{n}.qcow2", "digest": info.digest, "size": info.size,
                          "mediaType": mt.NVKR_QCOW2, "role": "primary"}],
             "metadata": metadata,
@@ -87,7 +88,7 @@ def layout(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "clusterRelease": {"kubernetes": "1.36.3", "charts": [], "images": []},
         "nodePoolReleases": [],
     }  # fmt: skip
-    result = releaseset.assemble(ReleaseSetSpec.from_params(spec), results, store)
+    result = releaseset.assemble(ReleaseSetSpec.from_params(spec), results(records), store)
     return releaseset.materialize(result, store, tmp / "dist")
 
 

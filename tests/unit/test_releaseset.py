@@ -38,6 +38,7 @@ from nvkr.releasespec import ReleaseSetSpec
 from nvkr.run import pinned_env, run
 from nvkr.store import Store
 from tests.helpers import REPO
+from tests.helpers.results import results
 from tests.helpers.sample_set import (
     BLACKWELL_AMD64,
     BLACKWELL_ARM64,
@@ -100,20 +101,16 @@ def test_result_lists_every_blob_sorted_then_index_json(
     built: tuple[Store, dict[str, Any], Path],
 ) -> None:
     store, result, layout = built
-    outputs = result["outputs"]
+    outputs = result.outputs
     blobs, index = outputs[:-1], outputs[-1]
-    assert [o["digest"] for o in blobs] == sorted(o["digest"] for o in blobs)
-    assert {o["role"] for o in blobs} == {"blob"}
+    assert [o.digest for o in blobs] == sorted(o.digest for o in blobs)
+    assert {o.role for o in blobs} == {"blob"}
     for o in blobs:
-        assert o["name"] == "blobs/sha256/" + o["digest"][7:]
-        assert store.has_blob(o["digest"])
-        assert (layout / o["name"]).stat().st_size == o["size"]
-    assert (
-        index["name"] == "index.json"
-        and index["role"] == "index"
-        and index["mediaType"] == mt.OCI_INDEX
-    )
-    assert store.read_blob(index["digest"]) == (layout / "index.json").read_bytes()
+        assert o.name == "blobs/sha256/" + o.digest[7:]
+        assert store.has_blob(o.digest)
+        assert (layout / o.name).stat().st_size == o.size
+    assert index.name == "index.json" and index.role == "index" and index.media_type == mt.OCI_INDEX
+    assert store.read_blob(index.digest) == (layout / "index.json").read_bytes()
     assert sorted(p.name for p in layout.iterdir()) == ["blobs", "index.json", "oci-layout"]
     assert (layout / "oci-layout").read_bytes() == b'{"imageLayoutVersion":"1.0.0"}'
 
@@ -124,16 +121,16 @@ def test_index_json_names_the_release_set(built: tuple[Store, dict[str, Any], Pa
     assert len(top["manifests"]) == 1
     desc = top["manifests"][0]
     assert desc["mediaType"] == mt.OCI_INDEX
-    assert desc["digest"] == result["metadata"]["releaseSetDigest"]
+    assert desc["digest"] == result.metadata["releaseSetDigest"]
     assert desc["annotations"] == {mt.ANN_REF_NAME: NAME}
-    assert result["metadata"]["name"] == NAME
+    assert result.metadata["name"] == NAME
 
 
 def test_release_set_index_order_and_dedupe(
     built: tuple[Store, dict[str, Any], Path],
 ) -> None:
     _, result, layout = built
-    index = _blob(layout, result["metadata"]["releaseSetDigest"])
+    index = _blob(layout, result.metadata["releaseSetDigest"])
     assert index["artifactType"] == mt.NVKR_RELEASE_SET
     assert index["annotations"] == {
         mt.ANN_TITLE: NAME,
@@ -247,7 +244,7 @@ def test_chart_provenance_file_is_a_second_layer_sorted_by_digest(tmp_path: Path
         store, "node-agent-0.1.0.tgz.prov", b"-----BEGIN PGP", mt.HELM_PROVENANCE, "prov"
     )
     artifacts[KEY_CHART]["outputs"].append(prov)
-    result = releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
+    result = releaseset.assemble(ReleaseSetSpec.from_params(spec), results(artifacts), store)
     layout = releaseset.materialize(result, store, tmp_path / "dist")
     chart = _blob(layout, _by_artifact(layout)["agent-chart"][0]["digest"])
     tgz = artifacts[KEY_CHART]["outputs"][1]
@@ -289,7 +286,7 @@ def test_image_index_is_taken_as_built_with_its_closure(
 ) -> None:
     store, result, layout = built
     entries = _by_artifact(layout)["agent-image"]
-    in_layout = {o["digest"] for o in result["outputs"][:-1]}
+    in_layout = {o.digest for o in result.outputs[:-1]}
     for image in _image_results(store):
         out = image["outputs"][0]
         (desc,) = [e for e in entries if e["digest"] == out["digest"]]
@@ -338,7 +335,7 @@ def test_one_image_index_for_four_variants_appears_once(tmp_path: Path) -> None:
         clusterRelease={"kubernetes": "1.36.3", "charts": [], "images": ["agent-image"]},
     )
     result = releaseset.assemble(
-        ReleaseSetSpec.from_params(spec), {KEY_IMAGE_BLACKWELL: index}, store
+        ReleaseSetSpec.from_params(spec), results({KEY_IMAGE_BLACKWELL: index}), store
     )
     layout = releaseset.materialize(result, store, tmp_path / "dist")
     manifests = _release_set(layout)["manifests"]
@@ -455,7 +452,7 @@ def test_metadata_without_cluster_release(tmp_path: Path) -> None:
     store = Store(tmp_path / "store")
     spec, artifacts = sample(store)
     result = releaseset.assemble(
-        ReleaseSetSpec.from_params(dict(spec, clusterRelease=None)), artifacts, store
+        ReleaseSetSpec.from_params(dict(spec, clusterRelease=None)), results(artifacts), store
     )
     layout = releaseset.materialize(result, store, tmp_path / "dist")
     assert releaseset.read_metadata(layout)["clusterRelease"] is None
@@ -491,7 +488,7 @@ def _statements(
     layout: Path, result: dict[str, Any]
 ) -> list[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]]:
     """(artifact manifest or index, provenance manifest, statement) per artifact."""
-    index = _blob(layout, result["metadata"]["releaseSetDigest"])
+    index = _blob(layout, result.metadata["releaseSetDigest"])
     out = []
     for m in index["manifests"]:
         prov = _blob(layout, m["digest"])
@@ -606,13 +603,16 @@ def test_provenance_has_no_time_field(built: tuple[Store, dict[str, Any], Path])
 def test_same_inputs_same_result_in_one_store(tmp_path: Path) -> None:
     store = Store(tmp_path / "store")
     spec, artifacts = sample(store)
-    first = releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
+    first = releaseset.assemble(ReleaseSetSpec.from_params(spec), results(artifacts), store)
     # the spec's artifact order must not matter
     shuffled = dict(spec, artifacts=list(reversed(spec["artifacts"])))
-    assert releaseset.assemble(ReleaseSetSpec.from_params(shuffled), artifacts, store) == first
+    assert (
+        releaseset.assemble(ReleaseSetSpec.from_params(shuffled), results(artifacts), store)
+        == first
+    )
     assert (
         releaseset.assemble(
-            ReleaseSetSpec.from_params(dict(spec, epoch=EPOCH + 1)), artifacts, store
+            ReleaseSetSpec.from_params(dict(spec, epoch=EPOCH + 1)), results(artifacts), store
         )
         != first
     )
@@ -626,8 +626,8 @@ def test_a_spec_without_kinds_holds_binaries(tmp_path: Path) -> None:
         spec, artifacts=[{k: v for k, v in a.items() if k != "kind"} for a in spec["artifacts"]]
     )
     assert releaseset.assemble(
-        ReleaseSetSpec.from_params(old), artifacts, store
-    ) == releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
+        ReleaseSetSpec.from_params(old), results(artifacts), store
+    ) == releaseset.assemble(ReleaseSetSpec.from_params(spec), results(artifacts), store)
 
 
 def _run_script(root: Path, *, umask: int, env: dict[str, str]) -> dict[str, Any]:
@@ -667,8 +667,8 @@ def test_layout_reader_walks_the_closure(built: tuple[Store, dict[str, Any], Pat
     _, result, layout = built
     reader = LayoutReader(layout)
     walked = reader.walk()
-    assert sorted(b.digest for b in walked) == [o["digest"] for o in result["outputs"][:-1]]
-    assert walked[0].digest == result["metadata"]["releaseSetDigest"]
+    assert sorted(b.digest for b in walked) == [o.digest for o in result.outputs[:-1]]
+    assert walked[0].digest == result.metadata["releaseSetDigest"]
     assert reader.unreferenced(walked) == []
     assert reader.names() == [NAME]
 
@@ -684,15 +684,15 @@ def test_a_flipped_byte_in_any_blob_is_caught(
     built: tuple[Store, dict[str, Any], Path], tmp_path: Path
 ) -> None:
     _, result, layout = built
-    for out in result["outputs"][:-1]:
-        copy = _writable_copy(layout, tmp_path / ("flip-" + out["digest"][7:19]))
-        path = copy / out["name"]
+    for out in result.outputs[:-1]:
+        copy = _writable_copy(layout, tmp_path / ("flip-" + out.digest[7:19]))
+        path = copy / out.name
         data = bytearray(path.read_bytes())
         data[len(data) // 2] ^= 0x01
         path.write_bytes(bytes(data))
         with pytest.raises(IntegrityError) as e:
             LayoutReader(copy).walk()
-        assert out["digest"] in e.value.message and "referenced by" in e.value.message
+        assert out.digest in e.value.message and "referenced by" in e.value.message
         shutil.rmtree(copy)
 
 
@@ -709,8 +709,8 @@ def test_materialize_is_idempotent(built: tuple[Store, dict[str, Any], Path]) ->
 
 def test_materialize_hard_links_from_the_store(built: tuple[Store, dict[str, Any], Path]) -> None:
     store, result, layout = built
-    for o in result["outputs"][:-1]:
-        assert (layout / o["name"]).stat().st_ino == store.blob_path(o["digest"]).stat().st_ino
+    for o in result.outputs[:-1]:
+        assert (layout / o.name).stat().st_ino == store.blob_path(o.digest).stat().st_ino
 
 
 def test_materialize_copies_across_file_systems(
@@ -718,7 +718,7 @@ def test_materialize_copies_across_file_systems(
 ) -> None:
     store = Store(tmp_path / "store")
     spec, artifacts = sample(store)
-    result = releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
+    result = releaseset.assemble(ReleaseSetSpec.from_params(spec), results(artifacts), store)
 
     def no_link(src: Any, dst: Any) -> None:
         raise OSError(errno.EXDEV, "Invalid cross-device link")
@@ -729,21 +729,21 @@ def test_materialize_copies_across_file_systems(
         layout = releaseset.materialize(result, store, tmp_path / "dist")
     finally:
         os.umask(old)
-    for o in result["outputs"][:-1]:
-        st = (layout / o["name"]).stat()
+    for o in result.outputs[:-1]:
+        st = (layout / o.name).stat()
         assert st.st_nlink == 1 and stat.S_IMODE(st.st_mode) == 0o444
-        assert (layout / o["name"]).read_bytes() == store.read_blob(o["digest"])
+        assert (layout / o.name).read_bytes() == store.read_blob(o.digest)
     LayoutReader(layout).walk()
 
 
 def test_materialize_replaces_an_older_set(tmp_path: Path) -> None:
     store, _, layout = build(tmp_path)
     spec, artifacts = sample(store, epoch=EPOCH + 86400)
-    new_result = releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
+    new_result = releaseset.assemble(ReleaseSetSpec.from_params(spec), results(artifacts), store)
     assert releaseset.materialize(new_result, store, tmp_path / "dist") == layout
     assert (
         _json(layout / "index.json")["manifests"][0]["digest"]
-        == new_result["metadata"]["releaseSetDigest"]
+        == new_result.metadata["releaseSetDigest"]
     )
     LayoutReader(layout).walk()
     assert sorted(p.name for p in layout.parent.iterdir()) == [NAME]  # old set and temp dir gone
@@ -757,12 +757,12 @@ def test_materialize_seals_its_own_links_so_the_next_check_hashes_nothing(
     build after it hashes nothing (its ``dist/`` was rewritten, even removed by hand: once)."""
     store, _, layout = build(tmp_path)
     spec, artifacts = sample(store, epoch=EPOCH + 86400)
-    new_result = releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
+    new_result = releaseset.assemble(ReleaseSetSpec.from_params(spec), results(artifacts), store)
     releaseset.materialize(new_result, store, tmp_path / "dist")  # links made and removed
     hashed: list[str] = []
     real = store.hash_blob
     monkeypatch.setattr(store, "hash_blob", lambda d: hashed.append(d) or real(d))
-    shared = [o["digest"] for o in new_result["outputs"] if o.get("role") == "blob"]
+    shared = [o.digest for o in new_result.outputs if o.role == "blob"]
     assert all(store.has_blob(d) for d in shared) and hashed == []
     shutil.rmtree(layout)  # links removed by someone else: hashed once, then sealed again
     assert all(store.has_blob(d) for d in shared) and sorted(hashed) == sorted(set(shared))
@@ -772,7 +772,7 @@ def test_materialize_seals_its_own_links_so_the_next_check_hashes_nothing(
 
 def test_materialize_replaces_a_damaged_set(built: tuple[Store, dict[str, Any], Path]) -> None:
     store, result, layout = built
-    victim = layout / result["outputs"][0]["name"]
+    victim = layout / result.outputs[0].name
     victim.unlink()
     releaseset.materialize(result, store, layout.parent)
     LayoutReader(layout).walk()
@@ -797,7 +797,7 @@ def test_failure_midway_leaves_the_old_set_and_no_temp_dir(
     store, _, layout = build(tmp_path)
     before = tree(layout)
     spec, artifacts = sample(store, epoch=EPOCH + 1)
-    new_result = releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
+    new_result = releaseset.assemble(ReleaseSetSpec.from_params(spec), results(artifacts), store)
     monkeypatch.setattr(layoutdir, "link_or_copy", _fail_after(3, layoutdir.link_or_copy))
     with pytest.raises(OSError, match="No space left"):
         releaseset.materialize(new_result, store, tmp_path / "dist")
@@ -810,7 +810,7 @@ def test_failure_on_first_materialize_leaves_nothing(
 ) -> None:
     store = Store(tmp_path / "store")
     spec, artifacts = sample(store)
-    result = releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
+    result = releaseset.assemble(ReleaseSetSpec.from_params(spec), results(artifacts), store)
     monkeypatch.setattr(layoutdir, "link_or_copy", _fail_after(0, layoutdir.link_or_copy))
     with pytest.raises(OSError):
         releaseset.materialize(result, store, tmp_path / "dist")
@@ -823,7 +823,7 @@ def test_failure_during_the_swap_restores_the_old_set(
     store, _, layout = build(tmp_path)
     before = tree(layout)
     spec, artifacts = sample(store, epoch=EPOCH + 1)
-    new_result = releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
+    new_result = releaseset.assemble(ReleaseSetSpec.from_params(spec), results(artifacts), store)
     monkeypatch.setattr(layoutdir, "_exchange", lambda a, b: False)  # take the two-rename path
     # the old set is moved aside, moving the new one in fails, the old one is moved back
     monkeypatch.setattr(os, "rename", _fail_after(1, os.rename, only_once=True))
@@ -837,12 +837,12 @@ def test_failure_during_the_swap_restores_the_old_set(
 def test_two_rename_fallback_swaps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store, _, layout = build(tmp_path)
     spec, artifacts = sample(store, epoch=EPOCH + 1)
-    new_result = releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
+    new_result = releaseset.assemble(ReleaseSetSpec.from_params(spec), results(artifacts), store)
     monkeypatch.setattr(layoutdir, "_exchange", lambda a, b: False)
     releaseset.materialize(new_result, store, tmp_path / "dist")
     assert (
         _json(layout / "index.json")["manifests"][0]["digest"]
-        == new_result["metadata"]["releaseSetDigest"]
+        == new_result.metadata["releaseSetDigest"]
     )
     assert sorted(p.name for p in layout.parent.iterdir()) == [NAME]
 
@@ -850,7 +850,7 @@ def test_two_rename_fallback_swaps(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 def test_corrupt_store_blob_is_not_copied(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = Store(tmp_path / "store")
     spec, artifacts = sample(store)
-    result = releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
+    result = releaseset.assemble(ReleaseSetSpec.from_params(spec), results(artifacts), store)
     primary = artifacts[KEY_AMD64]["outputs"][1]
     path = store.blob_path(primary["digest"])
     path.chmod(0o644)
@@ -870,7 +870,7 @@ def test_missing_action_result(tmp_path: Path) -> None:
     spec, artifacts = sample(store)
     del artifacts[KEY_ARM64]
     with pytest.raises(BuildError, match=f"agent \\({KEY_ARM64}\\): no result"):
-        releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
+        releaseset.assemble(ReleaseSetSpec.from_params(spec), results(artifacts), store)
 
 
 def test_result_needs_exactly_one_primary(tmp_path: Path) -> None:
@@ -878,7 +878,7 @@ def test_result_needs_exactly_one_primary(tmp_path: Path) -> None:
     spec, artifacts = sample(store)
     artifacts[KEY_AMD64]["outputs"][0]["role"] = "primary"
     with pytest.raises(BuildError, match="exactly one output with role 'primary', found 2"):
-        releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
+        releaseset.assemble(ReleaseSetSpec.from_params(spec), results(artifacts), store)
 
 
 def test_output_blob_missing_from_store(tmp_path: Path) -> None:
@@ -886,7 +886,7 @@ def test_output_blob_missing_from_store(tmp_path: Path) -> None:
     spec, artifacts = sample(store)
     artifacts[KEY_CHART]["outputs"][0]["digest"] = "sha256:" + "9" * 64
     with pytest.raises(IntegrityError, match="not in the store"):
-        releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
+        releaseset.assemble(ReleaseSetSpec.from_params(spec), results(artifacts), store)
 
 
 def test_one_action_with_two_identities_is_refused(tmp_path: Path) -> None:
@@ -894,7 +894,7 @@ def test_one_action_with_two_identities_is_refused(tmp_path: Path) -> None:
     spec, artifacts = sample(store)
     spec["artifacts"][0] = dict(spec["artifacts"][0], builderVersion="2")
     with pytest.raises(BuildError, match="disagree on 'builderVersion'"):
-        releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
+        releaseset.assemble(ReleaseSetSpec.from_params(spec), results(artifacts), store)
 
 
 def test_bad_dependency_is_a_build_error(tmp_path: Path) -> None:
@@ -904,7 +904,7 @@ def test_bad_dependency_is_a_build_error(tmp_path: Path) -> None:
         if a["actionKey"] == KEY_CHART:
             a["dependencies"] = [{"name": "chart"}]
     with pytest.raises(BuildError, match="needs one of uri, digest, content"):
-        releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
+        releaseset.assemble(ReleaseSetSpec.from_params(spec), results(artifacts), store)
 
 
 @pytest.mark.parametrize("name", ["", ".hidden", "a/b", "..", "-x", None, "x" * 200])
@@ -912,7 +912,9 @@ def test_bad_names(tmp_path: Path, name: Any) -> None:
     store = Store(tmp_path)
     spec, artifacts = sample(store)
     with pytest.raises(BuildError, match="release set name"):
-        releaseset.assemble(ReleaseSetSpec.from_params(dict(spec, name=name)), artifacts, store)
+        releaseset.assemble(
+            ReleaseSetSpec.from_params(dict(spec, name=name)), results(artifacts), store
+        )
 
 
 @pytest.mark.parametrize("epoch", [-1, "1764547200", True, None])
@@ -920,7 +922,9 @@ def test_bad_epoch(tmp_path: Path, epoch: Any) -> None:
     store = Store(tmp_path)
     spec, artifacts = sample(store)
     with pytest.raises(BuildError, match="epoch"):
-        releaseset.assemble(ReleaseSetSpec.from_params(dict(spec, epoch=epoch)), artifacts, store)
+        releaseset.assemble(
+            ReleaseSetSpec.from_params(dict(spec, epoch=epoch)), results(artifacts), store
+        )
 
 
 def _image_blob(store: Store, key: str, media_type: str, arch: str = "arm64") -> dict[str, Any]:
@@ -950,7 +954,7 @@ def test_a_blob_missing_from_an_image_closure(tmp_path: Path, media_type: str, w
     missing = _image_blob(store, KEY_IMAGE_BLACKWELL, media_type)
     store.blob_path(missing["digest"]).unlink()
     with pytest.raises(IntegrityError) as e:
-        releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
+        releaseset.assemble(ReleaseSetSpec.from_params(spec), results(artifacts), store)
     message = e.value.message
     assert message.startswith(f"blob {missing['digest']} ({media_type}, referenced by release set")
     assert "artifact agent-image" in message and "is not in the store" in message
@@ -965,7 +969,7 @@ def test_a_truncated_blob_in_an_image_closure(tmp_path: Path) -> None:
     path.chmod(0o644)
     path.write_bytes(path.read_bytes()[:-1])
     with pytest.raises(IntegrityError, match=f"blob {layer['digest']} .* bytes in the store"):
-        releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
+        releaseset.assemble(ReleaseSetSpec.from_params(spec), results(artifacts), store)
 
 
 def test_a_corrupt_image_manifest_in_the_store(tmp_path: Path) -> None:
@@ -976,7 +980,7 @@ def test_a_corrupt_image_manifest_in_the_store(tmp_path: Path) -> None:
     path.chmod(0o644)
     path.write_bytes(path.read_bytes().replace(b'"schemaVersion":2', b'"schemaVersion":3'))
     with pytest.raises(IntegrityError, match=f"blob {child['digest']} .* is corrupt"):
-        releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
+        releaseset.assemble(ReleaseSetSpec.from_params(spec), results(artifacts), store)
 
 
 @pytest.mark.parametrize(
@@ -998,7 +1002,7 @@ def test_image_result_errors(tmp_path: Path, edit: Any, message: str) -> None:
     spec, artifacts = sample(store)
     edit(artifacts[KEY_IMAGE_BLACKWELL])
     with pytest.raises(BuildError, match=message):
-        releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
+        releaseset.assemble(ReleaseSetSpec.from_params(spec), results(artifacts), store)
 
 
 def test_image_index_without_a_variants_arch(tmp_path: Path) -> None:
@@ -1008,7 +1012,7 @@ def test_image_index_without_a_variants_arch(tmp_path: Path) -> None:
         if a["kind"] == "image" and a["variant"] == BLACKWELL_ARM64:
             a["actionKey"] = KEY_IMAGE_HOPPER
     with pytest.raises(BuildError, match="has no manifest for arch 'arm64'"):
-        releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
+        releaseset.assemble(ReleaseSetSpec.from_params(spec), results(artifacts), store)
 
 
 @pytest.mark.parametrize(
@@ -1048,7 +1052,7 @@ def test_chart_result_errors(tmp_path: Path, edit: Any, error: type, message: st
     spec, artifacts = sample(store)
     edit(artifacts[KEY_CHART])
     with pytest.raises(error, match=message):
-        releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
+        releaseset.assemble(ReleaseSetSpec.from_params(spec), results(artifacts), store)
 
 
 def test_chart_tag_defaults_to_the_version_with_underscores(tmp_path: Path) -> None:
@@ -1060,7 +1064,7 @@ def test_chart_tag_defaults_to_the_version_with_underscores(tmp_path: Path) -> N
         store, "chart.json", canonical_json(config), mt.HELM_CONFIG, "config"
     )
     chart["metadata"] = {"chartName": "node-agent", "version": "0.1.0+g1"}
-    result = releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
+    result = releaseset.assemble(ReleaseSetSpec.from_params(spec), results(artifacts), store)
     layout = releaseset.materialize(result, store, tmp_path / "dist")
     meta = releaseset.read_metadata(layout)
     facts = [a["chart"] for a in meta["artifacts"] if a["kind"] == "chart"]
@@ -1081,7 +1085,7 @@ def test_unknown_kind(tmp_path: Path) -> None:
     with pytest.raises(
         BuildError, match="has kind 'internal', expected one of binary, image, chart"
     ):
-        releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
+        releaseset.assemble(ReleaseSetSpec.from_params(spec), results(artifacts), store)
 
 
 @pytest.mark.parametrize(
@@ -1108,7 +1112,9 @@ def test_cluster_release_names_must_resolve(
     spec, artifacts = sample(store)
     with pytest.raises(BuildError, match=message):
         releaseset.assemble(
-            ReleaseSetSpec.from_params(dict(spec, clusterRelease=cluster)), artifacts, store
+            ReleaseSetSpec.from_params(dict(spec, clusterRelease=cluster)),
+            results(artifacts),
+            store,
         )
 
 
@@ -1132,7 +1138,7 @@ def test_skopeo_inspect_raw_returns_the_release_set_index(
     require("skopeo")
     _, result, layout = built
     raw = _tool("skopeo", "inspect", "--raw", f"oci:{layout}:{NAME}")
-    assert "sha256:" + hashlib.sha256(raw).hexdigest() == result["metadata"]["releaseSetDigest"]
+    assert "sha256:" + hashlib.sha256(raw).hexdigest() == result.metadata["releaseSetDigest"]
     assert _tool("skopeo", "inspect", "--raw", f"oci:{layout}") == raw  # the only name
 
 
@@ -1150,15 +1156,12 @@ def test_skopeo_copy_all_keeps_every_digest(tmp_path: Path) -> None:
     other = tmp_path / "copy"
     _skopeo_copy_all(f"oci:{layout}:{NAME}", f"oci:{other}:{NAME}")
     assert (
-        _json(other / "index.json")["manifests"][0]["digest"]
-        == result["metadata"]["releaseSetDigest"]
+        _json(other / "index.json")["manifests"][0]["digest"] == result.metadata["releaseSetDigest"]
     )
-    for o in result["outputs"][:-1]:
-        assert (other / o["name"]).read_bytes() == (layout / o["name"]).read_bytes()
+    for o in result.outputs[:-1]:
+        assert (other / o.name).read_bytes() == (layout / o.name).read_bytes()
     # what skopeo wrote is a layout we can read and verify, with the same closure
-    assert {b.digest for b in LayoutReader(other).walk()} == {
-        o["digest"] for o in result["outputs"][:-1]
-    }
+    assert {b.digest for b in LayoutReader(other).walk()} == {o.digest for o in result.outputs[:-1]}
 
 
 def test_skopeo_cannot_copy_a_release_set_holding_an_image_index(

@@ -37,6 +37,8 @@ from nvkr.sbom.archive import member_path
 from nvkr.store import Store
 from tests.helpers import REPO
 from tests.helpers.nvkr import run_nvkr
+from tests.helpers.results import result as read_record
+from tests.helpers.results import results
 from tests.helpers.sample_set import (
     CREATED,
     EPOCH,
@@ -204,10 +206,10 @@ def run_sbom(
     spec = sbom_spec(label, kind, subject, binaries or [], "0.1.0", images)
     name = f"sbom {label}"
     action = _new_action(SbomBuilder.name, SbomBuilder.version, name, spec, EPOCH, {}, label)
-    result = run_action(action, store, {k: deps[k] for k in action.deps})
-    (out,) = result["outputs"]
-    data = store.read_blob(out["digest"])
-    return action, result, json.loads(data), data
+    result = run_action(action, store, results({k: deps[k] for k in action.deps}))
+    (out,) = result.outputs
+    data = store.read_blob(out.digest)
+    return action, result.to_json(), json.loads(data), data
 
 
 @pytest.fixture(scope="module")
@@ -562,8 +564,8 @@ def test_the_epoch_is_the_only_date(tmp_path: Path) -> None:
     later = _new_action(
         SbomBuilder.name, SbomBuilder.version, "sbom", spec, EPOCH + 86400, {}, "agent"
     )
-    out = run_action(later, store, {KEY_BIN["amd64"]: result})["outputs"][0]
-    doc = json.loads(store.read_blob(out["digest"]))
+    out = run_action(later, store, results({KEY_BIN["amd64"]: result})).outputs[0]
+    doc = json.loads(store.read_blob(out.digest))
     assert doc["creationInfo"]["created"] == "2025-12-02T00:00:00Z"
 
 
@@ -593,7 +595,7 @@ def with_sboms(store: Store) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]
 def test_the_release_set_attaches_one_sbom_per_artifact(tmp_path: Path, validator: Any) -> None:
     store = Store(tmp_path / "store")
     spec, artifacts = with_sboms(store)
-    result = releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
+    result = releaseset.assemble(ReleaseSetSpec.from_params(spec), results(artifacts), store)
     layout = releaseset.materialize(result, store, tmp_path / "dist")
     reader = LayoutReader(layout)
     reader.walk()  # every blob reachable, every digest right
@@ -631,9 +633,9 @@ def test_the_release_set_with_sboms_is_the_same_from_two_stores(tmp_path: Path) 
         store = Store(tmp_path / name)
         spec, artifacts = with_sboms(store)
         digests.append(
-            releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)["metadata"][
-                "releaseSetDigest"
-            ]
+            releaseset.assemble(
+                ReleaseSetSpec.from_params(spec), results(artifacts), store
+            ).metadata["releaseSetDigest"]
         )
     assert digests[0] == digests[1]
 
@@ -649,7 +651,7 @@ def test_an_sbom_of_another_artifact_is_refused(tmp_path: Path) -> None:
             a["sbomActionKey"] = arm64["sbomActionKey"]
     assert amd64["sbomActionKey"] == arm64["sbomActionKey"]
     with pytest.raises(BuildError, match="its SBOM describes"):
-        releaseset.assemble(ReleaseSetSpec.from_params(swapped), artifacts, store)
+        releaseset.assemble(ReleaseSetSpec.from_params(swapped), results(artifacts), store)
 
 
 def test_a_missing_sbom_result_is_a_build_error(tmp_path: Path) -> None:
@@ -658,13 +660,13 @@ def test_a_missing_sbom_result_is_a_build_error(tmp_path: Path) -> None:
     chart = next(a for a in spec["artifacts"] if a["kind"] == "chart")
     del artifacts[chart["sbomActionKey"]]
     with pytest.raises(BuildError, match="no result for its sbom action"):
-        releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
+        releaseset.assemble(ReleaseSetSpec.from_params(spec), results(artifacts), store)
 
 
 def test_a_spec_without_sbom_keys_holds_no_sboms(tmp_path: Path) -> None:
     store = Store(tmp_path / "store")
     spec, artifacts = sample(store)
-    result = releaseset.assemble(ReleaseSetSpec.from_params(spec), artifacts, store)
+    result = releaseset.assemble(ReleaseSetSpec.from_params(spec), results(artifacts), store)
     layout = releaseset.materialize(result, store, tmp_path / "dist")
     assert not any("sbom" in a for a in releaseset.read_metadata(layout)["artifacts"])
 
@@ -740,7 +742,7 @@ def test_machine_image_sbom_is_valid_spdx_with_debs_and_staged_files(
         },
     }  # fmt: skip
     doc = SpdxDocument("node-image (linux/amd64)", "node-image")
-    assert describe_machine_image(doc, store, result, "node-image") == disk.digest
+    assert describe_machine_image(doc, store, read_record(result), "node-image") == disk.digest
     spdx = doc.to_json(created="2025-12-01T00:00:00Z", creators=["Tool: nvkr-test"])
     check_spdx(spdx, validator)
     packages = {p["name"]: p for p in spdx["packages"]}

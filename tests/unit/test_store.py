@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from nvkr.action import ActionOutput, ActionResult
 from nvkr.errors import ChecksumError, IntegrityError
 from nvkr.store import Store
 
@@ -77,7 +78,13 @@ def test_action_cache_round_trip_and_missing_blob(tmp_path):
     info = store.add_bytes(b"out")
     key = "sha256:" + "a" * 64
     assert store.get_action(key) is None
-    result = {"key": key, "outputs": [{"name": "o", "digest": info.digest, "size": 3}]}
+    result = ActionResult(
+        key=key,
+        builder="b",
+        name="n",
+        outputs=(ActionOutput("o", info.digest, 3, "text/plain", "primary"),),
+        metadata={},
+    )
     store.put_action(key, result)
     assert store.get_action(key) == result
     os.chmod(store.blob_path(info.digest), 0o644)

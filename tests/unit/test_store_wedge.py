@@ -113,9 +113,9 @@ class OciChain:
             out.write_bytes(f"the layer of {ctx.action.name}".encode())
             ctx.add_output(out, name="layer", media_type="application/octet-stream", role="layer")
             return
-        firsts = [ctx.deps[k]["outputs"][0] for k in ctx.action.deps]
+        firsts = [ctx.deps[k].outputs[0].descriptor() for k in ctx.action.deps]
         if kind == "index":
-            manifests = [{k: o[k] for k in ("mediaType", "digest", "size")} for o in firsts]
+            manifests = firsts
             doc = {"schemaVersion": 2, "mediaType": mt.OCI_INDEX, "manifests": manifests}
             out.write_bytes(json.dumps(doc, sort_keys=True).encode())
             ctx.add_output(out, name="index", media_type=mt.OCI_INDEX, role="index")
@@ -172,13 +172,13 @@ def test_an_output_lost_at_any_depth_is_rebuilt(chain, tmp_path, how, lost):
     store = Store(tmp_path / "store", notice=lambda digest, reason: None)
     first = execute(plan, store, FetchContext(store=store), jobs=1)
     (victim,) = [a for a in actions if a.name == lost]
-    blob = first.results[victim.key]["outputs"][0]["digest"]
+    blob = first.results[victim.key].outputs[0].digest
     _damage(store.blob_path(blob), how)
     oci.calls.clear()
     again = execute(plan, store, FetchContext(store=store), jobs=1)
     assert sorted(oci.calls) == sorted([lost, "root"]), "the producer of the lost blob runs again"
     root = actions[-1].key
-    assert again.results[root]["outputs"] == first.results[root]["outputs"]
+    assert again.results[root].outputs == first.results[root].outputs
     oci.calls.clear()
     assert execute(plan, store, FetchContext(store=store), jobs=1).up_to_date
     assert oci.calls == []

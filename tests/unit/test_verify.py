@@ -152,7 +152,7 @@ def test_signing_keeps_the_release_set_digest_and_is_idempotent(tmp_path: Path) 
     sign_release_set(layout, key)
     top = _top(layout)
     assert top["manifests"][0] == unsigned["manifests"][0]
-    assert top["manifests"][0]["digest"] == result["metadata"]["releaseSetDigest"]
+    assert top["manifests"][0]["digest"] == result.metadata["releaseSetDigest"]
     sigs = top["manifests"][1:]
     # one for the release set index, one per artifact with provenance (5 in the sample)
     assert len(sigs) == 6
@@ -234,10 +234,10 @@ def test_unsigned_set_verifies_without_key(tmp_path: Path, nvkr: Any) -> None:
     assert next(a for a in report.artifacts if a.digest.startswith(amd64)).variants == [
         {"arch": "amd64", "gpu": gpu, "kubernetes": "1.36"} for gpu in ("hopper", "blackwell")
     ]
-    assert report.ok and report.digest == result["metadata"]["releaseSetDigest"]
+    assert report.ok and report.digest == result.metadata["releaseSetDigest"]
     assert {a.kind for a in report.artifacts} == {"binary", "image", "chart"}
     assert all(a.provenance for a in report.artifacts)
-    assert report.blobs == len(result["outputs"]) - 1  # every blob once (not index.json)
+    assert report.blobs == len(result.outputs) - 1  # every blob once (not index.json)
 
 
 def test_signed_set_verifies_with_its_key_and_json_reports_it(signed: Signed, nvkr: Any) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from nvkr.action import ActionOutput
 from nvkr.builders.api import ActionContext, PlanRefs
 from nvkr.builders.container_image.artifact import ContainerImageArtifact
 from nvkr.fetch.entries import GitEntry, OciEntry, PypiEntry, UrlEntry
@@ -80,13 +81,7 @@ def record_image(
         ("manifest.json", manifest, "manifest"),
     ]:
         ctx.outputs.append(
-            {
-                "name": name,
-                "digest": desc["digest"],
-                "size": desc["size"],
-                "mediaType": desc["mediaType"],
-                "role": role,
-            }
+            ActionOutput(name, desc["digest"], desc["size"], desc["mediaType"], role)
         )
     ctx.metadata.update(
         {

@@ -282,7 +282,7 @@ def _warn_dynamic_on_scratch(ctx: ActionContext, p: DaemonlessParams) -> None:
     for f in p.files:
         if not isinstance(f, ArtifactFile):
             continue
-        meta = ctx.deps[f.action].get("metadata") or {}
+        meta = ctx.deps[f.action].metadata
         interpreter = str(meta.get("interpreter") or "")
         if meta.get("linkage") != "dynamic" or interpreter.lstrip("/") in paths:
             continue

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import IO
 
-from nvkr.action import one_output
 from nvkr.builders.api import ActionContext
 from nvkr.builders.container_image.params import (
     ArtifactFile,
@@ -56,8 +55,8 @@ def _put_file(src: Path, root: Path, rel: str, mode: int) -> None:
 
 
 def _primary(ctx: ActionContext, f: ArtifactFile) -> Path:
-    out = one_output(ctx.deps[f.action], "primary", f"artifact {f.artifact!r}")
-    return ctx.store.checked_path(str(out["digest"]))
+    out = ctx.deps[f.action].output("primary", f"artifact {f.artifact!r}")
+    return ctx.store.checked_path(out.digest)
 
 
 def _put_tree(ctx: ActionContext, i: int, f: TreeFile, rootfs: Path, modes: dict[str, int]) -> None:
@@ -114,8 +113,8 @@ def rootfs_layer(ctx: ActionContext, base: RootfsBase, compression: str) -> Laye
     """The rootfs artifact's tar as a layer: every member kept as mmdebstrap wrote it (owners,
     modes, setuid bits, links, device nodes, file capabilities), sorted, times clamped to the
     epoch, compressed like the image's other layers (:func:`nvkr.oci.image.normalise_layer`)."""
-    tar_out = one_output(ctx.deps[base.action], "primary", f"base rootfs {base.rootfs!r}")
-    with open(ctx.store.checked_path(str(tar_out["digest"])), "rb") as tar:
+    tar_out = ctx.deps[base.action].output("primary", f"base rootfs {base.rootfs!r}")
+    with open(ctx.store.checked_path(tar_out.digest), "rb") as tar:
         return normalise_layer(tar, ctx.store, epoch=ctx.action.epoch, compression=compression)
 
 

@@ -29,7 +29,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nvkr.action import one_output
 from nvkr.builders.api import (
     ActionContext,
     ActionSpec,
@@ -49,7 +48,7 @@ from nvkr.canonical import canonical_json, hex_of
 from nvkr.elf import read_elf
 from nvkr.errors import BuildError, LockError, RecipeError, ToolError
 from nvkr.fetch.entries import AptEntry, GitEntry, LockEntry, PypiEntry
-from nvkr.jsondoc import JsonObject
+from nvkr.jsondoc import JsonObject, json_objects
 from nvkr.mountns import Bind, chroot_argv
 from nvkr.recipe.matrix import Variant
 from nvkr.recipe.sources import GitSource
@@ -440,12 +439,12 @@ class GoBinaryBuilder(Builder[GoBinaryArtifact]):
         """
         p = GoBinaryParams.model_validate(ctx.action.params)
         tree_result = ctx.deps[str(p.toolsTree)]
-        tar = one_output(tree_result, "primary", f"tools tree {tree_result.get('name')!r}")
-        tree_arch = str((tree_result.get("metadata") or {}).get("arch"))
+        tar = tree_result.output("primary", f"tools tree {tree_result.name!r}")
+        tree_arch = str(tree_result.metadata.get("arch"))
         check_can_run(tree_arch)
-        tree = unpack_tree(ctx.store, str(tar["digest"]))
+        tree = unpack_tree(ctx.store, tar.digest)
         # Go's cache keys cgo work by the compiler's version, not by the headers: one per tree
-        cache = ctx.store.cache_dir / "go-build-cgo" / hex_of(str(tar["digest"]))
+        cache = ctx.store.cache_dir / "go-build-cgo" / hex_of(tar.digest)
         cache.mkdir(parents=True, exist_ok=True)
         inside = _IN_TREE
         env = pinned_env(
@@ -478,7 +477,7 @@ class GoBinaryBuilder(Builder[GoBinaryArtifact]):
             "treeArch": tree_arch,
             "packages": [
                 pkg
-                for pkg in (tree_result.get("metadata") or {}).get("packages") or []
+                for pkg in json_objects(tree_result.metadata.get("packages"))
                 if pkg.get("name") in tools
             ],
         }

@@ -389,7 +389,7 @@ def _image_digests(ctx: ActionContext, where: str) -> dict[str, tuple[str, str]]
             images[key] = (image.repository, image.digest)
             continue
         result = ctx.deps.get(image.index)
-        digest = (result or {}).get("metadata", {}).get("indexDigest")
+        digest = None if result is None else result.metadata.get("indexDigest")
         if (
             not isinstance(digest, str)
             or not DIGEST_RE.match(digest)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from nvkr.action import one_output
+from nvkr.action import ActionOutput
 from nvkr.builders.api import (
     ActionContext,
     PlannerBuilder,
@@ -21,6 +21,7 @@ from nvkr.builders.api import (
 )
 from nvkr.canonical import canonical_json
 from nvkr.errors import BuildError
+from nvkr.jsondoc import json_object
 
 if TYPE_CHECKING:
     from nvkr.action import Action
@@ -49,29 +50,21 @@ class ImageIndexBuilder(PlannerBuilder):
         for key in ctx.action.deps:
             result = ctx.deps[key]
             what = f"image index {ctx.action.params['name']!r}: action {key[:19]}"
-            out = one_output(result, "manifest", what)
-            if "platform" not in result.get("metadata", {}):
+            out = result.output("manifest", what)
+            if "platform" not in result.metadata:
                 raise BuildError(f"{what}: its image manifest has no platform")
-            manifests.append(
-                {
-                    "mediaType": out["mediaType"],
-                    "digest": out["digest"],
-                    "size": out["size"],
-                    "platform": result["metadata"]["platform"],
-                }
+            manifests.append({**out.descriptor(), "platform": result.metadata["platform"]})
+        manifests.sort(
+            key=lambda m: (
+                str(json_object(m["platform"]).get("architecture", "")),
+                str(m["digest"]),
             )
-        manifests.sort(key=lambda m: (m["platform"].get("architecture", ""), m["digest"]))
+        )
         index = {"schemaVersion": 2, "mediaType": INDEX_MEDIA_TYPE, "manifests": manifests}
         data = canonical_json(index)
         info = ctx.store.add_bytes(data)
         ctx.outputs.append(
-            {
-                "name": "index.json",
-                "digest": info.digest,
-                "size": info.size,
-                "mediaType": INDEX_MEDIA_TYPE,
-                "role": "index",
-            }
+            ActionOutput("index.json", info.digest, info.size, INDEX_MEDIA_TYPE, "index")
         )
         ctx.metadata.update(
             {"indexDigest": info.digest, "indexSize": info.size, "mediaType": INDEX_MEDIA_TYPE}

@@ -64,6 +64,7 @@ from nvkr.builders.rootfs.artifact import RootfsArtifact
 from nvkr.canonical import sha256_bytes
 from nvkr.errors import RecipeError, ToolError
 from nvkr.hosttools import package_version
+from nvkr.jsondoc import json_objects
 from nvkr.oci import mediatypes as mt
 from nvkr.recipe import fieldchecks as fc
 from nvkr.recipe.imagefiles import ImageFile
@@ -299,11 +300,11 @@ class NodeImageBuilder(Builder[NodeImageArtifact]):
             )
         with _phase(ctx, timings, "staging"):
             staged = stage(ctx, tree, rootfs)
-            packages = [dict(pkg) for pkg in (rootfs.get("metadata") or {}).get("packages", [])]
-            licenses = tree_licenses(tree, [pkg["name"] for pkg in packages])
+            packages = [dict(pkg) for pkg in json_objects(rootfs.metadata.get("packages"))]
+            licenses = tree_licenses(tree, [str(pkg["name"]) for pkg in packages])
             for pkg in packages:
-                if pkg["name"] in licenses:
-                    pkg["licenses"] = licenses[pkg["name"]]
+                if str(pkg["name"]) in licenses:
+                    pkg["licenses"] = licenses[str(pkg["name"])]
             clamp_tree_mtimes(tree, ctx.action.epoch)
         out = ctx.workdir / "disk.qcow2"
         seed = disk_seed(ctx.action)
@@ -381,7 +382,7 @@ def disk_seed(action: Action) -> str:
     """The hex the disk's identifiers (file system UUID, GPT GUIDs) derive from: the action key
     of the image without compression. So a compressed image holds the very raw disk the
     uncompressed one does (the same ``rawDigest``), and only the container differs."""
-    compression = action.params.get("compression", "none")
+    compression = str(action.params.get("compression", "none"))
     if compression == "none":
         return action.key.split(":", 1)[1]
     from nvkr.action import action_key

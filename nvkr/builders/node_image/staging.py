@@ -22,7 +22,7 @@ from typing import Any
 import jinja2
 import jinja2.sandbox
 
-from nvkr.action import one_output
+from nvkr.action import ActionResult
 from nvkr.builders.api import ActionContext
 from nvkr.builders.assets import asset_dir
 from nvkr.builders.node_image.params import (
@@ -42,6 +42,7 @@ from nvkr.builders.node_image.spire import (
 from nvkr.builders.node_image.spire import template_values as spire_template_values
 from nvkr.canonical import canonical_json
 from nvkr.errors import BuildError
+from nvkr.jsondoc import json_objects
 
 #: Builder assets: the Jinja2 templates and diskimage-builder elements.
 ASSETS = asset_dir("node-image")
@@ -81,14 +82,14 @@ MACHINE_ID_FIRST_BOOT = b"uninitialized\n"
 
 
 # -- staging -------------------------------------------------------------------------------------
-def stage(ctx: ActionContext, tree: Path, rootfs: dict[str, Any]) -> list[dict[str, Any]]:
+def stage(ctx: ActionContext, tree: Path, rootfs: ActionResult) -> list[dict[str, Any]]:
     """Stage the agent, the kube packages, ``files`` and the rendered units into ``tree``;
     returns every file staged (``path``, ``mode`` as four octal digits, ``binary``: listed in
     the manifest, ``sha1``, ``sha256``, ``size`` in bytes, ``elf``), sorted by path. The units'
     enabling symlinks are not listed (the unit files are)."""
     p = NodeImageParams.model_validate(ctx.action.params)
     staging = _Staging(tree)
-    packages = {pkg["name"] for pkg in (rootfs.get("metadata") or {}).get("packages", [])}
+    packages = {str(pkg["name"]) for pkg in json_objects(rootfs.metadata.get("packages"))}
     nvidia = _nvidia_runtime(p.nvidiaRuntime, packages)
     _stage_deps(ctx, staging, p.deps)
     for item in p.files:
@@ -327,8 +328,8 @@ def _mkdirs(path: Path) -> None:
         os.chmod(d, 0o755)
 
 
-def primary_output(ctx: ActionContext, result: dict[str, Any], what: str) -> Path:
-    return ctx.store.checked_path(str(one_output(result, "primary", what)["digest"]))
+def primary_output(ctx: ActionContext, result: ActionResult, what: str) -> Path:
+    return ctx.store.checked_path(result.output("primary", what).digest)
 
 
 def _inside(tree: Path, rel: str) -> Path:

@@ -23,5 +23,5 @@ class ReleaseSetBuilder(PlannerBuilder):
         from nvkr.releasespec import ReleaseSetSpec
 
         result = assemble(ReleaseSetSpec.from_params(ctx.action.params), ctx.deps, ctx.store)
-        ctx.outputs.extend(result["outputs"])
-        ctx.metadata.update(result["metadata"])
+        ctx.outputs.extend(result.outputs)
+        ctx.metadata.update(result.metadata)

@@ -13,10 +13,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
 from typing import Any
 
-from nvkr.action import one_output
+from nvkr.action import ActionResult
 from nvkr.builders.api import (
     RELEASED_KINDS,
     ActionContext,
@@ -81,28 +80,27 @@ def sbom_spec(
     )
 
 
-def _buildinfo(ctx: ActionContext, result: Mapping[str, Any], what: str) -> dict[str, Any] | None:
+def _buildinfo(ctx: ActionContext, result: ActionResult, what: str) -> dict[str, Any] | None:
     """The parsed build info of a Go binary's result (output role ``buildinfo``), if it has one."""
-    found = [o for o in result.get("outputs") or [] if o.get("role") == "buildinfo"]
-    if not found:
+    if not result.outputs_with("buildinfo"):
         return None
-    out = one_output(result, "buildinfo", what)
+    out = result.output("buildinfo", what)
     try:
-        data = ctx.store.read_blob(str(out["digest"]))
+        data = ctx.store.read_blob(out.digest)
     except OSError as e:
         raise BuildError(
-            f"{what}: its build info {out['digest']} is not in the store",
+            f"{what}: its build info {out.digest} is not in the store",
             hint="the cache entry is stale; run the build again",
         ) from e
-    return parse_buildinfo(data, f"{what} output {out['name']!r}")
+    return parse_buildinfo(data, f"{what} output {out.name!r}")
 
 
 def _other_sbom(ctx: ActionContext, key: str) -> OtherSbom:
     """The SBOM another sbom action made, as a document may refer to it."""
     result = ctx.deps[key]
-    out = one_output(result, "sbom", f"sbom action {key[:19]}")
-    data = ctx.store.read_blob(str(out["digest"]))
-    meta = result.get("metadata") or {}
+    out = result.output("sbom", f"sbom action {key[:19]}")
+    data = ctx.store.read_blob(out.digest)
+    meta = result.metadata
     return OtherSbom(
         describes=str(meta.get("describes")),
         name=str(json.loads(data).get("name")),
@@ -125,15 +123,9 @@ class SbomBuilder(PlannerBuilder):
         binaries: dict[str, dict[str, Any]] = {}
         for key in keys:
             dep = ctx.deps[key]
-            info = _buildinfo(ctx, dep, f"artifact {dep.get('name', key[:19])}")
+            info = _buildinfo(ctx, dep, f"artifact {dep.name}")
             if info is not None:
-                binaries[
-                    str(
-                        one_output(dep, "primary", f"artifact {dep.get('name', key[:19])}")[
-                            "digest"
-                        ]
-                    )
-                ] = info
+                binaries[dep.output("primary", f"artifact {dep.name}").digest] = info
         return binaries
 
     def run(self, ctx: ActionContext) -> None:
@@ -152,7 +144,7 @@ class SbomBuilder(PlannerBuilder):
         if result is None:
             raise BuildError(f"{what}: no result for its artifact's action {p.subject[:19]}")
         if kind == ReleaseKind.BINARY:
-            meta = result.get("metadata") or {}
+            meta = result.metadata
             platform = "/".join(str(meta[k]) for k in ("goos", "goarch") if meta.get(k))
             doc = SpdxDocument(f"{label} ({platform})" if platform else label, label)
             info = _buildinfo(ctx, result, f"artifact {label}")
@@ -171,7 +163,7 @@ class SbomBuilder(PlannerBuilder):
         elif kind == ReleaseKind.MACHINE_IMAGE:
             from nvkr.sbom.debian import describe_machine_image
 
-            meta = result.get("metadata") or {}
+            meta = result.metadata
             doc = SpdxDocument(f"{label} (linux/{meta.get('arch', '?')})", label)
             describes = describe_machine_image(
                 doc, ctx.store, result, label, self._binaries(ctx, p.binaries)

@@ -51,6 +51,7 @@ from tests.helpers.container_images import (
     tool,
     write_image_layout,
 )
+from tests.helpers.results import results
 
 pytestmark = pytest.mark.usefixtures("container_image_builder")
 
@@ -212,7 +213,8 @@ def test_image_on_a_base_from_an_oci_layout(world, tmp_path, arch):
         cmd=["/usr/bin/agent"],
     )
     assert spec.inputs["base"] == base_index and spec.sources["base"].name == "debian"
-    result = run_action(to_action(spec), world.store, {k: world.agent_result for k in spec.deps})
+    deps = results({k: world.agent_result for k in spec.deps})
+    result = run_action(to_action(spec), world.store, deps).to_json()
     layers = [o for o in result["outputs"] if o["role"] == "layer"]
     assert len(layers) == 2
     manifest = json.loads(world.store.read_blob(result["metadata"]["manifestDigest"]))
@@ -240,7 +242,9 @@ def test_base_without_the_platform(world):
     with pytest.raises(
         BuildError, match=r"base 'amd64only'.*no image for linux/arm64/v8; it has linux/amd64"
     ):
-        run_action(to_action(spec), world.store, {k: world.agent_result for k in spec.deps})
+        run_action(
+            to_action(spec), world.store, results({k: world.agent_result for k in spec.deps})
+        )
 
 
 def test_base_with_no_files_keeps_its_layers_and_changes_the_config(world):
@@ -379,13 +383,15 @@ def test_planned_images_join_into_an_index(tmp_path, monkeypatch):
     start = time.monotonic()
     report = execute(sub, store, ctx, jobs=2)
     assert len(report.built) == 3 and time.monotonic() - start < 60
-    result = report.results[index.key]
+    result = report.results[index.key].to_json()
     index_doc = json.loads(store.read_blob(result["metadata"]["indexDigest"]))
     assert [m["platform"] for m in index_doc["manifests"]] == [
         platform_of("amd64"),
         platform_of("arm64"),
     ]
-    blobs = {(o["digest"], o["size"]) for k in index.deps for o in report.results[k]["outputs"]}
+    blobs = {
+        (o["digest"], o["size"]) for k in index.deps for o in report.results[k].to_json()["outputs"]
+    }
     top = descriptor(
         mt.OCI_INDEX,
         result["metadata"]["indexDigest"],

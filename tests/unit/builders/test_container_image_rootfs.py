@@ -23,6 +23,7 @@ from nvkr.recipe.sources import PypiSource
 from nvkr.store import Store
 from tests.helpers import lock_entry
 from tests.helpers.container_images import EPOCH, World, to_action, tool, write_image_layout
+from tests.helpers.results import results as typed
 
 pytestmark = pytest.mark.usefixtures("container_image_builder")
 
@@ -109,8 +110,8 @@ def add_rootfs(w: World, data: bytes, name: str = "rootfs") -> Action:
 def build(w: World, **fields: Any) -> dict[str, Any]:
     action = to_action(w.plan("amd64", **fields))
     results = getattr(w, "results", {})
-    deps = {k: results.get(k, w.agent_result) for k in action.deps}
-    return run_action(action, w.store, deps)
+    deps = typed({k: results.get(k, w.agent_result) for k in action.deps})
+    return run_action(action, w.store, deps).to_json()
 
 
 def layer_members(w: World, result: dict[str, Any], index: int) -> list[tarfile.TarInfo]:

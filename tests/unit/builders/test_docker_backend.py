@@ -125,7 +125,7 @@ def _build(store: Store, docker_host: str, mp: pytest.MonkeyPatch, **kw: Any) ->
     with store.workdir() as workdir:
         ctx = ActionContext(action, store, workdir, {})
         backend.run(ctx)
-    return Built(store, ctx.outputs, ctx.metadata)
+    return Built(store, [o.to_json() for o in ctx.outputs], ctx.metadata)
 
 
 def _daemon_images(docker_host: str) -> list[str]:

@@ -34,6 +34,7 @@ from tests.helpers.charts import (
     plan_chart,
     write_chart,
 )
+from tests.helpers.results import result as read_record
 
 IMAGE = {"image": {"artifact": "agent-image", "repository": "registry.example/nvkr/agent"}}
 
@@ -164,7 +165,8 @@ def test_the_warning_is_an_event_when_built_and_when_cached(
     (index,) = refs.indexes.values()
     # the image-index action as cached, so the plan runs the chart alone
     store.put_action(
-        index.key, {"key": index.key, "outputs": [], "metadata": {"indexDigest": DIGEST}}
+        index.key,
+        read_record({"key": index.key, "outputs": [], "metadata": {"indexDigest": DIGEST}}),
     )
     plan = Plan(
         recipe=None,  # type: ignore[arg-type]

@@ -117,7 +117,7 @@ class World:
         return KubePackagesBuilder().plan("kube", artifact, variant, Refs(self.sources))  # type: ignore[arg-type]
 
     def build(self, epoch: int = EPOCH, **fields: Any) -> dict[str, Any]:
-        return run_action(to_action(self.plan(**fields), epoch), self.store, {})
+        return run_action(to_action(self.plan(**fields), epoch), self.store, {}).to_json()
 
 
 BINARIES: dict[str, Any] = {
@@ -369,7 +369,7 @@ def _plan_and_build_from_the_mirror(
         refs = Refs({n: resolver.source_for(variant, n) for n in ("kubelet", "crictl")})
         artifact = variant.recipe.artifacts["kube"]
         action = to_action(KubePackagesBuilder().plan("kube", artifact, variant, refs))
-        result = run_action(action, store, {})
+        result = run_action(action, store, {}).to_json()
         files = {f["path"]: f for f in result["metadata"]["files"]}
         assert sorted(files) == ["/usr/bin/crictl", "/usr/bin/kubelet"]
         kubelet = k8s_mirror.kube("kubelet", variant.arch)
