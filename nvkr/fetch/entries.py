@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Self
 
 from nvkr.errors import LockError
 
-_HINT = "regenerate it with `nvkr lock`"
+_HINT = "regenerate it with `nvkr lock` (without --offline: it resolves every source afresh)"
 
 #: a field's reader: (the JSON value, the entry, the path in it) -> the field's value
 _Reader = Callable[[object, str, str], object]

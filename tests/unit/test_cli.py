@@ -661,3 +661,33 @@ def test_a_build_without_a_lockfile_says_so_once(project, tmp_path):
     assert res.code == 0, res.stderr
     assert "warning: no lockfile" in res.stderr
     assert " lacks " not in res.stderr  # was: '… lacks readme, …; resolved now' after it
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        pytest.param(lambda e: e.update(mirror="https://m.example"), id="unknown-member"),
+        pytest.param(lambda e: e.pop("digest"), id="missing-member"),
+    ],
+)
+def test_a_malformed_lock_entry_is_named_and_nvkr_lock_writes_it_anew(project, tmp_path, tamper):
+    """A lock entry this nvkr cannot read (a newer nvkr's member, a lost one) stops a locked
+    build and an offline lock, naming the lockfile, the source and the member; `nvkr lock`
+    (online) resolves every source afresh and writes the lockfile as it was."""
+    proj, _ = project
+    store = tmp_path / "store"
+    assert invoke("lock", "recipes/small.yaml", cwd=proj, store=store).code == 0
+    path = proj / "lockfiles" / "small.lock.json"
+    good = path.read_bytes()
+    doc = json.loads(good)
+    (readme,) = [s for s in doc["sources"] if s["name"] == "readme"]
+    tamper(readme["resolved"])
+    path.write_text(json.dumps(doc))
+    for args in (("build", "--locked"), ("lock", "--offline")):
+        res = invoke(*args, "recipes/small.yaml", cwd=proj, store=store)
+        assert res.code == 2, (args, res.stderr)
+        assert f"{path}: lock entry for source 'readme' has " in res.stderr, res.stderr
+        assert "without --offline: it resolves every source afresh" in res.stderr
+    res = invoke("lock", "recipes/small.yaml", cwd=proj, store=store)
+    assert res.code == 0, res.stderr
+    assert path.read_bytes() == good
