@@ -24,6 +24,7 @@ This module reads configuration and times only; it fetches nothing.
 from __future__ import annotations
 
 import calendar
+import json
 import re
 import time
 from dataclasses import dataclass
@@ -189,3 +190,33 @@ def entry_snapshot(source: Any, snapshots: SnapshotArchives, stamp: str) -> dict
         if archive:
             archives[name] = redact_url(archive)
     return {"time": stamp, "archives": archives}
+
+
+def keep_lock_times(sources: list[dict[str, Any]], old: list[dict[str, Any]]) -> None:
+    """Give each apt entry of ``sources`` (a new lock document's) the lock time of the entry
+    of ``old`` (the lockfile it replaces) with the same name, spec, package manifest and
+    archives: the mirror served that very set then too, so the time is as good, and a lock
+    that changed nothing leaves the lockfile as it was (no time moving on every run)."""
+    before: dict[str, dict[str, Any]] = {}
+    for entry in old:
+        resolved = entry.get("resolved")
+        if isinstance(resolved, dict) and isinstance(resolved.get("snapshot"), dict):
+            before[_same_set(entry, resolved)] = resolved["snapshot"]
+    for entry in sources:
+        resolved = entry.get("resolved")
+        if not isinstance(resolved, dict) or not isinstance(resolved.get("snapshot"), dict):
+            continue
+        was = before.get(_same_set(entry, resolved))
+        if (
+            was is not None
+            and was.get("archives") == resolved["snapshot"].get("archives")
+            and isinstance(was.get("time"), str)
+        ):
+            resolved["snapshot"] = {**resolved["snapshot"], "time": was["time"]}
+
+
+def _same_set(entry: dict[str, Any], resolved: dict[str, Any]) -> str:
+    """What two lock documents' entries of one set share: name, spec and manifest digest."""
+    return json.dumps(
+        [entry.get("name"), entry.get("spec"), resolved.get("digest")], sort_keys=True
+    )

@@ -387,3 +387,83 @@ def test_a_bad_snapshots_config_is_named(tmp_path: Path, text: str, message: str
     with pytest.raises(UsageError) as err:
         SnapshotArchives.from_config(config)
     assert f"nvkr config {config}" in err.value.message and message in err.value.message
+
+
+RECIPE = """\
+apiVersion: nvkr.dev/v1alpha1
+kind: Recipe
+metadata: {name: snap}
+matrix: {gpu: [hopper], kubernetes: ["1.36"], arch: [amd64]}
+sources:
+  pkgs:
+    apt:
+      main: {url: "@URL@", suite: stable, keyring: "@KEYRING@"}
+    arch: "{{ arch }}"
+    base: none
+    packages: {snap-tool: "1.0-1"}
+artifacts: {}
+releaseSet:
+  name: "snap-k8s{{ kubernetes }}"
+  clusterRelease: {kubernetes: "1.36.3"}
+"""
+
+
+def test_nvkr_lock_records_the_configs_archive_and_keeps_its_time_when_nothing_changed(
+    mirror: AptRepo,
+    snapshot_archive: SnapshotArchive,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Through the CLI: the config's ``snapshots:`` entry is what the lock records, and a second
+    ``nvkr lock`` that resolves the same set leaves the lockfile's bytes (its time) as they were;
+    then ``nvkr mirror export`` from a fresh store, after the mirror dropped the .debs, gets them
+    from the snapshot archive at the recorded time."""
+    from tests.helpers.cli import invoke
+
+    recipe = tmp_path / "recipes" / "snap.yaml"
+    recipe.parent.mkdir()
+    recipe.write_text(
+        RECIPE.replace("@URL@", str(mirror.url)).replace("@KEYRING@", str(mirror.keyring))
+    )
+    config = tmp_path / "config.yaml"
+    archive = snapshot_archive.archive_url("mirror")
+    config.write_text(f"snapshots:\n  - {{repository: '{mirror.url}/', archive: '{archive}'}}\n")
+    res = invoke("--config", config, "lock", recipe, store=tmp_path / "s1")
+    assert res.code == 0, res.output
+    lockfile = tmp_path / "lockfiles" / "snap.lock.json"
+    first = lockfile.read_bytes()
+    (entry,) = json.loads(first)["sources"]
+    snap = entry["resolved"]["snapshot"]
+    assert snap["archives"] == {"main": archive}
+    monkeypatch.setattr("nvkr.fetch.apt.lock_stamp", lambda: "20990101T000000Z")
+    res = invoke("--config", config, "lock", recipe, store=tmp_path / "s1")
+    assert res.code == 0, res.output
+    assert lockfile.read_bytes() == first
+    snapshot_archive.add_import("mirror", stamp_of(seconds_of(snap["time"]) + HOUR), _pool(mirror))
+    _drop(mirror)
+    res = invoke(
+        "--config", config, "mirror", "export", recipe, tmp_path / "export", store=tmp_path / "s2"
+    )
+    assert res.code == 0, res.output
+    assert any(r.endswith(".deb") for r in snapshot_archive.requests)
+    assert "note: fetched 2 .debs of source 'pkgs' from the snapshot archive" in res.output
+
+
+def test_a_relock_keeps_the_time_only_of_the_same_set() -> None:
+    from nvkr.fetch.snapshots import keep_lock_times
+
+    def source(digest: str, time: str, archives: dict[str, str]) -> dict[str, Any]:
+        snap = {"time": time, "archives": archives}
+        return {"name": "p", "spec": {"arch": "amd64"}, "resolved": {"kind": "apt",
+                "digest": digest, "snapshot": snap}}  # fmt: skip
+
+    old = [source("sha256:a", "20250101T000000Z", {"d": "https://s/archive/debian"})]
+    same = [source("sha256:a", "20260101T000000Z", {"d": "https://s/archive/debian"})]
+    keep_lock_times(same, old)
+    assert same[0]["resolved"]["snapshot"]["time"] == "20250101T000000Z"
+    for new in (
+        [source("sha256:b", "20260101T000000Z", {"d": "https://s/archive/debian"})],
+        [source("sha256:a", "20260101T000000Z", {"d": "https://other/archive/debian"})],
+    ):
+        keep_lock_times(new, old)
+        assert new[0]["resolved"]["snapshot"]["time"] == "20260101T000000Z"
