@@ -162,7 +162,7 @@ class AptRepository(Strict):
     )
     snapshot: str | None = Field(
         default=None,
-        pattern=r"^(https?|file)://",
+        pattern=r"^((https?|file)://|.*\{\{)",
         description="Optional. a snapshot archive of this repository, laid out as "
         "snapshot.debian.org's (ARCHIVE/YYYYMMDDTHHMMSSZ/ is the repository at that import; "
         "ARCHIVE/?year=YYYY&month=MM lists a month's imports), e.g. an internal snapshot mirror: "

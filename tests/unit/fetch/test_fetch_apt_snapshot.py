@@ -467,3 +467,18 @@ def test_a_relock_keeps_the_time_only_of_the_same_set() -> None:
     ):
         keep_lock_times(new, old)
         assert new[0]["resolved"]["snapshot"]["time"] == "20260101T000000Z"
+
+
+@pytest.mark.parametrize("bad", ["snapshot.example/archive/debian", "ftp://snap.example/a"])
+def test_a_recipe_snapshot_that_is_no_url_is_named_with_its_line(tmp_path: Path, bad: str) -> None:
+    from tests.helpers.cli import invoke
+
+    recipe = tmp_path / "snap.yaml"
+    text = RECIPE.replace("@URL@", "http://deb.debian.org/debian").replace(
+        'keyring: "@KEYRING@"', f'snapshot: "{bad}"'
+    )
+    recipe.write_text(text)
+    res = invoke("validate", recipe)
+    assert res.code == 2
+    assert f"{recipe}:8: sources.pkgs.apt.main.snapshot: expected a string matching" in res.output
+    assert repr(bad) in res.output
