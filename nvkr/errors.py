@@ -95,6 +95,8 @@ class ChecksumError(NvkrError):
 
     code = "NVKR-E-CHECKSUM"
     exit_code = 3
+    #: the ``sha256:<hex>`` of the bytes that were received, when they were hashed whole
+    actual: str | None = None
 
 
 class IntegrityError(NvkrError):
@@ -114,6 +116,17 @@ class FetchError(NvkrError):
 
     code = "NVKR-E-FETCH"
     exit_code = 1
+
+
+class NotServedError(FetchError):
+    """The server answered that it does not have the file: HTTP 404 or 410 (``status``), or a
+    ``file://`` path that does not exist (``status`` None). An apt source's locked .deb that
+    its mirror no longer serves is then fetched from a snapshot archive
+    (:mod:`nvkr.fetch.snapshots`); every other caller sees a FetchError."""
+
+    def __init__(self, message: str, hint: str | None = None, *, status: int | None) -> None:
+        super().__init__(message, hint)
+        self.status = status
 
 
 class OfflineError(FetchError):

@@ -34,6 +34,7 @@ have no ``run``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import threading
@@ -58,6 +59,7 @@ from nvkr.monitor.events import (
     ActionStarted,
     ActionWarning,
     Event,
+    Note,
     SourceFetch,
     Transfer,
 )
@@ -110,7 +112,8 @@ class _SourceGate:
     a download's bytes go out as ``bytes`` events (``fetched``)."""
 
     def __init__(self, ctx: FetchContext, emit: Emit) -> None:
-        self.ctx = ctx
+        # a fetcher's note (.debs from a snapshot archive) goes to the build's stream
+        self.ctx = dataclasses.replace(ctx, note=lambda line: emit(Note(line, level="note")))
         self.emit = emit
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()

@@ -69,6 +69,7 @@ def open_session(
     """
     from nvkr.fetch.context import FetchContext
     from nvkr.fetch.mirrors import Mirrors
+    from nvkr.fetch.snapshots import SnapshotArchives
     from nvkr.lock import Resolver, default_lock_path, read_lock
     from nvkr.plancheck import check_variant
     from nvkr.recipe.loader import load_recipe
@@ -84,7 +85,12 @@ def open_session(
 
     config = config if config is not None else default_config_path()
     mirror_table = Mirrors.parse(list(mirrors)).merged(Mirrors.from_config(config))
-    fetch = FetchContext(store=store, mirrors=mirror_table, offline=offline)
+    fetch = FetchContext(
+        store=store,
+        mirrors=mirror_table,
+        offline=offline,
+        snapshots=SnapshotArchives.from_config(config),
+    )
     lock_path = lockfile or default_lock_path(recipe)
     resolver = Resolver(
         loaded=loaded, lock_path=lock_path, lock=read_lock(lock_path), ctx=fetch, locked=locked

@@ -186,18 +186,22 @@ class BlobWriter:
         where = f" from {self._url}" if self._url else ""
         if self._expected_size is not None and self.size != self._expected_size:
             self.abort()
-            raise ChecksumError(
+            err = ChecksumError(
                 f"{self._what}{where}: expected {self._expected_size} bytes, got {self.size}",
                 hint="the download was truncated or the upstream file changed; nothing was stored",
             )
+            err.actual = actual["sha256"]
+            raise err
         for algo, want in sorted(self._expected.items()):
             if actual[algo] != want.lower():
                 self.abort()
-                raise ChecksumError(
+                err = ChecksumError(
                     f"{self._what}{where}: expected {want}, got {actual[algo]}",
                     hint="the upstream file differs from the pin; check the URL or update the pin "
                     "with `nvkr lock`; nothing was stored",
                 )
+                err.actual = actual["sha256"]
+                raise err
         info = BlobInfo(digest=actual["sha256"], size=self.size, digests=actual)
         target = self._store.blob_path(info.digest)
         os.fchmod(self._file.fileno(), 0o444)

@@ -45,6 +45,7 @@ pytest_plugins = [
     "tests.helpers.registry",
     "tests.helpers.container_images",
     "tests.helpers.aptrepo",
+    "tests.helpers.snapshotarchive",
     "tests.helpers.k8smirror",
     "tests.helpers.podman",
     "tests.helpers.recorder",

@@ -37,6 +37,7 @@ def _relock(session: Session) -> tuple[dict[str, Any], list[str]]:
     source); a new or changed source is resolved from the store where its pin allows."""
     from nvkr.canonical import canonical_json
     from nvkr.fetch.api import ensure
+    from nvkr.fetch.snapshots import keep_lock_times
     from nvkr.lock import Resolver
 
     old = session.resolver.lock
@@ -63,6 +64,8 @@ def _relock(session: Session) -> tuple[dict[str, Any], list[str]]:
         session, reread=True, note=echo_note
     )  # every source is in the store now: read the bytes
     doc = fresh.document()
+    # an apt source that resolved to the same set keeps its lock time (nvkr.fetch.snapshots)
+    keep_lock_times(doc["sources"], (old or {}).get("sources", []))
 
     # an entry changed when anything but the variants using it did (what the rules read too)
     def ident(entry: dict[str, Any]) -> bytes:

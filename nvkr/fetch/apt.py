@@ -10,8 +10,10 @@ lockfile records each .deb's identity from apt's signed metadata. Every .deb is 
 checked and kept in the store.
 
 ``nvkr build`` (:func:`ensure`) never resolves anything: it downloads exactly the locked files
-(through mirrors) that the store lacks, checks each one's size and sha256, and fails naming the
-package when the mirror no longer serves it.
+(through mirrors) that the store lacks, checks each one's size and sha256, and fetches one the
+mirror no longer serves (404, 410) from its repository's snapshot archive at the lock's time,
+which the entry records (:mod:`nvkr.fetch.snapshots`), failing naming the package when that
+misses too.
 
 The source's blob is the *package manifest*, canonical JSON of the locked package list
 (:func:`manifest_bytes`); its digest pins every .deb transitively, so it is what action keys see.
@@ -31,8 +33,9 @@ from urllib.parse import unquote
 from nvkr.canonical import canonical_json, sha256_bytes
 from nvkr.errors import AptError, FetchError, IntegrityError, LockError, OfflineError, ToolError
 from nvkr.fetch.context import FetchContext, check_entry
-from nvkr.fetch.debs import fetch_debs
+from nvkr.fetch.debs import SnapshotFallback, fetch_debs, snapshot_fallback
 from nvkr.fetch.http import download
+from nvkr.fetch.snapshots import entry_snapshot, lock_stamp
 from nvkr.recipe.sources import AptKeyring, AptRepository, AptSource
 from nvkr.redact import redact_url
 from nvkr.run import pinned_env, run
@@ -426,12 +429,14 @@ def apt_session(
 
 def _resolve_packages(
     name: str, source: AptSource, ctx: FetchContext, base_dir: Path
-) -> tuple[list[dict[str, Any]], dict[str, str]]:
+) -> tuple[list[dict[str, Any]], dict[str, str], str]:
+    """The closure, the keyrings' digests and the lock's time (when the indexes were read)."""
     with apt_session(name, source, ctx, base_dir) as session:
+        stamp = lock_stamp()
         opts, env, keyrings = session.opts, session.env, session.keyrings
         selection = _selection(source)
         if not selection:
-            return [], keyrings
+            return [], keyrings, stamp
         proc = run(
             ["apt-get", *opts, "install", "--print-uris", "-y", "-qq", *selection],
             env=env,
@@ -471,7 +476,7 @@ def _resolve_packages(
             raise AptError(
                 f"source {name!r}: apt did not select {pkg} {version} (got {have.get(pkg)})"
             )
-    return packages, keyrings
+    return packages, keyrings, stamp
 
 
 def _with_credentials(url: str, repository: Any, source: AptSource) -> str:
@@ -486,13 +491,18 @@ def _with_credentials(url: str, repository: Any, source: AptSource) -> str:
 
 
 def _fetch_debs(
-    name: str, packages: list[dict[str, Any]], ctx: FetchContext, source: AptSource
+    name: str,
+    packages: list[dict[str, Any]],
+    ctx: FetchContext,
+    source: AptSource,
+    fallback: SnapshotFallback | None = None,
 ) -> None:
     fetch_debs(
         name,
         packages,
         ctx,
         lambda p: _with_credentials(p["url"], p.get("repository"), source),
+        fallback,
     )
 
 
@@ -502,7 +512,10 @@ def resolve(name: str, source: AptSource, ctx: FetchContext, *, base_dir: Path) 
     Returns:
         ``{"kind": "apt", "arch": "amd64", "digest": "sha256:<manifest>", "keyrings": {repo:
         "sha256:.."}, "packages": [{"name", "version", "arch", "repository", "url", "filename",
-        "size", "sha256"}, ...]}``; ``url`` is the recipe repository's URL, never a mirror's.
+        "size", "sha256"}, ...], "snapshot": {"time": "20251201T091512Z", "archives": {repo:
+        "https://snapshot.debian.org/archive/debian"}}}``; ``url`` is the recipe repository's
+        URL, never a mirror's; ``snapshot`` the lock's time and each repository's snapshot
+        archive (:mod:`nvkr.fetch.snapshots`), outside the manifest.
     Raises:
         AptError: a keyring is missing, a package or version is not in the repositories, or
             apt cannot satisfy the dependencies (apt's own lines quoted).
@@ -511,7 +524,7 @@ def resolve(name: str, source: AptSource, ctx: FetchContext, *, base_dir: Path) 
         OfflineError: ``ctx.offline``.
     """
     ctx.require_online(name, "the apt repositories' metadata")
-    packages, keyrings = _resolve_packages(name, source, ctx, base_dir)
+    packages, keyrings, stamp = _resolve_packages(name, source, ctx, base_dir)
     _fetch_debs(name, packages, ctx, source)
     data = manifest_bytes(source.arch, packages)
     digest = sha256_bytes(data)
@@ -523,6 +536,8 @@ def resolve(name: str, source: AptSource, ctx: FetchContext, *, base_dir: Path) 
         "digest": digest,
         "keyrings": keyrings,
         "packages": packages,
+        # where and when, not what: outside the manifest, so no action key sees it
+        "snapshot": entry_snapshot(source, ctx.snapshots, stamp),
     }
 
 
@@ -537,8 +552,10 @@ def ensure(
         LockError: ``resolved`` is not an apt entry for this arch, lacks a recipe package or pins
             another version of it, or its package list does not hash to its digest.
         OfflineError: a .deb is missing and ``ctx.offline`` (names the package).
-        FetchError: the mirror no longer serves a missing .deb (names the package).
-        ChecksumError: a downloaded .deb differs from the lock (exit 3).
+        FetchError: neither the mirror nor the snapshot archive serves a missing .deb (names the
+            package and each URL tried).
+        ChecksumError: a downloaded .deb differs from the lock (exit 3); IntegrityError: a
+            snapshot archive answers other bytes (exit 3, naming both URLs and digests).
     """
     check_entry(name, resolved, "apt", arch=source.arch)
     packages = resolved.get("packages")
@@ -570,7 +587,7 @@ def ensure(
             f"the entry says {digest}",
             hint="the lockfile was edited by hand; run `nvkr lock`",
         )
-    _fetch_debs(name, packages, ctx, source)
+    _fetch_debs(name, packages, ctx, source, snapshot_fallback(name, source, resolved, ctx))
     if not ctx.store.has_blob(digest):
         ctx.store.add_bytes(data)
     return digest

@@ -7,11 +7,14 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from nvkr.errors import LockError, OfflineError
 from nvkr.fetch.mirrors import Mirrors
+from nvkr.fetch.snapshots import SnapshotArchives
 from nvkr.redact import redact_urls
 from nvkr.store import Store
 
@@ -21,14 +24,22 @@ NET_HINT = (
 )
 
 
+def _log_note(message: str) -> None:
+    logging.getLogger("nvkr.fetch").warning("note: %s", message)
+
+
 @dataclass(frozen=True)
 class FetchContext:
-    """Where fetched sources go (``store``), how URLs are rewritten (``mirrors``) and whether the
-    network may be used at all (``offline``: only what the store already holds)."""
+    """Where fetched sources go (``store``), how URLs are rewritten (``mirrors``), the config's
+    snapshot archives of apt repositories (``snapshots``, :mod:`nvkr.fetch.snapshots`), whether
+    the network may be used at all (``offline``: only what the store already holds) and where a
+    fetcher's note for a person goes (``note``: a build's event stream, else the log)."""
 
     store: Store
     mirrors: Mirrors = field(default_factory=Mirrors)
     offline: bool = False
+    snapshots: SnapshotArchives = field(default_factory=SnapshotArchives)
+    note: Callable[[str], None] = field(default=_log_note, compare=False)
 
     def require_online(self, name: str, missing: str) -> None:
         """Raise :class:`OfflineError` when offline; ``missing`` says what the store lacks."""

@@ -267,13 +267,26 @@ class DebPackage(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class AptSnapshot(Record):
+    """Where and when an apt source was locked (:mod:`nvkr.fetch.snapshots`): ``time``, the
+    lock's, ``YYYYMMDDTHHMMSSZ`` in UTC; ``archives``, the snapshot archive of each repository
+    that has one (URLs without user info). Not part of the package manifest: no action key
+    sees it."""
+
+    time: str
+    archives: dict[str, str]
+
+
+@dataclass(frozen=True, kw_only=True)
 class AptEntry(LockEntry):
     """A closed set of Debian packages (:mod:`nvkr.fetch.apt`): ``digest`` is the package
     manifest's, ``keyrings`` the digest of each repository's keyring fetched by URL (absent
-    from an entry locked before nvkr recorded them)."""
+    from an entry locked before nvkr recorded them), ``snapshot`` the lock's time and the
+    repositories' snapshot archives (absent from an entry locked before nvkr recorded them)."""
 
     kind: ClassVar[str] = "apt"
 
     arch: str
     keyrings: dict[str, str] | None = None
     packages: tuple[DebPackage, ...]
+    snapshot: AptSnapshot | None = None

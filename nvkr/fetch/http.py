@@ -37,7 +37,7 @@ from urllib.parse import unquote, urlsplit
 from urllib.request import url2pathname
 
 from nvkr import __version__
-from nvkr.errors import ChecksumError, FetchError
+from nvkr.errors import ChecksumError, FetchError, NotServedError
 from nvkr.fetch.checksums import algorithm_for, is_html, parse_checksum_file
 from nvkr.fetch.context import NET_HINT, FetchContext, check_entry
 from nvkr.fetch.mirrors import mirror_label
@@ -171,7 +171,7 @@ def _open_file(url: str, what: str) -> BinaryIO:
     try:
         return open(path, "rb")
     except FileNotFoundError as e:
-        raise FetchError(f"{what}: {url}: no such file", hint=NET_HINT) from e
+        raise NotServedError(f"{what}: {url}: no such file", hint=NET_HINT, status=None) from e
     except OSError as e:
         raise FetchError(f"{what}: cannot read {path}: {e.strerror}") from e
 
@@ -198,7 +198,12 @@ def _send(session: requests.Session, url: str, what: str, label: str) -> request
 
 
 def _get(
-    session: requests.Session, url: str, what: str, label: str | None = None
+    session: requests.Session,
+    url: str,
+    what: str,
+    label: str | None = None,
+    *,
+    html: bool = False,
 ) -> tuple[requests.Response, str]:
     """GET ``url`` (streaming), following redirects hop by hop, and check the status.
 
@@ -207,7 +212,8 @@ def _get(
         original)") and, when redirects led elsewhere, the URL that answered.
     Raises:
         DowngradeError: a redirect from https to http (nothing is sent to the http URL).
-        FetchError: transport failure, an error status, too many redirects, an HTML page.
+        FetchError: transport failure, an error status, too many redirects, an HTML page
+            (unless ``html``: a page is what was asked for); NotServedError: 404 or 410.
     """
     label = label or url
     current, hops = url, 0
@@ -246,9 +252,16 @@ def _get(
             if resp.status_code in (404, 410)
             else NET_HINT
         )
-        raise FetchError(f"{what}: HTTP {resp.status_code} {resp.reason} from {where}", hint=hint)
+        message = f"{what}: HTTP {resp.status_code} {resp.reason} from {where}"
+        if resp.status_code in (404, 410):
+            raise NotServedError(message, hint=hint, status=resp.status_code)
+        raise FetchError(message, hint=hint)
     content_type = resp.headers.get("Content-Type", "").split(";")[0].strip().lower()
-    if content_type in ("text/html", "application/xhtml+xml") and not _is_html_url(current):
+    if (
+        content_type in ("text/html", "application/xhtml+xml")
+        and not html
+        and not _is_html_url(current)
+    ):
         resp.close()
         raise _html_error(what, where)
     return resp, where
@@ -353,20 +366,23 @@ def download(
         session.close()
 
 
-def fetch_text(url: str, *, what: str, limit: int = MAX_TEXT, origin: str | None = None) -> str:
+def fetch_text(
+    url: str, *, what: str, limit: int = MAX_TEXT, origin: str | None = None, html: bool = False
+) -> str:
     """The body of a small text file (a checksum file) at ``url`` (http, https or file).
 
-    ``origin``: the recipe's URL when ``url`` is a mirror of it (for messages).
+    ``origin``: the recipe's URL when ``url`` is a mirror of it (for messages); ``html``: an
+    HTML page is what is asked for (a snapshot archive's listing), not an error page.
 
     Raises:
         DowngradeError: a redirect from https to http.
         FetchError: as :func:`download`, or the body exceeds ``limit`` bytes.
     """
-    return _fetch_text(url, what=what, limit=limit, origin=origin)[0]
+    return _fetch_text(url, what=what, limit=limit, origin=origin, html=html)[0]
 
 
 def _fetch_text(
-    url: str, *, what: str, limit: int = MAX_TEXT, origin: str | None = None
+    url: str, *, what: str, limit: int = MAX_TEXT, origin: str | None = None, html: bool = False
 ) -> tuple[str, str]:
     """:func:`fetch_text`, and where the text came from (the label, with the URL a redirect
     led to)."""
@@ -380,7 +396,7 @@ def _fetch_text(
     elif scheme in ("http", "https"):
         session = new_session()
         try:
-            resp, where = _get(session, url, what, label)
+            resp, where = _get(session, url, what, label, html=html)
             with resp:
                 try:
                     data = resp.raw.read(limit + 1, decode_content=False)

@@ -34,6 +34,36 @@ def mirror_label(url: str, origin: str | None) -> str:
     return f"{url} (mirror of {origin})" if origin and origin != url else url
 
 
+def read_config(path: Path | None = None) -> tuple[dict[str, Any], str]:
+    """The top-level map of an nvkr config file (``path``, default :func:`default_config_path`;
+    empty when the file does not exist or is empty) and how messages name the file.
+
+    Raises:
+        UsageError: the file cannot be read, is not UTF-8, not YAML or not a map.
+    """
+    path = path if path is not None else default_config_path()
+    where = f"nvkr config {path}"
+    try:
+        text = read_limited(path, "nvkr config").decode("utf-8")
+    except FileNotFoundError:
+        return {}, where
+    except OSError as e:
+        raise UsageError(f"cannot read nvkr config {path}: {e.strerror}") from e
+    except UnicodeDecodeError as e:
+        raise UsageError(
+            f"nvkr config {path} is not UTF-8 (byte {e.start})", hint="save the file as UTF-8"
+        ) from None
+    try:
+        data: Any = load(text, path)
+    except yaml.YAMLError as e:
+        raise UsageError(f"nvkr config {path} is not valid YAML: {e}") from e
+    if data is None:
+        return {}, where
+    if not isinstance(data, dict):
+        raise UsageError(f"nvkr config {path}: expected a map at the top level")
+    return data, where
+
+
 @dataclass(frozen=True)
 class Mirrors:
     """An ordered set of ``(prefix, replacement)`` URL rewrites.
@@ -76,32 +106,12 @@ class Mirrors:
             UsageError: the file is not valid YAML, or ``mirrors`` is not a list of
                 ``{prefix, replacement}`` maps of non-empty strings.
         """
-        path = path if path is not None else default_config_path()
-        try:
-            text = read_limited(path, "nvkr config").decode("utf-8")
-        except FileNotFoundError:
-            return cls()
-        except OSError as e:
-            raise UsageError(f"cannot read nvkr config {path}: {e.strerror}") from e
-        except UnicodeDecodeError as e:
-            raise UsageError(
-                f"nvkr config {path} is not UTF-8 (byte {e.start})", hint="save the file as UTF-8"
-            ) from None
-        try:
-            data: Any = load(text, path)
-        except yaml.YAMLError as e:
-            raise UsageError(f"nvkr config {path} is not valid YAML: {e}") from e
-        if data is None:
-            return cls()
-        if not isinstance(data, dict):
-            raise UsageError(f"nvkr config {path}: expected a map at the top level")
+        data, where = read_config(path)
         raw = data.get("mirrors")
         if raw is None:
             return cls()
         if not isinstance(raw, list):
-            raise UsageError(
-                f"nvkr config {path}: 'mirrors' must be a list of {{prefix, replacement}}"
-            )
+            raise UsageError(f"{where}: 'mirrors' must be a list of {{prefix, replacement}}")
         entries: list[tuple[str, str]] = []
         for i, item in enumerate(raw):
             if (
@@ -110,7 +120,7 @@ class Mirrors:
                 or not all(isinstance(v, str) and v for v in item.values())
             ):
                 raise UsageError(
-                    f"nvkr config {path}: mirrors[{i}] must be a map with exactly the non-empty "
+                    f"{where}: mirrors[{i}] must be a map with exactly the non-empty "
                     f"strings 'prefix' and 'replacement', got {item!r}"
                 )
             entries.append((item["prefix"], item["replacement"]))

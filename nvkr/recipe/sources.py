@@ -160,6 +160,16 @@ class AptRepository(Strict):
         "a path, absolute or relative to the declaring recipe file (default Debian's archive "
         "keyring), or {url, fingerprint} to fetch the publisher's key and pin it by fingerprint",
     )
+    snapshot: str | None = Field(
+        default=None,
+        pattern=r"^((https?|file)://|.*\{\{)",
+        description="Optional. a snapshot archive of this repository, laid out as "
+        "snapshot.debian.org's (ARCHIVE/YYYYMMDDTHHMMSSZ/ is the repository at that import; "
+        "ARCHIVE/?year=YYYY&month=MM lists a month's imports), e.g. an internal snapshot mirror: "
+        "where a build fetches a locked .deb the repository no longer serves (404/410). Default: "
+        "the config's `snapshots:` entry for the URL, else snapshot.debian.org's archive for "
+        "Debian's own (deb.debian.org/debian, security.debian.org/debian-security), else none",
+    )
 
     @property
     def flat(self) -> bool:

@@ -293,7 +293,9 @@ def test_records_say_hermetic_and_warnings_come_back_from_the_cache(recorder, st
     assert warned == [("a", "a is odd")]
 
 
-def test_a_per_arch_source_downloads_as_its_own_transfer(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_per_arch_source_downloads_as_its_own_transfer(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """Both arches' apt packages download at the same time under one source name: each is a
     transfer of its own (``node-packages [arm64]``), so the plain log's 'fetched ... in N s'
     times each one (the arm64 download was printed as 5 s: the amd64 one's start was taken);
@@ -305,11 +307,23 @@ def test_a_per_arch_source_downloads_as_its_own_transfer(monkeypatch: pytest.Mon
 
     events: list[Transfer] = []
     monkeypatch.setattr(execute, "ensure", lambda *a, **k: "sha256:" + "0" * 64)
-    gate = execute._SourceGate(ctx=SimpleNamespace(), emit=events.append)  # type: ignore[arg-type]
+    gate = execute._SourceGate(ctx=FetchContext(store=Store(tmp_path / "s")), emit=events.append)
     for spec in (SimpleNamespace(arch="arm64"), SimpleNamespace()):
         src = SimpleNamespace(name="node-packages", spec=spec, entry={}, base_dir=None)
-        gate._fetch(src, fetching=True, total=10)
+        gate._fetch(src, fetching=True, total=10)  # type: ignore[arg-type]
     assert [(e.what, e.finished) for e in events] == [
         ("node-packages [arm64]", True),
         ("node-packages", True),
     ]
+
+
+def test_a_fetchers_note_is_a_note_of_the_builds_stream(tmp_path: Path) -> None:
+    """What a fetcher says for a person (.debs fetched from a snapshot archive, issue 31) goes
+    to the build's event stream as a note, not to the log."""
+    import nvkr.execute as execute
+    from nvkr.monitor.events import Note
+
+    events: list[Event] = []
+    gate = execute._SourceGate(ctx=FetchContext(store=Store(tmp_path / "s")), emit=events.append)
+    gate.ctx.note("fetched 2 .debs of source 'x' from the snapshot archive A")
+    assert events == [Note("fetched 2 .debs of source 'x' from the snapshot archive A", "note")]
