@@ -158,6 +158,11 @@ class Resolver:
         lock_path: where the lockfile lives (recorded paths are relative to it).
         lock: the lockfile read from disk (None when there is none).
         locked: refuse anything the lock does not hold (``--locked``).
+        records_lock_time: keep what a resolution records of where and when it was made (an apt
+            source's snapshot archives and lock time): ``nvkr lock``'s. A build or plan that
+            resolves what the lock lacks holds the entries without it, so the in-memory lock
+            that provenance then names (by digest) is the same on every run that resolves the
+            same sources.
     """
 
     loaded: LoadedRecipe
@@ -165,6 +170,7 @@ class Resolver:
     lock: dict[str, Any] | None
     ctx: FetchContext
     locked: bool = False
+    records_lock_time: bool = False
     _entries: dict[bytes, dict[str, Any]] = field(default_factory=dict)
     _used: dict[bytes, dict[str, Any]] = field(default_factory=dict)
     resolved_now: list[str] = field(default_factory=list)
@@ -232,7 +238,8 @@ class Resolver:
         source = variant.recipe.sources[name]
         try:
             entry = resolve(name, source, self.ctx, base_dir=base)
-            return read_entry(redact_urls(entry.to_json()), where=self._where(name))
+            typed = read_entry(redact_urls(entry.to_json()), where=self._where(name))
+            return typed if self.records_lock_time else typed.without_lock_record()
         except ChecksumError as e:
             locations = variant.locations or self.loaded.locations
             written = _spec(source)

@@ -47,6 +47,7 @@ def _relock(session: Session) -> tuple[dict[str, Any], list[str]]:
         lock_path=session.lock_path,
         lock=old if offline else None,
         ctx=session.fetch,
+        records_lock_time=True,
     )
     session.resolver = fresh
     if not offline:

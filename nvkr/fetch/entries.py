@@ -16,6 +16,7 @@ This module imports nothing of nvkr but its errors: the action vocabulary
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -91,6 +92,11 @@ class LockEntry(Record):
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, **super().to_json()}
+
+    def without_lock_record(self) -> Self:
+        """The entry without what only a lock records of where and when it was made (an apt
+        source's snapshot archives and lock time); most kinds record none: the entry itself."""
+        return self
 
 
 def _readers(cls: type[Record]) -> dict[str, tuple[_Reader, bool]]:
@@ -276,6 +282,35 @@ class AptSnapshot(Record):
     time: str
     archives: dict[str, str]
 
+    @classmethod
+    def from_json(cls, data: object, *, where: str, path: str = "") -> Self:
+        """As :meth:`Record.from_json`, and the time and the archives' URLs checked when the
+        lockfile is read, not first when a mirror misses (the worst moment to find out).
+
+        Raises:
+            LockError: a time not ``YYYYMMDDTHHMMSSZ``, or an archive that is no http://,
+                https:// or file:// URL with a host or path.
+        """
+        snap = super().from_json(data, where=where, path=path)
+        at = f"{where}: {path}." if path else f"{where}: "
+        if not _STAMP.match(snap.time):
+            raise LockError(
+                f"{at}time is {snap.time!r}, not a lock time YYYYMMDDTHHMMSSZ (UTC)", hint=_HINT
+            )
+        for repo, url in snap.archives.items():
+            scheme, _, rest = url.partition("://")
+            if scheme not in ("http", "https", "file") or not rest.strip("/"):
+                raise LockError(
+                    f"{at}archives.{repo} is {url!r}, not an http://, https:// or file:// URL "
+                    "of a snapshot archive",
+                    hint=_HINT,
+                )
+        return snap
+
+
+#: a lock time: ``YYYYMMDDTHHMMSSZ`` (UTC), snapshot.debian.org's timestamp form
+_STAMP = re.compile(r"^[0-9]{8}T[0-9]{6}Z$")
+
 
 @dataclass(frozen=True, kw_only=True)
 class AptEntry(LockEntry):
@@ -290,3 +325,9 @@ class AptEntry(LockEntry):
     keyrings: dict[str, str] | None = None
     packages: tuple[DebPackage, ...]
     snapshot: AptSnapshot | None = None
+
+    def without_lock_record(self) -> Self:
+        """The entry without the lock's where and when (``snapshot``), as a build holds a source
+        it resolved itself: only ``nvkr lock`` records them (see :class:`Resolver
+        <nvkr.lock.Resolver>`'s ``records_lock_time``)."""
+        return dataclasses.replace(self, snapshot=None)

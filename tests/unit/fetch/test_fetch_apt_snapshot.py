@@ -482,3 +482,57 @@ def test_a_recipe_snapshot_that_is_no_url_is_named_with_its_line(tmp_path: Path,
     assert res.code == 2
     assert f"{recipe}:8: sources.pkgs.apt.main.snapshot: expected a string matching" in res.output
     assert repr(bad) in res.output
+
+
+def test_a_plan_that_resolves_an_apt_source_itself_names_the_same_lock_on_every_run(
+    mirror: AptRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a lockfile (or with one the recipe drifted from), plan and build resolve the
+    source themselves and provenance names that in-memory lock by digest: it must not carry
+    the resolution's time, or every run would plan another release set. `nvkr lock` records
+    it."""
+    from tests.helpers.cli import invoke
+
+    recipe = tmp_path / "recipes" / "snap.yaml"
+    recipe.parent.mkdir()
+    recipe.write_text(
+        RECIPE.replace("@URL@", str(mirror.url)).replace("@KEYRING@", str(mirror.keyring))
+    )
+    digests = []
+    for stamp in ("20250101T000000Z", "20260606T060606Z"):
+        monkeypatch.setattr("nvkr.fetch.apt.lock_stamp", lambda stamp=stamp: stamp)
+        res = invoke("plan", recipe, "--json", store=tmp_path / "s")
+        assert res.code == 0, res.output
+        digests.append(json.loads(res.stdout)["buildDigest"])
+    assert digests[0] == digests[1], "the resolution's time moved the plan"
+    res = invoke("lock", recipe, store=tmp_path / "s")
+    assert res.code == 0, res.output
+    (entry,) = json.loads((tmp_path / "lockfiles" / "snap.lock.json").read_text())["sources"]
+    assert entry["resolved"]["snapshot"]["time"] == "20260606T060606Z"
+
+
+@pytest.mark.parametrize(
+    ("snapshot", "message"),
+    [
+        ({"time": "yesterday", "archives": {}}, "snapshot.time is 'yesterday', not a lock time"),
+        ({"time": "2026-12-06T11:14:07Z", "archives": {}}, "snapshot.time is '2026-12-06"),
+        (
+            {"time": "20261206T111407Z", "archives": {"main": "not-a-url"}},
+            "snapshot.archives.main is 'not-a-url', not an http://, https:// or file:// URL",
+        ),
+        (
+            {"time": "20261206T111407Z", "archives": {"main": "https://"}},
+            "snapshot.archives.main is 'https://', not an http://",
+        ),
+    ],
+)
+def test_a_malformed_snapshot_member_is_refused_when_the_lockfile_is_read(
+    snapshot: dict[str, Any], message: str
+) -> None:
+    from nvkr.fetch.table import read_entry
+
+    data = {"kind": "apt", "digest": "sha256:" + "a" * 64, "arch": "amd64", "packages": [],
+            "snapshot": snapshot}  # fmt: skip
+    with pytest.raises(LockError, match="^L: lock entry for source 'p': " + message.replace(".", r"\.")
+                       .replace("(", r"\(").replace(")", r"\)").replace("?", r"\?")):  # fmt: skip
+        read_entry(data, where="L: lock entry for source 'p'")
