@@ -4,8 +4,21 @@ release sets, reporting to a monitor (:mod:`nvkr.monitor`).
 ``nvkr build`` parses its options into :class:`BuildOptions` and calls :func:`build`; so does
 ``verify --rebuild`` (on a fresh store) and any in-process caller::
 
-    session = open_session(Path("recipes/default.yaml"), store=Store(root), locked=True)
-    outcome = build(session, BuildOptions(out=Path("dist")), ListMonitor())
+    from pathlib import Path
+
+    from nvkr.build import BuildOptions, build
+    from nvkr.monitor import ListMonitor
+    from nvkr.session import open_session
+    from nvkr.store import Store
+
+    store = Store(Path("/var/tmp/nvkr-store"))
+    session = open_session(Path("recipes/default.yaml"), store=store, locked=True)
+    with store.reading():  # as the CLI does: `nvkr store gc` deletes nothing this build reads
+        outcome = build(session, BuildOptions(out=Path("dist")), ListMonitor())
+    print(outcome.written)  # each release set written: name, path, digest
+
+A library call always takes the full path: the plan memo (:mod:`nvkr.planmemo`) answers only
+the CLI's ``nvkr build``.
 
 Steps: refuse what cannot be built or pushed (a partial set pushed, a combination the catalog's
 rules forbid, a drifted lock under ``locked``); with the store locked, plan, execute (taking
