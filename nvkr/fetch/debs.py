@@ -96,14 +96,7 @@ def _fetch_deb(
     what = f"source {name!r}: package {p['name']} {p['version']} ({p['arch']})"
     try:
         with transfer.reporting(report):
-            download(
-                ctx.mirrors.rewrite(url),
-                ctx.store,
-                what=what,
-                expected={"sha256": p["sha256"]},
-                expected_size=p["size"],
-                origin=p["url"],
-            )
+            _download_deb(p, url, p["url"], ctx, what)
     except NotServedError as e:
         if fallback is None:
             raise _not_served(what, e, None) from e
@@ -111,6 +104,19 @@ def _fetch_deb(
             fallback.fetch(what, p, ctx, mirror_label(ctx.mirrors.rewrite(url), p["url"]), e)
     except FetchError as e:
         raise _not_served(what, e, None) from e
+
+
+def _download_deb(p: dict[str, Any], url: str, origin: str, ctx: FetchContext, what: str) -> None:
+    """Download the locked .deb ``p`` from ``url`` (through the mirrors; ``origin`` the URL the
+    transport rules and messages name) into the store, checked against its size and sha256."""
+    download(
+        ctx.mirrors.rewrite(url),
+        ctx.store,
+        what=what,
+        expected={"sha256": p["sha256"]},
+        expected_size=p["size"],
+        origin=origin,
+    )
 
 
 def _not_served(what: str, e: FetchError, hint: str | None) -> FetchError:
@@ -177,14 +183,7 @@ class SnapshotFallback:
         for stamp in imports:
             url = f"{archive}/{stamp}/{rel}"
             try:
-                download(
-                    ctx.mirrors.rewrite(url),
-                    ctx.store,
-                    what=what,
-                    expected={"sha256": p["sha256"]},
-                    expected_size=p["size"],
-                    origin=url,
-                )
+                _download_deb(p, url, url, ctx, what)
             except ChecksumError as e:
                 raise IntegrityError(
                     f"{what}: the snapshot archive answers other bytes than the lock pins: "
