@@ -1,15 +1,20 @@
-"""A node image that boots by itself under QEMU/TCG, in one boot: OVMF, on a disk larger than the
-image (growroot grows the root partition and file system), to the node agent's readiness line
-and labels. The image is the session's default build's blackwell amd64 one (the node-image
-builder's :func:`nvkr.disk.assemble_disk` of the default amd64 root filesystem). SeaBIOS boots
-amd64 images in hopper's config-drive boot (tests/integration/test_cloud_init_boot.py) and the
-catalog leaves' Cluster API boots (tests/integration/test_catalog_leaf.py); hopper's arm64 image
-boots through the CLI in tests/integration/test_node_image.py. Prints the time of every step
-(run with ``-s``).
+"""A node image that boots by itself under QEMU, in one boot: OVMF, on a disk larger than the
+image that ends in a config drive as Metal3/Ironic writes it (a config-2 partition: vfat,
+openstack/latest/meta_data.json and user_data), to the node agent's readiness line and labels.
+cloud-init reads the config drive (ConfigDrive): its host name from the meta-data, and the
+user-data's ``growpart: {mode: "off"}`` leaves the growth to nvkr's growroot, which grows the
+root partition and file system up to the config-2 partition and not over it; after power-off
+the config-2 entry and its bytes are unchanged. The image is the session's default build's
+blackwell amd64 one (the node-image builder's :func:`nvkr.disk.assemble_disk` of the default
+amd64 root filesystem). SeaBIOS boots amd64 images in the catalog leaves' Cluster API boots
+(tests/integration/test_catalog_leaf.py, NoCloud user-data, where cloud-init's own growpart
+finds the root at the disk's end); hopper's arm64 image boots through the CLI in
+tests/integration/test_node_image.py. Prints the time of every step (run with ``-s``).
 
 Set ``NVKR_TEST_ROOTFS_TAR`` to an mmdebstrap tar (linux-image-cloud-amd64, grub-pc-bin,
 grub-efi-amd64-bin, initramfs-tools, udev, cloud-guest-utils, e2fsprogs) to assemble and boot
-that instead, without the default build (it has no node agent: the boot ends at growroot).
+that instead, without the default build (it has no node agent nor cloud-init: the boot ends
+at growroot).
 """
 
 from __future__ import annotations
@@ -119,38 +124,137 @@ def node_image(request, tmp_path_factory) -> Image:
 
 #: growroot's verdict on a disk larger than the image
 GROWN = r"nvkr-growroot: The filesystem on /dev/vda3 is now \d+ \(4k\) blocks long"
+#: cloud-init's last line, naming the datasource it found
+CONFIG_DRIVE_READ = r"Cloud-init v\. \S+ finished at .*DataSourceConfigDrive"
+CONFIG_DRIVE_HOST = "cfgdrive-node"
+#: what the config drive's user_data asks: cloud-init's growpart off, so nvkr's growroot grows
+CONFIG_DRIVE_USER_DATA = '#cloud-config\ngrowpart: {mode: "off"}\n'
+MIB = 1 << 20
+#: the disk: the image's 4 GiB, 2 GiB to grow into, and the config drive at the end
+DISK_SIZE, DRIVE_SIZE = 6 << 30, 64 * MIB
+
+
+def _config_drive(work: Path, size: int) -> Path:
+    """A vfat file system labelled config-2 with openstack/latest/meta_data.json and user_data
+    (the config drive layout, as Ironic writes it)."""
+    fs = work / "config-2.img"
+    with open(fs, "wb") as f:
+        f.truncate(size)
+    env = {**os.environ, "MTOOLS_SKIP_CHECK": "1"}
+    subprocess.run(["mkfs.fat", "-n", "config-2", str(fs)], check=True, capture_output=True)
+    files = {
+        "meta_data.json": json.dumps({"uuid": "7c1bb0a6-7bd0-4f7e-9d3c-0b2b1f0f7a10",
+                                      "hostname": CONFIG_DRIVE_HOST, "name": CONFIG_DRIVE_HOST}),
+        "user_data": CONFIG_DRIVE_USER_DATA,
+    }  # fmt: skip
+    for d in ("::/openstack", "::/openstack/latest"):
+        subprocess.run(["mmd", "-i", str(fs), d], check=True, env=env)
+    for name, text in files.items():
+        (work / name).write_text(text)
+        subprocess.run(["mcopy", "-i", str(fs), str(work / name), f"::/openstack/latest/{name}"],
+                       check=True, env=env)  # fmt: skip
+    return fs
+
+
+def _with_config_drive(image: Path, work: Path) -> Path:
+    """A raw copy of ``image`` grown to :data:`DISK_SIZE`, its backup GPT moved to the new end
+    and a config-2 partition of :data:`DRIVE_SIZE` appended before it, holding
+    :func:`_config_drive` (as Ironic writes a config drive onto a host's disk)."""
+    disk = work / "disk.raw"
+    subprocess.run(["qemu-img", "convert", "-O", "raw", str(image), str(disk)], check=True)
+    with open(disk, "r+b") as f:
+        f.truncate(DISK_SIZE)
+    subprocess.run(["sfdisk", "--relocate", "gpt-bak-std", str(disk)], check=True,
+                   capture_output=True)  # fmt: skip
+    sectors, drive = DISK_SIZE // 512, DRIVE_SIZE // 512
+    start = (sectors - 34 - drive) // 2048 * 2048  # at the end, before the backup GPT
+    subprocess.run(["sfdisk", "--append", str(disk)], check=True, capture_output=True,
+                   input=f"start={start}, size={drive}, name=config-2\n".encode())  # fmt: skip
+    fs = _config_drive(work, DRIVE_SIZE)
+    subprocess.run(["dd", f"if={fs}", f"of={disk}", "bs=512", f"seek={start}", "conv=notrunc",
+                    "status=none"], check=True)  # fmt: skip
+    fs.unlink()
+    return disk
+
+
+def _sfdisk(disk: Path) -> dict:
+    """sfdisk's table of ``disk``, without the partitions' node names (the file's name)."""
+    out = subprocess.run(["sfdisk", "--json", str(disk)], capture_output=True, check=True)
+    table: dict = json.loads(out.stdout)["partitiontable"]
+    for part in table["partitions"]:
+        del part["node"]
+    return table
+
+
+def _partition_bytes(disk: Path, part: dict) -> str:
+    h = hashlib.sha256()
+    with open(disk, "rb") as f:
+        f.seek(part["start"] * 512)
+        left = part["size"] * 512
+        while left:
+            chunk = f.read(min(left, MIB))
+            h.update(chunk)
+            left -= len(chunk)
+    return h.hexdigest()
 
 
 @pytest.mark.skipif(not Path(OVMF[0]).is_file(), reason="ovmf missing")
-def test_boots_by_itself_with_ovmf_grows_its_root_and_reports_ready(node_image, tmp_path):
-    """One boot (each TCG boot is a minute of both cores): OVMF, a 6 GiB overlay of the image
-    (growroot grows partition 3 and its file system to the disk's end), then the agent's
-    readiness line and labels (no GPU in QEMU; the two binaries of the image's manifest
-    checked)."""
+@pytest.mark.skipif(shutil.which("mkfs.fat") is None, reason="dosfstools missing")
+def test_boots_with_ovmf_reads_its_config_drive_grows_its_root_up_to_it_and_reports_ready(
+    node_image, tmp_path
+):
+    """One boot (each TCG boot is a minute of both cores), on a writable overlay of
+    :func:`_with_config_drive`: growroot grows partition 3 and its file system up to the
+    config-2 partition, cloud-init names ConfigDrive as its datasource and writes the config
+    drive's host name; then the agent's readiness line and labels (no GPU in QEMU; the two
+    binaries of the image's manifest checked). After power-off: the config-2 entry and bytes
+    unchanged, the root grown but ending before them."""
     from nvkr.agent_labels import AGENT_LABELS, check_agent_labels
+    from tests.helpers.disk import debugfs_read
 
-    bigger = tmp_path / "bigger.qcow2"
-    subprocess.run(
-        ["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(node_image.qcow2), "-F", "qcow2",
-         str(bigger), "6G"],
-        check=True,
-    )  # fmt: skip
-    agent = {"expect": r"nvkr-node-agent: ready", "then": AGENT_LABELS, "wait_for": [GROWN]}
+    disk = _with_config_drive(node_image.qcow2, tmp_path)
+    before = _sfdisk(disk)
+    drive_part = before["partitions"][-1]
+    drive_bytes = _partition_bytes(disk, drive_part)
+    overlay = tmp_path / "overlay.qcow2"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(disk), "-F", "raw",
+                    str(overlay)], check=True)  # fmt: skip
+    agent = {
+        "expect": r"nvkr-node-agent: ready", "then": AGENT_LABELS,
+        "wait_for": [GROWN, CONFIG_DRIVE_READ],
+    }  # fmt: skip
     result = boot_test(
-        bigger, fail=BROKEN, firmware="efi", timeout=900, then_timeout=900,
+        overlay, fail=BROKEN, firmware="efi", timeout=1800, then_timeout=900, snapshot=False,
         log_file=tmp_path / "efi.log", **(agent if node_image.agent else {"expect": GROWN}),
     )  # fmt: skip
-    _report("boot seconds (OVMF, grow, " + result.accel + ")", result.seconds)
+    _report("boot seconds (OVMF, config drive, grow, " + result.accel + ")", result.seconds)
     assert result.firmware == "efi"
     lines = "\n".join(result.lines)
     assert f"root=UUID={node_image.fs_uuid}" in lines
-    assert "CHANGED: partition=3" in lines
+    assert "nvkr-growroot: CHANGED: partition=3" in lines, "growroot grew it, not cloud-init"
+
+    after_disk = tmp_path / "after.raw"
+    subprocess.run(["qemu-img", "convert", "-O", "raw", str(overlay), str(after_disk)],
+                   check=True)  # fmt: skip
+    overlay.unlink()
+    after = _sfdisk(after_disk)
+    assert after["partitions"][-1] == drive_part, "the config-2 entry is as Ironic wrote it"
+    assert _partition_bytes(after_disk, after["partitions"][-1]) == drive_bytes
+    root_before, root_after = before["partitions"][-2], after["partitions"][-2]
+    assert root_after["start"] == root_before["start"]
+    assert root_before["size"] < root_after["size"]
+    assert root_after["start"] + root_after["size"] <= drive_part["start"]
+    assert drive_part["start"] - (root_after["start"] + root_after["size"]) < 2048, "up to it"
+    _report("root partition (MiB)", [root_before["size"] * 512 // MIB,
+                                      root_after["size"] * 512 // MIB])  # fmt: skip
     if not node_image.agent:
         return
     assert "manifest=ok(2 files)" in result.matched, "the agent checked node-agent and kubectl"
     # the agent's labels agree with its readiness line: no GPU in QEMU, so no generation found
     labels = check_agent_labels(result.matched, result.lines)
     assert (labels["nvidia.com/gpu.present"], labels["nvidia.com/gpu.count"]) == ("false", "0")
+    hostname = debugfs_read(after_disk, "/etc/hostname", partition=-2, unclean=True)
+    assert hostname.strip() == CONFIG_DRIVE_HOST
 
 
 @pytest.mark.skipif(

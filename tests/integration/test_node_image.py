@@ -81,9 +81,8 @@ def test_the_arm64_image_boots_through_the_cli_to_the_agent_readiness_line(
 ) -> None:
     """Hopper's arm64 image boots by itself, through the CLI (``nvkr boot-test --json``), to
     the agent's readiness line and labels. The amd64 images boot elsewhere, one boot each (a TCG
-    boot is a minute of both cores): blackwell's with OVMF on a larger disk in
-    tests/integration/test_disk_boot.py, hopper's with SeaBIOS and a config drive in
-    tests/integration/test_cloud_init_boot.py, the catalog leaves' hopper images with SeaBIOS
+    boot is a minute of both cores): blackwell's with OVMF and a config drive on a larger disk
+    in tests/integration/test_disk_boot.py, the catalog leaves' hopper images with SeaBIOS
     through Cluster API's bootstrap data in tests/integration/test_catalog_leaf.py; between them, both
     arches, both firmwares and both GPU generations. Blackwell's arm64 image differs from
     hopper's only in its GPU settings and labels, and an arm64 boot is emulated here (TCG on the
