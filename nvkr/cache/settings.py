@@ -63,7 +63,7 @@ def _split(value: str) -> list[str]:
     return [v for v in _SPLIT.split(value.strip()) if v]
 
 
-def _config_section(path: Path | None) -> tuple[dict[str, Any], Path | None]:
+def config_section(path: Path | None) -> tuple[dict[str, Any], Path | None]:
     """The ``cache:`` map of the config file at ``path`` (missing file or key: empty).
 
     Raises:
@@ -170,7 +170,7 @@ def resolve_settings(
     from nvkr.sign import load_private_key, load_public_key
 
     env = os.environ if env is None else env
-    section, base = _config_section(config)
+    section, base = config_section(config)
 
     def pick_list(cli: Sequence[str], var: str, key: str) -> tuple[list[str], bool]:
         if cli:

@@ -268,6 +268,46 @@ def test_version_and_default_recipe_validates(repo_root, tmp_path):
     assert "4 variants" in ok.stdout
 
 
+@pytest.mark.parametrize(
+    ("config", "needle", "verb"),
+    [
+        ("mirrors: {prefix: x}\n", "'mirrors' must be a list of {prefix, replacement}", "plan"),
+        ("snapshots:\n  - {repository: http://r/, archive: ftp://a/}\n",
+         "snapshots[0].archive: 'ftp://a/' is not an http://, https:// or file:// URL", "plan"),
+        ("cache: {form: registry.example/c}\n", "cache.form is not a cache setting", "build"),
+        ("[not, a, map]\n", "expected a map at the top level", "plan"),
+    ],
+)  # fmt: skip
+def test_validate_reads_the_config_file_plan_and_build_read(
+    repo_root, tmp_path, config, needle, verb
+):
+    """A config file plan or build would refuse is refused by validate too, by name (the
+    trial: a malformed ``snapshots:`` passed validate, then stopped plan)."""
+    path = tmp_path / "config.yaml"
+    path.write_text(config)
+    res = invoke("--config", path, "validate", cwd=repo_root, store=tmp_path / "s")
+    assert res.code == 2, res.stdout + res.stderr
+    assert f"nvkr config {path}" in res.stderr and needle in res.stderr, res.stderr
+    other = invoke("--config", path, verb, "--offline", cwd=repo_root, store=tmp_path / "s")
+    assert other.code == 2 and needle in other.stderr, f"validate refuses what {verb} refuses"
+
+
+def test_validate_names_the_config_file_and_what_it_sets(repo_root, tmp_path):
+    path = tmp_path / "config.yaml"
+    missing = invoke("--config", path, "validate", cwd=repo_root, store=tmp_path / "s")
+    assert missing.code == 0, missing.stderr
+    assert f"config {path}: none (no such file)" in missing.stdout
+    path.write_text(
+        "mirrors:\n  - {prefix: 'https://dl.k8s.io/', replacement: 'http://m/k8s/'}\n"
+        "  - {prefix: 'https://pypi.org/', replacement: 'http://m/pypi/'}\n"
+        "snapshots:\n  - {repository: 'http://r/', archive: 'https://s/archive/r'}\n"
+        "cache: {from: registry.example/c, mode: max}\n"
+    )
+    ok = invoke("--config", path, "validate", cwd=repo_root, store=tmp_path / "s")
+    assert ok.code == 0, ok.stderr
+    assert f"config {path}: 2 mirrors, 1 snapshot archive, cache settings: from, mode" in ok.stdout
+
+
 def test_debug_adds_a_traceback_but_keeps_the_exit_code(project, tmp_path):
     proj, _ = project
     res = invoke(
