@@ -42,7 +42,7 @@ from nvkr.canonical import canonical_json, canonical_json_file, sha256_bytes
 from nvkr.errors import ChecksumError, LockError
 from nvkr.fetch.api import fetcher_for, fetcher_of, resolve
 from nvkr.fetch.context import FetchContext
-from nvkr.fetch.entries import LockEntry
+from nvkr.fetch.entries import REFRESH_HINT, LockEntry
 from nvkr.fetch.table import read_entry
 from nvkr.recipe.base import ArtifactModel
 from nvkr.recipe.loader import LoadedRecipe
@@ -200,6 +200,10 @@ class Resolver:
                 resolved = self._resolve(variant, name, base)
             elif locked_entry is not None:
                 resolved = read_entry(locked_entry["resolved"], where=self._where(name))
+                try:  # an entry at odds with its recipe source, even where nothing fetches it
+                    fetcher_of(source).check(name, source, resolved)
+                except LockError as e:
+                    raise LockError(f"{self.lock_path}: {e.message}", hint=REFRESH_HINT) from None
             elif self.locked:
                 raise LockError(
                     f"source {name!r} of variant {variant.id} is not in the lockfile {self.lock_path}"

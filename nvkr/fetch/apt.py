@@ -32,7 +32,7 @@ from urllib.parse import unquote
 
 from nvkr.canonical import canonical_json, sha256_bytes
 from nvkr.errors import AptError, FetchError, IntegrityError, LockError, OfflineError, ToolError
-from nvkr.fetch.context import FetchContext, check_entry
+from nvkr.fetch.context import FetchContext, check_entry, check_versions
 from nvkr.fetch.debs import SnapshotFallback, fetch_debs, snapshot_fallback
 from nvkr.fetch.http import download
 from nvkr.fetch.snapshots import entry_snapshot, lock_stamp
@@ -557,17 +557,11 @@ def ensure(
         ChecksumError: a downloaded .deb differs from the lock (exit 3); IntegrityError: a
             snapshot archive answers other bytes (exit 3, naming both URLs and digests).
     """
-    check_entry(name, resolved, "apt", arch=source.arch)
+    check_entry(name, resolved, "apt", **source.lock_identity())
     packages = resolved.get("packages")
     if not isinstance(packages, list):
         raise LockError(f"lock entry for source {name!r} has no package list")
-    locked = {p.get("name"): p.get("version") for p in packages}
-    for pkg, version in sorted(source.packages.items()):
-        if locked.get(pkg) != version:
-            raise LockError(
-                f"lock entry for source {name!r} has {pkg} {locked.get(pkg)}, the recipe says {version}",
-                hint="run `nvkr lock` to update the lockfile",
-            )
+    check_versions(name, {p.get("name"): p.get("version") for p in packages}, source.packages)
     digest: str = resolved["digest"]
     locked_keys = resolved.get("keyrings") or {}
     for repo_name, repo in sorted(source.apt.items()):

@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,11 +52,11 @@ class FetchContext:
 
 
 def check_entry(
-    name: str, resolved: dict[str, Any], kind: str, /, *, digest: bool = True, **identity: Any
+    name: str, resolved: dict[str, Any], kind: str, /, *, needs_digest: bool = True, **identity: Any
 ) -> None:
     """Check that a lock entry is of ``kind`` and agrees with the recipe on ``identity``
     (e.g. ``url=...``, compared without user info: the lockfile holds none, :mod:`nvkr.redact`),
-    and (with ``digest``) that it carries a ``sha256:`` digest.
+    and (with ``needs_digest``) that it carries a ``sha256:`` digest.
 
     Raises:
         LockError: the entry is of another kind, lacks a field or disagrees with the recipe.
@@ -67,7 +67,7 @@ def check_entry(
             f"lock entry for source {name!r} is of kind {resolved.get('kind')!r}, the recipe says {kind!r}",
             hint=hint,
         )
-    if digest and not str(resolved.get("digest", "")).startswith("sha256:"):
+    if needs_digest and not str(resolved.get("digest", "")).startswith("sha256:"):
         raise LockError(f"lock entry for source {name!r} has no sha256 'digest'", hint=hint)
     for key, want in identity.items():
         want = redact_urls(want)
@@ -75,4 +75,19 @@ def check_entry(
             raise LockError(
                 f"lock entry for source {name!r} has {key}={resolved.get(key)!r}, the recipe says {want!r}",
                 hint=hint,
+            )
+
+
+def check_versions(name: str, locked: Mapping[str, object], wanted: Mapping[str, str]) -> None:
+    """Check that a lock entry's package versions (``locked``, by name) hold every package the
+    recipe pins at its version (``wanted``).
+
+    Raises:
+        LockError: a package is missing or at another version, naming both.
+    """
+    for pkg, version in sorted(wanted.items()):
+        if locked.get(pkg) != version:
+            raise LockError(
+                f"lock entry for source {name!r} has {pkg} {locked.get(pkg)}, the recipe says {version}",
+                hint="run `nvkr lock` to update the lockfile",
             )

@@ -25,7 +25,8 @@ from typing import Any, ClassVar, Self
 
 from nvkr.errors import LockError
 
-_HINT = "regenerate it with `nvkr lock` (without --offline: it resolves every source afresh)"
+#: how a lock entry nvkr cannot read, or one at odds with its recipe, is mended
+REFRESH_HINT = "regenerate it with `nvkr lock` (without --offline: it resolves every source afresh)"
 
 #: a field's reader: (the JSON value, the entry, the path in it) -> the field's value
 _Reader = Callable[[object, str, str], object]
@@ -50,13 +51,13 @@ class Record:
         prefix = f"{path}." if path else ""
         for member in data:
             if member not in readers and not cls._skip(member):
-                raise LockError(f"{where} has an unknown field {prefix}{member}", hint=_HINT)
+                raise LockError(f"{where} has an unknown field {prefix}{member}", hint=REFRESH_HINT)
         values: dict[str, object] = {}
         for name, (read, required) in readers.items():
             if name in data:
                 values[name] = read(data[name], where, prefix + name)
             elif required:
-                raise LockError(f"{where} has no {prefix}{name}", hint=_HINT)
+                raise LockError(f"{where} has no {prefix}{name}", hint=REFRESH_HINT)
         return cls(**values)  # the values are checked against the fields above
 
     @classmethod
@@ -158,7 +159,7 @@ def _reader(tp: Any) -> _Reader:
 
 def _mistyped(where: str, path: str, value: object, want: str) -> LockError:
     what = f"{where}: {path}" if path else where
-    return LockError(f"{what} is {_json_type(value)}, not {want}", hint=_HINT)
+    return LockError(f"{what} is {_json_type(value)}, not {want}", hint=REFRESH_HINT)
 
 
 def _json_type(value: object) -> str:
@@ -295,7 +296,8 @@ class AptSnapshot(Record):
         at = f"{where}: {path}." if path else f"{where}: "
         if not _STAMP.match(snap.time):
             raise LockError(
-                f"{at}time is {snap.time!r}, not a lock time YYYYMMDDTHHMMSSZ (UTC)", hint=_HINT
+                f"{at}time is {snap.time!r}, not a lock time YYYYMMDDTHHMMSSZ (UTC)",
+                hint=REFRESH_HINT,
             )
         for repo, url in snap.archives.items():
             scheme, _, rest = url.partition("://")
@@ -303,7 +305,7 @@ class AptSnapshot(Record):
                 raise LockError(
                     f"{at}archives.{repo} is {url!r}, not an http://, https:// or file:// URL "
                     "of a snapshot archive",
-                    hint=_HINT,
+                    hint=REFRESH_HINT,
                 )
         return snap
 

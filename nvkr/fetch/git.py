@@ -245,7 +245,7 @@ def ensure(
         ChecksumError: the fetched tree's tar differs from ``resolved["digest"]``.
         FetchError, ToolError: as :func:`resolve`.
     """
-    check_entry(name, resolved, "git", url=source.git, commit=source.commit)
+    check_entry(name, resolved, "git", **source.lock_identity())
     digest: str = resolved["digest"]
     if ctx.store.has_blob(digest):
         return digest

@@ -421,12 +421,8 @@ def url_filename(url: str) -> str:
 
 
 def _pins(source: UrlSource) -> dict[str, str]:
-    pins: dict[str, str] = {}
-    if source.sha256:
-        pins["sha256"] = "sha256:" + source.sha256.lower()
-    if source.sha512:
-        pins["sha512"] = "sha512:" + source.sha512.lower()
-    return pins
+    """The digests the recipe pins (``sha256:<hex>``, ``sha512:<hex>``), by algorithm."""
+    return {k: v for k, v in source.lock_identity().items() if k != "url"}
 
 
 def _from_store(store: Store, expected: dict[str, str], what: str) -> BlobInfo | None:
@@ -522,8 +518,7 @@ def ensure(
         OfflineError: the blob is missing and ``ctx.offline``.
         ChecksumError, FetchError: see :func:`download`.
     """
-    identity: dict[str, Any] = {"url": source.url, **_pins(source)}
-    check_entry(name, resolved, "url", **identity)
+    check_entry(name, resolved, "url", **source.lock_identity())
     digest: str = resolved["digest"]
     if ctx.store.has_blob(digest):
         return digest

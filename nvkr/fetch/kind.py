@@ -63,6 +63,21 @@ class SourceKind(abc.ABC, Generic[E]):
         """Build time: make the store hold what ``resolved`` describes and return its digest
         (see :func:`nvkr.fetch.api.ensure`)."""
 
+    def check(self, name: str, source: Any, entry: E) -> None:
+        """That ``entry``, read from a lockfile, is the entry of ``source`` as the recipe writes
+        it: of this kind, and agreeing with what ``source.lock_identity()`` names (the recipe
+        model's pins: a URL, a commit, a wheel's member; :func:`nvkr.fetch.context.check_entry`).
+        Checked when a source is bound to its entry, so an edited entry is refused even where
+        every action using it is cached; :meth:`ensure` checks the same before fetching.
+
+        Raises:
+            LockError: the entry is of another kind or disagrees with the recipe on a member.
+        """
+        from nvkr.fetch.context import check_entry
+
+        check_entry(name, entry.to_json(), self.kind, needs_digest=not self.local,
+                    **source.lock_identity())  # fmt: skip
+
     def blobs(self, entry: E) -> list[str]:
         """Every blob digest the entry's content is stored as: its own (default), and for a kind
         whose content is several blobs (an apt source's .debs, an OCI closure) each of them."""

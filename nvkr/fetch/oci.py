@@ -35,7 +35,6 @@ from nvkr.errors import (
     DowngradeError,
     FetchError,
     IntegrityError,
-    LockError,
     RegistryError,
     RegistryLimitError,
 )
@@ -403,13 +402,7 @@ def ensure(
         ChecksumError, FetchError: as :func:`resolve`.
         IntegrityError: the pulled closure differs from the lock entry's list.
     """
-    check_entry(name, resolved, "oci", ref=source.oci)
-    if resolved["digest"] != source.digest:
-        raise LockError(
-            f"lock entry for source {name!r} has digest {resolved['digest']}, the recipe says "
-            f"{source.digest}",
-            hint="run `nvkr lock` to update the lockfile",
-        )
+    check_entry(name, resolved, "oci", **source.lock_identity())
     listed = resolved.get("blobs")
     if isinstance(listed, list) and listed and all(ctx.store.has_blob(d) for d in listed):
         return source.digest

@@ -60,5 +60,5 @@ def ensure(
         LockError: ``resolved`` is not a path entry for this path.
         FetchError, RecipeError: as :func:`resolve`.
     """
-    check_entry(name, resolved, "path", digest=False, path=source.path)
+    check_entry(name, resolved, "path", needs_digest=False, **source.lock_identity())
     return _store_tree(name, source, ctx, base_dir)

@@ -256,10 +256,7 @@ def ensure(
         ChecksumError, FetchError: as :func:`resolve`; also when the member's bytes differ from
             ``resolved["digest"]``.
     """
-    check_entry(
-        name, resolved, "pypi",
-        name=source.pypi, version=source.version, sha256="sha256:" + source.sha256.lower(), member=source.member,
-    )  # fmt: skip
+    check_entry(name, resolved, "pypi", **source.lock_identity())
     digest: str = resolved["digest"]
     if ctx.store.has_blob(digest):
         return digest

@@ -9,7 +9,9 @@ JSON Schema, from the lines; :func:`nvkr.fetch.api.fetcher_for` finds a kind's o
 :func:`read_entry` a lock entry's type. This module imports the source models and the entry
 types only.
 
-Adding a source kind is its model, its entry type, its ``SourceKind`` and one line below. A source is told
+Adding a source kind is its model (with ``lock_identity()``: the members of its lock entry
+the recipe fixes, checked whenever a source is bound to its entry), its entry type, its
+``SourceKind`` and one line below. A source is told
 apart by the first of the lines' kinds that is a key of it, so a model names its kind by a
 field of that name; the order of the lines is the order of the recipe schema's ``oneOf``.
 """

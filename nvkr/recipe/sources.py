@@ -53,6 +53,16 @@ class UrlSource(Strict):
             raise ValueError("a url source needs sha256, sha512 or checksumUrl")
         return self
 
+    def lock_identity(self) -> dict[str, Any]:
+        """What its lock entry must agree with (:func:`nvkr.fetch.context.check_entry`): the
+        URL and the pins the recipe writes (a ``checksumUrl``'s digest is the lock's own)."""
+        pins = {"url": self.url}
+        if self.sha256:
+            pins["sha256"] = "sha256:" + self.sha256.lower()
+        if self.sha512:
+            pins["sha512"] = "sha512:" + self.sha512.lower()
+        return pins
+
 
 class GitSource(Strict):
     """A git repository at a full commit id (verified after checkout)."""
@@ -64,6 +74,10 @@ class GitSource(Strict):
     subdir: str | None = Field(
         default=None, description="Optional. only this directory of the tree"
     )
+
+    def lock_identity(self) -> dict[str, Any]:
+        """What its lock entry must agree with: the URL and the commit."""
+        return {"url": self.git, "commit": self.commit}
 
 
 class PypiSource(Strict):
@@ -88,6 +102,12 @@ class PypiSource(Strict):
     )
     index: str | None = Field(default=None, description="Optional. index URL (PEP 503 simple API)")
 
+    def lock_identity(self) -> dict[str, Any]:
+        """What its lock entry must agree with: the project, version, wheel pin and member
+        (an entry without one is the whole wheel's)."""
+        return {"name": self.pypi, "version": self.version,
+                "sha256": "sha256:" + self.sha256.lower(), "member": self.member}  # fmt: skip
+
 
 class PathSource(Strict):
     """A directory of this repository, relative to the recipe file that declares it."""
@@ -101,6 +121,10 @@ class PathSource(Strict):
         "'/' matches the path from the directory's root, one without matches any name, e.g. "
         "[__pycache__, '*.pyc']; .git is always left out",
     )
+
+    def lock_identity(self) -> dict[str, Any]:
+        """What its lock entry must agree with: the directory (hashed afresh on every run)."""
+        return {"path": self.path}
 
 
 class OciSource(Strict):
@@ -118,6 +142,10 @@ class OciSource(Strict):
     insecure: bool = Field(
         default=False, description="Optional. plain HTTP (only for a registry you name)"
     )
+
+    def lock_identity(self) -> dict[str, Any]:
+        """What its lock entry must agree with: the reference and the pinned digest."""
+        return {"ref": self.oci, "digest": self.digest}
 
 
 FINGERPRINT_PATTERN = r"^[0-9A-Fa-f]{40}$"
@@ -221,3 +249,8 @@ class AptSource(Strict):
         default_factory=dict,
         description='Optional. package name -> exact Debian version, e.g. {systemd: "252.39-1~deb12u1"}',
     )
+
+    def lock_identity(self) -> dict[str, Any]:
+        """What its lock entry must agree with: the architecture (and each package's version:
+        :func:`nvkr.fetch.context.check_versions`)."""
+        return {"arch": self.arch}

@@ -16,7 +16,7 @@ import os
 import pytest
 
 from tests.helpers.cli import invoke
-from tests.helpers.nvkr import run_nvkr
+from tests.helpers.nvkr import make_clone, run_nvkr
 from tests.helpers.recipes import write_small_recipe
 
 
@@ -701,6 +701,70 @@ def test_a_build_without_a_lockfile_says_so_once(project, tmp_path):
     assert res.code == 0, res.stderr
     assert "warning: no lockfile" in res.stderr
     assert " lacks " not in res.stderr  # was: '… lacks readme, …; resolved now' after it
+
+
+@pytest.mark.parametrize(
+    ("tamper", "member"),
+    [
+        pytest.param(lambda e: e.update(url=e["url"] + ".old"), "url", id="url"),
+        pytest.param(lambda e: e.update(sha256="sha256:" + "0" * 64), "sha256", id="pin"),
+    ],
+)
+def test_a_lock_entry_at_odds_with_its_recipe_source_is_refused_though_all_is_cached(
+    project, tmp_path, tamper, member
+):
+    """A lock entry edited so that it disagrees with the recipe's source (its URL, its pin) is
+    refused by a locked build, a plan and an offline lock, naming the lockfile, the source and
+    the member, though no action fetches it (every one cached, or none using it): before, only
+    a fetch checked it."""
+    proj, _ = project
+    store = tmp_path / "store"
+    assert invoke("lock", "recipes/small.yaml", cwd=proj, store=store).code == 0
+    assert invoke("build", "--locked", "recipes/small.yaml", cwd=proj, store=store).code == 0
+    path = proj / "lockfiles" / "small.lock.json"
+    doc = json.loads(path.read_bytes())
+    (readme,) = [s for s in doc["sources"] if s["name"] == "readme"]
+    tamper(readme["resolved"])
+    path.write_text(json.dumps(doc))
+    for args in (("build", "--locked"), ("plan", "--offline"), ("lock", "--offline")):
+        res = invoke(*args, "recipes/small.yaml", cwd=proj, store=store)
+        assert res.code == 2, (args, res.stderr)
+        assert f"{path}: lock entry for source 'readme' has {member}=" in res.stderr, res.stderr
+        assert "the recipe says" in res.stderr and "without --offline" in res.stderr
+
+
+def _drop_member(resolved: dict) -> None:
+    del resolved["member"]
+
+
+def _older_containerd(resolved: dict) -> None:
+    (pkg,) = [p for p in resolved["packages"] if p["name"] == "containerd"]
+    pkg["version"] = "1.6.20~ds1-1"
+
+
+@pytest.mark.parametrize(
+    ("source", "edit", "says"),
+    [
+        ("kubectl", _drop_member, "has member=None, the recipe says "),
+        ("node-packages", _older_containerd, "has containerd 1.6.20~ds1-1, the recipe says "),
+    ],
+)
+def test_a_default_lock_entry_at_odds_with_the_recipe_is_refused_at_plan(
+    repo_root, tmp_path, source, edit, says
+):
+    """The default lockfile with a source's entry edited (the trial: the kubectl wheel's
+    ``member`` taken out was accepted, as the entry of the whole wheel; an apt entry's pinned
+    package at another version): plan refuses it, from an empty store, naming what differs."""
+    clone = make_clone(tmp_path / "clone")
+    path = clone / "lockfiles" / "default.lock.json"
+    doc = json.loads(path.read_bytes())
+    for entry in doc["sources"]:
+        if entry["name"] == source:
+            edit(entry["resolved"])
+    path.write_text(json.dumps(doc))
+    res = invoke("plan", "--offline", cwd=clone, store=tmp_path / "store")
+    assert res.code == 2, res.stderr
+    assert f"{path}: lock entry for source {source!r} {says}" in res.stderr, res.stderr
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,13 @@ class AptKind(ModuleKind[AptEntry]):
 
         return apt
 
+    def check(self, name: str, source: Any, entry: AptEntry) -> None:
+        """The arch, and every package the recipe pins at its version."""
+        from nvkr.fetch.context import check_versions
+
+        super().check(name, source, entry)
+        check_versions(name, {p.name: p.version for p in entry.packages}, source.packages)
+
     def blobs(self, entry: AptEntry) -> list[str]:
         """The manifest and every .deb."""
         return [entry.digest, *(p.sha256 for p in entry.packages)]
