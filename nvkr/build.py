@@ -218,26 +218,21 @@ def _check_session(session: Session, options: BuildOptions, monitor: Monitor) ->
             f"{options.out} holds only those (use another --out to keep a full build)",
             level="note",
         ))  # fmt: skip
-    if session.resolver.lock is None:
-        monitor.emit(Note(
-            f"no lockfile {session.lock_path}: every source is resolved (fetched and checked) "
-            "now; `nvkr lock` pins them first", level="warning",
-        ))  # fmt: skip
+    from nvkr.session import no_lock_warning
+
+    if (warning := no_lock_warning(session)) is not None:
+        monitor.emit(Note(warning, level="warning"))
 
 
 def _plan(session: Session, options: BuildOptions, monitor: Monitor) -> Plan:
     """The session's plan, and the notes on it: sources the lockfile lacked, the plan's size."""
-    from nvkr.session import make_session_plan
+    from nvkr.session import make_session_plan, unlocked_warning
 
     plan = make_session_plan(
         session, epoch=options.epoch, note=lambda line: monitor.emit(Note(line))
     )
-    resolver = session.resolver
-    if resolver.resolved_now and resolver.lock is not None:
-        monitor.emit(Note(
-            f"{session.lock_path} lacks {', '.join(sorted(set(resolver.resolved_now)))}; "
-            "resolved now — run `nvkr lock` to pin them", level="warning",
-        ))  # fmt: skip
+    if (warning := unlocked_warning(session)) is not None:
+        monitor.emit(Note(warning, level="warning"))
     monitor.emit(Note(
         f"nvkr: {session.loaded.path}: {_n(len(plan.variants), 'variant')}, "
         f"{_n(len(plan.actions), 'action')} (build digest {plan.build_digest[:19]})"

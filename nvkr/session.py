@@ -196,3 +196,26 @@ def make_session_plan(
         epoch=epoch,
         lockfile=lockfile,
     )
+
+
+def no_lock_warning(session: Session) -> str | None:
+    """The warning for a session without a lockfile (every source is resolved now), or None;
+    said before the plan is made (resolving is the slow part)."""
+    if session.resolver.lock is not None:
+        return None
+    return (
+        f"no lockfile {session.lock_path}: every source is resolved (fetched and checked) now; "
+        "`nvkr lock` pins them first"
+    )
+
+
+def unlocked_warning(session: Session) -> str | None:
+    """After the plan: the warning naming the sources the lockfile lacked or pinned otherwise
+    (a source changed in the recipe), resolved now, or None."""
+    resolver = session.resolver
+    if not resolver.resolved_now or resolver.lock is None:
+        return None
+    return (
+        f"{session.lock_path} lacks {', '.join(sorted(set(resolver.resolved_now)))}; "
+        "resolved now — run `nvkr lock` to pin them"
+    )

@@ -12,7 +12,7 @@ import click
 from nvkr.cli import App
 from nvkr.cli.common import echo_note, fetch_options, open_session, recipe_argument, variant_option
 from nvkr.quantities import plural as _n
-from nvkr.session import make_session_plan
+from nvkr.session import make_session_plan, no_lock_warning, unlocked_warning
 
 
 @click.command("plan")
@@ -70,7 +70,11 @@ def command(
     if fan_out:
         _print_fan_out(session, recipe, by, lockfile, as_json or fmt == "json")
         return
+    if (warning := no_lock_warning(session)) is not None:
+        echo_note(f"warning: {warning}")
     plan = make_session_plan(session, note=echo_note)
+    if (warning := unlocked_warning(session)) is not None:
+        echo_note(f"warning: {warning}")
     if as_json or fmt == "json":
         actions = [
             {**a.to_json(), "cached": session.store.get_action(a.key) is not None}

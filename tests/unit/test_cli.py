@@ -695,6 +695,26 @@ def test_plan_text_marks_what_is_not_hermetic(tmp_path):
     assert lines["release"].endswith("to build, not hermetic")
 
 
+@pytest.mark.parametrize("verb", ["plan", "build"])
+def test_plan_warns_of_what_it_resolves_as_build_does(project, tmp_path, verb):
+    """A fresh user's trial: plan re-resolved a source the lockfile lacks without a word,
+    where build warns. Both say it: without a lockfile (once), and for a source added since."""
+    proj, http = project
+    store = tmp_path / "store"
+    res = invoke(verb, "recipes/small.yaml", cwd=proj, store=store)
+    assert res.code == 0, res.stderr
+    assert res.stderr.count("warning: no lockfile") == 1 and " lacks " not in res.stderr
+    assert invoke("lock", "recipes/small.yaml", cwd=proj, store=store).code == 0
+    recipe = proj / "recipes" / "small.yaml"
+    readme = hashlib.sha256(b"readme\n").hexdigest()
+    added = f'  notes: {{url: "{http.url}/README", sha256: "{readme}"}}\n'  # a source added
+    recipe.write_text(recipe.read_text().replace("artifacts: {}", added + "artifacts: {}"))
+    res = invoke(verb, "recipes/small.yaml", cwd=proj, store=store)
+    assert res.code == 0, res.stderr
+    assert "small.lock.json lacks notes; resolved now — run `nvkr lock`" in res.stderr, res.stderr
+    assert "no lockfile" not in res.stderr
+
+
 def test_a_build_without_a_lockfile_says_so_once(project, tmp_path):
     proj, _ = project
     res = invoke("build", "recipes/small.yaml", cwd=proj, store=tmp_path / "store")
