@@ -173,6 +173,7 @@ class Resolver:
     records_lock_time: bool = False
     _entries: dict[bytes, dict[str, Any]] = field(default_factory=dict)
     _used: dict[bytes, dict[str, Any]] = field(default_factory=dict)
+    _names: dict[str, int] = field(default_factory=dict)  # the lockfile's entries per name
     resolved_now: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -180,6 +181,7 @@ class Resolver:
             # a lockfile written before nvkr stripped user info matches, and is rewritten without
             entry = redact_urls(entry)
             self._entries[_spec_key(entry["name"], entry["spec"])] = entry
+            self._names[entry["name"]] = self._names.get(entry["name"], 0) + 1
 
     def base_dir(self, variant: Variant, name: str) -> Path:
         """The directory ``name``'s relative paths start from: that of the file declaring it."""
@@ -199,11 +201,15 @@ class Resolver:
             if local:  # the repository's own files (path): hashed afresh on every build
                 resolved = self._resolve(variant, name, base)
             elif locked_entry is not None:
-                resolved = read_entry(locked_entry["resolved"], where=self._where(name))
+                where = self._where(name, locked_entry)
+                resolved = read_entry(locked_entry["resolved"], where=where)
                 try:  # an entry at odds with its recipe source, even where nothing fetches it
                     fetcher_of(source).check(name, source, resolved)
                 except LockError as e:
-                    raise LockError(f"{self.lock_path}: {e.message}", hint=REFRESH_HINT) from None
+                    which = where.removeprefix(self._where(name))  # the variants, if several
+                    raise LockError(
+                        f"{self.lock_path}: {e.message}{which}", hint=REFRESH_HINT
+                    ) from None
             elif self.locked:
                 raise LockError(
                     f"source {name!r} of variant {variant.id} is not in the lockfile {self.lock_path}"
@@ -232,8 +238,13 @@ class Resolver:
         self.source_for(variant, name)
         return self._used[_spec_key(name, _spec(variant.recipe.sources[name]))]
 
-    def _where(self, name: str) -> str:
-        return f"{self.lock_path}: lock entry for source {name!r}"
+    def _where(self, name: str, entry: dict[str, Any] | None = None) -> str:
+        """How messages name the lock entry of ``name``: with the variants it serves (read from
+        ``entry``) where the lockfile has several of that name (one per arch)."""
+        where = f"{self.lock_path}: lock entry for source {name!r}"
+        if entry is not None and self._names.get(name, 0) > 1 and entry.get("variants"):
+            where += f" (of {'; '.join(map(str, entry['variants']))})"
+        return where
 
     def _resolve(self, variant: Variant, name: str, base: Path) -> LockEntry:
         """:func:`nvkr.fetch.api.resolve` (the entry's URLs without user info); a checksum

@@ -753,6 +753,31 @@ def test_a_lock_entry_at_odds_with_its_recipe_source_is_refused_though_all_is_ca
         assert "the recipe says" in res.stderr and "without --offline" in res.stderr
 
 
+@pytest.mark.parametrize(
+    ("tamper", "says"),
+    [
+        pytest.param(lambda e: e.pop("digest"), "has no digest", id="malformed"),
+        pytest.param(lambda e: e.update(url=e["url"] + ".old"), "has url=", id="at-odds"),
+    ],
+)
+def test_a_bad_entry_of_a_per_arch_source_names_its_variant(project, tmp_path, tamper, says):
+    """A fresh user's trial: where a source has one entry per arch, the error named the source
+    only. The arm64 entry of ``tool`` edited: the message names its variant, not amd64's."""
+    proj, _ = project
+    store = tmp_path / "store"
+    assert invoke("lock", "recipes/small.yaml", cwd=proj, store=store).code == 0
+    path = proj / "lockfiles" / "small.lock.json"
+    doc = json.loads(path.read_bytes())
+    (arm64,) = [s for s in doc["sources"] if s["name"] == "tool" and "arm64" in s["spec"]["url"]]
+    tamper(arm64["resolved"])
+    path.write_text(json.dumps(doc))
+    res = invoke("plan", "--offline", "recipes/small.yaml", cwd=proj, store=store)
+    assert res.code == 2, res.stderr
+    assert f"{path}: lock entry for source 'tool'" in res.stderr and says in res.stderr
+    assert "(of gpu=hopper,kubernetes=1.36,arch=arm64)" in res.stderr, res.stderr
+    assert "arch=amd64" not in res.stderr
+
+
 def _drop_member(resolved: dict) -> None:
     del resolved["member"]
 
