@@ -204,7 +204,7 @@ class Usage:
     """Bytes by kind: ``sources`` (blobs a root names as a source's), ``outputs`` by builder,
     ``logs`` (build logs), ``unreached`` (blobs no root or record names), and the directories
     ``tools``, ``cache``, ``tmp``, ``logs/`` (boot consoles) and ``metadata`` (records, seals,
-    roots)."""
+    roots, the plan memo in ``state/``)."""
 
     sources: int = 0
     outputs: dict[str, int] = field(default_factory=dict)
@@ -281,7 +281,8 @@ def usage(store: Store) -> Usage:
     u.cache = _size(store.cache_dir)
     u.tmp = _size(store.tmp_dir)
     u.consoles = _size(store.root / "logs")
-    u.metadata = sum(_size(d) for d in (store.actions_dir, store.seals_dir, store.roots_dir))
+    state = store.root / "state"  # the plan memo (nvkr.planmemo)
+    u.metadata = sum(_size(d) for d in (store.actions_dir, store.seals_dir, store.roots_dir, state))
     return u
 
 

@@ -164,6 +164,18 @@ def test_usage_counts_each_blob_once(project):
     assert not (store.actions_dir / "stray.json").exists()
 
 
+def test_usage_counts_the_plan_memo_as_metadata(project):
+    """``state/`` (the plan memo) was in no line of ``store du``: its bytes are metadata."""
+    project.build(1)
+    store = Store(project.store)
+    before = usage(store).metadata
+    memo = store.root / "state" / "plan-memo"
+    memo.mkdir(parents=True, exist_ok=True)
+    (memo / "extra.json").write_bytes(b"{}" * 2500)
+    after = usage(store)
+    assert after.metadata == before + 5000 and after.as_json()["total"] == after.total
+
+
 @pytest.mark.parametrize(
     ("text", "seconds"), [("30d", 30 * 86400), ("12h", 43200), ("1w2d", 9 * 86400), ("45s", 45)]
 )
