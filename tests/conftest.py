@@ -316,8 +316,10 @@ def _started_in_background(request) -> Iterator[dict[str, Any]]:
     """At the session's first test: ``start_in_background(request)`` of every test module among
     the selected tests' that defines it, by module name (what its fixtures read back). Such a
     module's work takes minutes and needs nothing of the default build (the catalog leaf's:
-    tests/integration/test_catalog_leaf.py): it runs in threads of its own beside the default
-    build and every other test, and the module, ordered last, collects its results. Its threads
+    tests/integration/test_catalog_leaf.py), or waits for it in its own thread (a boot of one of
+    its images: tests/integration/test_disk_boot.py, test_node_image.py, given
+    ``_default_build_started``): it runs in threads of its own beside the default build and
+    every other test, and the module, ordered last, collects its results. Its threads
     start the CLI in the session's environment, and the fast tier's guard lets them start the
     slow tier's tools (:func:`tests.helpers.nvkr.in_background`). At the session's end, each
     handle's ``close()``."""

@@ -1,13 +1,14 @@
-"""A boot with user-data (:func:`nvkr.machine.cloudinit.boot_with_user_data`) in a child Python
-process, for the session's background threads (tests/conftest.py, ``_started_in_background``):
-in the pytest process a boot would share nvkr's modules with the tests running meanwhile, and
-the unit tests replace functions of :mod:`nvkr.machine.boot` and :mod:`nvkr.machine.qemu` while
-they run (a fake console reader, a KVM probe that always answers). The child gets the thread's
-environment (:func:`tests.helpers.nvkr.thread_env`) and its arguments as JSON on stdin, and
-prints the result (or the error) as JSON.
+"""A boot (:func:`nvkr.machine.boot.boot_test`, or
+:func:`nvkr.machine.cloudinit.boot_with_user_data`) in a child Python process, for the session's
+background threads (tests/conftest.py, ``_started_in_background``): in the pytest process a boot
+would share nvkr's modules with the tests running meanwhile, and the unit tests replace functions
+of :mod:`nvkr.machine.boot` and :mod:`nvkr.machine.qemu` while they run (a fake console reader, a
+KVM probe that always answers). The child gets the thread's environment
+(:func:`tests.helpers.nvkr.thread_env`) and its arguments as JSON on stdin, and prints the result
+(or the error) as JSON.
 
-``python -m tests.helpers.boot_child`` is the child's side; :func:`boot_with_user_data` the
-parent's.
+``python -m tests.helpers.boot_child`` is the child's side; :func:`boot_test` and
+:func:`boot_with_user_data` the parent's.
 """
 
 from __future__ import annotations
@@ -18,12 +19,54 @@ import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tests.helpers import REPO
 
-#: the keyword arguments that are paths
+if TYPE_CHECKING:
+    from nvkr.machine.boot import BootResult
+
+#: the keyword arguments that are paths (``drives``, a list of them, too)
 PATHS = ("user_data", "meta_data_file", "log_file")
+
+
+def _in_child(call: str, image: Path, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``call`` (``boot_test`` or ``boot_with_user_data``) of ``image`` in a child process: what
+    it printed, read back.
+
+    Raises:
+        AssertionError: the boot failed (the nvkr error's class, message and hint), or the
+            child did not print a result (its stderr).
+    """
+    from tests.helpers.nvkr import thread_env
+
+    args = {k: str(v) if isinstance(v, Path) else v for k, v in kwargs.items()}
+    if "drives" in args:
+        args["drives"] = [str(d) for d in args["drives"]]
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.helpers.boot_child"],
+        input=json.dumps({"call": call, "image": str(image), **args}),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=thread_env(),
+        check=False,
+    )
+    try:
+        out: dict[str, Any] = json.loads(proc.stdout.splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        raise AssertionError(f"the boot's child process printed no result: {proc.stderr}") from None
+    if "error" in out:
+        raise AssertionError(f"{out['type']}: {out['error']} ({out['hint']})")
+    return out
+
+
+def boot_test(image: Path, **kwargs: Any) -> BootResult:
+    """:func:`nvkr.machine.boot.boot_test` (``kwargs`` as there, JSON-able) run in a child
+    process. Raises AssertionError as :func:`_in_child`."""
+    from nvkr.machine.boot import BootResult
+
+    return BootResult(**_in_child("boot_test", image, kwargs)["boot"])
 
 
 def boot_with_user_data(image: Path, **kwargs: Any) -> SimpleNamespace:
@@ -37,24 +80,8 @@ def boot_with_user_data(image: Path, **kwargs: Any) -> SimpleNamespace:
     """
     from nvkr.machine.boot import BootResult
     from nvkr.machine.cloudinit import Check
-    from tests.helpers.nvkr import thread_env
 
-    args = {k: str(v) if isinstance(v, Path) else v for k, v in kwargs.items()}
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.helpers.boot_child"],
-        input=json.dumps({"image": str(image), **args}),
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=thread_env(),
-        check=False,
-    )
-    try:
-        out = json.loads(proc.stdout.splitlines()[-1])
-    except (IndexError, json.JSONDecodeError):
-        raise AssertionError(f"the boot's child process printed no result: {proc.stderr}") from None
-    if "error" in out:
-        raise AssertionError(f"{out['type']}: {out['error']} ({out['hint']})")
+    out = _in_child("boot_with_user_data", image, kwargs)
     return SimpleNamespace(
         boot=BootResult(**out["boot"]), checks=[Check(**c) for c in out["checks"]]
     )
@@ -62,15 +89,22 @@ def boot_with_user_data(image: Path, **kwargs: Any) -> SimpleNamespace:
 
 def main() -> None:
     from nvkr.errors import NvkrError
-    from nvkr.machine.cloudinit import boot_with_user_data as boot
+    from nvkr.machine.boot import boot_test
+    from nvkr.machine.cloudinit import boot_with_user_data
 
     args = json.load(sys.stdin)
-    image = Path(args.pop("image"))
+    call, image = args.pop("call"), Path(args.pop("image"))
     for key in PATHS:
         if args.get(key) is not None:
             args[key] = Path(args[key])
+    if "drives" in args:
+        args["drives"] = [Path(d) for d in args["drives"]]
     try:
-        result = boot(image, **args)
+        if call == "boot_test":
+            booted = boot_test(image, **args)
+            print(json.dumps({"boot": dataclasses.asdict(booted)}))
+            return
+        result = boot_with_user_data(image, **args)
     except NvkrError as e:
         print(json.dumps({"error": e.message, "hint": e.hint, "type": type(e).__name__}))
         return

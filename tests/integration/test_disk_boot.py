@@ -9,7 +9,9 @@ blackwell amd64 one (the node-image builder's :func:`nvkr.disk.assemble_disk` of
 amd64 root filesystem). SeaBIOS boots amd64 images in the catalog leaves' Cluster API boots
 (tests/integration/test_catalog_leaf.py, NoCloud user-data, where cloud-init's own growpart
 finds the root at the disk's end); hopper's arm64 image boots through the CLI in
-tests/integration/test_node_image.py. Prints the time of every step (run with ``-s``).
+tests/integration/test_node_image.py. The boot runs in the background from the session's
+first test (:func:`start_in_background`), once the default build is done, beside the tests that
+read it. Prints the time of every step (run with ``-s``).
 
 Set ``NVKR_TEST_ROOTFS_TAR`` to an mmdebstrap tar (linux-image-cloud-amd64, grub-pc-bin,
 grub-efi-amd64-bin, initramfs-tools, udev, cloud-guest-utils, e2fsprogs) to assemble and boot
@@ -25,14 +27,17 @@ import os
 import re
 import shutil
 import subprocess
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from nvkr.disk import assemble_disk, prepare_boot_files
 from nvkr.machine.boot import boot_test
 from nvkr.machine.qemu import OVMF
+from tests.helpers.background import BackgroundTest
 
 pytestmark = [
     pytest.mark.slow,
@@ -98,28 +103,47 @@ class Image:
     agent: bool
 
 
-@pytest.fixture(scope="module")
-def node_image(request, tmp_path_factory) -> Image:
+def _default_image(started: Future[Any], work: Path) -> Image:
     """The blackwell amd64 node image of the session's default build (the node-image builder's
     :func:`nvkr.disk.assemble_disk` of the default rootfs; its assembly's reproducibility is the
-    session's ``verify --rebuild``'s, from another store and extraction), or, with
-    ``$NVKR_TEST_ROOTFS_TAR``, that tar assembled here into a 2 GiB disk."""
-    given = os.environ.get("NVKR_TEST_ROOTFS_TAR")
-    if given and Path(given).is_file():
-        result = _assemble(Path(given), tmp_path_factory.mktemp("image"))
-        _report("assemble phases (seconds)", result.phases)
-        return Image(result.qcow2, result.fs_uuid, agent=False)
+    session's ``verify --rebuild``'s, from another store and extraction), once ``started`` (the
+    session's ``_default_build_started``) has it."""
     from tests.helpers.disk import read_root_file
     from tests.helpers.nvkr import machine_image
 
-    layout = request.getfixturevalue("default_build").clone / "dist" / "nvkr-default-k8s1.36"
+    clone, _, first = started.result().first
+    assert first.code == 0, f"the session's default build failed: {first.stderr[-3000:]}"
+    layout = clone / "dist" / "nvkr-default-k8s1.36"
     qcow2 = machine_image(layout, gpu="blackwell", arch="amd64")
-    raw = tmp_path_factory.mktemp("image") / "disk.raw"
+    raw = work / "image.raw"
     subprocess.run(["qemu-img", "convert", "-O", "raw", str(qcow2), str(raw)], check=True)
     fstab = read_root_file(raw, "/etc/fstab")
     raw.unlink()
     (uuid,) = re.findall(r"^UUID=(\S+)\s+/\s", fstab, re.M)
     return Image(qcow2, uuid, agent=True)
+
+
+def start_in_background(request: pytest.FixtureRequest) -> BackgroundTest:
+    """The boot, started at the session's first test in a thread of its own
+    (tests/helpers/background.py): it waits for the session's default build, then boots in a
+    child process (tests/helpers/boot_child.py) while the tests reading that build run; with
+    ``$NVKR_TEST_ROOTFS_TAR``, it assembles that tar into a 2 GiB disk first."""
+    if not Path(OVMF[0]).is_file() or shutil.which("mkfs.fat") is None:
+        return BackgroundTest.start(request, "disk-boot", lambda tmp: None)  # the test skips
+    given = os.environ.get("NVKR_TEST_ROOTFS_TAR")
+    if given and Path(given).is_file():
+
+        def assembled(tmp: Path) -> None:
+            result = _assemble(Path(given), tmp / "image")
+            _report("assemble phases (seconds)", result.phases)
+            _boot_and_check(Image(result.qcow2, result.fs_uuid, agent=False), tmp)
+
+        return BackgroundTest.start(request, "disk-boot", assembled)
+
+    def default(tmp: Path, started: Future[Any]) -> None:
+        _boot_and_check(_default_image(started, tmp), tmp)
+
+    return BackgroundTest.start(request, "disk-boot", default, "_default_build_started")
 
 
 #: growroot's verdict on a disk larger than the image
@@ -201,15 +225,21 @@ def _partition_bytes(disk: Path, part: dict) -> str:
 @pytest.mark.skipif(not Path(OVMF[0]).is_file(), reason="ovmf missing")
 @pytest.mark.skipif(shutil.which("mkfs.fat") is None, reason="dosfstools missing")
 def test_boots_with_ovmf_reads_its_config_drive_grows_its_root_up_to_it_and_reports_ready(
-    node_image, tmp_path
+    _started_in_background,
 ):
-    """One boot (each TCG boot is a minute of both cores), on a writable overlay of
+    """:func:`_boot_and_check`, run in the background (:func:`start_in_background`)."""
+    _started_in_background[__name__].check()
+
+
+def _boot_and_check(node_image: Image, tmp_path: Path) -> None:
+    """One boot (each TCG boot is a minute of a core), on a writable overlay of
     :func:`_with_config_drive`: growroot grows partition 3 and its file system up to the
     config-2 partition, cloud-init names ConfigDrive as its datasource and writes the config
     drive's host name; then the agent's readiness line and labels (no GPU in QEMU; the two
     binaries of the image's manifest checked). After power-off: the config-2 entry and bytes
     unchanged, the root grown but ending before them."""
     from nvkr.agent_labels import AGENT_LABELS, check_agent_labels
+    from tests.helpers.boot_child import boot_test
     from tests.helpers.disk import debugfs_read
 
     disk = _with_config_drive(node_image.qcow2, tmp_path)

@@ -12,13 +12,16 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import LayoutReader
 from nvkr.releaseset import read_metadata
+from tests.helpers.background import BackgroundTest
 from tests.helpers.nvkr import make_clone, run_nvkr, start_nvkr
 
 pytestmark = pytest.mark.slow
@@ -76,9 +79,23 @@ def test_qemu_img_accepts_every_machine_image(layout: Path) -> None:
         assert info["format"] == "qcow2" and info["virtual-size"] == 4 << 30
 
 
+def start_in_background(request: pytest.FixtureRequest) -> BackgroundTest:
+    """The arm64 boot, started at the session's first test in a thread of its own
+    (tests/helpers/background.py): it waits for the session's default build, then boots while
+    the tests reading that build run (a TCG boot is a minute of a core, which the session's
+    last minutes, one test at a time, leave free)."""
+    return BackgroundTest.start(request, "arm64-boot", _arm64_boot, "_default_build_started")
+
+
+@pytest.mark.default_build  # the session's build, which the background boot waits for
 def test_the_arm64_image_boots_through_the_cli_to_the_agent_readiness_line(
-    default_build, layout
+    _started_in_background,
 ) -> None:
+    """:func:`_arm64_boot`, run in the background (:func:`start_in_background`)."""
+    _started_in_background[__name__].check()
+
+
+def _arm64_boot(tmp: Path, started: Future[Any]) -> None:
     """Hopper's arm64 image boots by itself, through the CLI (``nvkr boot-test --json``), to
     the agent's readiness line and labels. The amd64 images boot elsewhere, one boot each (a TCG
     boot is a minute of both cores): blackwell's with OVMF and a config drive on a larger disk
@@ -87,9 +104,11 @@ def test_the_arm64_image_boots_through_the_cli_to_the_agent_readiness_line(
     arches, both firmwares and both GPU generations. Blackwell's arm64 image differs from
     hopper's only in its GPU settings and labels, and an arm64 boot is emulated here (TCG on the
     amd64 host: minutes with cloud-init's Python start-up), so it is left out."""
+    clone, store, first = started.result().first
+    assert first.code == 0, f"the session's default build failed: {first.stderr[-3000:]}"
     res = start_nvkr(
         "boot-test", f"dist/{SET}", "--variant", "gpu=hopper,arch=arm64", "--json",
-        "--timeout", "1200", cwd=default_build.clone, store=default_build.store, timeout=3600,
+        "--timeout", "1200", cwd=clone, store=store, timeout=3600,
     ).result()  # fmt: skip
     assert res.code == 0, res.stdout + res.stderr
     events = [json.loads(line) for line in res.stdout.splitlines()]
@@ -99,7 +118,7 @@ def test_the_arm64_image_boots_through_the_cli_to_the_agent_readiness_line(
     assert events[-1]["event"] == "result" and events[-1]["images"] == 1, events[-1]
     (b,) = booted
     # the whole console of the image stays in the store's logs/boot-test
-    assert b["accel"] in ("kvm", "tcg") and b["log"].startswith(f"{default_build.store}/")
+    assert b["accel"] in ("kvm", "tcg") and b["log"].startswith(f"{store}/")
     assert "console: " in Path(b["log"]).read_text()
     assert "nvkr-node-agent: ready gpus=0" in b["line"]
     assert "manifest=ok(2 files)" in b["line"], "the agent checked node-agent and kubectl"
