@@ -17,6 +17,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
@@ -26,13 +27,20 @@ from tests.helpers import REPO
 if TYPE_CHECKING:
     from nvkr.machine.boot import BootResult
 
+#: At most two of the session's background boots at once (two cores). With up to four TCG guests
+#: on two cores (the catalog leaf's, the default build's two), a guest's kernel panicked in a
+#: clean-clone run: a vCPU jumped into the middle of a static-key NOP while the kernel patched it
+#: (QEMU's multi-threaded TCG, its vCPU threads preempted at will); the 15 runs before, with at
+#: most two boots at once, never did. A boot in a background thread takes a slot for its run.
+BOOT_SLOTS = threading.BoundedSemaphore(2)
+
 #: the keyword arguments that are paths (``drives``, a list of them, too)
 PATHS = ("user_data", "meta_data_file", "log_file")
 
 
 def _in_child(call: str, image: Path, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``call`` (``boot_test`` or ``boot_with_user_data``) of ``image`` in a child process: what
-    it printed, read back.
+    """``call`` (``boot_test`` or ``boot_with_user_data``) of ``image`` in a child process, in
+    one of :data:`BOOT_SLOTS`: what it printed, read back.
 
     Raises:
         AssertionError: the boot failed (the nvkr error's class, message and hint), or the
@@ -43,15 +51,16 @@ def _in_child(call: str, image: Path, kwargs: dict[str, Any]) -> dict[str, Any]:
     args = {k: str(v) if isinstance(v, Path) else v for k, v in kwargs.items()}
     if "drives" in args:
         args["drives"] = [str(d) for d in args["drives"]]
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.helpers.boot_child"],
-        input=json.dumps({"call": call, "image": str(image), **args}),
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=thread_env(),
-        check=False,
-    )
+    with BOOT_SLOTS:
+        proc = subprocess.run(
+            [sys.executable, "-m", "tests.helpers.boot_child"],
+            input=json.dumps({"call": call, "image": str(image), **args}),
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env=thread_env(),
+            check=False,
+        )
     try:
         out: dict[str, Any] = json.loads(proc.stdout.splitlines()[-1])
     except (IndexError, json.JSONDecodeError):

@@ -22,6 +22,7 @@ from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import LayoutReader
 from nvkr.releaseset import read_metadata
 from tests.helpers.background import BackgroundTest
+from tests.helpers.boot_child import BOOT_SLOTS
 from tests.helpers.nvkr import make_clone, run_nvkr, start_nvkr
 
 pytestmark = pytest.mark.slow
@@ -106,10 +107,11 @@ def _arm64_boot(tmp: Path, started: Future[Any]) -> None:
     amd64 host: minutes with cloud-init's Python start-up), so it is left out."""
     clone, store, first = started.result().first
     assert first.code == 0, f"the session's default build failed: {first.stderr[-3000:]}"
-    res = start_nvkr(
-        "boot-test", f"dist/{SET}", "--variant", "gpu=hopper,arch=arm64", "--json",
-        "--timeout", "1200", cwd=clone, store=store, timeout=3600,
-    ).result()  # fmt: skip
+    with BOOT_SLOTS:  # at most two of the session's background boots at once
+        res = start_nvkr(
+            "boot-test", f"dist/{SET}", "--variant", "gpu=hopper,arch=arm64", "--json",
+            "--timeout", "1200", cwd=clone, store=store, timeout=3600,
+        ).result()  # fmt: skip
     assert res.code == 0, res.stdout + res.stderr
     events = [json.loads(line) for line in res.stdout.splitlines()]
     assert all(e["v"] == 1 and e["ts"] for e in events)
