@@ -64,30 +64,21 @@ def _split(value: str) -> list[str]:
 
 
 def config_section(path: Path | None) -> tuple[dict[str, Any], Path | None]:
-    """The ``cache:`` map of the config file at ``path`` (missing file or key: empty).
+    """The ``cache:`` map of the config file at ``path`` (missing file or key: empty), read as
+    every reader of the config reads it (:func:`nvkr.fetch.mirrors.read_config`), and the file
+    that relative key paths start from (None: no file).
 
     Raises:
-        UsageError: unreadable or invalid YAML, ``cache`` not a map, unknown keys, wrong types.
+        UsageError: unreadable, not UTF-8, not YAML or not a map; ``cache`` not a map, unknown
+            keys, wrong types.
     """
-    import yaml
-
-    from nvkr.bounds import read_limited
-    from nvkr.bounds.yamldata import load
+    from nvkr.fetch.mirrors import read_config
 
     if path is None:
         return {}, None
-    try:
-        text = read_limited(path, "nvkr config").decode("utf-8")
-    except FileNotFoundError:
-        return {}, None
-    except OSError as e:
-        raise UsageError(f"cannot read nvkr config {path}: {e.strerror}") from e
-    try:
-        data: Any = load(text, path)
-    except yaml.YAMLError as e:
-        raise UsageError(f"nvkr config {path} is not valid YAML: {e}") from e
-    if not isinstance(data, dict) or data.get("cache") is None:
-        return {}, path
+    data, _ = read_config(path)
+    if data.get("cache") is None:
+        return {}, path if path.exists() else None
     section = data["cache"]
     if not isinstance(section, dict):
         raise UsageError(f"nvkr config {path}: 'cache' must be a map", hint=_CONFIG_HINT)

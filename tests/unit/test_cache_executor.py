@@ -218,6 +218,28 @@ def test_bad_settings_are_usage_errors(tmp_path, kwargs, config, message):
     assert message in err.value.message, err.value.message
 
 
+@pytest.mark.parametrize(
+    "config",
+    [
+        pytest.param(b'cache:\n  salt: "\xff"\n', id="in-the-cache-section"),
+        pytest.param(b"# Konfiguration f\xfcr nvkr (Latin-1)\nmirrors: []\n", id="a-comment"),
+    ],
+)
+def test_a_config_that_is_not_utf8_is_a_usage_error_for_build(tmp_path, config):
+    """A config file in another encoding stopped nvkr build with NVKR-E-INTERNAL (the cache
+    settings' own reader of the config file let UnicodeDecodeError through); every reader of
+    the config is now the one that says so (``nvkr.fetch.mirrors.read_config``)."""
+    from tests.helpers.cli import invoke
+
+    path = tmp_path / "config.yaml"
+    path.write_bytes(config)
+    with pytest.raises(UsageError, match="is not UTF-8"):
+        resolve_settings(env={}, config=path)
+    res = invoke("--config", path, "build", "--offline", cwd=tmp_path, store=tmp_path / "s")
+    assert res.code == 2, res.stderr
+    assert f"nvkr config {path} is not UTF-8" in res.stderr and "INTERNAL" not in res.stderr
+
+
 def test_trust_unsigned_needs_no_key(tmp_path):
     settings = resolve_settings(cache_from=["reg.example/c"], trust_unsigned=True, env={})
     assert settings.trust == () and settings.trust_unsigned
