@@ -16,7 +16,7 @@ which the entry records (:mod:`nvkr.fetch.snapshots`), failing naming the packag
 misses too.
 
 The source's blob is the *package manifest*, canonical JSON of the locked package list
-(:func:`manifest_bytes`); its digest pins every .deb transitively, so it is what action keys see.
+(:func:`~nvkr.fetch.entries.apt_manifest_bytes`); its digest pins every .deb transitively, so it is what action keys see.
 """
 
 from __future__ import annotations
@@ -30,10 +30,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from nvkr.canonical import canonical_json, sha256_bytes
+from nvkr.canonical import sha256_bytes
 from nvkr.errors import AptError, FetchError, IntegrityError, LockError, OfflineError, ToolError
 from nvkr.fetch.context import FetchContext, check_entry, check_versions
 from nvkr.fetch.debs import SnapshotFallback, fetch_debs, snapshot_fallback
+from nvkr.fetch.entries import APT_MANIFEST_VERSION, apt_manifest_bytes
 from nvkr.fetch.http import download
 from nvkr.fetch.snapshots import entry_snapshot, lock_stamp
 from nvkr.recipe.sources import AptKeyring, AptRepository, AptSource
@@ -43,7 +44,6 @@ from nvkr.run import pinned_env, run
 if TYPE_CHECKING:
     from nvkr.store import Store
 
-MANIFEST_VERSION = 1
 
 #: apt-get output that means a Release file failed its signature check.
 _SIGNATURE_FAILURE = re.compile(
@@ -172,15 +172,6 @@ def file_sha256(path: Path) -> str:
     return "sha256:" + h.hexdigest()
 
 
-def manifest_bytes(arch: str, packages: list[dict[str, Any]]) -> bytes:
-    """Canonical JSON ``{"aptManifest": 1, "arch": ..., "packages": [...]}``: the source's blob.
-
-    ``packages`` items: ``{"name", "version", "arch", "repository", "url", "filename", "size",
-    "sha256"}`` (``sha256`` as ``sha256:<hex>``), sorted by name then arch.
-    """
-    return canonical_json({"aptManifest": MANIFEST_VERSION, "arch": arch, "packages": packages})
-
-
 def read_manifest(data: bytes) -> dict[str, Any]:
     """Parse a manifest blob written by :func:`manifest_bytes`.
 
@@ -190,7 +181,7 @@ def read_manifest(data: bytes) -> dict[str, Any]:
     import json
 
     doc = json.loads(data)
-    if not isinstance(doc, dict) or doc.get("aptManifest") != MANIFEST_VERSION:
+    if not isinstance(doc, dict) or doc.get("aptManifest") != APT_MANIFEST_VERSION:
         raise IntegrityError("not an nvkr apt package manifest (aptManifest 1)")
     return doc
 
@@ -526,7 +517,7 @@ def resolve(name: str, source: AptSource, ctx: FetchContext, *, base_dir: Path) 
     ctx.require_online(name, "the apt repositories' metadata")
     packages, keyrings, stamp = _resolve_packages(name, source, ctx, base_dir)
     _fetch_debs(name, packages, ctx, source)
-    data = manifest_bytes(source.arch, packages)
+    data = apt_manifest_bytes(source.arch, packages)
     digest = sha256_bytes(data)
     if not ctx.store.has_blob(digest):
         ctx.store.add_bytes(data)
@@ -574,7 +565,7 @@ def ensure(
             _fetch_keyring(name, repo_name, repo.keyring, ctx, locked_keys[repo_name])
     if ctx.store.has_blob(digest) and all(ctx.store.has_blob(p["sha256"]) for p in packages):
         return digest
-    data = manifest_bytes(source.arch, packages)
+    data = apt_manifest_bytes(source.arch, packages)
     if sha256_bytes(data) != digest:
         raise LockError(
             f"lock entry for source {name!r}: its package list hashes to {sha256_bytes(data)}, "

@@ -70,11 +70,12 @@ def check_entry(
     if needs_digest and not str(resolved.get("digest", "")).startswith("sha256:"):
         raise LockError(f"lock entry for source {name!r} has no sha256 'digest'", hint=hint)
     for key, want in identity.items():
-        want = redact_urls(want)
-        if redact_urls(resolved.get(key)) != want:
+        want, have = redact_urls(want), redact_urls(resolved.get(key))
+        if have != want:
+            has = f"no {key}" if have is None else f"{key}={have!r}"
+            says = f"{want!r}" if want is not None else f"no {key}"
             raise LockError(
-                f"lock entry for source {name!r} has {key}={resolved.get(key)!r}, the recipe says {want!r}",
-                hint=hint,
+                f"lock entry for source {name!r} has {has}, the recipe says {says}", hint=hint
             )
 
 
@@ -87,7 +88,8 @@ def check_versions(name: str, locked: Mapping[str, object], wanted: Mapping[str,
     """
     for pkg, version in sorted(wanted.items()):
         if locked.get(pkg) != version:
+            has = f"{pkg} {locked[pkg]}" if locked.get(pkg) is not None else f"no {pkg}"
             raise LockError(
-                f"lock entry for source {name!r} has {pkg} {locked.get(pkg)}, the recipe says {version}",
+                f"lock entry for source {name!r} has {has}, the recipe says {pkg} {version}",
                 hint="run `nvkr lock` to update the lockfile",
             )

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
+from nvkr.canonical import canonical_json
 from nvkr.errors import LockError
 
 #: how a lock entry nvkr cannot read, or one at odds with its recipe, is mended
@@ -328,8 +329,27 @@ class AptEntry(LockEntry):
     packages: tuple[DebPackage, ...]
     snapshot: AptSnapshot | None = None
 
+    def manifest(self) -> bytes:
+        """The package manifest this entry's ``digest`` names (:func:`apt_manifest_bytes` of its
+        arch and packages): a .deb list edited by hand hashes to another digest."""
+        return apt_manifest_bytes(self.arch, [p.to_json() for p in self.packages])
+
     def without_lock_record(self) -> Self:
         """The entry without the lock's where and when (``snapshot``), as a build holds a source
         it resolved itself: only ``nvkr lock`` records them (see :class:`Resolver
         <nvkr.lock.Resolver>`'s ``records_lock_time``)."""
         return dataclasses.replace(self, snapshot=None)
+
+
+#: the version of an apt source's package manifest
+APT_MANIFEST_VERSION = 1
+
+
+def apt_manifest_bytes(arch: str, packages: list[dict[str, Any]]) -> bytes:
+    """Canonical JSON ``{"aptManifest": 1, "arch": ..., "packages": [...]}``: an apt source's
+    blob, whose digest is its lock entry's (and what action keys see).
+
+    ``packages`` items: ``{"name", "version", "arch", "repository", "url", "filename", "size",
+    "sha256"}`` (``sha256`` as ``sha256:<hex>``), sorted by name then arch.
+    """
+    return canonical_json({"aptManifest": APT_MANIFEST_VERSION, "arch": arch, "packages": packages})

@@ -271,7 +271,10 @@ def test_ensure_refuses_an_edited_lock_entry(gpu_apt_repo: AptRepo, tmp_path: Pa
         ensure("g", src, edited, FetchContext(store=Store(tmp_path / "s2")), base_dir=tmp_path)
     pinned = _source(gpu_apt_repo, {"nvidia-container-toolkit": "1.17.9-1"})
     with pytest.raises(
-        LockError, match=re.escape("nvidia-container-toolkit 1.17.8-1, the recipe says 1.17.9-1")
+        LockError,
+        match=re.escape(
+            "has nvidia-container-toolkit 1.17.8-1, the recipe says nvidia-container-toolkit 1.17.9-1"
+        ),
     ):
         ensure("g", pinned, entry, FetchContext(store=Store(tmp_path / "s2")), base_dir=tmp_path)
 
