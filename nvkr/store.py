@@ -13,6 +13,7 @@ Everything a build fetches or produces lands here before anything else sees it::
       cache/                tool caches that never affect outputs (Go's build cache; a cgo
                             build's is per tools tree: Go does not hash C headers)
       logs/boot-test/       boot-test consoles, one file per boot (nvkr.machine.boot.CONSOLE_LOGS); never read
+      logs/durations/       each action's last run time, for the progress estimates (nvkr.monitor.estimates)
       tmp/                  work dirs and in-flight downloads, same filesystem as blobs/
       tmp.lock              flock(2) taken while a tmp/ entry is made and claimed (nvkr.scratch)
       lock                  flock(2) guard for concurrent builds

@@ -203,8 +203,8 @@ def _blob_sizes(store: Store) -> dict[str, int]:
 class Usage:
     """Bytes by kind: ``sources`` (blobs a root names as a source's), ``outputs`` by builder,
     ``logs`` (build logs), ``unreached`` (blobs no root or record names), and the directories
-    ``tools``, ``cache``, ``tmp``, ``logs/`` (boot consoles) and ``metadata`` (records, seals,
-    roots, the plan memo in ``state/``)."""
+    ``tools``, ``cache``, ``tmp``, ``logs/boot-test/`` (boot consoles) and ``metadata`` (records,
+    seals, roots, the plan memo in ``state/``, the actions' durations in ``logs/durations/``)."""
 
     sources: int = 0
     outputs: dict[str, int] = field(default_factory=dict)
@@ -280,9 +280,11 @@ def usage(store: Store) -> Usage:
     u.tools = _size(store.tools_dir)
     u.cache = _size(store.cache_dir)
     u.tmp = _size(store.tmp_dir)
-    u.consoles = _size(store.root / "logs")
+    u.consoles = _size(store.root / "logs" / "boot-test")
     state = store.root / "state"  # the plan memo (nvkr.planmemo)
-    u.metadata = sum(_size(d) for d in (store.actions_dir, store.seals_dir, store.roots_dir, state))
+    durations = store.root / "logs" / "durations"  # actions' last run times (estimates)
+    metadata = (store.actions_dir, store.seals_dir, store.roots_dir, state, durations)
+    u.metadata = sum(_size(d) for d in metadata)
     return u
 
 

@@ -132,7 +132,7 @@ def du(app: App, as_json: bool) -> None:
         ("cache (Go's build cache)", u.cache),
         ("tmp", u.tmp),
         ("boot-test consoles", u.consoles),
-        ("metadata (records, seals, roots)", u.metadata),
+        ("metadata (records, seals, roots, plan memo, durations)", u.metadata),
     ]
     for label, size in rows:
         click.echo(f"  {human_size(size):>10}  {label}")

@@ -176,6 +176,23 @@ def test_usage_counts_the_plan_memo_as_metadata(project):
     assert after.metadata == before + 5000 and after.as_json()["total"] == after.total
 
 
+def test_usage_counts_only_boot_consoles_as_consoles(project):
+    """A fresh user's trial: ``466 bytes boot-test consoles`` with no boot run: the actions'
+    durations (``logs/durations/``) were counted as consoles. They are metadata; consoles are
+    ``logs/boot-test/``."""
+    project.build(1)
+    store = Store(project.store)
+    durations = store.root / "logs" / "durations"
+    assert any(durations.iterdir()), "a build records its actions' durations"
+    u = usage(store)
+    assert u.consoles == 0
+    console = store.root / "logs" / "boot-test" / "boot.log"
+    console.parent.mkdir(parents=True)
+    console.write_bytes(b"x" * 700)
+    after = usage(store)
+    assert after.consoles == 700 and after.metadata == u.metadata
+
+
 @pytest.mark.parametrize(
     ("text", "seconds"), [("30d", 30 * 86400), ("12h", 43200), ("1w2d", 9 * 86400), ("45s", 45)]
 )
