@@ -59,14 +59,25 @@ def _check_config(given: Path | None) -> str:
     and build read it: its line of validate's report.
 
     Raises:
-        UsageError: the file is unreadable, not a YAML map, or its ``mirrors``, ``snapshots``
-            or ``cache`` is malformed (naming the file and the entry).
+        UsageError: the file is unreadable, not a YAML map, has a key no reader reads (a typo),
+            or its ``mirrors``, ``snapshots`` or ``cache`` is malformed (naming the file and the
+            entry).
     """
+    import difflib
+
     from nvkr.cache.settings import config_section
-    from nvkr.fetch.mirrors import Mirrors, default_config_path
+    from nvkr.errors import UsageError
+    from nvkr.fetch.mirrors import CONFIG_KEYS, Mirrors, default_config_path, unknown_config_keys
     from nvkr.fetch.snapshots import SnapshotArchives
 
     path = given if given is not None else default_config_path()
+    for key in unknown_config_keys(path):  # a typo the readers would silently pass over
+        near = difflib.get_close_matches(key, CONFIG_KEYS, n=1)
+        raise UsageError(
+            f"nvkr config {path}: {key!r} is no key of the config"
+            + (f" (did you mean {near[0]!r}?)" if near else ""),
+            hint="the config holds " + ", ".join(CONFIG_KEYS),
+        )
     mirrors = Mirrors.from_config(path)
     snapshots = SnapshotArchives.from_config(path)
     cache, _ = config_section(path)

@@ -64,6 +64,23 @@ def read_config(path: Path | None = None) -> tuple[dict[str, Any], str]:
     return data, where
 
 
+#: the config file's top-level keys, each read by its owner: ``mirrors`` (:class:`Mirrors`),
+#: ``snapshots`` (:class:`nvkr.fetch.snapshots.SnapshotArchives`), ``cache``
+#: (:mod:`nvkr.cache.settings`)
+CONFIG_KEYS = ("cache", "mirrors", "snapshots")
+
+
+def unknown_config_keys(path: Path | None = None) -> list[str]:
+    """The config file's top-level keys no reader of this nvkr reads (a typo such as
+    ``snapshot:`` is silently ignored by the readers: ``nvkr validate`` names it).
+
+    Raises:
+        UsageError: as :func:`read_config`.
+    """
+    data, _ = read_config(path)
+    return sorted(str(k) for k in data if k not in CONFIG_KEYS)
+
+
 @dataclass(frozen=True)
 class Mirrors:
     """An ordered set of ``(prefix, replacement)`` URL rewrites.

@@ -292,6 +292,26 @@ def test_validate_reads_the_config_file_plan_and_build_read(
     assert other.code == 2 and needle in other.stderr, f"validate refuses what {verb} refuses"
 
 
+@pytest.mark.parametrize(
+    ("config", "needle"),
+    [
+        ("snapshot:\n  - {repository: http://r/, archive: http://a/}\n",
+         "'snapshot' is no key of the config (did you mean 'snapshots'?)"),
+        ("mirror: []\n", "'mirror' is no key of the config (did you mean 'mirrors'?)"),
+        ("registries: {}\n", "'registries' is no key of the config\n"),
+    ],
+)  # fmt: skip
+def test_validate_names_a_config_key_no_reader_reads(repo_root, tmp_path, config, needle):
+    """A fresh user's trial: ``snapshot:`` (for ``snapshots:``) was silently ignored, validate
+    reporting 0 snapshot archives and exit 0."""
+    path = tmp_path / "config.yaml"
+    path.write_text(config)
+    res = invoke("--config", path, "validate", cwd=repo_root, store=tmp_path / "s")
+    assert res.code == 2, res.stdout + res.stderr
+    assert f"nvkr config {path}: {needle}" in res.stderr, res.stderr
+    assert "the config holds cache, mirrors, snapshots" in res.stderr
+
+
 def test_validate_names_the_config_file_and_what_it_sets(repo_root, tmp_path):
     path = tmp_path / "config.yaml"
     missing = invoke("--config", path, "validate", cwd=repo_root, store=tmp_path / "s")
