@@ -215,7 +215,8 @@ def unlocked_warning(session: Session) -> str | None:
     resolver = session.resolver
     if not resolver.resolved_now or resolver.lock is None:
         return None
+    names = sorted(set(resolver.resolved_now))
     return (
-        f"{session.lock_path} lacks {', '.join(sorted(set(resolver.resolved_now)))}; "
-        "resolved now — run `nvkr lock` to pin them"
+        f"{session.lock_path} lacks {', '.join(names)}; resolved now — run `nvkr lock` to pin "
+        + ("it" if len(names) == 1 else "them")
     )

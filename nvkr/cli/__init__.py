@@ -159,7 +159,7 @@ class LazyGroup(click.Group):
     "--config",
     type=click.Path(path_type=Path),
     envvar="NVKR_CONFIG",
-    help="Config file with mirrors (env NVKR_CONFIG; default ~/.config/nvkr/config.yaml).",
+    help="Config file: mirrors, snapshot archives, cache settings (env NVKR_CONFIG; default ~/.config/nvkr/config.yaml).",
 )
 @click.pass_context
 def cli(ctx: click.Context, debug: bool, store_root: Path | None, config: Path | None) -> None:

@@ -14,7 +14,7 @@ from nvkr.cli import App
 
 @click.group("store")
 def command() -> None:
-    """Check the store (--store, env NVKR_CACHE)."""
+    """Check, size and clean the store (--store, env NVKR_CACHE)."""
 
 
 @command.command("verify")

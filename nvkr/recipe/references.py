@@ -42,14 +42,23 @@ def check_references(recipe: Recipe, locations: LocationMap) -> None:
                     if field_path[0] in artifact.model_fields_set
                     else f" (the default {field_path[0]})"
                 )
-                lines.append(f"{where(locations, path)}: no source named '{value}'{default}")
+                other = " ('{v}' is an artifact)" if value in recipe.artifacts else ""
+                lines.append(
+                    f"{where(locations, path)}: no source named '{value}'{default}"
+                    + other.format(v=value)
+                )
                 missing_sources = True
             elif kind == "artifact" and value not in recipe.artifacts:
-                lines.append(f"{where(locations, path)}: no artifact named '{value}'")
+                lines.append(
+                    f"{where(locations, path)}: no artifact named '{value}'"
+                    + _as_source(recipe, value)
+                )
                 missing_artifacts = True
     for path, value in _artifact_uses(recipe):
         if value not in recipe.artifacts:
-            lines.append(f"{where(locations, path)}: no artifact named '{value}'")
+            lines.append(
+                f"{where(locations, path)}: no artifact named '{value}'" + _as_source(recipe, value)
+            )
             missing_artifacts = True
     if not lines:
         return
@@ -59,6 +68,14 @@ def check_references(recipe: Recipe, locations: LocationMap) -> None:
     if missing_artifacts:
         hints.append(f"artifacts: {_names(recipe.artifacts)}")
     raise RecipeReferenceError("\n".join(lines), hint="existing " + "; ".join(hints))
+
+
+def _as_source(recipe: Recipe, value: str) -> str:
+    """Where a field wants an artifact and names a source (an image file written as the name of
+    a url source): how to name it as one."""
+    if value not in recipe.sources:
+        return ""
+    return f" ('{value}' is a source: name it as one where the field takes one, e.g. {{source: {value}}})"
 
 
 def check_artifact_fields(recipe: Recipe, locations: LocationMap) -> None:

@@ -228,6 +228,16 @@ def test_variant_selection_errors_are_usage_errors(project, tmp_path):
             "NVKR-E-RECIPE",
             ["small.yaml:", "files./x: an image file needs exactly one of artifact or source"],
         ),
+        (  # a source named where an artifact is wanted: how to name it as a source
+            lambda t: t.replace(
+                "artifacts: {}", "artifacts: {i: {builder: container-image, files: {/x: readme}}}"
+            ),
+            "NVKR-E-REF",
+            [
+                "no artifact named 'readme' ('readme' is a source: name it as one where the field "
+                "takes one, e.g. {source: readme})"
+            ],
+        ),
         (  # an entry of a list of files is named by its index, the union's other members unsaid
             lambda t: t.replace(
                 "artifacts: {}",
@@ -731,7 +741,7 @@ def test_plan_warns_of_what_it_resolves_as_build_does(project, tmp_path, verb):
     recipe.write_text(recipe.read_text().replace("artifacts: {}", added + "artifacts: {}"))
     res = invoke(verb, "recipes/small.yaml", cwd=proj, store=store)
     assert res.code == 0, res.stderr
-    assert "small.lock.json lacks notes; resolved now — run `nvkr lock`" in res.stderr, res.stderr
+    assert "small.lock.json lacks notes; resolved now — run `nvkr lock` to pin it\n" in res.stderr, res.stderr
     assert "no lockfile" not in res.stderr
 
 
