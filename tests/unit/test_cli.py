@@ -741,7 +741,9 @@ def test_plan_warns_of_what_it_resolves_as_build_does(project, tmp_path, verb):
     recipe.write_text(recipe.read_text().replace("artifacts: {}", added + "artifacts: {}"))
     res = invoke(verb, "recipes/small.yaml", cwd=proj, store=store)
     assert res.code == 0, res.stderr
-    assert "small.lock.json lacks notes; resolved now — run `nvkr lock` to pin it\n" in res.stderr, res.stderr
+    assert (
+        "small.lock.json lacks notes; resolved now — run `nvkr lock` to pin it\n" in res.stderr
+    ), res.stderr
     assert "no lockfile" not in res.stderr
 
 

@@ -82,8 +82,11 @@ def _apt_entry(packages: dict[str, str]) -> dict[str, Any]:
                 "url": f"http://deb.debian.org/debian/pool/main/{name[0]}/{name}/{filename}",
             }
         )
-    manifest = hashlib.sha256(repr(sorted(packages.items())).encode()).hexdigest()
-    return {"kind": "apt", "arch": "amd64", "digest": f"sha256:{manifest}", "packages": pkgs}
+    from nvkr.canonical import sha256_bytes
+    from nvkr.fetch.entries import apt_manifest_bytes
+
+    digest = sha256_bytes(apt_manifest_bytes("amd64", pkgs))  # as the lock checks it
+    return {"kind": "apt", "arch": "amd64", "digest": digest, "packages": pkgs}
 
 
 def write_recipe(tmp_path: Path, hello: str) -> Path:
