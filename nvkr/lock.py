@@ -206,9 +206,9 @@ class Resolver:
                 try:  # an entry at odds with its recipe source, even where nothing fetches it
                     fetcher_of(source).check(name, source, resolved)
                 except LockError as e:
-                    which = where.removeprefix(self._where(name))  # the variants, if several
                     raise LockError(
-                        f"{self.lock_path}: {e.message}{which}", hint=REFRESH_HINT
+                        f"{self.lock_path}: {e.message}{self._which(name, locked_entry)}",
+                        hint=REFRESH_HINT,
                     ) from None
             elif self.locked:
                 raise LockError(
@@ -239,12 +239,15 @@ class Resolver:
         return self._used[_spec_key(name, _spec(variant.recipe.sources[name]))]
 
     def _where(self, name: str, entry: dict[str, Any] | None = None) -> str:
-        """How messages name the lock entry of ``name``: with the variants it serves (read from
-        ``entry``) where the lockfile has several of that name (one per arch)."""
-        where = f"{self.lock_path}: lock entry for source {name!r}"
-        if entry is not None and self._names.get(name, 0) > 1 and entry.get("variants"):
-            where += f" (of {'; '.join(map(str, entry['variants']))})"
-        return where
+        """How messages name the lock entry of ``name`` (with :meth:`_which`)."""
+        return f"{self.lock_path}: lock entry for source {name!r}{self._which(name, entry)}"
+
+    def _which(self, name: str, entry: dict[str, Any] | None) -> str:
+        """`` (of VARIANT; ...)``, the variants ``entry`` serves, where the lockfile has several
+        entries of ``name`` (one per arch); else empty."""
+        if entry is None or self._names.get(name, 0) < 2 or not entry.get("variants"):
+            return ""
+        return f" (of {'; '.join(map(str, entry['variants']))})"
 
     def _resolve(self, variant: Variant, name: str, base: Path) -> LockEntry:
         """:func:`nvkr.fetch.api.resolve` (the entry's URLs without user info); a checksum

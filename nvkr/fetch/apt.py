@@ -32,7 +32,7 @@ from urllib.parse import unquote
 
 from nvkr.canonical import sha256_bytes
 from nvkr.errors import AptError, FetchError, IntegrityError, LockError, OfflineError, ToolError
-from nvkr.fetch.context import FetchContext, check_entry, check_versions
+from nvkr.fetch.context import FetchContext, check_entry, check_manifest, check_versions
 from nvkr.fetch.debs import SnapshotFallback, fetch_debs, snapshot_fallback
 from nvkr.fetch.entries import APT_MANIFEST_VERSION, apt_manifest_bytes
 from nvkr.fetch.http import download
@@ -566,12 +566,7 @@ def ensure(
     if ctx.store.has_blob(digest) and all(ctx.store.has_blob(p["sha256"]) for p in packages):
         return digest
     data = apt_manifest_bytes(source.arch, packages)
-    if sha256_bytes(data) != digest:
-        raise LockError(
-            f"lock entry for source {name!r}: its package list hashes to {sha256_bytes(data)}, "
-            f"the entry says {digest}",
-            hint="the lockfile was edited by hand; run `nvkr lock`",
-        )
+    check_manifest(name, data, digest)
     _fetch_debs(name, packages, ctx, source, snapshot_fallback(name, source, resolved, ctx))
     if not ctx.store.has_blob(digest):
         ctx.store.add_bytes(data)

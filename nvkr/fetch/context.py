@@ -93,3 +93,21 @@ def check_versions(name: str, locked: Mapping[str, object], wanted: Mapping[str,
                 f"lock entry for source {name!r} has {has}, the recipe says {pkg} {version}",
                 hint="run `nvkr lock` to update the lockfile",
             )
+
+
+def check_manifest(name: str, manifest: bytes, digest: str) -> None:
+    """Check that an apt entry's package list (``manifest``, its bytes) hashes to the entry's
+    ``digest``, which action keys see.
+
+    Raises:
+        LockError: it hashes to another digest (the list edited by hand), naming both.
+    """
+    from nvkr.canonical import sha256_bytes
+
+    listed = sha256_bytes(manifest)
+    if listed != digest:
+        raise LockError(
+            f"lock entry for source {name!r}: its package list hashes to {listed}, the entry "
+            f"says {digest}",
+            hint="the lockfile was edited by hand; run `nvkr lock`",
+        )

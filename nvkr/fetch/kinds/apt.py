@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from nvkr.errors import LockError
 from nvkr.fetch.entries import AptEntry
 from nvkr.fetch.kind import Fetcher, ModuleKind
 from nvkr.redact import redact_url
@@ -29,18 +28,11 @@ class AptKind(ModuleKind[AptEntry]):
     def check(self, name: str, source: Any, entry: AptEntry) -> None:
         """The arch, every package the recipe pins at its version, and the .deb list hashing to
         the entry's digest (which action keys see: an edited list would pass a cached rootfs)."""
-        from nvkr.canonical import sha256_bytes
-        from nvkr.fetch.context import check_versions
+        from nvkr.fetch.context import check_manifest, check_versions
 
         super().check(name, source, entry)
         check_versions(name, {p.name: p.version for p in entry.packages}, source.packages)
-        listed = sha256_bytes(entry.manifest())
-        if listed != entry.digest:  # the .debs a cached rootfs was built from, edited by hand
-            raise LockError(
-                f"lock entry for source {name!r}: its package list hashes to {listed}, the "
-                f"entry says {entry.digest}",
-                hint="the lockfile was edited by hand; run `nvkr lock`",
-            )
+        check_manifest(name, entry.manifest(), entry.digest)  # a cached rootfs's .debs, edited
 
     def blobs(self, entry: AptEntry) -> list[str]:
         """The manifest and every .deb."""
