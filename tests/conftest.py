@@ -3,8 +3,10 @@ runner for the real ``nvkr`` command in a subprocess."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
+import json
 import os
 import threading
 from collections.abc import Iterator
@@ -26,6 +28,7 @@ from tests.helpers.nvkr import (
     seed_from_build,
     start_nvkr,
 )
+from tests.helpers.registry import run_registry
 
 #: The variant the session's ``verify --rebuild`` rebuilds (see :class:`DefaultBuild`).
 REBUILD_VARIANT = "gpu=hopper,arch=amd64"
@@ -36,6 +39,14 @@ MIRROR_VARIANT = "gpu=hopper,kubernetes=1.36,arch=amd64"
 TWIN_VARIANTS = "gpu=hopper,arch=arm64"
 #: The twin's environment (umask 002 too), which the rebuild shares.
 TWIN_ENV = {"TZ": "Pacific/Chatham", "LC_ALL": "C", "LANG": "POSIX"}
+
+#: The rebuild from the registry's source closure runs with every address but loopback
+#: unreachable: a fetch from upstream would fail (it builds offline besides).
+UNREACHABLE = {
+    "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9",
+    "http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9",
+    "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1",
+}  # fmt: skip
 
 #: the harness (tests/helpers/): fixtures a test names as parameters, never imports
 pytest_plugins = [
@@ -140,17 +151,18 @@ class DefaultBuild:
     it, the arm64 root filesystem (qemu-user, with the host's tools bound in:
     nvkr.builders.rootfs.native) included.
 
-    ``rebuild``: ``nvkr verify <clone>/dist-one/<set> --rebuild --offline --json`` of the release
+    ``rebuild``: ``nvkr verify REGISTRY/nvkr/default@DIGEST --rebuild --json`` of the release
     set of one amd64 variant (:data:`REBUILD_VARIANT`, built from ``store``'s cache into
-    ``clone/dist-one/``), run from the twin's clone (``--project``) in the twin's environment
-    (umask 002, :data:`TWIN_ENV`, ``--jobs 1``): amd64's second build from scratch in another
-    environment, compared artifact by artifact. Started as soon as both builds are done and left
-    running while other tests go on (a rebuild in a fresh store is minutes of mostly one busy
-    core); its test collects the result. Its
-    sources come from ``mirror_store`` alone: ``nvkr mirror export --variant ... --offline`` of
-    that variant from ``store`` into ``mirror`` (``mirror_export``), imported into an empty store
-    (``mirror_import``), as a user carries them into an air-gapped site; so the one rebuild also
-    proves that the export holds all the variant needs (test_mirror_offline checks the export).
+    ``clone/dist-one/``), ``published`` with ``--with-sources`` to a loopback registry: the
+    rebuild takes the recipe, lockfile and every source from the registry's source closure
+    alone, runs in the twin's clone and environment (umask 002, :data:`TWIN_ENV`, ``--jobs 1``)
+    with every other address unreachable (:data:`UNREACHABLE`), and compares artifact by
+    artifact: amd64's second build from scratch in another environment. Started as soon as both
+    builds are done and left running while other tests go on (a rebuild in a fresh store is
+    minutes of mostly one busy core); its test collects the result. ``mirror``: ``nvkr mirror
+    export --variant ... --offline`` of that variant from ``store`` (``mirror_export``), imported
+    into the empty ``mirror_store`` (``mirror_import``), as a user carries sources into an
+    air-gapped site (test_mirror_offline checks both); the source closure holds the same export.
 
     Both builds start at the session's first test (:func:`_default_build_started`), and the
     modules that use them run last (:func:`pytest_collection_modifyitems`): the unit tests and
@@ -170,6 +182,7 @@ class DefaultBuild:
     mirror_export: Result
     mirror_import: Result
     mirror_store: Path
+    published: Result
 
 
 def uses_default_build(item: pytest.Item) -> bool:
@@ -239,6 +252,8 @@ def _default_build_started(request, tmp_path_factory) -> Iterator[Future[_Built]
         return
     go_toolchain = request.getfixturevalue("go_toolchain")
     tmp = tmp_path_factory.mktemp("default-build")
+    registry = contextlib.ExitStack()  # the rebuild's only reachable address
+    host = registry.enter_context(run_registry(tmp / "registry")).host
     runs = []
     for name, umask, env, jobs in (
         ("", 0o022, {"TZ": "UTC", "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}, []),
@@ -250,7 +265,7 @@ def _default_build_started(request, tmp_path_factory) -> Iterator[Future[_Built]
         started = start_nvkr(*args, cwd=clone, store=store, env=env, umask=umask, timeout=3600)
         runs.append((clone, store, _Running(started)))
     pool = ThreadPoolExecutor(1, initializer=in_background, initargs=(dict(os.environ),))
-    after = pool.submit(_after_the_builds, runs)
+    after = pool.submit(_after_the_builds, runs, host)
     pool.shutdown(wait=False)
     try:
         yield after
@@ -261,6 +276,7 @@ def _default_build_started(request, tmp_path_factory) -> Iterator[Future[_Built]
         built = after.result() if after.done() and after.exception() is None else None
         if built is not None and built.rebuild is not None and built.rebuild.proc.poll() is None:
             built.rebuild.kill()  # its test was not selected: do not leave it running
+        registry.close()
 
 
 class _Built(NamedTuple):
@@ -275,15 +291,17 @@ class _Built(NamedTuple):
     exported: Result
     imported: Result
     mirror_store: Path
+    published: Result
     rebuild: Started | None
 
 
-def _after_the_builds(runs: list[tuple[Path, Path, _Running]]) -> _Built:
+def _after_the_builds(runs: list[tuple[Path, Path, _Running]], registry: str) -> _Built:
     """Wait for both builds; when both passed, write one amd64 variant's release set from the
     first store's cache (the rebuild covers one variant: one variant runs every builder and the
-    whole verify --rebuild path), export its sources with ``nvkr mirror export --offline``,
-    import them into an empty store, and start ``verify --rebuild`` (see :class:`DefaultBuild`).
-    A step that fails ends the chain: later steps' Results are its own, and no rebuild starts."""
+    whole verify --rebuild path), export its sources with ``nvkr mirror export --offline`` and
+    import them into an empty store, publish the set with its sources to ``registry``, and
+    start ``verify REF --rebuild`` from there (see :class:`DefaultBuild`). A step that fails
+    ends the chain: later steps' Results are its own, and no rebuild starts."""
     (clone, store, first), (twin, twin_store, second) = [(c, s, r.result()) for c, s, r in runs]
     mirror, mirror_store = clone.parent / "mirror", clone.parent / "mirror-store"
     failed = next((r for r in (first, second) if r.code != 0), None)
@@ -298,16 +316,23 @@ def _after_the_builds(runs: list[tuple[Path, Path, _Running]]) -> _Built:
         )  # fmt: skip
     if exported.code == 0:
         imported = run_nvkr("mirror", "import", str(mirror), cwd=clone, store=mirror_store)
-    rebuild = None
+    published = imported
     if imported.code == 0:
+        published = run_nvkr(
+            "publish", "dist-one/nvkr-default-k8s1.36", f"{registry}/nvkr/default:one",
+            "--insecure", "--with-sources", "--json", cwd=clone, store=store,
+        )  # fmt: skip
+    rebuild = None
+    if published.code == 0:
+        digest = json.loads(published.stdout.splitlines()[-1])["digest"]
         rebuild = start_nvkr(
-            "verify", str(clone / "dist-one" / "nvkr-default-k8s1.36"), "--rebuild", "--offline",
-            "--project", str(twin), "--jobs", "1", "--seed-store", str(mirror_store), "--json",
-            cwd=twin, store=store, env=TWIN_ENV, umask=0o002, timeout=3600,
+            "verify", f"{registry}/nvkr/default@{digest}", "--insecure", "--rebuild",
+            "--jobs", "1", "--json", cwd=twin, store=twin_store, umask=0o002, timeout=3600,
+            env={**TWIN_ENV, **UNREACHABLE},
         )  # fmt: skip
     return _Built(
         (clone, store, first), (twin, twin_store, second), one, mirror, exported, imported,
-        mirror_store, rebuild,
+        mirror_store, published, rebuild,
     )  # fmt: skip
 
 
@@ -350,10 +375,11 @@ def default_build(_default_build_started) -> DefaultBuild:
     assert built.one.code == 0, built.one.stderr
     assert built.exported.code == 0, built.exported.stderr
     assert built.imported.code == 0, built.imported.stderr
+    assert built.published.code == 0, built.published.stderr
     assert built.rebuild is not None
     return DefaultBuild(
         clone, store, first, twin, twin_store, second, built.rebuild,
-        built.mirror, built.exported, built.imported, built.mirror_store,
+        built.mirror, built.exported, built.imported, built.mirror_store, built.published,
     )  # fmt: skip
 
 

@@ -39,6 +39,14 @@ if TYPE_CHECKING:
     show_default=True,
     help="Blobs downloaded at once.",
 )
+@click.option(
+    "--with-sources",
+    "sources_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    metavar="SRCDIR",
+    help="Also pull the set's source closure into SRCDIR: an export `nvkr mirror import` "
+    "takes, with the recipe files under SRCDIR/project/.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable events on stdout.")
 @click.pass_obj
 def command(
@@ -48,6 +56,7 @@ def command(
     keys: tuple[str, ...],
     registry: RegistryAccess,
     jobs: int,
+    sources_dir: Path | None,
     as_json: bool,
 ) -> None:
     """Pull the release set REFERENCE (REGISTRY/REPOSITORY@sha256:<hex>) into DIRECTORY.
@@ -58,7 +67,7 @@ def command(
     from nvkr.monitor import monitoring, open_monitor
 
     with monitoring(open_monitor("pull", as_json=as_json)) as monitor:
-        _pull(monitor, app, reference, directory, keys, registry, jobs)
+        _pull(monitor, app, reference, directory, keys, registry, jobs, sources_dir)
 
 
 def _pull(
@@ -69,6 +78,7 @@ def _pull(
     keys: tuple[str, ...],
     registry: RegistryAccess,
     jobs: int,
+    sources_dir: Path | None = None,
 ) -> None:
     """Check the arguments, pull, and report to ``monitor`` (:func:`command`)."""
     from nvkr.delivery.pull import pull_release_set
@@ -100,5 +110,15 @@ def _pull(
         report = pull_release_set(
             ref, directory, client, keys=public_keys, on_event=event, workers=jobs, reuse=[store]
         )
+        pulled = None
+        if sources_dir is not None:
+            from nvkr.delivery.sources import pull_sources
+
+            pulled = pull_sources(
+                client, ref.repository, report.digest, sources_dir, on_event=event,
+                workers=jobs, reuse=[store],
+            )  # fmt: skip
     fields = asdict(report)
+    if pulled is not None:
+        fields["sources"] = asdict(pulled)
     monitor.emit(Result("pull", fields, summary={**fields, "target_dir": str(directory)}))

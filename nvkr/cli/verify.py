@@ -40,7 +40,7 @@ from nvkr.quantities import human_size
     "--project",
     type=click.Path(path_type=Path, file_okay=False),
     default=Path("."),
-    help="With --rebuild: the project checkout the set was built from (the directory holding its recipes/; default: here).",
+    help="With --rebuild: the project checkout the set was built from (the directory holding its recipes/; default: here, or for a REF whose sources are in the registry, theirs).",
 )
 @click.option(
     "--seed-store",
@@ -98,14 +98,28 @@ def command(
     from nvkr.oci.registry import Reference
 
     ref = Reference.parse(str(path))
+    own_project = click.get_current_context().get_parameter_source("project") not in (
+        click.core.ParameterSource.DEFAULT,
+        None,
+    )
     with tempfile.TemporaryDirectory(prefix="nvkr-verify-") as tmp:
         layout = Path(tmp) / "layout"
+        inputs = None
         with registry.client(ref.registry) as client:
             # every blob's digest (and with --key every signature) is checked on the way in
-            pull_release_set(ref, layout, client, keys=public_keys)
+            pulled = pull_release_set(ref, layout, client, keys=public_keys)
+            if rebuild and not own_project:  # the set's sources in the registry, if it has them
+                from nvkr.verify.registry_sources import fetch_rebuild_inputs
+
+                inputs = fetch_rebuild_inputs(
+                    client, ref.repository, pulled.digest, Path(tmp), seed_store
+                )
+        if inputs is not None:  # no upstream: the closure and --seed-store's blobs only
+            project, seed_store, offline = inputs.project, inputs.seed_store, True
         _verify(
-            app, layout, public_keys, policy, as_json, rebuild, project, seed_store, jobs, offline
-        )
+            app, layout, public_keys, policy, as_json, rebuild, project, seed_store, jobs, offline,
+            sources=inputs.info if inputs is not None else None,
+        )  # fmt: skip
 
 
 def _verify(
@@ -119,6 +133,7 @@ def _verify(
     seed_store: Path | None,
     jobs: int | None,
     offline: bool = False,
+    sources: dict[str, Any] | None = None,
 ) -> None:
     from nvkr.errors import IntegrityError
     from nvkr.verify import load_policy, verify_release_set
@@ -138,6 +153,8 @@ def _verify(
             jobs=jobs,
             offline=offline,
         )
+        if report.rebuild is not None and sources is not None:
+            report.rebuild["sources"] = sources
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
     else:
@@ -212,20 +229,30 @@ def _print(doc: dict[str, Any]) -> None:
             f"  policy {policy['path']}: {', '.join(policy['rules']) or 'no rules'}; "
             f"{policy['violations']} violation(s)"
         )
-    rebuilt = doc["rebuild"]
-    if rebuilt is not None:
-        same = sum(1 for a in rebuilt["artifacts"] if a["identical"])
-        click.echo(
-            f"  rebuild ({rebuilt['milliseconds'] / 1000:.1f} s): {same} of "
-            f"{len(rebuilt['artifacts'])} artifacts identical; release set index "
-            f"{'identical' if rebuilt['identical'] else 'differs'}"
-        )
+    if doc["rebuild"] is not None:
+        _print_rebuild(doc["rebuild"])
     for warning in doc["warnings"]:
         click.echo(f"  warning: {warning}")
     for problem in doc["problems"]:
         click.echo(f"  FAILED ({problem['check']}): {problem['message']}")
     if doc["ok"]:
         click.echo(f"verified in {doc['milliseconds'] / 1000:.2f} s")
+
+
+def _print_rebuild(rebuilt: dict[str, Any]) -> None:
+    same = sum(1 for a in rebuilt["artifacts"] if a["identical"])
+    if (src := rebuilt.get("sources")) is not None:
+        withheld = ", ".join(f"{w['recipe']}/{w['name']}" for w in src["withheld"])
+        click.echo(
+            f"  rebuild sources: the registry's source closure {src['closure'][:19]} "
+            f"({src['blobs']} blobs, {human_size(src['bytes'])}), offline"
+            + (f"; withheld, from --seed-store: {withheld}" if withheld else "")
+        )
+    click.echo(
+        f"  rebuild ({rebuilt['milliseconds'] / 1000:.1f} s): {same} of "
+        f"{len(rebuilt['artifacts'])} artifacts identical; release set index "
+        f"{'identical' if rebuilt['identical'] else 'differs'}"
+    )
 
 
 def _signed(signatures: list[dict[str, Any]]) -> str:

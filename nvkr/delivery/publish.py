@@ -346,6 +346,47 @@ def publish_layout(
     return report
 
 
+def publish_referrer(
+    layout_dir: Path,
+    ref: Reference,
+    client: RegistryClient,
+    *,
+    jobs: int = 4,
+    on_event: EventSink | None = None,
+) -> PublishReport:
+    """Push the one manifest of ``layout_dir``'s ``index.json``, a referrer (it names a
+    ``subject`` the repository holds), with its closure: steps 1-4 of the module docstring,
+    itself among the late manifests, and no tag (a release set's source closure,
+    :mod:`nvkr.delivery.withsources`).
+
+    Raises:
+        IntegrityError, RegistryError: as :func:`publish_layout`.
+    """
+    started = time.monotonic()
+    reader = LayoutReader(Path(layout_dir))
+    root = _root(reader, None)
+    blobs = reader.walk(root, deep=False)
+    manifests = _manifests(reader, blobs)
+    leaves = [b for b in blobs if b.digest not in manifests]
+    report = PublishReport(
+        reference=f"{ref.registry}/{ref.repository}@{root['digest']}",
+        repository=ref.repository,
+        tag="",
+        digest=root["digest"],
+        name=None,
+        blobs=len(leaves),
+        manifests=len(manifests),
+    )
+    run = _Publish(client, ref.repository, reader, report, on_event, jobs)
+    run.event("start", reference=report.reference, name=None, blobs=len(leaves),
+              bytes=sum(b.size for b in leaves), what="the source closure ")  # fmt: skip
+    _run(run.jobs, lambda b: run.blob(b, ()), leaves)
+    _push_manifests(run, manifests, list(manifests))
+    _push_referrers(run, manifests, list(manifests))
+    report.seconds = time.monotonic() - started
+    return report
+
+
 def _target(
     reader: LayoutReader, layout_dir: Path, ref: Reference, name: str | None
 ) -> tuple[dict[str, Any], str | None, str]:

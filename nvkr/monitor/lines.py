@@ -122,7 +122,7 @@ def _publish_lines(event: Step) -> list[str]:
     f, kind = event.fields, event.name
     digest = str(f.get("digest", ""))[:19]
     if kind == "start":
-        return [f"nvkr: publishing {f['reference']}"]
+        return [f"nvkr: publishing {f.get('what') or ''}{f['reference']}"]
     if kind == "blob-uploaded":
         return [f"{_verb('uploaded')}blob {digest} {human_size(f['size'])}"]
     if kind == "blob-mounted":
@@ -194,12 +194,22 @@ def _publish_summary(r: dict[str, Any]) -> list[str]:
     uploaded = f"{r['blobsUploaded']} blobs, {human_size(r['bytesUploaded'])} uploaded"
     if r["bytesUploaded"] == 0:
         uploaded = "0 bytes uploaded"
-    return [
+    lines = [
         f"nvkr: {uploaded}; {r['blobsSkipped']} blobs already there "
         f"({human_size(r['bytesSkipped'])}), {r['blobsMounted']} mounted; "
         f"{r['manifestsPushed']} manifests pushed, {r['manifestsSkipped']} already there "
         f"({r['milliseconds'] / 1000:.1f} s)"
     ]
+    if (src := r.get("sources")) is not None:
+        lines.append(
+            f"nvkr: sources {src['digest']}: {plural(src['sources'], 'source')}, "
+            f"{plural(src['blobs'], 'blob')} ({human_size(src['bytes'])}) in "
+            f"{plural(src['parts'], 'manifest')}, {human_size(src['bytesUploaded'])} uploaded "
+            f"({src['milliseconds'] / 1000:.1f} s)"
+        )
+        if src["withheld"]:
+            lines.append(f"  withheld (publish: false): {', '.join(src['withheld'])}")
+    return lines
 
 
 def _pull_summary(r: dict[str, Any]) -> list[str]:
@@ -210,8 +220,19 @@ def _pull_summary(r: dict[str, Any]) -> list[str]:
             f" ({human_size(r['downloaded_bytes'])} downloaded, {r['reused_blobs']} blobs "
             f"of {human_size(r['reused_bytes'])} reused from {r['target_dir']} or the store)"
         )
-    return [
+    lines = [
         f"nvkr: pulled {r['name']} {r['digest']} into {r['target_dir']}: {r['blobs']} blobs, "
         f"{human_size(r['bytes'])}{reused}, {r['signatures']} signatures; digests checked, "
         f"{checked} ({r['seconds']:.1f} s)"
     ]
+    if (src := r.get("sources")) is not None:
+        lines.append(
+            f"nvkr: sources {src['digest']} into {src['target']}: "
+            f"{plural(src['sources'], 'source')}, {plural(src['blobs'], 'blob')} "
+            f"({human_size(src['bytes'])}, {human_size(src['downloaded_bytes'])} downloaded); "
+            f"recipe {src['project']}/{src['recipe']}; `nvkr mirror import {src['target']}` "
+            "takes them"
+        )
+        for w in src["withheld"]:
+            lines.append(f"  withheld: {w['recipe']}/{w['name']} ({w['kind']}): {w['reason']}")
+    return lines

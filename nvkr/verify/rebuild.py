@@ -95,7 +95,7 @@ def rebuild(
         (store / "blobs" / "sha256").mkdir(parents=True)
         if seed_store is not None:
             with Store(seed_store).reading():  # no gc meanwhile: once linked, they are ours
-                _seed(seed_store, store)
+                seed_blobs(seed_store, store)
         out = Path(tmp) / "out"
         variants = tuple(
             ",".join(f"{k}={v}" for k, v in sorted(variant.items()))
@@ -170,7 +170,7 @@ def _build(
             monitor.close()
 
 
-def _seed(seed_store: Path, store: Path) -> None:
+def seed_blobs(seed_store: Path, store: Path) -> None:
     """Hard-link (or copy, checked) every blob of ``seed_store`` into ``store``'s blobs/."""
     src_dir = seed_store / "blobs" / "sha256"
     dst_dir = store / "blobs" / "sha256"

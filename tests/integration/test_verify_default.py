@@ -152,11 +152,11 @@ def test_a_flipped_byte_in_a_released_file_fails(
 
 
 def test_rebuild_reports_every_artifact_identical(default_build: Any) -> None:
-    """``nvkr verify --rebuild --offline`` of one variant of the session's default build
-    (started by the fixture and running alongside the other tests): a rebuild from the lockfile
-    in a fresh store, without network, its sources only those ``nvkr mirror export`` carried
-    for the variant into an empty store, gives the same digest for every artifact and for the
-    release set, and builds only that variant."""
+    """``nvkr verify REF --rebuild`` of one variant of the session's default build, published
+    with its sources (started by the fixture and running alongside the other tests): a rebuild
+    in a fresh store from the registry's source closure alone (recipe, lockfile, every blob),
+    offline, gives the same digest for every artifact and for the release set, and builds only
+    that variant."""
     res = default_build.rebuild.result()
     assert res.code == 0, res.stdout[-4000:] + res.stderr
     rebuilt = json.loads(res.stdout)["rebuild"]
@@ -168,3 +168,16 @@ def test_rebuild_reports_every_artifact_identical(default_build: Any) -> None:
     names = {a["name"] for a in rebuilt["artifacts"]}
     assert names == {"agent", "agent-image", "agent-chart", "node-image"}
     assert "arm64" not in json.dumps(rebuilt["artifacts"]), "one variant, hopper amd64"
+    # from the registry alone: the set was published with its sources, and the rebuild took
+    # the recipe, the lockfile and every blob from there (offline, other addresses unreachable)
+    published = json.loads(default_build.published.stdout.splitlines()[-1])
+    sources = rebuilt["sources"]
+    assert sources["closure"] == published["sources"]["digest"] and not sources["withheld"]
+    exported = json.loads((default_build.mirror / "index.json").read_bytes())
+    assert sources["imported"] == exported["blobs"]["count"], "what `mirror export` holds"
+    assert sources["bytes"] > exported["blobs"]["bytes"], "the export's blobs, and the project"
+    print(  # the figures of the closure, for the record (-s)
+        f"\nsource closure {sources['bytes']} bytes in {sources['blobs']} blobs, pushed in "
+        f"{published['sources']['milliseconds']} ms; release set {published['bytesUploaded'] + published['bytesSkipped']} "
+        f"bytes; rebuild {rebuilt['milliseconds']} ms"
+    )

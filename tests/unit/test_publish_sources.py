@@ -1,0 +1,246 @@
+"""``nvkr publish --with-sources``, ``nvkr pull --with-sources`` and ``nvkr verify --rebuild REF``
+from the registry alone, on a small recipe built in a second (nvkr.delivery.sources).
+
+The recipe extends a base file (so the closure must carry more than the recipe), lays out a url
+source, a path source's tree and a url source marked ``publish: false`` in a scratch image; the
+registry is a real CNCF distribution on loopback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nvkr.canonical import sha256_bytes
+from nvkr.oci import mediatypes as mt
+from nvkr.oci.registry import RegistryClient
+from nvkr.repro import tar_bytes
+from tests.helpers.cli import invoke
+
+BASE = """\
+apiVersion: nvkr.dev/v1alpha1
+kind: Recipe
+sources:
+  tool:
+    url: "{base}/tool"
+    sha256: "{tool_sha}"
+  conf:
+    path: ../conf
+    exclude: ["*.tmp"]
+"""
+
+RECIPE = """\
+apiVersion: nvkr.dev/v1alpha1
+kind: Recipe
+extends: [base-sources.yaml]
+metadata: {{name: closure}}
+epoch: "1700000000"
+matrix:
+  gpu: [hopper]
+  kubernetes: ["1.36"]
+  arch: [amd64]
+sources:
+  nonfree:
+    url: "{base}/nonfree.bin"
+    sha256: "{nonfree_sha}"
+    publish: false
+artifacts:
+  image:
+    builder: container-image
+    base: scratch
+    files:
+      /usr/bin/tool: {{source: tool, mode: "0755"}}
+      /etc/conf: {{source: conf}}
+      /opt/nonfree.bin: {{source: nonfree}}
+    entrypoint: ["/usr/bin/tool"]
+releaseSet:
+  name: closure
+  clusterRelease: {{kubernetes: "1.36.4", images: [image]}}
+"""
+
+TOOL = b"#!/bin/sh\necho tool\n" + b"t" * 2048
+NONFREE = b"licensed bytes\n" * 64
+
+
+@pytest.fixture
+def built(tmp_path: Path, http_dir: Any) -> tuple[Path, Path, Any]:
+    """The project (recipe, base file, ``conf/``), locked and built: (project, store, http_dir)."""
+    (http_dir.root / "tool").write_bytes(TOOL)
+    (http_dir.root / "nonfree.bin").write_bytes(NONFREE)
+    proj = tmp_path / "proj"
+    (proj / "recipes").mkdir(parents=True)
+    (proj / "conf" / "sub").mkdir(parents=True)
+    (proj / "conf" / "app.conf").write_text("key = value\n")
+    (proj / "conf" / "sub" / "more.conf").write_text("more\n")
+    (proj / "conf" / "scratch.tmp").write_text("left out\n")
+    sha = {"tool_sha": hashlib.sha256(TOOL).hexdigest(), "base": http_dir.url}
+    (proj / "recipes" / "base-sources.yaml").write_text(BASE.format(**sha))
+    (proj / "recipes" / "closure.yaml").write_text(
+        RECIPE.format(base=http_dir.url, nonfree_sha=hashlib.sha256(NONFREE).hexdigest())
+    )
+    store = tmp_path / "store"
+    for step in (("lock", "recipes/closure.yaml"), ("build", "recipes/closure.yaml", "--locked")):
+        res = invoke(*step, cwd=proj, store=store)
+        assert res.code == 0, res.stderr
+    return proj, store, http_dir
+
+
+def _closure(host: str, repo: str, subject: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The source closure index of ``subject`` and its (first) part's config, the index."""
+    from nvkr.delivery.sources import find_closure
+
+    with RegistryClient(host, insecure=True) as client:
+        desc = find_closure(client, repo, subject)
+        assert desc is not None
+        root = json.loads(client.get_manifest(repo, desc["digest"])[0])
+        part = json.loads(client.get_manifest(repo, root["manifests"][0]["digest"])[0])
+        config = _blob(client, repo, part["config"]["digest"])
+    return root, json.loads(config)
+
+
+def _blob(client: RegistryClient, repo: str, digest: str) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    client.get_blob(repo, digest, buf)
+    return buf.getvalue()
+
+
+def _publish(proj: Path, store: Path, ref: str, *more: str) -> Any:
+    return invoke(
+        "publish", "dist/closure", ref, "--insecure", "--with-sources", "--json", *more,
+        cwd=proj, store=store,
+    )  # fmt: skip
+
+
+def test_the_closure_holds_the_export_the_project_and_withholds_what_is_marked(
+    built: tuple[Path, Path, Any], registry: Any
+) -> None:
+    proj, store, _ = built
+    ref = f"{registry.host}/rel/closure:v1"
+    env = ("--build-env", f"{registry.host}/ci@sha256:{'ab' * 32}")
+    res = _publish(proj, store, ref, *env)
+    assert res.code == 0, res.stderr
+    result = json.loads(res.stdout.splitlines()[-1])
+    subject = result["digest"]
+    sources = result["sources"]
+    assert sources["withheld"] == ["closure/nonfree"] and sources["parts"] == 1
+
+    root, index = _closure(registry.host, "rel/closure", subject)
+    assert root["subject"]["digest"] == subject and root["artifactType"] == mt.NVKR_SOURCE_CLOSURE
+    # the export's index, as `nvkr mirror export` writes it, with the project and the withheld
+    assert index["nvkrMirror"] == 1 and [s["name"] for s in index["sources"]] == ["tool"]
+    assert [w["name"] for w in index["withheld"]] == ["nonfree"]
+    assert index["withheld"][0]["digest"] == "sha256:" + hashlib.sha256(NONFREE).hexdigest()
+    project = index["project"]
+    assert project["recipe"] == "recipes/closure.yaml"
+    assert project["lockfile"] == "lockfiles/closure.lock.json"
+    assert project["files"]["names"] == [
+        "lockfiles/closure.lock.json", "recipes/base-sources.yaml", "recipes/closure.yaml",
+    ]  # fmt: skip
+    assert [t["path"] for t in project["trees"]] == ["conf"]
+    conf = tar_bytes(proj / "conf", epoch=0, exclude=["*.tmp"])
+    assert project["trees"][0]["digest"] == sha256_bytes(conf), "the tree is the path kind's tar"
+    assert index["buildEnvironment"]["image"].endswith("@sha256:" + "ab" * 32)
+    with RegistryClient(registry.host, insecure=True) as client:
+        assert not client.blob_exists("rel/closure", index["withheld"][0]["digest"])
+        assert client.blob_exists("rel/closure", index["sources"][0]["blobs"][0]["digest"])
+
+    again = _publish(proj, store, ref, *env)
+    assert again.code == 0, again.stderr
+    redo = json.loads(again.stdout.splitlines()[-1])["sources"]
+    assert redo["digest"] == sources["digest"] and redo["bytesUploaded"] == 0
+
+
+def test_many_blobs_split_into_several_manifests(
+    built: tuple[Path, Path, Any], registry: Any
+) -> None:
+    """--max-layers 1: one manifest per layer (project tar, tree, tool), under one index."""
+    proj, store, _ = built
+    res = _publish(proj, store, f"{registry.host}/rel/split:v1", "--max-layers", "1")
+    assert res.code == 0, res.stderr
+    result = json.loads(res.stdout.splitlines()[-1])
+    assert result["sources"]["parts"] == 3
+    root, _ = _closure(registry.host, "rel/split", result["digest"])
+    assert [m["artifactType"] for m in root["manifests"]] == [mt.NVKR_SOURCE_CLOSURE] * 3
+
+
+def test_pull_with_sources_writes_an_export_and_verify_rebuilds_from_the_registry_alone(
+    built: tuple[Path, Path, Any], registry: Any, tmp_path: Path
+) -> None:
+    proj, store, http = built
+    res = _publish(proj, store, f"{registry.host}/rel/closure:v1")
+    assert res.code == 0, res.stderr
+    digest = json.loads(res.stdout.splitlines()[-1])["digest"]
+    ref = f"{registry.host}/rel/closure@{digest}"
+
+    src = tmp_path / "src"
+    res = invoke("pull", ref, tmp_path / "set", "--insecure", "--with-sources", src,
+                 store=tmp_path / "pull-store")  # fmt: skip
+    assert res.code == 0, res.stderr
+    assert "withheld: closure/nonfree (url)" in res.stderr
+    assert (src / "project" / "recipes" / "closure.yaml").read_bytes() == (
+        proj / "recipes" / "closure.yaml"
+    ).read_bytes()
+    assert (src / "project" / "conf" / "sub" / "more.conf").read_text() == "more\n"
+    assert not (src / "project" / "conf" / "scratch.tmp").exists(), "excluded from the tree"
+    fresh = tmp_path / "fresh-store"
+    res = invoke("mirror", "import", src, store=fresh)
+    assert res.code == 0, res.stderr
+    assert "imported 1 blob" in res.stdout
+
+    # nothing upstream any more: the loopback mirror is emptied
+    shutil.rmtree(http.root)
+    http.root.mkdir()
+    nonfree_only = tmp_path / "nonfree-store"
+    (nonfree_only / "blobs" / "sha256").mkdir(parents=True)
+    hexd = hashlib.sha256(NONFREE).hexdigest()
+    (nonfree_only / "blobs" / "sha256" / hexd).write_bytes(NONFREE)
+    res = invoke("verify", ref, "--insecure", "--rebuild", "--seed-store", nonfree_only, "--json",
+                 cwd=tmp_path)  # fmt: skip
+    assert res.code == 0, res.stderr + res.stdout
+    rebuilt = json.loads(res.stdout)["rebuild"]
+    assert rebuilt["identical"] is True and rebuilt["digest"] == digest
+    assert rebuilt["sources"]["withheld"][0]["name"] == "nonfree"
+    assert rebuilt["sources"]["imported"] >= 1
+
+    # without the withheld source: the offline rebuild names it
+    res = invoke("verify", ref, "--insecure", "--rebuild", cwd=tmp_path)
+    assert res.code != 0
+    assert "source 'nonfree'" in res.stderr
+
+
+def test_a_project_that_is_not_the_sets_pushes_nothing(
+    built: tuple[Path, Path, Any], registry: Any
+) -> None:
+    proj, store, _ = built
+    recipe = proj / "recipes" / "closure.yaml"
+    recipe.write_text(recipe.read_text().replace("/usr/bin/tool", "/usr/bin/tool2"))
+    res = _publish(proj, store, f"{registry.host}/rel/other:v1")
+    assert res.code == 2, res.stderr
+    assert "was built from recipe recipes/closure.yaml" in res.stderr
+    with RegistryClient(registry.host, insecure=True) as client:
+        assert client.manifest_digest("rel/other", "v1") is None, "not even the set is pushed"
+
+
+def test_a_closure_missing_a_blob_names_it_and_its_source(
+    built: tuple[Path, Path, Any], registry: Any, tmp_path: Path
+) -> None:
+    proj, store, _ = built
+    res = _publish(proj, store, f"{registry.host}/rel/broken:v1")
+    assert res.code == 0, res.stderr
+    digest = json.loads(res.stdout.splitlines()[-1])["digest"]
+    _, index = _closure(registry.host, "rel/broken", digest)
+    tool = index["sources"][0]["blobs"][0]["digest"]
+    shutil.rmtree(registry.blob_data(tool).parent)  # the registry lost it
+    src = tmp_path / "src"
+    res = invoke("pull", f"{registry.host}/rel/broken@{digest}", tmp_path / "set", "--insecure",
+                 "--with-sources", src, store=tmp_path / "pull-store")  # fmt: skip
+    assert res.code == 3, res.stderr
+    assert tool in res.stderr and "source 'tool'" in res.stderr
+    assert not src.exists(), "nothing written"
