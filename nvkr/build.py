@@ -72,6 +72,8 @@ class BuildOptions:
         locked: refuse to build when the recipe or a pin drifted from the lockfile.
         sign_key: sign each release set and its build record with it.
         push: publish each release set there after the build.
+        with_sources: with ``push``, each set's source closure too
+            (:mod:`nvkr.delivery.withsources`).
         cache: the remote caches, from :func:`prepare_cache`.
         cached_only: run no builder.
         registry: how ``push`` and the caches' registries are reached.
@@ -84,6 +86,7 @@ class BuildOptions:
     locked: bool = False
     sign_key: PrivateKey | None = None
     push: Reference | None = None
+    with_sources: bool = False
     cache: CacheSettings = field(default_factory=_no_cache)
     cached_only: bool = False
     registry: RegistryAccess = field(default_factory=RegistryAccess)
@@ -182,7 +185,7 @@ def build(session: Session, options: BuildOptions, monitor: Monitor) -> BuildOut
             release_sets=[w.to_json() for w in written],
         )
     if options.push is not None:
-        _push(options.push, written, options.registry, monitor)
+        _push(options, written, session, monitor)
     outcome = BuildOutcome(plan, report, written, pushed)
     monitor.emit(_result(outcome, options.cache, targets))
     return outcome
@@ -322,19 +325,35 @@ def _write_release_sets(
 
 
 def _push(
-    ref: Reference, written: list[WrittenSet], registry: RegistryAccess, monitor: Monitor
+    options: BuildOptions, written: list[WrittenSet], session: Session, monitor: Monitor
 ) -> None:
-    """Publish each written release set to ``ref``; each gains ``pushed``."""
+    """Publish each written release set to ``options.push`` (``with_sources``: its source
+    closure too, the project being the working directory the recipe's paths are relative to);
+    each gains ``pushed``."""
+    ref, registry = options.push, options.registry
+    assert ref is not None
     if ref.tag is not None and len(written) > 1:
         raise UsageError(
             f"--push {ref} names one tag but the build wrote {len(written)} release sets",
             hint="leave the tag out: each release set is tagged with its own name",
         )
     from nvkr.delivery.publish import publish_layout
+    from nvkr.delivery.withsources import publish_with_sources
 
     with registry.client(ref.registry) as client:
         for item in written:
-            pushed = publish_layout(item.path, ref, client)
+            if options.with_sources:
+                pushed, closure, _ = publish_with_sources(
+                    item.path, ref, client, session, Path.cwd(),
+                    progress=lambda line: monitor.emit(Note(f"  {line}")),
+                )  # fmt: skip
+                monitor.emit(Note(
+                    f"  pushed the sources of {item.name}: {closure.sources} sources, "
+                    f"{closure.blobs} blobs ({closure.bytes} bytes), {closure.descriptor['digest']}"
+                    + (f"; withheld: {', '.join(closure.withheld)}" if closure.withheld else "")
+                ))  # fmt: skip
+            else:
+                pushed = publish_layout(item.path, ref, client)
             item.pushed = f"{ref.registry}/{ref.repository}:{pushed.tag}"
             monitor.emit(Note(f"  pushed {item.name} → {item.pushed}"))
 

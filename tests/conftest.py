@@ -28,7 +28,6 @@ from tests.helpers.nvkr import (
     seed_from_build,
     start_nvkr,
 )
-from tests.helpers.registry import run_registry
 
 #: The variant the session's ``verify --rebuild`` rebuilds (see :class:`DefaultBuild`).
 REBUILD_VARIANT = "gpu=hopper,arch=amd64"
@@ -252,6 +251,8 @@ def _default_build_started(request, tmp_path_factory) -> Iterator[Future[_Built]
         return
     go_toolchain = request.getfixturevalue("go_toolchain")
     tmp = tmp_path_factory.mktemp("default-build")
+    from tests.helpers.registry import run_registry  # a plugin: imported once pytest loaded it
+
     registry = contextlib.ExitStack()  # the rebuild's only reachable address
     host = registry.enter_context(run_registry(tmp / "registry")).host
     runs = []

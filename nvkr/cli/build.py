@@ -86,6 +86,11 @@ if TYPE_CHECKING:
     help="Publish each release set there after the build (tag default: the release set name).",
 )
 @click.option(
+    "--with-sources",
+    is_flag=True,
+    help="With --push: also push each set's source closure (nvkr publish --with-sources).",
+)
+@click.option(
     "--cached-only",
     is_flag=True,
     help="Run no builder: assemble from the store and the caches, or fail naming what is missing.",
@@ -107,6 +112,7 @@ def command(
     as_json: bool,
     sign_key: str | None,
     push: str | None,
+    with_sources: bool,
     cache: CacheArgs,
     cached_only: bool,
     registry: RegistryAccess,
@@ -120,6 +126,10 @@ def command(
         from nvkr.build import BuildOptions, build, prepare_cache
 
         push_ref = None
+        if with_sources and push is None:
+            from nvkr.errors import UsageError
+
+            raise UsageError("--with-sources pushes with --push: give --push REGISTRY/REPO")
         if push is not None:
             from nvkr.oci.reference import Reference
 
@@ -138,7 +148,8 @@ def command(
         )  # fmt: skip
         options = BuildOptions(
             out=out, jobs=jobs, action_refs=action_refs, locked=locked, sign_key=signing_key,
-            push=push_ref, cache=settings, cached_only=cached_only, registry=registry,
+            push=push_ref, with_sources=with_sources, cache=settings, cached_only=cached_only,
+            registry=registry,
         )  # fmt: skip
         return session, settings.enabled, build(session, options, monitor)
 

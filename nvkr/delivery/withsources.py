@@ -98,6 +98,27 @@ def check_project(source: ReleaseSource, session: Session, project: Path) -> Non
             )
 
 
+def _for_set(session: Session, source: ReleaseSource) -> Session:
+    """``session`` narrowed to the set's variants (a build writes a release set per Kubernetes
+    line, each of some of its variants).
+
+    Raises:
+        UsageError: the session lacks a variant of the set.
+    """
+    wanted = set(source.variants)
+    mine = [
+        v for v in session.variants
+        if f"arch={v.arch},gpu={v.gpu},kubernetes={v.kubernetes}" in wanted
+    ]  # fmt: skip
+    if len(mine) != len(wanted):
+        raise UsageError(
+            f"release set {source.name} holds the variants {', '.join(sorted(wanted))}; "
+            f"the recipe {source.recipe} selected {len(mine)} of them",
+            hint="the release set was built from another recipe or matrix",
+        )
+    return replace(session, variants=mine)
+
+
 def _project_files(
     session: Session, project: Path, source: ReleaseSource
 ) -> list[tuple[str, Path]]:
@@ -166,6 +187,7 @@ def make_closure(
     from nvkr.airgap.export import export_mirror, select_sources
 
     source = release_source(layout)
+    session = _for_set(session, source)
     check_project(source, session, project)
     selection = select_sources(session.loaded, session.variants, session.resolver)
     kept: dict[bytes, Any] = {}

@@ -244,3 +244,31 @@ def test_a_closure_missing_a_blob_names_it_and_its_source(
     assert res.code == 3, res.stderr
     assert tool in res.stderr and "source 'tool'" in res.stderr
     assert not src.exists(), "nothing written"
+
+
+def test_build_push_with_sources_pushes_the_closure_after_the_set(
+    built: tuple[Path, Path, Any], registry: Any
+) -> None:
+    """``build --push --with-sources``: the same closure ``publish --with-sources`` makes."""
+    from nvkr.delivery.sources import find_closure
+
+    proj, store, _ = built
+    res = invoke("build", "recipes/closure.yaml", "--locked", "--push",
+                 f"{registry.host}/rel/built", "--with-sources", "--insecure",
+                 cwd=proj, store=store)  # fmt: skip
+    assert res.code == 0, res.stderr
+    assert "pushed the sources of closure: 1 sources" in res.stderr
+    assert "withheld: closure/nonfree" in res.stderr
+    with RegistryClient(registry.host, insecure=True) as client:
+        subject = client.manifest_digest("rel/built", "closure")
+        assert subject is not None
+        built_closure = find_closure(client, "rel/built", subject)
+    published = _publish(proj, store, f"{registry.host}/rel/built:closure")
+    assert published.code == 0, published.stderr
+    assert built_closure is not None
+    assert json.loads(published.stdout.splitlines()[-1])["sources"]["digest"] == (
+        built_closure["digest"]
+    ), "one closure, whichever verb pushed it"
+
+    res = invoke("build", "recipes/closure.yaml", "--with-sources", cwd=proj, store=store)
+    assert res.code == 2 and "--with-sources pushes with --push" in res.stderr
