@@ -266,9 +266,8 @@ def test_build_push_with_sources_pushes_the_closure_after_the_set(
     published = _publish(proj, store, f"{registry.host}/rel/built:closure")
     assert published.code == 0, published.stderr
     assert built_closure is not None
-    assert json.loads(published.stdout.splitlines()[-1])["sources"]["digest"] == (
-        built_closure["digest"]
-    ), "one closure, whichever verb pushed it"
+    pushed = json.loads(published.stdout.splitlines()[-1])["sources"]["digest"]
+    assert pushed == built_closure["digest"], "one closure, whichever verb pushed it"
 
     res = invoke("build", "recipes/closure.yaml", "--with-sources", cwd=proj, store=store)
     assert res.code == 2 and "--with-sources pushes with --push" in res.stderr
