@@ -82,7 +82,8 @@ class ProjectTree:
 @dataclass
 class Closure:
     """A source closure written as an OCI image layout (``layout``) ready to push: its root
-    ``descriptor``, the parts, the blobs and bytes it holds, the sources ``withheld``."""
+    ``descriptor``, the parts, the blobs (layers: sources, project files, trees) and their
+    bytes, the sources ``withheld``."""
 
     layout: Path
     descriptor: dict[str, Any]
@@ -228,8 +229,8 @@ def write_closure(
         layout=layout,
         descriptor=root_desc,
         parts=len(parts),
-        blobs=len(layers) + 1,
-        bytes=sum(d["size"] for d in layers) + config_desc["size"],
+        blobs=len(layers),
+        bytes=sum(d["size"] for d in layers),
         sources=len(index["sources"]),
         withheld=[f"{w['recipe']}/{w['name']}" for w in withheld],
     )
