@@ -270,11 +270,17 @@ def test_attestations_pushed_as_referrers_count_and_show_lists_them(
     two = write_policy(keys, 2)
     res = nvkr("verify", ref, "--policy", two)
     assert res.code == 3 and "1 PASSED rebuild attestation(s)" in res.stderr
+    time.sleep(1.1)  # another timeVerified: another attestation, by the same key
+    res = rebuild(nvkr, p, ref, "--attest", keys.key("k1"), "--policy", two)
+    assert res.code == 3, res.output
+    again = json.loads(res.stdout)["attestation"]["where"]
+    assert again != first["where"]
+    assert f"{again}: key {first['keyid']} was counted already ({first['where']})" in res.stderr
     res = rebuild(nvkr, p, ref, "--attest", keys.key("k2"), "--policy", two)
     assert res.code == 0, res.output
     doc = json.loads(res.stdout)
     assert doc["policy"]["attestations"]["counted"] == 2
-    assert {a["where"] for a in doc["attestations"]} == {
+    assert {a["where"] for a in doc["attestations"] if a["counted"]} == {
         first["where"],
         doc["attestation"]["where"],
     }
@@ -284,14 +290,14 @@ def test_attestations_pushed_as_referrers_count_and_show_lists_them(
     shown = json.loads(res.stdout)["attestations"]
     assert [(a["result"], a["levels"], a["verifier"], a["thisReleaseSet"]) for a in shown] == [
         ("PASSED", ["NVKR_REBUILD_IDENTICAL"], "https://nvkr.dev/verifiers/nvkr", True)
-    ] * 2
+    ] * 3
     assert sorted(a["keyid"] for a in shown) == sorted(
-        (first["keyid"], doc["attestation"]["keyid"])
+        (first["keyid"], first["keyid"], doc["attestation"]["keyid"])
     )
     res = nvkr("release-set", "show", ref)
     assert res.code == 0, res.output
     assert (
-        "2 rebuild attestations" in res.stdout and res.stdout.count("NVKR_REBUILD_IDENTICAL") == 2
+        "3 rebuild attestations" in res.stdout and res.stdout.count("NVKR_REBUILD_IDENTICAL") == 3
     )
 
     # a pull leaves them in the registry: they are no signatures of the set
