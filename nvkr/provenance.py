@@ -323,6 +323,15 @@ def _check_run_metadata(meta: Any, problems: list[str]) -> None:
             problems.append(f"$.predicate.runDetails.metadata.{key}: {e}")
 
 
+def resource_problems(r: Any, path: str, *, need_digest: bool = False) -> list[str]:
+    """What is wrong with ``r`` as an in-toto ResourceDescriptor (resource_descriptor.md), each
+    problem with its JSON ``path``; [] when nothing is (other predicates' fields use it:
+    :mod:`nvkr.verify.vsa`)."""
+    problems: list[str] = []
+    _check_resource(r, path, problems, need_digest=need_digest)
+    return problems
+
+
 def _check_resource(r: Any, path: str, problems: list[str], *, need_digest: bool = False) -> None:
     """resource_descriptor.md: one of uri/digest/content is REQUIRED; digest is a DigestSet."""
     if not isinstance(r, Mapping):

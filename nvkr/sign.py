@@ -273,6 +273,16 @@ def load_public_key(ref: str | Path) -> PublicKey:
             something other than a PEM public key, or a key type nvkr does not verify with.
     """
     data, where = _read_key_text(ref, "public key")
+    return parse_public_key(data, where)
+
+
+def parse_public_key(data: bytes, where: str) -> PublicKey:
+    """A SubjectPublicKeyInfo PEM public key (ECDSA or Ed25519) from its bytes; ``where`` names
+    them in errors (a file, a variable, or a policy key such as ``policy p.yaml keys[0]``).
+
+    Raises:
+        UsageError: as :func:`load_public_key`.
+    """
     if b"PRIVATE KEY-----" in data:
         raise UsageError(
             f"{where} holds a private key; verify with the public key",

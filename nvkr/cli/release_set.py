@@ -6,11 +6,17 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import click
 
 from nvkr.cli import App
 from nvkr.cli.common import RegistryAccess, registry_options
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from nvkr.verify.attestations import AttestationRow
 
 
 @click.group("release-set")
@@ -27,21 +33,24 @@ def show(app: App, source: str, as_json: bool, registry: RegistryAccess) -> None
     """Show the release set in PATH (a dist/<name> directory) or at REF
     (REGISTRY/REPOSITORY:TAG or @sha256:<hex>; only its index and metadata are fetched):
     artifacts, each machine image's size (QCOW2 bytes, virtual disk, compression), cluster
-    release, node-pool releases, and the build warnings the build record beside PATH keeps."""
+    release, node-pool releases, the build warnings the build record beside PATH keeps, and the
+    rebuild attestations (verifier, result, levels, time, key id) beside PATH or attached to REF."""
     from rich.markup import escape
     from rich.table import Table
 
     from nvkr.cli.common import make_console
     from nvkr.delivery.imagesizes import machine_image_sizes
-    from nvkr.delivery.show import artifact_rows, build_warnings, load_release_set
+    from nvkr.delivery.show import artifact_rows, attestations, build_warnings, load_release_set
 
     meta, top = load_release_set(source, registry=registry)
     sizes = machine_image_sizes(meta, source, registry=registry)
     warnings = build_warnings(source)
+    attested = attestations(source, top, registry=registry)
     if as_json:
         doc = {"digest": top["digest"], "metadata": meta}
         doc["machineImages"] = [s.to_json() for s in sizes]
         doc["buildWarnings"] = warnings
+        doc["attestations"] = [a.to_json() for a in attested]
         click.echo(json.dumps(doc, indent=2, sort_keys=True))
         return
     console = make_console()
@@ -85,6 +94,31 @@ def show(app: App, source: str, as_json: bool, registry: RegistryAccess) -> None
             console.print(f"  [yellow]warning[/]: {escape(w['action'])}: {escape(w['message'])}")
             if w.get("hint"):
                 console.print(f"    hint: {escape(w['hint'])}")
+    if attested:
+        console.print(_attestation_table(attested))
+
+
+def _attestation_table(attested: list[AttestationRow]) -> Table:
+    """The rebuild attestations, one row each, under a title saying their signatures are not
+    checked here."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(
+        "verifier", "result", "levels", "time verified", "key id", "where",
+        title=f"{len(attested)} rebuild attestation{'s' if len(attested) != 1 else ''} "
+        "(signatures not checked here: `nvkr verify --policy` counts the trusted ones)",
+        title_justify="left",
+    )  # fmt: skip
+    for a in attested:
+        if a.problem is not None:
+            table.add_row("?", "unreadable", escape(a.problem), "", a.keyid or "?", a.where)
+            continue
+        result = a.result if a.this_set else f"{a.result} (of another release set)"
+        table.add_row(
+            a.verifier, result, ", ".join(a.levels), a.time, (a.keyid or "?")[:16], a.where
+        )
+    return table
 
 
 def _bytes(n: int) -> str:

@@ -4,20 +4,26 @@ Runs :func:`nvkr.verify.verify_release_set` (closure, metadata, provenance, sign
 ``--key`` keys, the build record beside the layout when there is one, ``--policy``), then with ``--rebuild`` :func:`nvkr.verify.rebuild`. Humans get a
 summary on stdout; ``--json`` prints the report (:meth:`nvkr.verify.VerifyReport.to_json`)
 instead. Any problem raises an :class:`~nvkr.errors.IntegrityError` naming the first one (exit 3)
-after the report is printed.
+after the report is printed. ``--attest KEY`` (with ``--rebuild``) signs the result as a SLSA
+verification summary attestation (:mod:`nvkr.verify.attest`), kept beside PATH or pushed as a
+referrer of REF, before a policy's attestations rule counts them (:mod:`nvkr.verify.gate`).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from nvkr.cli import App
 from nvkr.cli.common import RegistryAccess, registry_options
 from nvkr.quantities import human_size
+
+if TYPE_CHECKING:
+    from nvkr.sign import PrivateKey
+    from nvkr.verify.attestations import AttestationPlace
 
 
 @click.command("verify")
@@ -56,6 +62,18 @@ from nvkr.quantities import human_size
 @click.option(
     "--jobs", "-j", type=click.IntRange(min=1), help="With --rebuild: actions in parallel."
 )
+@click.option(
+    "--attest",
+    metavar="KEY",
+    help="With --rebuild: sign the result (PASSED or FAILED) as a SLSA verification summary "
+    "attestation with this private key (PEM file or env://VAR), kept in PATH.vsa/ or pushed "
+    "as a referrer of REF.",
+)
+@click.option(
+    "--attest-out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="With --attest: also write the attestation's DSSE envelope to this file.",
+)
 @registry_options("REF")
 @click.pass_obj
 def command(
@@ -69,6 +87,8 @@ def command(
     seed_store: Path | None,
     offline: bool,
     jobs: int | None,
+    attest: str | None,
+    attest_out: Path | None,
     registry: RegistryAccess,
 ) -> None:
     """Verify the release set in PATH (a dist/<name> directory) or at REF
@@ -78,16 +98,27 @@ def command(
     import tempfile
 
     from nvkr.errors import UsageError
-    from nvkr.sign import load_public_key
+    from nvkr.sign import load_private_key, load_public_key
+    from nvkr.verify.attestations import LayoutAttestations, RegistryAttestations
 
+    if (attest or attest_out) and not rebuild:
+        raise UsageError(
+            f"{'--attest' if attest else '--attest-out'} needs --rebuild: an attestation states "
+            "what a rebuild found",
+            hint="add --rebuild (and --attest KEY), or drop it",
+        )
+    if attest_out and not attest:
+        raise UsageError("--attest-out needs --attest KEY", hint="name the key to sign with")
     public_keys = [load_public_key(k) for k in keys]
+    signing = (load_private_key(attest), attest_out) if attest else None
     if path.is_dir():
         from nvkr.oci.layout import require_layout
 
         require_layout(path)
         _verify(
-            app, path, public_keys, policy, as_json, rebuild, project, seed_store, jobs, offline
-        )
+            app, path, public_keys, policy, as_json, rebuild, project, seed_store, jobs, offline,
+            signing=signing, place=LayoutAttestations(path),
+        )  # fmt: skip
         return
     if "@sha256:" not in str(path):
         raise UsageError(
@@ -119,6 +150,8 @@ def command(
         _verify(
             app, layout, public_keys, policy, as_json, rebuild, project, seed_store, jobs, offline,
             sources=inputs.info if inputs is not None else None,
+            signing=signing,
+            place=RegistryAttestations(registry, ref.registry, ref.repository, str(ref.digest)),
         )  # fmt: skip
 
 
@@ -134,12 +167,18 @@ def _verify(
     jobs: int | None,
     offline: bool = False,
     sources: dict[str, Any] | None = None,
+    *,
+    signing: tuple[PrivateKey, Path | None] | None = None,
+    place: AttestationPlace,
 ) -> None:
     from nvkr.errors import IntegrityError
     from nvkr.verify import load_policy, verify_release_set
     from nvkr.verify import rebuild as rebuild_set
+    from nvkr.verify.attest import Attester
+    from nvkr.verify.gate import AttestationGate
 
     rules = load_policy(policy) if policy is not None else None
+    gate = AttestationGate.from_policy(rules, str(policy))  # its keys read before a rebuild
     report = verify_release_set(
         path, keys=public_keys, policy=rules, policy_path=str(policy) if policy else None
     )
@@ -155,6 +194,10 @@ def _verify(
         )
         if report.rebuild is not None and sources is not None:
             report.rebuild["sources"] = sources
+    if signing is not None:  # PASSED or FAILED: either is evidence
+        Attester(signing[0], place, signing[1], policy).attest(report, path)
+    if gate is not None and report.policy is not None:
+        gate.apply(report, place)
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
     else:
@@ -170,6 +213,8 @@ def _verify(
 
 
 def _print(doc: dict[str, Any]) -> None:
+    from nvkr.verify.attest import summary_lines
+
     rs = doc["releaseSet"]
     click.echo(f"release set {rs['name']} {rs['digest']}")
     blobs = doc["blobs"]
@@ -231,8 +276,8 @@ def _print(doc: dict[str, Any]) -> None:
         )
     if doc["rebuild"] is not None:
         _print_rebuild(doc["rebuild"])
-    for warning in doc["warnings"]:
-        click.echo(f"  warning: {warning}")
+    for line in [*summary_lines(doc), *(f"  warning: {w}" for w in doc["warnings"])]:
+        click.echo(line)
     for problem in doc["problems"]:
         click.echo(f"  FAILED ({problem['check']}): {problem['message']}")
     if doc["ok"]:

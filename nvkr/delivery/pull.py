@@ -33,6 +33,9 @@ is fetched beside it, checked against the set's metadata (and with keys its enve
 written next to ``DIR`` as ``DIR.build-record.json`` (with ``DIR.build-record.dsse.json``) after
 ``DIR`` itself; where several builds of the same set published one, the latest finished wins. A
 registry without one leaves no record beside ``DIR`` (one of an earlier pull is removed).
+Verification summary attestations attached to the index (:mod:`nvkr.verify.attestations`) are
+not pulled: they are no signatures of the set, and ``nvkr verify REF`` reads them in the
+registry.
 
 The workers share the one :class:`~nvkr.oci.registry.RegistryClient`, as :mod:`nvkr.delivery.publish`'s
 do: its token and credential state sits behind its lock, and what its ``requests.Session`` does
@@ -69,6 +72,7 @@ from nvkr.releaseset.recordcheck import BuildRecordCheck, check_record_bytes
 from nvkr.releaseset.remote import read_remote_metadata
 from nvkr.releaseset.signing import ANN_ATTACHMENT, DSSE_ENVELOPE, SIGNATURE
 from nvkr.sign import PublicKey, envelope_parts
+from nvkr.verify.attestations import is_verification_summary
 
 #: Blob downloads running at once by default: a default release set holds four QCOW2 images.
 WORKERS: Final = 4
@@ -300,6 +304,8 @@ def pull_release_set(
                             seen.add(desc["digest"])
                             records.append(desc)
                         continue
+                    if is_verification_summary(desc):  # an attestation about the set, no
+                        continue  # signature of it: `nvkr verify REF` reads them there
                     if desc.get("artifactType") != DSSE_ENVELOPE or desc["digest"] in seen:
                         continue
                     if desc.get("mediaType") not in mt.IMAGE_MANIFEST_TYPES:

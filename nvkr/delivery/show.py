@@ -4,7 +4,8 @@ descriptor, from a ``dist/<name>`` directory or a registry, and the artifact row
 A release set on disk (an OCI image layout) or in a registry (``REGISTRY/REPOSITORY:TAG``,
 :func:`nvkr.releaseset.remote.read_remote_metadata`) is read through its metadata manifest's config
 (``application/vnd.nvkr.release-set.metadata.v1+json``), checked against its digest on the way;
-payload blobs (binaries, layers, charts) are not read.
+payload blobs (binaries, layers, charts) are not read. :func:`attestations` lists the rebuild
+attestations kept for the set (:mod:`nvkr.verify.attestations`).
 """
 
 from __future__ import annotations
@@ -12,9 +13,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from nvkr.errors import UsageError
+
+if TYPE_CHECKING:
+    from nvkr.verify.attestations import AttestationRow
 
 
 class RegistryClients(Protocol):
@@ -115,3 +119,23 @@ def build_warnings(source: str) -> list[dict[str, str]] | None:
     except (OSError, ValueError):
         return []
     return record_warnings(statement) if isinstance(statement, dict) else []
+
+
+def attestations(
+    source: str, top: dict[str, Any], *, registry: RegistryClients
+) -> list[AttestationRow]:
+    """The verification summary attestations kept for the release set (beside a ``dist/<name>``
+    directory, or the referrers of its index at a registry reference), each described without
+    checking its signature (:func:`nvkr.verify.attestations.describe`; ``nvkr verify --policy``
+    counts the trusted ones)."""
+    from nvkr.verify.attestations import LayoutAttestations, RegistryAttestations, describe
+
+    place: LayoutAttestations | RegistryAttestations
+    if Path(source).is_dir():
+        place = LayoutAttestations(Path(source))
+    else:
+        from nvkr.oci.registry import Reference
+
+        ref = Reference.parse(source)
+        place = RegistryAttestations(registry, ref.registry, ref.repository, str(top["digest"]))
+    return [describe(found, str(top["digest"])) for found in place.read()]

@@ -6,7 +6,10 @@ signed by :func:`nvkr.releaseset.signing.sign_release_set`) is checked by :func:
 (:mod:`.check`: closure, metadata, provenance, signatures), against a :class:`Policy`
 (:mod:`.policy`), and optionally rebuilt from its recipe and lockfile and compared artifact by
 artifact (:mod:`.rebuild`, with :mod:`.archive` naming the first differing member of an archive).
-Every result lands in a :class:`VerifyReport` (:mod:`.report`).
+Every result lands in a :class:`VerifyReport` (:mod:`.report`). ``--attest KEY`` signs the
+run's result as a SLSA verification summary attestation (:mod:`.vsa` the statement, :mod:`.attest`
+the signer), kept beside the layout or as a referrer of the index (:mod:`.attestations`); a
+policy's ``attestations`` rule counts those by distinct trusted keys (:mod:`.gate`).
 """
 
 from nvkr.verify.check import verify_release_set

@@ -9,6 +9,11 @@ report (each names the rule and the offending value; any makes ``nvkr verify`` e
     requireSbom: [binary, image]                           # kinds that must carry an SPDX SBOM
     allowedSourcePrefixes: ["https://files.pythonhosted.org/"]  # every dependency uri
     minimumKeyBits: 128                                    # security strength of the --key keys
+    attestations:                                          # rebuild attestations (VSAs) required
+      minimum: 2                                           # PASSED ones, each by a distinct key
+      keys: [rebuilder-a.pub, rebuilder-b.pub]             # trusted: paths (relative to this
+                                                           # file), env://VAR, or inline PEM
+      verifierIds: [https://nvkr.dev/verifiers/nvkr]       # optional: accepted verifier.id
 
 Every field is optional; an omitted one checks nothing. ``minimumKeyBits`` is the security
 strength in bits (NIST SP 800-57 Part 1, Table 2: ECDSA P-256 and Ed25519 128, P-384 192, P-521
@@ -16,7 +21,11 @@ strength in bits (NIST SP 800-57 Part 1, Table 2: ECDSA P-256 and Ed25519 128, P
 verified with ``--key``. ``allowedSourcePrefixes`` applies to dependencies with a ``uri``: this
 repository's own directories (path sources) are named by digest only. An SBOM is a manifest with
 ``artifactType: application/spdx+json`` (or such a layer) whose ``subject`` is the artifact (for
-an image: its index or one of its manifests).
+an image: its index or one of its manifests). ``attestations`` is checked apart from the other
+rules, once the run's own attestation is written: :mod:`nvkr.verify.gate` counts the
+verification summary attestations kept beside the layout or attached to the REF
+(:mod:`nvkr.verify.attestations`); :func:`load_policy` resolves its relative key paths against
+the policy file's directory.
 """
 
 from __future__ import annotations
@@ -34,6 +43,18 @@ from nvkr.releaseset import KINDS
 from nvkr.verify.report import VerifyReport
 
 
+class AttestationRule(BaseModel):
+    """``attestations:`` of a policy: at least ``minimum`` PASSED rebuild attestations, each
+    signed by a distinct one of ``keys`` (PEM file paths, ``env://VAR`` or inline PEM text),
+    by a verifier in ``verifierIds`` when given."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    minimum: int = Field(ge=1)
+    keys: tuple[str, ...] = Field(min_length=1)
+    verifier_ids: tuple[str, ...] | None = Field(None, alias="verifierIds", min_length=1)
+
+
 class Policy(BaseModel):
     """A verification policy (module docstring); unknown keys are rejected."""
 
@@ -44,6 +65,7 @@ class Policy(BaseModel):
     require_sbom: tuple[str, ...] = Field((), alias="requireSbom")
     allowed_source_prefixes: tuple[str, ...] | None = Field(None, alias="allowedSourcePrefixes")
     minimum_key_bits: int | None = Field(None, alias="minimumKeyBits", ge=1)
+    attestations: AttestationRule | None = None
 
     @field_validator("require_provenance", "require_sbom")
     @classmethod
@@ -76,15 +98,24 @@ def load_policy(path: Path) -> Policy:
     if not isinstance(doc, dict):
         raise UsageError(f"policy {path}: expected a mapping of rules, got {type(doc).__name__}")
     try:
-        return Policy.model_validate(doc)
+        policy = Policy.model_validate(doc)
     except ValidationError as e:
         err = e.errors()[0]
         place = ".".join(str(p) for p in err["loc"]) or "(top)"
         raise UsageError(
             f"policy {path}: {place}: {err['msg']}",
             hint="rules: allowedBuilderIds, requireProvenance, requireSbom, "
-            "allowedSourcePrefixes, minimumKeyBits",
+            "allowedSourcePrefixes, minimumKeyBits, attestations {minimum, keys, verifierIds}",
         ) from e
+    rule = policy.attestations
+    if rule is None:
+        return policy
+    # a key path means the file beside the policy, wherever nvkr runs from
+    keys = tuple(
+        k if k.startswith(("env://", "-----BEGIN")) else str(Path(path).parent / k)
+        for k in rule.keys
+    )
+    return policy.model_copy(update={"attestations": rule.model_copy(update={"keys": keys})})
 
 
 def apply_policy(policy: Policy, report: VerifyReport, *, path: str | None = None) -> None:

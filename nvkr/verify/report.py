@@ -15,7 +15,7 @@ from typing import Any
 @dataclass
 class Problem:
     """One failed check: ``check`` (``closure``, ``metadata``, ``provenance``, ``signature``,
-    ``build-record``, ``policy`` or ``rebuild``), a ``message`` naming what and where, and an optional ``hint``."""
+    ``build-record``, ``policy``, ``rebuild`` or ``attestation``), a ``message`` naming what and where, and an optional ``hint``."""
 
     check: str
     message: str
@@ -94,7 +94,10 @@ class VerifyReport:
     "keyBits", "securityBits"}``), ``rebuild`` the :func:`nvkr.verify.rebuild` result or None,
     ``build_record`` what :func:`nvkr.releaseset.recordcheck.check_build_record` found (``{"path",
     "present", "checked"[, "signed", "verifiedBy", "invocationId", "startedOn", "finishedOn",
-    "actions"]}``; ``checked`` False when there is none or an earlier check failed).
+    "actions"]}``; ``checked`` False when there is none or an earlier check failed),
+    ``attestation`` the one this run wrote (:func:`nvkr.verify.attest.attest`; None without
+    ``--attest``) and ``attestations`` every one a policy's attestations rule considered
+    (:class:`nvkr.verify.gate.AttestationGate`; None without that rule).
     """
 
     path: str
@@ -110,6 +113,8 @@ class VerifyReport:
     warnings: list[str] = field(default_factory=list)
     rebuild: dict[str, Any] | None = None
     build_record: dict[str, Any] | None = None
+    attestation: dict[str, Any] | None = None
+    attestations: list[dict[str, Any]] | None = None
     seconds: float = 0.0
 
     @property
@@ -143,5 +148,7 @@ class VerifyReport:
             "warnings": self.warnings,
             "rebuild": self.rebuild,
             "buildRecord": self.build_record,
+            "attestation": self.attestation,
+            "attestations": self.attestations,
             "milliseconds": round(self.seconds * 1000),
         }

@@ -12,7 +12,7 @@ import shutil
 from nvkr.delivery.publish import publish_layout
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import LayoutReader
-from nvkr.oci.registry import Reference, RegistryClient
+from nvkr.oci.registry import Reference, RegistryClient, fallback_tag
 from nvkr.releaseset.remote import read_remote_metadata
 from tests.helpers.cli import invoke_output
 from tests.helpers.registry import run_proxy
@@ -144,7 +144,12 @@ def test_show_reads_only_index_and_metadata(registry, proxy, published):
     index = reader.read_json(reader.index["manifests"][0])
     config = reader.read_json(index["manifests"][0])["config"]["digest"]
     assert fetched == {config}  # the metadata only: no payload layer
-    assert len(proxy.requests("GET", "/manifests/")) == 2
+    manifests = [e.path for e in proxy.requests("GET", "/manifests/")]
+    # the index, the metadata manifest, and the referrers tag (the rebuild attestations it lists,
+    # none here): distribution has no referrers API
+    assert len(manifests) == 3 and manifests[2].endswith(
+        "/manifests/" + fallback_tag(top["digest"])
+    )
     code, text = invoke_output(
         "release-set", "show", f"{proxy.host}/{published['repo']}@{published['digest']}"
     )
