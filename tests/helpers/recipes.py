@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from tests.helpers import REPO
 
@@ -81,3 +82,36 @@ def write_leaf_recipe(
         )
     )
     return path
+
+
+#: the files of tests/fixtures/recipes/closure.yaml.in's sources, served as ``BASE/tool`` and
+#: ``BASE/nonfree.bin``
+CLOSURE_TOOL = b"#!/bin/sh\necho tool\n" + b"t" * 2048
+NONFREE = b"licensed bytes\n" * 64
+
+
+def write_closure_project(tmp: Path, served: Any) -> tuple[Path, Path]:
+    """``tmp/proj``: recipes/closure.yaml (tests/fixtures/recipes/closure.yaml.in) extending
+    recipes/base-sources.yaml, a scratch image of a url source (``tool``), a path source's tree
+    (``conf/``, with a file its ``exclude`` leaves out) and a url source marked ``publish:
+    false`` (``nonfree``), both files put into ``served`` (the ``http_dir`` fixture). Returns
+    (project, the store to build it with)."""
+    (served.root / "tool").write_bytes(CLOSURE_TOOL)
+    (served.root / "nonfree.bin").write_bytes(NONFREE)
+    proj = tmp / "proj"
+    (proj / "recipes").mkdir(parents=True)
+    (proj / "conf" / "sub").mkdir(parents=True)
+    (proj / "conf" / "app.conf").write_text("key = value\n")
+    (proj / "conf" / "sub" / "more.conf").write_text("more\n")
+    (proj / "conf" / "scratch.tmp").write_text("left out\n")
+    (proj / "recipes" / "base-sources.yaml").write_text(
+        template("closure-base.yaml.in").format(
+            base=served.url, tool_sha=hashlib.sha256(CLOSURE_TOOL).hexdigest()
+        )
+    )
+    (proj / "recipes" / "closure.yaml").write_text(
+        template("closure.yaml.in").format(
+            base=served.url, nonfree_sha=hashlib.sha256(NONFREE).hexdigest()
+        )
+    )
+    return proj, tmp / "store"

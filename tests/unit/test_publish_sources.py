@@ -3,7 +3,9 @@ from the registry alone, on a small recipe built in a second (nvkr.delivery.sour
 
 The recipe extends a base file (so the closure must carry more than the recipe), lays out a url
 source, a path source's tree and a url source marked ``publish: false`` in a scratch image; the
-registry is a real CNCF distribution on loopback.
+registry is a real CNCF distribution on loopback. The last test is issue 31's promotion end to
+end: two rebuilders attest the set from the registry alone, ``nvkr copy`` moves it with every
+referrer to a second registry, and a rebuild from there passes a policy wanting both.
 """
 
 from __future__ import annotations
@@ -21,69 +23,14 @@ from nvkr.oci import mediatypes as mt
 from nvkr.oci.registry import RegistryClient
 from nvkr.repro import tar_bytes
 from tests.helpers.cli import invoke
-
-BASE = """\
-apiVersion: nvkr.dev/v1alpha1
-kind: Recipe
-sources:
-  tool:
-    url: "{base}/tool"
-    sha256: "{tool_sha}"
-  conf:
-    path: ../conf
-    exclude: ["*.tmp"]
-"""
-
-RECIPE = """\
-apiVersion: nvkr.dev/v1alpha1
-kind: Recipe
-extends: [base-sources.yaml]
-metadata: {{name: closure}}
-epoch: "1700000000"
-matrix:
-  gpu: [hopper]
-  kubernetes: ["1.36"]
-  arch: [amd64]
-sources:
-  nonfree:
-    url: "{base}/nonfree.bin"
-    sha256: "{nonfree_sha}"
-    publish: false
-artifacts:
-  image:
-    builder: container-image
-    base: scratch
-    files:
-      /usr/bin/tool: {{source: tool, mode: "0755"}}
-      /etc/conf: {{source: conf}}
-      /opt/nonfree.bin: {{source: nonfree}}
-    entrypoint: ["/usr/bin/tool"]
-releaseSet:
-  name: closure
-  clusterRelease: {{kubernetes: "1.36.4", images: [image]}}
-"""
-
-TOOL = b"#!/bin/sh\necho tool\n" + b"t" * 2048
-NONFREE = b"licensed bytes\n" * 64
+from tests.helpers.recipes import NONFREE, write_closure_project
 
 
 @pytest.fixture
 def built(tmp_path: Path, http_dir: Any) -> tuple[Path, Path, Any]:
-    """The project (recipe, base file, ``conf/``), locked and built: (project, store, http_dir)."""
-    (http_dir.root / "tool").write_bytes(TOOL)
-    (http_dir.root / "nonfree.bin").write_bytes(NONFREE)
-    proj = tmp_path / "proj"
-    (proj / "recipes").mkdir(parents=True)
-    (proj / "conf" / "sub").mkdir(parents=True)
-    (proj / "conf" / "app.conf").write_text("key = value\n")
-    (proj / "conf" / "sub" / "more.conf").write_text("more\n")
-    (proj / "conf" / "scratch.tmp").write_text("left out\n")
-    sha = {"tool_sha": hashlib.sha256(TOOL).hexdigest(), "base": http_dir.url}
-    (proj / "recipes" / "base-sources.yaml").write_text(BASE.format(**sha))
-    (proj / "recipes" / "closure.yaml").write_text(
-        RECIPE.format(base=http_dir.url, nonfree_sha=hashlib.sha256(NONFREE).hexdigest())
-    )
-    store = tmp_path / "store"
+    """The closure project (tests.helpers.recipes.write_closure_project), locked and built:
+    (project, store, http_dir)."""
+    proj, store = write_closure_project(tmp_path, http_dir)
     for step in (("lock", "recipes/closure.yaml"), ("build", "recipes/closure.yaml", "--locked")):
         res = invoke(*step, cwd=proj, store=store)
         assert res.code == 0, res.stderr
@@ -271,3 +218,56 @@ def test_build_push_with_sources_pushes_the_closure_after_the_set(
 
     res = invoke("build", "recipes/closure.yaml", "--with-sources", cwd=proj, store=store)
     assert res.code == 2 and "--with-sources pushes with --push" in res.stderr
+
+
+# -- promotion: attested by two rebuilders, copied whole, rebuilt from the second registry ---------
+def _keys(tmp: Path) -> dict[str, Path]:
+    for name in ("k1", "k2"):
+        res = invoke("keys", "generate", "--out", tmp / name)
+        assert res.code == 0, res.stderr
+    return {name: tmp / name for name in ("k1", "k2")}
+
+
+def test_an_attested_set_copied_with_its_sources_rebuilds_from_the_second_registry(
+    built: tuple[Path, Path, Any],
+    registry: Any,
+    tmp_path: Path,
+) -> None:
+    from tests.helpers.registry import run_registry
+
+    proj, store, http = built
+    res = invoke("publish", "dist/closure", f"{registry.host}/ci/closure:v1", "--insecure",
+                 "--with-sources", "--json", cwd=proj, store=store)  # fmt: skip
+    assert res.code == 0, res.stderr
+    digest = json.loads(res.stdout.splitlines()[-1])["digest"]
+    shutil.rmtree(http.root)  # nothing upstream from here on
+    http.root.mkdir()
+    withheld = tmp_path / "withheld-store"  # the one source the closure does not carry
+    (withheld / "blobs" / "sha256").mkdir(parents=True)
+    (withheld / "blobs" / "sha256" / hashlib.sha256(NONFREE).hexdigest()).write_bytes(NONFREE)
+    keys = _keys(tmp_path)
+    ref = f"{registry.host}/ci/closure@{digest}"
+    for key in keys.values():
+        res = invoke("verify", ref, "--insecure", "--rebuild", "--seed-store", withheld,
+                     "--attest", f"{key}.key", cwd=tmp_path)  # fmt: skip
+        assert res.code == 0, res.stderr + res.stdout
+
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("attestations:\n  minimum: 2\n  keys: [k1.pub, k2.pub]\n")
+    with run_registry(tmp_path / "second") as second:
+        res = invoke("copy", f"{registry.host}/ci/closure:v1", f"{second.host}/prod/closure:v1",
+                     "--insecure", cwd=tmp_path)  # fmt: skip
+        assert res.code == 0, res.stderr
+        promoted = f"{second.host}/prod/closure@{digest}"
+        res = invoke("verify", promoted, "--insecure", "--rebuild", "--seed-store", withheld,
+                     "--policy", policy, "--json", cwd=tmp_path)  # fmt: skip
+        assert res.code == 0, res.stderr + res.stdout
+        doc = json.loads(res.stdout)
+        assert doc["rebuild"]["identical"] is True and doc["rebuild"]["digest"] == digest
+        assert doc["rebuild"]["sources"]["reference"].startswith(f"{second.host}/prod/closure@")
+        assert doc["policy"]["attestations"]["counted"] == 2
+
+        three = tmp_path / "three.yaml"
+        three.write_text("attestations:\n  minimum: 3\n  keys: [k1.pub, k2.pub]\n")
+        res = invoke("verify", promoted, "--insecure", "--policy", three, cwd=tmp_path)
+        assert res.code == 3 and "the policy requires 3" in res.stderr
