@@ -13,7 +13,8 @@ referrers), after this run's own attestation was written, and counts one when, i
 4. its subjects name this release set's index digest;
 5. its ``verifier.id`` is one of ``verifierIds``, when the rule lists any;
 6. its ``verificationResult`` is PASSED and ``verifiedLevels`` holds ``NVKR_REBUILD_IDENTICAL``;
-7. its key has not been counted already: N attestations by one key are one rebuilder.
+7. its key has not been counted already: N attestations by one key are one rebuilder (the
+   earliest by ``timeVerified`` counts, whatever order the registry lists them in).
 
 Every other attestation is listed in the report as ignored, with the first of these it failed;
 none of them is ever counted. Fewer than ``minimum`` counted is a policy violation (exit 3)
@@ -106,8 +107,10 @@ class AttestationGate:
             RegistryError: the registry failed while listing or fetching them.
         """
         seen: dict[str, str] = {}  # keyid counted -> where
-        for found in place.read():
-            item = self._consider(found, str(report.digest))
+        items = [self._consider(found, str(report.digest)) for found in place.read()]
+        # the earliest of a key's attestations counts (a registry lists them in digest order)
+        items.sort(key=lambda c: (c.summary.time_verified if c.summary else "", c.where))
+        for item in items:
             if item.counted and item.keyid is not None:
                 if item.keyid in seen:
                     item.counted = False
