@@ -160,7 +160,7 @@ class _Source:
         level = [_Found(root, where)]
         while level:
             following: list[_Found] = []
-            for item, (blob, data, leads) in zip(level, self._fetch_all(level), strict=True):
+            for blob, data, leads in self._fetch_all(level):
                 found.manifests.append((blob, data))
                 for lead in leads:
                     digest, size = check_descriptor(lead.desc, lead.where)
