@@ -250,7 +250,11 @@ def publish_referrer(
     reader = LayoutReader(Path(layout_dir))
     root = _root(reader, None)
     blobs = reader.walk(root, deep=False)
-    manifests = _manifests(reader, blobs)
+    manifests = manifest_graph(
+        (b, reader.read_blob(_desc(b), referrer=b.referrer))
+        for b in blobs
+        if b.media_type in mt.MANIFEST_TYPES
+    )
     leaves = [b for b in blobs if b.digest not in manifests]
     report = PublishReport(
         reference=f"{ref.registry}/{ref.repository}@{root['digest']}",
@@ -264,9 +268,9 @@ def publish_referrer(
     run = _Publish(client, ref.repository, reader, report, on_event, jobs)
     run.event("start", reference=report.reference, name=None, blobs=len(leaves),
               bytes=sum(b.size for b in leaves), what="the source closure ")  # fmt: skip
-    _run(run.jobs, lambda b: run.blob(b, ()), leaves)
-    _push_manifests(run, manifests, list(manifests))
-    _push_referrers(run, manifests, list(manifests))
+    run_jobs(run.jobs, lambda b: run.blob(b, ()), leaves)
+    run.push_manifests(manifests, list(manifests))
+    run.push_referrers(manifests, list(manifests))
     report.seconds = time.monotonic() - started
     return report
 
