@@ -49,6 +49,7 @@ VERBS: dict[str, str] = {
     "boot-test": "boot_test",
     "publish": "publish",
     "pull": "pull",
+    "copy": "copy",
     "verify": "verify",
     "keys": "keys",
     "release-set": "release_set",

@@ -4,7 +4,8 @@ The last arrow of the data flow (docs/architecture.md, "The data flow"): ``dist/
 registry. The closure of the release set index (every blob
 :meth:`~nvkr.oci.layout.LayoutReader.walk` reaches), with the attachments ``index.json`` lists
 beside it (the signatures of ``nvkr build --sign``: manifests whose ``subject`` is in the set), goes
-up in an order that never lets a reader see a half-published set:
+up in an order that never lets a reader see a half-published set (steps 1-6 are
+:mod:`nvkr.delivery.destination`'s, which ``nvkr copy`` shares):
 
 1. blobs (configs, layers, payloads): ``HEAD`` first, skipped when present, else mounted from a
    ``mount_from`` repository of the same registry, else uploaded (in parallel, ``jobs`` at a time);
@@ -38,14 +39,19 @@ import functools
 import hashlib
 import io
 import json
-import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nvkr.delivery.destination import (
+    Destination,
+    EventSink,
+    PushReport,
+    manifest_graph,
+    run_jobs,
+)
 from nvkr.errors import IntegrityError, RegistryError, UsageError
 from nvkr.monitor.transfer import counted
 from nvkr.oci import mediatypes as mt
@@ -53,56 +59,14 @@ from nvkr.oci.layout import LayoutBlob, LayoutReader
 from nvkr.oci.referrers import referrer_descriptor, update_referrers_tag
 from nvkr.oci.registry import Reference, RegistryClient, fallback_tag
 
-EventSink = Callable[[str, dict[str, Any]], None]
-
 
 @dataclass
-class PublishReport:
-    """What :func:`publish_layout` did. Sizes in bytes, ``seconds`` wall-clock, digests
-    ``sha256:<hex>``; ``referrers`` is ``api`` (the registry indexes them), ``fallback-tag`` or
-    ``none`` (nothing published carries a subject), ``referrers_tags`` the fallback tags
-    written or found (the build record's included); ``build_record`` the digests of the build
+class PublishReport(PushReport):
+    """What :func:`publish_layout` did (:class:`~nvkr.delivery.destination.PushReport`);
+    ``referrers_tags`` include the build record's; ``build_record`` the digests of the build
     record manifests pushed or found (empty: no record beside the layout)."""
 
-    reference: str
-    repository: str
-    tag: str
-    digest: str
-    name: str | None
-    blobs: int = 0
-    blobs_uploaded: int = 0
-    bytes_uploaded: int = 0
-    bytes_sent: int = 0
-    blobs_skipped: int = 0
-    bytes_skipped: int = 0
-    blobs_mounted: int = 0
-    manifests: int = 0
-    manifests_pushed: int = 0
-    manifests_skipped: int = 0
-    referrers: str = "none"
-    referrers_tags: list[str] = field(default_factory=list)
-    previous: str | None = None
-    tag_moved: bool = False
     build_record: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        """The report as JSON-able camelCase keys (``bytesUploaded``, ...), seconds as ms."""
-        out: dict[str, Any] = {}
-        for k, v in asdict(self).items():
-            parts = k.split("_")
-            out[parts[0] + "".join(p.title() for p in parts[1:])] = v
-        out["milliseconds"] = round(out.pop("seconds") * 1000)
-        return out
-
-
-@dataclass(frozen=True)
-class _Manifest:
-    blob: LayoutBlob
-    data: bytes
-    doc: dict[str, Any]
-    deps: frozenset[str]  # digests of manifests in the set it references (children, subject)
-    children: frozenset[str]  # digests of every blob it holds (not its subject)
 
 
 def _root(reader: LayoutReader, name: str | None) -> dict[str, Any]:
@@ -137,40 +101,11 @@ def _attachments(reader: LayoutReader, root: Mapping[str, Any], closure: set[str
     return found
 
 
-def _levels(nodes: Iterable[str], deps: Mapping[str, frozenset[str]]) -> list[list[str]]:
-    """``nodes`` in dependency levels: each level only needs earlier ones (or nodes not listed)."""
-    todo = set(nodes)
-    levels: list[list[str]] = []
-    while todo:
-        ready = sorted(d for d in todo if not (deps[d] & todo))
-        if not ready:
-            raise IntegrityError(f"manifests reference each other in a cycle: {sorted(todo)}")
-        levels.append(ready)
-        todo -= set(ready)
-    return levels
+class _Publish(Destination):
+    """One publish: the layout read and the upload of a blob from it (the rest of the steps of
+    :func:`publish_layout` are :class:`~nvkr.delivery.destination.Destination`'s)."""
 
-
-def _run(jobs: int, fn: Callable[[Any], None], items: Sequence[Any]) -> None:
-    """``fn(item)`` for every item, ``jobs`` at a time; the first exception (or Ctrl-C) cancels
-    what has not started and is raised once the running calls have returned."""
-    if len(items) <= 1 or jobs <= 1:
-        for item in items:
-            fn(item)
-        return
-    pool = ThreadPoolExecutor(max_workers=jobs)
-    try:
-        futures = [pool.submit(fn, item) for item in items]
-        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-        for f in done:
-            exc = f.exception()
-            if exc is not None:
-                raise exc
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-
-
-class _Publish:
-    """One publish: the layout read, the counters, and the steps of :func:`publish_layout`."""
+    report: PublishReport
 
     def __init__(
         self,
@@ -181,67 +116,23 @@ class _Publish:
         on_event: EventSink | None,
         jobs: int,
     ) -> None:
-        self.client, self.repo, self.reader, self.report = client, repo, reader, report
-        self.jobs = max(1, jobs)
-        self._lock = threading.Lock()
-        self._on_event = on_event
-        self.sent: set[str] = set()  # blobs uploaded or mounted by this publish
-
-    def event(self, kind: str, **fields: Any) -> None:
-        with self._lock:  # one event at a time, whichever worker thread reports it
-            if kind == "blob-skipped":
-                self.report.blobs_skipped += 1
-                self.report.bytes_skipped += fields["size"]
-            elif kind == "blob-mounted":
-                self.report.blobs_mounted += 1
-                self.sent.add(fields["digest"])
-            elif kind == "blob-uploaded":
-                self.sent.add(fields["digest"])
-                self.report.blobs_uploaded += 1
-                self.report.bytes_uploaded += fields["size"]
-                self.report.bytes_sent += fields["sent"]
-            elif kind == "manifest-pushed":
-                self.report.manifests_pushed += 1
-            elif kind == "manifest-skipped":
-                self.report.manifests_skipped += 1
-            if self._on_event is not None:
-                self._on_event(kind, fields)
+        super().__init__(client, repo, report, on_event, jobs)
+        self.reader = reader
 
     def blob(self, blob: LayoutBlob, mount_from: Sequence[str]) -> None:
-        if self.client.blob_exists(self.repo, blob.digest):
-            self.event("blob-skipped", digest=blob.digest, size=blob.size)
+        if self.present_or_mounted(blob, mount_from):
             return
-        for source in mount_from:
-            if source != self.repo and self.client.mount_blob(self.repo, blob.digest, source):
-                self.event("blob-mounted", digest=blob.digest, size=blob.size, source=source)
-                return
         path = self.reader.blob_path(blob.digest)
-
-        def progress(done: int) -> None:
-            if self._on_event is not None:  # not counted: only passed on (a byte bar)
-                self._on_event("blob-progress", {"digest": blob.digest, "size": blob.size,
-                                                 "done": done})  # fmt: skip
-
         sent = self.client.push_blob(
             self.repo,
             blob.digest,
             blob.size,
-            lambda: counted(open(path, "rb"), progress),  # noqa: SIM115
+            lambda: counted(
+                open(path, "rb"),  # noqa: SIM115
+                lambda done: self.progress(blob.digest, blob.size, done),
+            ),
         )
         self.event("blob-uploaded", digest=blob.digest, size=blob.size, sent=sent)
-
-    def exists(self, m: _Manifest) -> bool:
-        return self.client.manifest_digest(self.repo, m.blob.digest) == m.blob.digest
-
-    def push(self, m: _Manifest) -> None:
-        self.client.push_manifest(self.repo, m.blob.digest, m.data, m.blob.media_type)
-        self.event(
-            "manifest-pushed",
-            digest=m.blob.digest,
-            size=m.blob.size,
-            mediaType=m.blob.media_type,
-            artifactType=m.doc.get("artifactType"),
-        )
 
 
 def publish_layout(
@@ -300,7 +191,11 @@ def publish_layout(
             if b.digest not in closure:
                 closure.add(b.digest)
                 blobs.append(b)
-    manifests = _manifests(reader, blobs)
+    manifests = manifest_graph(
+        (b, reader.read_blob(_desc(b), referrer=b.referrer))
+        for b in blobs
+        if b.media_type in mt.MANIFEST_TYPES
+    )
     leaves = [b for b in blobs if b.digest not in manifests]
     report = PublishReport(
         reference=f"{ref.registry}/{ref.repository}:{tag}@{root['digest']}",
@@ -319,26 +214,15 @@ def publish_layout(
         blobs=len(leaves),
         bytes=sum(b.size for b in leaves),
     )
-
     # 1. blobs
-    _run(run.jobs, lambda b: run.blob(b, mount_from), leaves)
+    run_jobs(run.jobs, lambda b: run.blob(b, mount_from), leaves)
     # 2.-3. manifests, those about a subject (and what holds them) after the rest
     others = [d for d in manifests if d != root["digest"]]
-    missing = _push_manifests(run, manifests, others)
+    missing = run.push_manifests(manifests, others)
     # 4. referrers
-    _push_referrers(run, manifests, others)
-    # 5. the release set index, by digest
-    root_manifest = manifests[root["digest"]]
-    if not root_manifest.children & (run.sent | missing) and run.exists(root_manifest):
-        run.event("manifest-skipped", digest=root["digest"], size=root_manifest.blob.size)
-    else:
-        run.push(root_manifest)
-    # 6. the tag, last
-    report.previous = client.manifest_digest(ref.repository, tag)
-    if report.previous != root["digest"]:
-        client.push_manifest(ref.repository, tag, root_data, root_manifest.blob.media_type)
-        report.tag_moved = True
-    run.event("tagged", tag=tag, digest=root["digest"], previous=report.previous)
+    run.push_referrers(manifests, others)
+    # 5.-6. the release set index, by digest, then the tag, last
+    run.finish(manifests[root["digest"]], missing, tag)
     # 7. the build record, after the set (module docstring)
     if meta is not None and set_name:
         _publish_build_record(run, Path(layout_dir), root, str(set_name), meta)
@@ -366,7 +250,11 @@ def publish_referrer(
     reader = LayoutReader(Path(layout_dir))
     root = _root(reader, None)
     blobs = reader.walk(root, deep=False)
-    manifests = _manifests(reader, blobs)
+    manifests = manifest_graph(
+        (b, reader.read_blob(_desc(b), referrer=b.referrer))
+        for b in blobs
+        if b.media_type in mt.MANIFEST_TYPES
+    )
     leaves = [b for b in blobs if b.digest not in manifests]
     report = PublishReport(
         reference=f"{ref.registry}/{ref.repository}@{root['digest']}",
@@ -380,9 +268,9 @@ def publish_referrer(
     run = _Publish(client, ref.repository, reader, report, on_event, jobs)
     run.event("start", reference=report.reference, name=None, blobs=len(leaves),
               bytes=sum(b.size for b in leaves), what="the source closure ")  # fmt: skip
-    _run(run.jobs, lambda b: run.blob(b, ()), leaves)
-    _push_manifests(run, manifests, list(manifests))
-    _push_referrers(run, manifests, list(manifests))
+    run_jobs(run.jobs, lambda b: run.blob(b, ()), leaves)
+    run.push_manifests(manifests, list(manifests))
+    run.push_referrers(manifests, list(manifests))
     report.seconds = time.monotonic() - started
     return report
 
@@ -412,88 +300,8 @@ def _target(
     return root, set_name, tag
 
 
-def _manifests(reader: LayoutReader, blobs: Sequence[LayoutBlob]) -> dict[str, _Manifest]:
-    """The manifests and indexes among ``blobs``, by digest, each with the digests it
-    references (``children``) and the manifests among them and its subject it must follow
-    (``deps``)."""
-    manifests: dict[str, _Manifest] = {}
-    for b in blobs:
-        if b.media_type in mt.MANIFEST_TYPES:
-            desc = {"mediaType": b.media_type, "digest": b.digest, "size": b.size}
-            data = reader.read_blob(desc, referrer=b.referrer)
-            doc = json.loads(data)
-            refs = [*(doc.get("manifests") or []), doc.get("config"), *(doc.get("layers") or [])]
-            children = frozenset(r["digest"] for r in refs if isinstance(r, dict))
-            subject = doc.get("subject")
-            found = children | ({subject["digest"]} if isinstance(subject, dict) else set())
-            manifests[b.digest] = _Manifest(b, data, doc, frozenset(found), children)
-    for d, m in list(manifests.items()):
-        manifests[d] = _Manifest(
-            m.blob, m.data, m.doc, frozenset(m.deps & manifests.keys() - {d}), m.children
-        )
-    return manifests
-
-
-def _push_manifests(run: _Publish, manifests: dict[str, _Manifest], others: list[str]) -> set[str]:
-    """Steps 2-3: push the manifests ``others`` the registry lacks, children first, those about
-    a subject (and what holds them) after the rest; returns the digests found missing."""
-    # a registry holds a manifest only with everything it references, so one that references
-    # a blob just sent is missing too: it is pushed without asking first
-    missing = {d for d in others if manifests[d].children & run.sent}
-    while more := {d for d in others if manifests[d].children & missing} - missing:
-        missing |= more
-
-    def check(d: str) -> None:
-        if run.exists(manifests[d]):
-            run.event("manifest-skipped", digest=d, size=manifests[d].blob.size)
-        else:
-            with run._lock:
-                missing.add(d)
-
-    _run(run.jobs, check, [d for d in others if d not in missing])
-    missing_in_order = [d for d in others if d in missing]
-    deps = {d: m.deps for d, m in manifests.items()}
-    late = {d for d in others if "subject" in manifests[d].doc}
-    grew = True
-    while grew:  # whatever references a late manifest is late too
-        more = {d for d in others if deps[d] & late} - late
-        late |= more
-        grew = bool(more)
-    for phase in (
-        [d for d in missing_in_order if d not in late],
-        [d for d in missing_in_order if d in late],
-    ):
-        for level in _levels(phase, deps):
-            _run(run.jobs, lambda d: run.push(manifests[d]), level)
-    return missing
-
-
-def _push_referrers(run: _Publish, manifests: dict[str, _Manifest], others: list[str]) -> None:
-    """Step 4: where the registry has no referrers API, write the fallback tag of each subject
-    the manifests ``others`` refer to (``report.referrers`` says which)."""
-    client, report, repo = run.client, run.report, run.repo
-    subjects: dict[str, list[dict[str, Any]]] = {}
-    for d in others:
-        subject = manifests[d].doc.get("subject")
-        if isinstance(subject, dict) and isinstance(subject.get("digest"), str):
-            entry = referrer_descriptor(manifests[d].blob, manifests[d].doc)
-            subjects.setdefault(subject["digest"], []).append(entry)
-    if subjects:
-        if client.has_referrers_api(repo, next(iter(subjects))):
-            report.referrers = "api"
-        else:
-            report.referrers = "fallback-tag"
-
-            def referrers(subject: str) -> None:
-                written = update_referrers_tag(client, repo, subject, subjects[subject])
-                with run._lock:
-                    report.referrers_tags.append(fallback_tag(subject))
-                run.event(
-                    "referrers-tag", tag=fallback_tag(subject), subject=subject, written=written
-                )
-
-            _run(run.jobs, referrers, sorted(subjects))
-            report.referrers_tags.sort()
+def _desc(blob: LayoutBlob) -> dict[str, Any]:
+    return {"mediaType": blob.media_type, "digest": blob.digest, "size": blob.size}
 
 
 def _publish_build_record(

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nvkr import __version__
-from nvkr.delivery.publish import EventSink, PublishReport, publish_referrer
+from nvkr.delivery.destination import EventSink
+from nvkr.delivery.publish import PublishReport, publish_referrer
 from nvkr.delivery.sources import (
     MAX_LAYERS,
     Closure,

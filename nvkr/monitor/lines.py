@@ -52,7 +52,7 @@ def event_lines(event: Event) -> list[str]:
             return [f"warning: {line(digest, reason)}"]
         case CacheEvent():
             return _cache_lines(event)
-        case Step(verb="publish"):
+        case Step(verb="publish" | "copy"):
             return _publish_lines(event)
         case BootStart():
             return [f"boot-test: {boot_line(event)}"]
@@ -121,6 +121,12 @@ def _verb(word: str) -> str:
 def _publish_lines(event: Step) -> list[str]:
     f, kind = event.fields, event.name
     digest = str(f.get("digest", ""))[:19]
+    if kind == "start" and event.verb == "copy":
+        return [
+            f"nvkr: copying {f['reference']} to {f['destination']} ({f['manifests']} manifests, "
+            f"{plural(f['referrers'], 'referrer')}, {plural(f['blobs'], 'blob')} of "
+            f"{human_size(f['bytes'])})"
+        ]
     if kind == "start":
         return [f"nvkr: publishing {f.get('what') or ''}{f['reference']}"]
     if kind == "blob-uploaded":
@@ -148,6 +154,12 @@ def result_lines(event: Result) -> list[str]:
     """The summary of a verb's result (``event.fields`` as the JSON result has them)."""
     if event.verb == "publish":
         return _publish_summary(event.fields)
+    if event.verb == "copy":
+        return [
+            f"nvkr: copied {event.fields['source']} to {event.fields['reference']} with "
+            f"{plural(event.fields['referrerManifests'], 'referrer')}",
+            *_publish_summary(event.fields),
+        ]
     if event.verb == "pull":
         return _pull_summary(event.summary)
     if event.verb == "build":

@@ -137,9 +137,9 @@ class LiveMonitor:
                 pass
             case Transfer():
                 self._transfer(event)
-            case Step(verb="publish", name="start", fields=f):
+            case Step(verb="publish" | "copy" as verb, name="start", fields=f):
                 self._total = self.progress.add_task(
-                    f"[bold]publish[/] {escape(str(f.get('name') or f['reference']))}",
+                    f"[bold]{verb}[/] {escape(str(f.get('name') or f['reference']))}",
                     total=f.get("bytes") or None,
                     unit="bytes",
                 )

@@ -134,7 +134,8 @@ def list_referrers(client: RegistryClient, repo: str, subject: str) -> list[dict
         IntegrityError: the fallback tag holds something that is not JSON.
         RegistryError: the registry failed or is unreachable.
     """
-    index = client.referrers(repo, subject)
+    # asked once per repository: a registry without the API answers 404 for every subject
+    index = client.referrers(repo, subject) if client.has_referrers_api(repo, subject) else None
     if index is None:
         try:
             data, _, _ = client.get_manifest(repo, fallback_tag(subject))

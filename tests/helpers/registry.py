@@ -10,8 +10,9 @@ module is needed.
 :class:`FaultProxy` sits between nvkr and a registry on loopback and forwards every request,
 except that :class:`Fault` rules make it drop the connection before forwarding, drop it halfway
 through the request body (the registry gets half a chunk), answer a status itself (500, 429,
-412), forward but drop the response, truncate the response body, or rewrite the
-``Docker-Content-Digest`` the registry answered. It can also rewrite ``Location`` headers to
+412), forward but drop the response, truncate the response body, flip a byte of it (a
+registry serving other bytes than a digest names), or rewrite the ``Docker-Content-Digest`` the
+registry answered. It can also rewrite ``Location`` headers to
 relative ones, play a bearer-token gate (its own ``/token``, or a ``realm`` elsewhere) or a basic
 auth gate, and play a registry whose blobs live on a storage host: upload ``Location`` headers
 name another proxy, blob reads answer 307 to it. It logs the ``Authorization`` each request
@@ -133,7 +134,9 @@ def auth_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry
 
 
 # -- the fault-injecting proxy --------------------------------------------------------------------
-ACTIONS = frozenset({"drop", "drop-mid-body", "drop-response", "status", "truncate", "digest"})
+ACTIONS = frozenset(
+    {"drop", "drop-mid-body", "drop-response", "status", "truncate", "corrupt", "digest"}
+)
 
 
 @dataclass
@@ -145,6 +148,7 @@ class Fault:
     body, then close both sides), ``drop-response`` (forward it all, close without answering),
     ``status`` (answer ``status`` without forwarding; 429 carries ``Retry-After: 0``),
     ``truncate`` (forward; send half the response body under the full Content-Length),
+    ``corrupt`` (forward; flip one bit of the middle byte of the response body),
     ``digest`` (forward; answer another ``Docker-Content-Digest``).
     """
 
@@ -309,6 +313,9 @@ class _Handler(BaseHTTPRequestHandler):
             headers["Location"] = (
                 proxy.storage + parts.path + (f"?{parts.query}" if parts.query else "")
             )
+        if action == "corrupt" and body:
+            middle = len(body) // 2
+            body = body[:middle] + bytes([body[middle] ^ 1]) + body[middle + 1 :]
         if action == "truncate" and self.command != "HEAD":
             self.send_response(resp.status)
             for k, v in headers.items():
