@@ -388,9 +388,12 @@ def _unpack(
     manifests = [m for m in root.get("manifests") or [] if isinstance(m, dict)]
     layers: set[str] = set()
     config: str | None = None
-    for part in manifests:
+    for i, part in enumerate(manifests):
         doc = json.loads((tmp / blob_name(str(part["digest"]))).read_bytes())
-        config = str(doc.get("config", {}).get("digest"))
+        found = str((doc.get("config") or {}).get("digest"))
+        if config is not None and found != config:  # one index, the same in every part
+            raise IntegrityError(f"{what}: manifests[{i}] names config {found}, not {config}")
+        config = found
         layers |= {str(x["digest"]) for x in doc.get("layers") or [] if isinstance(x, dict)}
     if config is None:
         raise IntegrityError(f"{what} holds no manifest")

@@ -193,6 +193,54 @@ def test_a_closure_missing_a_blob_names_it_and_its_source(
     assert not src.exists(), "nothing written"
 
 
+def test_a_closure_whose_parts_name_different_indexes_is_refused(
+    built: tuple[Path, Path, Any], registry: Any, tmp_path: Path
+) -> None:
+    """A part whose config is another index than the others' (a closure put together by
+    hand): which index holds would depend on the part read last, so the pull exits 3."""
+    import io
+
+    from nvkr.canonical import canonical_json
+    from nvkr.delivery.sources import find_closure
+    from nvkr.oci.layout import LayoutBlob
+    from nvkr.oci.referrers import referrer_descriptor, update_referrers_tag
+
+    proj, store, _ = built
+    res = _publish(proj, store, f"{registry.host}/rel/mixed:v1", "--max-layers", "1")
+    assert res.code == 0, res.stderr
+    subject = json.loads(res.stdout.splitlines()[-1])["digest"]
+    repo = "rel/mixed"
+    with RegistryClient(registry.host, insecure=True) as client:
+        desc = find_closure(client, repo, subject)
+        assert desc is not None
+        root = json.loads(client.get_manifest(repo, desc["digest"])[0])
+        part = json.loads(client.get_manifest(repo, root["manifests"][1]["digest"])[0])
+        other = canonical_json({"nvkrMirror": 1, "sources": []})
+        digest = sha256_bytes(other)
+        client.push_blob(repo, digest, len(other), lambda: io.BytesIO(other))
+        part["config"] = {**part["config"], "digest": digest, "size": len(other)}
+        data = canonical_json(part)
+        client.push_manifest(repo, sha256_bytes(data), data, mt.OCI_MANIFEST)
+        root["manifests"][1] = {**root["manifests"][1], "digest": sha256_bytes(data),
+                                "size": len(data)}  # fmt: skip
+        data = canonical_json(root)
+        client.push_manifest(repo, sha256_bytes(data), data, mt.OCI_INDEX)
+        blob = LayoutBlob(sha256_bytes(data), len(data), mt.OCI_INDEX, "test")
+        update_referrers_tag(client, repo, subject, [referrer_descriptor(blob, root)])
+        # the hand-made closure sorts first or not: drop the true one from the listing
+        tag = "sha256-" + subject.split(":", 1)[1]
+        listed = json.loads(client.get_manifest(repo, tag)[0])
+        listed["manifests"] = [m for m in listed["manifests"] if m["digest"] != desc["digest"]]
+        data = canonical_json(listed)
+        client.push_manifest(repo, tag, data, mt.OCI_INDEX)
+    src = tmp_path / "src"
+    res = invoke("pull", f"{registry.host}/{repo}@{subject}", tmp_path / "set", "--insecure",
+                 "--with-sources", src, store=tmp_path / "pull-store")  # fmt: skip
+    assert res.code == 3, res.stderr
+    assert f"manifests[1] names config {digest}" in res.stderr
+    assert not src.exists()
+
+
 def test_build_push_with_sources_pushes_the_closure_after_the_set(
     built: tuple[Path, Path, Any], registry: Any
 ) -> None:
