@@ -54,7 +54,8 @@ class CiOptions:
     """What ``nvkr ci generate`` takes besides the platform and recipes.
 
     ``cache``: the main cache repository (``REGISTRY/REPO``); ``push``: where the final job
-    publishes (None: it signs, publishes nothing); ``image``: the CI image by digest; ``by``:
+    publishes (None: it signs, publishes nothing); ``with_sources``: it pushes each set's source
+    closure too, ``--build-env`` the CI image; ``image``: the CI image by digest; ``by``:
     ``variant`` or ``action``; ``labels``: runner label per arch (``amd64``, ``arm64``,
     ``any``); ``trust``/``pr_trust``: public key files in the repository; ``max_needs``: the
     GitLab instance's cap on ``needs`` (50 on GitLab.com); ``max_matrix``: jobs per matrix
@@ -66,6 +67,7 @@ class CiOptions:
     cache: str
     image: str
     push: str | None = None
+    with_sources: bool = False
     by: str = "variant"
     labels: dict[str, str] = field(default_factory=dict)
     trust: str = DEFAULT_TRUST
@@ -107,6 +109,11 @@ def check_options(options: CiOptions) -> None:
                 f"{flag} {ref!r} is not REGISTRY/REPO (lower case, no tag or digest)",
                 hint="e.g. ghcr.io/example/nvkr-cache",
             )
+    if options.with_sources and options.push is None:
+        raise UsageError(
+            "--with-sources: the final job pushes sources with the release sets: give --push",
+            hint="e.g. --push ghcr.io/example/releases --with-sources",
+        )
     for arch in options.labels:
         if arch not in ARCH_KEYS:
             raise UsageError(

@@ -57,6 +57,8 @@ def final_lines(argvs: list[str], key: str, options: CiOptions) -> list[str]:
     """The final job: each recipe's ``nvkr build ... --cached-only``, signed with ``key`` and
     pushed to ``options.push`` unless this is a pull request."""
     release = f"--sign {key}" + (f" --push {options.push}" if options.push else "")
+    if options.with_sources:  # the CI image is what a rebuild runs in
+        release += f" --with-sources --build-env {options.image}"
     lines = [
         "# a pull request assembles from its caches; only the default branch signs and publishes",
         f'release="{release}"',

@@ -36,6 +36,12 @@ def _label(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) 
 @click.option("--cache", required=True, metavar="REGISTRY/REPO", help="The main action cache.")
 @click.option("--push", metavar="REGISTRY/REPO", help="Where the final job publishes.")
 @click.option(
+    "--with-sources",
+    is_flag=True,
+    help="With --push: the final job also pushes each release set's source closure, naming "
+    "the CI image as the build environment a rebuild runs in.",
+)
+@click.option(
     "--image",
     metavar="REGISTRY/REPO[@sha256:...]",
     required=True,
@@ -118,6 +124,7 @@ def generate_text(
     default_branch: str,
     out: Path | None,
     max_matrix: int | None = None,
+    with_sources: bool = False,
 ) -> str:
     """The pipeline text ``nvkr ci generate`` writes for these options.
 
@@ -148,6 +155,7 @@ def generate_text(
         cache=cache,
         image=image,
         push=push,
+        with_sources=with_sources,
         by=by,
         labels=labels,
         trust=trust or DEFAULT_TRUST,
@@ -190,6 +198,8 @@ def _command(platform: str, recipes: list[str], options: Any) -> list[str]:
     argv += ["--cache", options.cache]
     if options.push:
         argv += ["--push", options.push]
+    if options.with_sources:
+        argv += ["--with-sources"]
     argv += ["--image", options.image]
     for arch, label in sorted(options.labels.items()):
         argv += ["--runner-label", f"{arch}={label}"]

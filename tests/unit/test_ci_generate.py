@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 from pathlib import Path
@@ -274,6 +275,32 @@ def test_github_jobs_read_main_and_write_only_the_pr_cache_in_a_pull_request(fan
         assert _flag(argv, "--push") == [PUSH]
     env_final = ghexpr.render(final["environment"], {"github": {"event_name": event}})
     assert env_final == ("nvkr-cache-pr" if pr else "nvkr-release")
+
+
+def test_with_sources_the_final_job_pushes_the_closure_naming_the_ci_image(fan, tmp_path):
+    """--with-sources: on the default branch the final job's build pushes each set's source
+    closure, naming the pipeline's own image by digest as the build environment; a pull
+    request pushes nothing. The header records the flag, so `nvkr ci check` regenerates it."""
+    project, store = fan
+    out = generate(project, store, "github", "--with-sources")
+    doc = validate("github", out, GITHUB_LABELS)
+    assert f"--push {PUSH} --with-sources --image {IMAGE}" in out.read_text()
+    final = doc["jobs"]["final"]
+    for event in ("push", "pull_request"):
+        (argv,) = _run(final["steps"][-1]["run"], _github_env(doc, final, event), tmp_path)
+        if event == "push":
+            assert _flag(argv, "--push") == [PUSH] and "--with-sources" in argv
+            assert _flag(argv, "--build-env") == [IMAGE]
+        else:
+            assert "--with-sources" not in argv and "--build-env" not in argv
+    (project / "ci" / "github").mkdir(parents=True, exist_ok=True)
+    shutil.copy(out, project / "ci" / "github" / "fan.yml")
+    res = invoke("ci", "check", "ci/github/fan.yml", cwd=project, store=store)
+    assert res.code == 0, res.stdout + res.stderr
+
+    res = invoke("ci", "generate", "github", "recipes/fan.yaml", "--cache", CACHE, "--image",
+                 IMAGE, "--with-sources", cwd=project, store=store)  # fmt: skip
+    assert res.code == 2 and "--with-sources" in res.stderr and "--push" in res.stderr
 
 
 @pytest.mark.parametrize("source", ["push", "merge_request_event"])
