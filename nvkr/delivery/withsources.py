@@ -81,22 +81,14 @@ def check_project(source: ReleaseSource, session: Session, project: Path) -> Non
         UsageError: a digest differs (exit 2), naming both.
     """
     from nvkr.lock import lock_digest
+    from nvkr.verify.rebuild import check_inputs
 
-    found = {
+    lock = session.resolver.lock
+    check_inputs(source.name, project, {
         "recipe": (source.recipe, source.recipe_digest, session.loaded.digest),
-        "lockfile": (
-            source.lockfile,
-            source.lockfile_digest,
-            lock_digest(session.resolver.lock) if session.resolver.lock is not None else "none",
-        ),
-    }
-    for what, (path, wanted, have) in found.items():
-        if have != wanted:
-            raise UsageError(
-                f"release set {source.name} was built from {what} {path} at {wanted}, but "
-                f"{project / path} is at {have}",
-                hint="publish its sources from the checkout it was built from (--project DIR)",
-            )
+        "lockfile": (source.lockfile, source.lockfile_digest,
+                     lock_digest(lock) if lock is not None else "none"),
+    })  # fmt: skip
 
 
 def _for_set(session: Session, source: ReleaseSource) -> Session:

@@ -67,7 +67,8 @@ def rebuild(
         jobs: ``--jobs`` for the rebuild.
         offline: rebuild with ``--offline``: every source must be in ``seed_store``.
     Raises:
-        UsageError: the recipe or lockfile is not under ``project``, or ``seed_store`` is no
+        UsageError: the recipe or lockfile is not under ``project``, or is not the one the set
+            was built from (:func:`check_inputs`: nothing is built), or ``seed_store`` is no
             store.
         BuildError: the rebuild failed (its last lines are in the message).
     """
@@ -81,6 +82,11 @@ def rebuild(
                 f"release set {name} was built from {what} {rel}, which is not in {project}",
                 hint="run from the directory the build ran in, or pass it with --project DIR",
             )
+    check_inputs(
+        name, project,
+        {"recipe": (recipe, str(meta["recipe"]["digest"]), _recipe_digest(project / recipe)),
+         "lockfile": (lockfile, str(meta["lockfile"]["digest"]), _lock_digest(project / lockfile))},
+    )  # fmt: skip
     if seed_store is not None and not (seed_store / "blobs" / "sha256").is_dir():
         raise UsageError(f"--seed-store {seed_store} is not an nvkr store (no blobs/sha256/)")
     # Inside the seed store's tmp/ the hard links stay on one file system; a work dir claimed
@@ -133,6 +139,38 @@ def rebuild(
             f"release set {name}: the artifacts are identical but the release set index is not "
             f"({result['digest']} vs {result['rebuiltDigest']}): {result['difference']}",
         )
+
+
+def check_inputs(name: str, project: Path, found: Mapping[str, tuple[str, str, str]]) -> None:
+    """Refuse a project whose recipe or lockfile is not the one release set ``name`` was built
+    from: a rebuild (or a source closure) of other inputs says nothing of the set.
+
+    Args:
+        found: ``what`` → ``(path in the project, digest the set names, digest found)``.
+    Raises:
+        UsageError: a digest differs (exit 2), naming both.
+    """
+    for what, (path, wanted, have) in found.items():
+        if have != wanted:
+            raise UsageError(
+                f"release set {name} was built from {what} {path} at {wanted}, but "
+                f"{project / path} is at {have}",
+                hint="give the checkout it was built from (--project DIR; a registry REF "
+                "published --with-sources needs none: its own project is used)",
+            )
+
+
+def _recipe_digest(path: Path) -> str:
+    from nvkr.recipe.loader import load_recipe
+
+    return load_recipe(path).digest
+
+
+def _lock_digest(path: Path) -> str:
+    from nvkr.lock import lock_digest, read_lock
+
+    doc = read_lock(path)
+    return lock_digest(doc) if doc is not None else "none"
 
 
 def _build(

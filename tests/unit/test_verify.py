@@ -732,15 +732,30 @@ def test_an_offline_rebuild_runs_the_build_offline_on_the_seed_stores_sources(
     assert "source 'tool'" in res.stderr and "--offline forbids fetching it" in res.stderr
 
 
-def test_rebuild_of_a_drifted_recipe_fails_with_the_build_error(
-    small_project: tuple[Path, Path], nvkr: Any
+@pytest.mark.parametrize("drift", ["recipe", "lockfile"])
+def test_a_rebuild_of_other_inputs_than_the_sets_is_refused_before_it_builds_or_attests(
+    small_project: tuple[Path, Path], nvkr: Any, tmp_path: Path, drift: str
 ) -> None:
+    """A project whose recipe or lockfile is not the set's: its rebuild would say nothing of
+    the set, and a FAILED attestation of it would be false. Refused (exit 2) naming both
+    digests, before anything is built or signed."""
     proj, _store = small_project
-    recipe = proj / "recipes" / "small.yaml"
-    recipe.write_text(recipe.read_text().replace('epoch: "1700000000"', 'epoch: "1700000001"'))
-    res = nvkr("verify", proj / "dist" / "small-1.36", "--rebuild", "--project", proj)
-    assert res.code == 1
-    assert "the rebuild of recipes/small.yaml" in res.stderr and "NVKR-E-LOCK" in res.stderr
+    if drift == "recipe":
+        recipe = proj / "recipes" / "small.yaml"
+        recipe.write_text(recipe.read_text().replace('epoch: "1700000000"', 'epoch: "1700000001"'))
+    else:
+        lock = proj / "lockfiles" / "small.lock.json"
+        doc = json.loads(lock.read_text())
+        doc["sources"] = list(reversed(doc["sources"]))
+        lock.write_text(json.dumps(doc))
+    assert nvkr("keys", "generate", "--out", tmp_path / "k").code == 0
+    layout = proj / "dist" / "small-1.36"
+    res = nvkr("verify", layout, "--rebuild", "--project", proj, "--attest", tmp_path / "k.key")
+    assert res.code == 2, res.output
+    path = "recipes/small.yaml" if drift == "recipe" else "lockfiles/small.lock.json"
+    assert f"release set small-1.36 was built from {drift} {path} at sha256:" in res.stderr
+    assert f"{proj / path} is at sha256:" in res.stderr
+    assert not layout.with_name("small-1.36.vsa").exists(), "no attestation of other inputs"
 
 
 def test_a_policy_that_is_not_utf8_is_a_usage_error(tmp_path: Path) -> None:
