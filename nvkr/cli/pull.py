@@ -62,7 +62,9 @@ def command(
     """Pull the release set REFERENCE (REGISTRY/REPOSITORY@sha256:<hex>) into DIRECTORY.
 
     Every blob is checked against its digest, and with --key every signature, before DIRECTORY
-    is written (atomically; an existing one is replaced only when every check passed).
+    is written (atomically; an existing one is replaced only when every check passed). With
+    --with-sources the source closure is pulled and checked first: when it fails, DIRECTORY is
+    not written; when the set fails, a new SRCDIR is removed.
     """
     from nvkr.monitor import monitoring, open_monitor
 
@@ -107,17 +109,26 @@ def _pull(
 
     store = app.store_root or default_root()  # its blobs are reused, never written
     with reader_lock(store), registry.client(ref.registry) as client:
-        report = pull_release_set(
-            ref, directory, client, keys=public_keys, on_event=event, workers=jobs, reuse=[store]
-        )
-        pulled = None
-        if sources_dir is not None:
+        pulled, existed = None, True
+        if sources_dir is not None:  # first: a set without its sources leaves DIR untouched
             from nvkr.delivery.sources import pull_sources
 
+            existed = sources_dir.exists()
             pulled = pull_sources(
-                client, ref.repository, report.digest, sources_dir, on_event=event,
+                client, ref.repository, str(ref.digest), sources_dir, on_event=event,
                 workers=jobs, reuse=[store],
             )  # fmt: skip
+        try:
+            report = pull_release_set(
+                ref, directory, client, keys=public_keys, on_event=event, workers=jobs,
+                reuse=[store],
+            )  # fmt: skip
+        except BaseException:
+            if sources_dir is not None and not existed:  # neither is written, then
+                import shutil
+
+                shutil.rmtree(sources_dir, ignore_errors=True)
+            raise
     fields = asdict(report)
     if pulled is not None:
         fields["sources"] = asdict(pulled)

@@ -190,7 +190,23 @@ def test_a_closure_missing_a_blob_names_it_and_its_source(
                  "--with-sources", src, store=tmp_path / "pull-store")  # fmt: skip
     assert res.code == 3, res.stderr
     assert tool in res.stderr and "source 'tool'" in res.stderr
-    assert not src.exists(), "nothing written"
+    assert not src.exists() and not (tmp_path / "set").exists(), "nothing written"
+
+
+def test_pulling_sources_of_a_set_published_without_writes_nothing(
+    built: tuple[Path, Path, Any], registry: Any, tmp_path: Path
+) -> None:
+    proj, store, _ = built
+    res = invoke("publish", "dist/closure", f"{registry.host}/rel/bare:v1", "--insecure",
+                 "--json", cwd=proj, store=store)  # fmt: skip
+    assert res.code == 0, res.stderr
+    digest = json.loads(res.stdout.splitlines()[-1])["digest"]
+    res = invoke("pull", f"{registry.host}/rel/bare@{digest}", tmp_path / "set", "--insecure",
+                 "--with-sources", tmp_path / "src", store=tmp_path / "pull-store")  # fmt: skip
+    assert res.code == 2, res.stderr
+    assert "has no source closure among its referrers" in res.stderr
+    assert "--with-sources" in res.stderr  # the hint: publish it with its sources
+    assert not (tmp_path / "set").exists() and not (tmp_path / "src").exists()
 
 
 def test_a_closure_whose_parts_name_different_indexes_is_refused(
