@@ -15,7 +15,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from nvkr.errors import UsageError
 from nvkr.oci.registry import RegistryClient
+from nvkr.quantities import plural
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,8 @@ def fetch_rebuild_inputs(
     store ``work/seed-store``; None when the registry has no closure of it.
 
     Raises:
+        UsageError: a source the closure withholds (``publish: false``) is not in
+            ``seed_store`` either (exit 2), named before anything is built.
         IntegrityError: a blob fails its digest, or the closure lacks one (exit 3).
         RegistryError: the registry refused or is unreachable.
     """
@@ -53,6 +57,20 @@ def fetch_rebuild_inputs(
     store = Store(store_dir)
     with store.reading():
         imported = import_mirror(work / "sources", store)
+        lacking = [
+            w for w in pulled.withheld if w.get("digest") and not store.has_blob(w["digest"])
+        ]
+    if lacking:  # said now, not by an offline build minutes in
+        names = ", ".join(
+            f"{w['recipe']}/{w['name']} ({w['kind']}, {w['digest']})" for w in lacking
+        )
+        raise UsageError(
+            f"the source closure of {client.registry}/{repo}@{subject} withholds "
+            f"{plural(len(lacking), 'source')} the rebuild needs ({lacking[0]['reason']}): "
+            f"{names}",
+            hint="give --seed-store DIR, a store holding them (e.g. the build's own, or one "
+            "`nvkr mirror import` filled)",
+        )
     info = {
         "closure": pulled.digest,
         "reference": f"{client.registry}/{repo}@{pulled.digest}",

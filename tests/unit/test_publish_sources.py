@@ -156,10 +156,16 @@ def test_pull_with_sources_writes_an_export_and_verify_rebuilds_from_the_registr
     assert rebuilt["sources"]["withheld"][0]["name"] == "nonfree"
     assert rebuilt["sources"]["imported"] >= 1
 
-    # without the withheld source: the offline rebuild names it
-    res = invoke("verify", ref, "--insecure", "--rebuild", cwd=tmp_path)
-    assert res.code != 0
-    assert "source 'nonfree'" in res.stderr
+    # without the withheld source, or with a store that lacks it: named before any build
+    nonfree = "sha256:" + hashlib.sha256(NONFREE).hexdigest()
+    lacking = tmp_path / "lacking-store"
+    (lacking / "blobs" / "sha256").mkdir(parents=True)
+    for seed in ((), ("--seed-store", lacking)):
+        res = invoke("verify", ref, "--insecure", "--rebuild", *seed, cwd=tmp_path)
+        assert res.code == 2, res.stderr
+        assert "withholds 1 source the rebuild needs (publish: false in the recipe" in res.stderr
+        assert f"closure/nonfree (url, {nonfree})" in res.stderr and "--seed-store" in res.stderr
+        assert "the rebuild of" not in res.stderr, "nothing was built"
 
 
 def test_a_project_that_is_not_the_sets_pushes_nothing(
