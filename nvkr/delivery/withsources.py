@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nvkr import __version__
+from nvkr.builtfrom import check_built_from
 from nvkr.delivery.destination import EventSink
 from nvkr.delivery.publish import PublishReport, publish_referrer
 from nvkr.delivery.sources import (
@@ -81,10 +82,9 @@ def check_project(source: ReleaseSource, session: Session, project: Path) -> Non
         UsageError: a digest differs (exit 2), naming both.
     """
     from nvkr.lock import lock_digest
-    from nvkr.verify.rebuild import check_inputs
 
     lock = session.resolver.lock
-    check_inputs(source.name, project, {
+    check_built_from(source.name, project, {
         "recipe": (source.recipe, source.recipe_digest, session.loaded.digest),
         "lockfile": (source.lockfile, source.lockfile_digest,
                      lock_digest(lock) if lock is not None else "none"),

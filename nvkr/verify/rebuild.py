@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from nvkr.builtfrom import check_built_from
 from nvkr.canonical import canonical_json
 from nvkr.errors import BuildError, NvkrError, UsageError
 from nvkr.oci import mediatypes as mt
@@ -68,7 +69,7 @@ def rebuild(
         offline: rebuild with ``--offline``: every source must be in ``seed_store``.
     Raises:
         UsageError: the recipe or lockfile is not under ``project``, or is not the one the set
-            was built from (:func:`check_inputs`: nothing is built), or ``seed_store`` is no
+            was built from (:func:`~nvkr.builtfrom.check_built_from`: nothing is built), or ``seed_store`` is no
             store.
         BuildError: the rebuild failed (its last lines are in the message).
     """
@@ -82,7 +83,7 @@ def rebuild(
                 f"release set {name} was built from {what} {rel}, which is not in {project}",
                 hint="run from the directory the build ran in, or pass it with --project DIR",
             )
-    check_inputs(
+    check_built_from(
         name, project,
         {"recipe": (recipe, str(meta["recipe"]["digest"]), _recipe_digest(project / recipe)),
          "lockfile": (lockfile, str(meta["lockfile"]["digest"]), _lock_digest(project / lockfile))},
@@ -139,25 +140,6 @@ def rebuild(
             f"release set {name}: the artifacts are identical but the release set index is not "
             f"({result['digest']} vs {result['rebuiltDigest']}): {result['difference']}",
         )
-
-
-def check_inputs(name: str, project: Path, found: Mapping[str, tuple[str, str, str]]) -> None:
-    """Refuse a project whose recipe or lockfile is not the one release set ``name`` was built
-    from: a rebuild (or a source closure) of other inputs says nothing of the set.
-
-    Args:
-        found: ``what`` → ``(path in the project, digest the set names, digest found)``.
-    Raises:
-        UsageError: a digest differs (exit 2), naming both.
-    """
-    for what, (path, wanted, have) in found.items():
-        if have != wanted:
-            raise UsageError(
-                f"release set {name} was built from {what} {path} at {wanted}, but "
-                f"{project / path} is at {have}",
-                hint="give the checkout it was built from (--project DIR; a registry REF "
-                "published --with-sources needs none: its own project is used)",
-            )
 
 
 def _recipe_digest(path: Path) -> str:
