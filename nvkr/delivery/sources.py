@@ -260,6 +260,8 @@ class SourcesPull:
     downloaded_bytes: int = 0
     sources: int = 0
     withheld: list[dict[str, Any]] = field(default_factory=list)
+    #: the set's variants (``AXIS=VALUE,...``), what a build from ``project`` must select
+    variants: list[str] = field(default_factory=list)
 
 
 def find_closure(client: RegistryClient, repo: str, subject: str) -> dict[str, Any] | None:
@@ -423,6 +425,7 @@ def _unpack(
         lockfile=str(project["lockfile"]),
         sources=len(index["sources"]),
         withheld=list(index.get("withheld") or []),
+        variants=[str(v) for r in index.get("recipes") or [] for v in r.get("variants") or []],
     )
     kept = {d: s for d, s in have.items() if d in layers}
     report.blobs = len(kept)

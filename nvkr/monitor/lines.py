@@ -241,9 +241,12 @@ def _pull_summary(r: dict[str, Any]) -> list[str]:
         lines.append(
             f"nvkr: sources {src['digest']} into {src['target']}: "
             f"{plural(src['sources'], 'source')}, {plural(src['blobs'], 'blob')} "
-            f"({human_size(src['bytes'])}, {human_size(src['downloaded_bytes'])} downloaded); "
-            f"recipe {src['project']}/{src['recipe']}; `nvkr mirror import {src['target']}` "
-            "takes them"
+            f"({human_size(src['bytes'])}, {human_size(src['downloaded_bytes'])} downloaded)"
+        )
+        variants = "".join(f" --variant {v}" for v in src["variants"])
+        lines.append(
+            f"  to build it again: nvkr mirror import {src['target']}, then in {src['project']}: "
+            f"nvkr build {src['recipe']} --locked --offline{variants}"
         )
         for w in src["withheld"]:
             lines.append(f"  withheld: {w['recipe']}/{w['name']} ({w['kind']}): {w['reason']}")

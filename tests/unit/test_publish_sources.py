@@ -131,6 +131,8 @@ def test_pull_with_sources_writes_an_export_and_verify_rebuilds_from_the_registr
                  store=tmp_path / "pull-store")  # fmt: skip
     assert res.code == 0, res.stderr
     assert "withheld: closure/nonfree (url)" in res.stderr
+    assert (f"then in {src / 'project'}: nvkr build recipes/closure.yaml --locked --offline "
+            "--variant gpu=hopper,kubernetes=1.36,arch=amd64") in res.stderr  # fmt: skip
     assert (src / "project" / "recipes" / "closure.yaml").read_bytes() == (
         proj / "recipes" / "closure.yaml"
     ).read_bytes()
@@ -140,6 +142,13 @@ def test_pull_with_sources_writes_an_export_and_verify_rebuilds_from_the_registr
     res = invoke("mirror", "import", src, store=fresh)
     assert res.code == 0, res.stderr
     assert "imported 1 blob" in res.stdout
+    # the command pull's summary prints builds the same set there (the withheld file added)
+    (fresh / "blobs" / "sha256" / hashlib.sha256(NONFREE).hexdigest()).write_bytes(NONFREE)
+    res = invoke("build", "recipes/closure.yaml", "--locked", "--offline", "--variant",
+                 "gpu=hopper,kubernetes=1.36,arch=amd64", "--json", cwd=src / "project",
+                 store=fresh)  # fmt: skip
+    assert res.code == 0, res.stderr
+    assert json.loads(res.stdout.splitlines()[-1])["releaseSets"][0]["digest"] == digest
 
     # nothing upstream any more: the loopback mirror is emptied
     shutil.rmtree(http.root)
