@@ -104,6 +104,19 @@ def command(
     sources = None
     if with_sources:
         sources = _Sources(app, project, build_env, max_layers, offline)
+    else:
+        from click.core import ParameterSource
+
+        from nvkr.errors import UsageError
+
+        ctx = click.get_current_context()
+        for option in ("project", "build_env", "max_layers", "offline"):
+            if ctx.get_parameter_source(option) not in (ParameterSource.DEFAULT, None):
+                flag = "--" + option.replace("_", "-")
+                raise UsageError(
+                    f"{flag} is an option of --with-sources, which is not given",
+                    hint=f"add --with-sources to push the set's sources, or leave {flag} out",
+                )
     with monitoring(open_monitor("publish", as_json=as_json)) as monitor:
         _publish(monitor, layout, reference, registry, name, mount_from, jobs, chunk_size, sources)
 
@@ -175,6 +188,13 @@ def _publish(
         from nvkr.delivery.withsources import closure_json, publish_with_sources, release_source
 
         made = release_source(layout)
+        for what, rel in (("recipe", made.recipe), ("lockfile", made.lockfile)):
+            if not (sources.project / rel).is_file():
+                raise UsageError(
+                    f"release set {made.name} was built from {what} {rel}, which is not in "
+                    f"{sources.project}",
+                    hint="run from the directory the build ran in, or pass it with --project DIR",
+                )
         session = open_session(
             sources.app, sources.project / made.recipe, made.variants, offline=sources.offline,
             locked=True, lockfile=sources.project / made.lockfile,

@@ -190,6 +190,29 @@ def test_a_project_that_is_not_the_sets_pushes_nothing(
         assert client.manifest_digest("rel/other", "v1") is None, "not even the set is pushed"
 
 
+def test_a_project_without_the_sets_files_or_an_option_without_the_flag_is_named(
+    built: tuple[Path, Path, Any], registry: Any, tmp_path: Path
+) -> None:
+    proj, store, _ = built
+    layout = proj / "dist" / "closure"
+    ref = f"{registry.host}/rel/nowhere:v1"
+    for where, what in ((tmp_path, "recipe recipes/closure.yaml"),
+                        (proj / "recipes", "recipe recipes/closure.yaml")):  # fmt: skip
+        res = invoke("publish", layout, ref, "--insecure", "--with-sources", "--project", where,
+                     store=store)  # fmt: skip
+        assert res.code == 2, res.stderr
+        assert f"release set closure was built from {what}, which is not in {where}" in (res.stderr)
+    (proj / "lockfiles" / "closure.lock.json").rename(tmp_path / "moved.json")
+    res = invoke("publish", layout, ref, "--insecure", "--with-sources", "--project", proj,
+                 store=store)  # fmt: skip
+    assert res.code == 2 and "lockfile lockfiles/closure.lock.json, which is not in" in res.stderr
+    for option in (("--project", str(proj)), ("--build-env", "r.example/ci@sha256:" + "a" * 64)):
+        res = invoke("publish", layout, ref, "--insecure", *option, store=store)
+        assert res.code == 2 and f"{option[0]} is an option of --with-sources" in res.stderr
+    with RegistryClient(registry.host, insecure=True) as client:
+        assert client.manifest_digest("rel/nowhere", "v1") is None, "nothing pushed"
+
+
 def test_a_closure_missing_a_blob_names_it_and_its_source(
     built: tuple[Path, Path, Any], registry: Any, tmp_path: Path
 ) -> None:
