@@ -27,7 +27,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from nvkr.errors import IntegrityError
+from nvkr.errors import IntegrityError, UsageError
 from nvkr.oci import mediatypes as mt
 from nvkr.sign import (
     PublicKey,
@@ -89,14 +89,34 @@ class AttestationGate:
         if policy is None or policy.attestations is None:
             return None
         rule = policy.attestations
-        keys = []
+        keys: list[PublicKey] = []
+        first: dict[str, int] = {}  # key id -> the index that named it first
         for i, ref in enumerate(rule.keys):
-            if ref.startswith("-----BEGIN"):
-                keys.append(
-                    parse_public_key(ref.encode(), f"policy {path}: attestations.keys[{i}]")
+            where = f"policy {path}: attestations.keys[{i}]"
+            try:
+                key = (
+                    parse_public_key(ref.encode(), where)
+                    if ref.startswith("-----BEGIN")
+                    else load_public_key(ref)
                 )
-            else:
-                keys.append(load_public_key(ref))
+            except UsageError as e:
+                if e.message.startswith(where):
+                    raise
+                raise UsageError(f"{where}: {e.message}", hint=e.hint) from e
+            kid = key_id(key)
+            if kid in first:  # one rebuilder twice: its attestations count once
+                raise UsageError(
+                    f"{where} is the key of attestations.keys[{first[kid]}] again ({kid[:12]})",
+                    hint="list each rebuilder's public key once",
+                )
+            first[kid] = i
+            keys.append(key)
+        if rule.minimum > len(keys):
+            raise UsageError(
+                f"policy {path}: attestations.minimum {rule.minimum} is more than the "
+                f"{len(keys)} distinct key(s) it trusts: no release set could pass",
+                hint="trust more rebuilders' keys, or lower the minimum",
+            )
         return cls(rule, keys, str(path))
 
     def apply(self, report: VerifyReport, place: AttestationPlace) -> None:
@@ -134,7 +154,8 @@ class AttestationGate:
             "policy",
             f"policy attestations: {counted} PASSED rebuild attestation(s) by distinct trusted "
             f"keys for {report.name} ({report.digest}), the policy requires "
-            f"{self.rule.minimum}" + (f"; ignored: {why}" if why else "; none found"),
+            f"{self.rule.minimum}"
+            + (f"; ignored: {why}" if why else "; none found" if not self.considered else ""),
             hint="attest with `nvkr verify --rebuild --attest KEY` by another rebuilder whose "
             f"public key {self.policy_path} trusts",
         )

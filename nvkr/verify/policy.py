@@ -92,7 +92,10 @@ def load_policy(path: Path) -> Policy:
             f"policy {path}: not UTF-8 (byte {e.start})", hint="save the file as UTF-8"
         ) from None
     except yaml.YAMLError as e:
-        raise UsageError(f"policy {path}: not valid YAML: {e}") from e
+        mark = getattr(e, "problem_mark", None)
+        at = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e)
+        raise UsageError(f"policy {path}{at}: not valid YAML: {problem}") from e
     if doc is None:
         doc = {}
     if not isinstance(doc, dict):
@@ -100,7 +103,8 @@ def load_policy(path: Path) -> Policy:
     try:
         policy = Policy.model_validate(doc)
     except ValidationError as e:
-        err = e.errors()[0]
+        errors = e.errors()  # a misspelt key first: it is why a required one is missing
+        err = next((x for x in errors if x["type"] == "extra_forbidden"), errors[0])
         place = ".".join(str(p) for p in err["loc"]) or "(top)"
         raise UsageError(
             f"policy {path}: {place}: {err['msg']}",

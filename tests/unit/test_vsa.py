@@ -15,6 +15,7 @@ import base64
 import copy
 import hashlib
 import json
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,7 @@ from nvkr.verify.attest import Attester
 from nvkr.verify.attestations import LayoutAttestations, file_name, vsa_dir
 from nvkr.verify.vsa import VSA_PREDICATE, vsa_statement
 from tests.helpers import REPO
-from tests.helpers.recipes import SCRATCH_TOOL, template, write_scratch_tool_recipe
+from tests.helpers.recipes import SCRATCH_TOOL, write_scratch_tool_recipe
 from tests.helpers.sample_set import build
 
 SCHEMA = json.loads((REPO / "tests/fixtures/slsa/verification_summary_v1.schema.json").read_text())
@@ -209,23 +210,22 @@ def _epoch(text: str) -> float:
 
 
 def test_a_failed_rebuild_attests_failed_and_exits_3(
-    project: Project, keys: Keys, nvkr: Any, http_dir: Any
+    tmp_path: Path, keys: Keys, nvkr: Any, http_dir: Any
 ) -> None:
-    """The upstream tool changed after the set was built and the project was locked again: a
-    rebuild from the project no longer gives the set, and says so in a signed FAILED VSA,
-    which a policy never counts."""
+    """A path source's tree changed after the set was built (its digest in the lock is
+    informational: the recipe and lockfile are the set's still): a rebuild from the project no
+    longer gives the set, and says so in a signed FAILED VSA, which a policy never counts."""
     from tests.helpers.cli import invoke
+    from tests.helpers.recipes import write_closure_project
 
-    p = project
-    changed = SCRATCH_TOOL + b"# a later release\n"
-    (http_dir.root / "tool").write_bytes(changed)
-    (p.proj / "recipes" / "tool.yaml").write_text(
-        template("scratch-tool.yaml.in").format(
-            name="tool", arches="amd64", base=http_dir.url, sha=hashlib.sha256(changed).hexdigest()
-        )
-    )
-    assert invoke("lock", "recipes/tool.yaml", cwd=p.proj, store=p.store).code == 0
-    res = rebuild(nvkr, p, p.layout, "--attest", keys.key("k1"), offline=False)
+    proj, store = write_closure_project(tmp_path, http_dir)
+    for step in (("lock", "recipes/closure.yaml"), ("build", "recipes/closure.yaml", "--locked")):
+        assert invoke(*step, cwd=proj, store=store).code == 0
+    layout = proj / "dist" / "closure"
+    digest = str(json.loads((layout / "index.json").read_text())["manifests"][0]["digest"])
+    (proj / "conf" / "app.conf").write_text("key = another value\n")
+    res = nvkr("verify", layout, "--rebuild", "--offline", "--project", proj, "--seed-store",
+               store, "--attest", keys.key("k1"), "--json")  # fmt: skip
     assert res.code == 3, res.output
     assert "artifact image (image) is not reproducible" in res.stderr
     doc = json.loads(res.stdout)
@@ -233,9 +233,9 @@ def test_a_failed_rebuild_attests_failed_and_exits_3(
     statement = envelope_statement(Path(doc["attestation"]["where"]).read_bytes())
     jsonschema.Draft202012Validator(SCHEMA).validate(statement)
     assert statement["predicate"]["verificationResult"] == "FAILED"
-    assert "sha256:" + statement["subject"][0]["digest"]["sha256"] == p.digest
+    assert "sha256:" + statement["subject"][0]["digest"]["sha256"] == digest
 
-    res = nvkr("verify", p.layout, "--policy", write_policy(keys, 1, ("k1",)), "--json")
+    res = nvkr("verify", layout, "--policy", write_policy(keys, 1, ("k1",)), "--json")
     assert res.code == 3
     [considered] = json.loads(res.stdout)["attestations"]
     assert considered["counted"] is False
@@ -383,7 +383,7 @@ def test_ignored_attestations_are_listed_with_their_reasons_and_never_counted(
     assert res.code == 0, res.output
     assert json.loads(res.stdout)["policy"]["attestations"]["counted"] == 2
     res = nvkr("verify", layout, "--policy", write_policy(keys, 3), "--json")
-    assert res.code == 3 and "2 PASSED rebuild attestation(s)" in res.stderr
+    assert res.code == 2 and "no release set could pass" in res.stderr, "3 of 2 keys: never"
 
     res = nvkr("release-set", "show", layout, "--json")
     shown = {Path(a["where"]).name: a for a in json.loads(res.stdout)["attestations"]}
@@ -401,9 +401,10 @@ def test_a_policy_key_inline_or_missing(tmp_path: Path, keys: Keys, nvkr: Any) -
     inline.write_text("attestations:\n  minimum: 1\n  keys:\n    - |\n" + _indent(pem, 6))
     assert nvkr("verify", layout, "--policy", inline).code == 0
     missing = tmp_path / "missing.yaml"
-    missing.write_text("attestations: {minimum: 1, keys: [nowhere.pub]}\n")
+    missing.write_text("attestations: {minimum: 1, keys: [keys/k1.pub, nowhere.pub]}\n")
     res = nvkr("verify", layout, "--policy", missing)
     assert res.code == 2 and f"{tmp_path / 'nowhere.pub'} does not exist" in res.stderr
+    assert f"policy {missing}: attestations.keys[1]: " in res.stderr
     bad = tmp_path / "bad.yaml"
     bad.write_text("attestations: {minimum: 0, keys: [k.pub]}\n")
     res = nvkr("verify", layout, "--policy", bad)
@@ -418,3 +419,29 @@ def _rfc3339(seconds: int) -> str:
     from nvkr.provenance import timestamp
 
     return timestamp(seconds)
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [  # policies no release set could pass, and misspelt ones: usage errors naming the field
+        ("attestations: {minimum: 3, keys: [keys/k1.pub, keys/k2.pub]}",
+         "attestations.minimum 3 is more than the 2 distinct key(s) it trusts"),
+        ("attestations: {minimum: 2, keys: [keys/k1.pub, keys/k1.pub]}",
+         "attestations.keys[1] is the key of attestations.keys[0] again"),
+        ("attestations: {minimum: 2, keys: [keys/k1.pub, k1-copy.pub]}",
+         "attestations.keys[1] is the key of attestations.keys[0] again"),
+        ("attestations: {minimun: 2, keys: [keys/k1.pub]}",
+         "attestations.minimun: Extra inputs are not permitted"),
+        ("attestations:\n  minimum: 1\n  keys: [keys/k1.pub\n", "policy.yaml:5:1: not valid YAML: "),
+    ],
+)  # fmt: skip
+def test_an_attestations_rule_that_cannot_pass_or_is_misspelt_exits_2(
+    tmp_path: Path, keys: Keys, nvkr: Any, text: str, needle: str
+) -> None:
+    _, _, layout = build(tmp_path / "set")
+    shutil.copy(keys.pub("k1"), tmp_path / "k1-copy.pub")
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(text + "\n")
+    res = nvkr("verify", layout, "--policy", policy)
+    assert res.code == 2, res.output
+    assert f"policy {policy}" in res.stderr and needle in res.stderr, res.stderr
