@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from nvkr.errors import UsageError
 from nvkr.monitor.events import CacheEvent, Note, Result, StoreNotice, Transfer
 from nvkr.oci.access import RegistryAccess
+from nvkr.quantities import human_size
 from nvkr.quantities import plural as _n
 
 if TYPE_CHECKING:
@@ -348,8 +349,9 @@ def _push(
                     progress=lambda line: monitor.emit(Note(f"  {line}")),
                 )  # fmt: skip
                 monitor.emit(Note(
-                    f"  pushed the sources of {item.name}: {closure.sources} sources, "
-                    f"{closure.blobs} blobs ({closure.bytes} bytes), {closure.descriptor['digest']}"
+                    f"  pushed the sources of {item.name}: {_n(closure.sources, 'source')}, "
+                    f"{_n(closure.blobs, 'blob')} ({human_size(closure.bytes)}), "
+                    f"{closure.descriptor['digest']}"
                     + (f"; withheld: {', '.join(closure.withheld)}" if closure.withheld else "")
                 ))  # fmt: skip
             else:

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -33,24 +33,33 @@ def show(app: App, source: str, as_json: bool, registry: RegistryAccess) -> None
     """Show the release set in PATH (a dist/<name> directory) or at REF
     (REGISTRY/REPOSITORY:TAG or @sha256:<hex>; only its index and metadata are fetched):
     artifacts, each machine image's size (QCOW2 bytes, virtual disk, compression), cluster
-    release, node-pool releases, the build warnings the build record beside PATH keeps, and the
-    rebuild attestations (verifier, result, levels, time, key id) beside PATH or attached to REF."""
+    release, node-pool releases, the build warnings the build record beside PATH keeps, the
+    rebuild attestations (verifier, result, levels, time, key id) beside PATH or attached to REF,
+    and whether REF has its source closure."""
     from rich.markup import escape
     from rich.table import Table
 
     from nvkr.cli.common import make_console
     from nvkr.delivery.imagesizes import machine_image_sizes
-    from nvkr.delivery.show import artifact_rows, attestations, build_warnings, load_release_set
+    from nvkr.delivery.show import (
+        artifact_rows,
+        attestations,
+        build_warnings,
+        load_release_set,
+        source_closure,
+    )
 
     meta, top = load_release_set(source, registry=registry)
     sizes = machine_image_sizes(meta, source, registry=registry)
     warnings = build_warnings(source)
     attested = attestations(source, top, registry=registry)
+    closure = source_closure(source, top, registry=registry)
     if as_json:
         doc = {"digest": top["digest"], "metadata": meta}
         doc["machineImages"] = [s.to_json() for s in sizes]
         doc["buildWarnings"] = warnings
         doc["attestations"] = [a.to_json() for a in attested]
+        doc["sources"] = closure
         click.echo(json.dumps(doc, indent=2, sort_keys=True))
         return
     console = make_console()
@@ -83,6 +92,19 @@ def show(app: App, source: str, as_json: bool, registry: RegistryAccess) -> None
             console.print(f"  image {image['name']} {image['digest']}")
     for pool in meta.get("nodePoolReleases", []):
         console.print(f"node-pool release {escape(pool['name'])}: {', '.join(pool['artifacts'])}")
+    _print_attached(console, warnings, closure, attested)
+
+
+def _print_attached(
+    console: Any,
+    warnings: list[dict[str, str]] | None,
+    closure: dict[str, Any] | None,
+    attested: list[AttestationRow],
+) -> None:
+    """What is kept beside the set: the build record's warnings, the source closure, the
+    rebuild attestations."""
+    from rich.markup import escape
+
     if warnings is None:
         console.print(
             "build warnings: not read from a registry (they are in the build record: "
@@ -94,6 +116,15 @@ def show(app: App, source: str, as_json: bool, registry: RegistryAccess) -> None
             console.print(f"  [yellow]warning[/]: {escape(w['action'])}: {escape(w['message'])}")
             if w.get("hint"):
                 console.print(f"    hint: {escape(w['hint'])}")
+    if closure:
+        console.print(
+            f"sources: the source closure {closure['digest']} ({closure['manifests']} "
+            f"manifest{'s' if closure['manifests'] != 1 else ''}): `nvkr verify REF --rebuild` "
+            "rebuilds from the registry alone, `nvkr pull REF DIR --with-sources SRCDIR` "
+            "fetches them"
+        )
+    elif closure is not None:
+        console.print("sources: none in the registry (`nvkr publish --with-sources` keeps them)")
     if attested:
         console.print(_attestation_table(attested))
 

@@ -281,7 +281,11 @@ def _print(doc: dict[str, Any]) -> None:
     for problem in doc["problems"]:
         click.echo(f"  FAILED ({problem['check']}): {problem['message']}")
     if doc["ok"]:
-        click.echo(f"verified in {doc['milliseconds'] / 1000:.2f} s")
+        rebuilt = (doc["rebuild"] or {}).get("milliseconds", 0)
+        click.echo(
+            f"verified in {(doc['milliseconds'] + rebuilt) / 1000:.2f} s"
+            + (" (the rebuild included)" if rebuilt else "")
+        )
 
 
 def _print_rebuild(rebuilt: dict[str, Any]) -> None:

@@ -139,3 +139,25 @@ def attestations(
         ref = Reference.parse(source)
         place = RegistryAttestations(registry, ref.registry, ref.repository, str(top["digest"]))
     return [describe(found, str(top["digest"])) for found in place.read()]
+
+
+def source_closure(
+    source: str, top: dict[str, Any], *, registry: RegistryClients
+) -> dict[str, Any] | None:
+    """The source closure attached to the release set at a registry REF (``nvkr publish
+    --with-sources``, :mod:`nvkr.delivery.sources`): its ``digest`` and the ``manifests`` it
+    spans; ``{}`` when the registry has none; None for a directory (closures live in
+    registries only)."""
+    if Path(source).is_dir():
+        return None
+    from nvkr.delivery.sources import find_closure
+    from nvkr.oci.registry import Reference
+
+    ref = Reference.parse(source)
+    with registry.client(ref.registry) as client:
+        desc = find_closure(client, ref.repository, str(top["digest"]))
+        if desc is None:
+            return {}
+        data, _, _ = client.get_manifest(ref.repository, str(desc["digest"]))
+    manifests = json.loads(data).get("manifests") or []
+    return {"digest": desc["digest"], "manifests": len(manifests)}

@@ -11,7 +11,7 @@ upstream is contacted.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -77,9 +77,10 @@ def fetch_rebuild_inputs(
         "blobs": pulled.blobs,
         "bytes": pulled.bytes,
         "imported": imported.added,
+        "downloadedBytes": pulled.downloaded_bytes,
         "withheld": [
             {k: w.get(k) for k in ("recipe", "name", "kind", "digest")} for w in pulled.withheld
         ],
-        "pull": asdict(pulled),
+        "variants": pulled.variants,
     }
     return RebuildInputs(Path(pulled.project), store_dir, info)

@@ -98,6 +98,18 @@ def test_the_closure_holds_the_export_the_project_and_withholds_what_is_marked(
         assert not client.blob_exists("rel/closure", index["withheld"][0]["digest"])
         assert client.blob_exists("rel/closure", index["sources"][0]["blobs"][0]["digest"])
 
+    res = invoke("release-set", "show", ref, "--insecure", "--json")
+    assert res.code == 0, res.stderr
+    assert json.loads(res.stdout)["sources"] == {"digest": sources["digest"], "manifests": 1}
+    res = invoke("release-set", "show", ref, "--insecure")
+    assert f"sources: the source closure {sources['digest']} (1 manifest)" in res.stdout
+    bare = f"{registry.host}/rel/bare-show:v1"
+    assert invoke("publish", "dist/closure", bare, "--insecure", cwd=proj, store=store).code == 0
+    res = invoke("release-set", "show", bare, "--insecure")
+    assert "sources: none in the registry" in res.stdout
+    res = invoke("release-set", "show", proj / "dist" / "closure", "--json")
+    assert json.loads(res.stdout)["sources"] is None, "a directory holds no closure"
+
     again = _publish(proj, store, ref, *env)
     assert again.code == 0, again.stderr
     redo = json.loads(again.stdout.splitlines()[-1])["sources"]
@@ -306,7 +318,7 @@ def test_build_push_with_sources_pushes_the_closure_after_the_set(
                  f"{registry.host}/rel/built", "--with-sources", "--insecure",
                  cwd=proj, store=store)  # fmt: skip
     assert res.code == 0, res.stderr
-    assert "pushed the sources of closure: 1 sources" in res.stderr
+    assert "pushed the sources of closure: 1 source, 3 blobs (" in res.stderr
     assert "withheld: closure/nonfree" in res.stderr
     with RegistryClient(registry.host, insecure=True) as client:
         subject = client.manifest_digest("rel/built", "closure")
