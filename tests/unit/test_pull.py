@@ -145,10 +145,10 @@ def test_show_reads_only_index_and_metadata(registry, proxy, published):
     config = reader.read_json(index["manifests"][0])["config"]["digest"]
     assert fetched == {config}  # the metadata only: no payload layer
     manifests = [e.path for e in proxy.requests("GET", "/manifests/")]
-    # the index, the metadata manifest, and the referrers tag (the rebuild attestations it lists,
-    # none here): distribution has no referrers API
-    assert len(manifests) == 3 and manifests[2].endswith(
-        "/manifests/" + fallback_tag(top["digest"])
+    # the index, the metadata manifest, and the referrers tag, read for the rebuild attestations
+    # and for the source closure it lists (none here): distribution has no referrers API
+    assert len(manifests) == 4 and all(
+        m.endswith("/manifests/" + fallback_tag(top["digest"])) for m in manifests[2:]
     )
     code, text = invoke_output(
         "release-set", "show", f"{proxy.host}/{published['repo']}@{published['digest']}"
