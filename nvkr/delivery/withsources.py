@@ -2,8 +2,9 @@
 and pushed after the set (its shape: :mod:`nvkr.delivery.sources`).
 
 The release set's metadata names the recipe and lockfile (relative to the directory the build
-ran in: the *project*) and the variants; :func:`open_for` opens that session, and
-:func:`publish_sources` refuses a project whose recipe or lockfile digest is not the set's (the
+ran in: the *project*) and the variants (:func:`release_source`); the caller opens that
+session, and :func:`publish_with_sources` narrows it to the set's variants, refuses a project
+whose recipe or lockfile digest is not the set's (:func:`nvkr.builtfrom.check_built_from`: the
 closure must hold what the set was built from), exports every locked source of those variants
 (:func:`nvkr.airgap.export.export_mirror`: a source the store lacks is fetched first), adds the
 project files and path sources' trees, and pushes the closure as a referrer of the release set
