@@ -62,8 +62,11 @@ def test_publish_json_streams_bytes_and_ends_with_result_or_error(registry, tmp_
     events = [json.loads(line) for line in ok.stdout.splitlines()]
     assert all(e["v"] == 1 and e["ts"].endswith("Z") for e in events)
     pushed = [e for e in events if e["event"] == "bytes"]
-    assert pushed and pushed[-1]["finished"] and pushed[-1]["done"] == len(LAYER)
     assert {e["direction"] for e in pushed} == {"pushed"}
+    # the layer's own bar (the config's 2 bytes go up beside it and may end after it)
+    layer = [e for e in pushed if e["total"] == len(LAYER)]
+    assert len(layer) > 1 and layer[-1]["finished"] and layer[-1]["done"] == len(LAYER)
+    assert not any(e["finished"] for e in layer[:-1])
     assert events[-1]["event"] == "result" and events[-1]["exitCode"] == 0
     assert events[-1]["bytesUploaded"] == len(LAYER) + len(mt.EMPTY_JSON)
     # a digest the layout does not hold: exit 2, and the stream says so last
