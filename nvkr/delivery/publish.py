@@ -48,6 +48,7 @@ from typing import Any
 from nvkr.delivery.destination import (
     Destination,
     EventSink,
+    PushManifest,
     PushReport,
     manifest_graph,
     run_jobs,
@@ -191,12 +192,7 @@ def publish_layout(
             if b.digest not in closure:
                 closure.add(b.digest)
                 blobs.append(b)
-    manifests = manifest_graph(
-        (b, reader.read_blob(_desc(b), referrer=b.referrer))
-        for b in blobs
-        if b.media_type in mt.MANIFEST_TYPES
-    )
-    leaves = [b for b in blobs if b.digest not in manifests]
+    manifests, leaves = _graph(reader, blobs)
     report = PublishReport(
         reference=f"{ref.registry}/{ref.repository}:{tag}@{root['digest']}",
         repository=ref.repository,
@@ -230,6 +226,19 @@ def publish_layout(
     return report
 
 
+def _graph(
+    reader: LayoutReader, blobs: Sequence[LayoutBlob]
+) -> tuple[dict[str, PushManifest], list[LayoutBlob]]:
+    """The manifests among ``blobs`` (read from the layout, by digest, with what they
+    reference) and the leaf blobs."""
+    manifests = manifest_graph(
+        (b, reader.read_blob(_desc(b), referrer=b.referrer))
+        for b in blobs
+        if b.media_type in mt.MANIFEST_TYPES
+    )
+    return manifests, [b for b in blobs if b.digest not in manifests]
+
+
 def publish_referrer(
     layout_dir: Path,
     ref: Reference,
@@ -250,12 +259,7 @@ def publish_referrer(
     reader = LayoutReader(Path(layout_dir))
     root = _root(reader, None)
     blobs = reader.walk(root, deep=False)
-    manifests = manifest_graph(
-        (b, reader.read_blob(_desc(b), referrer=b.referrer))
-        for b in blobs
-        if b.media_type in mt.MANIFEST_TYPES
-    )
-    leaves = [b for b in blobs if b.digest not in manifests]
+    manifests, leaves = _graph(reader, blobs)
     report = PublishReport(
         reference=f"{ref.registry}/{ref.repository}@{root['digest']}",
         repository=ref.repository,
