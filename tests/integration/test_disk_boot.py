@@ -27,6 +27,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,8 +62,11 @@ TIMINGS: dict[str, object] = {}
 
 
 def _report(key: str, value: object) -> None:
+    """Keep a figure, and show it (with -s): on the process's own stderr, never ``print``'s
+    ``sys.stdout``, which a background boot shares with whatever test runs meanwhile (an
+    in-process CLI's captured stdout, whose JSON it broke: ci21)."""
     TIMINGS[key] = value
-    print(f"\n[timing] {key}: {json.dumps(value)}")
+    (sys.__stderr__ or sys.stderr).write(f"\n[timing] {key}: {json.dumps(value)}\n")
 
 
 def _extract(tar: Path, dest: Path) -> Path:
