@@ -47,11 +47,13 @@ from pathlib import Path
 from typing import Any, Final
 
 from nvkr.airgap.index import INDEX, read_index
+from nvkr.atomic import write_atomic
 from nvkr.canonical import canonical_json, canonical_json_file, sha256_bytes
 from nvkr.delivery.puller import EventSink, Puller
 from nvkr.errors import IntegrityError, NvkrError, RegistryError, UsageError
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import blob_name, image_index, index_bytes, layout_file_bytes, manifest_bytes
+from nvkr.oci.layoutdir import link_or_copy
 from nvkr.oci.referrers import list_referrers
 from nvkr.oci.registry import RegistryClient
 from nvkr.releaseset.signing import ANN_ATTACHMENT
@@ -128,17 +130,8 @@ def _put(blobs_dir: Path, data: bytes) -> dict[str, Any]:
     digest = sha256_bytes(data)
     path = blobs_dir / digest.split(":", 1)[1]
     if not path.is_file():
-        tmp = path.with_name(".tmp-" + path.name)
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        write_atomic(path, data)
     return {"digest": digest, "size": len(data)}
-
-
-def _link(src: Path, dst: Path) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copyfile(src, dst)
 
 
 def _parts(layers: list[dict[str, Any]], max_layers: int) -> list[list[dict[str, Any]]]:
@@ -204,7 +197,7 @@ def write_closure(
     for desc in [config_desc, *layers]:
         hexpart = desc["digest"].split(":", 1)[1]
         if not (out / hexpart).exists():
-            _link(blobs_dir / hexpart, out / hexpart)
+            link_or_copy(blobs_dir / hexpart, out / hexpart, desc["digest"], desc["size"])
     chunks = _parts(layers, max_layers)
     parts = []
     for i, chunk in enumerate(chunks, 1):
