@@ -51,6 +51,8 @@ if TYPE_CHECKING:
     from nvkr.monitor import Monitor
     from nvkr.oci.reference import Reference
     from nvkr.plan import Plan
+    from nvkr.secureboot.owner import OwnerKey
+    from nvkr.secureboot.published import PublishedSignatures
     from nvkr.session import Session
     from nvkr.sign import PrivateKey
 
@@ -86,6 +88,10 @@ class BuildOptions:
     action_refs: tuple[str, ...] = ()
     locked: bool = False
     sign_key: PrivateKey | None = None
+    #: the owner's Secure Boot key, for the actions that sign modules (never in a key or record)
+    secure_boot_key: OwnerKey | None = None
+    #: without a key: the signatures of the release set being rebuilt (``verify --rebuild``)
+    published_signatures: PublishedSignatures | None = None
     push: Reference | None = None
     with_sources: bool = False
     cache: CacheSettings = field(default_factory=_no_cache)
@@ -173,7 +179,17 @@ def build(session: Session, options: BuildOptions, monitor: Monitor) -> BuildOut
             from nvkr.actionrefs import resolve
 
             targets = resolve(plan, options.action_refs)
-        report, pushed = _execute(plan, session, options, monitor, targets)
+        _check_secure_boot_key(plan, session, options, targets)
+        from nvkr.secureboot.owner import provide_owner_key
+        from nvkr.secureboot.published import provide_published_signatures
+
+        provide_owner_key(options.secure_boot_key)  # for the signing actions of this build
+        provide_published_signatures(options.published_signatures)
+        try:
+            report, pushed = _execute(plan, session, options, monitor, targets)
+        finally:
+            provide_owner_key(None)
+            provide_published_signatures(None)
         written = _write_release_sets(plan, report, session, options, targets)
         from nvkr.store_gc import write_root  # what gc keeps: everything this build used
 
@@ -226,6 +242,48 @@ def _check_session(session: Session, options: BuildOptions, monitor: Monitor) ->
 
     if (warning := no_lock_warning(session)) is not None:
         monitor.emit(Note(warning, level="warning"))
+
+
+def _check_secure_boot_key(
+    plan: Plan, session: Session, options: BuildOptions, targets: list[str] | None
+) -> None:
+    """Before anything builds: the owner's Secure Boot key is given when an action that signs
+    with it must run (its result is not in the store and no remote cache may hold it), and it
+    matches every certificate the build signs with (``targets``' closure, or the whole plan):
+    each builder names its own (:meth:`nvkr.builders.api.Builder.owner_certificates`)."""
+    from nvkr.action import ResolvedSource
+    from nvkr.builders.api import get_builder
+    from nvkr.fetch.api import ensure
+    from nvkr.secureboot.owner import OWNER_KEY_ENV
+
+    def source_path(src: ResolvedSource) -> Path:
+        digest = ensure(src.name, src.spec, src.entry, session.fetch, base_dir=src.base_dir)
+        return session.store.checked_path(digest)
+
+    wanted, stack = set(), list(targets if targets is not None else plan.actions)
+    while stack:
+        if (k := stack.pop()) not in wanted and k in plan.actions:
+            wanted.add(k)
+            stack.extend(plan.actions[k].deps)
+    key = options.secure_boot_key
+    for k in sorted(wanted):
+        action = plan.actions[k]
+        # without a key, a signed result the store or a remote cache holds needs nothing
+        if key is None and (options.cache.sources or session.store.get_action(k) is not None):
+            continue
+        certs = get_builder(action.builder).owner_certificates(action, source_path)
+        if not certs:
+            continue
+        if key is None:
+            if options.published_signatures is not None:
+                continue  # a rebuild: each signature comes from the release set, checked
+            raise UsageError(
+                f"{action.ref} signs with the owner's Secure Boot key ({certs[0].subject}), "
+                "and no key was given (its result is not in the store)",
+                hint=f"pass --secure-boot-key KEY (or set {OWNER_KEY_ENV})",
+            )
+        for cert in certs:
+            key.check_matches(cert)
 
 
 def _plan(session: Session, options: BuildOptions, monitor: Monitor) -> Plan:

@@ -185,7 +185,7 @@ def key_id(key: PrivateKey | PublicKey) -> str:
     return hashlib.sha256(der).hexdigest()
 
 
-def _read_key_text(ref: str | Path, what: str) -> tuple[bytes, str]:
+def read_key_text(ref: str | Path, what: str) -> tuple[bytes, str]:
     """The PEM bytes behind a key reference (a path or ``env://NAME``), and how to name it."""
     text = str(ref)
     if text.startswith(ENV_PREFIX):
@@ -225,7 +225,7 @@ def load_private_key(ref: str | Path, passphrase_env: str = PASSPHRASE_ENV) -> P
             the passphrase is wrong; the key type is not ECDSA (P-256/384/521) or Ed25519. The
             message names the file, never its content.
     """
-    data, where = _read_key_text(ref, "private key")
+    data, where = read_key_text(ref, "private key")
     if b"PUBLIC KEY-----" in data and b"PRIVATE KEY-----" not in data:
         raise UsageError(
             f"{where} holds a public key, not a private key",
@@ -272,7 +272,7 @@ def load_public_key(ref: str | Path) -> PublicKey:
         UsageError: the file or variable is missing or unreadable, holds a private key or
             something other than a PEM public key, or a key type nvkr does not verify with.
     """
-    data, where = _read_key_text(ref, "public key")
+    data, where = read_key_text(ref, "public key")
     return parse_public_key(data, where)
 
 

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from nvkr.builders.table import BuilderLine
     from nvkr.recipe.base import ArtifactModel
     from nvkr.recipe.matrix import Variant
+    from nvkr.secureboot.owner import OwnerCertificate
     from nvkr.store import Store
 
 
@@ -217,6 +218,15 @@ class Builder(Protocol[A_contra]):
         """Fields the release-set spec's entry for ``action`` carries beyond the common ones
         (JSON-able; part of the release-set action's key). Default: none."""
         return {}
+
+    def owner_certificates(
+        self, action: Action, source_path: Callable[[ResolvedSource], Path]
+    ) -> list[OwnerCertificate]:
+        """The owner certificates ``action`` signs with (the owner's Secure Boot key,
+        :mod:`nvkr.secureboot.owner`), read through ``source_path`` (a source's blob in the
+        store, fetched if need be); the build checks the given key against them before anything
+        runs. Default: none, the action signs nothing."""
+        return []
 
 
 class PlannerBuilder(Builder[Any]):

@@ -23,6 +23,7 @@ from nvkr.builders.helm_chart.artifact import HelmChartArtifact
 from nvkr.builders.kube_packages.artifact import KubePackagesArtifact
 from nvkr.builders.node_image.artifact import NodeImageArtifact
 from nvkr.builders.rootfs.artifact import RootfsArtifact
+from nvkr.builders.signed_modules.artifact import SignedModulesArtifact
 from nvkr.recipe.base import ArtifactModel
 
 
@@ -55,6 +56,11 @@ BUILDER_TABLE: tuple[BuilderLine, ...] = (
     BuilderLine("rootfs", "nvkr.builders.rootfs.builder:RootfsBuilder", RootfsArtifact),
     BuilderLine(
         "node-image", "nvkr.builders.node_image.builder:NodeImageBuilder", NodeImageArtifact
+    ),
+    BuilderLine(
+        "signed-modules",
+        "nvkr.builders.signed_modules.builder:SignedModulesBuilder",
+        SignedModulesArtifact,
     ),
     BuilderLine("image-index", "nvkr.builders.image_index.builder:ImageIndexBuilder"),
     BuilderLine("release-set", "nvkr.builders.release_set.builder:ReleaseSetBuilder"),

@@ -81,6 +81,15 @@ if TYPE_CHECKING:
     help="Sign each release set with this private key (a PEM file or env://NAME).",
 )
 @click.option(
+    "--secure-boot-key",
+    "secure_boot_key",
+    metavar="KEY",
+    envvar="NVKR_SECURE_BOOT_KEY",
+    help="The owner's Secure Boot private key (RSA, a PEM file or env://NAME; env "
+    "NVKR_SECURE_BOOT_KEY) that signed-modules artifacts sign with; checked against their "
+    "certificates before anything builds.",
+)
+@click.option(
     "--push",
     metavar="REGISTRY/REPOSITORY[:TAG]",
     help="Publish each release set there after the build (tag default: the release set name).",
@@ -111,6 +120,7 @@ def command(
     jobs: int,
     as_json: bool,
     sign_key: str | None,
+    secure_boot_key: str | None,
     push: str | None,
     with_sources: bool,
     cache: CacheArgs,
@@ -139,6 +149,11 @@ def command(
             from nvkr.sign import load_private_key
 
             signing_key = load_private_key(sign_key)
+        owner_key = None
+        if secure_boot_key:
+            from nvkr.secureboot.owner import load_owner_key
+
+            owner_key = load_owner_key(secure_boot_key)
         settings = prepare_cache(
             cache.settings(app.config), offline=offline, registry=registry, monitor=monitor
         )
@@ -148,6 +163,7 @@ def command(
         )  # fmt: skip
         options = BuildOptions(
             out=out, jobs=jobs, action_refs=action_refs, locked=locked, sign_key=signing_key,
+            secure_boot_key=owner_key,
             push=push_ref, with_sources=with_sources, cache=settings, cached_only=cached_only,
             registry=registry,
         )  # fmt: skip
@@ -155,7 +171,9 @@ def command(
 
     memo = BuildMemo.for_build(
         store_root=app.store_root, config=app.config, debug=app.debug,
-        bypass=bool(action_refs or sign_key or push or cached_only or cache.given),
+        bypass=bool(
+            action_refs or sign_key or secure_boot_key or push or cached_only or cache.given
+        ),
         options={"recipe": recipe, "variants": variants, "mirrors": mirrors, "offline": offline,
                  "lockfile": lockfile, "locked": locked, "out": out, "jobs": jobs},
     )  # fmt: skip

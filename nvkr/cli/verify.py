@@ -297,11 +297,17 @@ def _print_rebuild(rebuilt: dict[str, Any]) -> None:
             f"({src['blobs']} blobs, {human_size(src['bytes'])}), offline"
             + (f"; withheld, from --seed-store: {withheld}" if withheld else "")
         )
+    signers = sorted(
+        {f"{u['signer']} ({str(u['certificate'])[:19]})" for u in rebuilt.get("signatures") or []}
+    )
+    but = f" but for signatures by {', '.join(signers)}" if signers else ""
     click.echo(
         f"  rebuild ({rebuilt['milliseconds'] / 1000:.1f} s): {same} of "
-        f"{len(rebuilt['artifacts'])} artifacts identical; release set index "
+        f"{len(rebuilt['artifacts'])} artifacts identical{but}; release set index "
         f"{'identical' if rebuilt['identical'] else 'differs'}"
     )
+    for u in rebuilt.get("signatures") or []:
+        click.echo(f"    signature not rebuilt (no key), checked: {u['module']} from {u['from']}")
 
 
 def _signed(signatures: list[dict[str, Any]]) -> str:

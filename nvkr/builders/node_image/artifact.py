@@ -67,6 +67,16 @@ class SpireAgentSettings(Strict):
         return self
 
 
+class SecureBootSettings(Strict):
+    """Secure Boot with the owner's key (in progress: the modules DKMS built are signed; the
+    signed boot chain, shim and a signed UKI, is not there yet, see the README)."""
+
+    modules: str = Field(
+        description="Required. a signed-modules artifact of the image's rootfs: its signed "
+        "modules replace the unsigned ones in the tree"
+    )
+
+
 class NodeImageArtifact(ArtifactModel):
     """A bootable disk image (QCOW2) from a ``rootfs`` plus staged agent, runtime config and
     Kubernetes binaries (builder ``node-image``).
@@ -125,6 +135,10 @@ class NodeImageArtifact(ArtifactModel):
         description="Optional. the SPIRE agent: binary, unit and agent.conf; its per-node "
         "settings come from cloud-init user-data",
     )
+    secureBoot: SecureBootSettings | None = Field(
+        default=None,
+        description="Optional. Secure Boot with the owner's key: {modules: SIGNED-MODULES}",
+    )
 
     def references(self) -> list[tuple[tuple[str, ...], str, str]]:
         refs: list[tuple[tuple[str, ...], str, str]] = [(("rootfs",), "artifact", self.rootfs)]
@@ -133,6 +147,8 @@ class NodeImageArtifact(ArtifactModel):
         if self.kubePackages is not None:
             refs.append((("kubePackages",), "artifact", self.kubePackages))
         refs += file_refs(self.files)
+        if self.secureBoot is not None:
+            refs.append((("secureBoot", "modules"), "artifact", self.secureBoot.modules))
         if self.spireAgent is not None:
             spire = self.spireAgent
             binary = (

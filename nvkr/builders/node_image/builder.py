@@ -178,6 +178,7 @@ class NodeImageBuilder(Builder[NodeImageArtifact]):
                     'remove compression, or write backend: "native"',
                 )
             )
+        problems += _secure_boot_problems(artifact_name, artifact, variant)
         if artifact.kubelet != KubeletSettings() and not _stages_kubelet(artifact, variant):
             problems.append(
                 (
@@ -205,6 +206,8 @@ class NodeImageBuilder(Builder[NodeImageArtifact]):
             deps["agent"] = refs.artifact(artifact.agent).key
         if artifact.kubePackages is not None:
             deps["kubePackages"] = refs.artifact(artifact.kubePackages).key
+        if artifact.secureBoot is not None:
+            deps["signedModules"] = refs.artifact(artifact.secureBoot.modules).key
         inputs: dict[str, str] = {"assets": assets_digest()}
         sources: dict[str, Any] = {}
 
@@ -298,6 +301,12 @@ class NodeImageBuilder(Builder[NodeImageArtifact]):
                 ],
                 log_file=ctx.log_file,
             )
+            if "signedModules" in p.deps:  # the owner-signed modules over the unsigned ones
+                signed = primary_output(ctx, ctx.deps[p.deps["signedModules"]], "signed modules")
+                run(
+                    ["tar", "--numeric-owner", "--overwrite", "-xpf", signed, "-C", tree],
+                    log_file=ctx.log_file,
+                )
         with _phase(ctx, timings, "staging"):
             staged = stage(ctx, tree, rootfs)
             packages = [dict(pkg) for pkg in json_objects(rootfs.metadata.get("packages"))]
@@ -502,6 +511,42 @@ def _phase(ctx: ActionContext, timings: dict[str, int], name: str) -> Iterator[N
     yield
     timings[name] = int((time.monotonic() - start) * 1000)
     _log(ctx, f"phase {name}: {timings[name] / 1000:.2f} s")
+
+
+def _secure_boot_problems(
+    artifact_name: str, artifact: NodeImageArtifact, variant: Variant
+) -> list[Problem]:
+    """``secureBoot.modules`` is a signed-modules artifact of the image's own rootfs, and the
+    image is assembled natively."""
+    if artifact.secureBoot is None:
+        return []
+    where = ("artifacts", artifact_name, "secureBoot", "modules")
+    name = artifact.secureBoot.modules
+    builder = builder_of(variant, name)
+    if builder is not None and builder != "signed-modules":
+        return [(where, f"{name!r} is {a_kind(builder)} artifact, not a signed-modules", None)]
+    signed = variant.recipe.artifacts.get(name)
+    problems: list[Problem] = []
+    rootfs = getattr(signed, "rootfs", None)
+    if rootfs is not None and rootfs != artifact.rootfs:
+        problems.append(
+            (
+                where,
+                f"{name!r} signs the modules of rootfs {rootfs!r}, the image is made from "
+                f"{artifact.rootfs!r}",
+                f"write rootfs: {artifact.rootfs} in {name!r}",
+            )
+        )
+    if artifact.backend == "diskimage-builder":
+        problems.append(
+            (
+                ("artifacts", artifact_name, "secureBoot"),
+                "Secure Boot needs the native backend: diskimage-builder installs its own "
+                "boot loader",
+                'remove backend: "diskimage-builder"',
+            )
+        )
+    return problems
 
 
 def _stages_kubelet(artifact: NodeImageArtifact, variant: Variant) -> bool:
