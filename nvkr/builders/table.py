@@ -24,6 +24,7 @@ from nvkr.builders.kube_packages.artifact import KubePackagesArtifact
 from nvkr.builders.node_image.artifact import NodeImageArtifact
 from nvkr.builders.rootfs.artifact import RootfsArtifact
 from nvkr.builders.signed_modules.artifact import SignedModulesArtifact
+from nvkr.builders.uki.artifact import SignedUkiArtifact, UkiArtifact
 from nvkr.recipe.base import ArtifactModel
 
 
@@ -62,6 +63,8 @@ BUILDER_TABLE: tuple[BuilderLine, ...] = (
         "nvkr.builders.signed_modules.builder:SignedModulesBuilder",
         SignedModulesArtifact,
     ),
+    BuilderLine("uki", "nvkr.builders.uki.builder:UkiBuilder", UkiArtifact),
+    BuilderLine("signed-uki", "nvkr.builders.uki.signing:SignedUkiBuilder", SignedUkiArtifact),
     BuilderLine("image-index", "nvkr.builders.image_index.builder:ImageIndexBuilder"),
     BuilderLine("release-set", "nvkr.builders.release_set.builder:ReleaseSetBuilder"),
     BuilderLine("sbom", "nvkr.builders.sbom.builder:SbomBuilder"),

@@ -19,14 +19,14 @@ import contextlib
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from nvkr.canonical import hash_stream
 from nvkr.disk import ext4, fat, grub, qcow2, raw
 from nvkr.disk.gpt import write_gpt
-from nvkr.disk.layout import ESP_LABEL, DiskLayout, PlacedPartition, disk_layout
+from nvkr.disk.layout import ESP_LABEL, Arch, DiskLayout, PlacedPartition, disk_layout
 from nvkr.disk.qcow2 import Compression
 from nvkr.errors import DiskError
 from nvkr.monitor.tools import Report, qemu_img_lines
@@ -97,6 +97,16 @@ def _sha256_of(path: Path) -> str:
         return hash_stream(f)[0]["sha256"]
 
 
+def _grub_platforms(tree: Path, arch: Arch, *, uefi: bool) -> list[str]:
+    """The GRUB platforms to make images for: all the tree has (:func:`grub.platforms`), or
+    without ``uefi`` (another chain boots UEFI machines) the BIOS one alone, amd64's."""
+    if uefi:
+        return grub.platforms(tree, arch)
+    if arch != "amd64":
+        return []
+    return [p for p in grub.platforms(tree, arch) if p not in grub.EFI_BOOT_FILE]
+
+
 def min_size_bytes(tree: Path, *, layout: DiskLayout | None = None) -> int:
     """An estimate of the smallest disk (bytes, a multiple of 1 MiB) that holds ``tree`` with
     ``layout``'s other partitions (default: the amd64 layout, the larger one). For messages."""
@@ -118,6 +128,7 @@ def assemble_disk(
     progress: Report | None = None,
     compression: Compression = "none",
     raw_digest: bool = False,
+    efi_files: Mapping[str, Path] | None = None,
 ) -> DiskResult:
     """Make the bootable QCOW2 ``out`` of ``size_bytes`` virtual bytes from ``tree``.
 
@@ -140,6 +151,9 @@ def assemble_disk(
         compression: the QCOW2's compressed clusters (:func:`nvkr.disk.qcow2.convert`).
         raw_digest: hash the raw disk (in the convert phase), so the QCOW2's provenance can
             name the disk it holds beside the container's own digest.
+        efi_files: the ESP's files (destination -> file) instead of GRUB's UEFI image: the
+            Secure Boot chain (shim, its MokManager, the signed UKI as shim's second stage).
+            GRUB then boots BIOS machines only (amd64), and arm64 gets no GRUB image.
     Raises:
         DiskError: a bad size, a tree that does not fit (both sizes named), missing GRUB
             modules or grub.cfg, a tool output nvkr does not accept.
@@ -186,14 +200,14 @@ def assemble_disk(
                     workdir=scratch,
                     log_file=log_file,
                 )
-                for platform in grub.platforms(tree, layout.arch)
+                for platform in _grub_platforms(tree, layout.arch, uefi=efi_files is None)
             ]
             esp = by_role["esp"]
             esp_img = scratch / "esp.fat"
             fat.make_esp(
                 esp_img,
                 size=esp.size,
-                files=grub.efi_files(images),
+                files=grub.efi_files(images) if efi_files is None else efi_files,
                 volume_id=layout.esp_volume_id,
                 label=ESP_LABEL,
                 hidden_sectors=esp.start,

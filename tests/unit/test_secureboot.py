@@ -296,9 +296,78 @@ def test_node_images_with_secure_boot_name_signed_modules_of_their_own_rootfs() 
         "'rootfs' is a rootfs artifact, not a signed-modules"
     ]
     assert problems(secureBoot={"modules": "mods"}) == [
-        "'mods' signs the modules of rootfs 'other', the image is made from 'rootfs'"
+        "'mods' is made from rootfs 'other', the image from 'rootfs'"
     ]
     artifacts["mods"] = signed.model_copy(update={"rootfs": "rootfs"})
     assert problems(secureBoot={"modules": "mods"}) == []
     (dib,) = problems(secureBoot={"modules": "mods"}, backend="diskimage-builder")
     assert "Secure Boot needs the native backend" in dib
+
+
+def test_a_uki_names_what_the_rootfs_lacks(tmp_path: Path) -> None:
+    """The UKI is made from the rootfs's own files: a missing one is named with its packages."""
+    from nvkr.builders.uki.builder import _find
+    from nvkr.errors import BuildError as Refused
+
+    def tar_of(*names: str) -> Path:
+        path = tmp_path / f"t{len(names)}.tar"
+        with tarfile.open(path, "w") as tf:
+            for name in names:
+                info = tarfile.TarInfo(f"./{name}")
+                tf.addfile(info, None)
+        return path
+
+    with tarfile.open(tar_of()) as tf, pytest.raises(Refused, match="0 kernels"):
+        _find(tf, "amd64")
+    files = ["boot/vmlinuz-6.12-cloud", "boot/initrd.img-6.12-cloud", "usr/lib/os-release",
+             "usr/lib/systemd/boot/efi/linuxx64.efi.stub", "usr/bin/python3"]  # fmt: skip
+    with tarfile.open(tar_of(*files)) as tf, pytest.raises(Refused) as e:
+        _find(tf, "amd64")
+    assert "no /usr/bin/ukify (the UKI's ukify)" in e.value.message
+    assert e.value.hint is not None and "systemd-ukify" in e.value.hint
+    with tarfile.open(tar_of(*files, "usr/bin/ukify")) as tf:
+        found = _find(tf, "amd64")
+    assert found["version"] == "6.12-cloud" and found["stub"].endswith("linuxx64.efi.stub")
+
+
+def test_a_node_image_boots_a_signed_uki_of_its_own_rootfs_with_its_kernel_args() -> None:
+    from types import SimpleNamespace
+    from typing import cast
+
+    from nvkr.builders.node_image.artifact import NodeImageArtifact
+    from nvkr.builders.node_image.builder import NodeImageBuilder
+    from nvkr.builders.uki.artifact import SignedUkiArtifact, UkiArtifact
+    from nvkr.recipe.matrix import Variant
+
+    uki = UkiArtifact.model_validate({"builder": "uki", "rootfs": "rootfs", "kernelArgs": ["a=1"]})
+    signed = SignedUkiArtifact.model_validate(
+        {"builder": "signed-uki", "uki": "uki", "certificate": {"source": "owner"}}
+    )
+    artifacts: dict[str, object] = {
+        "uki": uki, "signed": signed, "rootfs": SimpleNamespace(builder="rootfs"),
+        "other": SimpleNamespace(builder="rootfs"),
+    }  # fmt: skip
+    variant = cast(Variant, SimpleNamespace(gpu="hopper", kubernetes="1.36", arch="amd64",
+                   recipe=SimpleNamespace(artifacts=artifacts, sources={})))  # fmt: skip
+
+    def problems(**fields: object) -> list[str]:
+        art = NodeImageArtifact.model_validate(
+            {"builder": "node-image", "rootfs": "rootfs", "kubernetesVersion": "1.36.3",
+             **fields}
+        )  # fmt: skip
+        return [m for _, m, _ in NodeImageBuilder().check("img", art, variant)]
+
+    assert problems(secureBoot={"uki": "signed"}) == []
+    assert problems(secureBoot={"uki": "signed"}, kernelArgs=["a=1"]) == []
+    assert problems(secureBoot={"uki": "uki"}) == ["'uki' is a uki artifact, not a signed-uki"]
+    (args,) = problems(secureBoot={"uki": "signed"}, kernelArgs=["b=2"])
+    assert "kernelArgs ['b=2'] are not those of the UKI 'uki' it boots (['a=1'])" in args
+    artifacts["uki"] = uki.model_copy(update={"rootfs": "other"})
+    assert problems(secureBoot={"uki": "signed"}) == [
+        "'signed' is made from rootfs 'other', the image from 'rootfs'"
+    ]
+    with pytest.raises(ValueError, match="secureBoot names a signed-uki"):
+        NodeImageArtifact.model_validate(
+            {"builder": "node-image", "rootfs": "r", "kubernetesVersion": "1.36.3",
+             "secureBoot": {}}
+        )  # fmt: skip

@@ -68,13 +68,28 @@ class SpireAgentSettings(Strict):
 
 
 class SecureBootSettings(Strict):
-    """Secure Boot with the owner's key (in progress: the modules DKMS built are signed; the
-    signed boot chain, shim and a signed UKI, is not there yet, see the README)."""
+    """Secure Boot with the owner's key: UEFI boots Debian's Microsoft-signed shim from the
+    removable path, shim the owner-signed UKI (``uki``), whose kernel loads the owner-signed
+    modules (``modules``) once the owner's certificate is enrolled as a MOK."""
 
-    modules: str = Field(
-        description="Required. a signed-modules artifact of the image's rootfs: its signed "
-        "modules replace the unsigned ones in the tree"
+    uki: str | None = Field(
+        default=None,
+        description="Optional. a signed-uki artifact (of a uki of the image's rootfs): shim's "
+        "second stage, \\EFI\\BOOT\\grubx64.efi (grubaa64.efi)",
     )
+    modules: str | None = Field(
+        default=None,
+        description="Optional. a signed-modules artifact of the image's rootfs: its signed "
+        "modules replace the unsigned ones in the tree",
+    )
+
+    @model_validator(mode="after")
+    def _something(self) -> SecureBootSettings:
+        if self.uki is None and self.modules is None:
+            raise ValueError(
+                "secureBoot names a signed-uki (uki), signed-modules (modules) or both"
+            )
+        return self
 
 
 class NodeImageArtifact(ArtifactModel):
@@ -148,7 +163,9 @@ class NodeImageArtifact(ArtifactModel):
             refs.append((("kubePackages",), "artifact", self.kubePackages))
         refs += file_refs(self.files)
         if self.secureBoot is not None:
-            refs.append((("secureBoot", "modules"), "artifact", self.secureBoot.modules))
+            for field in ("uki", "modules"):
+                if (name := getattr(self.secureBoot, field)) is not None:
+                    refs.append((("secureBoot", field), "artifact", name))
         if self.spireAgent is not None:
             spire = self.spireAgent
             binary = (

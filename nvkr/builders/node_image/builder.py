@@ -46,6 +46,7 @@ from nvkr.builders.api import (
     builder_of,
 )
 from nvkr.builders.kube_packages.artifact import KubePackagesArtifact
+from nvkr.builders.node_image import secureboot
 from nvkr.builders.node_image.artifact import KubeletSettings, NodeImageArtifact
 from nvkr.builders.node_image.params import (
     ArtifactFile,
@@ -178,7 +179,7 @@ class NodeImageBuilder(Builder[NodeImageArtifact]):
                     'remove compression, or write backend: "native"',
                 )
             )
-        problems += _secure_boot_problems(artifact_name, artifact, variant)
+        problems += secureboot.problems(artifact_name, artifact, variant)
         if artifact.kubelet != KubeletSettings() and not _stages_kubelet(artifact, variant):
             problems.append(
                 (
@@ -206,8 +207,7 @@ class NodeImageBuilder(Builder[NodeImageArtifact]):
             deps["agent"] = refs.artifact(artifact.agent).key
         if artifact.kubePackages is not None:
             deps["kubePackages"] = refs.artifact(artifact.kubePackages).key
-        if artifact.secureBoot is not None:
-            deps["signedModules"] = refs.artifact(artifact.secureBoot.modules).key
+        chain = secureboot.plan(artifact, variant, refs, deps)
         inputs: dict[str, str] = {"assets": assets_digest()}
         sources: dict[str, Any] = {}
 
@@ -243,7 +243,10 @@ class NodeImageBuilder(Builder[NodeImageArtifact]):
             nvidiaRuntime=artifact.nvidiaRuntime,
             kubelet=artifact.kubelet.model_dump(),
             sizeBytes=fc.size_bytes(artifact.size),
-            kernelArgs=list(artifact.kernelArgs),
+            kernelArgs=list(
+                chain.kernel_args if chain.kernel_args is not None else artifact.kernelArgs
+            ),
+            diskSeed=chain.disk_seed,
             format=artifact.format,
             compression=artifact.compression,
             backend=artifact.backend,
@@ -301,12 +304,7 @@ class NodeImageBuilder(Builder[NodeImageArtifact]):
                 ],
                 log_file=ctx.log_file,
             )
-            if "signedModules" in p.deps:  # the owner-signed modules over the unsigned ones
-                signed = primary_output(ctx, ctx.deps[p.deps["signedModules"]], "signed modules")
-                run(
-                    ["tar", "--numeric-owner", "--overwrite", "-xpf", signed, "-C", tree],
-                    log_file=ctx.log_file,
-                )
+            secureboot.overlay_modules(ctx, p.deps, tree)
         with _phase(ctx, timings, "staging"):
             staged = stage(ctx, tree, rootfs)
             packages = [dict(pkg) for pkg in json_objects(rootfs.metadata.get("packages"))]
@@ -345,6 +343,7 @@ class NodeImageBuilder(Builder[NodeImageArtifact]):
                 progress=ctx.progress,
                 compression=p.compression,
                 raw_digest=True,
+                efi_files=secureboot.esp_files(ctx, p.deps, tree, p.arch) or None,
             )
             timings.update({k: int(v * 1000) for k, v in result.phases.items()})
             disk_meta = {
@@ -391,6 +390,8 @@ def disk_seed(action: Action) -> str:
     """The hex the disk's identifiers (file system UUID, GPT GUIDs) derive from: the action key
     of the image without compression. So a compressed image holds the very raw disk the
     uncompressed one does (the same ``rawDigest``), and only the container differs."""
+    if action.params.get("diskSeed"):  # the UKI's command line names these identifiers
+        return str(action.params["diskSeed"])
     compression = str(action.params.get("compression", "none"))
     if compression == "none":
         return action.key.split(":", 1)[1]
@@ -511,42 +512,6 @@ def _phase(ctx: ActionContext, timings: dict[str, int], name: str) -> Iterator[N
     yield
     timings[name] = int((time.monotonic() - start) * 1000)
     _log(ctx, f"phase {name}: {timings[name] / 1000:.2f} s")
-
-
-def _secure_boot_problems(
-    artifact_name: str, artifact: NodeImageArtifact, variant: Variant
-) -> list[Problem]:
-    """``secureBoot.modules`` is a signed-modules artifact of the image's own rootfs, and the
-    image is assembled natively."""
-    if artifact.secureBoot is None:
-        return []
-    where = ("artifacts", artifact_name, "secureBoot", "modules")
-    name = artifact.secureBoot.modules
-    builder = builder_of(variant, name)
-    if builder is not None and builder != "signed-modules":
-        return [(where, f"{name!r} is {a_kind(builder)} artifact, not a signed-modules", None)]
-    signed = variant.recipe.artifacts.get(name)
-    problems: list[Problem] = []
-    rootfs = getattr(signed, "rootfs", None)
-    if rootfs is not None and rootfs != artifact.rootfs:
-        problems.append(
-            (
-                where,
-                f"{name!r} signs the modules of rootfs {rootfs!r}, the image is made from "
-                f"{artifact.rootfs!r}",
-                f"write rootfs: {artifact.rootfs} in {name!r}",
-            )
-        )
-    if artifact.backend == "diskimage-builder":
-        problems.append(
-            (
-                ("artifacts", artifact_name, "secureBoot"),
-                "Secure Boot needs the native backend: diskimage-builder installs its own "
-                "boot loader",
-                'remove backend: "diskimage-builder"',
-            )
-        )
-    return problems
 
 
 def _stages_kubelet(artifact: NodeImageArtifact, variant: Variant) -> bool:

@@ -72,6 +72,8 @@ class NodeImageParams(_Params):
     files: list[ArtifactFile | SourceFile]
     sandboxImage: str
     spireAgent: SpireAgentParams | None = None
+    #: with a Secure Boot UKI: the hex its disk identifiers derive from (the UKI action's key)
+    diskSeed: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The params as the action holds them: ``compression`` only when the image is
@@ -80,4 +82,6 @@ class NodeImageParams(_Params):
         exclude = {"compression"} if self.compression == "none" else set()
         if self.spireAgent is None:
             exclude.add("spireAgent")
+        if self.diskSeed is None:
+            exclude.add("diskSeed")
         return self.model_dump(exclude=exclude)

@@ -33,9 +33,10 @@ import lzma
 import re
 import tarfile
 from collections.abc import Callable
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nvkr.builders import treetools
 from nvkr.builders.api import (
     ActionContext,
     ActionSpec,
@@ -50,13 +51,12 @@ from nvkr.builders.api import (
 )
 from nvkr.builders.node_image.staging import primary_output
 from nvkr.builders.signed_modules.artifact import SignedModulesArtifact
-from nvkr.disk.grub import TREE_LOADER
-from nvkr.errors import BuildError, ToolError
+from nvkr.errors import BuildError
 from nvkr.hosttools import package_version
 from nvkr.jsondoc import JsonObject
 from nvkr.recipe.matrix import Variant
 from nvkr.repro import tar_member, tar_writer
-from nvkr.run import CAN_RUN_HINT, can_run, pinned_env, run
+from nvkr.run import pinned_env, run
 from nvkr.secureboot import modsig
 from nvkr.secureboot.owner import (
     OwnerCertificate,
@@ -263,32 +263,10 @@ def _unsigned_modules(
 
 
 def _tree_tool(tf: tarfile.TarFile, tool: tarfile.TarInfo, arch: str, dest: Path) -> list[str]:
-    """The argv running ``tool`` (a member of the tree's tar) through the tree's own dynamic
-    loader and libraries, extracted under ``dest``: the tool, the loader, the libraries of the
-    tree's multiarch directory."""
-    if arch not in TREE_LOADER:
-        raise BuildError(f"no dynamic loader known for a {arch} tree")
-    triplet, loader = TREE_LOADER[arch]
-    ok, said = can_run(arch)
-    if not ok:
-        raise ToolError(
-            f"signing the {arch} tree's modules runs its sign-file, and this host cannot run "
-            f"{arch} binaries (arch-test {arch}: {said})",
-            hint=CAN_RUN_HINT,
-        )
-    libdir = PurePosixPath("usr/lib") / triplet
-    wanted = []
-    for info in tf.getmembers():
-        name = PurePosixPath(info.name.removeprefix("./"))
-        lib = name.name == loader or ".so" in name.name
-        if name.parent == libdir and lib and (info.isfile() or info.issym()):
-            wanted.append(info)
-    wanted.append(tool)
-    tf.extractall(dest, members=wanted, filter="tar")
-    ld = dest / libdir / loader
-    if not ld.is_file():
-        raise BuildError(f"the {arch} tree has no dynamic loader /{libdir / loader}")
-    return [str(ld), "--library-path", str(dest / libdir), str(dest / tool.name.removeprefix("./"))]
+    """The argv running ``tool`` (a member of the tree's tar) through the tree's own loader."""
+    name = treetools.member_name(tool)
+    treetools.extract(tf, dest, lambda n: n == name or treetools.is_library(n, arch))
+    return treetools.loader_argv(dest, arch, name, "signing the modules")
 
 
 def _sign(

@@ -209,3 +209,32 @@ def test_tree_without_boot_files(tmp_path):
             epoch=EPOCH,
             workdir=tmp_path,
         )
+
+
+def test_a_secure_boot_chain_replaces_grubs_efi_image_on_the_esp(tmp_path):
+    """With efi_files (a node image's secureBoot.uki: shim, MokManager, the signed UKI) the ESP
+    holds those files under their removable-path names and no GRUB EFI image; GRUB still
+    boots BIOS machines (amd64)."""
+    tree = make_tree(tmp_path / "tree")
+    layout = prepare_boot_files(tree, arch="amd64", seed=SEED, kernel_args=[], epoch=EPOCH)
+    chain = {}
+    for dest, data in (("EFI/BOOT/BOOTX64.EFI", b"MZshim"), ("EFI/BOOT/MMX64.EFI", b"MZmm"),
+                       ("EFI/BOOT/GRUBX64.EFI", b"MZuki")):  # fmt: skip
+        chain[dest] = tmp_path / dest.replace("/", "_")
+        chain[dest].write_bytes(data)
+    (tmp_path / "work").mkdir()
+    r = assemble_disk(
+        tree, tmp_path / "node.qcow2", layout=layout, size_bytes=SIZE, epoch=EPOCH,
+        workdir=tmp_path / "work", keep_raw=True, efi_files=chain,
+    )  # fmt: skip
+    assert r.grub_platforms == ("i386-pc",) and r.raw is not None
+    esp = _partition(r.raw, 4096, 131072, tmp_path / "esp.img")
+    env = {**os.environ, "MTOOLS_SKIP_CHECK": "1"}
+    listing = subprocess.check_output(["mdir", "-i", str(esp), "::/EFI/BOOT"], env=env, text=True)
+    names = {line.split()[0] for line in listing.splitlines() if " EFI " in line}
+    assert {"BOOTX64", "MMX64", "GRUBX64"} <= names, listing
+    for dest, src in chain.items():
+        out = tmp_path / "read.efi"
+        subprocess.run(["mcopy", "-n", "-i", str(esp), f"::/{dest}", str(out)], env=env, check=True)
+        assert out.read_bytes() == src.read_bytes()
+    subprocess.run(["fsck.fat", "-n", str(esp)], check=True, capture_output=True)

@@ -159,11 +159,11 @@ def test_unknown_builder(write: WriteFile) -> None:
     assert err.value.code == "NVKR-E-BUILDER"
     assert (
         str(err.value)
-        == f"{path}:12: artifacts.agent.builder: unknown builder 'rust-binary' (known builders: container-image, go-binary, helm-chart, kube-packages, node-image, rootfs, signed-modules)"
+        == f"{path}:12: artifacts.agent.builder: unknown builder 'rust-binary' (known builders: container-image, go-binary, helm-chart, kube-packages, node-image, rootfs, signed-modules, signed-uki, uki)"
     )
     assert (
         err.value.hint
-        == "known builders: container-image, go-binary, helm-chart, kube-packages, node-image, rootfs, signed-modules"
+        == "known builders: container-image, go-binary, helm-chart, kube-packages, node-image, rootfs, signed-modules, signed-uki, uki"
     )
 
 
@@ -171,7 +171,7 @@ def test_missing_builder(write: WriteFile) -> None:
     path = write("r.yaml", MINIMAL.replace("builder: go-binary, ", ""))
     assert (
         _error(path)
-        == f"{path}:12: artifacts.agent: missing required key 'builder' (known builders: container-image, go-binary, helm-chart, kube-packages, node-image, rootfs, signed-modules)"
+        == f"{path}:12: artifacts.agent: missing required key 'builder' (known builders: container-image, go-binary, helm-chart, kube-packages, node-image, rootfs, signed-modules, signed-uki, uki)"
     )
 
 
