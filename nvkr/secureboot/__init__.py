@@ -1,3 +1,3 @@
 """Secure Boot with the owner's key: the key and its certificate (:mod:`.owner`), kernel module
-signatures (:mod:`.modsig`) and the action that signs the modules DKMS built
+signatures (:mod:`.modsig`, read by :mod:`.der`) and the action that signs the modules DKMS built
 (:mod:`nvkr.builders.signed_modules`)."""
