@@ -215,7 +215,7 @@ def _certificates(content: bytes, what: str) -> tuple[x509.Certificate, ...]:
 
 def _parse_signed_data(der: bytes, where: str, depth: int, what: str) -> list[PeSignature]:
     """The signature in the ContentInfo ``der`` followed by those nested in it."""
-    what = f"{what}: {where}"
+    image, what = what, f"{what}: {where}"
     top = Der(der, what)
     ci = Der(top.next(0x30)[1], what)
     if oid(ci.next(0x06)[1]) != OID_SIGNED_DATA:
@@ -284,7 +284,7 @@ def _parse_signed_data(der: bytes, where: str, depth: int, what: str) -> list[Pe
     if nested and depth >= _MAX_NESTING:
         raise IntegrityError(f"{what}: signatures nested more than {_MAX_NESTING} deep")
     for i, value in enumerate(nested, 1):
-        found += _parse_signed_data(value, f"{where}'s nested signature {i}", depth + 1, what)
+        found += _parse_signed_data(value, f"{where}'s nested signature {i}", depth + 1, image)
     return found
 
 
@@ -440,7 +440,8 @@ def verify_pe(
 
 def attach_signatures(unsigned: bytes, signed: bytes, what: str = "PE image") -> bytes:
     """``unsigned`` with the signatures of ``signed`` attached as osslsigncode attached them:
-    ``signed`` itself when ``unsigned`` is the image it signed (:func:`pe.attach_table`).
+    ``signed`` itself when ``unsigned`` is the image it signed
+    (:func:`nvkr.secureboot.pe.attach_table`).
 
     Raises:
         IntegrityError: either is not a PE image, ``unsigned`` has signatures or ``signed``

@@ -418,3 +418,14 @@ def test_gap_between_sections_refused() -> None:
     """Sections not end to end: the spec's digest, osslsigncode's and firmware's would differ."""
     with pytest.raises(IntegrityError, match=r"section .data \(raw data at 0x600\) leaves a gap"):
         authenticode_digest(_pe32(gap=0x200), what="image")
+
+
+def test_malformed_nested_signature_named(pe32: Signed) -> None:
+    oid_signed_data = bytes.fromhex("06092a864886f70d010702")
+    at = pe32.nested.index(oid_signed_data, pe32.nested.index(oid_signed_data) + 1)
+    data = pe32.nested[: at + 10] + b"\x01" + pe32.nested[at + 11 :]
+    with pytest.raises(
+        IntegrityError,
+        match=r"^image: signature 1's nested signature 1 is not a PKCS#7 SignedData$",
+    ):
+        pe_signatures(data, "image")
