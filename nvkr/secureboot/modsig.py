@@ -9,9 +9,9 @@ signature is the signer's RSA PKCS#1 v1.5 signature over the module bytes themse
 what a build without the key makes (:func:`unsigned_payload`), so a signed module is compared
 with a rebuilt one by it.
 
-The DER is read by a small reader of the few structures involved (:func:`parse_pkcs7`): every
-length is checked against what holds it, and anything that is not sign-file's shape is refused
-with what was found.
+The DER is read by a small reader (:mod:`.der`) of the few structures involved
+(:func:`parse_pkcs7`): every length is checked against what holds it, and anything that is not
+sign-file's shape is refused with what was found.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding
 
 from nvkr.errors import IntegrityError
+from nvkr.secureboot.der import Der, algorithm, oid
 from nvkr.secureboot.owner import OwnerCertificate
 
 MAGIC: Final = b"~Module signature appended~\n"
@@ -56,63 +57,6 @@ _HASHES: dict[str, type[hashes.HashAlgorithm]] = {
 }
 
 
-class _Der:
-    """A cursor over DER bytes: :meth:`next` reads one TLV (definite lengths only)."""
-
-    def __init__(self, data: bytes, what: str) -> None:
-        self.data = data
-        self.pos = 0
-        self.what = what
-
-    def done(self) -> bool:
-        return self.pos >= len(self.data)
-
-    def next(self, tag: int | None = None) -> tuple[int, bytes, bytes]:
-        """(tag, content, the whole TLV); ``tag`` when given must match."""
-        d, start = self.data, self.pos
-        if start + 2 > len(d):
-            raise IntegrityError(f"{self.what}: DER ends inside a tag at byte {start}")
-        t, n = d[start], d[start + 1]
-        pos = start + 2
-        if n & 0x80:
-            k = n & 0x7F
-            if k == 0 or k > 4 or pos + k > len(d):
-                raise IntegrityError(f"{self.what}: bad DER length at byte {start}")
-            n = int.from_bytes(d[pos : pos + k], "big")
-            pos += k
-        if pos + n > len(d):
-            raise IntegrityError(
-                f"{self.what}: a DER value at byte {start} claims {n} bytes, {len(d) - pos} remain"
-            )
-        if tag is not None and t != tag:
-            raise IntegrityError(
-                f"{self.what}: expected DER tag 0x{tag:02x} at byte {start}, found 0x{t:02x}"
-            )
-        self.pos = pos + n
-        return t, d[pos : pos + n], d[start : pos + n]
-
-    def peek(self) -> int | None:
-        return self.data[self.pos] if self.pos < len(self.data) else None
-
-
-def _oid(content: bytes) -> str:
-    if not content:
-        return ""
-    parts = [content[0] // 40, content[0] % 40]
-    value = 0
-    for b in content[1:]:
-        value = (value << 7) | (b & 0x7F)
-        if not b & 0x80:
-            parts.append(value)
-            value = 0
-    return ".".join(map(str, parts))
-
-
-def _algorithm(tlv: bytes, what: str) -> str:
-    """The OID of an AlgorithmIdentifier SEQUENCE's content."""
-    return _oid(_Der(tlv, what).next(0x06)[1])
-
-
 @dataclass(frozen=True)
 class ModuleSignature:
     """What a module's PKCS#7 signature says: the signer (issuer DER and serial, or the subject
@@ -132,47 +76,47 @@ def parse_pkcs7(der: bytes, what: str = "module signature") -> ModuleSignature:
         IntegrityError: not a detached SignedData with one signer, signed attributes present,
             or an algorithm other than RSA with SHA-256/384/512.
     """
-    top = _Der(der, what)
+    top = Der(der, what)
     _, info, _ = top.next(0x30)
-    ci = _Der(info, what)
-    if _oid(ci.next(0x06)[1]) != _OID_SIGNED_DATA:
+    ci = Der(info, what)
+    if oid(ci.next(0x06)[1]) != _OID_SIGNED_DATA:
         raise IntegrityError(f"{what}: not a PKCS#7 SignedData")
     _, explicit, _ = ci.next(0xA0)
-    _, signed_data, _ = _Der(explicit, what).next(0x30)
-    sd = _Der(signed_data, what)
+    _, signed_data, _ = Der(explicit, what).next(0x30)
+    sd = Der(signed_data, what)
     sd.next(0x02)  # version
     sd.next(0x31)  # digestAlgorithms
     _, encap, _ = sd.next(0x30)
-    ec = _Der(encap, what)
-    if _oid(ec.next(0x06)[1]) != _OID_DATA or not ec.done():
+    ec = Der(encap, what)
+    if oid(ec.next(0x06)[1]) != _OID_DATA or not ec.done():
         raise IntegrityError(f"{what}: the signed content is not detached data")
     if sd.peek() == 0xA0:
         sd.next(0xA0)  # certificates (sign-file leaves them out; others may not)
     if sd.peek() == 0xA1:
         sd.next(0xA1)  # crls
     _, signer_infos, _ = sd.next(0x31)
-    infos = _Der(signer_infos, what)
+    infos = Der(signer_infos, what)
     _, si, _ = infos.next(0x30)
     if not infos.done():
         raise IntegrityError(f"{what}: more than one signer")
-    s = _Der(si, what)
+    s = Der(si, what)
     s.next(0x02)  # version
     issuer = serial = key_id = None
     if s.peek() == 0x30:
         _, ias, _ = s.next(0x30)
-        ias_der = _Der(ias, what)
+        ias_der = Der(ias, what)
         _, _, issuer = ias_der.next(0x30)
         serial = int.from_bytes(ias_der.next(0x02)[1], "big", signed=True)
     else:
         key_id = s.next(0x80)[1]
-    digest = _OID_DIGEST.get(_algorithm(s.next(0x30)[1], what))
+    digest = _OID_DIGEST.get(algorithm(s.next(0x30)[1], what))
     if digest is None:
         raise IntegrityError(f"{what}: the digest algorithm is not SHA-256, SHA-384 or SHA-512")
     if s.peek() == 0xA0:
         raise IntegrityError(
             f"{what}: it has signed attributes; the kernel's sign-file signs without them"
         )
-    sig_alg = _algorithm(s.next(0x30)[1], what)
+    sig_alg = algorithm(s.next(0x30)[1], what)
     if sig_alg != _OID_RSA and _OID_RSA_SHA.get(sig_alg) != digest:
         raise IntegrityError(f"{what}: the signature algorithm {sig_alg} is not RSA PKCS#1 v1.5")
     signature = s.next(0x04)[1]
