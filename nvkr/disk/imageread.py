@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Final
 
 from nvkr.disk.ext4read import Ext4Reader
-from nvkr.disk.gpt import GPT_HEAD_SECTORS, read_gpt, root_entry
-from nvkr.disk.layout import SECTOR
+from nvkr.disk.gpt import GPT_HEAD_SECTORS, GptEntry, read_gpt, root_entry
+from nvkr.disk.layout import SECTOR, TYPE_ESP
 from nvkr.errors import DiskError, UsageError
 from nvkr.run import pinned_env, run
 
@@ -102,3 +102,46 @@ def open_root_fs(disk: Path, *, what: str | None = None) -> Iterator[Ext4Reader]
             env=pinned_env(),
         )
         yield Ext4Reader(raw, what=f"{label} partition {entry.number}")
+
+
+def _partition_raw(disk: Path, entry: GptEntry, out: Path) -> Path:
+    """The partition ``entry`` of ``disk`` (QCOW2 or raw) as a raw file ``out``."""
+    fmt = disk_format(disk)
+    view = (
+        f"driver=raw,offset={entry.offset},size={entry.size},file.driver={fmt},"
+        + (f"file.file.driver=file,file.file.filename={_opt(str(disk))}" if fmt == "qcow2"
+           else f"file.filename={_opt(str(disk))}")
+    )  # fmt: skip
+    run(["qemu-img", "convert", "-W", "--image-opts", view, "-O", "raw", str(out)],
+        env=pinned_env())  # fmt: skip
+    return out
+
+
+def read_esp_files(disk: Path, paths: list[str], *, what: str | None = None) -> dict[str, bytes]:
+    """The files ``paths`` (``EFI/BOOT/GRUBX64.EFI``) of the disk image's EFI system partition
+    that it holds (mtools, no mount); {} when the disk has no ESP.
+
+    Raises:
+        UsageError: ``disk`` is not a readable file; DiskError: no GPT.
+    """
+    label = what or str(disk)
+    with tempfile.TemporaryDirectory(prefix="nvkr-esp-") as name:
+        tmp = Path(name)
+        if disk_format(disk) == "qcow2":
+            head = _qcow2_head(disk, tmp)
+        else:
+            with open(disk, "rb") as f:
+                head = f.read(GPT_HEAD_SECTORS * SECTOR)
+        esp = [e for e in read_gpt(head, what=label) if e.type_guid == TYPE_ESP.upper()]
+        if not esp:
+            return {}
+        image = _partition_raw(disk, esp[0], tmp / "esp.fat")
+        env = pinned_env({"MTOOLS_SKIP_CHECK": "1", "MTOOLSRC": "/dev/null"}, home=tmp)
+        found: dict[str, bytes] = {}
+        for n, path in enumerate(paths):
+            out = tmp / f"{n}.bin"
+            done = run(["mcopy", "-n", "-i", str(image), f"::/{path}", str(out)], env=env,
+                       check=False)  # fmt: skip
+            if done.returncode == 0 and out.is_file():
+                found[path] = out.read_bytes()
+        return found

@@ -23,6 +23,8 @@ from nvkr.jsondoc import JsonObject
 from nvkr.secureboot import modsig
 
 _MODULE_SUFFIXES = (".ko", ".ko.xz")
+#: the signed second stages on a node image's ESP (nvkr.builders.node_image.secureboot)
+SECOND_STAGES = ("EFI/BOOT/GRUBX64.EFI", "EFI/BOOT/GRUBAA64.EFI")
 
 
 @dataclass
@@ -33,6 +35,7 @@ class PublishedSignatures:
     images: Sequence[tuple[str, Path]]
     used: list[JsonObject] = field(default_factory=list)
     _by_payload: dict[str, tuple[bytes, str]] | None = None
+    _pe_by_digest: dict[str, tuple[bytes, str]] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def _load(self) -> dict[str, tuple[bytes, str]]:
@@ -45,6 +48,27 @@ class PublishedSignatures:
                     found.setdefault(digest, (data, f"{name}:{path}"))
             self._by_payload = found
         return self._by_payload
+
+    def _load_pe(self) -> dict[str, tuple[bytes, str]]:
+        if self._pe_by_digest is None:
+            from nvkr.disk.imageread import read_esp_files
+            from nvkr.secureboot.authenticode import pe_signatures
+            from nvkr.secureboot.pe import authenticode_digest
+
+            found: dict[str, tuple[bytes, str]] = {}
+            for name, disk in self.images:
+                for path, data in read_esp_files(disk, list(SECOND_STAGES), what=name).items():
+                    if pe_signatures(data, path):
+                        digest = "sha256:" + authenticode_digest(data, what=path).hex()
+                        found.setdefault(digest, (data, f"{name}:/{path}"))
+            self._pe_by_digest = found
+        return self._pe_by_digest
+
+    def signed_pe(self, digest: str) -> tuple[bytes, str] | None:
+        """The published signed second stage (the UKI on the ESP) of Authenticode digest
+        ``digest`` (``sha256:<hex>``), with where it was found; None when no image holds one."""
+        with self._lock:
+            return self._load_pe().get(digest)
 
     def signed_module(self, payload: bytes) -> tuple[bytes, str] | None:
         """The published signed module (uncompressed) whose unsigned payload is ``payload``,

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 import tarfile
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 from nvkr.builders import treetools
 from nvkr.builders.api import (
@@ -41,8 +41,11 @@ from nvkr.builders.uki.artifact import UkiArtifact
 from nvkr.disk.bootfiles import grub_arg, kernel_cmdline
 from nvkr.disk.layout import disk_layout
 from nvkr.errors import BuildError, DiskError
+from nvkr.jsondoc import JsonObject, JsonValue
 from nvkr.recipe.matrix import Variant
 from nvkr.run import pinned_env, run
+from nvkr.secureboot.anchors import DEBIAN, MICROSOFT_UEFI, anchors
+from nvkr.secureboot.authenticode import authenticode_digest, verify_pe
 
 MEDIA_TYPE = "application/vnd.nvkr.uki.v1+efi"
 #: ukify's name for the target's EFI architecture, and the stub's suffix, by Debian arch
@@ -120,6 +123,7 @@ class UkiBuilder(Builder[UkiArtifact]):
                 )
 
             treetools.extract(tf, tools, want)
+            chain = check_chain(tf, arch, tools / files["kernel"])
         argv = treetools.loader_argv(tools, arch, files["python"], "the uki builder")
         out = ctx.workdir / "uki.efi"
         env = pinned_env(
@@ -143,8 +147,54 @@ class UkiBuilder(Builder[UkiArtifact]):
             raise BuildError("ukify wrote no UKI", hint=f"see the action's log {ctx.log_file}")
         ctx.add_output(out, name=f"uki-{arch}.efi", media_type=MEDIA_TYPE)
         ctx.metadata.update(
-            {"kernel": files["version"], "cmdline": cmdline, "fsUuid": layout.fs_uuid}
+            {
+                "kernel": files["version"],
+                "cmdline": cmdline,
+                "fsUuid": layout.fs_uuid,
+                "authenticode": "sha256:" + authenticode_digest(out.read_bytes()).hex(),
+                "chain": chain,
+            }
         )
+
+
+#: Per arch: the tree paths of shim and MokManager (packages shim-signed, shim-helpers-ARCH-signed)
+SHIM = {
+    "amd64": ("usr/lib/shim/shimx64.efi.signed", "usr/lib/shim/mmx64.efi.signed"),
+    "arm64": ("usr/lib/shim/shimaa64.efi.signed", "usr/lib/shim/mmaa64.efi.signed"),
+}
+
+
+def check_chain(tf: tarfile.TarFile, arch: str, kernel: Path) -> JsonObject:
+    """The signed parts of the chain the UKI joins, checked before anything is signed: the
+    kernel by Debian's Secure Boot CA (the UKI's ``.linux``; shim's vendor certificate), shim by
+    Microsoft's UEFI CA (2011 or 2023: the firmware's db), MokManager by Debian's CA. Each one's
+    Authenticode digest and the anchors it verified against (for the image's PCR 4).
+
+    Raises:
+        BuildError: shim or MokManager is not in the tree (names the packages);
+        IntegrityError: a signature does not verify against its pinned anchor.
+    """
+    found: dict[str, JsonValue] = {}
+    parts: list[tuple[str, bytes, tuple[str, ...], str]] = [
+        ("kernel", kernel.read_bytes(), DEBIAN, f"/boot/{kernel.name}")
+    ]
+    for name, rel in zip(("shim", "mokManager"), SHIM[arch], strict=True):
+        member = next((m for m in tf.getmembers() if treetools.member_name(m) == rel), None)
+        f = tf.extractfile(member) if member is not None and member.isfile() else None
+        if f is None:
+            raise BuildError(
+                f"the rootfs has no /{rel} ({name}), which boots the UKI under Secure Boot",
+                hint=f"add shim-signed (and with it shim-helpers-{arch}-signed) to its packages",
+            )
+        parts.append((name, f.read(), MICROSOFT_UEFI if name == "shim" else DEBIAN, f"/{rel}"))
+    for name, data, trusted, path in parts:
+        checked = verify_pe(data, anchors(trusted), f"{path} ({name})")
+        found[name] = {
+            "path": path,
+            "authenticode": "sha256:" + authenticode_digest(data).hex(),
+            "anchors": sorted({a.anchor_subject for a in checked.anchored}),
+        }
+    return found
 
 
 def _find(tf: tarfile.TarFile, arch: str) -> dict[str, str]:

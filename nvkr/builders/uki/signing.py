@@ -11,7 +11,6 @@ compares it by its Authenticode digest.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,11 +30,13 @@ from nvkr.builders.api import (
 from nvkr.builders.node_image.staging import primary_output
 from nvkr.builders.signed_modules.builder import read_certificate
 from nvkr.builders.uki.artifact import SignedUkiArtifact
-from nvkr.errors import IntegrityError
+from nvkr.errors import BuildError
 from nvkr.hosttools import package_version
 from nvkr.recipe.matrix import Variant
 from nvkr.run import pinned_env, run
-from nvkr.secureboot.owner import OwnerCertificate, owner_key_for
+from nvkr.secureboot.authenticode import attach_signatures, authenticode_digest, verify_pe
+from nvkr.secureboot.owner import OwnerCertificate, has_owner_key, owner_key_for
+from nvkr.secureboot.published import PublishedSignatures, published_signatures
 
 if TYPE_CHECKING:
     from nvkr.action import Action
@@ -102,41 +103,55 @@ class SignedUkiBuilder(Builder[SignedUkiArtifact]):
         params = ctx.action.params
         cert = read_certificate(ctx.input_path("certificate"), params)
         unsigned = primary_output(ctx, ctx.deps[str(params["uki"])], "UKI")
-        key = owner_key_for(cert, ctx.action.ref)
-        cert_file = ctx.workdir / "owner.pem"
-        cert_file.write_bytes(cert.pem)
         out = ctx.workdir / "signed.efi"
-        with key.pem_file(ctx.workdir) as key_file:
-            run(
-                ["osslsigncode", "sign", "-certs", cert_file, "-key", key_file,
-                 "-time", str(ctx.action.epoch), "-h", "sha256", "-in", unsigned, "-out", out],
-                env=pinned_env(), log_file=ctx.log_file,
-            )  # fmt: skip
-        check_signed(out, cert, ctx.log_file)
+        published = None if has_owner_key() else published_signatures()
+        if published is not None:  # a rebuild without the key: the set's signature, checked
+            out.write_bytes(_published(published, unsigned.read_bytes(), cert))
+        else:
+            key = owner_key_for(cert, ctx.action.ref)
+            cert_file = ctx.workdir / "owner.pem"
+            cert_file.write_bytes(cert.pem)
+            with key.pem_file(ctx.workdir) as key_file:
+                run(
+                    ["osslsigncode", "sign", "-certs", cert_file, "-key", key_file,
+                     "-time", str(ctx.action.epoch), "-h", "sha256", "-in", unsigned, "-out", out],
+                    env=pinned_env(), log_file=ctx.log_file,
+                )  # fmt: skip
+        digest = check_signed(out.read_bytes(), cert, "the signed UKI")
         ctx.add_output(out, name=f"uki-{params['arch']}.signed.efi", media_type=MEDIA_TYPE)
-        ctx.metadata.update({"certificate": {"digest": cert.digest, "subject": cert.subject}})
-
-
-def check_signed(path: Path, cert: OwnerCertificate, log_file: Path | None = None) -> None:
-    """Raises IntegrityError unless ``path`` carries a valid Authenticode signature by
-    ``cert`` (``osslsigncode verify``, the certificate as the only trust anchor)."""
-    anchor = path.with_name(path.name + ".anchor.pem")
-    anchor.write_bytes(cert.pem)
-    try:
-        done = run(
-            ["osslsigncode", "verify", "-in", path, "-CAfile", anchor],
-            env=pinned_env(), check=False,
-        )  # fmt: skip
-    finally:
-        anchor.unlink()
-    said = (done.stdout or b"").decode(errors="replace") + (done.stderr or b"").decode(
-        errors="replace"
-    )
-    if log_file is not None:
-        with open(log_file, "a", encoding="utf-8") as f:
-            f.write(said)
-    if done.returncode != 0 or not re.search(r"Signature verification: ok", said):
-        raise IntegrityError(
-            f"{path.name}: the Authenticode signature does not verify with {cert.subject}",
-            hint="osslsigncode verify said: " + " | ".join(said.strip().splitlines()[-3:]),
+        ctx.metadata.update(
+            {
+                "certificate": {"digest": cert.digest, "subject": cert.subject},
+                "authenticode": digest,
+            }
         )
+
+
+def check_signed(data: bytes, cert: OwnerCertificate, what: str) -> str:
+    """The Authenticode digest (``sha256:<hex>``) of ``data``, whose signature must verify with
+    the owner's certificate ``cert`` as the only trust anchor.
+
+    Raises:
+        IntegrityError: unsigned, malformed, changed after signing or signed by another key.
+    """
+    checked = verify_pe(data, [cert.cert], what)
+    return f"{checked.algorithm}:{checked.image_digest.hex()}"
+
+
+def _published(published: PublishedSignatures, unsigned: bytes, cert: OwnerCertificate) -> bytes:
+    """The rebuilt ``unsigned`` UKI with the signatures of the release set's UKI of the same
+    Authenticode digest attached: byte for byte what signing gave the key holder."""
+    digest = "sha256:" + authenticode_digest(unsigned).hex()
+    found = published.signed_pe(digest)
+    if found is None:
+        raise BuildError(
+            f"no machine image of the release set holds a signed UKI of Authenticode digest "
+            f"{digest} (the rebuilt one's): the UKI is not reproducible, or the image has none",
+            hint="without the owner's key a rebuild takes each signature from the release set; "
+            "with --secure-boot-key it signs again",
+        )
+    signed, where = found
+    attached = attach_signatures(unsigned, signed, f"the UKI from {where}")
+    check_signed(attached, cert, f"the UKI from {where}")
+    published.record(where.split(":", 1)[-1], where, cert.subject, cert.digest)
+    return attached
