@@ -204,6 +204,58 @@ def authenticode_digest(data: bytes, algorithm: str = "sha256", what: str = "PE 
     return h.digest()
 
 
+@dataclass(frozen=True)
+class PeSection:
+    """One entry of a PE image's section table: its ``name`` (a long name ``/N`` resolved through
+    the COFF string table, as GNU ld writes them into EFI binaries), ``virtual_size`` (the bytes
+    the loader maps), ``raw_size`` and ``raw_pointer`` (the bytes in the file)."""
+
+    name: str
+    virtual_size: int
+    raw_size: int
+    raw_pointer: int
+
+    def content(self, data: bytes) -> bytes:
+        """The section's bytes as loaded: ``virtual_size`` bytes, the raw data zero-filled past
+        ``raw_size`` (what systemd-stub measures and hands on)."""
+        raw = data[self.raw_pointer : self.raw_pointer + min(self.raw_size, self.virtual_size)]
+        return raw + bytes(self.virtual_size - len(raw))
+
+
+def _section_name(data: bytes, raw: bytes, coff: int) -> str:
+    name = raw.rstrip(b"\0").decode("latin-1")
+    if not name.startswith("/") or not name[1:].isdigit():
+        return name
+    symbols, n_symbols = struct.unpack_from("<II", data, coff + 8)
+    start = symbols + 18 * n_symbols + int(name[1:])
+    end = data.find(b"\0", start)
+    if not symbols or start >= len(data) or end < 0:
+        return name
+    return data[start:end].decode("latin-1")
+
+
+def pe_sections(data: bytes, what: str = "PE image") -> list[PeSection]:
+    """The section table of the PE image ``data`` (checked by :func:`pe_layout`), in table order.
+
+    Raises:
+        IntegrityError: ``data`` is not a PE image :func:`pe_layout` accepts, or a section's
+            raw data passes the end of the file.
+    """
+    pe_layout(data, what)
+    coff = _u32(data, 0x3C) + 4
+    _, count, _, _, _, opt_size, _ = _COFF.unpack_from(data, coff)
+    table = coff + _COFF.size + opt_size
+    found = []
+    for i in range(count):
+        raw_name, vsize, _, raw_size, raw_ptr = _SECTION.unpack_from(
+            data, table + i * _SECTION.size
+        )
+        if raw_ptr + raw_size > len(data):
+            raise IntegrityError(f"{what}: section #{i} passes the end of the file")
+        found.append(PeSection(_section_name(data, raw_name, coff), vsize, raw_size, raw_ptr))
+    return found
+
+
 def pe_checksum(data: bytes, what: str = "PE image") -> int:
     """The PE CheckSum of ``data`` as osslsigncode (and Windows' ``CheckSumMappedFile``) computes
     it: the 16-bit little-endian words of the file, its CheckSum field taken as zero, added with
