@@ -145,3 +145,13 @@ def read_esp_files(disk: Path, paths: list[str], *, what: str | None = None) -> 
             if done.returncode == 0 and out.is_file():
                 found[path] = out.read_bytes()
         return found
+
+
+def disk_head(disk: Path) -> bytes:
+    """The first sectors of the disk image (QCOW2 or raw) that hold its GPT: the protective MBR,
+    the header and the entries (what firmware reads and measures)."""
+    if disk_format(disk) == "raw":
+        with open(disk, "rb") as f:
+            return f.read(GPT_HEAD_SECTORS * SECTOR)
+    with tempfile.TemporaryDirectory(prefix="nvkr-head-") as name:
+        return _qcow2_head(disk, Path(name))

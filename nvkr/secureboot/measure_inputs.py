@@ -113,6 +113,12 @@ def signature_entries(
         off += list_size
 
 
+#: The owner of the MokList entry nvkr enrolls the owner's certificate under (an EFI_SIGNATURE_DATA's
+#: SignatureOwner: any GUID works; shim measures it with the certificate). ``nvkr boot-test
+#: --mok`` enrolls under it, and the predictions assume it.
+OWNER_GUID: Final = uuid.uuid5(uuid.NAMESPACE_URL, "https://nvkr.dev/owner-key")
+
+
 def x509_signature_list(owner: uuid.UUID, der: bytes) -> bytes:
     """One EFI_SIGNATURE_LIST with the certificate ``der`` owned by ``owner``."""
     entry = owner.bytes_le + der

@@ -371,3 +371,30 @@ def test_a_node_image_boots_a_signed_uki_of_its_own_rootfs_with_its_kernel_args(
             {"builder": "node-image", "rootfs": "r", "kubernetesVersion": "1.36.3",
              "secureBoot": {}}
         )  # fmt: skip
+
+
+def test_a_uki_of_a_rootfs_without_the_chains_packages_is_refused_before_building() -> None:
+    """A lock missing a signed package: validate names what the rootfs's packages lack."""
+    from types import SimpleNamespace
+    from typing import cast
+
+    from nvkr.builders.uki.artifact import UkiArtifact
+    from nvkr.builders.uki.builder import UkiBuilder
+    from nvkr.recipe.matrix import Variant
+    from nvkr.recipe.sources import AptSource
+
+    def variant(*packages: str) -> Variant:
+        source = AptSource.model_validate(
+            {"apt": {"debian": {"url": "http://deb.debian.org/debian", "suite": "trixie"}},
+             "arch": "amd64", "packages": dict.fromkeys(packages, "1")}
+        )  # fmt: skip
+        rootfs = SimpleNamespace(builder="rootfs", packages="pkgs")
+        recipe = SimpleNamespace(artifacts={"rootfs": rootfs}, sources={"pkgs": source})
+        return cast(Variant, SimpleNamespace(arch="amd64", recipe=recipe))
+
+    uki = UkiArtifact.model_validate({"builder": "uki", "rootfs": "rootfs"})
+    ((path, message, hint),) = UkiBuilder().check("uki", uki, variant("systemd-ukify"))
+    assert path == ("artifacts", "uki", "rootfs") and hint
+    assert "made without shim-signed, systemd-boot-efi" in message
+    ok = variant("shim-signed", "systemd-boot-efi", "systemd-ukify")
+    assert UkiBuilder().check("uki", uki, ok) == []

@@ -258,10 +258,13 @@ class NodeImageBuilder(Builder[NodeImageArtifact]):
         )
         staged = [*files, *([spire.binary] if spire else [])]
         action_deps = {*deps.values(), *(f.action for f in staged if isinstance(f, ArtifactFile))}
+        tools = _host_tools(artifact.compression)
+        if "signedUki" in deps:  # the firmware the PCR predictions are for
+            tools.update(secureboot.firmware_tools(variant.arch))
         return ActionSpec(
             params=params.to_json(),
             inputs=inputs,
-            tools=_host_tools(artifact.compression),
+            tools=tools,
             sources=sources,
             deps=tuple(sorted(action_deps)),
             # diskimage-builder stamps times and random ids and its version is in no key
@@ -363,7 +366,9 @@ class NodeImageBuilder(Builder[NodeImageArtifact]):
                 )  # fmt: skip
             _log(ctx, f"boot test: {booted.matched} ({booted.seconds:.1f} s, {booted.accel})")
         name = f"node-image-{p.gpu}-k8s{p.kubernetes}-{p.arch}.qcow2"
-        ctx.add_output(out, name=name, media_type=mt.NVKR_QCOW2)
+        disk = ctx.add_output(out, name=name, media_type=mt.NVKR_QCOW2)
+        secureboot.certificate_outputs(ctx, p.deps)
+        secureboot.predictions(ctx, p.deps, tree, p.arch, disk)
         annotations = {
             mt.ANN_NVKR_GPU: p.gpu,
             mt.ANN_NVKR_KUBERNETES: p.kubernetesVersion,

@@ -17,16 +17,22 @@ out besides the plain image.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from nvkr.action import ActionOutput
 from nvkr.builders.api import ActionContext, PlanRefs, Problem, a_kind, builder_of
 from nvkr.builders.node_image.artifact import NodeImageArtifact
 from nvkr.builders.node_image.staging import primary_output
 from nvkr.builders.uki.builder import uki_seed
+from nvkr.builders.uki.signing import CERT_ROLE
+from nvkr.canonical import canonical_json
 from nvkr.errors import DiskError
+from nvkr.hosttools import package_version
 from nvkr.recipe.matrix import Variant
 from nvkr.run import run
+from nvkr.secureboot.measure_inputs import OWNER_GUID
 
 #: Per arch: the ESP's removable-path files -> where the tree's packages put them
 _SHIM = {
@@ -153,3 +159,92 @@ def esp_files(ctx: ActionContext, deps: dict[str, str], tree: Path, arch: str) -
         files[dest] = path
     files[SECOND_STAGE[arch]] = primary_output(ctx, ctx.deps[deps["signedUki"]], "signed UKI")
     return files
+
+
+def certificate_outputs(ctx: ActionContext, deps: dict[str, str]) -> None:
+    """The owner's certificate (DER and PEM) the signed UKI was signed with, as outputs of the
+    image: the machine image's artifact in a release set then carries it beside the disk."""
+    if "signedUki" not in deps:
+        return
+    signed = ctx.deps[deps["signedUki"]]
+    for out in sorted(signed.outputs, key=lambda o: o.name):
+        if out.role != CERT_ROLE:
+            continue
+        copy = ctx.workdir / out.name
+        copy.write_bytes(ctx.store.checked_path(out.digest).read_bytes())
+        ctx.add_output(copy, name=out.name, media_type=out.media_type, role=CERT_ROLE)
+
+
+#: Per arch: the firmware whose Secure Boot the predictions are for (its variable store with
+#: Microsoft's 2011 keys, as Debian's ovmf and qemu-efi-aarch64 ship it) and its package
+FIRMWARE = {
+    "amd64": ("/usr/share/OVMF/OVMF_VARS_4M.ms.fd", "ovmf"),
+    "arm64": ("/usr/share/AAVMF/AAVMF_VARS.ms.fd", "qemu-efi-aarch64"),
+}
+PREDICTIONS_ROLE = "pcr-predictions"
+PREDICTION_TYPE = "https://nvkr.dev/attestations/pcr-predictions/v1"
+
+
+def firmware_tools(arch: str) -> dict[str, str]:
+    """The firmware package whose key set the predictions are for, for the action key."""
+    _, package = FIRMWARE[arch]
+    return {package: package_version(package, purpose="the node image's PCR predictions")}
+
+
+def predictions(
+    ctx: ActionContext, deps: dict[str, str], tree: Path, arch: str, disk: ActionOutput
+) -> None:
+    """The TPM measurements of the image's first boot under the stated firmware with the owner's
+    certificate as a MOK (:mod:`nvkr.secureboot.measure`), as an in-toto Statement about the
+    QCOW2, an output of the image (``pcr-predictions.intoto.json``)."""
+    if "signedUki" not in deps:
+        return
+    from nvkr.disk.imageread import disk_head
+    from nvkr.secureboot import measure
+    from nvkr.secureboot import measure_inputs as mi
+    from nvkr.secureboot.pe import authenticode_digest
+
+    signed = ctx.deps[deps["signedUki"]]
+    uki = ctx.store.checked_path(signed.output("primary", "signed UKI").digest).read_bytes()
+    der = next(o for o in signed.outputs if o.role == CERT_ROLE and o.name.endswith(".der"))
+    cert = ctx.store.checked_path(der.digest).read_bytes()
+    vars_path, package = FIRMWARE[arch]
+    store = Path(vars_path).read_bytes()
+    variables = mi.read_varstore(store, vars_path)
+    variables[(measure.SHIM_LOCK, "MokList")] = mi.x509_signature_list(OWNER_GUID, cert)
+    shim = (tree / _SHIM[arch][next(iter(_SHIM[arch]))]).read_bytes()
+    firmware = mi.firmware_keys(variables, mi.shim_db_entry(variables, shim))
+    state = mi.shim_state(variables, mi.shim_builtins(shim))
+    images = [
+        measure.BootImage("shim", authenticode_digest(shim)),
+        measure.BootImage(
+            "UKI", authenticode_digest(uki), mi.image_authority(uki, firmware, state, "the UKI")
+        ),
+    ]
+    predicted = measure.predict(
+        firmware,
+        state,
+        images,
+        mi.uki_inputs(uki),
+        mi.gpt_event_data(disk_head(ctx.store.checked_path(disk.digest))),
+    )
+    statement = {
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": [{"name": disk.name, "digest": {"sha256": disk.digest.split(":", 1)[1]}}],
+        "predicateType": PREDICTION_TYPE,
+        "predicate": {
+            "firmware": {
+                "package": package,
+                "version": ctx.action.tools.get(package, ""),
+                "variableStore": vars_path,
+                "variableStoreDigest": "sha256:" + hashlib.sha256(store).hexdigest(),
+                "mokList": [{"owner": str(OWNER_GUID),
+                             "certificate": "sha256:" + hashlib.sha256(cert).hexdigest()}],
+            },
+            **predicted.to_json(),
+        },
+    }  # fmt: skip
+    out = ctx.workdir / "pcr-predictions.intoto.json"
+    out.write_bytes(canonical_json(statement))
+    ctx.add_output(out, name=out.name, media_type="application/vnd.in-toto+json",
+                   role=PREDICTIONS_ROLE)  # fmt: skip

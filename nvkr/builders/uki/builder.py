@@ -43,6 +43,7 @@ from nvkr.disk.layout import disk_layout
 from nvkr.errors import BuildError, DiskError
 from nvkr.jsondoc import JsonObject, JsonValue
 from nvkr.recipe.matrix import Variant
+from nvkr.recipe.sources import AptSource
 from nvkr.run import pinned_env, run
 from nvkr.secureboot.anchors import DEBIAN, MICROSOFT_UEFI, anchors
 from nvkr.secureboot.authenticode import authenticode_digest, verify_pe
@@ -78,6 +79,17 @@ class UkiBuilder(Builder[UkiArtifact]):
                     ("artifacts", artifact_name, "rootfs"),
                     f"{artifact.rootfs!r} is {a_kind(builder)} artifact, not a rootfs",
                     None,
+                )
+            )
+        missing = _missing_packages(artifact, variant)
+        if missing:
+            problems.append(
+                (
+                    ("artifacts", artifact_name, "rootfs"),
+                    f"rootfs {artifact.rootfs!r} is made without {', '.join(missing)}: the UKI "
+                    "and the Secure Boot chain are made from its own files",
+                    "add them to its apt source's packages (recipes/secureboot/debian-13.yaml "
+                    "pins the versions)",
                 )
             )
         for n, arg in enumerate(artifact.kernelArgs):
@@ -195,6 +207,21 @@ def check_chain(tf: tarfile.TarFile, arch: str, kernel: Path) -> JsonObject:
             "anchors": sorted({a.anchor_subject for a in checked.anchored}),
         }
     return found
+
+
+#: the packages a tree must name for its UKI and chain (dependencies bring the rest: shim's
+#: helpers with MokManager, python3-pefile)
+CHAIN_PACKAGES = ("shim-signed", "systemd-boot-efi", "systemd-ukify")
+
+
+def _missing_packages(artifact: UkiArtifact, variant: Variant) -> list[str]:
+    """The :data:`CHAIN_PACKAGES` the rootfs's apt source does not name (none when the recipe
+    does not say: its references are checked elsewhere)."""
+    rootfs = variant.recipe.artifacts.get(artifact.rootfs)
+    source = variant.recipe.sources.get(str(getattr(rootfs, "packages", "")))
+    if not isinstance(source, AptSource):
+        return []
+    return [p for p in CHAIN_PACKAGES if p not in source.packages]
 
 
 def _find(tf: tarfile.TarFile, arch: str) -> dict[str, str]:

@@ -42,6 +42,17 @@ if TYPE_CHECKING:
     from nvkr.action import Action
 
 MEDIA_TYPE = "application/vnd.nvkr.uki.signed.v1+efi"
+#: the role of the owner's certificate among the outputs (and the machine image's layers)
+CERT_ROLE = "secure-boot-certificate"
+
+
+def certificate_files(cert: OwnerCertificate) -> list[tuple[str, bytes, str]]:
+    """The owner's certificate as a node enrolls it: DER (``mokutil --import``) and PEM (a BMC's
+    Redfish ``SecureBootDatabases/db/Certificates``), with their media types."""
+    return [
+        ("secure-boot-owner.der", cert.der, "application/pkix-cert"),
+        ("secure-boot-owner.pem", cert.pem, "application/x-pem-file"),
+    ]
 
 
 class SignedUkiBuilder(Builder[SignedUkiArtifact]):
@@ -119,6 +130,9 @@ class SignedUkiBuilder(Builder[SignedUkiArtifact]):
                 )  # fmt: skip
         digest = check_signed(out.read_bytes(), cert, "the signed UKI")
         ctx.add_output(out, name=f"uki-{params['arch']}.signed.efi", media_type=MEDIA_TYPE)
+        for name, data, media_type in certificate_files(cert):  # what a node enrolls
+            (ctx.workdir / name).write_bytes(data)
+            ctx.add_output(ctx.workdir / name, name=name, media_type=media_type, role=CERT_ROLE)
         ctx.metadata.update(
             {
                 "certificate": {"digest": cert.digest, "subject": cert.subject},

@@ -1,0 +1,133 @@
+"""End to end: the default recipe with Secure Boot on (recipes/secureboot/debian-13.yaml) and a
+test owner key, from the session's default build.
+
+A leaf recipe written for the test extends recipes/default.yaml with the layer and names the
+test's certificate; its lockfile is the default one with the certificate's path source added
+(the default recipe already holds the layer's packages, so the root filesystem is the default
+build's: only the UKI, its signature and the node image run). Then:
+
+- the hopper/amd64 image is built with the owner key; the UKI signed again in another store
+  gives the same bytes, as the unsigned UKI does;
+- the image boots under enforcing Secure Boot (OVMF, Microsoft's 2011 keys, the owner's
+  certificate as a MOK) with swtpm to the node agent (``nvkr boot-test --secure-boot --tpm``);
+- ``nvkr verify --rebuild`` from a second clone, without the key, rebuilds the set and says
+  "identical but for signatures".
+
+Runs in the background from the session's first test, once the default build is done.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nvkr.store import Store
+from tests.helpers.background import BackgroundTest
+from tests.helpers.nvkr import Result, run_nvkr, seed_from_build
+from tests.helpers.results import record_of
+
+pytestmark = [pytest.mark.slow, pytest.mark.default_build]
+
+REL = "recipes/default-secureboot.yaml"
+VARIANT = "gpu=hopper,arch=amd64"
+UKI = "uki/uki@gpu=hopper,kubernetes=1.36,arch=amd64"
+SIGNED_UKI = "signed-uki/signed-uki@gpu=hopper,kubernetes=1.36,arch=amd64"
+SET = "nvkr-default-k8s1.36"
+LEAF = """apiVersion: nvkr.dev/v1alpha1
+kind: Recipe
+metadata: {name: default-secureboot}
+extends: [default.yaml, secureboot/debian-13.yaml]
+sources:
+  secure-boot-owner: {path: ../keys}
+"""
+
+
+def _project(clone: Path, dest: Path) -> Path:
+    """A copy of the default build's clone with the leaf, the test's certificate in keys/ (its
+    key beside the project) and the leaf's lockfile (the default one, then locked)."""
+    shutil.copytree(clone, dest, ignore=shutil.ignore_patterns("dist*", "__pycache__"))
+    (dest / "keys").mkdir()
+    (dest / REL).write_text(LEAF)
+    shutil.copyfile(
+        dest / "lockfiles/default.lock.json", dest / "lockfiles/default-secureboot.lock.json"
+    )
+    return dest
+
+
+def _done(result: Result) -> dict[str, dict[str, Any]]:
+    """The actions a ``--json`` build ran, by builder (one each here)."""
+    assert result.code == 0, result.stderr
+    return {e["builder"]: e for e in result.json_events() if e["event"] == "action-done"}
+
+
+def _secure_boot(tmp: Path, started: Future[Any]) -> None:
+    built = started.result()
+    clone, store, first = built.first
+    assert first.code == 0, first.stderr
+    project = _project(clone, tmp / "project")
+    key = tmp / "owner.key"
+    subprocess.run(
+        ["openssl", "req", "-new", "-x509", "-newkey", "rsa:2048", "-nodes", "-sha256",
+         "-days", "3650", "-subj", "/CN=nvkr test owner/", "-keyout", key,
+         "-out", project / "keys/owner.crt"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    sb_store = seed_from_build(tmp / "store", store)
+    locked = run_nvkr("lock", REL, "--offline", cwd=project, store=sb_store)
+    assert locked.code == 0, locked.stderr
+    ran = _done(run_nvkr("build", REL, "--locked", "--offline", "--variant", VARIANT, "--json",
+                         "--secure-boot-key", str(key), cwd=project, store=sb_store))  # fmt: skip
+    # the default build's root filesystem: only the chain and what holds it ran
+    assert {"uki", "signed-uki", "node-image"} <= set(ran) and "rootfs" not in ran, sorted(ran)
+    uki = record_of(Store(sb_store).get_action(ran["uki"]["key"]))
+    signed = record_of(Store(sb_store).get_action(ran["signed-uki"]["key"]))
+    assert uki is not None and signed is not None
+    chain = uki["metadata"]["chain"]
+    assert chain["shim"]["anchors"] == [
+        "CN=Microsoft Corporation UEFI CA 2011,O=Microsoft Corporation,L=Redmond,ST=Washington,C=US",
+        "CN=Microsoft UEFI CA 2023,O=Microsoft Corporation,C=US",
+    ], chain
+    assert chain["kernel"]["anchors"] == ["CN=Debian Secure Boot CA"], chain
+    # the signature covers the UKI: the same Authenticode digest signed and unsigned
+    assert signed["metadata"]["authenticode"] == uki["metadata"]["authenticode"]
+
+    # signed again, in another store: the same unsigned and signed UKI
+    again_store = seed_from_build(tmp / "store-again", store)
+    again = _done(run_nvkr("build", REL, "--locked", "--offline", "--action", UKI, "--action", SIGNED_UKI,
+                           "--json",
+                           "--secure-boot-key", str(key), cwd=project, store=again_store))  # fmt: skip
+    assert {"uki", "signed-uki"} <= set(again)
+    for builder, record in (("uki", uki), ("signed-uki", signed)):
+        other = record_of(Store(again_store).get_action(again[builder]["key"]))
+        assert other is not None and other["outputs"] == record["outputs"], builder
+
+    # verify --rebuild from a second clone, without the key: every artifact rebuilt, the UKI's
+    # signature taken from the image, checked, and said
+    second = tmp / "second"
+    shutil.copytree(project, second, ignore=shutil.ignore_patterns("dist*"))
+    verified = run_nvkr(
+        "verify", str(project / "dist" / SET), "--rebuild", "--project", str(second),
+        "--seed-store", str(sb_store), "--offline", "--json", cwd=second, store=sb_store,
+    )  # fmt: skip
+    assert verified.code == 0, verified.stdout[-3000:] + verified.stderr
+    rebuilt = json.loads(verified.stdout)["rebuild"]
+    assert rebuilt["identical"] and all(a["identical"] for a in rebuilt["artifacts"]), rebuilt
+    (used,) = rebuilt["signatures"]
+    assert used["module"] == "/EFI/BOOT/GRUBX64.EFI" and used["signer"] == "CN=nvkr test owner"
+
+
+def start_in_background(request: pytest.FixtureRequest) -> BackgroundTest:
+    """The test's body, from the session's first test on, once the default build is done."""
+    return BackgroundTest.start(request, "secure-boot", _secure_boot, "_default_build_started")
+
+
+def test_the_default_recipe_with_secure_boot_builds_boots_and_rebuilds_without_the_key(
+    _started_in_background: dict[str, BackgroundTest],
+) -> None:
+    _started_in_background[__name__].check()
