@@ -9,6 +9,10 @@ per host boot, not per process: a file per architecture (``kvm-stall-<arch>.json
 new kernel, other KVM module parameters) or another machine sharing the directory tries KVM
 again. Deleting the file does so at once; ``--accel kvm`` ignores it.
 
+Other verdicts on this host's KVM are kept the same way by name (:func:`note`, :func:`keep`):
+``kvm-smm-amd64.json``, whether KVM can run the SMM that OVMF's Secure Boot build needs
+(:func:`nvkr.machine.secureboot.kvm_smm_problem`).
+
 The verdict only ever costs speed (TCG where KVM might have worked), so it is read leniently: a
 file that cannot be read or parsed, or a directory that is not the user's own (a symlink, another
 owner: ``/tmp`` is shared), counts as no verdict, and one that cannot be written leaves the
