@@ -4,7 +4,9 @@
 # test registry; mmdebstrap, e2fsprogs, fdisk, dosfstools, mtools, grub-common and qemu-utils for
 # node images, qemu-user-static + binfmt for arm64 root filesystems (and zstd, whose host build
 # compresses a foreign tree's initramfs, like the host's coreutils, perl and kmod's modinfo that
-# run in it natively), QEMU with SeaBIOS and AAVMF firmware for boot tests, cloud-init whose
+# run in it natively), QEMU with SeaBIOS, OVMF and AAVMF firmware for boot tests (swtpm and
+# swtpm-tools as the TPM of boot-test --tpm, tpm2-tools whose tpm2_eventlog a test checks nvkr's
+# event log parser with), cloud-init whose
 # schema check validates boot-test's --user-data, kmod whose modinfo and depmod the tests read
 # DKMS-built kernel modules with, gcc and libc6-dev with which a test compiles the binaries
 # nvkr's ELF reader checks for dlopen, procps whose vmstat .ci/run samples the CPU idle share
@@ -22,7 +24,7 @@ packages=(git skopeo umoci ca-certificates docker-registry podman buildah runc u
   debian-archive-keyring gnupg mmdebstrap e2fsprogs fdisk dosfstools mtools grub-common qemu-utils
   qemu-user-static binfmt-support arch-test zstd qemu-system-x86 seabios ipxe-qemu qemu-system-arm
   qemu-efi-aarch64 ovmf grub-pc-bin grub-efi-amd64-bin cloud-init kmod gcc libc6-dev procps
-  osslsigncode)
+  osslsigncode swtpm swtpm-tools tpm2-tools)
 command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
 python3 -m venv --help >/dev/null 2>&1 && python3 -c "import ensurepip" 2>/dev/null || packages+=(python3-venv)
 missing=()

@@ -139,6 +139,38 @@ def _images_of_set(layout: Path, artifact: str | None, variant: str | None) -> l
     help="With --user-data: a file the user-data's commands leave in the guest (repeatable).",
 )
 @click.option(
+    "--secure-boot",
+    "secure_boot",
+    is_flag=True,
+    help="Boot with UEFI Secure Boot enforcing (OVMF/AAVMF's Secure Boot firmware, Microsoft's "
+    "keys, --mok as MOKs) and require the kernel's lockdown and Secure Boot lines.",
+)
+@click.option(
+    "--mok",
+    "moks",
+    multiple=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="CERT",
+    help="With --secure-boot: a certificate (PEM or DER) enrolled as a MOK in the variable "
+    "store, as shim reads it (repeatable): the owner's.",
+)
+@click.option(
+    "--secure-boot-db",
+    "secure_boot_db",
+    type=click.Choice(["microsoft", "uefi23", "win23"]),
+    default="microsoft",
+    show_default=True,
+    help="With --secure-boot: the firmware's db. microsoft: Microsoft's 2011 CAs (Debian's "
+    "store); uefi23: only the 2023 third-party UEFI CA; win23: only the Windows 2023 CA "
+    "(refuses shim).",
+)
+@click.option(
+    "--tpm",
+    is_flag=True,
+    help="With --secure-boot: a TPM 2.0 (swtpm); the guest's PCRs must equal its replayed "
+    "event log, which is kept beside the console log.",
+)
+@click.option(
     "--json",
     "as_json",
     is_flag=True,
@@ -160,6 +192,10 @@ def command(
     user_data: Path | None,
     meta_data: Path | None,
     expect_files: tuple[str, ...],
+    secure_boot: bool,
+    moks: tuple[Path, ...],
+    secure_boot_db: Literal["microsoft", "uefi23", "win23"],
+    tpm: bool,
     as_json: bool,
 ) -> None:
     """Boot TARGET in QEMU until the node agent prints its readiness line.
@@ -178,6 +214,15 @@ def command(
     schema; exit 2 and no boot when it fails); after the boot the probe's report must show
     cloud-init done without errors, every write_files entry with its content, mode and owner,
     runcmd run, every --expect-file present and the meta-data's local-hostname as host name.
+
+    With --secure-boot the image boots with UEFI Secure Boot enforcing: the Secure Boot
+    firmware (amd64: OVMF with SMM, under TCG where KVM has no SMM) and a variable store made
+    for the boot from Microsoft's keys (--secure-boot-db) with each --mok certificate in
+    MokList. Shim's or the firmware's refusal ends the test at once; success needs the kernel's
+    "Kernel is locked down from EFI Secure Boot" and "secureboot: Secure boot enabled" before
+    the agent's line. With --tpm the guest also gets swtpm, and a boot hook (vendor-data of a
+    NoCloud seed, beside --user-data's probe when given) prints its PCRs and TPM event log on
+    the console: the log is kept as <console log>.eventlog and must replay to the PCRs.
     """
     from nvkr.monitor import monitoring, open_monitor
     from nvkr.monitor.events import Result
@@ -186,6 +231,8 @@ def command(
         images = _images(target, artifact, variant, arch)
         if user_data is None and (meta_data is not None or expect_files):
             raise UsageError("--meta-data and --expect-file go with --user-data")
+        if not secure_boot and (moks or tpm or secure_boot_db != "microsoft"):
+            raise UsageError("--mok, --secure-boot-db and --tpm go with --secure-boot")
         if user_data is not None:
             # before any image boots: bad input costs no boot
             from nvkr.bounds import read_limited
@@ -207,6 +254,11 @@ def command(
         if user_data is not None:
             options.update(user_data=user_data, meta_data_file=meta_data,
                            expect_files=expect_files)  # fmt: skip
+        if secure_boot:
+            from nvkr.machine.secureboot import SecureBoot, load_moks
+
+            load_moks(moks)  # a bad certificate costs no boot
+            options.update(secure_boot=SecureBoot(moks, secure_boot_db), tpm=tpm)
         failed = sum(
             not _boot_one(monitor, image, console_log, labels, options) for image in images
         )
@@ -251,18 +303,28 @@ def _boot_one(
     from nvkr.agent_labels import AGENT_LABELS, check_agent_labels
     from nvkr.machine.boot import boot_test, new_console_log
     from nvkr.machine.cloudinit import boot_with_user_data
+    from nvkr.machine.measured import boot_secure
     from nvkr.monitor.events import BootImageResult
 
     log_file = new_console_log(logs, image["slug"])
     seen: dict[str, Any] = {"accel": None}  # the accelerator of the last attempt
     label, digest = image["label"], image["digest"]
     checks: list[dict[str, Any]] = []
+    extra: dict[str, Any] = {}
     try:
         common = {
             "arch": image["arch"], "then": AGENT_LABELS if labels else None,
             "log_file": log_file, "event": _reporter(monitor, image, seen), **options,
         }  # fmt: skip
-        if "user_data" in options:
+        if "secure_boot" in options:
+            eventlog = log_file.with_suffix(".eventlog") if options["tpm"] else None
+            secured = boot_secure(Path(image["path"]), eventlog_file=eventlog, **common)
+            result, checks = secured.boot, [c.to_json() for c in secured.checks]
+            extra["secure_boot"] = secured.secure_boot_json()
+            extra["total_seconds"] = secured.seconds
+            if secured.tpm is not None:
+                extra["tpm"] = secured.tpm.to_json(str(eventlog))
+        elif "user_data" in options:
             booted = boot_with_user_data(Path(image["path"]), **common)
             result, checks = booted.boot, [c.to_json() for c in booted.checks]
         else:
@@ -280,7 +342,7 @@ def _boot_one(
         BootImageResult(
             label, digest, True, result.accel, str(log_file), line=result.matched,
             seconds=result.seconds, fallback=result.fallback, firmware=result.firmware,
-            labels=printed, checks=checks,
+            labels=printed, checks=checks, **extra,
         )
     )  # fmt: skip
     return True

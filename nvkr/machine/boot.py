@@ -165,16 +165,17 @@ def _watch(
     ``("stall", last text)`` when no byte came for that long before a :data:`KERNEL_LINE`.
     An incomplete last line is kept in ``lines`` and ``log`` too."""
     last_partial = ""
-    pending: tuple[str, float] | None = None  # an incomplete line that matched, settling
+    # an incomplete line that matched, settling: (verdict, text, since)
+    pending: tuple[str, str, float] | None = None
     last_byte = time.monotonic()
     last_text = ""
     outcome = ""
     for text, complete in _lines(console, qemu, deadline):
         now = time.monotonic()
         if text is None:  # no output for a while: a settled incomplete match counts
-            if pending is not None and now - pending[1] >= SETTLE:
-                _keep(pending[0], lines, log)
-                return "ok", pending[0]
+            if pending is not None and now - pending[2] >= SETTLE:
+                _keep(pending[1], lines, log)
+                return pending[0], pending[1]
             if stall is not None and now - last_byte >= stall:
                 outcome = "stall"
                 break
@@ -187,15 +188,18 @@ def _watch(
             continue
         last_partial = "" if complete else text
         verdict = _verdict(text, expect, fail)
-        if verdict == "ok" and not complete:
-            # wait for the rest of the line (or for it to settle, a prompt)
-            pending = (text, time.monotonic())
+        if verdict and not complete:
+            # wait for the rest of the line (or for it to settle: a prompt, shim's box)
+            pending = (verdict, text, time.monotonic())
             continue
         pending = None
         if complete or verdict:
             _keep(text, lines, log)
         if verdict:
             return verdict, text
+    if pending is not None and outcome != "stall":  # the console ended on a matching line
+        _keep(pending[1], lines, log)
+        return pending[0], pending[1]
     if last_partial:
         _keep(last_partial, lines, log)
     if outcome == "stall":
@@ -315,18 +319,32 @@ def _attempt(
     drives: Sequence[Path] = (),
     snapshot: bool = True,
     wait_for: Sequence[str] = (),
+    uefi_vars: Path | None = None,
+    tpm: bool = False,
 ) -> _Attempt:
     """Run QEMU once under ``accel`` and watch its console (``stall``: see :func:`_watch`; QEMU
-    not connecting within it counts too); ``header`` starts this attempt in ``log_file``."""
+    not connecting within it counts too); ``header`` starts this attempt in ``log_file``.
+    ``uefi_vars`` is copied for the firmware to write; ``tpm`` runs a fresh swtpm."""
     lines: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="nvkr-boot-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="nvkr-boot-") as tmp, contextlib.ExitStack() as tpms:
         console_path, qmp_path = Path(tmp) / "console.sock", Path(tmp) / "qmp.sock"
         pidfile = Path(tmp) / "qemu.pid"
+        vars_copy = Path(tmp) / "vars.fd" if uefi_vars is not None else None
+        if uefi_vars is not None and vars_copy is not None:
+            shutil.copyfile(uefi_vars, vars_copy)
+        tpm_socket = None
+        if tpm:
+            from nvkr.machine.swtpm import running_swtpm
+
+            tpm_socket = tpms.enter_context(
+                running_swtpm(Path(tmp), log_file=log_file, limit=timeout + grace + 90)
+            )
         console_l, qmp_l = listen(console_path), listen(qmp_path)
         argv = qemu_argv(
             image.resolve(), arch=arch, accel=accel, firmware=firmware, memory_mib=memory_mib,
             smp=smp, console=console_path, qmp=qmp_path, pidfile=pidfile, network=network,
-            drives=[d.resolve() for d in drives], snapshot=snapshot,
+            drives=[d.resolve() for d in drives], snapshot=snapshot, uefi_vars=vars_copy,
+            tpm_socket=tpm_socket,
         )  # fmt: skip
         qemu = QemuProcess(argv, pidfile=pidfile, log_file=log_file, limit=timeout + grace + 60)
         # line-buffered: the log can be followed while the guest boots
@@ -394,7 +412,7 @@ def boot_test(
     memory_mib: int = 1024,
     smp: int = 2,
     log_file: Path | None = None,
-    firmware: Literal["auto", "bios", "efi"] = "auto",
+    firmware: Literal["auto", "bios", "efi", "secure-boot"] = "auto",
     accel: Accel | None = None,
     network: bool = False,
     grace: float = POWERDOWN_GRACE,
@@ -404,6 +422,8 @@ def boot_test(
     drives: Sequence[Path] = (),
     snapshot: bool = True,
     wait_for: Sequence[str] = (),
+    uefi_vars: Path | None = None,
+    tpm: bool = False,
 ) -> BootResult:
     """Boot ``image`` (QCOW2) in QEMU and wait for a console line matching ``expect``.
 
@@ -417,7 +437,9 @@ def boot_test(
         log_file: every attempt's header line, QEMU's argv and messages, and every console
             line (escape sequences removed, an incomplete last one too) are appended to it.
         firmware: ``"bios"`` (SeaBIOS, amd64 only), ``"efi"`` (OVMF / AAVMF), ``"auto"``: BIOS
-            on amd64, UEFI on arm64.
+            on amd64, UEFI on arm64; ``"secure-boot"``: the Secure Boot firmware with
+            ``uefi_vars`` (:mod:`nvkr.machine.secureboot`; on amd64 it needs SMM, which nested
+            KVM may lack: ``auto`` then boots under TCG, ``fallback`` says why).
         accel: ``"auto"`` (KVM when :func:`kvm_works`, then TCG if KVM makes no progress),
             ``"kvm"`` (a stall fails) or ``"tcg"``; ``None``: :func:`accel_from_env`.
         network: give the guest a virtio NIC on QEMU's user-mode network (none by default).
@@ -430,6 +452,8 @@ def boot_test(
             read after the boot); True: ``-snapshot``, the image is never changed.
         wait_for: regular expressions of lines that must also appear, before or after the
             ``expect`` line, each within ``then_timeout`` seconds of the last one seen.
+        uefi_vars: the variable store of ``"secure-boot"`` (each attempt boots a copy).
+        tpm: give the guest a TPM 2.0 (a new swtpm per attempt, :mod:`nvkr.machine.swtpm`).
         event: called with a :class:`~nvkr.monitor.events.BootStart` before each attempt
             (``image`` the path, ``timeout`` in seconds, ``log`` ``log_file`` or None,
             ``attempt`` 1 or 2, ``why`` TCG after a stall, else empty) and a
@@ -465,6 +489,13 @@ def boot_test(
         acc = "kvm" if kvm_works(arch) else "tcg"
     else:
         acc = mode
+    if fw == "secure-boot" and acc == "kvm":
+        from nvkr.machine.secureboot import kvm_smm_problem
+
+        if (smm := kvm_smm_problem(arch)) is not None:
+            if mode == "kvm":
+                raise BootTestError(smm, hint="--accel tcg (or auto) boots it under TCG")
+            acc, fallback = "tcg", smm
     logged = str(log_file) if log_file is not None else None
 
     def attempt(number: int, why: str) -> _Attempt:
@@ -479,6 +510,7 @@ def boot_test(
             fail=re.compile(fail) if fail else None, then=then, then_timeout=then_timeout,
             log_file=log_file, stall=KVM_STALL_SECONDS if acc == "kvm" else None,
             header=header, drives=drives, snapshot=snapshot, wait_for=wait_for,
+            uefi_vars=uefi_vars, tpm=tpm,
         )  # fmt: skip
 
     result = attempt(1, fallback)
@@ -523,7 +555,9 @@ def _failure(
             f"{then!r} within {then_timeout:.0f} s"
         )
     elif outcome == "fail":
-        msg = f"boot test of {what} failed after {seconds:.0f} s: console printed {matched!r}"
+        # shim's box: CP437 frame characters (not text) around words padded with blanks
+        shown_line = " ".join(re.sub(r"[^\x20-\x7e]", " ", matched).split())[:300]
+        msg = f"boot test of {what} failed after {seconds:.0f} s: console printed {shown_line!r}"
     elif outcome == "timeout":
         msg = f"boot test of {what} timed out after {timeout:.0f} s without a line matching {expect!r}"
     elif outcome == "stall":

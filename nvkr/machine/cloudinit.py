@@ -25,7 +25,14 @@ from typing import Any
 
 from nvkr.errors import BootTestError, UsageError
 from nvkr.machine.boot import BootResult, boot_test
-from nvkr.machine.seed import PROBE_END, PROBE_PREFIX, make_seed, meta_data, probe_vendor_data
+from nvkr.machine.seed import (
+    PROBE_END,
+    PROBE_PREFIX,
+    make_seed,
+    meta_data,
+    multipart,
+    probe_vendor_data,
+)
 from nvkr.machine.userdata import FileExpectation, UserData, load_user_data
 
 #: Console seconds the probe's report may take after the agent's readiness line (cloud-init's
@@ -146,6 +153,7 @@ def boot_with_user_data(
     show_files: Sequence[str] = (),
     arch: str = "amd64",
     report_timeout: float = REPORT_TIMEOUT,
+    boothook: bytes | None = None,
     **boot_options: Any,
 ) -> UserDataResult:
     """Boot ``image`` with a NoCloud seed of ``user_data`` (and ``meta_data_file``, default
@@ -157,6 +165,9 @@ def boot_with_user_data(
         show_files: paths whose bytes the probe prints too (base64, the first 64 KiB):
             :func:`parse_report`'s ``contents`` of ``result.boot.lines``.
         report_timeout: seconds the probe's report may take after the boot's other lines.
+        boothook: a ``#cloud-boothook`` of nvkr's own (:func:`nvkr.machine.tpmprobe.boothook`)
+            that the vendor-data carries beside the probe (a MIME multipart of the two): the
+            user-data stays as given.
         boot_options: the rest of :func:`nvkr.machine.boot.boot_test`'s keyword arguments
             (``expect``, ``then``, ``timeout``, ``accel``, ``log_file``, ``event``, ...).
     Returns:
@@ -172,8 +183,11 @@ def boot_with_user_data(
     paths = sorted({f.path for f in loaded.files} | set(expect_files))
     with tempfile.TemporaryDirectory(prefix="nvkr-seed-") as tmp:
         seed = Path(tmp) / "seed.img"
-        files = {"user-data": raw, "meta-data": meta_bytes,
-                 "vendor-data": probe_vendor_data(paths, show_files)}  # fmt: skip
+        vendor = probe_vendor_data(paths, show_files)
+        if boothook is not None:
+            vendor = multipart([("text/cloud-boothook", "nvkr-boothook", boothook),
+                                ("text/x-shellscript", "nvkr-probe", vendor)])  # fmt: skip
+        files = {"user-data": raw, "meta-data": meta_bytes, "vendor-data": vendor}
         make_seed(seed, files, workdir=Path(tmp))
         boot_options.setdefault("then_timeout", report_timeout)
         waits = [*boot_options.pop("wait_for", ()), PROBE_END]

@@ -9,6 +9,10 @@ per host boot, not per process: a file per architecture (``kvm-stall-<arch>.json
 new kernel, other KVM module parameters) or another machine sharing the directory tries KVM
 again. Deleting the file does so at once; ``--accel kvm`` ignores it.
 
+Other verdicts on this host's KVM are kept the same way by name (:func:`note`, :func:`keep`):
+``kvm-smm-amd64.json``, whether KVM can run the SMM that OVMF's Secure Boot build needs
+(:func:`nvkr.machine.secureboot.kvm_smm_problem`).
+
 The verdict only ever costs speed (TCG where KVM might have worked), so it is read leniently: a
 file that cannot be read or parsed, or a directory that is not the user's own (a symlink, another
 owner: ``/tmp`` is shared), counts as no verdict, and one that cannot be written leaves the
@@ -25,7 +29,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 BOOT_ID: Final = Path("/proc/sys/kernel/random/boot_id")
 #: How :meth:`Hang.why` starts: a boot's ``fallback`` that begins so skipped KVM for a verdict.
@@ -85,16 +89,14 @@ def _own_directory(path: Path, *, make: bool) -> bool:
     return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
 
 
-def _file(arch: str) -> Path:
-    return directory() / f"kvm-stall-{arch}.json"
+def _file(name: str) -> Path:
+    return directory() / f"{name}.json"
 
 
-def hang(arch: str) -> Hang | None:
-    """The verdict on KVM for ``arch`` guests: seen by this process, or kept by an earlier
-    one since this host booted; None: KVM may be tried."""
-    if arch in _SEEN:
-        return _SEEN[arch]
-    boot_id, path = _boot_id(), _file(arch)
+def note(name: str) -> dict[str, Any] | None:
+    """What an nvkr process kept as ``name`` since this host booted (:func:`keep`), or None
+    (nothing kept, from another boot, or unreadable)."""
+    boot_id, path = _boot_id(), _file(name)
     if boot_id is None or not _own_directory(path.parent, make=False):
         return None
     try:
@@ -103,10 +105,30 @@ def hang(arch: str) -> Hang | None:
         return None
     if not isinstance(doc, dict) or doc.get("bootId") != boot_id:
         return None
+    return doc
+
+
+def keep(name: str, doc: dict[str, Any]) -> Path | None:
+    """Keep ``doc`` as ``name`` for later processes while this host runs (the verdict
+    directory, :func:`directory`); the file, or None when it cannot be written."""
+    boot_id, path = _boot_id(), _file(name)
+    if boot_id is None or not _own_directory(path.parent, make=True):
+        return None
+    return _write(path, json.dumps({"bootId": boot_id, **doc}) + "\n")
+
+
+def hang(arch: str) -> Hang | None:
+    """The verdict on KVM for ``arch`` guests: seen by this process, or kept by an earlier
+    one since this host booted; None: KVM may be tried."""
+    if arch in _SEEN:
+        return _SEEN[arch]
+    doc = note(f"kvm-stall-{arch}")
+    if doc is None:
+        return None
     reason, at = doc.get("reason"), doc.get("at")
     if not isinstance(reason, str) or not isinstance(at, str):
         return None
-    _SEEN[arch] = found = Hang(reason, at, path)
+    _SEEN[arch] = found = Hang(reason, at, _file(f"kvm-stall-{arch}"))
     return found
 
 
@@ -114,11 +136,7 @@ def record(arch: str, reason: str) -> Hang:
     """Keep the verdict that KVM hangs ``arch`` guests on this host (in this process, and in
     the runtime directory for later ones while the host runs)."""
     at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    boot_id, path = _boot_id(), _file(arch)
-    kept: Path | None = None
-    if boot_id is not None and _own_directory(path.parent, make=True):
-        doc = {"bootId": boot_id, "arch": arch, "at": at, "reason": reason}
-        kept = _write(path, json.dumps(doc) + "\n")
+    kept = keep(f"kvm-stall-{arch}", {"arch": arch, "at": at, "reason": reason})
     _SEEN[arch] = found = Hang(reason, at, kept)
     return found
 

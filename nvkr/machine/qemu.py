@@ -41,6 +41,12 @@ QEMU = {
 }
 OVMF = ("/usr/share/ovmf/OVMF.fd", "/usr/share/qemu/OVMF.fd")
 AAVMF = ("/usr/share/qemu-efi-aarch64/QEMU_EFI.fd", "/usr/share/AAVMF/AAVMF_CODE.fd")
+#: Architecture -> the Secure Boot firmware's code (Debian's ovmf, qemu-efi-aarch64): OVMF's
+#: needs SMM (``-machine q35,smm=on`` and the secure pflash); AAVMF's ``.ms`` build has none.
+SECURE_BOOT_CODE = {
+    "amd64": "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd",
+    "arm64": "/usr/share/AAVMF/AAVMF_CODE.ms.fd",
+}
 
 
 def _host_arch() -> str:
@@ -82,9 +88,21 @@ def _drive_path(path: Path) -> str:
     return str(path).replace(",", ",,")
 
 
-def _firmware(arch: str, firmware: str) -> list[str]:
+def _firmware(arch: str, firmware: str, uefi_vars: Path | None = None) -> list[str]:
     if firmware == "bios":
         return []
+    if firmware == "secure-boot":
+        if uefi_vars is None:
+            raise BootTestError("a Secure Boot boot needs its variable store")
+        code = Path(SECURE_BOOT_CODE[arch])
+        if not code.is_file():
+            package = "ovmf" if arch == "amd64" else "qemu-efi-aarch64"
+            raise BootTestError(f"no Secure Boot firmware for {arch} at {code}",
+                                hint=f"install Debian package {package}")  # fmt: skip
+        return [
+            "-drive", f"if=pflash,format=raw,unit=0,readonly=on,file={_drive_path(code)}",
+            "-drive", f"if=pflash,format=raw,unit=1,file={_drive_path(uefi_vars)}",
+        ]  # fmt: skip
     candidates, package = (OVMF, "ovmf") if arch == "amd64" else (AAVMF, "qemu-efi-aarch64")
     for path in candidates:
         if Path(path).is_file():
@@ -123,27 +141,44 @@ def qemu_argv(
     network: bool,
     drives: Sequence[Path] = (),
     snapshot: bool = True,
+    uefi_vars: Path | None = None,
+    tpm_socket: Path | None = None,
 ) -> list[str]:
     """The QEMU command line for a boot test (console and QMP as clients of nvkr's sockets).
 
     ``drives``: raw images attached read-only after the image (virtio, so ``/dev/vdb``...: a
     NoCloud seed); ``snapshot``: False writes the guest's changes into ``image`` (a QCOW2
-    overlay the caller made), True (``-snapshot``) throws them away."""
+    overlay the caller made), True (``-snapshot``) throws them away. ``firmware``
+    ``"secure-boot"``: :data:`SECURE_BOOT_CODE` with ``uefi_vars`` (a copy the firmware may
+    write) as its variable store; on amd64 the q35 machine with SMM and the pflash only SMM
+    code may write (what makes OVMF's Secure Boot variables tamper-proof to the guest's OS).
+    ``tpm_socket``: swtpm's control socket (:mod:`nvkr.machine.swtpm`), offered as a TIS TPM
+    (``tpm-tis`` on amd64, ``tpm-tis-device`` on arm64's virt machine)."""
     binary = QEMU[arch][0]
-    machine = (
-        ["-machine", "pc"]
-        if arch == "amd64"
-        else ["-machine", "virt", "-cpu", TCG_ARM64_CPU if accel == "tcg" else "host"]
-    )
+    if arch == "amd64" and firmware == "secure-boot":
+        machine = ["-machine", "q35,smm=on",
+                   "-global", "driver=cfi.pflash01,property=secure,value=on"]  # fmt: skip
+    elif arch == "amd64":
+        machine = ["-machine", "pc"]
+    else:
+        machine = ["-machine", "virt", "-cpu", TCG_ARM64_CPU if accel == "tcg" else "host"]
+    tpm = []
+    if tpm_socket is not None:
+        tpm = [
+            "-chardev", f"socket,id=tpm,path={_drive_path(tpm_socket)}",
+            "-tpmdev", "emulator,id=tpm0,chardev=tpm",
+            "-device", ("tpm-tis" if arch == "amd64" else "tpm-tis-device") + ",tpmdev=tpm0",
+        ]  # fmt: skip
     return [
         binary, *machine, "-accel", accel, "-m", str(memory_mib), "-smp", str(smp),
-        *_firmware(arch, firmware),
+        *_firmware(arch, firmware, uefi_vars),
         "-nodefaults", "-display", "none", "-no-user-config", "-no-reboot",
         *(["-snapshot"] if snapshot else []),
         "-pidfile", str(pidfile),
         "-drive", f"file={_drive_path(image)},if=virtio,format=qcow2",
         *[arg for d in drives
           for arg in ("-drive", f"file={_drive_path(d)},if=virtio,format=raw,readonly=on")],
+        *tpm,
         "-chardev", f"socket,id=console,path={_drive_path(console)}",
         "-serial", "chardev:console",
         "-chardev", f"socket,id=qmp,path={_drive_path(qmp)}",

@@ -130,6 +130,25 @@ systemctl start --no-block nvkr-probe.service
 """.encode()
 
 
+def multipart(parts: Sequence[tuple[str, str, bytes]]) -> bytes:
+    """A MIME multipart of ``(content type, file name, bytes)`` parts, as cloud-init reads
+    user-data and vendor-data made of several parts (``text/cloud-boothook``,
+    ``text/x-shellscript``...); its boundary comes from the parts' digest, so the same parts
+    give the same bytes."""
+    digest = hashlib.sha256()
+    for ctype, name, body in parts:
+        digest.update(f"{ctype}\0{name}\0".encode() + hashlib.sha256(body).digest())
+    boundary = f"nvkr-{digest.hexdigest()[:32]}"
+    out = [f'Content-Type: multipart/mixed; boundary="{boundary}"\nMIME-Version: 1.0\n\n']
+    for ctype, name, body in parts:
+        out.append(f'--{boundary}\nContent-Type: {ctype}; charset="utf-8"\nMIME-Version: 1.0\n'
+                   "Content-Transfer-Encoding: 8bit\n"
+                   f'Content-Disposition: attachment; filename="{name}"\n\n')  # fmt: skip
+        out.append(body.decode() + ("" if body.endswith(b"\n") else "\n"))
+    out.append(f"--{boundary}--\n")
+    return "".join(out).encode()
+
+
 def make_seed(
     image: Path, files: dict[str, bytes], *, workdir: Path, log_file: Path | None = None
 ) -> None:

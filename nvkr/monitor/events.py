@@ -280,7 +280,10 @@ class BootImageResult(NamedTuple):
     KVM answered, else empty), ``firmware``, the agent's ``labels``. Failed: the error's
     ``code``, ``error`` (its message) and ``hint``; ``accel`` of the last attempt (None when
     none started). ``log``: the console log. ``checks``: with ``--user-data``, what it asked
-    for as ``{"check", "ok", "detail"}`` (:class:`nvkr.machine.cloudinit.Check`)."""
+    for as ``{"check", "ok", "detail"}`` (:class:`nvkr.machine.cloudinit.Check`). With
+    ``--secure-boot``: ``secure_boot`` (:meth:`nvkr.machine.measured.SecureBootResult.
+    secure_boot_json`), ``total_seconds`` (the whole boot, to the TPM report), and with
+    ``--tpm`` ``tpm`` (:meth:`nvkr.machine.tpmprobe.Measurements.to_json`)."""
 
     image: str
     digest: str | None
@@ -296,6 +299,9 @@ class BootImageResult(NamedTuple):
     error: str = ""
     hint: str | None = None
     checks: list[dict[str, Any]] = []  # never mutated
+    secure_boot: dict[str, Any] = {}  # never mutated
+    tpm: dict[str, Any] = {}  # never mutated
+    total_seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"image": self.image, "digest": self.digest, "ok": self.ok,
@@ -310,6 +316,11 @@ class BootImageResult(NamedTuple):
                 out["hint"] = self.hint
         if self.checks:
             out["checks"] = self.checks
+        if self.secure_boot:
+            out["secureBoot"] = self.secure_boot
+            out["totalMilliseconds"] = round(self.total_seconds * 1000)
+        if self.tpm:
+            out["tpm"] = self.tpm
         return out
 
 

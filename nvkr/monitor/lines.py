@@ -110,6 +110,17 @@ def _image_result_lines(r: BootImageResult) -> list[str]:
         lines.append("   labels: " + ",".join(f"{k}={v}" for k, v in sorted(r.labels.items())))
     for c in r.checks:
         lines.append(f"   {'ok' if c['ok'] else 'FAILED'} {c['check']}: {c['detail']}")
+    if r.secure_boot:
+        sb = r.secure_boot
+        lockdown = sb["lockdown"] if isinstance(sb["lockdown"], str) else "on"
+        moks = ", ".join(m["subject"] for m in sb.get("moks", ())) or "none"
+        lines.append(f"   secure boot: enforcing, lockdown {lockdown}, db {sb['db']}, MOKs: "
+                     f"{moks} ({r.total_seconds:.1f} s in all)")  # fmt: skip
+    if r.tpm:
+        log = r.tpm["eventLog"]
+        lines.append(f"   tpm: PCRs {','.join(map(str, r.tpm['replayed']))} replay the event "
+                     f"log ({len(log['events'])} events, sha256 {log['sha256'][:16]}…, "
+                     f"{log.get('file', 'not kept')})")  # fmt: skip
     return lines
 
 
