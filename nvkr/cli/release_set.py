@@ -83,6 +83,18 @@ def show(app: App, source: str, as_json: bool, registry: RegistryAccess) -> None
                 size.name, ", ".join(size.variants), _bytes(size.size), virtual, size.compression
             )
         console.print(images)
+        for size in sizes:
+            sb = size.secure_boot
+            if sb is None:
+                continue
+            pcrs = " ".join(
+                f"{k}={str(v)[:12]}" for k, v in sorted(sb["pcrs"].items(), key=lambda i: int(i[0]))
+            )
+            console.print(
+                f"secure boot {escape(size.name)} {escape('[' + ', '.join(size.variants) + ']')}: signed for "
+                f"{escape(str(sb['owner']))}; predicted PCRs ({escape(sb['firmware'])}, "
+                f"phase {sb['phase']}): {pcrs}"
+            )
     cluster = meta.get("clusterRelease")
     if cluster:
         console.print(f"cluster release: Kubernetes {cluster['kubernetes']}")

@@ -45,9 +45,12 @@ class MachineImageSize:
     size: int
     virtual_size: int | None
     compression: str
+    #: a Secure Boot image's owner certificate subject and PCR predictions (None without)
+    secure_boot: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """``{"name", "variants", "digest", "size", "virtualSize", "compression"}``."""
+        """``{"name", "variants", "digest", "size", "virtualSize", "compression",
+        "secureBoot"}``; ``secureBoot``: ``{"owner", "firmware", "phase", "pcrs"}`` or null."""
         return {
             "name": self.name,
             "variants": self.variants,
@@ -55,7 +58,40 @@ class MachineImageSize:
             "size": self.size,
             "virtualSize": self.virtual_size,
             "compression": self.compression,
+            "secureBoot": self.secure_boot,
         }
+
+
+#: the layers of a Secure Boot machine image read for display (small: a certificate, a statement)
+_CERT_LAYER, _PREDICTIONS_LAYER = "secure-boot-owner.der", "pcr-predictions.intoto.json"
+
+
+def _secure_boot(
+    manifest: dict[str, Any], read_small: Callable[[str, int], bytes]
+) -> dict[str, Any] | None:
+    """The owner and PCR predictions a machine image's manifest carries as layers, or None."""
+    layers = {
+        str((layer.get("annotations") or {}).get(mt.ANN_TITLE)): layer
+        for layer in manifest.get("layers") or []
+    }
+    if _PREDICTIONS_LAYER not in layers:
+        return None
+    from cryptography import x509
+
+    pred = layers[_PREDICTIONS_LAYER]
+    predicate = json.loads(read_small(str(pred["digest"]), int(pred["size"])))["predicate"]
+    owner = None
+    if _CERT_LAYER in layers:
+        cert = layers[_CERT_LAYER]
+        der = read_small(str(cert["digest"]), int(cert["size"]))
+        owner = x509.load_der_x509_certificate(der).subject.rfc4514_string()
+    firmware = predicate.get("firmware") or {}
+    return {
+        "owner": owner,
+        "firmware": f"{firmware.get('package')} {firmware.get('version')}",
+        "phase": predicate.get("phase"),
+        "pcrs": predicate.get("pcrs"),
+    }
 
 
 def virtual_size(header: bytes) -> int | None:
@@ -66,11 +102,13 @@ def virtual_size(header: bytes) -> int | None:
 
 
 #: (manifest descriptor) -> manifest bytes, (blob digest) -> its first HEADER_BYTES (or b"")
-_Reader = tuple[Callable[[dict[str, Any]], bytes], Callable[[str], bytes]]
+_Reader = tuple[
+    Callable[[dict[str, Any]], bytes], Callable[[str], bytes], Callable[[str, int], bytes]
+]
 
 
 def _sizes(meta: dict[str, Any], reader: _Reader) -> list[MachineImageSize]:
-    read_manifest, read_header = reader
+    read_manifest, read_header, read_small = reader
     found: dict[str, dict[str, Any]] = {}
     for art in meta.get("artifacts", []):
         if art.get("kind") != "machine-image" or "primary" not in art:
@@ -82,9 +120,11 @@ def _sizes(meta: dict[str, Any], reader: _Reader) -> list[MachineImageSize]:
     sizes = []
     for digest, seen in found.items():
         art = seen["art"]
+        secure_boot = None
         try:
             manifest = json.loads(read_manifest(art["manifest"]))
             annotations = manifest.get("annotations") or {}
+            secure_boot = _secure_boot(manifest, read_small)
         except (OSError, ValueError, KeyError, AttributeError):
             annotations = {}
         sizes.append(
@@ -95,6 +135,7 @@ def _sizes(meta: dict[str, Any], reader: _Reader) -> list[MachineImageSize]:
                 size=int(art["primary"]["size"]),
                 virtual_size=virtual_size(read_header(digest)),
                 compression=str(annotations.get(mt.ANN_NVKR_DISK_COMPRESSION, "none")),
+                secure_boot=secure_boot,
             )
         )
     return sizes
@@ -112,7 +153,11 @@ def _layout_reader(layout: Path) -> _Reader:
         except OSError:
             return b""
 
-    return (lambda desc: reader.blob_path(str(desc["digest"])).read_bytes()), header
+    return (
+        lambda desc: reader.blob_path(str(desc["digest"])).read_bytes(),
+        header,
+        lambda digest, size: reader.blob_path(digest).read_bytes()[:size],
+    )
 
 
 def machine_image_sizes(
@@ -142,5 +187,6 @@ def machine_image_sizes(
             (
                 lambda desc: fetch_manifest(client, repo, desc, f"machine image {desc['digest']}"),
                 lambda digest: client.read_blob_start(repo, digest, HEADER_BYTES),
+                lambda digest, size: client.read_blob_start(repo, digest, min(size, 1 << 20)),
             ),
         )

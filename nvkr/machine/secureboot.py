@@ -32,7 +32,6 @@ import hashlib
 import logging
 import shutil
 import tempfile
-import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,11 +44,13 @@ from nvkr.errors import BootTestError, ToolError, UsageError
 from nvkr.machine import kvmhang
 from nvkr.machine.qemu import QEMU, kvm_works
 from nvkr.run import FIXED_PATH, pinned_env, run
+from nvkr.secureboot.measure_inputs import OWNER_GUID as _OWNER_GUID
 
 DbProfile = Literal["microsoft", "uefi23", "win23"]
 DB_PROFILES: Final[tuple[DbProfile, ...]] = get_args(DbProfile)
-#: The owner GUID of nvkr's MokList entries (any GUID works: shim ignores it).
-OWNER_GUID: Final = uuid.uuid5(uuid.NAMESPACE_URL, "https://nvkr.dev/owner-key")
+#: The owner GUID of nvkr's MokList entries (shim ignores it, but measures it into PCRs 7 and 14:
+#: the predictions assume this one)
+OWNER_GUID: Final = _OWNER_GUID
 #: Architecture -> (Debian's store with Microsoft's keys, its empty store, the package).
 VARS: Final = {
     "amd64": ("/usr/share/OVMF/OVMF_VARS_4M.ms.fd", "/usr/share/OVMF/OVMF_VARS_4M.fd", "ovmf"),

@@ -4,10 +4,13 @@ A recipe made for this test: one root filesystem of Debian 13's packages from De
 Debian's full kernel and its headers at the OS layer's version (recipes/os/debian-13.yaml:
 vars.debianKernelVersion, as the catalog's bare-metal leaves pin them) and v4l2loopback-dkms,
 a small out-of-tree module that DKMS builds from source in the package's postinst, as it builds
-NVIDIA's. ``nvkr lock`` resolves the closure; the tree is built in one clone, then again in a
-second clone from a store holding only the first store's blobs (no action record: the builder
-runs), offline, with umask 002 and another TZ. The same action key and the same bytes, with the
-module in the tree unsigned, built for the tree's kernel, and nothing of DKMS's build left.
+NVIDIA's. ``nvkr lock`` resolves the closure; the tree is built in one clone, with the module in
+the tree unsigned, built for the tree's kernel, and nothing of DKMS's build left. The module is
+signed with a test owner key in both clones (the same bytes), a node image lays it over the
+tree, and ``nvkr verify --rebuild`` in the second clone, without the key, from a store holding
+only the first store's blobs (every builder runs), offline, with umask 002 and another TZ,
+rebuilds the tree, the module and the image: identical but for the module's signature, which it
+takes from the set and checks.
 
 NVIDIA's own DKMS build (nvidia-kernel-dkms, the catalog's Debian-driver leaf) runs once in the
 suite (tests/integration/test_catalog_leaf.py: its modules' vermagic, symbols and loading in a
@@ -22,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -35,7 +37,7 @@ import yaml
 from nvkr.store import Store
 from tests.helpers import REPO
 from tests.helpers.background import BackgroundTest
-from tests.helpers.nvkr import Result, run_nvkr, seed
+from tests.helpers.nvkr import Result, run_nvkr, seed, seed_from_build
 from tests.helpers.results import record_of
 
 pytestmark = pytest.mark.slow
@@ -130,18 +132,11 @@ def _twice(tmp_path: Path, go_toolchain: tuple[Path, str]) -> None:
 
     second = tmp_path / "second"
     shutil.copytree(first, second, ignore=shutil.ignore_patterns("dist"))
-    store_b = Store(tmp_path / "store-b")
-    for blob in Store(store_a).blobs_dir.iterdir():  # the sources, no action record
-        os.link(blob, store_b.blob_path("sha256:" + blob.name))
-    again = _done(run_nvkr(
-        "build", REL, "--locked", "--offline", "--action", ACTION, "--json",
-        cwd=second, store=store_b.root, umask=0o002, env={"TZ": "Asia/Kolkata"},
-    ))  # fmt: skip
-    assert again["key"] == built["key"], "the second clone's action key"
-    key = built["key"]
-    ra, rb = record_of(Store(store_a).get_action(key)), record_of(store_b.get_action(key))
-    assert ra is not None and rb is not None
-    assert ra["outputs"] == rb["outputs"], "the second clone's tree differs"
+    # the first store's actions and blobs: the second clone signs from the same tree (the tree
+    # is built again, from the blobs alone, by verify --rebuild at the end)
+    store_b = seed_from_build(tmp_path / "store-b", store_a)
+    ra = record_of(Store(store_a).get_action(built["key"]))
+    assert ra is not None
 
     # what DKMS left in the tree: the module for the tree's kernel, unsigned, and no build of it
     lock = json.loads(next((first / "lockfiles").rglob("dkms*.lock.json")).read_text())
@@ -165,7 +160,7 @@ def _twice(tmp_path: Path, go_toolchain: tuple[Path, str]) -> None:
     left = [n for n in names if "/var/lib/dkms/" in n]
     assert not [n for n in left if n.endswith(("mok.key", "mok.pub", "make.log"))], left
     assert not [n for n in left if n.endswith("/build") or "/log/" in n], left
-    _signed_twice(tmp_path, first, second, store_a, store_b.root, ko)
+    _signed_twice(tmp_path, first, second, store_a, store_b, ko)
 
 
 def _signed_twice(
@@ -253,6 +248,7 @@ def _signed_twice(
     verified = run_nvkr(
         "verify", str(first / "dist/dkms-small"), "--rebuild", "--project", str(second),
         "--seed-store", str(store_b), "--offline", "--json", cwd=second, store=store_b,
+        umask=0o002, env={"TZ": "Asia/Kolkata"},
     )  # fmt: skip
     assert verified.code == 0, verified.stdout + verified.stderr
     rebuilt = json.loads(verified.stdout)["rebuild"]

@@ -9,7 +9,9 @@ build's: only the UKI, its signature and the node image run). Then:
 - the hopper/amd64 image is built with the owner key; the UKI signed again in another store
   gives the same bytes, as the unsigned UKI does;
 - the image boots under enforcing Secure Boot (OVMF, Microsoft's 2011 keys, the owner's
-  certificate as a MOK) with swtpm to the node agent (``nvkr boot-test --secure-boot --tpm``);
+  certificate as a MOK) with swtpm to the node agent (what ``nvkr boot-test --secure-boot --tpm``
+  runs), and the guest's PCRs 4, 5, 7, 9, 11 and 14 equal the predictions in the release set;
+  one byte changed inside the signed UKI, and shim refuses the image;
 - ``nvkr verify --rebuild`` from a second clone, without the key, rebuilds the set and says
   "identical but for signatures".
 
@@ -27,6 +29,10 @@ from typing import Any
 
 import pytest
 
+from nvkr.errors import BootTestError
+from nvkr.machine.measured import boot_secure
+from nvkr.machine.secureboot import SecureBoot
+from nvkr.oci import mediatypes as mt
 from nvkr.store import Store
 from tests.helpers.background import BackgroundTest
 from tests.helpers.nvkr import Result, run_nvkr, seed_from_build
@@ -107,6 +113,26 @@ def _secure_boot(tmp: Path, started: Future[Any]) -> None:
         other = record_of(Store(again_store).get_action(again[builder]["key"]))
         assert other is not None and other["outputs"] == record["outputs"], builder
 
+    # booted under enforcing Secure Boot with swtpm, to the node agent: the guest's PCRs are
+    # the predictions the release set carries; one byte changed inside the signed UKI and shim
+    # refuses it, and its measurements would differ
+    disk, statement = _image(project / "dist" / SET)
+    predicted = statement["predicate"]["pcrs"]
+    assert sorted(predicted, key=int) == ["4", "5", "7", "9", "11", "14"], predicted
+    booted = boot_secure(
+        disk, secure_boot=SecureBoot(moks=(project / "keys/owner.crt",)), tpm=True,
+        accel="tcg", timeout=900, log_file=tmp / "console.log",
+        eventlog_file=tmp / "console.eventlog",
+    )  # fmt: skip
+    print(f"secure boot with TPM: {booted.seconds:.1f} s", flush=True)
+    assert booted.tpm is not None
+    guest = {k: booted.tpm.pcrs[int(k)].lower() for k in predicted}
+    assert guest == predicted, (guest, predicted)
+    tampered = _tampered(disk, tmp / "tampered.qcow2", tmp)
+    with pytest.raises(BootTestError, match=r"Verification failed|Security Violation"):
+        boot_secure(tampered, secure_boot=SecureBoot(moks=(project / "keys/owner.crt",)),
+                    accel="tcg", timeout=600, log_file=tmp / "tampered.log")  # fmt: skip
+
     # verify --rebuild from a second clone, without the key: every artifact rebuilt, the UKI's
     # signature taken from the image, checked, and said
     second = tmp / "second"
@@ -120,6 +146,51 @@ def _secure_boot(tmp: Path, started: Future[Any]) -> None:
     assert rebuilt["identical"] and all(a["identical"] for a in rebuilt["artifacts"]), rebuilt
     (used,) = rebuilt["signatures"]
     assert used["module"] == "/EFI/BOOT/GRUBX64.EFI" and used["signer"] == "CN=nvkr test owner"
+
+
+def _image(layout: Path) -> tuple[Path, dict[str, Any]]:
+    """The set's machine image: its QCOW2 blob and its PCR predictions statement."""
+    index = json.loads((layout / "index.json").read_text())
+    blobs = layout / "blobs" / "sha256"
+    found: list[tuple[Path, dict[str, Any]]] = []
+    for blob in blobs.iterdir():  # the machine image's artifact manifest
+        if blob.stat().st_size > 1 << 16:
+            continue
+        try:
+            doc = json.loads(blob.read_bytes())
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            continue
+        layers = doc.get("layers") if isinstance(doc, dict) else None
+        if not layers or layers[0].get("mediaType") != mt.NVKR_QCOW2:
+            continue
+        roles = {layer["annotations"][mt.ANN_TITLE]: layer for layer in layers}
+        statement = json.loads(
+            (blobs / roles["pcr-predictions.intoto.json"]["digest"][7:]).read_bytes()
+        )
+        found.append((blobs / layers[0]["digest"][7:], statement))
+    assert len(found) == 1, (index, found)
+    return found[0]
+
+
+def _tampered(disk: Path, out: Path, tmp: Path) -> Path:
+    """A copy of ``disk`` whose signed UKI (the ESP's GRUBX64.EFI) has one byte changed inside
+    its .linux section, which the signature covers."""
+    from nvkr.secureboot.pe import pe_sections
+
+    raw = tmp / "tampered.raw"
+    subprocess.run(["qemu-img", "convert", "-f", "qcow2", "-O", "raw", disk, raw], check=True)
+    esp = f"{raw}@@{2048 * 2 * 512}"  # partition 2 (after the BIOS boot one) at sector 4096
+    env = {"MTOOLS_SKIP_CHECK": "1", "PATH": "/usr/bin:/bin"}
+    uki = tmp / "uki.efi"
+    subprocess.run(["mcopy", "-n", "-i", esp, "::/EFI/BOOT/GRUBX64.EFI", uki], check=True, env=env)
+    data = bytearray(uki.read_bytes())
+    (linux,) = [s for s in pe_sections(bytes(data)) if s.name == ".linux"]
+    data[linux.raw_pointer + (1 << 20)] ^= 1
+    uki.write_bytes(data)
+    subprocess.run(["mcopy", "-o", "-i", esp, uki, "::/EFI/BOOT/GRUBX64.EFI"], check=True, env=env)
+    subprocess.run(["qemu-img", "convert", "-f", "raw", "-O", "qcow2", raw, out], check=True)
+    raw.unlink()
+    return out
 
 
 def start_in_background(request: pytest.FixtureRequest) -> BackgroundTest:

@@ -100,12 +100,13 @@ def _expected(layout: Path) -> list[dict[str, Any]]:
     return [
         {"name": "node-image", "variants": ["hopper/amd64", "blackwell/amd64"],
          "digest": digest["amd64hopper"], "size": sizes["plain.qcow2"],
-         "virtualSize": 64 * MIB, "compression": "none"},
+         "virtualSize": 64 * MIB, "compression": "none", "secureBoot": None},
         {"name": "node-image", "variants": ["hopper/arm64"], "digest": digest["arm64hopper"],
-         "size": sizes["zstd.qcow2"], "virtualSize": 8 * MIB, "compression": "zstd"},
+         "size": sizes["zstd.qcow2"], "virtualSize": 8 * MIB, "compression": "zstd",
+         "secureBoot": None},
         {"name": "node-image", "variants": ["blackwell/arm64"],
          "digest": digest["arm64blackwell"], "size": 4096, "virtualSize": None,
-         "compression": "none"},
+         "compression": "none", "secureBoot": None},
     ]  # fmt: skip
 
 
@@ -142,3 +143,43 @@ def test_a_compressed_images_provenance_names_its_compression_and_raw_disk(layou
 
     assert internal("arm64", "hopper")["diskImage"] == RECORD
     assert "diskImage" not in internal("amd64", "hopper")
+
+
+def test_a_secure_boot_images_owner_and_predictions_are_read_from_its_layers(
+    tmp_path: Path,
+) -> None:
+    """release-set show: the owner certificate's subject and the predicted PCRs of an image
+    whose manifest carries them as layers (what a node image with secureBoot.uki outputs)."""
+    import hashlib
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.x509.oid import NameOID
+
+    from nvkr.delivery.imagesizes import _secure_boot
+    from nvkr.oci import mediatypes as mt
+
+    key = rsa.generate_private_key(65537, 2048)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "owner")])
+    import datetime
+
+    now = datetime.datetime(2025, 12, 1, tzinfo=datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(1).not_valid_before(now)
+            .not_valid_after(now + datetime.timedelta(days=1)).sign(key, hashes.SHA256()))  # fmt: skip
+    der = cert.public_bytes(serialization.Encoding.DER)
+    statement = json.dumps({"predicate": {"firmware": {"package": "ovmf", "version": "1"},
+                                          "phase": "after-stub", "pcrs": {"4": "ab" * 32}}}).encode()  # fmt: skip
+    blobs = {"sha256:" + hashlib.sha256(b).hexdigest(): b for b in (der, statement)}
+
+    def layer(title: str, data: bytes) -> dict[str, Any]:
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        return {"digest": digest, "size": len(data), "annotations": {mt.ANN_TITLE: title}}
+
+    manifest = {"layers": [layer("node.qcow2", b"q"), layer("secure-boot-owner.der", der),
+                           layer("pcr-predictions.intoto.json", statement)]}  # fmt: skip
+    got = _secure_boot(manifest, lambda digest, size: blobs[digest][:size])
+    assert got == {"owner": "CN=owner", "firmware": "ovmf 1", "phase": "after-stub",
+                   "pcrs": {"4": "ab" * 32}}  # fmt: skip
+    assert _secure_boot({"layers": manifest["layers"][:1]}, lambda d, s: b"") is None
