@@ -211,6 +211,32 @@ def read_key_text(ref: str | Path, what: str) -> tuple[bytes, str]:
     return data, str(path)
 
 
+def decrypt_pem_key(data: bytes, where: str, passphrase_env: str, what: str) -> object:
+    """The private key in PEM ``data`` read from ``where``; an encrypted one decrypted with the
+    passphrase in the environment variable ``passphrase_env``.
+
+    Raises:
+        UsageError: encrypted with ``passphrase_env`` unset, a wrong passphrase, or malformed
+            (names ``where``, never the content).
+    """
+    encrypted = b"ENCRYPTED" in data
+    passphrase: bytes | None = None
+    if encrypted:
+        value = os.environ.get(passphrase_env)
+        if not value:
+            raise UsageError(
+                f"{where} is encrypted and {passphrase_env} is not set",
+                hint=f"export {passphrase_env} with the key's passphrase",
+            )
+        passphrase = value.encode()
+    try:
+        return serialization.load_pem_private_key(data, password=passphrase)
+    except (ValueError, TypeError, UnsupportedAlgorithm) as e:
+        # cryptography's messages never hold key bytes, but say only what is needed anyway.
+        reason = f"the passphrase in {passphrase_env} is wrong" if encrypted else "it is malformed"
+        raise UsageError(f"cannot read the {what} in {where}: {reason}") from e
+
+
 def load_private_key(ref: str | Path, passphrase_env: str = PASSPHRASE_ENV) -> PrivateKey:
     """Read a PKCS#8 PEM private key (ECDSA or Ed25519) from a file or ``env://NAME``.
 
@@ -240,22 +266,7 @@ def load_private_key(ref: str | Path, passphrase_env: str = PASSPHRASE_ENV) -> P
             f"{where} is not a PEM private key (no '-----BEGIN ... PRIVATE KEY-----' block)",
             hint="nvkr reads PKCS#8 PEM keys as `nvkr keys generate` writes them",
         )
-    encrypted = b"ENCRYPTED PRIVATE KEY-----" in data
-    passphrase: bytes | None = None
-    if encrypted:
-        value = os.environ.get(passphrase_env)
-        if not value:
-            raise UsageError(
-                f"{where} is encrypted and {passphrase_env} is not set",
-                hint=f"export {passphrase_env} with the key's passphrase",
-            )
-        passphrase = value.encode()
-    try:
-        key = serialization.load_pem_private_key(data, password=passphrase)
-    except (ValueError, TypeError, UnsupportedAlgorithm) as e:
-        # cryptography's messages never hold key bytes, but say only what is needed anyway.
-        reason = f"the passphrase in {passphrase_env} is wrong" if encrypted else "it is malformed"
-        raise UsageError(f"cannot read the private key in {where}: {reason}") from e
+    key = decrypt_pem_key(data, where, passphrase_env, "private key")
     if not isinstance(key, PrivateKey):
         raise UsageError(
             f"{where} holds a {type(key).__name__.removeprefix('_')}, which nvkr cannot sign with",

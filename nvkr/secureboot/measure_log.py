@@ -1,26 +1,21 @@
 """A TCG event log's sha256 bank replayed and compared with a :class:`~.measure.Prediction`,
 event by event and PCR by PCR.
 
-:func:`read_log` is a MINIMAL parser of the crypto-agile log (TCG PC Client PFP 10.2: the
-SHA1-format Spec ID event, then ``TCG_PCR_EVENT2`` records: PCRIndex, EventType, a digest count
-and (AlgorithmId, digest) pairs, EventSize and the event data), written for this comparison
-until ``nvkr/machine/eventlog.py`` lands: it keeps the sha256 digest and the raw event data of
-each record and nothing else. :func:`compare` takes any sequence of :class:`LoggedEvent`, so a
-fuller parser's records convert to it.
+:func:`read_log` takes the records of :func:`nvkr.machine.eventlog.parse` (the boot test's
+parser) down to what this comparison needs: the sha256 digest and the data of each.
+:func:`compare` takes any sequence of :class:`LoggedEvent`.
 """
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from nvkr.errors import IntegrityError
+from nvkr.machine.eventlog import EventLogError, parse
 from nvkr.secureboot.measure import EVENT_TYPES, Prediction, replay
 
-#: TPM_ALG_ID and digest size of the banks a log may carry
-_DIGEST_SIZES: Final = {0x0004: 20, 0x000B: 32, 0x000C: 48, 0x000D: 64, 0x0012: 32}
 _SHA256: Final = 0x000B
 EV_NO_ACTION: Final = 0x3
 _TYPE_NAMES: Final = {code: name for name, code in EVENT_TYPES.items()}
@@ -43,41 +38,24 @@ class LoggedEvent:
 
 def read_log(data: bytes, what: str = "event log") -> list[LoggedEvent]:
     """The records of the crypto-agile TCG event log ``data`` (``binary_bios_measurements``)
-    after its Spec ID event, with their sha256 digests (EV_NO_ACTION records included, digest
-    of zeros when they carry none).
+    after its Spec ID event (:func:`nvkr.machine.eventlog.parse`), with their sha256 digests
+    (EV_NO_ACTION records included, a digest of zeros when they carry none).
 
     Raises:
-        IntegrityError: not a crypto-agile log, a record past the end, an unknown algorithm, or
-            a record without a sha256 digest.
+        IntegrityError: not a crypto-agile log, truncated, or a record without a sha256 digest.
     """
-    if len(data) < 32 or struct.unpack_from("<I", data, 4)[0] != EV_NO_ACTION:
-        raise IntegrityError(f"{what} does not start with a Spec ID (EV_NO_ACTION) event")
-    size = struct.unpack_from("<I", data, 28)[0]
-    if data[32 : 32 + 16] != b"Spec ID Event03\0":
-        raise IntegrityError(f"{what} is not a crypto-agile log (no 'Spec ID Event03')")
-    off = 32 + size
-    events: list[LoggedEvent] = []
     try:
-        while off < len(data):
-            pcr, kind, count = struct.unpack_from("<III", data, off)
-            off += 12
-            digests = {}
-            for _ in range(count):
-                alg = struct.unpack_from("<H", data, off)[0]
-                if alg not in _DIGEST_SIZES:
-                    raise IntegrityError(f"{what}: record {len(events)} has algorithm {alg:#x}")
-                digests[alg] = data[off + 2 : off + 2 + _DIGEST_SIZES[alg]]
-                off += 2 + _DIGEST_SIZES[alg]
-            length = struct.unpack_from("<I", data, off)[0]
-            body = data[off + 4 : off + 4 + length]
-            if len(body) != length:
-                raise IntegrityError(f"{what}: record {len(events)} passes the end of the log")
-            off += 4 + length
-            if _SHA256 not in digests:
-                raise IntegrityError(f"{what}: record {len(events)} has no sha256 digest")
-            events.append(LoggedEvent(len(events), pcr, kind, digests[_SHA256], body))
-    except struct.error as e:
-        raise IntegrityError(f"{what}: truncated after {len(events)} records") from e
+        parsed = parse(data)[1:]
+    except EventLogError as e:
+        raise IntegrityError(f"{what}: {e.message}") from e
+    events: list[LoggedEvent] = []
+    for n, event in enumerate(parsed):
+        digest = event.digests.get(_SHA256)
+        if digest is None:
+            if event.type != EV_NO_ACTION:
+                raise IntegrityError(f"{what}: record {n} has no sha256 digest")
+            digest = bytes(32)
+        events.append(LoggedEvent(n, event.pcr, event.type, digest, event.data))
     return events
 
 

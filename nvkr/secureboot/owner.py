@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, r
 from cryptography.x509.oid import SignatureAlgorithmOID
 
 from nvkr.errors import UsageError
-from nvkr.sign import PASSPHRASE_ENV, read_key_text
+from nvkr.sign import PASSPHRASE_ENV, decrypt_pem_key, read_key_text
 
 #: Where ``nvkr build`` reads the owner's Secure Boot private key from when
 #: ``--secure-boot-key`` is not given: a file path or ``env://NAME``.
@@ -198,21 +198,7 @@ def load_owner_key(ref: str | Path) -> OwnerKey:
             f"{where} is not a PEM private key (no '-----BEGIN ... PRIVATE KEY-----' block)",
             hint="give the owner's RSA private key (PKCS#8 or PKCS#1 PEM)",
         )
-    passphrase: bytes | None = None
-    encrypted = b"ENCRYPTED" in data
-    if encrypted:
-        value = os.environ.get(PASSPHRASE_ENV)
-        if not value:
-            raise UsageError(
-                f"{where} is encrypted and {PASSPHRASE_ENV} is not set",
-                hint=f"export {PASSPHRASE_ENV} with the key's passphrase",
-            )
-        passphrase = value.encode()
-    try:
-        key = serialization.load_pem_private_key(data, password=passphrase)
-    except (ValueError, TypeError, UnsupportedAlgorithm) as e:
-        reason = f"the passphrase in {PASSPHRASE_ENV} is wrong" if encrypted else "it is malformed"
-        raise UsageError(f"cannot read the Secure Boot key in {where}: {reason}") from e
+    key = decrypt_pem_key(data, where, PASSPHRASE_ENV, "Secure Boot key")
     problem = signing_key_problem(key)
     if problem is not None:
         raise UsageError(f"the Secure Boot key {where} cannot be used: {problem}", hint=_HINT)

@@ -291,9 +291,9 @@ def test_shim_builtins_are_read_from_its_long_named_sections() -> None:
 
 def test_a_truncated_or_foreign_log_is_refused() -> None:
     data = (FIXTURES / INPUTS["cases"]["amd64-b"]["eventlog"]).read_bytes()
-    with pytest.raises(IntegrityError, match=r"passes the end|truncated"):
+    with pytest.raises(IntegrityError, match=r"ends at byte \d+ inside event"):
         ml.read_log(data[:-10])
-    with pytest.raises(IntegrityError, match="Spec ID"):
+    with pytest.raises(IntegrityError, match="first event is of type"):
         ml.read_log(bytes(64))
     events = ml.read_log(data)
     assert len(events) == 47 and events[-1].data == b"Exit Boot Services Returned with Success"

@@ -45,11 +45,14 @@ from nvkr.builders.api import (
     Problem,
     ReleaseKind,
     ResolvedSource,
-    a_kind,
-    builder_of,
-    source_kind_of,
 )
 from nvkr.builders.node_image.staging import primary_output
+from nvkr.builders.owner_signing import (
+    action_certificates,
+    certificate_params,
+    read_certificate,
+    signing_problems,
+)
 from nvkr.builders.signed_modules.artifact import SignedModulesArtifact
 from nvkr.errors import BuildError
 from nvkr.hosttools import package_version
@@ -62,7 +65,6 @@ from nvkr.secureboot.owner import (
     OwnerCertificate,
     has_owner_key,
     owner_key_for,
-    parse_certificate,
 )
 from nvkr.secureboot.published import PublishedSignatures, published_signatures
 
@@ -83,29 +85,6 @@ def compress_module(data: bytes) -> bytes:
     return lzma.compress(data, format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC32, filters=XZ_FILTERS)
 
 
-def read_certificate(blob: Path, params: JsonObject) -> OwnerCertificate:
-    """The owner's certificate a signed-modules action names (``params``), from its source's
-    blob: the blob itself, or a file of a path source's tar.
-
-    Raises:
-        BuildError: the file is not in the source; UsageError: not a usable certificate.
-    """
-    spec = params["certificate"]
-    assert isinstance(spec, dict)
-    member = str(spec.get("path") or "")
-    where = f"certificate (source {spec['source']}" + (f", {member})" if member else ")")
-    if not member:
-        return parse_certificate(blob.read_bytes(), where)
-    try:
-        with tarfile.open(blob) as tf:
-            f = tf.extractfile(member.strip("/"))
-            if f is None:
-                raise KeyError(member)
-            return parse_certificate(f.read(), where)
-    except (KeyError, tarfile.ReadError) as e:
-        raise BuildError(f"{where}: no file {member!r} in the source ({e})") from e
-
-
 class SignedModulesBuilder(Builder[SignedModulesArtifact]):
     name = "signed-modules"
     version = "1"
@@ -116,27 +95,9 @@ class SignedModulesBuilder(Builder[SignedModulesArtifact]):
     def check(
         self, artifact_name: str, artifact: SignedModulesArtifact, variant: Variant
     ) -> list[Problem]:
-        problems: list[Problem] = []
-        builder = builder_of(variant, artifact.rootfs)
-        if builder is not None and builder != "rootfs":
-            problems.append(
-                (
-                    ("artifacts", artifact_name, "rootfs"),
-                    f"{artifact.rootfs!r} is {a_kind(builder)} artifact, not a rootfs",
-                    None,
-                )
-            )
-        kind = source_kind_of(variant, artifact.certificate.source)
-        if kind == "path" and artifact.certificate.path is None:
-            problems.append(
-                (
-                    ("artifacts", artifact_name, "certificate"),
-                    f"{artifact.certificate.source!r} is a path source (a directory): name the "
-                    "certificate's file in it",
-                    f"certificate: {{source: {artifact.certificate.source}, path: owner.crt}}",
-                )
-            )
-        return problems
+        return signing_problems(
+            artifact_name, "rootfs", artifact.rootfs, "rootfs", artifact.certificate, variant
+        )
 
     def plan(
         self, artifact_name: str, artifact: SignedModulesArtifact, variant: Variant, refs: PlanRefs
@@ -146,7 +107,7 @@ class SignedModulesBuilder(Builder[SignedModulesArtifact]):
         params: JsonObject = {
             "arch": rootfs.params.get("arch"),
             "rootfs": rootfs.key,
-            "certificate": {"source": cert.name, "path": artifact.certificate.path or ""},
+            "certificate": certificate_params(cert, artifact.certificate),
         }
         purpose = "the signed-modules builder (the xz compression of the signed modules)"
         return ActionSpec(
@@ -160,7 +121,7 @@ class SignedModulesBuilder(Builder[SignedModulesArtifact]):
     def owner_certificates(
         self, action: Action, source_path: Callable[[ResolvedSource], Path]
     ) -> list[OwnerCertificate]:
-        return [read_certificate(source_path(action.sources["certificate"]), action.params)]
+        return action_certificates(action, source_path)
 
     def run(self, ctx: ActionContext) -> None:
         params = ctx.action.params

@@ -23,12 +23,14 @@ from nvkr.builders.api import (
     Problem,
     ReleaseKind,
     ResolvedSource,
-    a_kind,
-    builder_of,
-    source_kind_of,
 )
 from nvkr.builders.node_image.staging import primary_output
-from nvkr.builders.signed_modules.builder import read_certificate
+from nvkr.builders.owner_signing import (
+    action_certificates,
+    certificate_params,
+    read_certificate,
+    signing_problems,
+)
 from nvkr.builders.uki.artifact import SignedUkiArtifact
 from nvkr.errors import BuildError
 from nvkr.hosttools import package_version
@@ -65,27 +67,9 @@ class SignedUkiBuilder(Builder[SignedUkiArtifact]):
     def check(
         self, artifact_name: str, artifact: SignedUkiArtifact, variant: Variant
     ) -> list[Problem]:
-        problems: list[Problem] = []
-        builder = builder_of(variant, artifact.uki)
-        if builder is not None and builder != "uki":
-            problems.append(
-                (
-                    ("artifacts", artifact_name, "uki"),
-                    f"{artifact.uki!r} is {a_kind(builder)} artifact, not a uki",
-                    None,
-                )
-            )
-        kind = source_kind_of(variant, artifact.certificate.source)
-        if kind == "path" and artifact.certificate.path is None:
-            problems.append(
-                (
-                    ("artifacts", artifact_name, "certificate"),
-                    f"{artifact.certificate.source!r} is a path source (a directory): name the "
-                    "certificate's file in it",
-                    f"certificate: {{source: {artifact.certificate.source}, path: owner.crt}}",
-                )
-            )
-        return problems
+        return signing_problems(
+            artifact_name, "uki", artifact.uki, "uki", artifact.certificate, variant
+        )
 
     def plan(
         self, artifact_name: str, artifact: SignedUkiArtifact, variant: Variant, refs: PlanRefs
@@ -97,7 +81,7 @@ class SignedUkiBuilder(Builder[SignedUkiArtifact]):
             params={
                 "arch": uki.params.get("arch"),
                 "uki": uki.key,
-                "certificate": {"source": cert.name, "path": artifact.certificate.path or ""},
+                "certificate": certificate_params(cert, artifact.certificate),
             },
             inputs={"certificate": cert.digest},
             tools={"osslsigncode": package_version("osslsigncode", purpose=purpose)},
@@ -108,7 +92,7 @@ class SignedUkiBuilder(Builder[SignedUkiArtifact]):
     def owner_certificates(
         self, action: Action, source_path: Callable[[ResolvedSource], Path]
     ) -> list[OwnerCertificate]:
-        return [read_certificate(source_path(action.sources["certificate"]), action.params)]
+        return action_certificates(action, source_path)
 
     def run(self, ctx: ActionContext) -> None:
         params = ctx.action.params
