@@ -307,7 +307,7 @@ def _print_rebuild(rebuilt: dict[str, Any]) -> None:
         f"{'identical' if rebuilt['identical'] else 'differs'}"
     )
     for u in rebuilt.get("signatures") or []:
-        click.echo(f"    signature not rebuilt (no key), checked: {u['module']} from {u['from']}")
+        click.echo(f"    signature not rebuilt (no key), checked: {u['path']} from {u['from']}")
 
 
 def _signed(signatures: list[dict[str, Any]]) -> str:

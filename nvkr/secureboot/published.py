@@ -80,7 +80,7 @@ class PublishedSignatures:
     def record(self, path: str, where: str, subject: str, certificate: str) -> None:
         with self._lock:
             self.used.append(
-                {"module": path, "from": where, "signer": subject, "certificate": certificate}
+                {"path": path, "from": where, "signer": subject, "certificate": certificate}
             )
 
 

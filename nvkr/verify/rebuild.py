@@ -129,7 +129,7 @@ def rebuild(
     elapsed = round((time.perf_counter() - started) * 1000)
     result.update(recipe=recipe, lockfile=lockfile, milliseconds=elapsed)
     # without the owner's key: what was not rebuilt but taken from the set, checked
-    result["signatures"] = sorted(published.used, key=lambda u: (str(u["from"]), str(u["module"])))
+    result["signatures"] = sorted(published.used, key=lambda u: (str(u["from"]), str(u["path"])))
     report.rebuild = result
     for art in result["artifacts"]:
         if not art["identical"]:

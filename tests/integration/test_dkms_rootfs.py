@@ -254,7 +254,7 @@ def _signed_twice(
     rebuilt = json.loads(verified.stdout)["rebuild"]
     assert rebuilt["identical"] and all(a["identical"] for a in rebuilt["artifacts"]), rebuilt
     (used,) = rebuilt["signatures"]
-    assert used["module"] == "/" + ko.removeprefix("./"), used
+    assert used["path"] == "/" + ko.removeprefix("./"), used
     assert used["signer"] == "CN=nvkr test owner" and used["certificate"] == cert.digest
 
 

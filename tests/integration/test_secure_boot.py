@@ -145,7 +145,7 @@ def _secure_boot(tmp: Path, started: Future[Any]) -> None:
     rebuilt = json.loads(verified.stdout)["rebuild"]
     assert rebuilt["identical"] and all(a["identical"] for a in rebuilt["artifacts"]), rebuilt
     (used,) = rebuilt["signatures"]
-    assert used["module"] == "/EFI/BOOT/GRUBX64.EFI" and used["signer"] == "CN=nvkr test owner"
+    assert used["path"] == "/EFI/BOOT/GRUBX64.EFI" and used["signer"] == "CN=nvkr test owner"
 
 
 def _image(layout: Path) -> tuple[Path, dict[str, Any]]:

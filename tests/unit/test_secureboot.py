@@ -241,7 +241,7 @@ def test_a_rebuild_without_the_key_takes_each_signature_from_the_set_checked(
     assert _published(published, info, MODULE, cert) == compress_module(signed)
     (used,) = published.used
     assert used == {
-        "module": "/usr/lib/modules/k/updates/m.ko.xz",
+        "path": "/usr/lib/modules/k/updates/m.ko.xz",
         "from": "img [amd64]:/usr/lib/modules/k/updates/m.ko.xz",
         "signer": "CN=Test owner",
         "certificate": cert.digest,
@@ -258,7 +258,7 @@ def test_verify_says_identical_but_for_signatures(capsys: pytest.CaptureFixture[
     from nvkr.cli.verify import _print_rebuild
 
     art = {"identical": True}
-    used = {"module": "/usr/lib/modules/k/updates/m.ko.xz", "from": "node [amd64]:/m",
+    used = {"path": "/usr/lib/modules/k/updates/m.ko.xz", "from": "node [amd64]:/m",
             "signer": "CN=Test owner", "certificate": "sha256:" + "ab" * 32}  # fmt: skip
     _print_rebuild({"artifacts": [art], "identical": True, "milliseconds": 1000,
                     "signatures": [used]})  # fmt: skip
