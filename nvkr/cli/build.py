@@ -86,7 +86,8 @@ if TYPE_CHECKING:
     metavar="KEY",
     envvar="NVKR_SECURE_BOOT_KEY",
     help="The owner's Secure Boot private key (RSA, a PEM file or env://NAME; env "
-    "NVKR_SECURE_BOOT_KEY) that signed-modules artifacts sign with; checked against their "
+    "NVKR_SECURE_BOOT_KEY) that signed-modules and signed-uki artifacts sign with; checked "
+    "against their "
     "certificates before anything builds.",
 )
 @click.option(
