@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from nvkr.builders.api import Problem, ResolvedSource, a_kind, builder_of, source_kind_of
 from nvkr.builders.signed_modules.artifact import CertificateRef
-from nvkr.errors import BuildError
+from nvkr.errors import UsageError
 from nvkr.jsondoc import JsonObject
 from nvkr.recipe.matrix import Variant
 from nvkr.secureboot.owner import OwnerCertificate, parse_certificate
@@ -62,12 +62,12 @@ def read_certificate(blob: Path, params: JsonObject) -> OwnerCertificate:
     blob itself, or a file of a path source's tar.
 
     Raises:
-        BuildError: the file is not in the source; UsageError: not a usable certificate.
+        UsageError: the file is not in the source, or not a usable certificate.
     """
     spec = params["certificate"]
     assert isinstance(spec, dict)
     member = str(spec.get("path") or "")
-    where = f"certificate (source {spec['source']}" + (f", {member})" if member else ")")
+    where = f"source {spec['source']}" + (f" file {member}" if member else "")
     if not member:
         return parse_certificate(blob.read_bytes(), where)
     try:
@@ -76,8 +76,13 @@ def read_certificate(blob: Path, params: JsonObject) -> OwnerCertificate:
             if f is None:
                 raise KeyError(member)
             return parse_certificate(f.read(), where)
-    except (KeyError, tarfile.ReadError) as e:
-        raise BuildError(f"{where}: no file {member!r} in the source ({e})") from e
+    except (KeyError, tarfile.ReadError):
+        raise UsageError(
+            f"the owner's certificate: source {spec['source']} (a directory) holds no file "
+            f"{member!r}",
+            hint=f"put the owner's certificate (PEM or DER) there as {member}, or name its file "
+            "in the signing artifact's certificate.path",
+        ) from None
 
 
 def action_certificates(

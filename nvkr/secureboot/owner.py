@@ -160,8 +160,8 @@ class OwnerKey:
             raise UsageError(
                 f"the Secure Boot key {self.where} does not match the certificate {cert.where} "
                 f"({cert.subject}, {cert.digest}): a signature made with it would not verify",
-                hint="give the private key of that certificate, or name this key's certificate "
-                "in the recipe's secureBoot.certificate",
+                hint="give the private key of that certificate, or put this key's certificate "
+                "in the source the signing artifacts (signed-uki, signed-modules) name",
             )
 
     @contextlib.contextmanager

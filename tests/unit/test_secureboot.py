@@ -398,3 +398,18 @@ def test_a_uki_of_a_rootfs_without_the_chains_packages_is_refused_before_buildin
     assert "made without shim-signed, systemd-boot-efi" in message
     ok = variant("shim-signed", "systemd-boot-efi", "systemd-ukify")
     assert UkiBuilder().check("uki", uki, ok) == []
+
+
+def test_a_path_source_without_the_certificate_file_is_named(tmp_path: Path) -> None:
+    """The trial's case: secure-boot-owner points at a directory without owner.crt."""
+    from nvkr.builders.owner_signing import read_certificate
+
+    blob = tmp_path / "tree.tar"
+    with tarfile.open(blob, "w") as tf:
+        info = tarfile.TarInfo("README")
+        tf.addfile(info, None)
+    params = {"certificate": {"source": "secure-boot-owner", "path": "owner.crt"}}
+    with pytest.raises(UsageError) as e:
+        read_certificate(blob, params)  # type: ignore[arg-type]
+    assert "source secure-boot-owner (a directory) holds no file 'owner.crt'" in e.value.message
+    assert e.value.exit_code == 2 and e.value.hint and "certificate.path" in e.value.hint
