@@ -338,18 +338,6 @@ def test_attach_refuses_another_image(image: Signed) -> None:
         attach_signatures(image.unsigned, image.unsigned, "uki.efi")
 
 
-def test_pe32_from_grub(pki: Pki, tmp_path: Path) -> None:
-    """GRUB's i386-efi image, when this machine has its modules (grub-efi-ia32-bin, which
-    install.sh does not install: the PE32 made here covers PE32 otherwise)."""
-    if not Path("/usr/lib/grub/i386-efi/moddep.lst").exists():
-        pytest.skip("grub-efi-ia32-bin is not installed (the PE32 made here covers PE32)")
-    image = _signed(pki, tmp_path, _grub(tmp_path, "i386-efi"))
-    assert not pe.pe_layout(image.signed).pe32_plus
-    assert _osslsigncode_digests(image.signed_path) == [authenticode_digest(image.signed).hex()]
-    assert verify_pe(image.nested, [pki.certs["ca"]]).anchor == pki.certs["ca"]
-    assert attach_signatures(image.unsigned, image.nested) == image.nested
-
-
 def _patch(offset: Callable[[pe.PeLayout, bytes], int], value: bytes) -> Callable[[bytes], bytes]:
     def patch(data: bytes) -> bytes:
         at = offset(pe.pe_layout(data), data)

@@ -122,8 +122,7 @@ def test_amd64_secure_boot_is_q35_with_smm_and_the_secure_pflash():
 
 @needs_ovmf
 def test_arm64_secure_boot_is_the_virt_machine_without_smm_and_a_tis_device():
-    if not Path(qemu.SECURE_BOOT_CODE["arm64"]).is_file():
-        pytest.skip("qemu-efi-aarch64 (install.sh)")
+    assert Path(qemu.SECURE_BOOT_CODE["arm64"]).is_file(), "install qemu-efi-aarch64 (install.sh)"
     argv = _argv("arm64", tpm_socket=Path("/t/swtpm.sock"))
     assert _after(argv, "-machine") == ["virt"] and "-global" not in argv
     assert _after(argv, "-cpu") == [qemu.TCG_ARM64_CPU]
