@@ -171,6 +171,16 @@ def _images_of_set(layout: Path, artifact: str | None, variant: str | None) -> l
     "event log, which is kept beside the console log.",
 )
 @click.option(
+    "--module-checks/--no-module-checks",
+    "module_checks",
+    default=True,
+    show_default=True,
+    help="With --secure-boot: in the guest, each out-of-tree module (DKMS's, under "
+    "/lib/modules/KERNEL/updates and extra) must be signed by a --mok certificate and load, or "
+    "fail only for lack of its device; its unsigned copy and a copy with one byte changed must "
+    "be refused for their signatures.",
+)
+@click.option(
     "--json",
     "as_json",
     is_flag=True,
@@ -196,6 +206,7 @@ def command(
     moks: tuple[Path, ...],
     secure_boot_db: Literal["microsoft", "uefi23", "win23"],
     tpm: bool,
+    module_checks: bool,
     as_json: bool,
 ) -> None:
     """Boot TARGET in QEMU until the node agent prints its readiness line.
@@ -223,6 +234,10 @@ def command(
     the agent's line. With --tpm the guest also gets swtpm, and a boot hook (vendor-data of a
     NoCloud seed, beside --user-data's probe when given) prints its PCRs and TPM event log on
     the console: the log is kept as <console log>.eventlog and must replay to the PCRs.
+    Another boot hook tries each out-of-tree module of the image under the kernel's lockdown
+    (--module-checks, the default): signed by a --mok certificate, it must load or fail only
+    with "No such device" (a GPU driver without a GPU), and its unsigned copy and a copy with
+    one byte changed must be refused for their signatures.
     """
     from nvkr.monitor import monitoring, open_monitor
     from nvkr.monitor.events import Result
@@ -258,7 +273,8 @@ def command(
             from nvkr.machine.secureboot import SecureBoot, load_moks
 
             load_moks(moks)  # a bad certificate costs no boot
-            options.update(secure_boot=SecureBoot(moks, secure_boot_db), tpm=tpm)
+            options.update(secure_boot=SecureBoot(moks, secure_boot_db), tpm=tpm,
+                           modules=module_checks)  # fmt: skip
         failed = sum(
             not _boot_one(monitor, image, console_log, labels, options) for image in images
         )

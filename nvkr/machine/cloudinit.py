@@ -28,6 +28,7 @@ from nvkr.machine.boot import BootResult, boot_test
 from nvkr.machine.seed import (
     PROBE_END,
     PROBE_PREFIX,
+    boothook_parts,
     make_seed,
     meta_data,
     multipart,
@@ -153,7 +154,7 @@ def boot_with_user_data(
     show_files: Sequence[str] = (),
     arch: str = "amd64",
     report_timeout: float = REPORT_TIMEOUT,
-    boothook: bytes | None = None,
+    boothooks: Sequence[bytes] = (),
     **boot_options: Any,
 ) -> UserDataResult:
     """Boot ``image`` with a NoCloud seed of ``user_data`` (and ``meta_data_file``, default
@@ -165,9 +166,9 @@ def boot_with_user_data(
         show_files: paths whose bytes the probe prints too (base64, the first 64 KiB):
             :func:`parse_report`'s ``contents`` of ``result.boot.lines``.
         report_timeout: seconds the probe's report may take after the boot's other lines.
-        boothook: a ``#cloud-boothook`` of nvkr's own (:func:`nvkr.machine.tpmprobe.boothook`)
-            that the vendor-data carries beside the probe (a MIME multipart of the two): the
-            user-data stays as given.
+        boothooks: ``#cloud-boothook`` parts of nvkr's own (:func:`nvkr.machine.tpmprobe.
+            boothook`, :func:`nvkr.machine.moduleprobe.boothook`) that the vendor-data carries
+            before the probe (a MIME multipart): the user-data stays as given.
         boot_options: the rest of :func:`nvkr.machine.boot.boot_test`'s keyword arguments
             (``expect``, ``then``, ``timeout``, ``accel``, ``log_file``, ``event``, ...).
     Returns:
@@ -184,8 +185,8 @@ def boot_with_user_data(
     with tempfile.TemporaryDirectory(prefix="nvkr-seed-") as tmp:
         seed = Path(tmp) / "seed.img"
         vendor = probe_vendor_data(paths, show_files)
-        if boothook is not None:
-            vendor = multipart([("text/cloud-boothook", "nvkr-boothook", boothook),
+        if boothooks:
+            vendor = multipart([*boothook_parts(boothooks),
                                 ("text/x-shellscript", "nvkr-probe", vendor)])  # fmt: skip
         files = {"user-data": raw, "meta-data": meta_bytes, "vendor-data": vendor}
         make_seed(seed, files, workdir=Path(tmp))

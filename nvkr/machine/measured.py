@@ -10,11 +10,14 @@ locked down by Secure Boot and that Secure Boot is enabled before the agent's li
 With ``tpm`` the guest gets swtpm and a NoCloud seed whose vendor-data is nvkr's boot hook
 (:func:`nvkr.machine.tpmprobe.boothook`); the boot then also waits for its report, and the event
 log must replay to the PCRs the guest read (:func:`nvkr.machine.tpmprobe.check`). The event log
-is kept in ``eventlog_file``. With ``user_data`` as well, the seed is
-:func:`nvkr.machine.cloudinit.boot_with_user_data`'s, the boot hook beside its probe in the
+is kept in ``eventlog_file``. With ``modules`` (the default) the seed's vendor-data also tries every out-of-tree module
+of the image (:mod:`nvkr.machine.moduleprobe`: DKMS's): each must be signed by an enrolled MOK
+and load (or fail only for lack of its device), and its unsigned copy and a copy with one byte
+changed must be refused for their signatures. With ``user_data`` as well, the seed is
+:func:`nvkr.machine.cloudinit.boot_with_user_data`'s, the boot hooks beside its probe in the
 vendor-data (a MIME multipart): the user-data is booted as given, and what it asks is checked
 as without Secure Boot. A user-data that turns vendor-data off (``vendor_data: {enabled:
-false}``) turns off the TPM report too, and the boot fails waiting for it.
+false}``) turns off these reports too, and the boot fails waiting for them.
 """
 
 from __future__ import annotations
@@ -26,16 +29,17 @@ from pathlib import Path
 from typing import Any
 
 from nvkr.errors import BootTestError
+from nvkr.machine import moduleprobe, tpmprobe
 from nvkr.machine.boot import BootResult, boot_test
 from nvkr.machine.cloudinit import Check, boot_with_user_data
 from nvkr.machine.secureboot import REFUSALS, Mok, SecureBoot, check_console, prepare_vars
-from nvkr.machine.seed import make_seed, meta_data
-from nvkr.machine.tpmprobe import END, Measurements, boothook, check, parse
+from nvkr.machine.seed import boothooks_vendor_data, make_seed, meta_data
+from nvkr.machine.tpmprobe import Measurements
 
 #: The boot test's default ``fail`` (:func:`nvkr.machine.boot.boot_test`).
 DEFAULT_FAIL = r"nvkr-node-agent: not-ready|Kernel panic"
-#: The user-data of a ``--tpm`` boot without ``--user-data``: nothing (the boot hook is
-#: vendor-data).
+#: The user-data of a boot with boot hooks but without ``--user-data``: nothing (the boot hooks
+#: are vendor-data).
 EMPTY_USER_DATA = b"#cloud-config\n{}\n"
 
 
@@ -43,8 +47,9 @@ EMPTY_USER_DATA = b"#cloud-config\n{}\n"
 class SecureBootResult:
     """A boot under enforcing Secure Boot: the ``boot``, the ``moks`` enrolled, the ``db``
     profile, what the console proved (``console``: the kernel's lines), the ``tpm``
-    measurements (with ``tpm``), the user-data ``checks`` (with ``user_data``) and the
-    ``seconds`` of the whole boot (to the TPM report, when it came after the agent's line)."""
+    measurements (with ``tpm``), the user-data ``checks`` (with ``user_data``), the
+    out-of-tree ``modules`` report and its ``module_checks`` (with ``modules``), and the
+    ``seconds`` of the whole boot (to the last report, when it came after the agent's line)."""
 
     boot: BootResult
     moks: list[Mok]
@@ -53,6 +58,8 @@ class SecureBootResult:
     tpm: Measurements | None = None
     checks: list[Check] = field(default_factory=list)
     seconds: float = 0.0
+    modules: moduleprobe.Report | None = None
+    module_checks: list[Check] = field(default_factory=list)
 
     def secure_boot_json(self) -> dict[str, Any]:
         """``secureBoot`` of the boot's JSON result."""
@@ -62,6 +69,8 @@ class SecureBootResult:
         if self.tpm is not None:
             out["lockdown"] = self.tpm.lockdown_mode or True
             out["secureBootVariable"] = self.tpm.secureboot
+        if self.modules is not None:
+            out["modules"] = moduleprobe.to_json(self.modules, self.module_checks)
         return out
 
 
@@ -70,6 +79,7 @@ def boot_secure(
     *,
     secure_boot: SecureBoot,
     tpm: bool = False,
+    modules: bool = True,
     arch: str = "amd64",
     eventlog_file: Path | None = None,
     user_data: Path | None = None,
@@ -82,6 +92,7 @@ def boot_secure(
     Args:
         secure_boot: the MOKs and the db profile.
         tpm: give the guest swtpm and check its PCRs against the replayed event log.
+        modules: try the image's out-of-tree modules under lockdown (module docstring).
         eventlog_file: where the event log is written (with ``tpm``).
         user_data, meta_data_file, expect_files: as
             :func:`nvkr.machine.cloudinit.boot_with_user_data`'s.
@@ -90,12 +101,13 @@ def boot_secure(
     Raises:
         UsageError: a MOK that is no certificate; invalid user-data (before any boot).
         BootTestError: the boot failed or was refused, the console does not prove enforcing
-            Secure Boot, or the measurements do not replay.
+            Secure Boot, the measurements do not replay, or a module check failed.
     """
     fail = boot_options.pop("fail", DEFAULT_FAIL)
     boot_options["fail"] = f"{fail}|{REFUSALS}" if fail else REFUSALS
-    if tpm:
-        boot_options["wait_for"] = [*boot_options.get("wait_for", ()), END]
+    hooks = [probe for on, probe in ((tpm, tpmprobe), (modules, moduleprobe)) if on]
+    boot_options["wait_for"] = [*boot_options.get("wait_for", ()), *(p.END for p in hooks)]
+    boothooks = [p.boothook() for p in hooks]
     checks: list[Check] = []
     with tempfile.TemporaryDirectory(prefix="nvkr-sb-") as tmp:
         vars_path = Path(tmp) / "vars.fd"
@@ -106,28 +118,34 @@ def boot_secure(
         if user_data is not None:
             done = boot_with_user_data(
                 image, user_data=user_data, meta_data_file=meta_data_file,
-                expect_files=expect_files, boothook=boothook() if tpm else None,
-                **common, **boot_options,
+                expect_files=expect_files, boothooks=boothooks, **common, **boot_options,
             )  # fmt: skip
             result, checks = done.boot, done.checks
-        elif tpm:
+        elif boothooks:
             seed = Path(tmp) / "seed.img"
             meta = meta_data(EMPTY_USER_DATA, None)[0]
             make_seed(seed, {"user-data": EMPTY_USER_DATA, "meta-data": meta,
-                             "vendor-data": boothook()}, workdir=Path(tmp))  # fmt: skip
+                             "vendor-data": boothooks_vendor_data(boothooks)},
+                      workdir=Path(tmp))  # fmt: skip
             boot_options.setdefault("then_timeout", 300.0)
             result = boot_test(image, drives=[seed], **common, **boot_options)
         else:
             result = boot_test(image, **common, **boot_options)
         seconds = round(time.monotonic() - start, 3)
     console = check_console(result.lines, result.matched)
+    where = f"the guest ({image})"
+    report, module_checks = None, []
+    if modules:
+        report = moduleprobe.parse(result.lines)
+        module_checks = moduleprobe.check(report, [m.der for m in moks], where=where)
     measured = None
     if tpm:
-        measured = check(parse(result.lines), where=f"the guest ({image})")
+        measured = tpmprobe.check(tpmprobe.parse(result.lines), where=where)
         if measured.secureboot != "01":
             raise BootTestError(
                 f"the guest's SecureBoot variable is {measured.secureboot!r}, not 01 (enforcing)"
             )
         if eventlog_file is not None:
             eventlog_file.write_bytes(measured.eventlog)
-    return SecureBootResult(result, moks, secure_boot.db, console, measured, checks, seconds)
+    return SecureBootResult(result, moks, secure_boot.db, console, measured, checks, seconds,
+                            report, module_checks)  # fmt: skip

@@ -149,6 +149,18 @@ def multipart(parts: Sequence[tuple[str, str, bytes]]) -> bytes:
     return "".join(out).encode()
 
 
+def boothook_parts(boothooks: Sequence[bytes]) -> list[tuple[str, str, bytes]]:
+    """``boothooks`` (``#cloud-boothook`` scripts) as :func:`multipart`'s parts, named in order
+    (cloud-init runs a multipart's boot hooks one after another, in order)."""
+    return [("text/cloud-boothook", f"nvkr-boothook-{n}", hook)
+            for n, hook in enumerate(boothooks, 1)]  # fmt: skip
+
+
+def boothooks_vendor_data(boothooks: Sequence[bytes]) -> bytes:
+    """Vendor-data running ``boothooks``: the one boot hook as it is, several as a multipart."""
+    return boothooks[0] if len(boothooks) == 1 else multipart(boothook_parts(boothooks))
+
+
 def make_seed(
     image: Path, files: dict[str, bytes], *, workdir: Path, log_file: Path | None = None
 ) -> None:

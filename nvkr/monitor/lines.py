@@ -116,6 +116,11 @@ def _image_result_lines(r: BootImageResult) -> list[str]:
         moks = ", ".join(m["subject"] for m in sb.get("moks", ())) or "none"
         lines.append(f"   secure boot: enforcing, lockdown {lockdown}, db {sb['db']}, MOKs: "
                      f"{moks} ({r.total_seconds:.1f} s in all)")  # fmt: skip
+        modules = sb.get("modules")
+        if modules is not None and not modules["checks"]:
+            lines.append("   modules: no out-of-tree module in the image")
+        for c in (modules or {}).get("checks", ()):
+            lines.append(f"   {'ok' if c['ok'] else 'FAILED'} {c['check']}: {c['detail']}")
     if r.tpm:
         log = r.tpm["eventLog"]
         lines.append(f"   tpm: PCRs {','.join(map(str, r.tpm['replayed']))} replay the event "

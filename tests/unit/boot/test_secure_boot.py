@@ -296,7 +296,8 @@ def test_a_boot_without_the_kernels_secure_boot_lines_fails(image, tmp_path, mon
     _fake_boot(monkeypatch, tmp_path, [*FIRMWARE, SECURE[1], *READY])
     with pytest.raises(BootTestError, match="without proving enforcing Secure Boot: no kernel "
                        "line 'Kernel is locked down from EFI Secure Boot' before it"):  # fmt: skip
-        boot_secure(image, secure_boot=SecureBoot(), accel="tcg", timeout=20, grace=0.0)
+        boot_secure(image, secure_boot=SecureBoot(), accel="tcg", timeout=20, grace=0.0,
+                    modules=False)  # fmt: skip
 
 
 # -- the TPM report -----------------------------------------------------------------------------
@@ -369,7 +370,9 @@ def test_the_cli_boots_with_a_tpm_and_reports_in_json(image, tmp_path, monkeypat
     pem, _, _ = _cert(tmp_path)
     monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
-    fake = _fake_boot(monkeypatch, tmp_path, [*FIRMWARE, *SECURE, *_report(), *READY])
+    modules = [("say", "[  13.1] cloud-init[402]: nvkr-modules: kernel 6.12.118+deb13-cloud-amd64\r\n"
+                        "[  13.2] cloud-init[402]: nvkr-modules: end\r\n")]  # fmt: skip
+    fake = _fake_boot(monkeypatch, tmp_path, [*FIRMWARE, *SECURE, *_report(), *modules, *READY])
     logs = tmp_path / "logs"
     code, out, err = invoke(
         "boot-test", str(image), "--secure-boot", "--tpm", "--mok", str(pem), "--no-labels",
@@ -389,6 +392,9 @@ def test_the_cli_boots_with_a_tpm_and_reports_in_json(image, tmp_path, monkeypat
     assert log.read_bytes() == EVENTLOG and log.parent == logs and log.suffix == ".eventlog"
     assert tpm["eventLog"]["events"][25]["description"] == "\\EFI\\BOOT\\BOOTX64.EFI"
     assert result["totalMilliseconds"] >= result["milliseconds"]
+    # the module probe ran beside the TPM's (an image without out-of-tree modules)
+    assert sb["modules"] == {"kernel": "6.12.118+deb13-cloud-amd64", "lockdown": "",
+                             "modules": [], "checks": []}  # fmt: skip
     # QEMU got the secure firmware, a copy of the store, the TPM and the seed with the hook
     (argv,) = calls(fake)
     assert "q35,smm=on" in argv and "tpm-tis,tpmdev=tpm0" in argv

@@ -1,0 +1,290 @@
+"""Out-of-tree kernel modules under enforcing Secure Boot, tried in the guest and judged on the host.
+
+Under Secure Boot, Debian's kernels are locked down and load a module only when its signature
+verifies against a key they trust: their own, the firmware's db, or a MOK. DKMS builds modules
+(NVIDIA's, or any ``*-dkms`` package's) unsigned, and nvkr's ``signed-modules`` action signs them
+with the owner's key (README, "Secure Boot with the owner's key"). :func:`boothook` is a
+cloud-init boot hook (``#cloud-boothook``, vendor-data of the boot test's NoCloud seed) that tries
+each module under ``/lib/modules/$(uname -r)/updates`` and ``.../extra`` (where DKMS and other
+out-of-tree builds install them) three ways, and prints one line per fact on ``/dev/console``,
+each starting with :data:`PREFIX`:
+
+- ``kernel <release>`` and ``lockdown <the kernel's /sys/kernel/security/lockdown>``;
+- ``module <path>`` (relative to the kernel's module directory), then for it
+  ``signer <path> <modinfo's signer>`` and ``sigkey <path> <modinfo's sig_key>``;
+- ``load <path> unsigned <exit status> <insmod's last words>``: a copy with its signature cut
+  off (``struct module_signature`` and the magic at the end say how long it is);
+- ``load <path> changed <exit status> <...>``: a copy with one byte of the signed payload
+  changed, its signature kept;
+- ``load <path> signed <exit status> <...>``: the module itself, by ``modprobe`` (its
+  dependencies too), last;
+- ``error <text>`` when the probe cannot run (no ``python3``: it makes the copies; Debian's
+  ``systemd-ukify``, which a Secure Boot image's UKI needs, brings it), then ``end``.
+
+The kernel checks a module's signature before anything else of it (``load_module`` calls
+``module_sig_check`` first), so the copies are refused for their signatures whatever they would
+need to link. :func:`parse` reads the report; :func:`check` judges it (:data:`REFUSED`,
+:data:`NO_DEVICE`): each module is signed by one of the enrolled MOKs (its issuer's common name
+and serial number, as kmod's ``modinfo`` prints them), loads or fails only because its device is
+missing (``No such device``: a GPU driver without a GPU), and both copies are refused for their
+signature. A module signed by someone else is reported and left alone.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from cryptography import x509
+from cryptography.x509.oid import NameOID
+
+from nvkr.errors import BootTestError
+from nvkr.machine.cloudinit import Check
+
+PREFIX: Final = "nvkr-modules:"
+#: The report's last line.
+END: Final = rf"{PREFIX} end\b"
+#: What insmod says when the kernel refuses a module for its signature: lockdown's refusal of an
+#: unsigned module or one signed by an unknown key (EPERM; the kernel logs "Lockdown: insmod:
+#: unsigned module loading is restricted"), a signature that does not verify (EKEYREJECTED),
+#: no key for it where signatures are enforced (ENOKEY).
+REFUSED: Final = (
+    "Operation not permitted",
+    "Key was rejected by service",
+    "Required key not available",
+)
+#: What modprobe says when the module loaded but found no device to drive (ENODEV).
+NO_DEVICE: Final = "No such device"
+#: Where the probe looks, relative to /lib/modules/<release>/.
+OUT_OF_TREE: Final = ("updates", "extra")
+_LINE = re.compile(re.escape(PREFIX) + r" (\S+) ?(.*)$")
+
+_COPIES = r"""import gzip, lzma, sys
+src, unsigned, changed = sys.argv[1:]
+data = open(src, "rb").read()
+if src.endswith(".xz"):
+    data = lzma.decompress(data)
+elif src.endswith(".gz"):
+    data = gzip.decompress(data)
+elif not src.endswith(".ko"):
+    sys.exit("compression of " + src + " not known to the probe")
+magic = b"~Module signature appended~\n"
+if not data.endswith(magic):
+    print("unsigned")
+    sys.exit(0)
+sig_len = int.from_bytes(data[-len(magic) - 4:-len(magic)], "big")
+end = len(data) - len(magic) - 12 - sig_len
+data = bytearray(data)
+open(unsigned, "wb").write(memoryview(data)[:end])
+data[end // 2] ^= 0x01
+open(changed, "wb").write(data)
+print("signed")
+"""
+
+
+def boothook() -> bytes:
+    """The ``#cloud-boothook`` part that tries the out-of-tree modules (module docstring).
+
+    ``NVKR_PROBE_ROOT`` (a directory standing for ``/``) and ``NVKR_PROBE_CONSOLE`` (a file
+    standing for ``/dev/console``) let a test run it on a host with stand-ins of kmod's
+    tools; cloud-init sets neither."""
+    dirs = " ".join(f'"$m/{d}"' for d in OUT_OF_TREE)
+    return f"""#cloud-boothook
+#!/bin/sh
+# nvkr boot-test --secure-boot: each out-of-tree module, its unsigned copy and a changed copy,
+# loaded under the kernel's lockdown; the outcome on the console.
+exec >"${{NVKR_PROBE_CONSOLE:-/dev/console}}" 2>&1
+p={PREFIX}
+k=$(uname -r)
+m="${{NVKR_PROBE_ROOT:-}}/lib/modules/$k"
+w="${{NVKR_PROBE_ROOT:-}}/var/tmp/nvkr-modules"
+echo "$p kernel $k"
+echo "$p lockdown $(cat /sys/kernel/security/lockdown 2>/dev/null || echo missing)"
+last() {{ printf '%s' "$1" | tr '\\n' ' ' | sed 's/.*: //'; }}
+if ! command -v python3 >/dev/null 2>&1; then
+    echo "$p error no python3 in the image: the probe makes the module copies with it"
+    echo "$p end"
+    exit 0
+fi
+mkdir -p "$w"
+cat > "$w/copies.py" <<'NVKR_COPIES'
+{_COPIES}NVKR_COPIES
+for d in {dirs}; do [ -d "$d" ] && find "$d" -name '*.ko*'; done | sort | while read -r f; do
+    rel=${{f#"$m"/}}
+    echo "$p module $rel"
+    echo "$p signer $rel $(modinfo -F signer "$f" 2>/dev/null)"
+    echo "$p sigkey $rel $(modinfo -F sig_key "$f" 2>/dev/null)"
+    kind=$(python3 "$w/copies.py" "$f" "$w/unsigned.ko" "$w/changed.ko" 2>&1)
+    if [ "$kind" = signed ]; then
+        for copy in unsigned changed; do
+            out=$(insmod "$w/$copy.ko" 2>&1); rc=$?
+            echo "$p load $rel $copy $rc $(last "$out")"
+            [ $rc -eq 0 ] && rmmod "$w/$copy.ko" 2>/dev/null
+        done
+    else
+        echo "$p copies $rel $kind"
+    fi
+    rm -f "$w/unsigned.ko" "$w/changed.ko"
+    name=$(basename "$f"); name=${{name%%.ko*}}
+    out=$(modprobe "$name" 2>&1); rc=$?
+    echo "$p load $rel signed $rc $(last "$out")"
+done
+rm -rf "$w"
+echo "$p end"
+""".encode()
+
+
+@dataclass
+class Module:
+    """One module the probe tried: its ``path`` (under /lib/modules/<release>/), kmod's
+    ``signer`` and ``sigkey``, ``copies`` (``signed``, else why the probe made none) and each
+    ``loads`` case (``signed``, ``unsigned``, ``changed``) as (exit status, insmod's words)."""
+
+    path: str
+    signer: str = ""
+    sigkey: str = ""
+    copies: str = "signed"
+    loads: dict[str, tuple[int, str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Report:
+    """The probe's report: the ``kernel`` release, its ``lockdown`` line, the ``modules``,
+    an ``error`` the probe gave, and whether it ``ended``."""
+
+    kernel: str
+    lockdown: str
+    modules: list[Module]
+    error: str
+    ended: bool
+
+
+def parse(lines: Sequence[str]) -> Report:
+    """The probe's report in the console ``lines`` (the last one when the probe ran twice)."""
+    kernel = lockdown = error = ""
+    modules: dict[str, Module] = {}
+    ended = False
+    for line in lines:
+        m = _LINE.search(line)
+        if m is None:
+            continue
+        kind, rest = m.group(1), m.group(2).strip()
+        path, _, value = rest.partition(" ")
+        if kind == "kernel":
+            if ended:  # a second run of the probe: start again
+                modules, error, ended = {}, "", False
+            kernel = rest
+        elif kind == "lockdown":
+            lockdown = rest
+        elif kind == "error":
+            error = rest
+        elif kind == "end":
+            ended = True
+        elif kind == "module":
+            modules[rest] = Module(rest)
+        elif path in modules:
+            mod = modules[path]
+            if kind == "signer":
+                mod.signer = value
+            elif kind == "sigkey":
+                mod.sigkey = value
+            elif kind == "copies":
+                mod.copies = value
+            elif kind == "load":
+                case, _, outcome = value.partition(" ")
+                status, _, words = outcome.partition(" ")
+                if status.lstrip("-").isdigit():
+                    mod.loads[case] = (int(status), words.strip())
+    return Report(kernel, lockdown, list(modules.values()), error, ended)
+
+
+def _common_name(name: x509.Name) -> str:
+    attrs = name.get_attributes_for_oid(NameOID.COMMON_NAME)
+    return str(attrs[-1].value) if attrs else name.rfc4514_string()
+
+
+def _serial(sigkey: str) -> int | None:
+    """kmod's ``sig_key`` (hex bytes joined by colons) as an integer, or None."""
+    digits = sigkey.replace(":", "").strip()
+    try:
+        return int(digits, 16) if digits else None
+    except ValueError:
+        return None
+
+
+def signed_by(module: Module, moks: Sequence[bytes]) -> x509.Certificate | None:
+    """The enrolled certificate (DER in ``moks``) whose issuer's common name and serial number
+    are the module signature's (as kmod prints them), or None."""
+    serial = _serial(module.sigkey)
+    for der in moks:
+        cert = x509.load_der_x509_certificate(der)
+        if serial == cert.serial_number and module.signer == _common_name(cert.issuer):
+            return cert
+    return None
+
+
+def _refused(outcome: tuple[int, str] | None) -> tuple[bool, str]:
+    if outcome is None:
+        return False, "not tried"
+    status, words = outcome
+    if status == 0:
+        return False, "loaded"
+    if any(r in words for r in REFUSED):
+        return True, f"refused: {words}"
+    return False, f"failed, not for its signature: {words}"
+
+
+def check(report: Report, moks: Sequence[bytes], *, where: str = "the guest") -> list[Check]:
+    """Judge the report (module docstring): one :class:`Check` per module and case.
+
+    Raises:
+        BootTestError: no complete report, the probe could not run, or a module signed by an
+            enrolled MOK failed a case (each named, with what insmod said).
+    """
+    if not report.ended:
+        raise BootTestError(f"{where} printed no complete module report ({PREFIX} ... end)",
+                            hint="the image runs no cloud-init, or the probe was cut short")  # fmt: skip
+    if report.error:
+        raise BootTestError(f"the module probe could not run in {where}: {report.error}")
+    checks: list[Check] = []
+    for mod in report.modules:
+        cert = signed_by(mod, moks)
+        if cert is None:
+            signer = f"signed by {mod.signer!r}" if mod.signer else "unsigned"
+            # an unsigned module cannot load under lockdown: that is the image's defect
+            checks.append(Check(f"module {mod.path}", bool(mod.signer),
+                                f"{signer}, by no enrolled MOK: not tried"))  # fmt: skip
+            continue
+        owner = _common_name(cert.subject)
+        status, words = mod.loads.get("signed", (-1, "not tried"))
+        loaded = status == 0 or NO_DEVICE in words
+        how = "loaded" if status == 0 else f"failed only for lack of its device ({words})"
+        checks.append(Check(f"module {mod.path} signed by {owner}", loaded,
+                            how if loaded else f"did not load: {words}"))  # fmt: skip
+        for case, what in (("unsigned", "unsigned copy"), ("changed", "copy with a byte changed")):
+            ok, detail = _refused(mod.loads.get(case))
+            if mod.copies != "signed":
+                ok, detail = False, f"no copy made: {mod.copies}"
+            checks.append(Check(f"module {mod.path}: its {what}", ok, detail))
+    failed = [c for c in checks if not c.ok]
+    if failed:
+        raise BootTestError(
+            f"out-of-tree modules under lockdown in {where}: "
+            + "; ".join(f"{c.what}: {c.detail}" for c in failed),
+            hint="an unsigned module, or one signed by a key the guest does not trust, cannot "
+            "load under Secure Boot: sign it with the owner's key (signed-modules) and enroll "
+            "the owner's certificate (--mok)",
+        )
+    return checks
+
+
+def to_json(report: Report, checks: Sequence[Check]) -> dict[str, Any]:
+    """``modules`` of the boot's JSON result."""
+    return {"kernel": report.kernel, "lockdown": report.lockdown,
+            "modules": [{"path": m.path, "signer": m.signer, "sigKey": m.sigkey,
+                         "loads": {case: {"status": s, "said": w}
+                                   for case, (s, w) in sorted(m.loads.items())}}
+                        for m in report.modules],
+            "checks": [c.to_json() for c in checks]}  # fmt: skip

@@ -1,0 +1,229 @@
+"""The out-of-tree module probe of ``nvkr boot-test --secure-boot`` (nvkr.machine.moduleprobe).
+
+The probe's shell script runs here for real, with ``NVKR_PROBE_ROOT`` standing for the guest's
+``/`` and stand-ins of kmod's tools that judge a module as a locked-down kernel does (a
+signature that verifies against the enrolled certificate loads, a changed one is rejected, an
+unsigned module is refused by lockdown, a GPU driver finds no device). What Debian's real kernel
+and kmod say is held by the catalog leaf's Secure Boot boot
+(tests/integration/test_catalog_leaf.py)."""
+
+from __future__ import annotations
+
+import lzma
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from nvkr.errors import BootTestError
+from nvkr.machine import moduleprobe
+from nvkr.machine.cloudinit import Check
+from tests.unit.test_secureboot import MODULE, _cert, _pem_key, _sign_like_sign_file
+
+KERNEL = "6.12.57+deb13-amd64"
+
+#: kmod's tools as a locked-down kernel answers them; MOK: the enrolled certificate (PEM)
+STAND_INS = {
+    "uname": f"#!/bin/sh\necho {KERNEL}\n",
+    "rmmod": "#!/bin/sh\nexit 0\n",
+    "modinfo": """#!PYTHON
+import sys
+from nvkr.secureboot import modsig
+field, path = sys.argv[2], sys.argv[3]
+data = modsig.decompress(open(path, "rb").read())
+split = modsig.split_module(data)
+if split.pkcs7 is None:
+    sys.exit(0)
+sig = modsig.parse_pkcs7(split.pkcs7)
+if field == "signer":  # the issuer's common name: the string after OID 2.5.4.3
+    at = sig.issuer_der.index(bytes([6, 3, 0x55, 4, 3])) + 5
+    print(sig.issuer_der[at + 2:at + 2 + sig.issuer_der[at + 1]].decode())
+else:
+    h = "%X" % sig.serial
+    h = ("0" + h) if len(h) % 2 else h
+    print(":".join(h[i:i + 2] for i in range(0, len(h), 2)))
+""",
+    "insmod": """#!PYTHON
+import os, sys
+from nvkr.errors import IntegrityError
+from nvkr.secureboot import modsig
+from nvkr.secureboot.owner import parse_certificate
+path = sys.argv[1]
+data = modsig.decompress(open(path, "rb").read())
+cert = parse_certificate(open(os.environ["MOK"], "rb").read(), "mok")
+try:
+    modsig.verify_module(data, cert)
+except IntegrityError as e:
+    signed = modsig.split_module(data).pkcs7 is not None
+    why = "Key was rejected by service" if signed else "Operation not permitted"
+    sys.exit(f"insmod: ERROR: could not insert module {path}: {why}")
+if "gpu" in os.path.basename(path):
+    sys.exit(f"insmod: ERROR: could not insert module {path}: No such device")
+""",
+}
+
+
+def _modprobe(root: Path) -> str:
+    return textwrap.dedent(f"""\
+        #!/bin/sh
+        f=$(find {root}/lib/modules -name "$1.ko*")
+        out=$(insmod "$f" 2>&1) && exit 0
+        echo "modprobe: ERROR: could not insert '$1': ${{out##*: }}" >&2
+        exit 1
+        """)
+
+
+@pytest.fixture(scope="module")
+def owner(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    d = tmp_path_factory.mktemp("mok")
+    key = rsa.generate_private_key(65537, 2048)
+    (d / "owner.key").write_bytes(_pem_key(key))
+    (d / "owner.crt").write_bytes(
+        _cert(key, "nvkr test owner").public_bytes(serialization.Encoding.PEM)
+    )
+    return d / "owner.key", d / "owner.crt"
+
+
+def _run_probe(tmp_path: Path, modules: dict[str, bytes], mok: Path) -> list[str]:
+    """The probe's script run over ``modules`` (path under /lib/modules/KERNEL -> bytes): the
+    lines it printed on its console."""
+    root, bin_dir = tmp_path / "root", tmp_path / "bin"
+    for rel, data in modules.items():
+        path = root / "lib/modules" / KERNEL / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    bin_dir.mkdir()
+    for name, body in {**STAND_INS, "modprobe": _modprobe(root)}.items():
+        (bin_dir / name).write_text(body.replace("#!PYTHON", f"#!{sys.executable}"))
+        (bin_dir / name).chmod(0o755)
+    script = tmp_path / "probe.sh"
+    script.write_bytes(moduleprobe.boothook())
+    console = tmp_path / "console"
+    env = {"PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin",
+           "PYTHONPATH": os.getcwd(), "NVKR_PROBE_ROOT": str(root),
+           "NVKR_PROBE_CONSOLE": str(console), "MOK": str(mok)}  # fmt: skip
+    subprocess.run(["sh", str(script)], env=env, check=True, timeout=120)
+    return ["[   12.5] cloud-init[612]: " + line for line in console.read_text().splitlines()]
+
+
+def test_signed_modules_load_and_their_copies_are_refused_for_their_signatures(
+    owner: tuple[Path, Path], tmp_path: Path
+) -> None:
+    key, crt = owner
+    signed = _sign_like_sign_file(MODULE, key, crt, tmp_path)
+    gpu = _sign_like_sign_file(MODULE + b"gpu", key, crt, tmp_path)
+    xz = lzma.compress(signed, check=lzma.CHECK_CRC32)
+    lines = _run_probe(
+        tmp_path,
+        {
+            "updates/dkms/loop.ko.xz": xz,
+            "updates/dkms/gpu.ko.xz": lzma.compress(gpu),
+            "kernel/drivers/in-tree.ko.xz": lzma.compress(MODULE),
+        },
+        crt,
+    )
+    report = moduleprobe.parse(lines)
+    assert report.ended and report.kernel == KERNEL and not report.error
+    # in-tree modules are the kernel's: not tried
+    assert [m.path for m in report.modules] == ["updates/dkms/gpu.ko.xz", "updates/dkms/loop.ko.xz"]
+    loop = report.modules[1]
+    assert loop.signer == "nvkr test owner" and loop.sigkey == "12:D6:87"  # serial 1234567
+    assert loop.loads == {"unsigned": (1, "Operation not permitted"),
+                          "changed": (1, "Key was rejected by service"), "signed": (0, "")}  # fmt: skip
+    checks = moduleprobe.check(report, [_der(crt)])
+    assert [(c.what, c.ok) for c in checks] == [
+        ("module updates/dkms/gpu.ko.xz signed by nvkr test owner", True),
+        ("module updates/dkms/gpu.ko.xz: its unsigned copy", True),
+        ("module updates/dkms/gpu.ko.xz: its copy with a byte changed", True),
+        ("module updates/dkms/loop.ko.xz signed by nvkr test owner", True),
+        ("module updates/dkms/loop.ko.xz: its unsigned copy", True),
+        ("module updates/dkms/loop.ko.xz: its copy with a byte changed", True),
+    ]
+    assert checks[0].detail == "failed only for lack of its device (No such device)"
+    assert checks[3].detail == "loaded" and checks[4].detail == "refused: Operation not permitted"
+    shown = moduleprobe.to_json(report, checks)
+    assert shown["modules"][1]["loads"]["changed"] == {"status": 1,
+                                                       "said": "Key was rejected by service"}  # fmt: skip
+
+
+def test_an_unsigned_module_or_one_by_a_key_not_enrolled_fails_the_check(
+    owner: tuple[Path, Path], tmp_path: Path
+) -> None:
+    _key, crt = owner
+    other_key = rsa.generate_private_key(65537, 2048)
+    (tmp_path / "other.key").write_bytes(_pem_key(other_key))
+    (tmp_path / "other.crt").write_bytes(
+        _cert(other_key, "someone else").public_bytes(serialization.Encoding.PEM)
+    )
+    stranger = _sign_like_sign_file(MODULE, tmp_path / "other.key", tmp_path / "other.crt",
+                                    tmp_path)  # fmt: skip
+    lines = _run_probe(
+        tmp_path,
+        {
+            "updates/dkms/plain.ko.xz": lzma.compress(MODULE),
+            "extra/stranger.ko.xz": lzma.compress(stranger),
+        },
+        crt,
+    )
+    report = moduleprobe.parse(lines)
+    plain = next(m for m in report.modules if m.path.endswith("plain.ko.xz"))
+    assert plain.copies == "unsigned" and plain.loads["signed"] == (1, "Operation not permitted")
+    with pytest.raises(BootTestError) as e:
+        moduleprobe.check(report, [_der(crt)], where="the guest (x.qcow2)")
+    assert e.value.message == (
+        "out-of-tree modules under lockdown in the guest (x.qcow2): module "
+        "updates/dkms/plain.ko.xz: unsigned, by no enrolled MOK: not tried"
+    )
+    # signed by someone else: reported, not tried, and no failure of its own
+    stranger_only = moduleprobe.Report(KERNEL, "", [report.modules[0]], "", True)
+    (c,) = moduleprobe.check(stranger_only, [_der(crt)])
+    assert c == Check("module extra/stranger.ko.xz", True,
+                      "signed by 'someone else', by no enrolled MOK: not tried")  # fmt: skip
+
+
+def test_a_copy_that_loads_or_a_refusal_for_another_reason_fails(owner: tuple[Path, Path]) -> None:
+    _, crt = owner
+    prefix = moduleprobe.PREFIX
+    lines = [
+        f"{prefix} kernel {KERNEL}",
+        f"{prefix} module updates/dkms/m.ko.xz",
+        f"{prefix} signer updates/dkms/m.ko.xz nvkr test owner",
+        f"{prefix} sigkey updates/dkms/m.ko.xz 12:D6:87",
+        f"{prefix} load updates/dkms/m.ko.xz unsigned 0 ",
+        f"{prefix} load updates/dkms/m.ko.xz changed 1 Invalid module format",
+        f"{prefix} load updates/dkms/m.ko.xz signed 1 Unknown symbol in module",
+        f"{prefix} end",
+    ]
+    with pytest.raises(BootTestError) as e:
+        moduleprobe.check(moduleprobe.parse(lines), [_der(crt)])
+    assert e.value.message.split(": ", 1)[1].split("; ") == [
+        "module updates/dkms/m.ko.xz signed by nvkr test owner: did not load: Unknown symbol "
+        "in module",
+        "module updates/dkms/m.ko.xz: its unsigned copy: loaded",
+        "module updates/dkms/m.ko.xz: its copy with a byte changed: failed, not for its "
+        "signature: Invalid module format",
+    ]
+
+
+def test_no_report_or_no_python_is_a_clear_failure(owner: tuple[Path, Path]) -> None:
+    _, crt = owner
+    with pytest.raises(BootTestError, match=r"printed no complete module report"):
+        moduleprobe.check(moduleprobe.parse(["nvkr-modules: kernel 6.12"]), [_der(crt)])
+    lines = [f"{moduleprobe.PREFIX} kernel 6.12", f"{moduleprobe.PREFIX} error no python3 in the "
+             "image: the probe makes the module copies with it", f"{moduleprobe.PREFIX} end"]  # fmt: skip
+    with pytest.raises(BootTestError, match=r"could not run in the guest: no python3"):
+        moduleprobe.check(moduleprobe.parse(lines), [_der(crt)])
+    # an image without out-of-tree modules: nothing to check
+    empty = moduleprobe.parse([f"{moduleprobe.PREFIX} kernel 6.12", f"{moduleprobe.PREFIX} end"])
+    assert moduleprobe.check(empty, [_der(crt)]) == []
+
+
+def _der(crt: Path) -> bytes:
+    from cryptography import x509
+
+    return x509.load_pem_x509_certificate(crt.read_bytes()).public_bytes(serialization.Encoding.DER)
