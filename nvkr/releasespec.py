@@ -17,6 +17,8 @@ make a spec by hand)::
      "artifacts": [{"name", "kind", "actionKey", "sbomActionKey", "builder", "builderVersion",
                     "variant", "platform": {"os", "architecture"} | null, "artifactType",
                     "dependencies": [ResourceDescriptor, ...], <the builder's release_fields>}],
+                    # release fields the assembler reads: "cToolchain" (a cgo binary's) and
+                    # "attestations": [{"role", "predicateType"}] (SpecArtifact.attestations)
      "machineImages": [name, ...], "clusterRelease": {"kubernetes", "charts", "images"} | null,
      "nodePoolReleases": [{"name", "machineImage", "artifacts", "variant"}, ...]}
 
@@ -72,6 +74,19 @@ class FileRef:
 
 
 @dataclass(frozen=True)
+class Attestation:
+    """An output of an artifact's action that the release set attaches to the artifact as an
+    in-toto statement of its own (``role``: the output's role, ``predicate_type``: what its
+    statement must say it is)."""
+
+    role: str
+    predicate_type: str
+
+    def to_json(self) -> JsonObject:
+        return {"role": self.role, "predicateType": self.predicate_type}
+
+
+@dataclass(frozen=True)
 class SpecArtifact:
     """One artifact of one variant in the set (several may share an action: one per variant a
     variant-independent action serves, or per name an action is built under).
@@ -99,6 +114,34 @@ class SpecArtifact:
         value = self.extra.get("cToolchain")
         return value if isinstance(value, Mapping) else None
 
+    @property
+    def attestations(self) -> tuple[Attestation, ...]:
+        """The in-toto statements among the action's outputs that the release set attaches to
+        the artifact as attestations of their own (a Secure Boot image's PCR predictions), from
+        the builder's ``attestations`` release field (``[{"role", "predicateType"}]``); () for
+        none.
+
+        Raises:
+            BuildError: the field is not a list of such objects.
+        """
+        value = self.extra.get("attestations")
+        if value is None:
+            return ()
+        items = value if isinstance(value, Sequence) and not isinstance(value, str) else None
+        found: list[Attestation] = []
+        for i, item in enumerate(items if items is not None else [value]):
+            role = item.get("role") if isinstance(item, Mapping) else None
+            ptype = item.get("predicateType") if isinstance(item, Mapping) else None
+            if items is None or not isinstance(role, str) or not isinstance(ptype, str):
+                raise BuildError(
+                    f"artifact {self.name} ({self.action_key}): attestations[{i}] is "
+                    f"{json_kind(item)}, expected {{role, predicateType}} strings",
+                    hint="the release-set action's params are the planner's; this is a bug in "
+                    "nvkr or an edited plan, please report it",
+                )
+            found.append(Attestation(role, ptype))
+        return tuple(found)
+
     def identity(self) -> dict[str, JsonValue]:
         """What every artifact sharing this one's action must agree on, by its params key."""
         return {
@@ -109,6 +152,7 @@ class SpecArtifact:
             "platform": dict(self.platform) if self.platform is not None else None,
             "dependencies": [dict(d) for d in self.dependencies],
             "cToolchain": self.c_toolchain,
+            "attestations": [a.to_json() for a in self.attestations],
         }
 
     def to_params(self) -> JsonObject:

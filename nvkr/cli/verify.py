@@ -239,9 +239,12 @@ def _print(doc: dict[str, Any]) -> None:
         if mine and axes:
             labels = ["/".join(v[k] for k in axes) for v in art["variants"]]
             where = "  (all variants)" if mine == every else f"  ({', '.join(labels)})"
+        attested = "".join(
+            f"; {a['role']} {_signed(a['signatures'])}" for a in art.get("attestations") or []
+        )
         click.echo(
             f"  {art['kind']:<13} {art['name']:<24} {art['digest'][:19]}  {prov}{sboms}, "
-            f"{_signed(art['signatures'])}{where}"
+            f"{_signed(art['signatures'])}{attested}{where}"
         )
     record = doc.get("buildRecord") or {}
     if record.get("checked"):

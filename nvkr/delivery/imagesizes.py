@@ -1,7 +1,8 @@
 """The size of each machine image of a release set, for ``nvkr release-set show``: the QCOW2's
 bytes (from the metadata), its virtual disk size (from the QCOW2's own header) and its
 compression (the machine image manifest's ``dev.nvkr.disk-compression`` annotation, absent on an
-uncompressed image).
+uncompressed image); and a Secure Boot image's owner (its certificate, a layer of its manifest)
+and PCR predictions (its ``pcr-predictions`` attestation, :mod:`nvkr.releaseset.attestations`).
 
 It reads, per distinct machine image, its manifest and the first :data:`HEADER_BYTES` of its
 QCOW2: from the blobs of a ``dist/<name>`` layout, or from a registry (the manifest checked
@@ -62,23 +63,45 @@ class MachineImageSize:
         }
 
 
-#: the layers of a Secure Boot machine image read for display (small: a certificate, a statement)
+#: the layers of a Secure Boot machine image read for display (small: a certificate, a statement);
+#: the predictions are its ``pcr-predictions`` attestation (a layer in sets built before)
 _CERT_LAYER, _PREDICTIONS_LAYER = "secure-boot-owner.der", "pcr-predictions.intoto.json"
+_PREDICTIONS_ROLE = "pcr-predictions"
+
+
+def _predictions(
+    art: dict[str, Any],
+    layers: dict[str, dict[str, Any]],
+    read_manifest: Callable[[dict[str, Any]], bytes],
+) -> dict[str, Any] | None:
+    """The descriptor of a machine image's PCR predictions statement: the layer of its
+    ``pcr-predictions`` attestation (:mod:`nvkr.releaseset.attestations`, named in the
+    metadata), else a layer of its own manifest; None without."""
+    for att in art.get("attestations") or []:
+        if att.get("role") == _PREDICTIONS_ROLE:
+            manifest = json.loads(read_manifest(att))
+            (layer,) = [la for la in manifest["layers"] if la.get("mediaType") == mt.IN_TOTO_JSON]
+            return dict(layer)
+    return layers.get(_PREDICTIONS_LAYER)
 
 
 def _secure_boot(
-    manifest: dict[str, Any], read_small: Callable[[str, int], bytes]
+    art: dict[str, Any],
+    manifest: dict[str, Any],
+    read_manifest: Callable[[dict[str, Any]], bytes],
+    read_small: Callable[[str, int], bytes],
 ) -> dict[str, Any] | None:
-    """The owner and PCR predictions a machine image's manifest carries as layers, or None."""
+    """The owner (a layer of the machine image's manifest) and the PCR predictions (its
+    attestation) of the machine image ``art`` (its metadata entry), or None."""
     layers = {
         str((layer.get("annotations") or {}).get(mt.ANN_TITLE)): layer
         for layer in manifest.get("layers") or []
     }
-    if _PREDICTIONS_LAYER not in layers:
+    pred = _predictions(art, layers, read_manifest)
+    if pred is None:
         return None
     from cryptography import x509
 
-    pred = layers[_PREDICTIONS_LAYER]
     predicate = json.loads(read_small(str(pred["digest"]), int(pred["size"])))["predicate"]
     owner = None
     if _CERT_LAYER in layers:
@@ -124,7 +147,7 @@ def _sizes(meta: dict[str, Any], reader: _Reader) -> list[MachineImageSize]:
         try:
             manifest = json.loads(read_manifest(art["manifest"]))
             annotations = manifest.get("annotations") or {}
-            secure_boot = _secure_boot(manifest, read_small)
+            secure_boot = _secure_boot(art, manifest, read_manifest, read_small)
         except (OSError, ValueError, KeyError, AttributeError):
             annotations = {}
         sizes.append(

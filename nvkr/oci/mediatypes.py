@@ -63,6 +63,9 @@ def empty_descriptor() -> dict[str, Any]:
 
 # -- in-toto (attestation spec v1, envelope.md) -------------------------------------------------
 IN_TOTO_JSON: Final = "application/vnd.in-toto+json"
+#: Annotation naming a statement's predicateType (on an attestation's layer, as buildx writes
+#: it, and on the signature of an attestation that is no provenance)
+ANN_IN_TOTO_PREDICATE_TYPE: Final = "in-toto.io/predicate-type"
 
 # -- Helm (helm/helm pkg/registry/constants.go) -------------------------------------------------
 #: Config blob of a chart manifest: ``json.Marshal`` of the chart's metadata (Chart.yaml).
@@ -113,6 +116,9 @@ ANN_NVKR_DISK_FORMAT: Final = "dev.nvkr.disk-format"
 #: zlib or zstd on a machine image whose QCOW2 has compressed clusters (absent: uncompressed)
 ANN_NVKR_DISK_COMPRESSION: Final = "dev.nvkr.disk-compression"
 ANN_NVKR_RELEASE_SET: Final = "dev.nvkr.release-set"
+#: What an attachment is: ``signature``, ``build-record``, ``verification-summary``, or the role
+#: of an artifact's attestation (``pcr-predictions``)
+ANN_NVKR_ATTACHMENT: Final = "dev.nvkr.attachment"
 
 #: Indexes: JSON documents whose ``manifests`` list further manifests (or indexes).
 INDEX_TYPES: Final = frozenset({OCI_INDEX, DOCKER_MANIFEST_LIST})

@@ -85,12 +85,15 @@ class _Packed:
 
 
 def _layers(
-    result: ActionResult, blobs: _Blobs, what: str
+    result: ActionResult, blobs: _Blobs, what: str, attested: frozenset[str] = frozenset()
 ) -> tuple[list[dict[str, Any]], ActionOutput]:
+    """The manifest's layers: every output but those of the ``attested`` roles (attached as
+    attestations of their own, :mod:`nvkr.releaseset.attestations`), and the primary output."""
     primary = result.output("primary", what)
     # Primary first (consumers take layers[0]); the rest in a fixed order, not the builder's.
     rest = sorted(
-        (o for o in result.outputs if o.role != "primary"), key=lambda o: (o.role, o.name)
+        (o for o in result.outputs if o.role != "primary" and o.role not in attested),
+        key=lambda o: (o.role, o.name),
     )
     layers = []
     for out in [primary, *rest]:
@@ -117,8 +120,10 @@ def _pack_binary(
     label: str,
     created: str,
     variants: list[Mapping[str, str]],
+    attested: frozenset[str] = frozenset(),
 ) -> _Packed:
-    """An OCI artifact manifest (``artifactType`` from the spec) wrapping the action's outputs.
+    """An OCI artifact manifest (``artifactType`` from the spec) wrapping the action's outputs
+    (but those of the ``attested`` roles).
 
     Raises:
         BuildError: the spec gives the artifact no ``artifactType``, or a result without the
@@ -127,7 +132,7 @@ def _pack_binary(
     if first.artifact_type is None:
         raise BuildError(f"{what}: the release-set spec gives it no artifactType")
     platform = dict(first.platform) if first.platform is not None else None
-    layers, primary = _layers(result, blobs, what)
+    layers, primary = _layers(result, blobs, what, attested)
     annotations = {mt.ANN_NVKR_ARTIFACT: label, mt.ANN_CREATED: created}
     extra = json_object(result.metadata.get("annotations"))
     annotations.update({str(k): str(v) for k, v in sorted(extra.items())})

@@ -4,7 +4,8 @@ The heart of the ``release-set`` action (:mod:`nvkr.builders.release_set.builder
 takes the spec (:mod:`nvkr.releaseset.spec`) and the cached results of the actions it names,
 packs each action's artifact (:mod:`nvkr.releaseset.artifacts`, :mod:`nvkr.releaseset.chart`),
 states its in-toto provenance, attaches its SPDX SBOM (the result of its ``sbom`` action, when
-the spec names one), writes the metadata document (:mod:`nvkr.releaseset.metadata`)
+the spec names one) and the in-toto statements its action made about it that the spec names as
+attestations (:mod:`nvkr.releaseset.attestations`: a Secure Boot image's PCR predictions), writes the metadata document (:mod:`nvkr.releaseset.metadata`)
 and the release set index, and returns an action result listing every blob of the layout (shape
 in the :mod:`nvkr.releaseset` docstring); :func:`nvkr.releaseset.materialize` writes it to disk.
 """
@@ -36,6 +37,7 @@ from nvkr.provenance import (
     statement_bytes,
 )
 from nvkr.releaseset.artifacts import _Blobs, _pack_binary, _pack_image, _Packed
+from nvkr.releaseset.attestations import _attestations
 from nvkr.releaseset.chart import _pack_chart
 from nvkr.releaseset.metadata import _Entry, _metadata
 from nvkr.releaseset.spec import _group_by_action, _VariantOrder
@@ -109,6 +111,7 @@ def assemble(spec: ReleaseSetSpec, artifacts: Mapping[str, ActionResult], store:
                 label=label,
                 created=created,
                 variants=variant_list,
+                attested=frozenset(a.role for a in first.attestations),
             )
         qcow2 = json_object(result.metadata.get("disk")).get("qcow2")
         pdesc = _provenance(
@@ -116,6 +119,9 @@ def assemble(spec: ReleaseSetSpec, artifacts: Mapping[str, ActionResult], store:
             disk_image=qcow2 if isinstance(qcow2, Mapping) else None,
         )  # fmt: skip
         sdesc = _sbom(members, artifacts, packed, blobs, what=what, label=label, created=created)
+        attached = _attestations(
+            first, result, packed, blobs, what=what, label=label, created=created
+        )
         plat = packed.desc.get("platform") or {}
         entries.append(
             _Entry(
@@ -130,6 +136,7 @@ def assemble(spec: ReleaseSetSpec, artifacts: Mapping[str, ActionResult], store:
                 packed=packed,
                 provenance=pdesc,
                 sbom=sdesc,
+                attestations=attached,
             )
         )
     entries.sort(key=lambda e: e.sort)
@@ -153,6 +160,7 @@ def assemble(spec: ReleaseSetSpec, artifacts: Mapping[str, ActionResult], store:
                 *(e.packed.desc for e in entries),
                 *(e.provenance for e in entries),
                 *(e.sbom for e in entries if e.sbom is not None),
+                *(a.desc for e in entries for a in e.attestations),
             ],
             {mt.ANN_TITLE: name, mt.ANN_CREATED: created, mt.ANN_NVKR_RELEASE_SET: name},
             artifact_type=mt.NVKR_RELEASE_SET,

@@ -13,7 +13,9 @@ are ``{"mediaType", "digest", "size"}``::
      "recipe": {"path", "digest"}, "lockfile": {"path", "digest"}, "variants": [variant, ...],
      "artifacts": [
        # every kind: "name", "kind", "variant", "actionKey", "builder", "provenance": descriptor,
-       # and "sbom": descriptor of its SPDX SBOM manifest when the set holds one
+       # "sbom": descriptor of its SPDX SBOM manifest when the set holds one, and
+       # "attestations": [{"role", "predicateType", "mediaType", "digest", "size"}, ...] when
+       # its action made statements of its own about it (nvkr.releaseset.attestations)
        {"kind": "binary", "artifactType", ["platform"], "manifest": descriptor,
         "primary": {"name", "mediaType", "digest", "size"}, ...},
        {"kind": "image", "index": descriptor,
@@ -46,6 +48,7 @@ from nvkr.jsondoc import JsonObject
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.layout import LayoutReader
 from nvkr.releaseset.artifacts import _Packed, _trim
+from nvkr.releaseset.attestations import _Attached
 from nvkr.releaseset.spec import _VariantOrder
 from nvkr.releasespec import ReleaseSetSpec, SpecArtifact
 
@@ -58,13 +61,14 @@ METADATA_SCHEMA_VERSION: Final = 1
 class _Entry:
     """One distinct action of the set as assembled: the spec's artifacts it serves
     (``members``), how the set holds it (``packed``), its provenance and SBOM manifests'
-    descriptors, and its place in the release set index (``sort``)."""
+    descriptors, its attestations, and its place in the release set index (``sort``)."""
 
     sort: tuple[str, str, str, str, str]
     members: list[SpecArtifact]
     packed: _Packed
     provenance: JsonObject
     sbom: JsonObject | None
+    attestations: tuple[_Attached, ...] = ()
 
 
 def _metadata(
@@ -92,6 +96,8 @@ def _metadata(
             }
             if e.sbom is not None:
                 item["sbom"] = _trim(e.sbom)
+            if e.attestations:
+                item["attestations"] = [a.to_metadata() for a in e.attestations]
             if m.kind in ("binary", "machine-image") and m.platform:
                 item["platform"] = dict(m.platform)
             arts.append(item)

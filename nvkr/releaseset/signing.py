@@ -12,13 +12,17 @@ ATTESTATION_SPEC puts a DSSE envelope in a layer the same way)::
       [1..] one signature manifest per (signed thing, key), each:
               descriptor: artifactType application/vnd.dsse.envelope.v1+json, annotations
                 dev.nvkr.attachment=signature, dev.nvkr.keyid=<64 hex>, and
-                dev.nvkr.artifact=<name> (or dev.nvkr.release-set=<set name>); no ref.name
+                dev.nvkr.artifact=<name> (or dev.nvkr.release-set=<set name>), and for an
+                attestation's in-toto.io/predicate-type=<its statement's predicateType>; no
+                ref.name
               manifest:   artifactType application/vnd.dsse.envelope.v1+json, config = the empty
                           descriptor, one layer application/vnd.dsse.envelope.v1+json (the
                           envelope, canonical JSON), subject = the signed manifest or index
 
 What is signed: for each provenance manifest in the set, its statement's exact bytes (payloadType
-``application/vnd.in-toto+json``), attached to the artifact the statement describes; and an
+``application/vnd.in-toto+json``), attached to the artifact the statement describes; the same for
+each attestation of an artifact (:mod:`nvkr.releaseset.attestations`: a Secure Boot image's PCR
+predictions), whose signature also carries ``in-toto.io/predicate-type``; and an
 in-toto Statement naming the release set index by digest (predicateType
 :data:`RELEASE_SET_PREDICATE`), attached to the release set index. The index pins every member by
 digest, so that one signature covers the whole closure; the per-artifact ones let a consumer that
@@ -59,7 +63,7 @@ DSSE_ENVELOPE: Final = "application/vnd.dsse.envelope.v1+json"
 #: predicateType of the statement that names the release set index.
 RELEASE_SET_PREDICATE: Final = "https://nvkr.dev/attestations/release-set/v1"
 #: Descriptor annotation in ``index.json`` saying what an attachment is (``signature``).
-ANN_ATTACHMENT: Final = "dev.nvkr.attachment"
+ANN_ATTACHMENT: Final = mt.ANN_NVKR_ATTACHMENT
 #: Descriptor and manifest annotation: the key id (sha256 hex of the DER SubjectPublicKeyInfo).
 ANN_KEYID: Final = "dev.nvkr.keyid"
 SIGNATURE: Final = "signature"
@@ -111,6 +115,17 @@ def statement_layer(manifest: Mapping[str, Any], what: str) -> dict[str, Any]:
     return layers[0]
 
 
+def attestation_role(manifest: Mapping[str, Any]) -> str | None:
+    """The role of an artifact's attestation (``pcr-predictions``,
+    :mod:`nvkr.releaseset.attestations`): the ``dev.nvkr.attachment`` of an in-toto manifest;
+    None for a provenance manifest (which carries none) or any other manifest."""
+    annotations = manifest.get("annotations")
+    if manifest.get("artifactType") != mt.IN_TOTO_JSON or not isinstance(annotations, dict):
+        return None
+    role = annotations.get(ANN_ATTACHMENT)
+    return str(role) if role else None
+
+
 def release_set_statement(name: str, index_digest: str, created: str | None) -> bytes:
     """The in-toto Statement v1 (canonical JSON) that signing the release set index signs.
 
@@ -137,7 +152,7 @@ def sign_release_set(layout_dir: Path, key: PrivateKey) -> None:
 
     Checks the whole closure first (every blob's digest and size; every provenance statement
     valid), so nvkr never signs a corrupt set; then attaches one DSSE envelope per provenance
-    manifest and one for the release set index (shapes in the module docstring). The release set
+    and attestation manifest and one for the release set index (shapes in the module docstring). The release set
     index and its digest do not change; ``index.json`` gains the signature entries.
 
     Args:
@@ -214,7 +229,10 @@ def sign_release_set(layout_dir: Path, key: PrivateKey) -> None:
             raise IntegrityError(f"{what}: provenance whose subject is not in the release set")
         position, member = members[subject["digest"]]
         label = (member.get("annotations") or {}).get(mt.ANN_NVKR_ARTIFACT, subject["digest"])
-        attach(position, statement, member, {mt.ANN_NVKR_ARTIFACT: str(label)})
+        labels = {mt.ANN_NVKR_ARTIFACT: str(label)}
+        if attestation_role(manifest):  # tells it from the provenance's signature
+            labels[mt.ANN_IN_TOTO_PREDICATE_TYPE] = str(json.loads(statement)["predicateType"])
+        attach(position, statement, member, labels)
 
     _write_signatures(reader, entry, kid, new_blobs, [d for _, d in sorted(signed, key=_order)])
 
@@ -310,6 +328,7 @@ __all__ = [
     "DSSE_ENVELOPE",
     "RELEASE_SET_PREDICATE",
     "SIGNATURE",
+    "attestation_role",
     "keep_signed_layout",
     "release_set_entry",
     "release_set_statement",

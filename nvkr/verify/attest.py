@@ -103,21 +103,27 @@ class Attester:
         }
 
     def _inputs(self, report: VerifyReport) -> list[dict[str, Any]]:
-        """The provenance statements the run checked, each once, by the digest of its bytes."""
+        """The provenance statements and attestations (a Secure Boot image's PCR predictions)
+        the run checked, each once, by the digest of its bytes."""
         out: dict[str, dict[str, Any]] = {}
         for art in report.artifacts:
-            if art.provenance is None or art.statement is None:
-                continue
-            digest = "sha256:" + hashlib.sha256(art.statement).hexdigest()
-            out.setdefault(
-                digest,
-                {
-                    "name": f"provenance of {art.name}",
-                    "uri": self.place.statement_uri(art.provenance, digest),
-                    "digest": digest_set(digest),
-                    "mediaType": mt.IN_TOTO_JSON,
-                },
-            )
+            checked = [(f"provenance of {art.name}", art.provenance, art.statement)]
+            checked += [
+                (f"{a.role} of {art.name}", a.digest, a.statement) for a in art.attestations
+            ]
+            for name, manifest, statement in checked:
+                if manifest is None or statement is None:
+                    continue
+                digest = "sha256:" + hashlib.sha256(statement).hexdigest()
+                out.setdefault(
+                    digest,
+                    {
+                        "name": name,
+                        "uri": self.place.statement_uri(manifest, digest),
+                        "digest": digest_set(digest),
+                        "mediaType": mt.IN_TOTO_JSON,
+                    },
+                )
         return list(out.values())
 
 

@@ -50,6 +50,7 @@ from nvkr.releaseset.recordcheck import check_build_record
 from nvkr.releaseset.signing import (
     DSSE_ENVELOPE,
     RELEASE_SET_PREDICATE,
+    attestation_role,
     release_set_entry,
     statement_layer,
 )
@@ -61,11 +62,17 @@ from nvkr.verify.documents import (
     is_sbom,
     key_facts,
     metadata_artifacts,
+    metadata_attestations,
     primary_digests,
     sha256_subjects,
 )
 from nvkr.verify.policy import Policy, apply_policy
-from nvkr.verify.report import ArtifactReport, SignatureReport, VerifyReport
+from nvkr.verify.report import (
+    ArtifactReport,
+    AttestationReport,
+    SignatureReport,
+    VerifyReport,
+)
 
 
 def verify_release_set(
@@ -96,6 +103,7 @@ def verify_release_set(
         verifier.collect()
         if report.ok:
             verifier.provenance()
+            verifier.attestations()
             verifier.signatures()
         if report.ok:
             verifier.build_record()
@@ -126,6 +134,7 @@ class _Verifier:
         self.index: dict[str, Any] = {}
         self.members: list[dict[str, Any]] = []
         self.provenances: list[_Attachment] = []
+        self.attestation_manifests: list[_Attachment] = []
         self.signature_manifests: list[_Attachment] = []
         self.sboms: list[_Attachment] = []
         self.failed_provenance: set[str] = set()
@@ -251,7 +260,9 @@ class _Verifier:
         report = self.report
         doc = self.doc(desc)
         artifact_type = doc.get("artifactType") if desc["mediaType"] == mt.OCI_MANIFEST else None
-        if artifact_type == mt.IN_TOTO_JSON:
+        if artifact_type == mt.IN_TOTO_JSON and attestation_role(doc):
+            self.attestation_manifests.append((desc, doc))
+        elif artifact_type == mt.IN_TOTO_JSON:
             self.provenances.append((desc, doc))
         elif artifact_type == DSSE_ENVELOPE:
             self.signature_manifests.append((desc, doc))
@@ -292,6 +303,14 @@ class _Verifier:
                 report.fail(
                     "metadata",
                     f"{self.where}: its metadata names provenance {prov} for artifact {digest}, "
+                    "which its index does not hold",
+                )
+        attestations_held = {d["digest"] for d, _ in self.attestation_manifests}
+        for digest, (role, owner) in sorted(metadata_attestations(self.metadata).items()):
+            if digest not in attestations_held:
+                report.fail(
+                    "metadata",
+                    f"{self.where}: its metadata names {role} {digest} for artifact {owner}, "
                     "which its index does not hold",
                 )
 
@@ -350,6 +369,54 @@ class _Verifier:
             deps = (predicate.get("buildDefinition") or {}).get("resolvedDependencies") or []
             art.dependencies = [d for d in deps if isinstance(d, dict)]
 
+    def attestations(self) -> None:
+        """Each attestation of an artifact (a Secure Boot image's PCR predictions) is a valid
+        statement of the predicateType its layer names, attached to an artifact and about that
+        artifact's own digest."""
+        report = self.report
+        for desc, doc in self.attestation_manifests:
+            role = str(attestation_role(doc))
+            subject = (doc.get("subject") or {}).get("digest")
+            art = report.artifact(str(subject))
+            if art is None:
+                report.fail(
+                    "provenance",
+                    f"{role} {desc['digest']} is attached to {subject}, which is not an artifact "
+                    f"of {self.where}",
+                )
+                continue
+            what = f"{role} {desc['digest']} of artifact {art.name} ({art.digest})"
+            attestation = AttestationReport(
+                role=role, predicate_type="", digest=str(desc["digest"])
+            )
+            art.attestations.append(attestation)
+            try:
+                layer = statement_layer(doc, what)
+                data = self.reader.read_blob(layer, referrer=what)
+                statement = json.loads(data)
+                validate_statement(statement)
+            except IntegrityError as e:
+                report.fail("provenance", f"{what}: {e.message}", e.hint)
+                continue
+            except ValueError as e:
+                report.fail("provenance", f"{what}: the statement is not JSON: {e}")
+                continue
+            attestation.predicate_type = str(statement.get("predicateType"))
+            stated = (layer.get("annotations") or {}).get(mt.ANN_IN_TOTO_PREDICATE_TYPE)
+            if stated is not None and stated != attestation.predicate_type:
+                report.fail(
+                    "provenance",
+                    f"{what}: the statement's predicateType is {attestation.predicate_type!r}, "
+                    f"its layer says {stated!r}",
+                )
+                continue
+            named = sha256_subjects(statement)
+            foreign = [d for d in named if d not in art.subjects]
+            if not named or foreign:
+                report.fail("provenance", self._copied(what, art, foreign or ["no sha256 digest"]))
+                continue
+            attestation.statement = data
+
     def _copied(self, what: str, art: ArtifactReport, foreign: list[str]) -> str:
         owner = next((a for a in self.report.artifacts if foreign[0] in a.subjects), None)
         source = f" (artifact {owner.name}, {owner.digest})" if owner else ""
@@ -384,7 +451,14 @@ class _Verifier:
             sig_report = SignatureReport(
                 digest=str(desc["digest"]), keyids=[str(s.get("keyid", "")) for s in sigs]
             )
-            (art.signatures if art else report.signatures).append(sig_report)
+            attested = (
+                next((a for a in art.attestations if a.statement == payload), None) if art else None
+            )
+            if attested is not None:
+                what = f"signature {desc['digest']} of the {attested.role} of {target}"
+                attested.signatures.append(sig_report)
+            else:
+                (art.signatures if art else report.signatures).append(sig_report)
             if payload_type != mt.IN_TOTO_JSON:
                 report.fail(
                     "signature",
@@ -392,17 +466,8 @@ class _Verifier:
                 )
             elif art is None:
                 self._release_set_statement(payload, what)
-            elif art.digest in self.failed_provenance:
-                pass  # reported under provenance; the payload has nothing sound to match
-            elif art.statement is None:
-                report.fail("signature", f"{what}: the artifact has no provenance to compare with")
-            elif payload != art.statement:
-                report.fail(
-                    "signature",
-                    f"{what}: the signed statement is not the artifact's provenance "
-                    f"({art.provenance})",
-                    hint="the provenance or the signature was replaced",
-                )
+            elif attested is None:
+                self._artifact_statement(art, payload, what)
             given = {k["keyid"] for k in report.keys}
             if self.keys and (given & set(sig_report.keyids) or "" in sig_report.keyids):
                 # signatures by other keys only are another party's: not ours to judge
@@ -415,6 +480,23 @@ class _Verifier:
                 sig_report.verified = list(verified.keyids)
         if self.keys:
             self._require_signatures()
+
+    def _artifact_statement(self, art: ArtifactReport, payload: bytes, what: str) -> None:
+        """A signature attached to ``art`` that signs none of its attestations: it must sign its
+        provenance."""
+        if art.digest in self.failed_provenance:
+            return  # reported under provenance; the payload has nothing sound to match
+        if art.statement is None:
+            self.report.fail("signature", f"{what}: the artifact has no provenance to compare with")
+        elif payload != art.statement:
+            others = "".join(f" nor its {a.role} ({a.digest})" for a in art.attestations)
+            self.report.fail(
+                "signature",
+                f"{what}: the signed statement is "
+                + ("neither" if others else "not")
+                + f" the artifact's provenance ({art.provenance}){others}",
+                hint="the statement or the signature was replaced",
+            )
 
     def _envelope(
         self, desc: Mapping[str, Any], doc: Mapping[str, Any], what: str
@@ -473,6 +555,12 @@ class _Verifier:
             (f"artifact {art.name} ({art.digest})", art.signatures)
             for art in self.report.artifacts
             if art.provenance is not None
+        ]
+        subjects += [
+            (f"the {att.role} {att.digest} of artifact {art.name} ({art.digest})", att.signatures)
+            for art in self.report.artifacts
+            for att in art.attestations
+            if att.statement is not None
         ]
         for what, sigs in subjects:
             if any(s.verified or s.checked for s in sigs):

@@ -16,6 +16,7 @@ from nvkr.oci.layout import LayoutBlob
 from nvkr.releaseset.signing import (
     ANN_KEYID,
     DSSE_ENVELOPE,
+    attestation_role,
 )
 from nvkr.sbom import SPDX_MEDIA_TYPE
 from nvkr.sign import PublicKey, key_id, key_strength
@@ -39,7 +40,7 @@ def document_label(desc: Mapping[str, Any], doc: Mapping[str, Any]) -> str:
     name = ann.get(mt.ANN_NVKR_ARTIFACT)
     kind = doc.get("artifactType")
     if kind == mt.IN_TOTO_JSON:
-        return f"provenance of {name}"
+        return f"{attestation_role(doc) or 'provenance'} of {name}"
     if kind == DSSE_ENVELOPE:
         target = name or ann.get(mt.ANN_NVKR_RELEASE_SET) or "?"
         return f"signature of {target}, key {str(ann.get(ANN_KEYID, '?'))[:12]}"
@@ -115,6 +116,18 @@ def metadata_artifacts(
         if art.get("provenance"):
             meta_provenance[digest] = str(art["provenance"]["digest"])
     return kinds, variants, meta_provenance
+
+
+def metadata_attestations(meta: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
+    """The attestation manifests the metadata names (an artifact entry's ``attestations``):
+    manifest digest -> (role, the digest of the artifact's manifest or index)."""
+    found: dict[str, tuple[str, str]] = {}
+    for art in meta.get("artifacts") or []:
+        digest = str((art.get("index") or art.get("manifest") or {}).get("digest"))
+        for att in art.get("attestations") or []:
+            if isinstance(att, dict):
+                found[str(att.get("digest"))] = (str(att.get("role")), digest)
+    return found
 
 
 def is_sbom(doc: Mapping[str, Any]) -> bool:

@@ -48,6 +48,27 @@ class SignatureReport:
 
 
 @dataclass
+class AttestationReport:
+    """One attestation of an artifact (:mod:`nvkr.releaseset.attestations`: a Secure Boot
+    image's PCR predictions): its ``role``, its statement's ``predicate_type``, its manifest's
+    ``digest``, the statement's bytes once checked, and the signatures over them."""
+
+    role: str
+    predicate_type: str
+    digest: str
+    statement: bytes | None = None
+    signatures: list[SignatureReport] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "role": self.role,
+            "predicateType": self.predicate_type,
+            "digest": self.digest,
+            "signatures": [s.to_json() for s in self.signatures],
+        }
+
+
+@dataclass
 class ArtifactReport:
     """One artifact of the release set (one entry of its index).
 
@@ -55,7 +76,9 @@ class ArtifactReport:
     provenance statement may name (the primary blob, or the index itself), ``provenance`` the
     provenance manifest's digest (None when it has none), ``builder_id`` and ``dependencies``
     (``{"name", "uri", "digest"}``) from the statement, ``sboms`` the SBOM manifests' digests,
-    ``variants`` the matrix cells (``{"gpu", "kubernetes", "arch"}``) the metadata lists it for.
+    ``signatures`` those over its provenance (or over nothing it holds), ``attestations`` its
+    other in-toto statements with their own signatures, ``variants`` the matrix cells
+    (``{"gpu", "kubernetes", "arch"}``) the metadata lists it for.
     """
 
     name: str
@@ -69,6 +92,7 @@ class ArtifactReport:
     dependencies: list[dict[str, Any]] = field(default_factory=list)
     sboms: list[str] = field(default_factory=list)
     signatures: list[SignatureReport] = field(default_factory=list)
+    attestations: list[AttestationReport] = field(default_factory=list)
     variants: list[dict[str, str]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -82,6 +106,7 @@ class ArtifactReport:
             "builderId": self.builder_id,
             "sboms": self.sboms,
             "signatures": [s.to_json() for s in self.signatures],
+            "attestations": [a.to_json() for a in self.attestations],
         }
 
 

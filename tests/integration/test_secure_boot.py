@@ -10,7 +10,8 @@ build's: only the UKI, its signature and the node image run). Then:
   gives the same bytes, as the unsigned UKI does;
 - the image boots under enforcing Secure Boot (OVMF, Microsoft's 2011 keys, the owner's
   certificate as a MOK) with swtpm to the node agent (what ``nvkr boot-test --secure-boot --tpm``
-  runs), and the guest's PCRs 4, 5, 7, 9, 11 and 14 equal the predictions in the release set;
+  runs), and the guest's PCRs 4, 5, 7, 9, 11 and 14 equal the predictions in the release set
+  (the machine image's pcr-predictions attestation);
   one byte changed inside the signed UKI, and shim refuses the image; a db without Microsoft's
   third-party CA refuses shim;
 - ``nvkr verify --rebuild`` from a second clone, without the key, rebuilds the set and says
@@ -32,7 +33,6 @@ from typing import Any
 
 import pytest
 
-from nvkr.oci import mediatypes as mt
 from nvkr.store import Store
 from tests.helpers.background import BackgroundTest
 from tests.helpers.nvkr import Result, run_nvkr, seed_from_build
@@ -169,27 +169,21 @@ def _boot(disk: Path, logs: Path, *args: str, store: Path) -> dict[str, Any]:
 
 
 def _image(layout: Path) -> tuple[Path, dict[str, Any]]:
-    """The set's machine image: its QCOW2 blob and its PCR predictions statement."""
-    index = json.loads((layout / "index.json").read_text())
+    """The set's machine image: its QCOW2 blob and its PCR predictions statement (the layer of
+    its pcr-predictions attestation, whose subject is the machine image's manifest)."""
     blobs = layout / "blobs" / "sha256"
-    found: list[tuple[Path, dict[str, Any]]] = []
-    for blob in blobs.iterdir():  # the machine image's artifact manifest
-        if blob.stat().st_size > 1 << 16:
-            continue
-        try:
-            doc = json.loads(blob.read_bytes())
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            continue
-        layers = doc.get("layers") if isinstance(doc, dict) else None
-        if not layers or layers[0].get("mediaType") != mt.NVKR_QCOW2:
-            continue
-        roles = {layer["annotations"][mt.ANN_TITLE]: layer for layer in layers}
-        statement = json.loads(
-            (blobs / roles["pcr-predictions.intoto.json"]["digest"][7:]).read_bytes()
-        )
-        found.append((blobs / layers[0]["digest"][7:], statement))
-    assert len(found) == 1, (index, found)
-    return found[0]
+
+    def read(digest: str) -> Any:
+        return json.loads((blobs / digest[7:]).read_bytes())
+
+    index = read(json.loads((layout / "index.json").read_bytes())["manifests"][0]["digest"])
+    meta = read(read(index["manifests"][0]["digest"])["config"]["digest"])
+    (art,) = [a for a in meta["artifacts"] if a["kind"] == "machine-image"]
+    (att,) = [a for a in art["attestations"] if a["role"] == "pcr-predictions"]
+    manifest = read(att["digest"])
+    assert manifest["subject"]["digest"] == art["manifest"]["digest"], manifest
+    (layer,) = manifest["layers"]
+    return blobs / art["primary"]["digest"][7:], read(layer["digest"])
 
 
 def _tampered(disk: Path, out: Path, tmp: Path) -> Path:

@@ -149,7 +149,8 @@ def test_a_secure_boot_images_owner_and_predictions_are_read_from_its_layers(
     tmp_path: Path,
 ) -> None:
     """release-set show: the owner certificate's subject and the predicted PCRs of an image
-    whose manifest carries them as layers (what a node image with secureBoot.uki outputs)."""
+    whose manifest carries them as layers (a set assembled before the predictions became an
+    attestation of the image: tests/unit/test_secure_boot_predictions.py)."""
     import hashlib
 
     from cryptography import x509
@@ -179,7 +180,10 @@ def test_a_secure_boot_images_owner_and_predictions_are_read_from_its_layers(
 
     manifest = {"layers": [layer("node.qcow2", b"q"), layer("secure-boot-owner.der", der),
                            layer("pcr-predictions.intoto.json", statement)]}  # fmt: skip
-    got = _secure_boot(manifest, lambda digest, size: blobs[digest][:size])
+    got = _secure_boot({}, manifest, lambda desc: b"", lambda digest, size: blobs[digest][:size])
     assert got == {"owner": "CN=owner", "firmware": "ovmf 1", "phase": "after-stub",
                    "pcrs": {"4": "ab" * 32}}  # fmt: skip
-    assert _secure_boot({"layers": manifest["layers"][:1]}, lambda d, s: b"") is None
+    assert (
+        _secure_boot({}, {"layers": manifest["layers"][:1]}, lambda d: b"", lambda d, s: b"")
+        is None
+    )

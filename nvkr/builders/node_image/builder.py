@@ -65,7 +65,7 @@ from nvkr.builders.rootfs.artifact import RootfsArtifact
 from nvkr.canonical import sha256_bytes
 from nvkr.errors import RecipeError, ToolError
 from nvkr.hosttools import package_version
-from nvkr.jsondoc import json_objects
+from nvkr.jsondoc import JsonObject, json_objects
 from nvkr.oci import mediatypes as mt
 from nvkr.recipe import fieldchecks as fc
 from nvkr.recipe.imagefiles import ImageFile
@@ -278,6 +278,20 @@ class NodeImageBuilder(Builder[NodeImageArtifact]):
                 d for d in action.deps if d in actions and actions[d].builder == "go-binary"
             )
         )
+
+    def release_fields(self, action: Action) -> JsonObject:
+        """``{"attestations": [{"role": "pcr-predictions", "predicateType": ...}]}`` for a
+        Secure Boot image: the release set attaches its PCR predictions to it as an in-toto
+        attestation of their own (a referrer), not as a layer. Else nothing: a release set
+        without one keeps the spec it always had."""
+        deps = action.params.get("deps")
+        if not isinstance(deps, Mapping) or "signedUki" not in deps:
+            return {}
+        return {
+            "attestations": [
+                {"role": secureboot.PREDICTIONS_ROLE, "predicateType": secureboot.PREDICTION_TYPE}
+            ]
+        }
 
     def run(self, ctx: ActionContext) -> None:
         p = NodeImageParams.model_validate(ctx.action.params)
