@@ -1,5 +1,5 @@
-"""A boot (:func:`nvkr.machine.boot.boot_test`, or
-:func:`nvkr.machine.cloudinit.boot_with_user_data`) in a child Python process, for the session's
+"""A boot (:func:`nvkr.machine.boot.boot_test`, :func:`nvkr.machine.cloudinit.boot_with_user_data`
+or :func:`nvkr.machine.measured.boot_secure`) in a child Python process, for the session's
 background threads (tests/conftest.py, ``_started_in_background``): in the pytest process a boot
 would share nvkr's modules with the tests running meanwhile, and the unit tests replace functions
 of :mod:`nvkr.machine.boot` and :mod:`nvkr.machine.qemu` while they run (a fake console reader, a
@@ -7,8 +7,8 @@ KVM probe that always answers). The child gets the thread's environment
 (:func:`tests.helpers.nvkr.thread_env`) and its arguments as JSON on stdin, and prints the result
 (or the error) as JSON.
 
-``python -m tests.helpers.boot_child`` is the child's side; :func:`boot_test` and
-:func:`boot_with_user_data` the parent's.
+``python -m tests.helpers.boot_child`` is the child's side; :func:`boot_test`,
+:func:`boot_with_user_data` and :func:`boot_secure` the parent's.
 """
 
 from __future__ import annotations
@@ -96,6 +96,27 @@ def boot_with_user_data(image: Path, **kwargs: Any) -> SimpleNamespace:
     )
 
 
+def boot_secure(
+    image: Path, *, moks: list[Path], db: str = "microsoft", **kwargs: Any
+) -> SimpleNamespace:
+    """:func:`nvkr.machine.measured.boot_secure` (``kwargs`` as there, JSON-able; ``moks`` and
+    ``db`` its :class:`~nvkr.machine.secureboot.SecureBoot`) run in a child process. Returns
+    ``boot``, the user-data ``checks``, the ``module_checks`` (:class:`nvkr.machine.cloudinit.
+    Check`) and ``secure_boot`` (the result's ``secure_boot_json()``).
+
+    Raises:
+        AssertionError: as :func:`boot_with_user_data`.
+    """
+    from nvkr.machine.boot import BootResult
+    from nvkr.machine.cloudinit import Check
+
+    out = _in_child("boot_secure", image, {"moks": [str(m) for m in moks], "db": db, **kwargs})
+    return SimpleNamespace(
+        boot=BootResult(**out["boot"]), checks=[Check(**c) for c in out["checks"]],
+        module_checks=[Check(**c) for c in out["module_checks"]], secure_boot=out["secure_boot"],
+    )  # fmt: skip
+
+
 def main() -> None:
     from nvkr.errors import NvkrError
     from nvkr.machine.boot import boot_test
@@ -112,6 +133,19 @@ def main() -> None:
         if call == "boot_test":
             booted = boot_test(image, **args)
             print(json.dumps({"boot": dataclasses.asdict(booted)}))
+            return
+        if call == "boot_secure":
+            from nvkr.machine.measured import boot_secure
+            from nvkr.machine.secureboot import SecureBoot
+
+            keys = SecureBoot(tuple(Path(m) for m in args.pop("moks")), args.pop("db"))
+            secured = boot_secure(image, secure_boot=keys, **args)
+            print(json.dumps({
+                "boot": dataclasses.asdict(secured.boot),
+                "checks": [dataclasses.asdict(c) for c in secured.checks],
+                "module_checks": [dataclasses.asdict(c) for c in secured.module_checks],
+                "secure_boot": secured.secure_boot_json(),
+            }))  # fmt: skip
             return
         result = boot_with_user_data(image, **args)
     except NvkrError as e:

@@ -415,20 +415,37 @@ def test_cluster_api_export_of_the_leaf_passes_the_field_rules(
 
 
 # -- NVIDIA's driver from Debian's own archive, built by DKMS ---------------------------------
+#: The Debian-driver leaf with Secure Boot on (recipes/secureboot/debian-13.yaml) and a test
+#: owner's certificate (recipes/owner/owner.crt; its key stays outside the project): the UKI
+#: carries the GPU layer's kernelArgs, and the modules DKMS builds (NVIDIA's and v4l2loopback, a
+#: small module that loads without a device) are signed with the owner's key.
 LEAF_DEBIAN = """\
 apiVersion: nvkr.dev/v1alpha1
 kind: Recipe
 metadata: {name: hopper-debian-k8s1.36-loopback}
-extends: [hopper-debian-k8s1.36.yaml]
+extends: [hopper-debian-k8s1.36.yaml, ../secureboot/debian-13.yaml]
 sources:
   node-packages:
     apt:
       docker: {keyring: {fingerprint: @DOCKER_FPR@}}
+    packages:
+      v4l2loopback-dkms: "@V4L2LOOPBACK@"
   ovn-kubernetes: {commit: @OVNK_COMMIT@}
   ovn-kubernetes-repo: {commit: @OVNK_COMMIT@}
+  secure-boot-owner: {path: ../owner}
 artifacts:
-  node-image: {size: 4GiB, kubelet: {maxPods: @MAX_PODS@}}
-""".replace("@MAX_PODS@", str(LEAF_MAX_PODS))
+  uki: {kernelArgs: ["iommu=pt"]}
+  signed-modules:
+    builder: signed-modules
+    rootfs: rootfs
+    certificate: {source: secure-boot-owner, path: owner.crt}
+  node-image:
+    size: 4GiB
+    kubelet: {maxPods: @MAX_PODS@}
+    secureBoot: {modules: signed-modules}
+""".replace("@MAX_PODS@", str(LEAF_MAX_PODS)).replace("@V4L2LOOPBACK@", "0.15.0-2")
+#: The owner's certificate's common name (the modules' signer, as modinfo reads it).
+OWNER_CN = "nvkr test owner"
 DEBIAN_DRIVER = "550.163.01-2"  # recipes/os/debian-13.yaml: vars.debianNvidiaDriverVersion
 #: Debian 13's kernels are built with CONFIG_MODULE_COMPRESS_XZ: their modules, and those DKMS
 #: installs for them, are xz-compressed.
@@ -437,6 +454,8 @@ KO = ".ko.xz"
 DEBIAN_MODULES = tuple(
     f"nvidia-current{part}{KO}" for part in ("", "-modeset", "-drm", "-uvm", "-peermem")
 )
+#: The small DKMS module beside them (trixie main's v4l2loopback-dkms): it loads in QEMU.
+SMALL_MODULE = f"v4l2loopback{KO}"
 #: Left in the guest by the boot test's runcmd (see test_the_debian_driver_image_boots...).
 MODPROBE_RESOLVES = "/run/nvkr-test/nvidia-current.modprobe-n"
 MODPROBE_NO_DEVICE = "/run/nvkr-test/nvidia-current.no-device"
@@ -462,6 +481,7 @@ class DebianLeaf:
     locked: Result
     built: Result
     debs: dict[str, dict[str, str]]
+    owner: Path  # the owner's certificate (PEM), enrolled as a MOK in the boot
 
     def image(self) -> Path:
         """The release set's machine image (QCOW2)."""
@@ -602,9 +622,27 @@ def _make_debian_leaf(leaf: Leaf) -> DebianLeaf:
             "@OVNK_COMMIT@", leaf.ovnk.good
         )
     )
+    owner = project / "recipes/owner/owner.crt"
+    owner.parent.mkdir(parents=True)
+    key = project.parent / "owner.key"  # outside the project, as an owner keeps it
+    subprocess.run(
+        ["openssl", "req", "-new", "-x509", "-newkey", "rsa:2048", "-nodes", "-sha256",
+         "-days", "3650", "-subj", f"/CN={OWNER_CN}/", "-keyout", key, "-out", owner],
+        check=True, capture_output=True,
+    )  # fmt: skip
     locked = run_nvkr("lock", rel, *leaf.mirrors, cwd=project, store=store)
     built = (
-        run_nvkr("build", rel, "--locked", *leaf.mirrors, "--json", cwd=project, store=store)
+        run_nvkr(
+            "build",
+            rel,
+            "--locked",
+            *leaf.mirrors,
+            "--secure-boot-key",
+            str(key),
+            "--json",
+            cwd=project,
+            store=store,
+        )
         if locked.code == 0
         else locked
     )
@@ -614,7 +652,7 @@ def _make_debian_leaf(leaf: Leaf) -> DebianLeaf:
         (packages,) = [e for e in lock["sources"] if e["name"] == "node-packages"]
         debs = {p["name"]: p for p in packages["resolved"]["packages"]}
     layout = project / "dist" / "nvkr-hopper-debian-k8s1.36"
-    return DebianLeaf(rel, layout, locked, built, debs)
+    return DebianLeaf(rel, layout, locked, built, debs, owner)
 
 
 def test_the_debian_driver_image_holds_dkms_modules_built_for_its_kernel(
@@ -622,9 +660,10 @@ def test_the_debian_driver_image_holds_dkms_modules_built_for_its_kernel(
 ) -> None:
     """NVIDIA's 550 driver from Debian 13's non-free, built by DKMS inside the rootfs action
     for the image's own kernel: each module exists under updates/dkms, modinfo reads it, its
-    vermagic names the kernel, depmod resolves every symbol against the kernel's exports
-    (Module.symvers: Debian's System.map is a stub) and the other modules, with matching CRCs;
-    no signing key, no DKMS build tree or log is left in the image."""
+    vermagic names the kernel, it is signed by the owner's certificate (the signed-modules
+    action's, laid over DKMS's unsigned one), depmod resolves every symbol against the kernel's
+    exports (Module.symvers: Debian's System.map is a stub) and the other modules, with
+    matching CRCs; no DKMS signing key, no DKMS build tree or log is left in the image."""
     from tests.helpers.disk import debugfs_rdump
 
     assert debian_leaf.locked.code == 0, debian_leaf.locked.stderr
@@ -658,14 +697,15 @@ def test_the_debian_driver_image_holds_dkms_modules_built_for_its_kernel(
     assert "sign_file=/nonexistent/" in conf
 
     built = sorted(p.name for p in (modules / "updates" / "dkms").iterdir())
-    assert built == sorted(DEBIAN_MODULES), built
-    for name in DEBIAN_MODULES:
+    assert built == sorted([*DEBIAN_MODULES, SMALL_MODULE]), built
+    for name in (*DEBIAN_MODULES, SMALL_MODULE):
         ko = modules / "updates" / "dkms" / name
         info = subprocess.run(["modinfo", str(ko)], capture_output=True, text=True, check=True)
         fields = dict(line.split(":", 1) for line in info.stdout.splitlines() if ":" in line)
         assert fields["vermagic"].split()[0] == kernel, (name, fields["vermagic"])
-        assert fields["version"].strip() == DEBIAN_DRIVER.split("-")[0], name
-        assert "sig_id" not in fields and "signer" not in fields, f"{name} is signed"
+        if name != SMALL_MODULE:
+            assert fields["version"].strip() == DEBIAN_DRIVER.split("-")[0], name
+        assert fields.get("signer", "").strip() == OWNER_CN, (name, fields.get("signer"))
     depmod = subprocess.run(
         ["depmod", "-n", "-e", "-b", str(base), "-E", str(symvers), kernel],
         capture_output=True, text=True, check=True,
@@ -1181,14 +1221,16 @@ class InitBoot:
 
 
 def _init_boot(leaf: Leaf, debian: DebianLeaf, tmp_path: Path) -> InitBoot:
-    """The Debian-driver leaf's node image booted as the first control-plane node: the
+    """The Debian-driver leaf's node image booted as the first control-plane node under
+    enforcing Secure Boot (:func:`nvkr.machine.measured.boot_secure`: OVMF with Microsoft's
+    keys, the owner's certificate as a MOK; its module probe tries every DKMS module): the
     user-data CABPK writes for a KubeadmControlPlane's first machine
     (:func:`nvkr.delivery.export.cabpk.init_user_data` of the Metal3 export's own
     KubeadmControlPlane) on a seed whose meta-data carries the host's ``uuid``, with two more
     runcmd lines that leave what ``modprobe`` says of nvidia-current (see
     test_the_debian_driver_image_boots_and_its_kernel_resolves_the_module)."""
     from nvkr.delivery.export.cabpk import SENTINEL, init_user_data
-    from tests.helpers.boot_child import boot_with_user_data
+    from tests.helpers.boot_child import boot_secure
     from tests.helpers.k8smirror import KUBEADM_ARGS, KUBEADM_CONFIG, STATIC_PODS
 
     assert debian.built.code == 0, debian.built.stderr
@@ -1214,8 +1256,9 @@ def _init_boot(leaf: Leaf, debian: DebianLeaf, tmp_path: Path) -> InitBoot:
     user_data = tmp_path / "user-data"
     user_data.write_text(header + yaml.safe_dump(data, sort_keys=False, width=1 << 16))
     manifests = [f"/etc/kubernetes/manifests/{name}.yaml" for name in STATIC_PODS]
-    result = boot_with_user_data(
+    result = boot_secure(
         debian.image(),
+        moks=[debian.owner],
         user_data=user_data,
         meta_data_file=_ironic_meta_data(tmp_path),
         expect_files=[SENTINEL, KUBEADM_ARGS, KUBEADM_CONFIG, "/etc/kubernetes/kubelet.conf",
@@ -1268,13 +1311,45 @@ def test_cluster_api_control_plane_init_starts_the_kubelet_with_kubeadms_configu
 def test_the_debian_driver_image_boots_and_its_kernel_resolves_the_module(
     init_boot: Future[InitBoot],
 ) -> None:
-    """The Debian-driver image boots (the init boot, :func:`_init_boot`) to the agent's readiness
-    line with the modules installed, and its running kernel finds nvidia-current with its
-    dependencies (``modprobe -n``) and links it: loading it fails only in the driver's probe,
-    with "No such device" (there is no GPU in QEMU). What this cannot show: that the driver
-    drives a GPU."""
+    """The Debian-driver image boots under Secure Boot (the init boot, :func:`_init_boot`) to
+    the agent's readiness line with the modules installed, and its running kernel finds
+    nvidia-current with its dependencies (``modprobe -n``) and links it: loading it fails only
+    in the driver's probe, with "No such device" (there is no GPU in QEMU). What this cannot
+    show: that the driver drives a GPU."""
     result = init_boot.result().result
     checks = {c.what: c for c in result.checks}
     for path in (MODPROBE_RESOLVES, MODPROBE_NO_DEVICE):
         assert checks[f"file {path}"].ok, checks[f"file {path}"]
     assert "nvkr-node-agent: ready" in result.boot.matched
+
+
+def test_under_secure_boot_only_the_owners_signed_modules_load(
+    init_boot: Future[InitBoot],
+) -> None:
+    """The init boot ran under enforcing Secure Boot (shim, the owner's signed UKI, the kernel
+    locked down) and nvkr's module probe tried each DKMS module there (nvkr boot-test's
+    --module-checks, :mod:`nvkr.machine.moduleprobe`): v4l2loopback, signed with the owner's
+    key, loads; NVIDIA's signed modules fail only for lack of a GPU ("No such device"); for
+    each, a copy without its signature is refused by lockdown ("Operation not permitted") and a
+    copy with one byte changed is rejected for its signature ("Key was rejected by service").
+    What this cannot show: the NVIDIA driver's probe of a real GPU."""
+    result = init_boot.result().result
+    sb = result.secure_boot
+    assert sb["enforcing"] and [m["subject"] for m in sb["moks"]] == [f"CN={OWNER_CN}"], sb
+    assert (
+        "[integrity]" in sb["modules"]["lockdown"]
+        or "[confidentiality]" in sb["modules"]["lockdown"]
+    ), sb["modules"]
+    checks = {c.what: c for c in result.module_checks}
+    assert all(c.ok for c in checks.values()), result.module_checks
+    for name in (SMALL_MODULE, *DEBIAN_MODULES):
+        path = f"updates/dkms/{name}"
+        loaded = checks[f"module {path} signed by {OWNER_CN}"].detail
+        if name == SMALL_MODULE:
+            assert loaded == "loaded", loaded
+        else:
+            assert loaded == "failed only for lack of its device (No such device)", (name, loaded)
+        unsigned = checks[f"module {path}: its unsigned copy"].detail
+        assert unsigned == "refused: Operation not permitted", (name, unsigned)
+        changed = checks[f"module {path}: its copy with a byte changed"].detail
+        assert changed == "refused: Key was rejected by service", (name, changed)
