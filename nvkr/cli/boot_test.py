@@ -25,7 +25,10 @@ if TYPE_CHECKING:
 
 def _images_of_set(layout: Path, artifact: str | None, variant: str | None) -> list[dict[str, Any]]:
     """The machine images of the release set in ``layout``: ``{"label", "path", "arch",
-    "digest", "slug"}`` (``slug``: the start of its console log's file name)."""
+    "digest", "slug", "predictions"}`` (``slug``: the start of its console log's file name;
+    ``predictions``: a Secure Boot image's PCR predictions, :func:`nvkr.machine.predicted.
+    read_predictions`, or None)."""
+    from nvkr.machine.predicted import read_predictions
     from nvkr.oci.layout import LayoutReader
     from nvkr.recipe.matrix import parse_variant_option
     from nvkr.releaseset.metadata import read_metadata
@@ -54,6 +57,7 @@ def _images_of_set(layout: Path, artifact: str | None, variant: str | None) -> l
                 "arch": arch,
                 "digest": digest,
                 "slug": f"{art['name']}-{v.get('gpu', 'x')}-k8s{v.get('kubernetes', 'x')}-{arch}",
+                "predictions": read_predictions(reader, art, f"artifact {art['name']}"),
             },
         )
     if not found:
@@ -233,7 +237,10 @@ def command(
     "Kernel is locked down from EFI Secure Boot" and "secureboot: Secure boot enabled" before
     the agent's line. With --tpm the guest also gets swtpm, and a boot hook (vendor-data of a
     NoCloud seed, beside --user-data's probe when given) prints its PCRs and TPM event log on
-    the console: the log is kept as <console log>.eventlog and must replay to the PCRs.
+    the console: the log is kept as <console log>.eventlog and must replay to the PCRs; booted
+    from a release set, the PCRs must also equal the image's predictions (its pcr-predictions
+    attestation) when the boot is the one they state (this host's variable store is the stated
+    one, db microsoft, the stated MOKs), else the result says why they were not compared.
     Another boot hook tries each out-of-tree module of the image under the kernel's lockdown
     (--module-checks, the default): signed by a --mok certificate, it must load or fail only
     with "No such device" (a GPU driver without a GPU), and its unsigned copy and a copy with
@@ -340,6 +347,13 @@ def _boot_one(
             extra["total_seconds"] = secured.seconds
             if secured.tpm is not None:
                 extra["tpm"] = secured.tpm.to_json(str(eventlog))
+                if image.get("predictions") is not None:
+                    from nvkr.machine.predicted import compare
+
+                    extra["tpm"]["predictions"] = compare(
+                        image["predictions"], secured.tpm.pcrs, arch=image["arch"],
+                        db=secured.db, moks=secured.moks, where=f"the guest ({label})",
+                    )  # fmt: skip
         elif "user_data" in options:
             booted = boot_with_user_data(Path(image["path"]), **common)
             result, checks = booted.boot, [c.to_json() for c in booted.checks]

@@ -126,6 +126,16 @@ def _image_result_lines(r: BootImageResult) -> list[str]:
         lines.append(f"   tpm: PCRs {','.join(map(str, r.tpm['replayed']))} replay the event "
                      f"log ({len(log['events'])} events, sha256 {log['sha256'][:16]}…, "
                      f"{log.get('file', 'not kept')})")  # fmt: skip
+        # the registers a measured boot predicts (nvkr.secureboot.measure), abridged
+        shown = [f"{n}={r.tpm['pcrs'][n][:16]}…" for n in ("4", "5", "7", "9", "11", "14")
+                 if n in r.tpm["pcrs"]]  # fmt: skip
+        lines.append(f"   tpm: PCRs (sha256) {' '.join(shown)}")
+        predicted = r.tpm.get("predictions")
+        if predicted is not None and predicted["compared"]:
+            lines.append(f"   tpm: PCRs {','.join(predicted['pcrs'])} equal the release set's "
+                         f"predictions (phase {predicted['phase']})")  # fmt: skip
+        elif predicted is not None:
+            lines.append(f"   tpm: not compared with the predictions: {predicted['reason']}")
     return lines
 
 
