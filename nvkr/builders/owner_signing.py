@@ -49,7 +49,34 @@ def signing_problems(
                 f"certificate: {{source: {certificate.source}, path: owner.crt}}",
             )
         )
+    elif source_kind_of(variant, certificate.source) == "path":
+        problems += _path_certificate_problems(artifact_name, certificate, variant)
     return problems
+
+
+def _path_certificate_problems(
+    artifact_name: str, certificate: CertificateRef, variant: Variant
+) -> list[Problem]:
+    """The certificate file of a path source, read as the signing action will read it (a
+    directory of the repository: reading it fetches nothing), so ``validate`` and ``plan``
+    name a missing or unusable certificate before any build."""
+    source = variant.recipe.sources[certificate.source]
+    base = variant.source_dirs.get(certificate.source)
+    if base is None:
+        return []
+    file = base / str(getattr(source, "path", "")) / str(certificate.path).strip("/")
+    field = ("artifacts", artifact_name, "certificate", "path")
+    try:
+        parse_certificate(file.read_bytes(), str(file))
+    except FileNotFoundError:
+        return [(field, f"{file}: no such file (the owner's certificate, PEM or DER)",
+                 f"put the owner's certificate there, or name its file in source "
+                 f"{certificate.source}'s directory")]  # fmt: skip
+    except OSError as e:
+        return [(field, f"{file}: cannot read the owner's certificate: {e.strerror}", None)]
+    except UsageError as e:
+        return [(field, e.message, e.hint)]
+    return []
 
 
 def certificate_params(cert: ResolvedSource, ref: CertificateRef) -> JsonObject:

@@ -413,3 +413,56 @@ def test_a_path_source_without_the_certificate_file_is_named(tmp_path: Path) -> 
         read_certificate(blob, params)  # type: ignore[arg-type]
     assert "source secure-boot-owner (a directory) holds no file 'owner.crt'" in e.value.message
     assert e.value.exit_code == 2 and e.value.hint and "certificate.path" in e.value.hint
+
+
+def _leaf_project(tmp_path: Path) -> Path:
+    """A copy of the repository's recipes with a Secure Boot leaf (the README's) whose owner
+    directory recipes/owner/ is empty."""
+    import shutil
+
+    from tests.helpers import REPO
+
+    shutil.copytree(REPO / "recipes", tmp_path / "recipes")
+    (tmp_path / "recipes/owner").mkdir()
+    (tmp_path / "recipes/sb.yaml").write_text(
+        "apiVersion: nvkr.dev/v1alpha1\nkind: Recipe\nmetadata: {name: sb}\n"
+        "extends: [default.yaml, secureboot/debian-13.yaml]\n"
+        "sources:\n  secure-boot-owner: {path: owner}\n"
+    )
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (None, "no such file (the owner's certificate, PEM or DER)"),
+        (b"not a certificate", "is not an X.509 certificate (PEM or DER)"),
+        ("ec", "an ECDSA key makes randomized signatures"),
+    ],
+)
+def test_validate_reads_the_owners_certificate_of_a_path_source(
+    tmp_path: Path, content: bytes | str | None, said: str
+) -> None:
+    """``nvkr validate`` (and plan and build, through the same recipe check) reads the
+    certificate a signing artifact names in a path source: missing, not a certificate, or of a
+    key type that cannot sign reproducibly, each an error naming the recipe line, the field and
+    the file, exit 2, before anything is fetched or built."""
+    from tests.helpers.cli import invoke
+
+    project = _leaf_project(tmp_path)
+    crt = project / "recipes/owner/owner.crt"
+    if content == "ec":
+        crt.write_bytes(_cert(ec.generate_private_key(ec.SECP256R1())).public_bytes(
+            serialization.Encoding.PEM))  # fmt: skip
+    elif content is not None:
+        crt.write_bytes(content)
+    res = invoke("validate", "recipes/sb.yaml", cwd=project, store=tmp_path / "store")
+    assert res.code == 2, res.output
+    assert "artifacts.signed-uki.certificate.path: recipes/owner/owner.crt" in res.output
+    assert said in res.output, res.output
+    assert "recipes/secureboot/debian-13.yaml:" in res.output, res.output  # the line that names it
+    # a usable certificate: valid
+    crt.write_bytes(_cert(rsa.generate_private_key(65537, 2048)).public_bytes(
+        serialization.Encoding.PEM))  # fmt: skip
+    ok = invoke("validate", "recipes/sb.yaml", cwd=project, store=tmp_path / "store")
+    assert ok.code == 0, ok.output
