@@ -134,8 +134,11 @@ def _secure_boot(tmp: Path, started: Future[Any]) -> None:
                                             "pcrs": predicted}, result["tpm"]  # fmt: skip
     # the default image holds no out-of-tree module: the probe ran and found none
     assert result["secureBoot"]["modules"]["modules"] == [], result["secureBoot"]["modules"]
-    tampered = _boot(_tampered(disk, tmp / "tampered.qcow2", tmp), tmp / "tampered", "--mok",
-                     cert, store=sb_store)  # fmt: skip
+    changed, before, after = _tampered(disk, tmp / "tampered.qcow2", tmp)
+    # the prediction's PCR 4 holds the UKI's Authenticode digest, which the change changes
+    pcr4 = {e["digest"] for e in statement["predicate"]["events"] if e["pcr"] == 4}
+    assert before.hex() in pcr4 and after.hex() not in pcr4 and before != after, pcr4
+    tampered = _boot(changed, tmp / "tampered", "--mok", cert, store=sb_store)
     assert tampered["code"] != 0 and re.search(
         r"Verification failed|Security Violation", tampered["error"]
     ), tampered
@@ -192,10 +195,11 @@ def _image(layout: Path) -> tuple[Path, dict[str, Any]]:
     return blobs / art["primary"]["digest"][7:], read(layer["digest"])
 
 
-def _tampered(disk: Path, out: Path, tmp: Path) -> Path:
+def _tampered(disk: Path, out: Path, tmp: Path) -> tuple[Path, bytes, bytes]:
     """A copy of ``disk`` whose signed UKI (the ESP's GRUBX64.EFI) has one byte changed inside
-    its .linux section, which the signature covers."""
-    from nvkr.secureboot.pe import pe_sections
+    its .linux section, which the signature covers; the UKI's Authenticode digest before and
+    after (what shim measures into PCR 4)."""
+    from nvkr.secureboot.pe import authenticode_digest, pe_sections
 
     raw = tmp / "tampered.raw"
     subprocess.run(["qemu-img", "convert", "-f", "qcow2", "-O", "raw", disk, raw], check=True)
@@ -204,13 +208,14 @@ def _tampered(disk: Path, out: Path, tmp: Path) -> Path:
     uki = tmp / "uki.efi"
     subprocess.run(["mcopy", "-n", "-i", esp, "::/EFI/BOOT/GRUBX64.EFI", uki], check=True, env=env)
     data = bytearray(uki.read_bytes())
+    before = authenticode_digest(bytes(data))
     (linux,) = [s for s in pe_sections(bytes(data)) if s.name == ".linux"]
     data[linux.raw_pointer + (1 << 20)] ^= 1
     uki.write_bytes(data)
     subprocess.run(["mcopy", "-o", "-i", esp, uki, "::/EFI/BOOT/GRUBX64.EFI"], check=True, env=env)
     subprocess.run(["qemu-img", "convert", "-f", "raw", "-O", "qcow2", raw, out], check=True)
     raw.unlink()
-    return out
+    return out, before, authenticode_digest(bytes(data))
 
 
 def start_in_background(request: pytest.FixtureRequest) -> BackgroundTest:
