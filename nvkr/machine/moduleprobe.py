@@ -18,16 +18,25 @@ each starting with :data:`PREFIX`:
   changed, its signature kept;
 - ``load <path> signed <exit status> <...>``: the module itself, by ``modprobe`` (its
   dependencies too), last;
+- ``klog <path> <case> <line>``: up to three lines the kernel logged during that load, before its
+  ``load`` line (``Loading of unsigned module is rejected``; a driver's own reason to fail);
 - ``error <text>`` when the probe cannot run (no ``python3``: it makes the copies; Debian's
   ``systemd-ukify``, which a Secure Boot image's UKI needs, brings it), then ``end``.
 
 The kernel checks a module's signature before anything else of it (``load_module`` calls
 ``module_sig_check`` first), so the copies are refused for their signatures whatever they would
 need to link. :func:`parse` reads the report; :func:`check` judges it (:data:`REFUSED`,
-:data:`NO_DEVICE`): each module is signed by one of the enrolled MOKs (its issuer's common name
-and serial number, as kmod's ``modinfo`` prints them), loads or fails only because its device is
-missing (``No such device``: a GPU driver without a GPU), and both copies are refused for their
-signature. A module signed by someone else is reported and left alone.
+:data:`BROKEN`, :data:`NO_DEVICE`): each module is signed by one of the enrolled MOKs (its
+issuer's common name and serial number, as kmod's ``modinfo`` prints them); the kernel accepts
+its signature (it loads, or fails after the signature check and linking: ``No such device`` for
+a GPU driver without a GPU, or the module's own reason, which the result quotes from the
+kernel's log); both copies are refused for their signature. A module signed by someone else is
+reported and left alone.
+
+Debian's kernels enforce module signatures under Secure Boot (``module.sig_enforce``): an
+unsigned module is refused with EKEYREJECTED, the kernel logging "Loading of unsigned module is
+rejected", as is a signature that does not verify. A kernel that only locks down refuses an
+unsigned one with EPERM ("Lockdown: insmod: unsigned module loading is restricted").
 """
 
 from __future__ import annotations
@@ -55,6 +64,9 @@ REFUSED: Final = (
     "Key was rejected by service",
     "Required key not available",
 )
+#: What insmod says of a module the kernel cannot link or take for this kernel, whatever its
+#: signature (ENOEXEC: a vermagic or ELF it does not accept; ENOENT: an unknown symbol).
+BROKEN: Final = ("Invalid module format", "Exec format error", "Unknown symbol")
 #: What modprobe says when the module loaded but found no device to drive (ENODEV).
 NO_DEVICE: Final = "No such device"
 #: Where the probe looks, relative to /lib/modules/<release>/.
@@ -103,6 +115,9 @@ w="${{NVKR_PROBE_ROOT:-}}/var/tmp/nvkr-modules"
 echo "$p kernel $k"
 echo "$p lockdown $(cat /sys/kernel/security/lockdown 2>/dev/null || echo missing)"
 last() {{ printf '%s' "$1" | tr '\\n' ' ' | sed 's/.*: //'; }}
+# what the kernel logged since line $1 of its log, without timestamps: the first three lines
+said() {{ dmesg 2>/dev/null | tail -n +$(($1 + 1)) | sed 's/^\\[[^]]*\\] //' | head -n 3; }}
+lines() {{ dmesg 2>/dev/null | wc -l; }}
 if ! command -v python3 >/dev/null 2>&1; then
     echo "$p error no python3 in the image: the probe makes the module copies with it"
     echo "$p end"
@@ -119,7 +134,9 @@ for d in {dirs}; do [ -d "$d" ] && find "$d" -name '*.ko*'; done | sort | while 
     kind=$(python3 "$w/copies.py" "$f" "$w/unsigned.ko" "$w/changed.ko" 2>&1)
     if [ "$kind" = signed ]; then
         for copy in unsigned changed; do
+            n=$(lines)
             out=$(insmod "$w/$copy.ko" 2>&1); rc=$?
+            said "$n" | while read -r line; do echo "$p klog $rel $copy $line"; done
             echo "$p load $rel $copy $rc $(last "$out")"
             [ $rc -eq 0 ] && rmmod "$w/$copy.ko" 2>/dev/null
         done
@@ -128,7 +145,9 @@ for d in {dirs}; do [ -d "$d" ] && find "$d" -name '*.ko*'; done | sort | while 
     fi
     rm -f "$w/unsigned.ko" "$w/changed.ko"
     name=$(basename "$f"); name=${{name%%.ko*}}
+    n=$(lines)
     out=$(modprobe "$name" 2>&1); rc=$?
+    said "$n" | while read -r line; do echo "$p klog $rel signed $line"; done
     echo "$p load $rel signed $rc $(last "$out")"
 done
 rm -rf "$w"
@@ -139,14 +158,16 @@ echo "$p end"
 @dataclass
 class Module:
     """One module the probe tried: its ``path`` (under /lib/modules/<release>/), kmod's
-    ``signer`` and ``sigkey``, ``copies`` (``signed``, else why the probe made none) and each
-    ``loads`` case (``signed``, ``unsigned``, ``changed``) as (exit status, insmod's words)."""
+    ``signer`` and ``sigkey``, ``copies`` (``signed``, else why the probe made none), each
+    ``loads`` case (``signed``, ``unsigned``, ``changed``) as (exit status, insmod's words) and
+    what the kernel logged during it (``klog``)."""
 
     path: str
     signer: str = ""
     sigkey: str = ""
     copies: str = "signed"
     loads: dict[str, tuple[int, str]] = field(default_factory=dict)
+    klog: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -185,19 +206,26 @@ def parse(lines: Sequence[str]) -> Report:
         elif kind == "module":
             modules[rest] = Module(rest)
         elif path in modules:
-            mod = modules[path]
-            if kind == "signer":
-                mod.signer = value
-            elif kind == "sigkey":
-                mod.sigkey = value
-            elif kind == "copies":
-                mod.copies = value
-            elif kind == "load":
-                case, _, outcome = value.partition(" ")
-                status, _, words = outcome.partition(" ")
-                if status.lstrip("-").isdigit():
-                    mod.loads[case] = (int(status), words.strip())
+            _module_line(modules[path], kind, value)
     return Report(kernel, lockdown, list(modules.values()), error, ended)
+
+
+def _module_line(mod: Module, kind: str, value: str) -> None:
+    """One report line about ``mod`` (``value``: what follows its path)."""
+    if kind == "signer":
+        mod.signer = value
+    elif kind == "sigkey":
+        mod.sigkey = value
+    elif kind == "copies":
+        mod.copies = value
+    elif kind == "klog":
+        case, _, text = value.partition(" ")
+        mod.klog.setdefault(case, []).append(text.strip())
+    elif kind == "load":
+        case, _, outcome = value.partition(" ")
+        status, _, words = outcome.partition(" ")
+        if status.lstrip("-").isdigit():
+            mod.loads[case] = (int(status), words.strip())
 
 
 def _common_name(name: x509.Name) -> str:
@@ -225,15 +253,35 @@ def signed_by(module: Module, moks: Sequence[bytes]) -> x509.Certificate | None:
     return None
 
 
-def _refused(outcome: tuple[int, str] | None) -> tuple[bool, str]:
+def _kernel(mod: Module, case: str) -> str:
+    lines = mod.klog.get(case) or []
+    return f" (kernel: {'; '.join(lines)})" if lines else ""
+
+
+def _refused(mod: Module, case: str) -> tuple[bool, str]:
+    """Whether the ``case`` copy was refused for its signature, and what happened."""
+    outcome = mod.loads.get(case)
     if outcome is None:
         return False, "not tried"
     status, words = outcome
     if status == 0:
         return False, "loaded"
     if any(r in words for r in REFUSED):
-        return True, f"refused: {words}"
-    return False, f"failed, not for its signature: {words}"
+        return True, f"refused: {words}{_kernel(mod, case)}"
+    return False, f"failed, not for its signature: {words}{_kernel(mod, case)}"
+
+
+def _accepted(mod: Module) -> tuple[bool, str]:
+    """Whether the kernel took the signed module's signature (it loaded, or failed after the
+    signature check and linking), and what happened."""
+    status, words = mod.loads.get("signed", (-1, "not tried"))
+    if status == 0:
+        return True, "loaded"
+    if NO_DEVICE in words:
+        return True, f"failed only for lack of its device ({words})"
+    if status < 0 or not words or any(r in words for r in (*REFUSED, *BROKEN)):
+        return False, f"did not load: {words or 'no reason given'}{_kernel(mod, 'signed')}"
+    return True, f"signature accepted, then it failed: {words}{_kernel(mod, 'signed')}"
 
 
 def check(report: Report, moks: Sequence[bytes], *, where: str = "the guest") -> list[Check]:
@@ -258,13 +306,9 @@ def check(report: Report, moks: Sequence[bytes], *, where: str = "the guest") ->
                                 f"{signer}, by no enrolled MOK: not tried"))  # fmt: skip
             continue
         owner = _common_name(cert.subject)
-        status, words = mod.loads.get("signed", (-1, "not tried"))
-        loaded = status == 0 or NO_DEVICE in words
-        how = "loaded" if status == 0 else f"failed only for lack of its device ({words})"
-        checks.append(Check(f"module {mod.path} signed by {owner}", loaded,
-                            how if loaded else f"did not load: {words}"))  # fmt: skip
+        checks.append(Check(f"module {mod.path} signed by {owner}", *_accepted(mod)))
         for case, what in (("unsigned", "unsigned copy"), ("changed", "copy with a byte changed")):
-            ok, detail = _refused(mod.loads.get(case))
+            ok, detail = _refused(mod, case)
             if mod.copies != "signed":
                 ok, detail = False, f"no copy made: {mod.copies}"
             checks.append(Check(f"module {mod.path}: its {what}", ok, detail))
@@ -284,7 +328,7 @@ def to_json(report: Report, checks: Sequence[Check]) -> dict[str, Any]:
     """``modules`` of the boot's JSON result."""
     return {"kernel": report.kernel, "lockdown": report.lockdown,
             "modules": [{"path": m.path, "signer": m.signer, "sigKey": m.sigkey,
-                         "loads": {case: {"status": s, "said": w}
+                         "loads": {case: {"status": s, "said": w, "kernel": m.klog.get(case, [])}
                                    for case, (s, w) in sorted(m.loads.items())}}
                         for m in report.modules],
             "checks": [c.to_json() for c in checks]}  # fmt: skip

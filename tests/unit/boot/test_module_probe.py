@@ -31,6 +31,8 @@ KERNEL = "6.12.57+deb13-amd64"
 STAND_INS = {
     "uname": f"#!/bin/sh\necho {KERNEL}\n",
     "rmmod": "#!/bin/sh\nexit 0\n",
+    # the kernel's log: what the insmod stand-in logged
+    "dmesg": '#!/bin/sh\ncat "$KLOG" 2>/dev/null\n',
     "modinfo": """#!PYTHON
 import sys
 from nvkr.secureboot import modsig
@@ -60,10 +62,17 @@ try:
     modsig.verify_module(data, cert)
 except IntegrityError as e:
     signed = modsig.split_module(data).pkcs7 is not None
+    if not signed:
+        with open(os.environ["KLOG"], "a") as log:
+            log.write("[   45.1] Loading of unsigned module is rejected\\n")
     why = "Key was rejected by service" if signed else "Operation not permitted"
     sys.exit(f"insmod: ERROR: could not insert module {path}: {why}")
 if "gpu" in os.path.basename(path):
     sys.exit(f"insmod: ERROR: could not insert module {path}: No such device")
+if "ib" in os.path.basename(path):
+    with open(os.environ["KLOG"], "a") as log:
+        log.write("[   79.1] ib: nv_mem_client_init:560 ERROR compiled without IB peer memory\\n")
+    sys.exit(f"insmod: ERROR: could not insert module {path}: Invalid argument")
 """,
 }
 
@@ -106,7 +115,8 @@ def _run_probe(tmp_path: Path, modules: dict[str, bytes], mok: Path) -> list[str
     console = tmp_path / "console"
     env = {"PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin",
            "PYTHONPATH": os.getcwd(), "NVKR_PROBE_ROOT": str(root),
-           "NVKR_PROBE_CONSOLE": str(console), "MOK": str(mok)}  # fmt: skip
+           "NVKR_PROBE_CONSOLE": str(console), "MOK": str(mok),
+           "KLOG": str(tmp_path / "klog")}  # fmt: skip
     subprocess.run(["sh", str(script)], env=env, check=True, timeout=120)
     return ["[   12.5] cloud-init[612]: " + line for line in console.read_text().splitlines()]
 
@@ -117,12 +127,14 @@ def test_signed_modules_load_and_their_copies_are_refused_for_their_signatures(
     key, crt = owner
     signed = _sign_like_sign_file(MODULE, key, crt, tmp_path)
     gpu = _sign_like_sign_file(MODULE + b"gpu", key, crt, tmp_path)
+    ib = _sign_like_sign_file(MODULE + b"ib", key, crt, tmp_path)
     xz = lzma.compress(signed, check=lzma.CHECK_CRC32)
     lines = _run_probe(
         tmp_path,
         {
             "updates/dkms/loop.ko.xz": xz,
             "updates/dkms/gpu.ko.xz": lzma.compress(gpu),
+            "updates/dkms/ib.ko.xz": lzma.compress(ib),
             "kernel/drivers/in-tree.ko.xz": lzma.compress(MODULE),
         },
         crt,
@@ -130,25 +142,37 @@ def test_signed_modules_load_and_their_copies_are_refused_for_their_signatures(
     report = moduleprobe.parse(lines)
     assert report.ended and report.kernel == KERNEL and not report.error
     # in-tree modules are the kernel's: not tried
-    assert [m.path for m in report.modules] == ["updates/dkms/gpu.ko.xz", "updates/dkms/loop.ko.xz"]
-    loop = report.modules[1]
+    assert [m.path for m in report.modules] == [
+        "updates/dkms/gpu.ko.xz", "updates/dkms/ib.ko.xz", "updates/dkms/loop.ko.xz"
+    ]  # fmt: skip
+    loop = report.modules[2]
     assert loop.signer == "nvkr test owner" and loop.sigkey == "12:D6:87"  # serial 1234567
     assert loop.loads == {"unsigned": (1, "Operation not permitted"),
                           "changed": (1, "Key was rejected by service"), "signed": (0, "")}  # fmt: skip
-    checks = moduleprobe.check(report, [_der(crt)])
-    assert [(c.what, c.ok) for c in checks] == [
-        ("module updates/dkms/gpu.ko.xz signed by nvkr test owner", True),
-        ("module updates/dkms/gpu.ko.xz: its unsigned copy", True),
-        ("module updates/dkms/gpu.ko.xz: its copy with a byte changed", True),
-        ("module updates/dkms/loop.ko.xz signed by nvkr test owner", True),
-        ("module updates/dkms/loop.ko.xz: its unsigned copy", True),
-        ("module updates/dkms/loop.ko.xz: its copy with a byte changed", True),
-    ]
-    assert checks[0].detail == "failed only for lack of its device (No such device)"
-    assert checks[3].detail == "loaded" and checks[4].detail == "refused: Operation not permitted"
-    shown = moduleprobe.to_json(report, checks)
-    assert shown["modules"][1]["loads"]["changed"] == {"status": 1,
-                                                       "said": "Key was rejected by service"}  # fmt: skip
+    # what the kernel logged during each load, without its timestamp
+    assert loop.klog == {"unsigned": ["Loading of unsigned module is rejected"]}
+    checks = {c.what: c for c in moduleprobe.check(report, [_der(crt)])}
+    assert all(c.ok for c in checks.values()) and len(checks) == 9, checks
+    detail = {what.removeprefix("module updates/dkms/"): c.detail for what, c in checks.items()}
+    assert detail["gpu.ko.xz signed by nvkr test owner"] == (
+        "failed only for lack of its device (No such device)"
+    )
+    # a module whose own init fails, after the kernel took its signature: said, with the log
+    assert detail["ib.ko.xz signed by nvkr test owner"] == (
+        "signature accepted, then it failed: Invalid argument (kernel: ib: nv_mem_client_init:560 "
+        "ERROR compiled without IB peer memory)"
+    )
+    assert detail["loop.ko.xz signed by nvkr test owner"] == "loaded"
+    assert detail["loop.ko.xz: its unsigned copy"] == (
+        "refused: Operation not permitted (kernel: Loading of unsigned module is rejected)"
+    )
+    assert detail["loop.ko.xz: its copy with a byte changed"] == (
+        "refused: Key was rejected by service"
+    )
+    shown = moduleprobe.to_json(report, list(checks.values()))
+    assert shown["modules"][2]["loads"]["changed"] == {
+        "status": 1, "said": "Key was rejected by service", "kernel": []
+    }  # fmt: skip
 
 
 def test_an_unsigned_module_or_one_by_a_key_not_enrolled_fails_the_check(
