@@ -26,7 +26,14 @@ from pathlib import Path
 from nvkr.canonical import hash_stream
 from nvkr.disk import ext4, fat, grub, qcow2, raw
 from nvkr.disk.gpt import write_gpt
-from nvkr.disk.layout import ESP_LABEL, Arch, DiskLayout, PlacedPartition, disk_layout
+from nvkr.disk.layout import (
+    ESP_LABEL,
+    Arch,
+    DiskLayout,
+    PlacedPartition,
+    disk_layout,
+    esp_size,
+)
 from nvkr.disk.qcow2 import Compression
 from nvkr.errors import DiskError
 from nvkr.monitor.tools import Report, qemu_img_lines
@@ -153,7 +160,8 @@ def assemble_disk(
             name the disk it holds beside the container's own digest.
         efi_files: the ESP's files (destination -> file) instead of GRUB's UEFI image: the
             Secure Boot chain (shim, its MokManager, the signed UKI as shim's second stage).
-            GRUB then boots BIOS machines only (amd64), and arm64 gets no GRUB image.
+            GRUB then boots BIOS machines only (amd64), and arm64 gets no GRUB image. The ESP
+            is made as large as they need (:func:`nvkr.disk.layout.esp_size`).
     Raises:
         DiskError: a bad size, a tree that does not fit (both sizes named), missing GRUB
             modules or grub.cfg, a tool output nvkr does not accept.
@@ -165,6 +173,8 @@ def assemble_disk(
             f"{tree}/boot/grub/grub.cfg is missing",
             hint="call nvkr.disk.prepare_boot_files on the tree first",
         )
+    if efi_files is not None:  # a Secure Boot chain may outgrow the ESP (esp_size)
+        layout = layout.with_esp_size(esp_size(Path(f).stat().st_size for f in efi_files.values()))
     placed = layout.place(size_bytes)
     by_role = {pp.partition.role: pp for pp in placed}
     workdir.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,7 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
+from nvkr.disk.layout import MIB, esp_size
 from nvkr.errors import DiskError
 from nvkr.run import pinned_env, run
 
@@ -41,7 +42,8 @@ def make_esp(
         label: the volume label, at most 11 characters.
         hidden_sectors: the partition's first LBA (the BPB's "hidden sectors" field).
     Raises:
-        DiskError: a destination name is not an 8.3 upper-case name.
+        DiskError: a destination name is not an 8.3 upper-case name, or the files need a larger
+            ESP (:func:`nvkr.disk.layout.esp_size`) than ``size``.
         ToolError: mkfs.fat or mtools failed or are missing (Debian: dosfstools, mtools).
     """
     for dest in files:
@@ -51,6 +53,14 @@ def make_esp(
                 part == part.upper() and 0 < len(base) <= 8 and len(ext) <= 3 and "." not in ext
             ):
                 raise DiskError(f"ESP path {dest!r}: every part must be an 8.3 upper-case name")
+    sizes = {dest: Path(src).stat().st_size for dest, src in files.items()}
+    if esp_size(sizes.values()) > size:
+        raise DiskError(
+            f"the ESP's files ({sum(sizes.values())} bytes: "
+            + ", ".join(f"{d} {n}" for d, n in sorted(sizes.items()))
+            + f") do not fit its {size // MIB} MiB",
+            hint="nvkr.disk.layout.esp_size gives the size they need",
+        )
     with open(image, "wb") as f:
         f.truncate(size)
     env = pinned_env(

@@ -6,9 +6,12 @@ A node image is one GPT disk (UEFI spec 2.10, ch. 5 "GUID Partition Table (GPT) 
 number  partition                   size      type GUID
 ======  ==========================  ========  ==================================================
 1       BIOS boot (amd64 only)      1 MiB     21686148-6449-6E6F-744E-656564454649 (GRUB core.img)
-1 / 2   EFI system partition (FAT)  64 MiB    C12A7328-F81F-11D2-BA4B-00A0C93EC93B
+1 / 2   EFI system partition (FAT)  64 MiB+   C12A7328-F81F-11D2-BA4B-00A0C93EC93B
 last    root (ext4)                 the rest  Discoverable Partitions Spec root type for the arch
 ======  ==========================  ========  ==================================================
+
+64 MiB+: or the next multiple of 64 MiB that holds a Secure Boot chain too large for it
+(:func:`esp_size`: Debian's generic arm64 kernel, an uncompressed Image, makes a 74 MB UKI).
 
 Partitions start on 1 MiB boundaries; the root partition is last so it can grow to the end of a
 larger disk on first boot. Disk and partition GUIDs, the file system UUID, its hash seed and the
@@ -18,7 +21,9 @@ write the same bytes and a different input never reuses an identifier.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -34,6 +39,9 @@ ALIGN = MIB
 #: The backup GPT at the end of the disk: a 128-entry partition array (32 sectors) + the header.
 GPT_BACKUP_SECTORS = 33
 ESP_SIZE = 64 * MIB
+#: Bytes of an ESP that hold no file data besides its FATs: the reserved sectors, the root and
+#: ``EFI/BOOT`` directories, and room to spare (:func:`esp_size`).
+ESP_OVERHEAD = 1 * MIB
 BIOS_BOOT_SIZE = 1 * MIB
 
 TYPE_BIOS_BOOT = "21686148-6449-6E6F-744E-656564454649"
@@ -80,6 +88,22 @@ class Partition:
     type_guid: str
     guid: str
     size: int | None
+
+
+def esp_size(file_sizes: Iterable[int]) -> int:
+    """The size of an ESP for files of ``file_sizes`` bytes: :data:`ESP_SIZE` when they fit in
+    it (every image whose files fit keeps its bytes), else the smallest multiple of it that holds
+    them.
+
+    Counted without knowing mkfs.fat's choices, generously: each file rounded up to 4 KiB
+    (clusters are 512 bytes to 4 KiB), two FATs of 4 bytes per 512-byte cluster (1/64 of the
+    size), and :data:`ESP_OVERHEAD`.
+    """
+    data = sum(-(-n // 4096) * 4096 for n in file_sizes) + ESP_OVERHEAD
+    size = ESP_SIZE
+    while data + size // 64 > size:
+        size += ESP_SIZE
+    return size
 
 
 @dataclass(frozen=True)
@@ -150,6 +174,14 @@ class DiskLayout:
     def root_partuuid(self) -> str:
         """The root partition's unique GUID (Linux's PARTUUID)."""
         return self.root.guid
+
+    def with_esp_size(self, size: int) -> DiskLayout:
+        """This layout with an ESP of ``size`` bytes (a multiple of 1 MiB): :func:`esp_size`."""
+        if size <= 0 or size % ALIGN:
+            raise DiskError(f"ESP size {size} bytes is not a positive multiple of 1 MiB")
+        parts = tuple(dataclasses.replace(p, size=size) if p.role == "esp" else p
+                      for p in self.partitions)  # fmt: skip
+        return dataclasses.replace(self, partitions=parts)
 
     def fixed_bytes(self) -> int:
         """Bytes of the disk that are not the root partition: partitions, alignment, both GPTs."""

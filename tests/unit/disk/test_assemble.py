@@ -238,3 +238,48 @@ def test_a_secure_boot_chain_replaces_grubs_efi_image_on_the_esp(tmp_path):
         subprocess.run(["mcopy", "-n", "-i", str(esp), f"::/{dest}", str(out)], env=env, check=True)
         assert out.read_bytes() == src.read_bytes()
     subprocess.run(["fsck.fat", "-n", str(esp)], check=True, capture_output=True)
+
+
+def test_a_secure_boot_chain_too_large_for_64_mib_gets_a_larger_esp(tmp_path):
+    """Debian's generic arm64 kernel makes a 74 MB UKI: the ESP grows to 128 MiB to hold it
+    (with 64 MiB mcopy failed with "Disk full"), and the root partition starts after it."""
+    tree = make_tree(tmp_path / "tree")
+    layout = prepare_boot_files(tree, arch="arm64", seed=SEED, kernel_args=[], epoch=EPOCH)
+    chain = {}
+    for dest, size in (("EFI/BOOT/BOOTAA64.EFI", 1_000_000), ("EFI/BOOT/MMAA64.EFI", 900_000),
+                       ("EFI/BOOT/GRUBAA64.EFI", 74_339_264)):  # fmt: skip
+        chain[dest] = tmp_path / dest.replace("/", "_")
+        with open(chain[dest], "wb") as f:
+            f.write(b"MZ" + dest.encode())
+            f.truncate(size)
+    (tmp_path / "work").mkdir()
+    r = assemble_disk(
+        tree, tmp_path / "node.qcow2", layout=layout, size_bytes=256 * MIB, epoch=EPOCH,
+        workdir=tmp_path / "work", keep_raw=True, efi_files=chain,
+    )  # fmt: skip
+    assert r.raw is not None
+    esp_part = r.partitions[0]
+    assert (esp_part.partition.role, esp_part.start, esp_part.sectors) == (
+        "esp", 2048, 128 * MIB // 512)  # fmt: skip
+    assert r.partitions[-1].start == 129 * MIB // 512
+    esp = _partition(r.raw, 2048, 128 * MIB // 512, tmp_path / "esp.img")
+    env = {**os.environ, "MTOOLS_SKIP_CHECK": "1"}
+    out = tmp_path / "read.efi"
+    subprocess.run(["mcopy", "-n", "-i", str(esp), "::/EFI/BOOT/GRUBAA64.EFI", str(out)],
+                   env=env, check=True)  # fmt: skip
+    assert out.read_bytes() == chain["EFI/BOOT/GRUBAA64.EFI"].read_bytes()
+    subprocess.run(["fsck.fat", "-n", str(esp)], check=True, capture_output=True)
+
+
+def test_an_esp_too_small_for_its_files_is_named_before_mkfs(tmp_path):
+    from nvkr.disk import fat
+
+    big = tmp_path / "uki.efi"
+    with open(big, "wb") as f:
+        f.truncate(70 * MIB)
+    with pytest.raises(DiskError, match=r"ESP's files \(73400320 bytes: EFI/BOOT/GRUBAA64\.EFI "
+                       r"73400320\) do not fit its 64 MiB"):  # fmt: skip
+        fat.make_esp(tmp_path / "esp.fat", size=64 * MIB, files={"EFI/BOOT/GRUBAA64.EFI": big},
+                     volume_id="12345678", label="ESP", hidden_sectors=2048, epoch=EPOCH,
+                     workdir=tmp_path)  # fmt: skip
+    assert not (tmp_path / "esp.fat").exists()
