@@ -22,6 +22,7 @@ false}``) turns off these reports too, and the boot fails waiting for them.
 
 from __future__ import annotations
 
+import re
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -62,12 +63,14 @@ class SecureBootResult:
     module_checks: list[Check] = field(default_factory=list)
 
     def secure_boot_json(self) -> dict[str, Any]:
-        """``secureBoot`` of the boot's JSON result."""
-        out: dict[str, Any] = {"enforcing": True, "lockdown": True, "db": self.db,
-                               "moks": [m.to_json() for m in self.moks],
+        """``secureBoot`` of the boot's JSON result: ``lockdown`` is the mode a guest report
+        read (``integrity``), else ``on`` (the console's line proved it, naming no mode)."""
+        read = [r.lockdown for r in (self.tpm, self.modules) if r is not None and r.lockdown]
+        modes = [m.group(1) for line in read if (m := re.search(r"\[(\w+)\]", line))]
+        out: dict[str, Any] = {"enforcing": True, "lockdown": modes[0] if modes else "on",
+                               "db": self.db, "moks": [m.to_json() for m in self.moks],
                                "kernelLines": self.console["lines"]}  # fmt: skip
         if self.tpm is not None:
-            out["lockdown"] = self.tpm.lockdown_mode or True
             out["secureBootVariable"] = self.tpm.secureboot
         if self.modules is not None:
             out["modules"] = moduleprobe.to_json(self.modules, self.module_checks)

@@ -112,7 +112,7 @@ def _image_result_lines(r: BootImageResult) -> list[str]:
         lines.append(f"   {'ok' if c['ok'] else 'FAILED'} {c['check']}: {c['detail']}")
     if r.secure_boot:
         sb = r.secure_boot
-        lockdown = sb["lockdown"] if isinstance(sb["lockdown"], str) else "on"
+        lockdown = sb["lockdown"]
         moks = ", ".join(m["subject"] for m in sb.get("moks", ())) or "none"
         lines.append(f"   secure boot: enforcing, lockdown {lockdown}, db {sb['db']}, MOKs: "
                      f"{moks} ({r.total_seconds:.1f} s in all)")  # fmt: skip

@@ -85,3 +85,18 @@ def test_the_text_result_shows_the_pcrs_and_the_comparison() -> None:
     lines = _image_result_lines(result._replace(tpm=tpm))
     assert lines[-1] == "   tpm: not compared with the predictions: the boot's db is win23"
     assert json.dumps(result.to_json())  # JSON-able
+
+
+def test_the_lockdown_mode_is_the_one_a_guest_report_read() -> None:
+    """``secureBoot.lockdown`` is a string whether or not a report read it (it was ``true``
+    without ``--tpm`` and the mode with it)."""
+    from nvkr.machine import moduleprobe
+    from nvkr.machine.measured import SecureBootResult
+
+    console: dict[str, Any] = {"lines": []}
+    boot: Any = None
+    bare = SecureBootResult(boot, [MOK], "microsoft", console)
+    assert bare.secure_boot_json()["lockdown"] == "on"
+    report = moduleprobe.Report("6.12", "none [integrity] confidentiality", [], "", True)
+    probed = SecureBootResult(boot, [MOK], "microsoft", console, modules=report)
+    assert probed.secure_boot_json()["lockdown"] == "integrity"
