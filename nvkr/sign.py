@@ -185,8 +185,13 @@ def key_id(key: PrivateKey | PublicKey) -> str:
     return hashlib.sha256(der).hexdigest()
 
 
-def read_key_text(ref: str | Path, what: str) -> tuple[bytes, str]:
-    """The PEM bytes behind a key reference (a path or ``env://NAME``), and how to name it."""
+def read_key_text(
+    ref: str | Path,
+    what: str,
+    missing_hint: str = "make one with `nvkr keys generate --out PREFIX`",
+) -> tuple[bytes, str]:
+    """The PEM bytes behind a key reference (a path or ``env://NAME``), and how to name it;
+    ``missing_hint``: how to make the key when the file is missing."""
     text = str(ref)
     if text.startswith(ENV_PREFIX):
         name = text[len(ENV_PREFIX) :]
@@ -201,9 +206,7 @@ def read_key_text(ref: str | Path, what: str) -> tuple[bytes, str]:
     try:
         data = path.read_bytes()
     except FileNotFoundError as e:
-        raise UsageError(
-            f"{what} {path} does not exist", hint="make one with `nvkr keys generate --out PREFIX`"
-        ) from e
+        raise UsageError(f"{what} {path} does not exist", hint=missing_hint) from e
     except IsADirectoryError as e:
         raise UsageError(f"{what} {path} is a directory, not a PEM file") from e
     except OSError as e:

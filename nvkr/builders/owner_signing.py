@@ -4,6 +4,7 @@ certificate read from its source at plan and at run time."""
 
 from __future__ import annotations
 
+import os
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +15,7 @@ from nvkr.builders.signed_modules.artifact import CertificateRef
 from nvkr.errors import UsageError
 from nvkr.jsondoc import JsonObject
 from nvkr.recipe.matrix import Variant
-from nvkr.secureboot.owner import OwnerCertificate, parse_certificate
+from nvkr.secureboot.owner import OWNER_KEY_HINT, OwnerCertificate, parse_certificate
 
 if TYPE_CHECKING:
     from nvkr.action import Action
@@ -64,14 +65,16 @@ def _path_certificate_problems(
     base = variant.source_dirs.get(certificate.source)
     if base is None:
         return []
-    file = base / str(getattr(source, "path", "")) / str(certificate.path).strip("/")
+    file = Path(
+        os.path.normpath(base / str(getattr(source, "path", "")) / str(certificate.path).strip("/"))
+    )
     field = ("artifacts", artifact_name, "certificate", "path")
     try:
         parse_certificate(file.read_bytes(), str(file))
     except FileNotFoundError:
         return [(field, f"{file}: no such file (the owner's certificate, PEM or DER)",
-                 f"put the owner's certificate there, or name its file in source "
-                 f"{certificate.source}'s directory")]  # fmt: skip
+                 f"put the owner's certificate there (source {certificate.source}'s directory), "
+                 f"or name its file in certificate.path; to {OWNER_KEY_HINT}")]  # fmt: skip
     except OSError as e:
         return [(field, f"{file}: cannot read the owner's certificate: {e.strerror}", None)]
     except UsageError as e:

@@ -85,7 +85,8 @@ def compare(
     reason = _why_not(predicate, arch, db, moks)
     if reason:
         return {"compared": False, "reason": reason}
-    pcrs = {str(k): str(v).lower() for k, v in (predicate.get("pcrs") or {}).items()}
+    stated = (predicate.get("pcrs") or {}).items()
+    pcrs = {str(k): str(v).lower() for k, v in sorted(stated, key=lambda kv: int(kv[0]))}
     wrong = [f"PCR {n}: {where} {guest.get(int(n), 'nothing')}, predicted {v}"
              for n, v in sorted(pcrs.items(), key=lambda kv: int(kv[0]))
              if guest.get(int(n), "").lower() != v]  # fmt: skip

@@ -79,6 +79,8 @@ _HINT = (
     "make an RSA key and certificate, e.g. `openssl req -new -x509 -newkey rsa:3072 -nodes "
     "-sha256 -days 3650 -subj '/CN=Node image owner/' -keyout owner.key -out owner.crt`"
 )
+#: How to make the owner's key and certificate (a hint of errors elsewhere).
+OWNER_KEY_HINT: Final = _HINT
 
 
 @dataclass(frozen=True)
@@ -192,7 +194,8 @@ def load_owner_key(ref: str | Path) -> OwnerKey:
         UsageError: missing, unreadable, not a private key, a wrong passphrase, or a key type
             that cannot sign reproducibly (names the file or variable, never the content).
     """
-    data, where = read_key_text(ref, "Secure Boot key")
+    # not `nvkr keys generate`: its keys (ECDSA, Ed25519) cannot sign reproducibly here
+    data, where = read_key_text(ref, "Secure Boot key", missing_hint=_HINT)
     if b"PRIVATE KEY-----" not in data:
         raise UsageError(
             f"{where} is not a PEM private key (no '-----BEGIN ... PRIVATE KEY-----' block)",

@@ -417,17 +417,17 @@ def test_a_path_source_without_the_certificate_file_is_named(tmp_path: Path) -> 
 
 def _leaf_project(tmp_path: Path) -> Path:
     """A copy of the repository's recipes with a Secure Boot leaf (the README's) whose owner
-    directory recipes/owner/ is empty."""
+    directory keys/ is empty."""
     import shutil
 
     from tests.helpers import REPO
 
     shutil.copytree(REPO / "recipes", tmp_path / "recipes")
-    (tmp_path / "recipes/owner").mkdir()
+    (tmp_path / "keys").mkdir()
     (tmp_path / "recipes/sb.yaml").write_text(
         "apiVersion: nvkr.dev/v1alpha1\nkind: Recipe\nmetadata: {name: sb}\n"
         "extends: [default.yaml, secureboot/debian-13.yaml]\n"
-        "sources:\n  secure-boot-owner: {path: owner}\n"
+        "sources:\n  secure-boot-owner: {path: ../keys}\n"
     )
     return tmp_path
 
@@ -450,7 +450,7 @@ def test_validate_reads_the_owners_certificate_of_a_path_source(
     from tests.helpers.cli import invoke
 
     project = _leaf_project(tmp_path)
-    crt = project / "recipes/owner/owner.crt"
+    crt = project / "keys/owner.crt"
     if content == "ec":
         crt.write_bytes(_cert(ec.generate_private_key(ec.SECP256R1())).public_bytes(
             serialization.Encoding.PEM))  # fmt: skip
@@ -458,7 +458,8 @@ def test_validate_reads_the_owners_certificate_of_a_path_source(
         crt.write_bytes(content)
     res = invoke("validate", "recipes/sb.yaml", cwd=project, store=tmp_path / "store")
     assert res.code == 2, res.output
-    assert "artifacts.signed-uki.certificate.path: recipes/owner/owner.crt" in res.output
+    # the file's path tidied (the source is recipes/../keys)
+    assert "artifacts.signed-uki.certificate.path: keys/owner.crt" in res.output, res.output
     assert said in res.output, res.output
     assert "recipes/secureboot/debian-13.yaml:" in res.output, res.output  # the line that names it
     # a usable certificate: valid
@@ -466,3 +467,13 @@ def test_validate_reads_the_owners_certificate_of_a_path_source(
         serialization.Encoding.PEM))  # fmt: skip
     ok = invoke("validate", "recipes/sb.yaml", cwd=project, store=tmp_path / "store")
     assert ok.code == 0, ok.output
+
+
+def test_a_missing_key_file_says_how_to_make_an_rsa_key(tmp_path: Path) -> None:
+    """Not `nvkr keys generate` (the fresh-user trial's case): its ECDSA and Ed25519 keys are
+    refused for Secure Boot signing."""
+    with pytest.raises(UsageError) as e:
+        load_owner_key(tmp_path / "owner.key")
+    assert e.value.message == f"Secure Boot key {tmp_path / 'owner.key'} does not exist"
+    assert e.value.hint and "openssl req -new -x509 -newkey rsa:3072" in e.value.hint
+    assert "keys generate" not in e.value.hint
