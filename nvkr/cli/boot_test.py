@@ -180,9 +180,10 @@ def _images_of_set(layout: Path, artifact: str | None, variant: str | None) -> l
     default=True,
     show_default=True,
     help="With --secure-boot: in the guest, each out-of-tree module (DKMS's, under "
-    "/lib/modules/KERNEL/updates and extra) must be signed by a --mok certificate and load, or "
-    "fail only for lack of its device; its unsigned copy and a copy with one byte changed must "
-    "be refused for their signatures.",
+    "/lib/modules/KERNEL/updates and extra) must be signed by a --mok certificate and taken by "
+    "the kernel (it loads, or fails only after its signature was accepted: no device, its own "
+    "init); its unsigned copy and a copy with one byte changed must be refused for their "
+    "signatures.",
 )
 @click.option(
     "--json",
@@ -243,8 +244,9 @@ def command(
     one, db microsoft, the stated MOKs), else the result says why they were not compared.
     Another boot hook tries each out-of-tree module of the image under the kernel's lockdown
     (--module-checks, the default): signed by a --mok certificate, it must load or fail only
-    with "No such device" (a GPU driver without a GPU), and its unsigned copy and a copy with
-    one byte changed must be refused for their signatures.
+    after the kernel took its signature ("No such device": a GPU driver without a GPU; or its
+    own init, quoted from the kernel's log), and its unsigned copy and a copy with one byte
+    changed must be refused for their signatures.
     """
     from nvkr.monitor import monitoring, open_monitor
     from nvkr.monitor.events import Result

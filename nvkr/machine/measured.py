@@ -10,10 +10,11 @@ locked down by Secure Boot and that Secure Boot is enabled before the agent's li
 With ``tpm`` the guest gets swtpm and a NoCloud seed whose vendor-data is nvkr's boot hook
 (:func:`nvkr.machine.tpmprobe.boothook`); the boot then also waits for its report, and the event
 log must replay to the PCRs the guest read (:func:`nvkr.machine.tpmprobe.check`). The event log
-is kept in ``eventlog_file``. With ``modules`` (the default) the seed's vendor-data also tries every out-of-tree module
-of the image (:mod:`nvkr.machine.moduleprobe`: DKMS's): each must be signed by an enrolled MOK
-and load (or fail only for lack of its device), and its unsigned copy and a copy with one byte
-changed must be refused for their signatures. With ``user_data`` as well, the seed is
+is kept in ``eventlog_file``. With ``modules`` (the default) the seed's vendor-data also tries
+every out-of-tree module of the image (:mod:`nvkr.machine.moduleprobe`: DKMS's): each must be
+signed by an enrolled MOK and taken by the kernel (it loads, or fails only after its signature
+was accepted), and its unsigned copy and a copy with one byte changed must be refused for their
+signatures. With ``user_data`` as well, the seed is
 :func:`nvkr.machine.cloudinit.boot_with_user_data`'s, the boot hooks beside its probe in the
 vendor-data (a MIME multipart): the user-data is booted as given, and what it asks is checked
 as without Secure Boot. A user-data that turns vendor-data off (``vendor_data: {enabled:
