@@ -337,17 +337,10 @@ class _Verifier:
                 continue
             what = f"provenance {desc['digest']} of artifact {art.name} ({art.digest})"
             self.failed_provenance.add(art.digest)  # until it passed
-            try:
-                layer = statement_layer(doc, what)
-                data = self.reader.read_blob(layer, referrer=what)
-                statement = json.loads(data)
-                validate_statement(statement)
-            except IntegrityError as e:
-                report.fail("provenance", f"{what}: {e.message}", e.hint)
+            read = self._statement(doc, what)
+            if read is None:
                 continue
-            except ValueError as e:
-                report.fail("provenance", f"{what}: the statement is not JSON: {e}")
-                continue
+            _, data, statement = read
             named = sha256_subjects(statement)
             foreign = [d for d in named if d not in art.subjects]
             if not named or foreign:
@@ -368,6 +361,25 @@ class _Verifier:
             art.builder_id = builder.get("id")
             deps = (predicate.get("buildDefinition") or {}).get("resolvedDependencies") or []
             art.dependencies = [d for d in deps if isinstance(d, dict)]
+
+    def _statement(
+        self, doc: Mapping[str, Any], what: str
+    ) -> tuple[dict[str, Any], bytes, dict[str, Any]] | None:
+        """The in-toto statement an attestation manifest ``doc`` holds: its layer, its exact
+        bytes and the statement, checked; None (with the failure reported) when it is missing,
+        corrupt, not JSON or not a valid statement."""
+        try:
+            layer = statement_layer(doc, what)
+            data = self.reader.read_blob(layer, referrer=what)
+            statement = json.loads(data)
+            validate_statement(statement)
+        except IntegrityError as e:
+            self.report.fail("provenance", f"{what}: {e.message}", e.hint)
+            return None
+        except ValueError as e:
+            self.report.fail("provenance", f"{what}: the statement is not JSON: {e}")
+            return None
+        return dict(layer), data, statement
 
     def attestations(self) -> None:
         """Each attestation of an artifact (a Secure Boot image's PCR predictions) is a valid
@@ -390,17 +402,10 @@ class _Verifier:
                 role=role, predicate_type="", digest=str(desc["digest"])
             )
             art.attestations.append(attestation)
-            try:
-                layer = statement_layer(doc, what)
-                data = self.reader.read_blob(layer, referrer=what)
-                statement = json.loads(data)
-                validate_statement(statement)
-            except IntegrityError as e:
-                report.fail("provenance", f"{what}: {e.message}", e.hint)
+            read = self._statement(doc, what)
+            if read is None:
                 continue
-            except ValueError as e:
-                report.fail("provenance", f"{what}: the statement is not JSON: {e}")
-                continue
+            layer, data, statement = read
             attestation.predicate_type = str(statement.get("predicateType"))
             stated = (layer.get("annotations") or {}).get(mt.ANN_IN_TOTO_PREDICATE_TYPE)
             if stated is not None and stated != attestation.predicate_type:
