@@ -223,6 +223,26 @@ def pytest_collection_modifyitems(session: pytest.Session, items: list[pytest.It
     items.sort(key=rank)  # stable
 
 
+def on_xdist_worker(config: pytest.Config) -> bool:
+    """Whether this process is a pytest-xdist worker (``pytest -n``: the README's fast tier)."""
+    return hasattr(config, "workerinput")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Under pytest-xdist, a test that uses the session's default build or runs in the
+    background fails at once, saying why: each worker would start its own default build and
+    background lanes (minutes of CPU each, on the cores the other workers share). The slow
+    tier runs in one process, as ``.ci/run`` runs it; the session fixtures that start that
+    work do nothing on a worker."""
+    if on_xdist_worker(item.config) and (uses_default_build(item) or runs_in_background(item)):
+        pytest.fail(
+            "this test uses the session's default build or runs in the background: run it "
+            'without -n (pytest -n is for the fast tier: pytest -m "not slow" -n auto)',
+            pytrace=False,
+        )
+
+
 class _Running:
     """Started builds whose output is read in a thread while they run (a pipe nobody reads
     fills up and stops the build): :meth:`result` waits for one."""
@@ -245,8 +265,11 @@ def _default_build_started(request, tmp_path_factory) -> Iterator[Future[_Built]
     """At the session's first test, when any selected test uses the default build: both builds
     of :class:`DefaultBuild` started, and a background thread that waits for them and then starts
     the rest (:func:`_after_the_builds`: the rebuild among it), so the rebuild runs while other
-    tests do; its Future. Else None (and nothing is fetched)."""
-    if not any(uses_default_build(item) for item in request.session.items):
+    tests do; its Future. Else None (and nothing is fetched): also on a pytest-xdist worker
+    (:func:`pytest_runtest_setup`)."""
+    if on_xdist_worker(request.config) or not any(
+        uses_default_build(item) for item in request.session.items
+    ):
         yield None
         return
     go_toolchain = request.getfixturevalue("go_toolchain")
@@ -348,9 +371,9 @@ def _started_in_background(request) -> Iterator[dict[str, Any]]:
     every other test, and the module, ordered last, collects its results. Its threads
     start the CLI in the session's environment, and the fast tier's guard lets them start the
     slow tier's tools (:func:`tests.helpers.nvkr.in_background`). At the session's end, each
-    handle's ``close()``."""
+    handle's ``close()``. Nothing on a pytest-xdist worker (:func:`pytest_runtest_setup`)."""
     modules = {}
-    for item in request.session.items:
+    for item in [] if on_xdist_worker(request.config) else request.session.items:
         if runs_in_background(item):
             modules[item.module.__name__] = item.module
     started: dict[str, Any] = {}

@@ -60,3 +60,41 @@ def test_no_test_reads_the_developers_home_store_or_config(tmp_path: Path) -> No
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "1 passed" in proc.stdout
+
+
+#: Run under ``-n 2`` by the test below (a file of its own: a test asking for the default build
+#: here would make this session start it)
+XDIST_INNER = """\
+import pytest
+
+
+@pytest.mark.slow
+@pytest.mark.default_build
+def test_asking_for_the_default_build():
+    raise AssertionError("never reached: a worker fails it at setup")
+
+
+def test_plain():
+    pass
+"""
+
+
+def test_under_xdist_a_test_using_the_default_build_fails_saying_why_and_nothing_builds(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "inner").mkdir()
+    (tmp_path / "inner" / "test_inner.py").write_text(XDIST_INNER)
+    base = tmp_path / "base"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest",
+         "-c", str(REPO / "pyproject.toml"), "--rootdir", str(tmp_path), "-n", "2",
+         f"--basetemp={base}", str(tmp_path / "inner")],
+        cwd=REPO, capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "1 passed, 1 error" in proc.stdout, proc.stdout[-3000:]
+    assert "uses the session's default build or runs in the background: run it without -n" in (
+        proc.stdout
+    )
+    # no worker started the session's default build (its tree is made before anything else)
+    assert not list(base.glob("*/default-build*")), sorted(base.glob("*/*"))
