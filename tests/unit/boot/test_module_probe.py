@@ -36,19 +36,24 @@ STAND_INS = {
     "modinfo": """#!PYTHON
 import sys
 from nvkr.secureboot import modsig
-field, path = sys.argv[2], sys.argv[3]
+# modinfo [-F FIELD] PATH: FIELD's value, or every field as "name:   value" lines (kmod's)
+field, path = (sys.argv[2], sys.argv[3]) if sys.argv[1] == "-F" else (None, sys.argv[1])
 data = modsig.decompress(open(path, "rb").read())
 split = modsig.split_module(data)
-if split.pkcs7 is None:
-    sys.exit(0)
-sig = modsig.parse_pkcs7(split.pkcs7)
-if field == "signer":  # the issuer's common name: the string after OID 2.5.4.3
-    at = sig.issuer_der.index(bytes([6, 3, 0x55, 4, 3])) + 5
-    print(sig.issuer_der[at + 2:at + 2 + sig.issuer_der[at + 1]].decode())
-else:
+fields = {"filename": path}
+if split.pkcs7 is not None:
+    sig = modsig.parse_pkcs7(split.pkcs7)
+    at = sig.issuer_der.index(bytes([6, 3, 0x55, 4, 3])) + 5  # the issuer's CN after its OID
+    fields["signer"] = sig.issuer_der[at + 2:at + 2 + sig.issuer_der[at + 1]].decode()
     h = "%X" % sig.serial
     h = ("0" + h) if len(h) % 2 else h
-    print(":".join(h[i:i + 2] for i in range(0, len(h), 2)))
+    fields["sig_key"] = ":".join(h[i:i + 2] for i in range(0, len(h), 2))
+    fields["sig_hashalgo"] = "sha256"
+for name, value in fields.items():
+    if field is None:
+        print(f"{name + ':':<16}{value}")
+    elif name == field:
+        print(value)
 """,
     "insmod": """#!PYTHON
 import os, sys
