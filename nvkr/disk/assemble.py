@@ -23,7 +23,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nvkr.canonical import hash_stream
 from nvkr.disk import ext4, fat, grub, qcow2, raw
 from nvkr.disk.gpt import write_gpt
 from nvkr.disk.layout import (
@@ -97,11 +96,6 @@ class _Timer:
             yield
         finally:
             self.phases[name] = round(self.phases.get(name, 0.0) + time.monotonic() - start, 3)
-
-
-def _sha256_of(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hash_stream(f)[0]["sha256"]
 
 
 def _grub_platforms(tree: Path, arch: Arch, *, uefi: bool) -> list[str]:
@@ -252,9 +246,9 @@ def assemble_disk(
                 on_line=qemu_img_lines(progress) if progress is not None else None,
             )
         raw_sha = None
-        if raw_digest:  # read and hashed whole, holes too: timed apart from the conversion
+        if raw_digest:  # hashed whole, holes too: timed apart from the conversion
             start = time.monotonic()
-            raw_sha = _sha256_of(raw_path)
+            raw_sha = raw.sha256_sparse(raw_path)
             timer.phases["raw-digest"] = round(time.monotonic() - start, 3)
     finally:
         if keep_raw and raw_path.exists():
