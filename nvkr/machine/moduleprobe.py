@@ -119,7 +119,7 @@ last() {{ printf '%s' "$1" | tr '\\n' ' ' | sed 's/.*: //'; }}
 said() {{ dmesg 2>/dev/null | tail -n +$(($1 + 1)) | sed 's/^\\[[^]]*\\] //' | head -n 3; }}
 lines() {{ dmesg 2>/dev/null | wc -l; }}
 # field NAME: its value in $info (modinfo's "name:   value" lines), the first one
-field() {{ printf '%s\n' "$info" | sed -n "s/^$1:[[:space:]]*//p" | head -n 1; }}
+field() {{ printf '%s\\n' "$info" | sed -n "s/^$1:[[:space:]]*//p" | head -n 1; }}
 if ! command -v python3 >/dev/null 2>&1; then
     echo "$p error no python3 in the image: the probe makes the module copies with it"
     echo "$p end"
