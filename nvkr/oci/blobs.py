@@ -18,6 +18,7 @@ from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
 from nvkr.errors import IntegrityError, RegistryError
 from nvkr.oci import mediatypes as mt
 from nvkr.oci.session import (
+    DIGEST_RACE_SENDS,
     READ_BLOCK,
     TRANSIENT,
     BodyWindow,
@@ -205,8 +206,8 @@ class BlobTransfer(RegistrySession):
                             hint="the local blob is corrupt: rebuild the release set; nothing "
                             "was tagged",
                         )
-                    races += 1  # sent once more, not in a loop: a race clears at once
-                    if races > 1:
+                    races += 1  # sent again, a bounded number of times (DIGEST_RACE_SENDS)
+                    if races >= DIGEST_RACE_SENDS:
                         raise IntegrityError(
                             f"{what}: the registry computed another digest for the bytes sent",
                             hint="a proxy or the registry altered the upload; nothing was tagged",
@@ -223,7 +224,7 @@ class BlobTransfer(RegistrySession):
                         f"{what}: no progress after {stalled} failures at byte {offset}",
                         hint=self._unreachable_hint,
                     )
-                self._wait_or_fail(stalled - 1, resp, what)
+                self._wait_or_fail(stalled - 1, resp, what, race=races - 1 if digest_race else None)
                 if self.blob_exists(repo, digest):
                     return sent
                 resumed = self._upload_offset(repo, location, what)
@@ -232,9 +233,14 @@ class BlobTransfer(RegistrySession):
                 else:
                     location, offset = self._start_upload(repo, what), 0
 
-    def _wait_or_fail(self, attempt: int, resp: requests.Response | None, what: str) -> None:
+    def _wait_or_fail(
+        self, attempt: int, resp: requests.Response | None, what: str, *, race: int | None = None
+    ) -> None:
         """Wait before retry ``attempt``; a 429 once the session's rate-limit wait is spent
-        raises (the rate-limit error)."""
+        raises (the rate-limit error). After DIGEST_INVALID race ``race``: its jittered wait."""
+        if race is not None:
+            self._race_wait(race)
+            return
         if not self._sleep(attempt, resp) and resp is not None:
             raise self._fail(what, resp)
 

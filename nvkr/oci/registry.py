@@ -35,8 +35,9 @@ Transport: https, or plain http for a registry the user marks ``insecure`` and f
 backoff (:data:`~nvkr.oci.session.RETRIES`, :data:`~nvkr.oci.session.BACKOFF`; a ``Retry-After``,
 seconds or HTTP-date, is honoured up to :data:`~nvkr.oci.session.MAX_RETRY_AFTER` seconds, and
 the 429 waits of a session end at :data:`~nvkr.oci.session.RATE_LIMIT_WAIT` seconds in all);
-other 4xx are not (``DIGEST_INVALID`` for good bytes is sent once more: the distribution 2.8
-race). Answers read whole stop at :data:`~nvkr.oci.session.MAX_RESPONSE` bytes
+other 4xx are not (``DIGEST_INVALID`` for good bytes is sent again, up to
+:data:`~nvkr.oci.session.DIGEST_RACE_SENDS` times in all after jittered waits: the distribution
+2.8 race). Answers read whole stop at :data:`~nvkr.oci.session.MAX_RESPONSE` bytes
 (:class:`~nvkr.errors.RegistryLimitError`, exit 2). A blob upload that breaks off asks the registry where it got to
 (``GET`` on the upload URL, its ``Range`` header) and goes on from there, or starts over when the
 registry lost the upload (CNCF distribution 2.8 cancels an upload whose size moved under a stale
@@ -62,6 +63,7 @@ from nvkr.oci.reference import _DIGEST
 from nvkr.oci.reference import Reference as Reference
 from nvkr.oci.reference import fallback_tag as fallback_tag
 from nvkr.oci.session import (
+    DIGEST_RACE_SENDS,
     MANIFEST_ACCEPT,
     MAX_MANIFEST,
     MAX_TAG_LIST,
@@ -117,7 +119,7 @@ class RegistryClient(BlobTransfer):
             headers["If-Match"] = f'"{if_match}"'
         if if_none_match:
             headers["If-None-Match"] = "*"
-        for attempt in range(2):
+        for attempt in range(DIGEST_RACE_SENDS):
             resp = self.request(
                 "PUT",
                 self.url(repo, "manifests", ref),
@@ -128,11 +130,12 @@ class RegistryClient(BlobTransfer):
             )
             resp.close()
             # distribution 2.8 answers DIGEST_INVALID when another client stores the same
-            # manifest at that moment: the bytes are ours and hash to digest, so send them once
-            # more; a registry that says so again means it (no other 400 is retried, nor 401/403)
-            if "DIGEST_INVALID" not in error_detail(resp) or attempt == 1:
+            # manifest at that moment: the bytes are ours and hash to digest, so send them
+            # again after a jittered wait (a writer in lockstep may race again); a registry that
+            # says so every time means it (no other 400 is retried, nor 401/403)
+            if "DIGEST_INVALID" not in error_detail(resp) or attempt == DIGEST_RACE_SENDS - 1:
                 break
-            self._sleep(attempt)
+            self._race_wait(attempt)
         if resp.status_code not in (200, 201, 204):
             raise self._fail(what, resp)
         answered = resp.headers.get("Docker-Content-Digest")

@@ -14,6 +14,7 @@ import contextlib
 import email.utils
 import json
 import os
+import random
 import re
 import threading
 import time
@@ -37,6 +38,12 @@ if TYPE_CHECKING:
 
 RETRIES: Final = 3  # per request: connection errors, resets, 429 and 5xx
 BACKOFF: Final = 0.5  # seconds; waits BACKOFF, 2*BACKOFF, 4*BACKOFF
+#: Sends of bytes that hash to their digest while the registry answers DIGEST_INVALID: CNCF
+#: distribution 2.8 says so when another client stores the same manifest or blob at that moment.
+#: Two publishers of the same artifacts push in lockstep and raced twice in a row on a loaded CI
+#: machine, so the waits between sends are jittered (:meth:`RegistrySession._race_wait`) to part
+#: them; a registry that says so every time means it.
+DIGEST_RACE_SENDS: Final = 3
 MAX_RETRY_AFTER: Final = 30  # seconds; a longer Retry-After (seconds or HTTP-date) is cut to this
 RATE_LIMIT_WAIT: Final = 60  # seconds one session waits on 429 answers in all, then gives up
 CONNECT_TIMEOUT: Final = 15  # seconds
@@ -250,6 +257,13 @@ class RegistrySession:
         if delay > 0:
             self.sleep(delay)
         return True
+
+    def _race_wait(self, attempt: int) -> None:
+        """Wait before sending bytes again after DIGEST_INVALID race ``attempt`` (0, 1, ...):
+        the backoff of ``attempt`` times a random factor in [0.5, 1.5), so two writers that
+        raced in lockstep send again at different moments (:data:`DIGEST_RACE_SENDS`)."""
+        backoff = BACKOFF if self.backoff is None else self.backoff
+        self.sleep(backoff * (2**attempt) * random.uniform(0.5, 1.5))
 
     def _auth(self, scopes: tuple[str, ...]) -> str | None:
         with self._lock:

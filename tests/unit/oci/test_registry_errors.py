@@ -53,37 +53,89 @@ def test_manifest_invalid_is_not_retried(waits):
     assert f"http://{reg.host}/v2/a/b/manifests/v1" in e.value.message
 
 
-def test_digest_invalid_on_a_manifest_is_sent_once_more_only(waits):
-    """distribution 2.8 may answer DIGEST_INVALID while another client stores the same manifest
-    (the bytes are ours and hash to their digest): one more PUT, not a retry loop."""
+@pytest.fixture
+def race_waits(waits: list[float], monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """:func:`waits`, with a backoff of 1 s (the suite's is 0: nothing waits), so the jittered
+    waits can be told apart."""
+    monkeypatch.setattr(session_mod, "BACKOFF", 1.0)
+    return waits
+
+
+def _race_waits_are_jittered(waits: list[float]) -> None:
+    """The waits between sends after DIGEST_INVALID: the backoff of each race times a factor in
+    [0.5, 1.5), so two writers in lockstep send again at different moments."""
+    assert len(waits) == session_mod.DIGEST_RACE_SENDS - 1, waits
+    for k, w in enumerate(waits):
+        assert 0.5 * 2**k <= w < 1.5 * 2**k, waits
+
+
+def test_a_manifest_that_raced_twice_is_stored_by_the_third_send(race_waits):
+    """The failing input (a CI run): two publishers of the same set, in lockstep, each answered
+    DIGEST_INVALID twice in a row by distribution 2.8 for the same manifest; the bytes are ours
+    and hash to their digest, so the third send stores it."""
+    bad = error(400, "DIGEST_INVALID", "provided digest did not match uploaded content")
+    bad.times = 2
+    stored = Answer(201, headers={"Docker-Content-Digest": DIGEST})
+    with standin([("PUT", "/manifests/", bad), ("PUT", "/manifests/", stored)]) as reg:
+        client = RegistryClient(reg.host)
+        assert client.push_manifest("a/b", DIGEST, MANIFEST, mt.OCI_MANIFEST) == DIGEST
+    assert reg.count("PUT") == 3
+    _race_waits_are_jittered(race_waits)
+
+
+def test_digest_invalid_on_a_manifest_is_sent_a_bounded_number_of_times(race_waits):
+    """A registry that answers DIGEST_INVALID to every send of the bytes means it:
+    DIGEST_RACE_SENDS sends, then the registry's error."""
     bad = error(400, "DIGEST_INVALID", "provided digest did not match uploaded content")
     with standin([("PUT", "/manifests/", bad)]) as reg:
         client = RegistryClient(reg.host)
         with pytest.raises(RegistryError, match=r"HTTP 400.*DIGEST_INVALID") as e:
             client.push_manifest("a/b", "v1", MANIFEST, mt.OCI_MANIFEST)
-    assert reg.count("PUT") == 2
-    assert len(waits) <= 1
+    assert reg.count("PUT") == session_mod.DIGEST_RACE_SENDS
+    _race_waits_are_jittered(race_waits)
     assert e.value.exit_code == 1
 
 
-def test_digest_invalid_on_a_blob_is_sent_once_more_only(waits, tmp_path):
-    """Bytes that hash to their digest, and a registry that keeps saying they do not: one more
-    upload (the distribution 2.8 race), then an integrity failure (a proxy altering uploads)."""
+def _blob_rules(races: int | None) -> tuple[bytes, str, list[tuple[str, str, Answer]]]:
     data = b"good bytes"
     digest = "sha256:" + hashlib.sha256(data).hexdigest()
     location = {"Location": "/v2/a/b/blobs/uploads/u1"}
+    bad = error(400, "DIGEST_INVALID", "digest mismatch")
+    bad.times = races
     rules = [
         ("POST", "/blobs/uploads/$", Answer(202, headers=location)),
-        ("PUT", "/blobs/uploads/u1", error(400, "DIGEST_INVALID", "digest mismatch")),
+        ("PUT", "/blobs/uploads/u1", bad),
+        ("PUT", "/blobs/uploads/u1", Answer(201, headers={"Docker-Content-Digest": digest})),
     ]
+    return data, digest, rules
+
+
+def test_a_blob_that_raced_twice_is_stored_by_the_third_upload(race_waits, tmp_path):
+    """The same race on a blob: two DIGEST_INVALID answers for bytes that hash to their digest,
+    then the third upload is stored."""
+    data, digest, rules = _blob_rules(2)
+    path = tmp_path / "blob"
+    path.write_bytes(data)
+    with standin(rules) as reg:
+        client = RegistryClient(reg.host)
+        assert client.push_blob("a/b", digest, len(data), lambda: path.open("rb")) >= len(data)
+    assert reg.count("PUT") == 3
+    _race_waits_are_jittered(race_waits)
+
+
+def test_digest_invalid_on_a_blob_is_sent_a_bounded_number_of_times(race_waits, tmp_path):
+    """Bytes that hash to their digest, and a registry that keeps saying they do not:
+    DIGEST_RACE_SENDS uploads (the distribution 2.8 race), then an integrity failure (a proxy
+    altering uploads)."""
+    data, digest, rules = _blob_rules(None)
     path = tmp_path / "blob"
     path.write_bytes(data)
     with standin(rules) as reg:
         client = RegistryClient(reg.host)
         with pytest.raises(IntegrityError, match="the registry computed another digest"):
             client.push_blob("a/b", digest, len(data), lambda: path.open("rb"))
-    assert reg.count("PUT") == 2
-    assert len(waits) <= 1
+    assert reg.count("PUT") == session_mod.DIGEST_RACE_SENDS
+    _race_waits_are_jittered(race_waits)
 
 
 def test_403_is_not_retried_and_says_so(waits):
