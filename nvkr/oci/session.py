@@ -243,8 +243,7 @@ class RegistrySession:
         """Wait before retry ``attempt`` (0, 1, ...): exponential backoff, or the answer's
         ``Retry-After`` (up to :data:`MAX_RETRY_AFTER`). Waits on 429 answers count against
         ``rate_limit_wait`` for the whole session; False (and no wait) once that is spent."""
-        backoff = BACKOFF if self.backoff is None else self.backoff
-        delay = backoff * (2**attempt)
+        delay = self._backoff(attempt)
         if (after := retry_after(resp)) is not None:
             delay = after
         if resp is not None and resp.status_code == 429:
@@ -262,8 +261,12 @@ class RegistrySession:
         """Wait before sending bytes again after DIGEST_INVALID race ``attempt`` (0, 1, ...):
         the backoff of ``attempt`` times a random factor in [0.5, 1.5), so two writers that
         raced in lockstep send again at different moments (:data:`DIGEST_RACE_SENDS`)."""
+        self.sleep(self._backoff(attempt) * random.uniform(0.5, 1.5))
+
+    def _backoff(self, attempt: int) -> float:
+        """The exponential backoff before retry ``attempt`` (0, 1, ...), in seconds."""
         backoff = BACKOFF if self.backoff is None else self.backoff
-        self.sleep(backoff * (2**attempt) * random.uniform(0.5, 1.5))
+        return float(backoff * (2**attempt))
 
     def _auth(self, scopes: tuple[str, ...]) -> str | None:
         with self._lock:
