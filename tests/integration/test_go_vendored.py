@@ -85,7 +85,8 @@ def test_a_vendored_module_in_a_subdirectory_builds_the_same_from_two_clones(
 ) -> None:
     repo, good = upstream.repo, upstream.good
     clone = _clone(tmp_path / "b", repo.as_uri(), good)
-    store = seed(tmp_path / "b-store", go_toolchain)  # a store of its own: nothing shared
+    # a store of its own: nothing shared, Go's build cache neither
+    store = seed(tmp_path / "b-store", go_toolchain, go_cache=False)
     locked = run_nvkr("lock", "recipes/ovn.yaml", cwd=clone, store=store)
     assert locked.code == 0, locked.stderr
     built = run_nvkr("build", "recipes/ovn.yaml", "--locked", cwd=clone, store=store)
