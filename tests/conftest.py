@@ -32,7 +32,8 @@ from tests.helpers.nvkr import (
 
 #: The action whose build fills the session's Go build cache (see :func:`go_toolchain`).
 WARM_GO_ACTION = "go-binary/agent@gpu=hopper,kubernetes=1.36,arch=amd64"
-#: The variant the session's ``verify --rebuild`` rebuilds (see :class:`DefaultBuild`).
+#: The variant of the Secure Boot leaf (tests/helpers/secureboot.py) the session builds with the
+#: owner's key and ``verify --rebuild`` rebuilds without it (see :class:`DefaultBuild`).
 REBUILD_VARIANT = "gpu=hopper,arch=amd64"
 #: The same variant in full, as ``nvkr mirror export --variant`` records it.
 MIRROR_VARIANT = "gpu=hopper,kubernetes=1.36,arch=amd64"
@@ -160,6 +161,25 @@ def go_toolchain(default_sources, tmp_path_factory) -> tuple[Path, str]:
     return toolchain
 
 
+class SecureBootSet(NamedTuple):
+    """The Secure Boot leaf's project (:mod:`tests.helpers.secureboot`), its owner's ``key``,
+    its ``store`` (seeded from the default build's), its lock's and its build's results (the
+    build's ``--json`` stream names the actions it ran)."""
+
+    project: Path
+    key: Path
+    store: Path
+    locked: Result
+    built: Result
+
+    @property
+    def layout(self) -> Path:
+        """The release set it built (the one the session's rebuild rebuilds)."""
+        from tests.helpers.secureboot import SET
+
+        return self.project / "dist" / SET
+
+
 @dataclass
 class DefaultBuild:
     """The default recipe built once per session: ``clone`` (its ``dist/`` holds the release
@@ -173,18 +193,24 @@ class DefaultBuild:
     it, the arm64 root filesystem (qemu-user, with the host's tools bound in:
     nvkr.builders.rootfs.native) included.
 
-    ``rebuild``: ``nvkr verify REGISTRY/nvkr/default@DIGEST --rebuild --json`` of the release
-    set of one amd64 variant (:data:`REBUILD_VARIANT`, built from ``store``'s cache into
-    ``clone/dist-one/``), ``published`` with ``--with-sources`` to a loopback registry: the
-    rebuild takes the recipe, lockfile and every source from the registry's source closure
-    alone, runs in the twin's clone and environment (umask 002, :data:`TWIN_ENV`, ``--jobs 1``)
-    with every other address unreachable (:data:`UNREACHABLE`), and compares artifact by
-    artifact: amd64's second build from scratch in another environment. Started as soon as both
-    builds are done and left running while other tests go on (a rebuild in a fresh store is
-    minutes of mostly one busy core); its test collects the result. ``mirror``: ``nvkr mirror
-    export --variant ... --offline`` of that variant from ``store`` (``mirror_export``), imported
-    into the empty ``mirror_store`` (``mirror_import``), as a user carries sources into an
-    air-gapped site (test_mirror_offline checks both); the source closure holds the same export.
+    ``secure_boot``: the default recipe with Secure Boot on (:mod:`tests.helpers.secureboot`: the
+    project, its owner's key, a store seeded from ``store``), its amd64 variant
+    (:data:`REBUILD_VARIANT`) locked and built with the key into the project's ``dist/``: only
+    the UKI, its signature and the node image run (the root filesystem is the first build's).
+    ``rebuild``: ``nvkr verify REGISTRY/nvkr/default@DIGEST --rebuild --json`` of that release
+    set, ``published`` with ``--with-sources`` to a loopback registry: the rebuild takes the
+    recipe, lockfile and every source from the registry's source closure alone, runs in the
+    twin's clone and environment (umask 002, :data:`TWIN_ENV`, ``--jobs 1``) with every other
+    address unreachable (:data:`UNREACHABLE`) and without the owner's key, and compares artifact
+    by artifact: amd64's second build from scratch in another environment, identical but for
+    the UKI's signature (taken from the set and checked). One rebuild holds both claims: the
+    session's ``verify --rebuild`` from a registry (test_verify_default) and the Secure Boot
+    set's without the key (test_secure_boot). Started as soon as the set is built and left
+    running while other tests go on (a rebuild in a fresh store is minutes of mostly one busy
+    core); both tests collect its result. ``mirror``: ``nvkr mirror export --variant ...
+    --offline`` of that variant from the set's store (``mirror_export``), imported into the
+    empty ``mirror_store`` (``mirror_import``), as a user carries sources into an air-gapped site
+    (test_mirror_offline checks both); the source closure holds the same export.
 
     Both builds start at the session's first test (:func:`_default_build_started`), and the
     modules that use them run last (:func:`pytest_collection_modifyitems`): the unit tests and
@@ -199,7 +225,8 @@ class DefaultBuild:
     twin: Path
     twin_store: Path
     twin_result: Result
-    rebuild: Started
+    secure_boot: SecureBootSet
+    rebuild: _Running
     mirror: Path
     mirror_export: Result
     mirror_import: Result
@@ -322,66 +349,80 @@ def _default_build_started(request, tmp_path_factory) -> Iterator[Future[_Built]
             if running.started.proc.poll() is None:
                 running.started.kill()
         built = after.result() if after.done() and after.exception() is None else None
-        if built is not None and built.rebuild is not None and built.rebuild.proc.poll() is None:
-            built.rebuild.kill()  # its test was not selected: do not leave it running
+        rebuild = built.rebuild.started if built is not None and built.rebuild else None
+        if rebuild is not None and rebuild.proc.poll() is None:
+            rebuild.kill()  # its tests were not selected: do not leave it running
         registry.close()
 
 
 class _Built(NamedTuple):
-    """What :func:`_after_the_builds` gives :func:`default_build`: the first build and the twin
-    as (clone, store, result), the release set of one variant, the mirror's export and import,
-    the rebuild started."""
+    """What :func:`_after_the_builds` gives :func:`default_build` (and the Secure Boot test): the
+    first build and the twin as (clone, store, result), the Secure Boot set, the mirror's export
+    and import, the set published, the rebuild started."""
 
     first: tuple[Path, Path, Result]
     twin: tuple[Path, Path, Result]
-    one: Result
+    secure_boot: SecureBootSet | None
     mirror: Path
     exported: Result
     imported: Result
     mirror_store: Path
     published: Result
-    rebuild: Started | None
+    rebuild: _Running | None
 
 
 def _after_the_builds(runs: list[tuple[Path, Path, _Running]], registry: str) -> _Built:
-    """Wait for both builds; when both passed, write one amd64 variant's release set from the
-    first store's cache (the rebuild covers one variant: one variant runs every builder and the
-    whole verify --rebuild path), export its sources with ``nvkr mirror export --offline`` and
-    import them into an empty store, publish the set with its sources to ``registry``, and
-    start ``verify REF --rebuild`` from there (see :class:`DefaultBuild`). A step that fails
+    """Wait for both builds; when both passed, make the Secure Boot leaf's project and build its
+    amd64 variant with the owner's key from a store seeded with the first store's cache (the
+    rebuild covers one variant: one variant runs every builder and the whole verify --rebuild
+    path), export its sources with ``nvkr mirror export --offline`` and import them into an
+    empty store, publish the set with its sources to ``registry``, and start ``verify REF
+    --rebuild`` from there, without the key (see :class:`DefaultBuild`). A step that fails
     ends the chain: later steps' Results are its own, and no rebuild starts."""
+    from tests.helpers.secureboot import REL, make_project
+
     (clone, store, first), (twin, twin_store, second) = [(c, s, r.result()) for c, s, r in runs]
-    mirror, mirror_store = clone.parent / "mirror", clone.parent / "mirror-store"
+    builds = (clone, store, first), (twin, twin_store, second)
+    tmp = clone.parent
+    mirror, mirror_store = tmp / "mirror", tmp / "mirror-store"
     failed = next((r for r in (first, second) if r.code != 0), None)
-    one = exported = imported = failed or run_nvkr(
-        "build", "--locked", "--variant", REBUILD_VARIANT, "--out", "dist-one",
-        cwd=clone, store=store,
-    )  # fmt: skip
-    if one.code == 0:
-        exported = imported = run_nvkr(
-            "mirror", "export", "recipes/default.yaml", str(mirror), "--variant", MIRROR_VARIANT,
-            "--offline", cwd=clone, store=store,
+    if failed is not None:
+        return _Built(*builds, None, mirror, failed, failed, mirror_store, failed, None)
+    project, key = make_project(clone, tmp / "secure-boot")
+    sb_store = seed_from_build(tmp / "secure-boot-store", store)
+    locked = built = run_nvkr("lock", REL, "--offline", cwd=project, store=sb_store)
+    if locked.code == 0:
+        built = run_nvkr(
+            "build", REL, "--locked", "--offline", "--variant", REBUILD_VARIANT, "--json",
+            "--secure-boot-key", str(key), cwd=project, store=sb_store,
+        )  # fmt: skip
+    secure_boot = SecureBootSet(project, key, sb_store, locked, built)
+    exported = imported = published = built
+    if built.code == 0:
+        exported = imported = published = run_nvkr(
+            "mirror", "export", REL, str(mirror), "--variant", MIRROR_VARIANT, "--offline",
+            cwd=project, store=sb_store,
         )  # fmt: skip
     if exported.code == 0:
-        imported = run_nvkr("mirror", "import", str(mirror), cwd=clone, store=mirror_store)
-    published = imported
+        imported = published = run_nvkr(
+            "mirror", "import", str(mirror), cwd=project, store=mirror_store
+        )
     if imported.code == 0:
         published = run_nvkr(
-            "publish", "dist-one/nvkr-default-k8s1.36", f"{registry}/nvkr/default:one",
-            "--insecure", "--with-sources", "--json", cwd=clone, store=store,
+            "publish", str(secure_boot.layout), f"{registry}/nvkr/default:one", "--insecure",
+            "--with-sources", "--json", cwd=project, store=sb_store,
         )  # fmt: skip
     rebuild = None
     if published.code == 0:
         digest = json.loads(published.stdout.splitlines()[-1])["digest"]
-        rebuild = start_nvkr(
+        rebuild = _Running(start_nvkr(
             "verify", f"{registry}/nvkr/default@{digest}", "--insecure", "--rebuild",
             "--jobs", "1", "--json", cwd=twin, store=twin_store, umask=0o002, timeout=3600,
             env={**TWIN_ENV, **UNREACHABLE},
-        )  # fmt: skip
+        ))  # fmt: skip
     return _Built(
-        (clone, store, first), (twin, twin_store, second), one, mirror, exported, imported,
-        mirror_store, published, rebuild,
-    )  # fmt: skip
+        *builds, secure_boot, mirror, exported, imported, mirror_store, published, rebuild
+    )
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -420,13 +461,16 @@ def default_build(_default_build_started) -> DefaultBuild:
     (clone, store, first), (twin, twin_store, second) = built.first, built.twin
     assert first.code == 0, first.stderr
     assert second.code == 0, second.stderr
-    assert built.one.code == 0, built.one.stderr
+    secure_boot = built.secure_boot
+    assert secure_boot is not None
+    assert secure_boot.locked.code == 0, secure_boot.locked.stderr
+    assert secure_boot.built.code == 0, secure_boot.built.stderr
     assert built.exported.code == 0, built.exported.stderr
     assert built.imported.code == 0, built.imported.stderr
     assert built.published.code == 0, built.published.stderr
     assert built.rebuild is not None
     return DefaultBuild(
-        clone, store, first, twin, twin_store, second, built.rebuild,
+        clone, store, first, twin, twin_store, second, secure_boot, built.rebuild,
         built.mirror, built.exported, built.imported, built.mirror_store, built.published,
     )  # fmt: skip
 

@@ -1,9 +1,11 @@
-"""End to end: the default recipe's amd64 hopper variant carried to a store that never saw the
-network: ``nvkr mirror export --variant ... --offline`` from the store of the session's connected
-build, and ``nvkr mirror import`` into an empty store (both made by the ``default_build``
-fixture). The offline build from that store is the session's ``verify --rebuild --offline``
+"""End to end: the default recipe's amd64 hopper variant (with Secure Boot on: the session's
+Secure Boot set, tests/helpers/secureboot.py) carried to a store that never saw the network:
+``nvkr mirror export --variant ... --offline`` from the store of the session's connected build,
+and ``nvkr mirror import`` into an empty store (both made by the ``default_build`` fixture). The
+offline build from that store is the session's ``verify --rebuild --offline``
 (tests/integration/test_verify_default.py: every artifact identical to the connected build's);
-here, the export itself: exactly that variant's sources, every .deb with its upstream URL, and
+here, the export itself: exactly that variant's sources, every .deb with its upstream URL, the
+repository's own directories (the agent, the owner's certificate) left to travel with it, and
 the import takes every blob.
 """
 
@@ -23,7 +25,9 @@ def test_the_export_of_one_variant_holds_its_sources_and_the_import_takes_them_a
     default_build,
 ) -> None:
     res = default_build.mirror_export
-    assert "skipped path sources" in res.stdout and "default/node-agent" in res.stdout
+    assert "skipped path sources" in res.stdout, res.stdout
+    assert "default-secureboot/node-agent" in res.stdout
+    assert "default-secureboot/secure-boot-owner" in res.stdout
     out = default_build.mirror
     doc = json.loads((out / "index.json").read_text())
     kinds = {s["name"]: s["kind"] for s in doc["sources"]}

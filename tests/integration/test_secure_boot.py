@@ -1,13 +1,14 @@
 """End to end: the default recipe with Secure Boot on (recipes/secureboot/debian-13.yaml) and a
 test owner key, from the session's default build.
 
-A leaf recipe written for the test extends recipes/default.yaml with the layer and names the
-test's certificate; its lockfile is the default one with the certificate's path source added
-(the default recipe already holds the layer's packages, so the root filesystem is the default
-build's: only the UKI, its signature and the node image run). Then:
+The session's default build makes the project (tests/helpers/secureboot.py: a leaf that extends
+recipes/default.yaml with the layer and names the test's certificate; its lockfile the default
+one with the certificate's path source added) and builds its hopper/amd64 variant with the owner
+key (tests/conftest.py, ``SecureBootSet``). The default recipe already holds the layer's
+packages, so the root filesystem is the default build's: only the UKI, its signature and the
+node image run. Then:
 
-- the hopper/amd64 image is built with the owner key; the UKI signed again in another store
-  gives the same bytes, as the unsigned UKI does;
+- the UKI signed again in another store gives the same bytes, as the unsigned UKI does;
 - the image boots under enforcing Secure Boot (OVMF, Microsoft's 2011 keys, the owner's
   certificate as a MOK) with swtpm to the node agent (what ``nvkr boot-test --secure-boot --tpm``
   runs, from the release set), and the guest's PCRs 4, 5, 7, 9, 11 and 14 equal the
@@ -15,17 +16,18 @@ build's: only the UKI, its signature and the node image run). Then:
   boot-test's own comparison says too; its module probe finds no out-of-tree module;
   one byte changed inside the signed UKI, and shim refuses the image; a db without Microsoft's
   third-party CA refuses shim;
-- ``nvkr verify --rebuild`` from a second clone, without the key, rebuilds the set and says
-  "identical but for signatures".
+- ``nvkr verify --rebuild``, without the key, rebuilds the set and says "identical but for
+  signatures": the session's own rebuild (tests/conftest.py, ``DefaultBuild.rebuild``: from the
+  registry's source closure, in the twin's clone and environment), whose registry claims
+  tests/integration/test_verify_default.py checks.
 
-Runs in the background from the session's first test, once the default build is done.
+Runs in the background from the session's first test, once the set is built.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 from concurrent.futures import Future
@@ -38,33 +40,12 @@ from nvkr.store import Store
 from tests.helpers.background import BackgroundTest
 from tests.helpers.nvkr import Result, run_nvkr, seed_from_build
 from tests.helpers.results import record_of
+from tests.helpers.secureboot import CERT, REL
 
 pytestmark = [pytest.mark.slow, pytest.mark.default_build]
 
-REL = "recipes/default-secureboot.yaml"
-VARIANT = "gpu=hopper,arch=amd64"
 UKI = "uki/uki@gpu=hopper,kubernetes=1.36,arch=amd64"
 SIGNED_UKI = "signed-uki/signed-uki@gpu=hopper,kubernetes=1.36,arch=amd64"
-SET = "nvkr-default-k8s1.36"
-LEAF = """apiVersion: nvkr.dev/v1alpha1
-kind: Recipe
-metadata: {name: default-secureboot}
-extends: [default.yaml, secureboot/debian-13.yaml]
-sources:
-  secure-boot-owner: {path: ../keys}
-"""
-
-
-def _project(clone: Path, dest: Path) -> Path:
-    """A copy of the default build's clone with the leaf, the test's certificate in keys/ (its
-    key beside the project) and the leaf's lockfile (the default one, then locked)."""
-    shutil.copytree(clone, dest, ignore=shutil.ignore_patterns("dist*", "__pycache__"))
-    (dest / "keys").mkdir()
-    (dest / REL).write_text(LEAF)
-    shutil.copyfile(
-        dest / "lockfiles/default.lock.json", dest / "lockfiles/default-secureboot.lock.json"
-    )
-    return dest
 
 
 def _done(result: Result) -> dict[str, dict[str, Any]]:
@@ -75,21 +56,13 @@ def _done(result: Result) -> dict[str, dict[str, Any]]:
 
 def _secure_boot(tmp: Path, started: Future[Any]) -> None:
     built = started.result()
-    clone, store, first = built.first
+    _, store, first = built.first
     assert first.code == 0, first.stderr
-    project = _project(clone, tmp / "project")
-    key = tmp / "owner.key"
-    subprocess.run(
-        ["openssl", "req", "-new", "-x509", "-newkey", "rsa:2048", "-nodes", "-sha256",
-         "-days", "3650", "-subj", "/CN=nvkr test owner/", "-keyout", key,
-         "-out", project / "keys/owner.crt"],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    sb_store = seed_from_build(tmp / "store", store)
-    locked = run_nvkr("lock", REL, "--offline", cwd=project, store=sb_store)
-    assert locked.code == 0, locked.stderr
-    ran = _done(run_nvkr("build", REL, "--locked", "--offline", "--variant", VARIANT, "--json",
-                         "--secure-boot-key", str(key), cwd=project, store=sb_store))  # fmt: skip
+    sb = built.secure_boot
+    assert sb is not None, "the default build's twin failed"
+    assert sb.locked.code == 0, sb.locked.stderr
+    project, key, sb_store = sb.project, sb.key, sb.store
+    ran = _done(sb.built)
     # the default build's root filesystem: only the chain and what holds it ran
     assert {"uki", "signed-uki", "node-image"} <= set(ran) and "rootfs" not in ran, sorted(ran)
     uki = record_of(Store(sb_store).get_action(ran["uki"]["key"]))
@@ -117,12 +90,12 @@ def _secure_boot(tmp: Path, started: Future[Any]) -> None:
     # booted under enforcing Secure Boot with swtpm, to the node agent: the guest's PCRs are
     # the predictions the release set carries; one byte changed inside the signed UKI and shim
     # refuses it, and its measurements would differ
-    disk, statement = _image(project / "dist" / SET)
+    disk, statement = _image(sb.layout)
     predicted = statement["predicate"]["pcrs"]
     assert sorted(predicted, key=int) == ["4", "5", "7", "9", "11", "14"], predicted
-    cert = str(project / "keys/owner.crt")
+    cert = str(project / CERT)
     # booted from the release set: boot-test compares the PCRs with the set's predictions too
-    booted = _boot(project / "dist" / SET, tmp / "boot", "--mok", cert, "--tpm", store=sb_store)
+    booted = _boot(sb.layout, tmp / "boot", "--mok", cert, "--tpm", store=sb_store)
     assert booted["code"] == 0, booted
     result = booted["image"]
     print(f"secure boot with TPM: {result['totalMilliseconds'] / 1000:.1f} s ({result['accel']})",
@@ -147,14 +120,10 @@ def _secure_boot(tmp: Path, started: Future[Any]) -> None:
     win23 = _boot(disk, tmp / "win23", "--mok", cert, "--secure-boot-db", "win23", store=sb_store)
     assert win23["code"] != 0 and "Access Denied" in win23["error"], win23
 
-    # verify --rebuild from a second clone, without the key: every artifact rebuilt, the UKI's
-    # signature taken from the image, checked, and said
-    second = tmp / "second"
-    shutil.copytree(project, second, ignore=shutil.ignore_patterns("dist*"))
-    verified = run_nvkr(
-        "verify", str(project / "dist" / SET), "--rebuild", "--project", str(second),
-        "--seed-store", str(sb_store), "--offline", "--json", cwd=second, store=sb_store,
-    )  # fmt: skip
+    # verify --rebuild without the key (the session's, from the registry, in the twin's clone):
+    # every artifact rebuilt, the UKI's signature taken from the image, checked, and said
+    assert built.rebuild is not None, built.published.stderr
+    verified = built.rebuild.result()
     assert verified.code == 0, verified.stdout[-3000:] + verified.stderr
     rebuilt = json.loads(verified.stdout)["rebuild"]
     assert rebuilt["identical"] and all(a["identical"] for a in rebuilt["artifacts"]), rebuilt

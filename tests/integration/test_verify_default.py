@@ -152,16 +152,18 @@ def test_a_flipped_byte_in_a_released_file_fails(
 
 
 def test_rebuild_reports_every_artifact_identical(default_build: Any) -> None:
-    """``nvkr verify REF --rebuild`` of one variant of the session's default build, published
-    with its sources (started by the fixture and running alongside the other tests): a rebuild
-    in a fresh store from the registry's source closure alone (recipe, lockfile, every blob),
-    offline, gives the same digest for every artifact and for the release set, and builds only
-    that variant."""
+    """``nvkr verify REF --rebuild`` of one variant of the session's default build (with Secure
+    Boot on: the session's Secure Boot set), published with its sources (started by the fixture
+    and running alongside the other tests): a rebuild in a fresh store from the registry's
+    source closure alone (recipe, lockfile, every blob), offline, without the owner's key,
+    gives the same digest for every artifact and for the release set (the UKI's signature taken
+    from the set, checked and named), and builds only that variant. Its Secure Boot claims are
+    tests/integration/test_secure_boot.py's."""
     res = default_build.rebuild.result()
     assert res.code == 0, res.stdout[-4000:] + res.stderr
     rebuilt = json.loads(res.stdout)["rebuild"]
     assert rebuilt["identical"] is True, rebuilt
-    index = default_build.clone / "dist-one" / SET / "index.json"
+    index = default_build.secure_boot.layout / "index.json"
     digest = json.loads(index.read_bytes())["manifests"][0]["digest"]
     assert rebuilt["digest"] == rebuilt["rebuiltDigest"] == digest
     assert rebuilt["artifacts"] and all(a["identical"] for a in rebuilt["artifacts"]), rebuilt
