@@ -24,6 +24,7 @@ from nvkr.action import ResolvedSource as ResolvedSource
 from nvkr.errors import UnknownBuilderError
 from nvkr.jsondoc import JsonObject, JsonValue
 from nvkr.monitor.events import ActionProgress
+from nvkr.store_move import move_file
 
 if TYPE_CHECKING:
     from nvkr.action import Action
@@ -102,8 +103,10 @@ class ActionContext:
     def add_output(
         self, path: Path, *, name: str, media_type: str, role: str = "primary"
     ) -> ActionOutput:
-        """Move a produced file into the store and record it as an output of this action."""
-        info = self.store.add_file(path, what=f"output {name!r}")
+        """Move a produced file into the store and record it as an output of this action:
+        ``path`` is gone after (:func:`nvkr.store_move.move_file`; read the output from the
+        store, by its digest)."""
+        info = move_file(self.store, path, what=f"output {name!r}")
         out = ActionOutput(name, info.digest, info.size, media_type, role)
         self.outputs.append(out)
         return out

@@ -157,13 +157,14 @@ class UkiBuilder(Builder[UkiArtifact]):
         )  # fmt: skip
         if not out.is_file():
             raise BuildError("ukify wrote no UKI", hint=f"see the action's log {ctx.log_file}")
+        authenticode = "sha256:" + authenticode_digest(out.read_bytes()).hex()
         ctx.add_output(out, name=f"uki-{arch}.efi", media_type=MEDIA_TYPE)
         ctx.metadata.update(
             {
                 "kernel": files["version"],
                 "cmdline": cmdline,
                 "fsUuid": layout.fs_uuid,
-                "authenticode": "sha256:" + authenticode_digest(out.read_bytes()).hex(),
+                "authenticode": authenticode,
                 "chain": chain,
             }
         )
