@@ -17,6 +17,8 @@ REL = "recipes/default-secureboot.yaml"
 SET = "nvkr-default-k8s1.36"
 #: the owner's certificate, in the project (the leaf's path source ``secure-boot-owner``)
 CERT = "keys/owner.crt"
+#: the test owner's common name (the signer that modinfo and verify name)
+OWNER_CN = "nvkr test owner"
 LEAF = """apiVersion: nvkr.dev/v1alpha1
 kind: Recipe
 metadata: {name: default-secureboot}
@@ -37,10 +39,15 @@ def make_project(clone: Path, dest: Path) -> tuple[Path, Path]:
         dest / "lockfiles/default.lock.json", dest / "lockfiles/default-secureboot.lock.json"
     )
     key = dest.parent / f"{dest.name}-owner.key"
+    make_owner(key, dest / CERT)
+    return dest, key
+
+
+def make_owner(key: Path, cert: Path, common_name: str = OWNER_CN) -> None:
+    """A test owner's key pair: ``key`` (RSA 2048, PKCS#1 v1.5 signatures: deterministic, as
+    nvkr requires) and its self-signed certificate ``cert`` (PEM, CN ``common_name``)."""
     subprocess.run(
         ["openssl", "req", "-new", "-x509", "-newkey", "rsa:2048", "-nodes", "-sha256",
-         "-days", "3650", "-subj", "/CN=nvkr test owner/", "-keyout", key,
-         "-out", dest / CERT],
+         "-days", "3650", "-subj", f"/CN={common_name}/", "-keyout", key, "-out", cert],
         check=True, capture_output=True,
     )  # fmt: skip
-    return dest, key

@@ -47,6 +47,7 @@ from tests.helpers.ovnkubernetes import NEWER_NB as OVNK_NEWER_NB
 from tests.helpers.ovnkubernetes import SCHEMAS as OVNK_SCHEMAS
 from tests.helpers.ovnkubernetes import UPSTREAM as OVNK_UPSTREAM
 from tests.helpers.results import record_of
+from tests.helpers.secureboot import make_owner
 
 pytestmark = pytest.mark.slow
 
@@ -624,11 +625,7 @@ def _make_debian_leaf(leaf: Leaf) -> DebianLeaf:
     owner = project / "recipes/owner/owner.crt"
     owner.parent.mkdir(parents=True)
     key = project.parent / "owner.key"  # outside the project, as an owner keeps it
-    subprocess.run(
-        ["openssl", "req", "-new", "-x509", "-newkey", "rsa:2048", "-nodes", "-sha256",
-         "-days", "3650", "-subj", f"/CN={OWNER_CN}/", "-keyout", key, "-out", owner],
-        check=True, capture_output=True,
-    )  # fmt: skip
+    make_owner(key, owner, OWNER_CN)
     locked = run_nvkr("lock", rel, *leaf.mirrors, cwd=project, store=store)
     built = (
         run_nvkr(

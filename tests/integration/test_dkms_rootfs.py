@@ -39,6 +39,7 @@ from tests.helpers import REPO
 from tests.helpers.background import BackgroundTest
 from tests.helpers.nvkr import Result, run_nvkr, seed, seed_from_build
 from tests.helpers.results import record_of
+from tests.helpers.secureboot import make_owner
 
 pytestmark = pytest.mark.slow
 
@@ -118,12 +119,7 @@ def _twice(tmp_path: Path, go_toolchain: tuple[Path, str]) -> None:
     (first / REL).write_text(_recipe())
     keys = tmp_path / "keys"  # the owner's key stays out of the project
     keys.mkdir()
-    subprocess.run(
-        ["openssl", "req", "-new", "-x509", "-newkey", "rsa:2048", "-nodes", "-sha256",
-         "-days", "3650", "-subj", "/CN=nvkr test owner/", "-keyout", keys / "owner.key",
-         "-out", first / "recipes/owner/owner.crt"],
-        check=True, capture_output=True,
-    )  # fmt: skip
+    make_owner(keys / "owner.key", first / "recipes/owner/owner.crt")
     store_a = seed(tmp_path / "store-a", go_toolchain)  # the default lock's .debs, some shared
     locked = run_nvkr("lock", REL, cwd=first, store=store_a)
     assert locked.code == 0, locked.stderr
