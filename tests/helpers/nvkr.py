@@ -62,8 +62,9 @@ def link_go_cache(src: Path, dest: Path) -> None:
 
 def seed_from_build(root: Path, built: Path) -> Path:
     """A fresh store at ``root`` holding everything the store ``built`` holds: blobs hard-linked,
-    action records copied, unpacked toolchains hard-linked, tool caches (Go's build cache) copied.
-    A build of the default recipe from it runs only the actions whose inputs a test changed."""
+    action records copied, unpacked toolchains hard-linked, Go's build cache linked
+    (:func:`link_go_cache`), the other tool caches copied. A build of the default recipe from it
+    runs only the actions whose inputs a test changed."""
     from nvkr.store import Store
 
     src, store = Store(built), Store(root)
@@ -73,10 +74,15 @@ def seed_from_build(root: Path, built: Path) -> Path:
             os.link(blob, dst)
     for record in (built / "actions").glob("*.json"):
         shutil.copyfile(record, root / "actions" / record.name)
-    for part, flags in (("tools", "-al"), ("cache", "-a")):
-        if (built / part).is_dir():
-            (root / part).mkdir(exist_ok=True)
-            subprocess.run(["cp", flags, f"{built / part}/.", str(root / part)], check=True)
+    if (built / "tools").is_dir():
+        (root / "tools").mkdir(exist_ok=True)
+        subprocess.run(["cp", "-al", f"{built / 'tools'}/.", str(root / "tools")], check=True)
+    for cache in src.cache_dir.iterdir() if src.cache_dir.is_dir() else ():
+        if cache.name == "go-build":
+            link_go_cache(cache, store.cache_dir / cache.name)
+        else:
+            store.cache_dir.mkdir(exist_ok=True)
+            subprocess.run(["cp", "-a", str(cache), str(store.cache_dir)], check=True)
     return root
 
 
