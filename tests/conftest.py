@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from tests.helpers import REPO
+from tests.helpers import REPO, secureboot
 from tests.helpers.nvkr import (
     Result,
     Started,
@@ -175,9 +175,7 @@ class SecureBootSet(NamedTuple):
     @property
     def layout(self) -> Path:
         """The release set it built (the one the session's rebuild rebuilds)."""
-        from tests.helpers.secureboot import SET
-
-        return self.project / "dist" / SET
+        return self.project / "dist" / secureboot.SET
 
 
 @dataclass
@@ -379,8 +377,6 @@ def _after_the_builds(runs: list[tuple[Path, Path, _Running]], registry: str) ->
     empty store, publish the set with its sources to ``registry``, and start ``verify REF
     --rebuild`` from there, without the key (see :class:`DefaultBuild`). A step that fails
     ends the chain: later steps' Results are its own, and no rebuild starts."""
-    from tests.helpers.secureboot import REL, make_project
-
     (clone, store, first), (twin, twin_store, second) = [(c, s, r.result()) for c, s, r in runs]
     builds = (clone, store, first), (twin, twin_store, second)
     tmp = clone.parent
@@ -388,20 +384,20 @@ def _after_the_builds(runs: list[tuple[Path, Path, _Running]], registry: str) ->
     failed = next((r for r in (first, second) if r.code != 0), None)
     if failed is not None:
         return _Built(*builds, None, mirror, failed, failed, mirror_store, failed, None)
-    project, key = make_project(clone, tmp / "secure-boot")
+    project, key = secureboot.make_project(clone, tmp / "secure-boot")
     sb_store = seed_from_build(tmp / "secure-boot-store", store)
-    locked = built = run_nvkr("lock", REL, "--offline", cwd=project, store=sb_store)
+    locked = built = run_nvkr("lock", secureboot.REL, "--offline", cwd=project, store=sb_store)
     if locked.code == 0:
         built = run_nvkr(
-            "build", REL, "--locked", "--offline", "--variant", REBUILD_VARIANT, "--json",
-            "--secure-boot-key", str(key), cwd=project, store=sb_store,
+            "build", secureboot.REL, "--locked", "--offline", "--variant", REBUILD_VARIANT,
+            "--json", "--secure-boot-key", str(key), cwd=project, store=sb_store,
         )  # fmt: skip
     secure_boot = SecureBootSet(project, key, sb_store, locked, built)
     exported = imported = published = built
     if built.code == 0:
         exported = imported = published = run_nvkr(
-            "mirror", "export", REL, str(mirror), "--variant", MIRROR_VARIANT, "--offline",
-            cwd=project, store=sb_store,
+            "mirror", "export", secureboot.REL, str(mirror), "--variant", MIRROR_VARIANT,
+            "--offline", cwd=project, store=sb_store,
         )  # fmt: skip
     if exported.code == 0:
         imported = published = run_nvkr(
