@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ from nvkr.canonical import canonical_json, canonical_json_file, sha256_bytes
 from nvkr.errors import ChecksumError, LockError
 from nvkr.fetch.api import fetcher_for, fetcher_of, resolve
 from nvkr.fetch.context import FetchContext
-from nvkr.fetch.entries import REFRESH_HINT, LockEntry
+from nvkr.fetch.entries import REFRESH_HINT, LockEntry, apt_manifest_bytes
 from nvkr.fetch.table import read_entry
 from nvkr.recipe.base import ArtifactModel
 from nvkr.recipe.loader import LoadedRecipe
@@ -225,6 +226,46 @@ class Resolver:
         if variant.id not in entry["variants"]:
             entry["variants"].append(variant.id)
         return ResolvedSource(name=name, spec=source, entry=entry["resolved"], base_dir=base)
+
+    def locked_debs(
+        self, variant: Variant, name: str, arch: str, versions: Mapping[str, str]
+    ) -> ResolvedSource | None:
+        """The .debs of ``arch`` that the lockfile pins for apt source ``name`` at exactly
+        ``versions`` (package → version), as an apt source of their own: ``name``, its spec
+        with that arch and those packages, an entry listing just them (its manifest's digest).
+        What a foreign tree's builder runs natively (:mod:`nvkr.builders.rootfs.native`). None
+        when no entry of ``name`` for ``arch`` holds them all (no lockfile, a matrix without
+        that arch): the caller does without. Binds nothing: the lockfile written is the same."""
+        wanted = dict(versions)
+        for entry in self._entries.values():
+            resolved = entry.get("resolved") or {}
+            if entry.get("name") != name or resolved.get("kind") != "apt":
+                continue
+            if resolved.get("arch") != arch:
+                continue
+            found = [
+                p
+                for p in resolved.get("packages") or []
+                if isinstance(p, dict) and wanted.get(str(p.get("name"))) == p.get("version")
+            ]
+            if len(found) != len(wanted) or not wanted:
+                continue
+            found.sort(key=lambda p: (p["name"], p["arch"]))
+            subset = {
+                **{k: v for k, v in resolved.items() if k in ("keyrings", "snapshot")},
+                "kind": "apt",
+                "arch": arch,
+                "digest": sha256_bytes(apt_manifest_bytes(arch, found)),
+                "packages": found,
+            }
+            typed = read_entry(subset, where=self._where(name, entry))
+            spec = variant.recipe.sources[name].model_copy(
+                update={"arch": arch, "packages": wanted}
+            )
+            return ResolvedSource(
+                name=name, spec=spec, entry=typed, base_dir=self.base_dir(variant, name)
+            )
+        return None
 
     def resolved(self) -> list[LockEntry]:
         """The lock entry of every source bound so far."""

@@ -145,6 +145,10 @@ def _new_action(
     )
 
 
+#: :meth:`nvkr.lock.Resolver.locked_debs`: (variant, source name, arch, versions) → the .debs.
+DebsFor = Callable[[Variant, str, str, Mapping[str, str]], ResolvedSource | None]
+
+
 class _Refs:
     """What :meth:`Builder.plan` may ask about one variant (see
     :class:`nvkr.builders.api.PlanRefs`)."""
@@ -165,6 +169,13 @@ class _Refs:
     def artifact(self, name: str) -> Action:
         return self._planner.action(self._variant, name)
 
+    def locked_debs(
+        self, name: str, arch: str, versions: Mapping[str, str]
+    ) -> ResolvedSource | None:
+        if self._planner.debs_for is None:
+            return None
+        return self._planner.debs_for(self._variant, name, arch, versions)
+
     def image_index(self, name: str) -> Action:
         return self._planner.image_index(self._variant, name)
 
@@ -183,9 +194,11 @@ class _ArtifactPlanner:
         variants: list[Variant],
         source_for: Callable[[Variant, str], ResolvedSource],
         epoch: int,
+        debs_for: DebsFor | None = None,
     ) -> None:
         self.variants = variants
         self.source_for = source_for
+        self.debs_for = debs_for
         self.epoch = epoch
         self.actions: dict[str, Action] = {}
         self._done: dict[tuple[str, str], Action] = {}
@@ -297,11 +310,14 @@ def make_plan(
     *,
     epoch: int,
     lockfile: dict[str, str],
+    debs_for: DebsFor | None = None,
 ) -> Plan:
     """Plan every artifact of every variant, then one release-set action per release set name.
 
     Args:
         source_for: returns the locked source ``name`` of a variant (see :mod:`nvkr.lock`).
+        debs_for: returns .debs of another arch the lock pins for a variant's apt source
+            (:meth:`nvkr.lock.Resolver.locked_debs`); None: a builder asking gets none.
         lockfile: ``{"path": ..., "digest": "sha256:.."}`` of the lock the sources came from.
     Raises:
         RecipeError, RecipeReferenceError: what :func:`nvkr.plancheck.check_variant` finds.
@@ -309,7 +325,7 @@ def make_plan(
     """
     for variant in variants:  # what needs no source is refused before any is read
         check_variant(variant)
-    planner = _ArtifactPlanner(variants, source_for, epoch)
+    planner = _ArtifactPlanner(variants, source_for, epoch, debs_for)
     by_set: dict[str, list[tuple[Variant, dict[str, Action]]]] = {}
     for variant in variants:
         recipe = variant.recipe

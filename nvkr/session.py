@@ -195,6 +195,7 @@ def make_session_plan(
         session.resolver.source_for,
         epoch=epoch,
         lockfile=lockfile,
+        debs_for=session.resolver.locked_debs,
     )
 
 

@@ -119,12 +119,19 @@ class PlanRefs(Protocol):
     artifact of the same variant (add its key to ``ActionSpec.deps`` and read its result from
     ``ActionContext.deps`` at run time); ``image_index(name)`` the action joining a
     container-image artifact over the variant's arches (its result's metadata holds
-    ``indexDigest``).
+    ``indexDigest``). ``locked_debs(name, arch, versions)``: the .debs of another arch that
+    the lockfile pins for apt source ``name`` at exactly those versions, as a source to list in
+    ``ActionSpec.sources`` (fetched like any), or None when the lock has no such entry (see
+    :meth:`nvkr.lock.Resolver.locked_debs`).
 
     Raises (each): RecipeReferenceError for a missing name or a cycle.
     """
 
     def source(self, name: str) -> ResolvedSource: ...
+
+    def locked_debs(
+        self, name: str, arch: str, versions: Mapping[str, str]
+    ) -> ResolvedSource | None: ...
 
     def artifact(self, name: str) -> Action: ...
 

@@ -52,6 +52,7 @@ def session_fan_out(
             session.resolver.source_for,
             epoch=full.epoch,
             lockfile=_lockfile_of(full),
+            debs_for=session.resolver.locked_debs,
         )
 
     return by_variant(
