@@ -86,10 +86,13 @@ def select_sources(loaded: Any, variants: list[Any], resolver: Any) -> RecipeSel
                 skipped.add((name, fetcher.kind))
                 continue
             bound = resolver.source_for(variant, name)
-            key = canonical_json([name, source.model_dump(exclude_none=True)])
-            if key not in bindings:
-                bindings[key] = (name, source, bound.entry, bound.base_dir, [])
-            bindings[key][4].append(variant.id)
+            for src in (bound, _native_debs(resolver, variant, bound)):
+                if src is None:
+                    continue
+                key = canonical_json([name, src.spec.model_dump(exclude_none=True)])
+                if key not in bindings:
+                    bindings[key] = (name, src.spec, src.entry, src.base_dir, [])
+                bindings[key][4].append(variant.id)
     return RecipeSelection(
         name=loaded.recipe.metadata.name,
         path=str(loaded.path),
@@ -100,6 +103,20 @@ def select_sources(loaded: Any, variants: list[Any], resolver: Any) -> RecipeSel
         bindings=bindings,
         skipped=sorted(skipped),
     )
+
+
+def _native_debs(resolver: Any, variant: Any, bound: Any) -> Any:
+    """The amd64 .debs a foreign tree of the apt source ``bound`` runs its perl and python
+    from (:mod:`nvkr.nativedebs`), as the plan takes them from the lockfile, or None: an
+    offline build on an x86-64 host needs them beside the tree's own."""
+    from nvkr.fetch.entries import AptEntry
+    from nvkr.nativedebs import LOCK_ARCH, wanted_debs
+
+    entry = bound.entry
+    if not isinstance(entry, AptEntry) or entry.arch == LOCK_ARCH:
+        return None
+    wanted = wanted_debs([p.to_json() for p in entry.packages])
+    return resolver.locked_debs(variant, bound.name, LOCK_ARCH, wanted) if wanted else None
 
 
 def source_blobs(store: Store, name: str, source: Any, entry: LockEntry) -> dict[str, Any]:

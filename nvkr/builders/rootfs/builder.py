@@ -57,9 +57,10 @@ from nvkr.builders.rootfs.debs import decompress_data_member
 from nvkr.builders.rootfs.params import AptRepositoryParams, RootfsParams
 from nvkr.canonical import sha256_bytes
 from nvkr.errors import IntegrityError, ToolError
-from nvkr.fetch.entries import AptEntry
+from nvkr.fetch.entries import AptEntry, DebPackage
 from nvkr.hosttools import package_version
 from nvkr.monitor.tools import mmdebstrap_lines
+from nvkr.nativedebs import LOCK_ARCH, wanted_debs
 from nvkr.recipe.matrix import Variant
 from nvkr.recipe.sources import AptSource
 from nvkr.repro import tar_bytes
@@ -183,18 +184,25 @@ class RootfsBuilder(Builder[RootfsArtifact]):
         if dkms:
             inputs["dkms-assets"] = sha256_bytes(tar_bytes(DKMS_ASSETS, epoch=0))
         tools = {"mmdebstrap": package_version("mmdebstrap", purpose="the rootfs builder")}
+        sources = {"packages": src}
         if _foreign(spec.arch) and native.supported():
-            # they run in the tree as it is built
+            # they run in the tree as it is built; its perl and python from the lockfile's
+            # amd64 .debs of the tree's versions, where the lock pins them
             packages = [pkg.to_json() for pkg in entry.packages]
-            tools.update(native.tool_versions(native.interpreters(packages)))
+            wanted = wanted_debs(packages)
+            debs = refs.locked_debs(artifact.packages, LOCK_ARCH, wanted) if wanted else None
+            found = []
+            if debs is not None:
+                assert isinstance(debs.entry, AptEntry)  # locked_debs gives an apt entry
+                found = [pkg.to_json() for pkg in debs.entry.packages]
+            interpreters = native.interpreters(packages, found)
+            tools.update(native.tool_versions(interpreters, from_debs=debs is not None))
+            if debs is not None:
+                inputs["native-packages"] = debs.digest
+                sources["native-packages"] = debs
         if _foreign(spec.arch) and spec.arch in QEMU_CPU:
             tools["qemu-cpu"] = QEMU_CPU[spec.arch]  # what the emulated programs see
-        return ActionSpec(
-            params=params.to_json(),
-            inputs=inputs,
-            tools=tools,
-            sources={"packages": src},
-        )
+        return ActionSpec(params=params.to_json(), inputs=inputs, tools=tools, sources=sources)
 
     def host_arch(self, action: Action) -> str | None:
         """The tree's arch: its packages' maintainer scripts run natively there (elsewhere under
@@ -271,8 +279,11 @@ class RootfsBuilder(Builder[RootfsArtifact]):
         # installed later, before the initramfs), unbound last, checked for after.
         tools = None
         if foreign and native.supported():
-            interpreters = native.interpreters(manifest["packages"])
-            tools = native.prepare(ctx.workdir / "native", interpreters)
+            debs = self._native_debs(ctx)
+            found = [pkg.to_json() for pkg in debs]
+            interpreters = native.interpreters(manifest["packages"], found)
+            paths = [ctx.store.blob_path(pkg.sha256) for pkg in debs]
+            tools = native.prepare(ctx.workdir / "native", interpreters, paths)
         native_on = [f'--essential-hook={ASSETS / "native-tools.essential-hook"} "$1" {tools}']
         native_late = [
             f'--customize-hook={ASSETS / "native-tools-late.customize-hook"} "$1" {tools}'
@@ -283,10 +294,11 @@ class RootfsBuilder(Builder[RootfsArtifact]):
             f"--essential-hook={ASSETS / 'defer-py3compile.essential-hook'}",
             *(native_on if tools else []),
             *(dkms_hooks if p.dkms else []),
+            # python3.X from the lockfile is bound by the late hook: before py3compile runs
+            *(native_late if tools else []),
             f"--customize-hook={ASSETS / 'run-py3compile.customize-hook'}",
             f"--customize-hook=sync-in {overlay} /",
             *([] if p.hostname else ['--customize-hook=rm -f "$1/etc/hostname"']),
-            *(native_late if tools else []),
             f"--customize-hook={ASSETS / 'build-initramfs.customize-hook'}",
             *(native_off if tools else []),
             p.suite,
@@ -317,6 +329,25 @@ class RootfsBuilder(Builder[RootfsArtifact]):
             for pkg in manifest["packages"]
         ]
         ctx.metadata["arch"] = p.arch
+
+    def _native_debs(self, ctx: ActionContext) -> list[DebPackage]:
+        """The lockfile's amd64 .debs whose perl and python run natively (the plan's
+        ``native-packages`` source; none without it), each checked against its pin."""
+        from nvkr.fetch.apt import file_sha256
+
+        src = ctx.action.sources.get("native-packages")
+        if src is None:
+            return []
+        assert isinstance(src.entry, AptEntry)
+        for pkg in src.entry.packages:
+            blob = ctx.store.blob_path(pkg.sha256)
+            if not blob.is_file() or file_sha256(blob) != pkg.sha256:
+                raise IntegrityError(
+                    f"package {pkg.name} {pkg.version} ({pkg.arch}) for the native tools: the "
+                    f"store's copy {blob} is missing or differs from the lockfile's {pkg.sha256}",
+                    hint="delete that blob from the store; the next build fetches it again",
+                )
+        return list(src.entry.packages)
 
     def _overlay(self, ctx: ActionContext) -> Path:
         """Files the customize hook copies over the tree: apt sources + keyrings, host names."""

@@ -13,16 +13,17 @@ action's work dir, each program's ``PT_INTERP`` rewritten to :data:`LOADER` (``/
 appear in the tree: ``mkinitramfs`` links every ``/lib*`` it finds into the initramfs):
 
 - ``bin/``: :data:`TOOLS` (coreutils, sed, grep, findutils, tar, dash, three of dpkg's
-  helpers), and perl when the tree's perl is the host's version (:func:`interpreters`: perl
-  then reads the tree's own pure-Perl modules, and its XS modules from the host's copies of
-  ``perl-base`` and ``perl/<version>`` put beside the libraries). The essential hook
+  helpers), and perl (see "Interpreters from the lockfile" below; else the host's when it is
+  the tree's version: perl then reads the tree's own pure-Perl modules, and its XS modules from
+  copies of ``perl-base`` and ``perl/<version>`` put beside the libraries). The essential hook
   ``native-tools.essential-hook`` binds each over the tree's own program after the Essential
   packages are installed (dpkg never replaces those programs afterwards), and the library
   directory at ``/lib/x86_64-linux-gnu`` (absent from an arm64 tree).
 - ``late/``: :data:`LATE_TOOLS`, installed after the Essential set (``zstd`` compresses the
-  initramfs), and ``applets/``: :data:`APPLETS`, the host's kmod as ``modinfo``, which
+  initramfs; ``python3.X`` from the lockfile's .debs), and ``applets/``: :data:`APPLETS`, the host's kmod as ``modinfo``, which
   ``mkinitramfs`` asks about every module. The customize hook
-  ``native-tools-late.customize-hook`` binds them before the initramfs is built: the applet's
+  ``native-tools-late.customize-hook`` binds them first among the customize hooks (before the
+  batched ``py3compile`` and the initramfs): the applet's
   symlink to the tree's kmod is renamed aside (its mtime kept) and a file put in its place for
   the bind, because ``mkinitramfs`` copies ``kmod`` itself, and ``modprobe`` as it is, into
   every initramfs: they stay the tree's own.
@@ -30,13 +31,26 @@ appear in the tree: ``mkinitramfs`` links every ``/lib*`` it finds into the init
 ``native-tools-off.customize-hook`` unbinds everything in reverse after the initramfs is
 built, before the tarball, puts the applets' symlinks back and removes the library directory.
 Never bound: ``uname``, ``arch`` and ``nproc`` (they would name the host), ``kmod`` itself,
-python (its C modules are the tree's) and everything not named here. :func:`check_none_left`
+a python not from the lockfile and everything not named here. :func:`check_none_left`
 proves it for each build: no file of the tarball, and none inside an initramfs in it, is one of
 the host's programs or libraries.
 
+Interpreters from the lockfile: where the lockfile also pins the tree's own versions of
+``perl-base`` and of ``python3.X-minimal`` for amd64 (a recipe whose matrix has both arches:
+the default one), with the libraries they load (:func:`wanted_debs`), those amd64 .debs are an
+input of the action (:meth:`nvkr.lock.Resolver.locked_debs`) and their perl and python run
+natively: perl for debconf, ``deb-systemd-helper``, ``update-rc.d`` and ``adduser`` in every
+maintainer script, python for the batched ``py3compile`` (a third of an emulated arm64 tree's
+time). They read the tree's own modules (pure Perl, the Python standard library: the same files
+on every arch), and their loader and C library come from the same .debs (the host's may be
+older than the programs want), so every native tool then runs on that C library. Byte-compiled
+``.pyc`` files and Perl's outputs do not depend on the architecture that wrote them. Without
+those .debs in the lock, perl runs natively only when the host's is the tree's version
+(:func:`interpreters`) and python stays emulated.
+
 Only on an x86-64 host (the CI runners, most build machines); elsewhere a foreign tree stays
 wholly emulated, as before. The versions of the host packages the tools come from are in the
-action key (:func:`tool_versions`).
+action key (:func:`tool_versions`), and the digest of the .debs' manifest in its inputs.
 """
 
 from __future__ import annotations
@@ -58,6 +72,10 @@ import zstandard
 from nvkr.elf import set_interpreter
 from nvkr.errors import IntegrityError, ToolError
 from nvkr.hosttools import package_version
+from nvkr.nativedebs import LIBC, PERL_DEBS, PYTHON_LIBS
+from nvkr.nativedebs import LIBPERL as _LIBPERL
+from nvkr.nativedebs import PYTHON_MINIMAL as _PYTHON_MINIMAL
+from nvkr.nativedebs import python_package as _python
 from nvkr.run import run
 
 #: Programs that run natively: they only move, name and filter files and text (no ``uname``,
@@ -105,42 +123,69 @@ def _upstream(version: str) -> str:
     return version.split(":", 1)[-1].rsplit("-", 1)[0]
 
 
-def interpreters(packages: list[dict[str, Any]]) -> tuple[str, ...]:
-    """The interpreters that run natively in a tree of the locked ``packages``: ``perl`` when
-    the tree's ``perl-base`` has the host's upstream version (the host's perl then reads the
-    tree's pure-Perl modules, written for that version) and the host has perl's XS module
-    directories (``perl``, as Debian's ``perl`` package installs it); none otherwise."""
+def interpreters(
+    packages: list[dict[str, Any]], debs: list[dict[str, Any]] | None = None
+) -> tuple[str, ...]:
+    """The interpreters that run natively in a tree of the locked ``packages``, given the
+    lockfile's amd64 ``debs`` (:func:`wanted_debs`, as the plan found them; none: the lock has
+    no such entry): ``perl`` when the .debs hold perl-base, libcrypt1 and libc6 at the tree's
+    versions, else when the tree's ``perl-base`` has the host's upstream version (the host's
+    perl then reads the tree's pure-Perl modules, written for that version) and the host has
+    perl's XS module directories (``perl``, as Debian's ``perl`` package installs it); and
+    ``python3.X`` when the .debs hold the tree's python3.X-minimal, libexpat1, zlib1g and
+    libc6."""
     locked = {str(p.get("name")): str(p.get("version")) for p in packages}
+    native = {str(p.get("name")): str(p.get("version")) for p in debs or ()}
+
+    def from_debs(names: list[str]) -> bool:
+        return all(n in locked and native.get(n) == locked[n] for n in [*names, LIBC])
+
+    found: list[str] = []
+    libperl = [n for n in locked if _LIBPERL.fullmatch(n)]
+    host_perl = not native and _host_perl(locked.get(PERL_PACKAGE))  # no .debs: the host's
+    if from_debs([*PERL_DEBS, *libperl]) or host_perl:
+        found.append("perl")
+    python = _python(locked)
+    if python is not None and from_debs([python, *PYTHON_LIBS]):
+        found.append(_PYTHON_MINIMAL.sub(r"python\1", python))
+    return tuple(found)
+
+
+def _host_perl(tree: str | None) -> bool:
+    """Whether the host's perl runs in a tree whose perl-base is at version ``tree``."""
     try:
         host = package_version(PERL_PACKAGE, purpose="a foreign-architecture rootfs")
     except ToolError:
-        return ()
-    tree = locked.get(PERL_PACKAGE)
+        return False
     dirs = all((_HOST_LIBDIR / sub).is_dir() for sub in PERL_DIRS)
-    if tree is not None and _upstream(tree) == _upstream(host) and dirs:
-        return ("perl",)
-    return ()
+    return tree is not None and _upstream(tree) == _upstream(host) and dirs
 
 
-def tool_versions(interpreters: tuple[str, ...] = ()) -> dict[str, str]:
-    """The host packages of :data:`PACKAGES`, and of the native ``interpreters``, by name, for
-    the action key."""
-    names = [*PACKAGES, *([PERL_PACKAGE] if "perl" in interpreters else [])]
+def tool_versions(interpreters: tuple[str, ...] = (), *, from_debs: bool = False) -> dict[str, str]:
+    """The host packages of :data:`PACKAGES`, and of the host's native perl, by name, for the
+    action key; ``from_debs``: the interpreters, the loader and libc6 come from the lockfile's
+    .debs (their digests are the action's input), so neither the host's perl-base nor its libc6
+    is named."""
+    names = [p for p in PACKAGES if not (from_debs and p == LIBC)]
+    if "perl" in interpreters and not from_debs:
+        names.append(PERL_PACKAGE)
     return {
         f"native-{p}": package_version(p, purpose="a foreign-architecture rootfs") for p in names
     }
 
 
-def prepare(dest: Path, interpreters: tuple[str, ...] = ()) -> Path:
-    """The native tools in ``dest/bin`` (with the ``interpreters``), ``dest/late`` and
+def prepare(dest: Path, interpreters: tuple[str, ...] = (), debs: list[Path] | None = None) -> Path:
+    """The native tools in ``dest/bin`` (with perl), ``dest/late`` (with python3.X) and
     ``dest/applets`` (each program's interpreter rewritten to :data:`LOADER`), and the libraries
     they load, with the loader as ``ld.so`` (and perl's module directories), in ``dest/lib``.
-    Returns ``dest``."""
+    ``debs``: the lockfile's amd64 .debs (:func:`wanted_debs`): the interpreters, the loader
+    and the libraries they hold come from them, over the host's. Returns ``dest``."""
     libdir = dest / "lib"
     libdir.mkdir(parents=True)
     libs: dict[str, Path] = {}
+    host = [i for i in interpreters if i == "perl" and not debs]
     groups = {
-        "bin": {name: name for name in [*TOOLS, *interpreters]},
+        "bin": {name: name for name in [*TOOLS, *host]},
         "late": {name: name for name in LATE_TOOLS},
         "applets": APPLETS,
     }
@@ -150,21 +195,55 @@ def prepare(dest: Path, interpreters: tuple[str, ...] = ()) -> Path:
             found = shutil.which(program, path="/usr/bin:/bin")
             if found is None:
                 raise IntegrityError(f"host tool {program} not found in /usr/bin or /bin")
-            copy = dest / group / name
-            shutil.copyfile(found, copy)
-            copy.chmod(0o755)
-            set_interpreter(copy, LOADER)
+            _copy_program(Path(found), dest / group / name)
             out = run(["ldd", found]).stdout.decode()
             for match in _LDD_LINE.finditer(out):
                 libs[Path(match.group(1)).name] = Path(match.group(1)).resolve()
     for soname, path in sorted(libs.items()):
         shutil.copyfile(path, libdir / soname)
-    if "perl" in interpreters:
+    loader = _HOST_LOADER.resolve()
+    if debs:
+        loader = _from_debs(dest, libdir, interpreters, debs)
+    elif "perl" in interpreters:
         for sub in PERL_DIRS:
             shutil.copytree(_HOST_LIBDIR / sub, libdir / sub, symlinks=True)
-    shutil.copyfile(_HOST_LOADER.resolve(), libdir / "ld.so")
+    shutil.copyfile(loader, libdir / "ld.so")
     (libdir / "ld.so").chmod(0o755)
     return dest
+
+
+def _copy_program(found: Path, copy: Path) -> None:
+    shutil.copyfile(found, copy)
+    copy.chmod(0o755)
+    set_interpreter(copy, LOADER)
+
+
+def _from_debs(dest: Path, libdir: Path, interpreters: tuple[str, ...], debs: list[Path]) -> Path:
+    """The .debs unpacked beside ``dest``; their libraries copied into ``libdir`` (over the
+    host's), perl's module directories beside them, perl into ``dest/bin`` and python3.X into
+    ``dest/late``. Returns their loader."""
+    root = dest.parent / f"{dest.name}-debs"
+    root.mkdir()
+    for deb in debs:
+        run(["dpkg-deb", "--extract", str(deb), str(root)])
+    multiarch = root / "usr/lib/x86_64-linux-gnu"
+    for path in sorted(multiarch.iterdir()):
+        if ".so" in path.name and path.resolve().is_file():
+            shutil.copyfile(path.resolve(), libdir / path.name)
+    for sub in PERL_DIRS:
+        if (multiarch / sub).is_dir():
+            shutil.copytree(multiarch / sub, libdir / sub, symlinks=True)
+    for name in interpreters:
+        program = root / "usr/bin" / name
+        if not program.is_file():
+            raise IntegrityError(
+                f"the lockfile's .debs for the native tools hold no /usr/bin/{name}"
+            )
+        _copy_program(program, dest / ("bin" if name == "perl" else "late") / name)
+    loader = multiarch / _HOST_LOADER.name
+    if not loader.is_file():
+        raise IntegrityError(f"the lockfile's {LIBC} .deb holds no {loader.relative_to(root)}")
+    return loader
 
 
 def check_none_left(tarball: Path, native: Path) -> None:

@@ -17,6 +17,7 @@ import zstandard
 from nvkr.builders.rootfs import native
 from nvkr.elf import read_elf
 from nvkr.errors import IntegrityError
+from nvkr.nativedebs import wanted_debs
 from tests.helpers import lock_entry
 
 pytestmark = pytest.mark.skipif(not native.supported(), reason="an x86-64 host only")
@@ -294,7 +295,7 @@ def test_a_foreign_tree_names_the_host_packages_of_its_native_tools_in_the_key()
             }
         )
         src = ResolvedSource(name="pkgs", spec=spec, entry=entry, base_dir=Path("."))
-        refs = SimpleNamespace(source=lambda name: src)
+        refs = SimpleNamespace(source=lambda name: src, locked_debs=lambda *args: None)
         art = RootfsArtifact.model_validate({"builder": "rootfs", "packages": "pkgs"})
         variant = cast(Variant, SimpleNamespace(arch=arch))
         planned = rootfs.RootfsBuilder().plan("rootfs", art, variant, refs)  # type: ignore[arg-type]
@@ -312,3 +313,170 @@ def test_a_foreign_tree_names_the_host_packages_of_its_native_tools_in_the_key()
     perl = tools("arm64", {"name": "perl-base", "version": host_perl})
     assert perl == {**foreign, "native-perl-base": host_perl}
     assert tools("amd64", {"name": "perl-base", "version": host_perl}) == {"mmdebstrap": ANY}
+
+
+# -- interpreters from the lockfile's amd64 .debs ----------------------------------------------
+#: A tree's locked packages: its perl and python, the libraries they load, and others.
+TREE = [
+    {"name": "perl-base", "version": "5.40.1-6+deb13u1"},
+    {"name": "libcrypt1", "version": "1:4.4.38-1"},
+    {"name": "libc6", "version": "2.41-12+deb13u5"},
+    {"name": "python3.13-minimal", "version": "3.13.5-2+deb13u5"},
+    {"name": "libexpat1", "version": "2.9.0-1~deb13u1"},
+    {"name": "zlib1g", "version": "1:1.3.dfsg+really1.3.1-1+deb13u1"},
+    {"name": "systemd", "version": "257.13-1~deb13u1"},
+]
+
+
+def test_the_trees_perl_and_python_are_wanted_from_the_lock_at_its_versions() -> None:
+    """Each program's package and the libraries it loads, at the tree's own versions; only
+    what the tree holds (its libperl when it has one); nothing without perl-base."""
+    versions = {p["name"]: p["version"] for p in TREE}
+    assert wanted_debs(TREE) == {n: v for n, v in versions.items() if n != "systemd"}
+    no_python = [p for p in TREE if not p["name"].startswith("python")]
+    assert set(wanted_debs(no_python)) == {"perl-base", "libcrypt1", "libc6"}
+    libperl = {"name": "libperl5.40", "version": "5.40.1-6+deb13u1"}
+    assert wanted_debs([*TREE, libperl])["libperl5.40"] == libperl["version"]
+    assert wanted_debs([p for p in TREE if p["name"] != "perl-base"]) == {}
+
+
+def test_interpreters_run_from_the_debs_only_at_the_trees_versions() -> None:
+    """perl and python3.13 from .debs of the tree's versions; a libc6 of another version
+    takes both away, and with .debs given the host's perl is never the fallback (the tools
+    then run on the .debs' C library)."""
+    debs = [deb(p["name"], p["version"]) for p in TREE if p["name"] != "systemd"]
+    assert native.interpreters(TREE, debs) == ("perl", "python3.13")
+    other_libc = [d if d["name"] != "libc6" else {**d, "version": "2.41-99"} for d in debs]
+    assert native.interpreters(TREE, other_libc) == ()
+    no_python = [d for d in debs if d["name"] != "python3.13-minimal"]
+    assert native.interpreters(TREE, no_python) == ("perl",)
+    libperl = {"name": "libperl5.40", "version": "5.40.1-6+deb13u1"}
+    assert native.interpreters([*TREE, libperl], debs) == ("python3.13",), "its XS modules"
+
+
+def _deb(tmp: Path, name: str, files: dict[str, bytes]) -> Path:
+    """A .deb of ``files`` (path in the package → bytes), built by dpkg-deb."""
+    root = tmp / f"{name}-root"
+    for path, data in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_bytes(data)
+        (root / path).chmod(0o755)
+    (root / "DEBIAN").mkdir()
+    (root / "DEBIAN" / "control").write_text(
+        f"Package: {name}\nVersion: 1\nArchitecture: amd64\nMaintainer: t <t@t>\nDescription: t\n"
+    )
+    out = tmp / f"{name}.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(root), str(out)],
+                   check=True, capture_output=True)  # fmt: skip
+    return out
+
+
+def test_the_lockfiles_perl_python_loader_and_libraries_replace_the_hosts(tmp_path: Path) -> None:
+    """Given the .debs (made here of the host's files, libcrypt's marked and perl-base
+    holding a module of its own): perl goes to bin/ and python3.13 to late/ (bound before
+    py3compile), each loading from LOADER; the libraries and the loader are the .debs'; perl's
+    module directory is the .deb's, and the perl runs from the tree's paths and reads it."""
+    lib = Path("/usr/lib/x86_64-linux-gnu")
+    multiarch = "usr/lib/x86_64-linux-gnu"
+    marked = (lib / "libcrypt.so.1").resolve().read_bytes() + b"\0nvkr-test-deb"
+    modules = {
+        f"{multiarch}/perl-base/{p.relative_to(lib / 'perl-base')}": p.read_bytes()
+        for p in (lib / "perl-base").rglob("*")
+        if p.is_file()
+    }
+    modules[f"{multiarch}/perl-base/NvkrFromDeb.pm"] = b"package NvkrFromDeb; 1;\n"
+    loader = Path("/lib64/ld-linux-x86-64.so.2").resolve().read_bytes()
+    debs = [
+        _deb(tmp_path, "libc6", {
+            f"{multiarch}/ld-linux-x86-64.so.2": loader,
+            **{f"{multiarch}/{n}": (lib / n).resolve().read_bytes() for n in ("libc.so.6", "libm.so.6")},
+        }),
+        _deb(tmp_path, "libcrypt1", {f"{multiarch}/libcrypt.so.1": marked}),
+        _deb(tmp_path, "perl-base", {"usr/bin/perl": Path("/usr/bin/perl").read_bytes(), **modules}),
+        _deb(tmp_path, "python3.13-minimal", {
+            "usr/bin/python3.13": Path("/usr/bin/dash").read_bytes(),  # any program: placed, not run
+        }),
+    ]  # fmt: skip
+    tools = native.prepare(tmp_path / "native", ("perl", "python3.13"), debs)
+    assert read_elf(tools / "bin" / "perl").interpreter == native.LOADER
+    assert read_elf(tools / "late" / "python3.13").interpreter == native.LOADER
+    assert "python3.13" not in {p.name for p in (tools / "bin").iterdir()}
+    assert (tools / "lib" / "libcrypt.so.1").read_bytes() == marked
+    assert (tools / "lib" / "ld.so").read_bytes() == loader
+    assert (tools / "lib" / "perl-base" / "NvkrFromDeb.pm").is_file()
+
+    root = tmp_path / "root"
+    shutil.copytree(tools / "lib", root / "usr" / "lib" / "x86_64-linux-gnu", symlinks=True)
+    (root / "lib").symlink_to("usr/lib")
+    (root / "usr" / "bin").mkdir()
+    shutil.copyfile(tools / "bin" / "perl", root / "usr" / "bin" / "perl")
+    (root / "usr" / "bin" / "perl").chmod(0o755)
+    (root / "t.pl").write_text("use NvkrFromDeb; use List::Util qw(sum); print sum(2, 3), qq(\\n);")
+    proc = subprocess.run(
+        ["chroot", str(root), "/usr/bin/perl", "/t.pl"],
+        capture_output=True, text=True, env={"LC_ALL": "C", "PATH": os.environ["PATH"]},
+    )  # fmt: skip
+    if proc.returncode != 0 and "Operation not permitted" in proc.stderr:
+        pytest.skip("chroot needs root")
+    assert (proc.returncode, proc.stdout) == (0, "5\n"), proc.stderr
+    # every ELF file of the .debs is checked for in the tarball, as the host's are
+    with pytest.raises(IntegrityError, match=r"libcrypt\.so\.1"):
+        native.check_none_left(_tarball(tmp_path, {"usr/lib/x.so": marked}), tools)
+
+
+def test_missing_program_or_loader_in_the_debs_is_named(tmp_path: Path) -> None:
+    """.debs that do not hold what the plan said they would: a clear error naming it."""
+    empty = _deb(tmp_path, "libc6", {"usr/lib/x86_64-linux-gnu/libc.so.6": b"\x7fELF"})
+    with pytest.raises(IntegrityError, match="no /usr/bin/perl"):
+        native.prepare(tmp_path / "a" / "native", ("perl",), [empty])
+    with pytest.raises(IntegrityError, match=r"ld-linux-x86-64\.so\.2"):
+        native.prepare(tmp_path / "b" / "native", (), [empty])
+
+
+def test_a_foreign_tree_whose_lock_pins_its_interpreters_has_them_as_an_input() -> None:
+    """The plan asks the lockfile for the amd64 .debs of the arm64 tree's versions: when it
+    pins them, their manifest's digest is an input (and they a source, fetched like any) and
+    neither the host's libc6 nor its perl-base is named; when it does not, the key is as
+    before."""
+    from types import SimpleNamespace
+    from typing import cast
+
+    from nvkr.builders.api import ResolvedSource
+    from nvkr.builders.rootfs import builder as rootfs
+    from nvkr.builders.rootfs.artifact import RootfsArtifact
+    from nvkr.recipe.matrix import Variant
+    from nvkr.recipe.sources import AptSource
+
+    def source(arch: str, packages: list[dict[str, str]], digest: str) -> ResolvedSource:
+        spec = AptSource.model_validate({
+            "apt": {"debian": {"url": "http://deb.debian.org/debian", "suite": "trixie"}},
+            "arch": arch, "packages": {"systemd": "257.13-1~deb13u1"},
+        })  # fmt: skip
+        entry = lock_entry({
+            "kind": "apt", "arch": arch, "digest": digest,
+            "packages": [{**deb(p["name"], p["version"]), "arch": arch} for p in packages],
+        })  # fmt: skip
+        return ResolvedSource(name="pkgs", spec=spec, entry=entry, base_dir=Path("."))
+
+    tree = source("arm64", TREE, "sha256:" + "3" * 64)
+    wanted = [p for p in TREE if p["name"] != "systemd"]
+    debs = source("amd64", wanted, "sha256:" + "4" * 64)
+    asked: list[tuple[str, str, dict[str, str]]] = []
+
+    def plan(found: ResolvedSource | None) -> object:
+        def locked_debs(name: str, arch: str, versions: dict[str, str]) -> ResolvedSource | None:
+            asked.append((name, arch, dict(versions)))
+            return found
+
+        refs = SimpleNamespace(source=lambda name: tree, locked_debs=locked_debs)
+        art = RootfsArtifact.model_validate({"builder": "rootfs", "packages": "pkgs"})
+        variant = cast(Variant, SimpleNamespace(arch="arm64"))
+        return rootfs.RootfsBuilder().plan("rootfs", art, variant, refs)  # type: ignore[arg-type]
+
+    with_debs, without = plan(debs), plan(None)
+    assert asked[0] == ("pkgs", "amd64", {p["name"]: p["version"] for p in wanted})
+    assert with_debs.inputs["native-packages"] == debs.digest  # type: ignore[attr-defined]
+    assert with_debs.sources["native-packages"] is debs  # type: ignore[attr-defined]
+    assert "native-packages" not in without.inputs  # type: ignore[attr-defined]
+    assert set(without.tools) - set(with_debs.tools) == {"native-libc6"}  # type: ignore[attr-defined]
+    assert "native-perl-base" not in with_debs.tools  # type: ignore[attr-defined]
