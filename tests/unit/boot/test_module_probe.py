@@ -13,7 +13,6 @@ import lzma
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -27,7 +26,9 @@ from tests.unit.test_secureboot import MODULE, _cert, _pem_key, _sign_like_sign_
 
 KERNEL = "6.12.57+deb13-amd64"
 
-#: kmod's tools as a locked-down kernel answers them; MOK: the enrolled certificate (PEM)
+#: kmod's tools as a locked-down kernel answers them. Their environment: MOK, the enrolled
+#: certificate (PEM); MODULES, /lib/modules/KERNEL with its modules.dep; KLOG, the kernel's log;
+#: LOADED, the modules loaded (their paths under MODULES); CALLS, each insmod and modprobe run.
 STAND_INS = {
     "uname": f"#!/bin/sh\necho {KERNEL}\n",
     "rmmod": "#!/bin/sh\nexit 0\n",
@@ -61,6 +62,8 @@ from nvkr.errors import IntegrityError
 from nvkr.secureboot import modsig
 from nvkr.secureboot.owner import parse_certificate
 path = sys.argv[1]
+with open(os.environ["CALLS"], "a") as calls:
+    calls.write(f"insmod {path}\\n")
 data = modsig.decompress(open(path, "rb").read())
 cert = parse_certificate(open(os.environ["MOK"], "rb").read(), "mok")
 try:
@@ -72,24 +75,55 @@ except IntegrityError as e:
             log.write("[   45.1] Loading of unsigned module is rejected\\n")
     why = "Key was rejected by service" if signed else "Operation not permitted"
     sys.exit(f"insmod: ERROR: could not insert module {path}: {why}")
-if "gpu" in os.path.basename(path):
+# linked after its signature check: a dependency that is not loaded leaves its symbols unknown
+rel = os.path.relpath(path, os.environ["MODULES"])
+deps = {}
+for line in open(os.path.join(os.environ["MODULES"], "modules.dep")):
+    mod, _, rest = line.partition(":")
+    deps[mod] = rest.split()
+loaded = open(os.environ["LOADED"]).read().split() if os.path.exists(os.environ["LOADED"]) else []
+name = os.path.basename(path).split(".ko")[0]
+if "nosym" in name or any(d not in loaded for d in deps.get(rel, [])):
+    with open(os.environ["KLOG"], "a") as log:
+        log.write(f"[   80.2] {name}: Unknown symbol {name}_dep_call (err -2)\\n")
+    sys.exit(f"insmod: ERROR: could not insert module {path}: Unknown symbol in module")
+if "gpu" in name:
     sys.exit(f"insmod: ERROR: could not insert module {path}: No such device")
-if "ib" in os.path.basename(path):
+if "ib" in name:
     with open(os.environ["KLOG"], "a") as log:
         log.write("[   79.1] ib: nv_mem_client_init:560 ERROR compiled without IB peer memory\\n")
     sys.exit(f"insmod: ERROR: could not insert module {path}: Invalid argument")
+with open(os.environ["LOADED"], "a") as log:
+    log.write(rel + "\\n")
+""",
+    # kmod's modprobe: the module's dependencies (modules.dep), each after its own and each once,
+    # then the module; the first that fails stops it, its words said for it
+    "modprobe": """#!PYTHON
+import os, subprocess, sys
+with open(os.environ["CALLS"], "a") as calls:
+    calls.write(f"modprobe {sys.argv[1]}\\n")
+deps = {}
+for line in open(os.path.join(os.environ["MODULES"], "modules.dep")):
+    mod, _, rest = line.partition(":")
+    deps[mod] = rest.split()
+(rel,) = [m for m in deps if os.path.basename(m).split(".ko")[0] == sys.argv[1]]
+order = []
+def visit(mod):
+    for dep in deps.get(mod, []):
+        visit(dep)
+    if mod not in order:
+        order.append(mod)
+visit(rel)
+for mod in order:
+    if os.path.exists(os.environ["LOADED"]) and mod in open(os.environ["LOADED"]).read().split():
+        continue
+    out = subprocess.run(["insmod", os.path.join(os.environ["MODULES"], mod)],
+                         capture_output=True, text=True)
+    if out.returncode:
+        name, why = os.path.basename(mod).split(".ko")[0], out.stderr.strip().rsplit(": ", 1)[-1]
+        sys.exit(f"modprobe: ERROR: could not insert '{name}': {why}")
 """,
 }
-
-
-def _modprobe(root: Path) -> str:
-    return textwrap.dedent(f"""\
-        #!/bin/sh
-        f=$(find {root}/lib/modules -name "$1.ko*")
-        out=$(insmod "$f" 2>&1) && exit 0
-        echo "modprobe: ERROR: could not insert '$1': ${{out##*: }}" >&2
-        exit 1
-        """)
 
 
 @pytest.fixture(scope="module")
@@ -103,16 +137,24 @@ def owner(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return d / "owner.key", d / "owner.crt"
 
 
-def _run_probe(tmp_path: Path, modules: dict[str, bytes], mok: Path) -> list[str]:
-    """The probe's script run over ``modules`` (path under /lib/modules/KERNEL -> bytes): the
-    lines it printed on its console."""
+def _run_probe(
+    tmp_path: Path, modules: dict[str, bytes], mok: Path, deps: dict[str, list[str]] | None = None
+) -> list[str]:
+    """The probe's script run over ``modules`` (path under /lib/modules/KERNEL -> bytes), with
+    each one's dependencies in ``deps`` (modules.dep's, as depmod writes it: none by default):
+    the lines it printed on its console. The stand-ins' calls (``insmod PATH``, ``modprobe
+    NAME``) are left in ``tmp_path / "calls"``."""
     root, bin_dir = tmp_path / "root", tmp_path / "bin"
+    mods = root / "lib/modules" / KERNEL
     for rel, data in modules.items():
-        path = root / "lib/modules" / KERNEL / rel
+        path = mods / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
+    (mods / "modules.dep").write_text(
+        "".join(f"{rel}:{''.join(' ' + d for d in (deps or {}).get(rel, []))}\n" for rel in modules)
+    )
     bin_dir.mkdir()
-    for name, body in {**STAND_INS, "modprobe": _modprobe(root)}.items():
+    for name, body in STAND_INS.items():
         (bin_dir / name).write_text(body.replace("#!PYTHON", f"#!{sys.executable}"))
         (bin_dir / name).chmod(0o755)
     script = tmp_path / "probe.sh"
@@ -120,8 +162,9 @@ def _run_probe(tmp_path: Path, modules: dict[str, bytes], mok: Path) -> list[str
     console = tmp_path / "console"
     env = {"PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin",
            "PYTHONPATH": os.getcwd(), "NVKR_PROBE_ROOT": str(root),
-           "NVKR_PROBE_CONSOLE": str(console), "MOK": str(mok),
-           "KLOG": str(tmp_path / "klog")}  # fmt: skip
+           "NVKR_PROBE_CONSOLE": str(console), "MOK": str(mok), "MODULES": str(mods),
+           "KLOG": str(tmp_path / "klog"), "LOADED": str(tmp_path / "loaded"),
+           "CALLS": str(tmp_path / "calls")}  # fmt: skip
     subprocess.run(["sh", str(script)], env=env, check=True, timeout=120)
     return ["[   12.5] cloud-init[612]: " + line for line in console.read_text().splitlines()]
 
