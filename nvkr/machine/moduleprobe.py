@@ -16,6 +16,8 @@ each starting with :data:`PREFIX`:
   off (``struct module_signature`` and the magic at the end say how long it is);
 - ``load <path> changed <exit status> <...>``: a copy with one byte of the signed payload
   changed, its signature kept;
+- ``needs <path> <dependency's path>``: one per dependency (``modules.dep``'s) the probe tried
+  before whose own signed load failed;
 - ``load <path> signed <exit status> <...>``: the module itself, by ``modprobe`` (its
   dependencies too), last;
 - ``klog <path> <case> <line>``: up to three lines the kernel logged during that load, before its
@@ -30,8 +32,10 @@ need to link. :func:`parse` reads the report; :func:`check` judges it (:data:`RE
 issuer's common name and serial number, as kmod's ``modinfo`` prints them); the kernel accepts
 its signature (it loads, or fails after the signature check and linking: ``No such device`` for
 a GPU driver without a GPU, or the module's own reason, which the result quotes from the
-kernel's log); both copies are refused for their signature. A module signed by someone else is
-reported and left alone.
+kernel's log; or ``Unknown symbol in module`` when it ``needs`` a dependency whose failure the
+report shows, which the result names with that dependency's words); both copies are refused for
+their signature. An unknown symbol without such a dependency is a failure. A module signed by
+someone else is reported and left alone.
 
 Debian's kernels enforce module signatures under Secure Boot (``module.sig_enforce``): an
 unsigned module is refused with EKEYREJECTED, the kernel logging "Loading of unsigned module is
@@ -65,7 +69,8 @@ REFUSED: Final = (
     "Required key not available",
 )
 #: What insmod says of a module the kernel cannot link or take for this kernel, whatever its
-#: signature (ENOEXEC: a vermagic or ELF it does not accept; ENOENT: an unknown symbol).
+#: signature (ENOEXEC: a vermagic or ELF it does not accept; ENOENT: an unknown symbol, unless
+#: the module needs a dependency that failed: then its links to that one are left unresolved).
 BROKEN: Final = ("Invalid module format", "Exec format error", "Unknown symbol")
 #: What modprobe says when the module loaded but found no device to drive (ENODEV).
 NO_DEVICE: Final = "No such device"
@@ -164,13 +169,15 @@ echo "$p end"
 class Module:
     """One module the probe tried: its ``path`` (under /lib/modules/<release>/), kmod's
     ``signer`` and ``sigkey``, ``copies`` (``signed``, else why the probe made none), each
-    ``loads`` case (``signed``, ``unsigned``, ``changed``) as (exit status, insmod's words) and
-    what the kernel logged during it (``klog``)."""
+    ``loads`` case (``signed``, ``unsigned``, ``changed``) as (exit status, insmod's words),
+    what the kernel logged during it (``klog``), and the modules it ``needs`` whose own signed
+    load failed before it (their paths)."""
 
     path: str
     signer: str = ""
     sigkey: str = ""
     copies: str = "signed"
+    needs: list[str] = field(default_factory=list)
     loads: dict[str, tuple[int, str]] = field(default_factory=dict)
     klog: dict[str, list[str]] = field(default_factory=dict)
 
@@ -223,6 +230,8 @@ def _module_line(mod: Module, kind: str, value: str) -> None:
         mod.sigkey = value
     elif kind == "copies":
         mod.copies = value
+    elif kind == "needs":
+        mod.needs.append(value.strip())
     elif kind == "klog":
         case, _, text = value.partition(" ")
         mod.klog.setdefault(case, []).append(text.strip())
@@ -276,14 +285,29 @@ def _refused(mod: Module, case: str) -> tuple[bool, str]:
     return False, f"failed, not for its signature: {words}{_kernel(mod, case)}"
 
 
-def _accepted(mod: Module) -> tuple[bool, str]:
+def _unlinked(mod: Module, modules: dict[str, Module]) -> list[str]:
+    """What ``mod`` links against that did not load: each of its ``needs`` whose own signed
+    load failed in the report, with what was said of it."""
+    found = []
+    for dep in mod.needs:
+        status, words = modules[dep].loads.get("signed", (0, "")) if dep in modules else (0, "")
+        if status != 0:
+            found.append(f"{dep}, which did not load ({words or 'no reason given'})")
+    return found
+
+
+def _accepted(mod: Module, modules: dict[str, Module]) -> tuple[bool, str]:
     """Whether the kernel took the signed module's signature (it loaded, or failed after the
-    signature check and linking), and what happened."""
+    signature check: in linking it, for a dependency that did not load, or later), and what
+    happened. ``modules``: the report's, by path."""
     status, words = mod.loads.get("signed", (-1, "not tried"))
     if status == 0:
         return True, "loaded"
     if NO_DEVICE in words:
         return True, f"failed only for lack of its device ({words})"
+    unlinked = _unlinked(mod, modules)
+    if "Unknown symbol" in words and unlinked and not any(r in words for r in REFUSED):
+        return True, f"signature accepted; it links against {', and '.join(unlinked)}"
     if status < 0 or not words or any(r in words for r in (*REFUSED, *BROKEN)):
         return False, f"did not load: {words or 'no reason given'}{_kernel(mod, 'signed')}"
     return True, f"signature accepted, then it failed: {words}{_kernel(mod, 'signed')}"
@@ -302,6 +326,7 @@ def check(report: Report, moks: Sequence[bytes], *, where: str = "the guest") ->
     if report.error:
         raise BootTestError(f"the module probe could not run in {where}: {report.error}")
     checks: list[Check] = []
+    by_path = {mod.path: mod for mod in report.modules}
     for mod in report.modules:
         cert = signed_by(mod, moks)
         if cert is None:
@@ -311,7 +336,7 @@ def check(report: Report, moks: Sequence[bytes], *, where: str = "the guest") ->
                                 f"{signer}, by no enrolled MOK: not tried"))  # fmt: skip
             continue
         owner = _common_name(cert.subject)
-        checks.append(Check(f"module {mod.path} signed by {owner}", *_accepted(mod)))
+        checks.append(Check(f"module {mod.path} signed by {owner}", *_accepted(mod, by_path)))
         for case, what in (("unsigned", "unsigned copy"), ("changed", "copy with a byte changed")):
             ok, detail = _refused(mod, case)
             if mod.copies != "signed":
@@ -332,7 +357,7 @@ def check(report: Report, moks: Sequence[bytes], *, where: str = "the guest") ->
 def to_json(report: Report, checks: Sequence[Check]) -> dict[str, Any]:
     """``modules`` of the boot's JSON result."""
     return {"kernel": report.kernel, "lockdown": report.lockdown,
-            "modules": [{"path": m.path, "signer": m.signer, "sigKey": m.sigkey,
+            "modules": [{"path": m.path, "signer": m.signer, "sigKey": m.sigkey, "needs": m.needs,
                          "loads": {case: {"status": s, "said": w, "kernel": m.klog.get(case, [])}
                                    for case, (s, w) in sorted(m.loads.items())}}
                         for m in report.modules],

@@ -282,6 +282,55 @@ def test_a_copy_that_loads_or_a_refusal_for_another_reason_fails(owner: tuple[Pa
     ]
 
 
+@pytest.mark.parametrize(
+    ("dep_load", "words", "why"),
+    [
+        ("signed 1 No such device", "Unknown symbol in module", ""),
+        ("signed 0 ", "Unknown symbol in module", "did not load: Unknown symbol in module"),
+        (None, "Unknown symbol in module", "did not load: Unknown symbol in module"),
+        ("signed 1 No such device", "Key was rejected by service",
+         "did not load: Key was rejected by service"),
+        ("signed 1 No such device", "Invalid module format",
+         "did not load: Invalid module format"),
+    ],
+)  # fmt: skip
+def test_a_needs_line_excuses_only_an_unknown_symbol_after_a_failed_dependency(
+    owner: tuple[Path, Path], dep_load: str | None, words: str, why: str
+) -> None:
+    """The host's side of a ``needs`` line: the dependency's own load in the report says
+    whether it failed; a dependency that loaded, or one the report does not show, excuses
+    nothing, and nothing excuses a refusal for the signature or a module the kernel cannot
+    take."""
+    _, crt = owner
+    prefix, dep, mod = moduleprobe.PREFIX, "updates/dkms/gpu.ko.xz", "updates/dkms/uvm.ko.xz"
+    lines = [f"{prefix} kernel {KERNEL}"]
+    if dep_load is not None:
+        lines += [f"{prefix} module {dep}", f"{prefix} signer {dep} someone else",
+                  f"{prefix} load {dep} {dep_load}"]  # fmt: skip
+    lines += [
+        f"{prefix} module {mod}",
+        f"{prefix} signer {mod} nvkr test owner",
+        f"{prefix} sigkey {mod} 12:D6:87",
+        f"{prefix} load {mod} unsigned 1 Key was rejected by service",
+        f"{prefix} load {mod} changed 1 Key was rejected by service",
+        f"{prefix} needs {mod} {dep}",
+        f"{prefix} load {mod} signed 1 {words}",
+        f"{prefix} end",
+    ]
+    report = moduleprobe.parse(lines)
+    assert report.modules[-1].needs == [dep]
+    if not why:
+        checks = {c.what: c for c in moduleprobe.check(report, [_der(crt)])}
+        assert checks[f"module {mod} signed by nvkr test owner"] == Check(
+            f"module {mod} signed by nvkr test owner", True,
+            f"signature accepted; it links against {dep}, which did not load (No such device)",
+        )  # fmt: skip
+        return
+    with pytest.raises(BootTestError) as e:
+        moduleprobe.check(report, [_der(crt)])
+    assert e.value.message.split(": ", 1)[1] == (f"module {mod} signed by nvkr test owner: {why}")
+
+
 def test_no_report_or_no_python_is_a_clear_failure(owner: tuple[Path, Path]) -> None:
     _, crt = owner
     with pytest.raises(BootTestError, match=r"printed no complete module report"):
