@@ -21,7 +21,9 @@ each starting with :data:`PREFIX`:
 - ``load <path> signed <exit status> <...>``: the module itself, by ``modprobe`` (its
   dependencies too), last;
 - ``klog <path> <case> <line>``: up to three lines the kernel logged during that load, before its
-  ``load`` line (``Loading of unsigned module is rejected``; a driver's own reason to fail);
+  ``load`` line (``Loading of unsigned module is rejected``; a driver's own reason to fail), but
+  not its taint notices (``loading out-of-tree module taints kernel``...: it prints them once,
+  for the first module it takes, whichever that is);
 - ``error <text>`` when the probe cannot run (no ``python3``: it makes the copies; Debian's
   ``systemd-ukify``, which a Secure Boot image's UKI needs, brings it), then ``end``.
 
@@ -120,8 +122,10 @@ w="${{NVKR_PROBE_ROOT:-}}/var/tmp/nvkr-modules"
 echo "$p kernel $k"
 echo "$p lockdown $(cat /sys/kernel/security/lockdown 2>/dev/null || echo missing)"
 last() {{ printf '%s' "$1" | tr '\\n' ' ' | sed 's/.*: //'; }}
-# what the kernel logged since line $1 of its log, without timestamps: the first three lines
-said() {{ dmesg 2>/dev/null | tail -n +$(($1 + 1)) | sed 's/^\\[[^]]*\\] //' | head -n 3; }}
+# what the kernel logged since line $1 of its log, without timestamps nor the taint notices it
+# prints for the first out-of-tree module it takes, whichever that is: the first three lines
+said() {{ dmesg 2>/dev/null | tail -n +$(($1 + 1)) | sed 's/^\\[[^]]*\\] //' |
+    grep -v -e ' taints kernel\\.' -e '^Disabling lock debugging due to kernel taint' | head -n 3; }}
 lines() {{ dmesg 2>/dev/null | wc -l; }}
 # field NAME: its value in $info (modinfo's "name:   value" lines), the first one
 field() {{ printf '%s\\n' "$info" | sed -n "s/^$1:[[:space:]]*//p" | head -n 1; }}

@@ -83,6 +83,12 @@ for line in open(os.path.join(os.environ["MODULES"], "modules.dep")):
     deps[mod] = rest.split()
 loaded = open(os.environ["LOADED"]).read().split() if os.path.exists(os.environ["LOADED"]) else []
 name = os.path.basename(path).split(".ko")[0]
+# the first module the kernel takes taints it, before it is linked
+with open(os.environ["KLOG"], "a+") as log:
+    log.seek(0)
+    if "taints kernel" not in log.read():
+        log.write(f"[   46.1] {name}: loading out-of-tree module taints kernel.\\n"
+                  "[   46.1] Disabling lock debugging due to kernel taint\\n")
 if "nosym" in name or any(d not in loaded for d in deps.get(rel, [])):
     with open(os.environ["KLOG"], "a") as log:
         log.write(f"[   80.2] {name}: Unknown symbol {name}_dep_call (err -2)\\n")
@@ -221,6 +227,20 @@ def test_signed_modules_load_and_their_copies_are_refused_for_their_signatures(
     assert shown["modules"][2]["loads"]["changed"] == {
         "status": 1, "said": "Key was rejected by service", "kernel": []
     }  # fmt: skip
+
+
+def test_the_kernels_taint_notices_are_not_quoted(owner: tuple[Path, Path], tmp_path: Path) -> None:
+    """The kernel prints its taint notices for the first out-of-tree module it takes, whichever
+    the order makes that (nvidia-peermem, with the fewest dependencies): left out, the three
+    lines quoted are the module's own reason to fail."""
+    key, crt = owner
+    ib = lzma.compress(_sign_like_sign_file(MODULE + b"ib", key, crt, tmp_path))
+    lines = _run_probe(tmp_path, {"updates/dkms/ib.ko.xz": ib}, crt)
+    assert "ib: loading out-of-tree module taints kernel." in (tmp_path / "klog").read_text()
+    (mod,) = moduleprobe.parse(lines).modules
+    assert mod.klog["signed"] == [
+        "ib: nv_mem_client_init:560 ERROR compiled without IB peer memory"
+    ]  # fmt: skip
 
 
 def test_an_unsigned_module_or_one_by_a_key_not_enrolled_fails_the_check(
