@@ -18,14 +18,25 @@ each starting with :data:`PREFIX`:
   changed, its signature kept;
 - ``needs <path> <dependency's path>``: one per dependency (``modules.dep``'s) the probe tried
   before whose own signed load failed;
-- ``load <path> signed <exit status> <...>``: the module itself, by ``modprobe`` (its
-  dependencies too), last;
+- ``load <path> signed <exit status> <...>``: the module itself, last: by ``modprobe`` (its
+  dependencies too), but by ``insmod`` alone when it ``needs`` one (below);
 - ``klog <path> <case> <line>``: up to three lines the kernel logged during that load, before its
   ``load`` line (``Loading of unsigned module is rejected``; a driver's own reason to fail), but
   not its taint notices (``loading out-of-tree module taints kernel``...: it prints them once,
   for the first module it takes, whichever that is);
 - ``error <text>`` when the probe cannot run (no ``python3``: it makes the copies; Debian's
   ``systemd-ukify``, which a Secure Boot image's UKI needs, brings it), then ``end``.
+
+The probe takes the modules in an order modprobe could load them in: the fewest dependencies
+first, then by path (``modules.dep`` lists all of a module's dependencies, transitively: a
+dependency's list is a strict part of its dependent's, so a module comes after those it needs).
+``modprobe`` stops at the first dependency that fails, before it tries the module: NVIDIA's
+nvidia-current finds no GPU ("No such device"), and each of nvidia-current-modeset, -drm and
+-uvm, modprobed, would only repeat its failure, loading its 60 MB again (about 11 s of guest
+time each under TCG). A module that needs one that failed is insmodded alone: the kernel
+checks its signature before it links it, and then cannot link it, the dependency's symbols
+(and those of any other module it needs, which insmod does not load) missing ("Unknown symbol
+in module", ENOENT).
 
 The kernel checks a module's signature before anything else of it (``load_module`` calls
 ``module_sig_check`` first), so the copies are refused for their signatures whatever they would
@@ -34,10 +45,10 @@ need to link. :func:`parse` reads the report; :func:`check` judges it (:data:`RE
 issuer's common name and serial number, as kmod's ``modinfo`` prints them); the kernel accepts
 its signature (it loads, or fails after the signature check and linking: ``No such device`` for
 a GPU driver without a GPU, or the module's own reason, which the result quotes from the
-kernel's log; or ``Unknown symbol in module`` when it ``needs`` a dependency whose failure the
-report shows, which the result names with that dependency's words); both copies are refused for
-their signature. An unknown symbol without such a dependency is a failure. A module signed by
-someone else is reported and left alone.
+kernel's log; or, insmodded alone, ``Unknown symbol in module`` when it ``needs`` a dependency
+whose failure the report shows, which the result names with that dependency's words); both
+copies are refused for their signature. An unknown symbol without such a dependency is a
+failure. A module signed by someone else is reported and left alone.
 
 Debian's kernels enforce module signatures under Secure Boot (``module.sig_enforce``): an
 unsigned module is refused with EKEYREJECTED, the kernel logging "Loading of unsigned module is
@@ -113,7 +124,8 @@ def boothook() -> bytes:
     return f"""#cloud-boothook
 #!/bin/sh
 # nvkr boot-test --secure-boot: each out-of-tree module, its unsigned copy and a changed copy,
-# loaded under the kernel's lockdown; the outcome on the console.
+# loaded under the kernel's lockdown, each module after those it needs; the outcome on the
+# console.
 exec >"${{NVKR_PROBE_CONSOLE:-/dev/console}}" 2>&1
 p={PREFIX}
 k=$(uname -r)
@@ -137,7 +149,19 @@ fi
 mkdir -p "$w"
 cat > "$w/copies.py" <<'NVKR_COPIES'
 {_COPIES}NVKR_COPIES
-for d in {dirs}; do [ -d "$d" ] && find "$d" -name '*.ko*'; done | sort | while read -r f; do
+# "PATH DEP..." for each out-of-tree module, the fewest dependencies first, then by path
+# (modules.dep: "rel: dep...", all of a module's, transitive): a dependency's list is a strict
+# part of its dependent's, so each module comes after those it needs
+ordered() {{
+    for d in {dirs}; do [ -d "$d" ] && find "$d" -name '*.ko*'; done | awk -v m="$m/" '
+        BEGIN {{ while ((getline l < (m "modules.dep")) > 0) {{
+            split(l, a, ":"); dep[a[1]] = a[2] }} }}
+        {{ r = substr($0, length(m) + 1); print split(dep[r], x, " "), $0 dep[r] }}' |
+        sort -k1,1n -k2,2 | cut -d' ' -f2-
+}}
+# the modules whose signed load failed, each between spaces
+failed=" "
+ordered | while read -r f deps; do
     rel=${{f#"$m"/}}
     echo "$p module $rel"
     # one modinfo for both fields: kmod decompresses the whole module each time (NVIDIA's is
@@ -158,9 +182,20 @@ for d in {dirs}; do [ -d "$d" ] && find "$d" -name '*.ko*'; done | sort | while 
         echo "$p copies $rel $kind"
     fi
     rm -f "$w/unsigned.ko" "$w/changed.ko"
-    name=$(basename "$f"); name=${{name%%.ko*}}
+    needs=
+    for dep in $deps; do
+        case "$failed" in *" $dep "*) needs="$needs $dep"; echo "$p needs $rel $dep" ;; esac
+    done
     n=$(lines)
-    out=$(modprobe "$name" 2>&1); rc=$?
+    if [ -n "$needs" ]; then
+        # modprobe would stop at that dependency again: the module alone, whose signature the
+        # kernel checks before it links it (then "Unknown symbol in module")
+        out=$(insmod "$f" 2>&1); rc=$?
+    else
+        name=$(basename "$f"); name=${{name%%.ko*}}
+        out=$(modprobe "$name" 2>&1); rc=$?
+    fi
+    [ $rc -eq 0 ] || failed="$failed$rel "
     said "$n" | while read -r line; do echo "$p klog $rel signed $line"; done
     echo "$p load $rel signed $rc $(last "$out")"
 done

@@ -302,6 +302,92 @@ def test_a_copy_that_loads_or_a_refusal_for_another_reason_fails(owner: tuple[Pa
     ]
 
 
+def test_a_dependent_of_a_module_that_failed_is_tried_after_it_by_insmod(
+    owner: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """NVIDIA's case: nvidia-current-modeset and -drm need nvidia-current, which finds no GPU.
+    The dependency is tried first (the fewest dependencies first, whatever the paths' order)
+    and loaded once; its dependents are insmodded themselves, their signatures accepted and
+    their links to it left unresolved, which the check takes with the dependency's words."""
+    key, crt = owner
+    gpu, modeset, drm = (
+        lzma.compress(_sign_like_sign_file(MODULE + name, key, crt, tmp_path))
+        for name in (b"gpu", b"modeset", b"drm")
+    )
+    lines = _run_probe(
+        tmp_path,
+        {"updates/dkms/drm.ko.xz": drm, "updates/dkms/gpu.ko.xz": gpu,
+         "updates/dkms/modeset.ko.xz": modeset},
+        crt,
+        deps={"updates/dkms/drm.ko.xz": ["updates/dkms/modeset.ko.xz", "updates/dkms/gpu.ko.xz"],
+              "updates/dkms/modeset.ko.xz": ["updates/dkms/gpu.ko.xz"]},
+    )  # fmt: skip
+    report = moduleprobe.parse(lines)
+    assert [m.path.removeprefix("updates/dkms/") for m in report.modules] == [
+        "gpu.ko.xz", "modeset.ko.xz", "drm.ko.xz"
+    ]  # fmt: skip
+    gpu_mod, modeset_mod, drm_mod = report.modules
+    assert gpu_mod.needs == [] and gpu_mod.loads["signed"] == (1, "No such device")
+    assert modeset_mod.needs == ["updates/dkms/gpu.ko.xz"]
+    assert drm_mod.needs == ["updates/dkms/modeset.ko.xz", "updates/dkms/gpu.ko.xz"]
+    for mod in (modeset_mod, drm_mod):
+        assert mod.loads["signed"] == (1, "Unknown symbol in module"), mod
+        name = mod.path.removeprefix("updates/dkms/").removesuffix(".ko.xz")
+        assert mod.klog["signed"] == [f"{name}: Unknown symbol {name}_dep_call (err -2)"]
+    calls = (tmp_path / "calls").read_text().splitlines()
+    mods = tmp_path / "root/lib/modules" / KERNEL / "updates/dkms"
+    assert [c for c in calls if not c.startswith(f"insmod {tmp_path}/root/var/")] == [
+        "modprobe gpu", f"insmod {mods}/gpu.ko.xz",
+        f"insmod {mods}/modeset.ko.xz", f"insmod {mods}/drm.ko.xz",
+    ]  # fmt: skip
+    checks = {c.what: c for c in moduleprobe.check(report, [_der(crt)])}
+    assert all(c.ok for c in checks.values()) and len(checks) == 9, checks
+    detail = {what.removeprefix("module updates/dkms/"): c.detail for what, c in checks.items()}
+    assert detail["modeset.ko.xz signed by nvkr test owner"] == (
+        "signature accepted; it links against updates/dkms/gpu.ko.xz, which did not load "
+        "(No such device)"
+    )
+    assert detail["drm.ko.xz signed by nvkr test owner"] == (
+        "signature accepted; it links against updates/dkms/modeset.ko.xz, which did not load "
+        "(Unknown symbol in module), and updates/dkms/gpu.ko.xz, which did not load "
+        "(No such device)"
+    )
+    assert detail["drm.ko.xz: its unsigned copy"].startswith("refused: Operation not permitted")
+    shown = moduleprobe.to_json(report, list(checks.values()))
+    assert [m["needs"] for m in shown["modules"]] == [[], modeset_mod.needs, drm_mod.needs]
+
+
+def test_an_unknown_symbol_without_a_failed_dependency_fails(
+    owner: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A module whose dependency loaded is modprobed as before, and an unknown symbol of its
+    own (built against another kernel's exports) fails the check: only a dependency's failure
+    excuses one."""
+    key, crt = owner
+    loop, nosym = (
+        lzma.compress(_sign_like_sign_file(MODULE + name, key, crt, tmp_path))
+        for name in (b"loop", b"nosym")
+    )
+    lines = _run_probe(
+        tmp_path,
+        {"updates/dkms/loop.ko.xz": loop, "updates/dkms/nosym.ko.xz": nosym},
+        crt,
+        deps={"updates/dkms/nosym.ko.xz": ["updates/dkms/loop.ko.xz"]},
+    )
+    report = moduleprobe.parse(lines)
+    loop_mod, nosym_mod = report.modules
+    assert loop_mod.loads["signed"] == (0, "") and nosym_mod.needs == []
+    assert nosym_mod.loads["signed"] == (1, "Unknown symbol in module")
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert [c for c in calls if c.startswith("modprobe")] == ["modprobe loop", "modprobe nosym"]
+    with pytest.raises(BootTestError) as e:
+        moduleprobe.check(report, [_der(crt)])
+    assert e.value.message.split(": ", 1)[1] == (
+        "module updates/dkms/nosym.ko.xz signed by nvkr test owner: did not load: Unknown symbol "
+        "in module (kernel: nosym: Unknown symbol nosym_dep_call (err -2))"
+    )
+
+
 @pytest.mark.parametrize(
     ("dep_load", "words", "why"),
     [
