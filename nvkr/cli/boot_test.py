@@ -182,8 +182,8 @@ def _images_of_set(layout: Path, artifact: str | None, variant: str | None) -> l
     help="With --secure-boot: in the guest, each out-of-tree module (DKMS's, under "
     "/lib/modules/KERNEL/updates and extra) must be signed by a --mok certificate and taken by "
     "the kernel (it loads, or fails only after its signature was accepted: no device, its own "
-    "init); its unsigned copy and a copy with one byte changed must be refused for their "
-    "signatures.",
+    "init, or, tried after a dependency that failed, its links to that one); its unsigned copy "
+    "and a copy with one byte changed must be refused for their signatures.",
 )
 @click.option(
     "--json",
@@ -244,9 +244,11 @@ def command(
     one, db microsoft, the stated MOKs), else the result says why they were not compared.
     Another boot hook tries each out-of-tree module of the image under the kernel's lockdown
     (--module-checks, the default): signed by a --mok certificate, it must load or fail only
-    after the kernel took its signature ("No such device": a GPU driver without a GPU; or its
-    own init, quoted from the kernel's log), and its unsigned copy and a copy with one byte
-    changed must be refused for their signatures.
+    after the kernel took its signature ("No such device": a GPU driver without a GPU; its own
+    init, quoted from the kernel's log; or, tried by insmod after a dependency that failed, its
+    links to that one: "Unknown symbol in module"), and its unsigned copy and a copy with one
+    byte changed must be refused for their signatures. Each module is tried after those it
+    needs (modules.dep).
     """
     from nvkr.monitor import monitoring, open_monitor
     from nvkr.monitor.events import Result

@@ -1326,13 +1326,18 @@ def test_under_secure_boot_only_the_owners_signed_modules_load(
 ) -> None:
     """The init boot ran under enforcing Secure Boot (shim, the owner's signed UKI, the kernel
     locked down) and nvkr's module probe tried each DKMS module there (nvkr boot-test's
-    --module-checks, :mod:`nvkr.machine.moduleprobe`): v4l2loopback, signed with the owner's
-    key, loads; NVIDIA's signed modules fail only for lack of a GPU ("No such device"), but
-    nvidia-peermem, whose init needs the MLNX_OFED peer-memory API that Debian's kernel lacks
-    (it says so in the kernel's log) after its signature was accepted; for each, a copy without
-    its signature is refused (Debian enforces module signatures under Secure Boot: "Key was
-    rejected by service", the kernel logging "Loading of unsigned module is rejected") and so is
-    a copy with one byte changed. What this cannot show: the NVIDIA driver's probe of a GPU."""
+    --module-checks, :mod:`nvkr.machine.moduleprobe`), each after those it needs: v4l2loopback,
+    signed with the owner's key, loads; nvidia-current fails only for lack of a GPU ("No such
+    device"), once; nvidia-current-modeset, -drm and -uvm, which need it, are insmodded alone
+    after it, their signatures accepted and their links to it unresolved ("Unknown symbol in
+    module"); nvidia-peermem fails in its init, which needs the MLNX_OFED peer-memory API that
+    Debian's kernel lacks (it says so in the kernel's log), after its signature was accepted;
+    for each, a copy without its signature is refused (Debian enforces module signatures under
+    Secure Boot: "Key was rejected by service", the kernel logging "Loading of unsigned module
+    is rejected") and so is a copy with one byte changed. What this cannot show: the NVIDIA
+    driver's probe of a GPU."""
+    from nvkr.machine.moduleprobe import PREFIX
+
     result = init_boot.result().result
     sb = result.secure_boot
     assert sb["enforcing"] and [m["subject"] for m in sb["moks"]] == [f"CN={OWNER_CN}"], sb
@@ -1340,6 +1345,8 @@ def test_under_secure_boot_only_the_owners_signed_modules_load(
     checks = {c.what: c for c in result.module_checks}
     assert all(c.ok for c in checks.values()), result.module_checks
     rejected = "refused: Key was rejected by service"
+    gpu = f"updates/dkms/{DEBIAN_MODULES[0]}"
+    needs = {m["path"]: m["needs"] for m in sb["modules"]["modules"]}
     for name in (SMALL_MODULE, *DEBIAN_MODULES):
         path = f"updates/dkms/{name}"
         loaded = checks[f"module {path} signed by {OWNER_CN}"].detail
@@ -1349,11 +1356,20 @@ def test_under_secure_boot_only_the_owners_signed_modules_load(
             assert loaded.startswith("signature accepted, then it failed: Invalid argument "
                                      "(kernel: nvidia-peermem"), loaded  # fmt: skip
             assert "without IB peer memory symbols" in loaded, loaded
-        else:
+        elif path == gpu:
             assert loaded == "failed only for lack of its device (No such device)", (name, loaded)
+        else:
+            assert gpu in needs[path], (name, needs)
+            assert loaded.startswith("signature accepted; it links against "), (name, loaded)
+            assert f"{gpu}, which did not load (No such device)" in loaded, (name, loaded)
         unsigned = checks[f"module {path}: its unsigned copy"].detail
         assert unsigned == f"{rejected} (kernel: Loading of unsigned module is rejected)", (
             name, unsigned
         )  # fmt: skip
         changed = checks[f"module {path}: its copy with a byte changed"].detail
         assert changed.startswith(rejected), (name, changed)
+    # the kernel's line for nvidia-current's one load (the probe's klog lines repeat it; a line
+    # the serial console garbled would be missed, hence at most one)
+    no_gpu = [line for line in result.boot.lines
+              if "NVRM: No NVIDIA GPU found" in line and PREFIX not in line]  # fmt: skip
+    assert len(no_gpu) <= 1, no_gpu
