@@ -20,13 +20,13 @@ appear in the tree: ``mkinitramfs`` links every ``/lib*`` it finds into the init
   packages are installed (dpkg never replaces those programs afterwards), and the library
   directory at ``/lib/x86_64-linux-gnu`` (absent from an arm64 tree).
 - ``late/``: :data:`LATE_TOOLS`, installed after the Essential set (``zstd`` compresses the
-  initramfs; ``python3.X`` from the lockfile's .debs), and ``applets/``: :data:`APPLETS`, the host's kmod as ``modinfo``, which
-  ``mkinitramfs`` asks about every module. The customize hook
+  initramfs; python3.X from the lockfile's .debs), and ``applets/``: :data:`APPLETS`, the
+  host's kmod as ``modinfo``, which ``mkinitramfs`` asks about every module. The customize hook
   ``native-tools-late.customize-hook`` binds them first among the customize hooks (before the
-  batched ``py3compile`` and the initramfs): the applet's
-  symlink to the tree's kmod is renamed aside (its mtime kept) and a file put in its place for
-  the bind, because ``mkinitramfs`` copies ``kmod`` itself, and ``modprobe`` as it is, into
-  every initramfs: they stay the tree's own.
+  batched ``py3compile`` and the initramfs): the applet's symlink to the tree's kmod is renamed
+  aside (its mtime kept) and a file put in its place for the bind, because ``mkinitramfs``
+  copies ``kmod`` itself, and ``modprobe`` as it is, into every initramfs: they stay the
+  tree's own.
 
 ``native-tools-off.customize-hook`` unbinds everything in reverse after the initramfs is
 built, before the tarball, puts the applets' symlinks back and removes the library directory.
@@ -37,16 +37,17 @@ the host's programs or libraries.
 
 Interpreters from the lockfile: where the lockfile also pins the tree's own versions of
 ``perl-base`` and of ``python3.X-minimal`` for amd64 (a recipe whose matrix has both arches:
-the default one), with the libraries they load (:func:`wanted_debs`), those amd64 .debs are an
-input of the action (:meth:`nvkr.lock.Resolver.locked_debs`) and their perl and python run
-natively: perl for debconf, ``deb-systemd-helper``, ``update-rc.d`` and ``adduser`` in every
-maintainer script, python for the batched ``py3compile`` (a third of an emulated arm64 tree's
-time). They read the tree's own modules (pure Perl, the Python standard library: the same files
-on every arch), and their loader and C library come from the same .debs (the host's may be
-older than the programs want), so every native tool then runs on that C library. Byte-compiled
-``.pyc`` files and Perl's outputs do not depend on the architecture that wrote them. Without
-those .debs in the lock, perl runs natively only when the host's is the tree's version
-(:func:`interpreters`) and python stays emulated.
+the default one), with the libraries they load (:func:`nvkr.nativedebs.wanted_debs`), those
+amd64 .debs are an input of the action (:meth:`nvkr.lock.Resolver.locked_debs`) and their perl
+and python run natively: perl for debconf, ``deb-systemd-helper``, ``update-rc.d`` and
+``adduser`` in every maintainer script, python for the batched ``py3compile`` (together about
+a quarter of an emulated arm64 tree's CPU time). They read the tree's own modules (pure Perl,
+the Python standard library: the same files on every arch), and their loader and C library
+come from the same .debs (the host's may be older than the programs want), so every native
+tool then runs on that C library. Byte-compiled ``.pyc`` files and Perl's outputs do not
+depend on the architecture that wrote them (the default recipe's arm64 tree is the same bytes
+either way). Without those .debs in the lock, perl runs natively only when the host's is the
+tree's version (:func:`interpreters`) and python stays emulated.
 
 Only on an x86-64 host (the CI runners, most build machines); elsewhere a foreign tree stays
 wholly emulated, as before. The versions of the host packages the tools come from are in the
@@ -127,7 +128,7 @@ def interpreters(
     packages: list[dict[str, Any]], debs: list[dict[str, Any]] | None = None
 ) -> tuple[str, ...]:
     """The interpreters that run natively in a tree of the locked ``packages``, given the
-    lockfile's amd64 ``debs`` (:func:`wanted_debs`, as the plan found them; none: the lock has
+    lockfile's amd64 ``debs`` (:func:`nvkr.nativedebs.wanted_debs`, as the plan found them; none: the lock has
     no such entry): ``perl`` when the .debs hold perl-base, libcrypt1 and libc6 at the tree's
     versions, else when the tree's ``perl-base`` has the host's upstream version (the host's
     perl then reads the tree's pure-Perl modules, written for that version) and the host has
@@ -178,7 +179,7 @@ def prepare(dest: Path, interpreters: tuple[str, ...] = (), debs: list[Path] | N
     """The native tools in ``dest/bin`` (with perl), ``dest/late`` (with python3.X) and
     ``dest/applets`` (each program's interpreter rewritten to :data:`LOADER`), and the libraries
     they load, with the loader as ``ld.so`` (and perl's module directories), in ``dest/lib``.
-    ``debs``: the lockfile's amd64 .debs (:func:`wanted_debs`): the interpreters, the loader
+    ``debs``: the lockfile's amd64 .debs (:func:`nvkr.nativedebs.wanted_debs`): the interpreters, the loader
     and the libraries they hold come from them, over the host's. Returns ``dest``."""
     libdir = dest / "lib"
     libdir.mkdir(parents=True)
