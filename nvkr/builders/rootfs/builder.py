@@ -38,7 +38,7 @@ import os
 import platform
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from nvkr.builders.api import (
     ActionContext,
@@ -76,6 +76,29 @@ ASSETS = asset_dir("rootfs")
 #: their kernels, build logs removed. A key input of those trees only.
 DKMS_ASSETS = asset_dir("rootfs-dkms")
 PACKAGES_MEDIA_TYPE = "application/vnd.nvkr.rootfs.packages.v1+json"
+
+
+def _locked_deb(ctx: ActionContext, pkg: dict[str, Any]) -> Path:
+    """The store's copy of locked .deb ``pkg`` (a manifest's item), hashed again here.
+
+    Raises:
+        IntegrityError: it is not in the store, or its bytes are not the lockfile's.
+    """
+    from nvkr.fetch.apt import file_sha256  # the apt fetcher: at run time
+
+    blob = ctx.store.blob_path(pkg["sha256"])
+    if not blob.is_file():
+        raise IntegrityError(
+            f"package {pkg['name']} {pkg['version']} ({pkg['sha256']}) is not in the store"
+        )
+    actual = file_sha256(blob)
+    if actual != pkg["sha256"]:
+        raise IntegrityError(
+            f"package {pkg['name']} {pkg['version']} ({pkg['arch']}): the store's copy "
+            f"{blob} hashes to {actual}, the lockfile pins {pkg['sha256']}",
+            hint="delete that blob from the store; the next build fetches it again",
+        )
+    return blob
 
 
 def check_can_run(arch: str) -> None:
@@ -222,18 +245,7 @@ class RootfsBuilder(Builder[RootfsArtifact]):
         foreign = _foreign(p.arch)
         stanzas = []
         for pkg in manifest["packages"]:
-            blob = ctx.store.blob_path(pkg["sha256"])
-            if not blob.is_file():
-                raise IntegrityError(
-                    f"package {pkg['name']} {pkg['version']} ({pkg['sha256']}) is not in the store"
-                )
-            actual = file_sha256(blob)
-            if actual != pkg["sha256"]:
-                raise IntegrityError(
-                    f"package {pkg['name']} {pkg['version']} ({pkg['arch']}): the store's copy "
-                    f"{blob} hashes to {actual}, the lockfile pins {pkg['sha256']}",
-                    hint="delete that blob from the store; the next build fetches it again",
-                )
+            blob = _locked_deb(ctx, pkg)
             deb = repo / pkg["filename"]
             size, sha256 = pkg["size"], pkg["sha256"]
             if foreign and decompress_data_member(blob, deb):
@@ -333,20 +345,12 @@ class RootfsBuilder(Builder[RootfsArtifact]):
     def _native_debs(self, ctx: ActionContext) -> list[DebPackage]:
         """The lockfile's amd64 .debs whose perl and python run natively (the plan's
         ``native-packages`` source; none without it), each checked against its pin."""
-        from nvkr.fetch.apt import file_sha256
-
         src = ctx.action.sources.get("native-packages")
         if src is None:
             return []
         assert isinstance(src.entry, AptEntry)
         for pkg in src.entry.packages:
-            blob = ctx.store.blob_path(pkg.sha256)
-            if not blob.is_file() or file_sha256(blob) != pkg.sha256:
-                raise IntegrityError(
-                    f"package {pkg.name} {pkg.version} ({pkg.arch}) for the native tools: the "
-                    f"store's copy {blob} is missing or differs from the lockfile's {pkg.sha256}",
-                    hint="delete that blob from the store; the next build fetches it again",
-                )
+            _locked_deb(ctx, pkg.to_json())
         return list(src.entry.packages)
 
     def _overlay(self, ctx: ActionContext) -> Path:
