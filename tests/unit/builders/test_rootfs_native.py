@@ -480,3 +480,32 @@ def test_a_foreign_tree_whose_lock_pins_its_interpreters_has_them_as_an_input() 
     assert "native-packages" not in without.inputs  # type: ignore[attr-defined]
     assert set(without.tools) - set(with_debs.tools) == {"native-libc6"}  # type: ignore[attr-defined]
     assert "native-perl-base" not in with_debs.tools  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("damage", ["missing", "changed"])
+def test_a_locked_deb_missing_or_changed_in_the_store_is_named(tmp_path: Path, damage: str) -> None:
+    """Before mmdebstrap runs, each .deb the action reads (the tree's and the native tools')
+    is hashed again: a blob gone or not the lockfile's bytes fails, naming the package."""
+    import hashlib
+    from types import SimpleNamespace
+
+    from nvkr.builders.rootfs.builder import _locked_deb
+    from nvkr.store import Store
+
+    store = Store(tmp_path / "store")
+    data = b"!<arch>\nnot really a deb\n"
+    digest = store.add_bytes(data).digest
+    pkg = {**deb("perl-base", "5.40.1-6+deb13u1"), "sha256": digest}
+    ctx = SimpleNamespace(store=store)
+    assert _locked_deb(ctx, pkg) == store.blob_path(digest)  # type: ignore[arg-type]
+    blob = store.blob_path(digest)
+    blob.chmod(0o644)
+    if damage == "missing":
+        blob.unlink()
+        match = r"perl-base 5\.40\.1-6\+deb13u1 \(sha256:\w+\) is not in the store"
+    else:
+        blob.write_bytes(data + b"x")
+        actual = "sha256:" + hashlib.sha256(data + b"x").hexdigest()
+        match = rf"perl-base 5\.40\.1-6\+deb13u1 \(amd64\): the store's copy .* hashes to {actual}"
+    with pytest.raises(IntegrityError, match=match):
+        _locked_deb(ctx, pkg)  # type: ignore[arg-type]
