@@ -38,10 +38,10 @@ def wanted_debs(packages: list[dict[str, Any]]) -> dict[str, str]:
     (and the tree's libperl5.X), the tree's python3.X-minimal with libexpat1 and zlib1g, and
     libc6; only those the tree holds itself (no perl-base: none)."""
     locked = {str(p.get("name")): str(p.get("version")) for p in packages}
+    if PERL_DEBS[0] not in locked:
+        return {}
     names = list(PERL_DEBS) + [n for n in locked if LIBPERL.fullmatch(n)]
     python = python_package(locked)
     if python is not None:
         names += [python, *PYTHON_LIBS]
-    if PERL_DEBS[0] not in locked:
-        return {}
     return {n: locked[n] for n in [*names, LIBC] if n in locked}

@@ -57,7 +57,7 @@ from nvkr.builders.rootfs.debs import decompress_data_member
 from nvkr.builders.rootfs.params import AptRepositoryParams, RootfsParams
 from nvkr.canonical import sha256_bytes
 from nvkr.errors import IntegrityError, ToolError
-from nvkr.fetch.entries import AptEntry, DebPackage
+from nvkr.fetch.entries import AptEntry
 from nvkr.hosttools import package_version
 from nvkr.monitor.tools import mmdebstrap_lines
 from nvkr.nativedebs import LOCK_ARCH, wanted_debs
@@ -218,11 +218,10 @@ class RootfsBuilder(Builder[RootfsArtifact]):
             if debs is not None:
                 assert isinstance(debs.entry, AptEntry)  # locked_debs gives an apt entry
                 found = [pkg.to_json() for pkg in debs.entry.packages]
-            interpreters = native.interpreters(packages, found)
-            tools.update(native.tool_versions(interpreters, from_debs=debs is not None))
-            if debs is not None:
                 inputs["native-packages"] = debs.digest
                 sources["native-packages"] = debs
+            interpreters = native.interpreters(packages, found)
+            tools.update(native.tool_versions(interpreters, from_debs=debs is not None))
         if _foreign(spec.arch) and spec.arch in QEMU_CPU:
             tools["qemu-cpu"] = QEMU_CPU[spec.arch]  # what the emulated programs see
         return ActionSpec(params=params.to_json(), inputs=inputs, tools=tools, sources=sources)
@@ -292,10 +291,8 @@ class RootfsBuilder(Builder[RootfsArtifact]):
         tools = None
         if foreign and native.supported():
             debs = self._native_debs(ctx)
-            found = [pkg.to_json() for pkg in debs]
-            interpreters = native.interpreters(manifest["packages"], found)
-            paths = [ctx.store.blob_path(pkg.sha256) for pkg in debs]
-            tools = native.prepare(ctx.workdir / "native", interpreters, paths)
+            interpreters = native.interpreters(manifest["packages"], [pkg for pkg, _ in debs])
+            tools = native.prepare(ctx.workdir / "native", interpreters, [p for _, p in debs])
         native_on = [f'--essential-hook={ASSETS / "native-tools.essential-hook"} "$1" {tools}']
         native_late = [
             f'--customize-hook={ASSETS / "native-tools-late.customize-hook"} "$1" {tools}'
@@ -342,16 +339,16 @@ class RootfsBuilder(Builder[RootfsArtifact]):
         ]
         ctx.metadata["arch"] = p.arch
 
-    def _native_debs(self, ctx: ActionContext) -> list[DebPackage]:
+    def _native_debs(self, ctx: ActionContext) -> list[tuple[dict[str, Any], Path]]:
         """The lockfile's amd64 .debs whose perl and python run natively (the plan's
-        ``native-packages`` source; none without it), each checked against its pin."""
+        ``native-packages`` source; none without it): each one's lock item and its store copy,
+        checked against its pin."""
         src = ctx.action.sources.get("native-packages")
         if src is None:
             return []
         assert isinstance(src.entry, AptEntry)
-        for pkg in src.entry.packages:
-            _locked_deb(ctx, pkg.to_json())
-        return list(src.entry.packages)
+        items = [pkg.to_json() for pkg in src.entry.packages]
+        return [(item, _locked_deb(ctx, item)) for item in items]
 
     def _overlay(self, ctx: ActionContext) -> Path:
         """Files the customize hook copies over the tree: apt sources + keyrings, host names."""

@@ -66,13 +66,19 @@ def test_every_tool_is_copied_with_the_trees_loader_path_and_the_libraries_it_lo
 def test_a_host_perl_runs_where_the_tree_puts_it(tools: Path, tmp_path: Path) -> None:
     """The host's perl at /usr/bin/perl of a root holding the libraries at the loader's
     directory finds its XS modules there (POSIX, List::Util)."""
-    root = tmp_path / "root"
+    script = "use POSIX (); use List::Util qw(sum); print sum(1, 2), POSIX::floor(2.5), qq(\\n);"
+    proc = _perl_in_root(tools, tmp_path / "root", script)
+    assert (proc.returncode, proc.stdout) == (0, "32\n"), proc.stderr
+
+
+def _perl_in_root(tools: Path, root: Path, script: str) -> subprocess.CompletedProcess[str]:
+    """``script`` run by the prepared perl at /usr/bin/perl of ``root``, a root holding the
+    libraries at the loader's directory, chrooted (the test skips where chroot needs root)."""
     shutil.copytree(tools / "lib", root / "usr" / "lib" / "x86_64-linux-gnu", symlinks=True)
     (root / "lib").symlink_to("usr/lib")
     (root / "usr" / "bin").mkdir()
     shutil.copyfile(tools / "bin" / "perl", root / "usr" / "bin" / "perl")
     (root / "usr" / "bin" / "perl").chmod(0o755)
-    script = "use POSIX (); use List::Util qw(sum); print sum(1, 2), POSIX::floor(2.5), qq(\\n);"
     (root / "t.pl").write_text(script)  # not -e: perl opens /dev/null for it
     proc = subprocess.run(
         ["chroot", str(root), "/usr/bin/perl", "/t.pl"],
@@ -80,7 +86,7 @@ def test_a_host_perl_runs_where_the_tree_puts_it(tools: Path, tmp_path: Path) ->
     )  # fmt: skip
     if proc.returncode != 0 and "Operation not permitted" in proc.stderr:
         pytest.skip("chroot needs root")
-    assert (proc.returncode, proc.stdout) == (0, "32\n"), proc.stderr
+    return proc
 
 
 def test_perl_runs_natively_only_for_the_hosts_upstream_version() -> None:
@@ -405,19 +411,8 @@ def test_the_lockfiles_perl_python_loader_and_libraries_replace_the_hosts(tmp_pa
     assert (tools / "lib" / "ld.so").read_bytes() == loader
     assert (tools / "lib" / "perl-base" / "NvkrFromDeb.pm").is_file()
 
-    root = tmp_path / "root"
-    shutil.copytree(tools / "lib", root / "usr" / "lib" / "x86_64-linux-gnu", symlinks=True)
-    (root / "lib").symlink_to("usr/lib")
-    (root / "usr" / "bin").mkdir()
-    shutil.copyfile(tools / "bin" / "perl", root / "usr" / "bin" / "perl")
-    (root / "usr" / "bin" / "perl").chmod(0o755)
-    (root / "t.pl").write_text("use NvkrFromDeb; use List::Util qw(sum); print sum(2, 3), qq(\\n);")
-    proc = subprocess.run(
-        ["chroot", str(root), "/usr/bin/perl", "/t.pl"],
-        capture_output=True, text=True, env={"LC_ALL": "C", "PATH": os.environ["PATH"]},
-    )  # fmt: skip
-    if proc.returncode != 0 and "Operation not permitted" in proc.stderr:
-        pytest.skip("chroot needs root")
+    script = "use NvkrFromDeb; use List::Util qw(sum); print sum(2, 3), qq(\\n);"
+    proc = _perl_in_root(tools, tmp_path / "root", script)
     assert (proc.returncode, proc.stdout) == (0, "5\n"), proc.stderr
     # every ELF file of the .debs is checked for in the tarball, as the host's are
     with pytest.raises(IntegrityError, match=r"libcrypt\.so\.1"):
