@@ -19,7 +19,8 @@ it removes the build host's copy), so nothing of the build host or work dir stay
 The hooks in ``builders/rootfs/`` defer ``update-initramfs`` to the end, so the initramfs is
 built once instead of twice (minutes saved under qemu-user), and record each postinst's
 ``py3compile`` call to run them all in one Python process at the end (a hundred interpreter
-start-ups fewer, the same ``.pyc`` files); in a foreign tree on an x86-64 host they bind the
+start-ups fewer, the same ``.pyc`` files), and the standard library's byte-compilation by
+python3.X-minimal's and python3.X's postinsts to run once the native python is bound; in a foreign tree on an x86-64 host they bind the
 host's coreutils, sed, grep, findutils, tar, dash, zstd, kmod's ``modinfo`` and (when the
 versions match) perl over the tree's own while it is built (:mod:`nvkr.builders.rootfs.native`:
 the arm64 tree of the default recipe in about 100 s instead of 190 s). When the locked packages include
@@ -60,7 +61,7 @@ from nvkr.errors import IntegrityError, ToolError
 from nvkr.fetch.entries import AptEntry
 from nvkr.hosttools import package_version
 from nvkr.monitor.tools import mmdebstrap_lines
-from nvkr.nativedebs import LOCK_ARCH, wanted_debs
+from nvkr.nativedebs import LOCK_ARCH, python_package, wanted_debs
 from nvkr.recipe.matrix import Variant
 from nvkr.recipe.sources import AptSource
 from nvkr.repro import tar_bytes
@@ -298,11 +299,20 @@ class RootfsBuilder(Builder[RootfsArtifact]):
             f'--customize-hook={ASSETS / "native-tools-late.customize-hook"} "$1" {tools}'
         ]
         native_off = [f'--customize-hook={ASSETS / "native-tools-off.customize-hook"} "$1" {tools}']
+        # python3.X-minimal's and python3.X's postinsts byte-compile the standard library:
+        # deferred, with py3compile's calls, until the tree's python is back in place (and, in
+        # a foreign tree, the lockfile's native one bound over it)
+        python = python_package({str(pkg["name"]): "" for pkg in manifest["packages"]})
+        pyver = [python.removeprefix("python").removesuffix("-minimal")] if python else []
+        defer_python = [
+            f'--customize-hook={ASSETS / "undefer-python.customize-hook"} "$1" {v}' for v in pyver
+        ]
         argv += [
             f"--essential-hook={ASSETS / 'defer-initramfs.essential-hook'}",
-            f"--essential-hook={ASSETS / 'defer-py3compile.essential-hook'}",
+            f'--essential-hook={ASSETS / "defer-py3compile.essential-hook"} "$1" {" ".join(pyver)}',
             *(native_on if tools else []),
             *(dkms_hooks if p.dkms else []),
+            *defer_python,
             # python3.X from the lockfile is bound by the late hook: before py3compile runs
             *(native_late if tools else []),
             f"--customize-hook={ASSETS / 'run-py3compile.customize-hook'}",
