@@ -7,8 +7,8 @@ checksum files, OVN-Kubernetes' git repository (:mod:`tests.helpers.ovnkubernete
 real mirror for the rest. Then the Debian-driver leaf (recipes/catalog/hopper-debian-k8s1.36.yaml:
 NVIDIA's 550 driver from Debian 13's own archive, the real packages, built by DKMS) in the same
 store. The ovnkube image (with its root filesystem and Go builds) is built again in a second
-clone from a store holding only the sources, offline, and compared byte for byte
-(:func:`_second_clone`; DKMS's reproducibility is tests/integration/test_dkms_rootfs.py's, on a
+clone from a store holding only the sources and the session's standard-library Go cache,
+offline, and compared byte for byte (:func:`_second_clone`; DKMS's reproducibility is tests/integration/test_dkms_rootfs.py's, on a
 small module: a second build of NVIDIA's is about 350 CPU-seconds). Two Cluster API boots:
 a join of the NVIDIA leaf's image, an init of the Debian-driver leaf's (which also loads its
 module). All of it starts at the session's first test and runs in the background (see "the
@@ -40,7 +40,15 @@ from tests.helpers import spire as spire_standin
 from tests.helpers.aptrepo import AptRepo, DebSpec, build_apt_repo, gpu_stack_packages
 from tests.helpers.disk import read_root_file
 from tests.helpers.k8smirror import K8sMirror, serve_k8s_mirror
-from tests.helpers.nvkr import Result, in_background, machine_image, make_clone, run_nvkr, seed
+from tests.helpers.nvkr import (
+    Result,
+    in_background,
+    link_go_cache,
+    machine_image,
+    make_clone,
+    run_nvkr,
+    seed,
+)
 from tests.helpers.ovnkubernetes import COMMANDS as OVNK_COMMANDS
 from tests.helpers.ovnkubernetes import LINKED_CRDS, Upstream, make_upstream
 from tests.helpers.ovnkubernetes import NEWER_NB as OVNK_NEWER_NB
@@ -540,7 +548,9 @@ class Pipeline:
         )  # fmt: skip
         try:
             boots.submit(_step, self.join, _join_boot, leaf, _mkdir(tmp / "join-boot"))
-            beside.submit(_step, self.second, _second_clone, leaf, _mkdir(tmp / "second-clone"))
+            beside.submit(
+                _step, self.second, _second_clone, leaf, _mkdir(tmp / "second-clone"), self._go
+            )
             debian = _step(self.debian, _make_debian_leaf, leaf)
             if debian is None:
                 self.init.set_exception(RuntimeError("the Debian-driver leaf's step failed"))
@@ -762,10 +772,15 @@ class SecondClone:
         return out
 
 
-def _second_clone(leaf: Leaf, tmp_path: Path) -> SecondClone:
+def _second_clone(leaf: Leaf, tmp_path: Path, go_toolchain: tuple[Path, str]) -> SecondClone:
     """:data:`REBUILT_OVNKUBE` built again (``--action``) in a second clone holding the loopback
     leaf and its lockfile, offline, with a store holding only the first store's blobs (no action
-    record: every selected builder runs), umask 002 and another TZ."""
+    record: every selected builder runs) and, as the first store had, the session's Go build
+    cache of the standard library (:func:`tests.helpers.nvkr.seed`; not the first store's
+    cache: ovn-kubernetes' own packages are compiled again), umask 002 and another TZ. (Without
+    it, the two Go builds that run first each compiled the standard library, about a minute of
+    a core each; the twin and ``verify --rebuild`` prove the standard library's build from
+    nothing.)"""
     from nvkr.store import Store
 
     assert leaf.built.code == 0, leaf.built.stderr
@@ -779,6 +794,7 @@ def _second_clone(leaf: Leaf, tmp_path: Path) -> SecondClone:
     store = Store(tmp_path / "store")
     for blob in Store(leaf.store).blobs_dir.iterdir():
         os.link(blob, store.blob_path("sha256:" + blob.name))
+    link_go_cache(Store(go_toolchain[0]).cache_dir / "go-build", store.cache_dir / "go-build")
     env = {"TZ": "Asia/Kolkata"}
     plan = run_nvkr(
         "plan", leaf.rel, "--offline", "--json",
@@ -825,9 +841,9 @@ def test_the_ovnkube_image_is_the_same_from_a_second_clone_and_holds_the_ovn_too
     commands of upstream's Makefile, compiled from the pinned commit's vendored module, the CNI
     plugin in /usr/libexec/cni/ and the entrypoint /root/ovnkube.sh from dist/images/, on a
     base of locked Debian 13 packages. The second clone (:func:`_second_clone`: offline, a store
-    holding only the sources, every selected builder runs again: the root filesystem, the Go
-    builds, the image, its index and upstream's chart) gives each the same outputs byte for byte
-    under the same action keys as the leaf's build; inside the leaf's image, ovnkube carries the
+    holding only the sources and the standard library's Go cache, every selected builder runs
+    again: the root filesystem, the Go builds, the image, its index and upstream's chart) gives
+    each the same outputs byte for byte under the same action keys as the leaf's build; inside the leaf's image, ovnkube carries the
     pin's commit and date, and the OVS and OVN tools are there (OVN 25.03, OVS 3.5)."""
     from nvkr.releaseset import read_metadata
     from nvkr.store import Store
