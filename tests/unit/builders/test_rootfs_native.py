@@ -361,7 +361,9 @@ def test_interpreters_run_from_the_debs_only_at_the_trees_versions() -> None:
 
 
 def _deb(tmp: Path, name: str, files: dict[str, bytes]) -> Path:
-    """A .deb of ``files`` (path in the package → bytes), built by dpkg-deb."""
+    """A .deb of ``files`` (path in the package → bytes), built by dpkg-deb (gzip at its
+    fastest level: Debian's .debs are xz, which dpkg-deb unpacks the same way, and xz's default
+    level cost the tests seconds of CPU per .deb)."""
     root = tmp / f"{name}-root"
     for path, data in files.items():
         (root / path).parent.mkdir(parents=True, exist_ok=True)
@@ -372,8 +374,8 @@ def _deb(tmp: Path, name: str, files: dict[str, bytes]) -> Path:
         f"Package: {name}\nVersion: 1\nArchitecture: amd64\nMaintainer: t <t@t>\nDescription: t\n"
     )
     out = tmp / f"{name}.deb"
-    subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(root), str(out)],
-                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "-z1", "--build", str(root),
+                    str(out)], check=True, capture_output=True)  # fmt: skip
     return out
 
 
