@@ -15,6 +15,7 @@ import pytest
 
 from nvkr.store import Store
 from tests.helpers import REPO
+from tests.helpers.background import BackgroundTest
 from tests.helpers.nvkr import run_nvkr, seed
 from tests.helpers.results import record_of
 
@@ -59,7 +60,8 @@ def _binary(res) -> tuple[str, list[dict]]:
     return done["key"], events
 
 
-def test_a_changed_toolchain_tree_is_unpacked_again_not_built_with(tmp_path, go_toolchain):
+def _body(tmp_path: Path, go_toolchain: tuple[Path, str]) -> None:
+    """The test's body, run in the background (:func:`start_in_background`)."""
     project = _project(tmp_path / "project")
     store_root = seed(tmp_path / "store", go_toolchain)
     args = ("build", "recipes/hello.yaml", "--json")
@@ -86,3 +88,16 @@ def test_a_changed_toolchain_tree_is_unpacked_again_not_built_with(tmp_path, go_
     assert 'percentBangString = "%!"' in print_go.read_text(), "unpacked again from the wheel"
     verify = run_nvkr("store", "verify", "--json", cwd=project, store=store_root)
     assert verify.code == 0 and json.loads(verify.stdout)["tools"] == 1, verify.stdout
+
+
+def start_in_background(request: pytest.FixtureRequest) -> BackgroundTest:
+    """Started at the session's first test, in a thread of its own (two Go builds and two
+    unpacks of the toolchain: a minute and more of pytest's own lane otherwise;
+    tests/helpers/background.py)."""
+    return BackgroundTest.start(request, "tools-tamper", _body, "go_toolchain")
+
+
+def test_a_changed_toolchain_tree_is_unpacked_again_not_built_with(
+    _started_in_background: dict[str, BackgroundTest],
+) -> None:
+    _started_in_background[__name__].check()
