@@ -396,6 +396,11 @@ def check_image_ls_lists_etc(layout: Path, cwd: Path, store: Path) -> None:
                     cwd=cwd, store=store)  # fmt: skip
     assert done.code == 0, done.stderr
     listed = {e["path"]: e for e in json.loads(done.stdout)["entries"]}
+    # nothing the rootfs builder's hooks put in the tree while it was built is left in it
+    # (builders/rootfs/: the programs diverted to recorders, the recorded byte-compilations)
+    left = [p for p in listed if p.endswith(".nvkr") or "nvkr-py3compile" in p]
+    assert left == [], left
+    assert "/usr/bin/python3.13" in listed and "/usr/bin/py3compile" in listed
     for path, f in staged.items():
         mode = [a["comment"] for a in f["annotations"]]
         assert mode == [f"mode: {listed[path]['mode']}"], path
