@@ -19,9 +19,10 @@ it removes the build host's copy), so nothing of the build host or work dir stay
 The hooks in ``builders/rootfs/`` defer ``update-initramfs`` to the end, so the initramfs is
 built once instead of twice (minutes saved under qemu-user), and record each postinst's
 ``py3compile`` call to run them all in one Python process at the end (a hundred interpreter
-start-ups fewer, the same ``.pyc`` files), and the standard library's byte-compilation by
-python3.X-minimal's and python3.X's postinsts to run once the native python is bound; in a foreign tree on an x86-64 host they bind the
-host's coreutils, sed, grep, findutils, tar, dash, zstd, kmod's ``modinfo`` and (when the
+start-ups fewer, the same ``.pyc`` files) and the standard library's byte-compilation by
+python3.X-minimal's and python3.X's postinsts (run once the tree's python is back, in a foreign
+tree the lockfile's native one); in a foreign tree on an x86-64 host they bind the host's
+coreutils, sed, grep, findutils, tar, dash, zstd, kmod's ``modinfo`` and (when the
 versions match) perl over the tree's own while it is built (:mod:`nvkr.builders.rootfs.native`:
 the arm64 tree of the default recipe in about 100 s instead of 190 s). When the locked packages include
 ``dkms`` (NVIDIA's driver from Debian: nvidia-kernel-dkms), the package scripts build its modules
