@@ -17,6 +17,12 @@ the session's temporary tree and the named session fixtures; :meth:`BackgroundTe
 for it and raises what it raised (an assert's message rewritten by pytest, as in any test module).
 The body's directory is deleted as soon as it passes (a failed body's stays, as a failed test's
 ``tmp_path`` does).
+
+``nice``: the body's CLI runs (:func:`tests.helpers.nvkr.start_nvkr`) at that lower CPU
+priority. For bodies that only build (no boot: a TCG guest starved of CPU trips its own timers),
+whose results no test needs before the session's end: the two lanes that end last, pytest's own
+and the catalog leaf's chain of builds and boots, then get the cores first, and these fill what
+those leave idle.
 """
 
 from __future__ import annotations
@@ -36,11 +42,13 @@ from tests.helpers.nvkr import in_background
 class BackgroundTest:
     """A test body running in a thread of its own (see the module's docstring)."""
 
-    def __init__(self, name: str, tmp: Path, body: Callable[..., None], *args: Any) -> None:
+    def __init__(
+        self, name: str, tmp: Path, body: Callable[..., None], *args: Any, nice: int = 0
+    ) -> None:
         self.tmp = tmp
         pool = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix=name, initializer=in_background,
-            initargs=(dict(os.environ),),
+            initargs=(dict(os.environ), nice),
         )  # fmt: skip
         self._future: Future[None] = pool.submit(self._run, body, tmp, *args)
         pool.shutdown(wait=False)
@@ -59,11 +67,13 @@ class BackgroundTest:
         name: str,
         body: Callable[..., None],
         *fixtures: str,
+        nice: int = 0,
     ) -> BackgroundTest:
         """``body(tmp, *fixtures' values)`` started now, ``tmp`` a fresh directory named
-        ``name`` in the session's temporary tree."""
+        ``name`` in the session's temporary tree (``nice``: see the module's docstring)."""
         tmp = request.getfixturevalue("tmp_path_factory").mktemp(name)
-        return cls(name, tmp, body, *(request.getfixturevalue(f) for f in fixtures))
+        args = (request.getfixturevalue(f) for f in fixtures)
+        return cls(name, tmp, body, *args, nice=nice)
 
     def check(self) -> None:
         """Wait for the body; raise what it raised."""

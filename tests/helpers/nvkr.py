@@ -137,14 +137,16 @@ class Started:
 _thread = threading.local()
 
 
-def in_background(env: dict[str, str]) -> None:
+def in_background(env: dict[str, str], nice: int = 0) -> None:
     """Make this thread one of the session's background threads: the CLI runs it starts get
     ``env`` (the session's environment, taken before any test changed it) instead of the
-    current test's, and the fast tier's guard lets it start the slow tier's tools
+    current test's, and run at ``nice`` (``nice -n``: a lower CPU priority; see
+    tests/helpers/background.py), and the fast tier's guard lets it start the slow tier's tools
     (:func:`tests.helpers.toolguard.exempt_this_thread`). For a thread pool's ``initializer``."""
     from tests.helpers import toolguard
 
     _thread.env = dict(env)
+    _thread.nice = nice
     toolguard.exempt_this_thread()
 
 
@@ -173,8 +175,9 @@ def start_nvkr(
     if "SOURCE_DATE_EPOCH" not in (env or {}):
         full_env.pop("SOURCE_DATE_EPOCH", None)
     preexec = (lambda: os.umask(umask)) if umask is not None else None
+    nice = getattr(_thread, "nice", 0)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "nvkr", *args],
+        [*(["nice", "-n", str(nice)] if nice else []), sys.executable, "-m", "nvkr", *args],
         cwd=cwd,
         env=full_env,
         stdout=subprocess.PIPE,

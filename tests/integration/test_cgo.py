@@ -249,7 +249,7 @@ def _statements(layout: Path) -> list[dict[str, Any]]:
 def start_in_background(request: pytest.FixtureRequest) -> BackgroundTest:
     """The test's body, from the session's first test on, beside the other tests (four minutes of
     builds that need nothing of the default build: tests/helpers/background.py)."""
-    return BackgroundTest.start(request, "cgo", _cgo, "go_toolchain")
+    return BackgroundTest.start(request, "cgo", _cgo, "go_toolchain", nice=5)
 
 
 def test_cgo_for_amd64_and_arm64_with_a_pinned_tools_tree(

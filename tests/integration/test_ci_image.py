@@ -163,7 +163,7 @@ def _job_registers_binfmt(root: Path) -> None:
 def start_in_background(request: pytest.FixtureRequest) -> BackgroundTest:
     """The test's body, from the session's first test on, beside the other tests (five minutes of
     builds that need nothing of the default build: tests/helpers/background.py)."""
-    return BackgroundTest.start(request, "ci-image", _ci_image)
+    return BackgroundTest.start(request, "ci-image", _ci_image, nice=5)
 
 
 def test_the_ci_image_is_the_same_from_two_clones_and_runs_nvkr(

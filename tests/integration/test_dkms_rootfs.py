@@ -257,7 +257,7 @@ def _signed_twice(
 def start_in_background(request: pytest.FixtureRequest) -> BackgroundTest:
     """The test's body, from the session's first test on, beside the other tests (minutes of
     builds that need nothing of the default build: tests/helpers/background.py)."""
-    return BackgroundTest.start(request, "dkms", _twice, "go_toolchain")
+    return BackgroundTest.start(request, "dkms", _twice, "go_toolchain", nice=5)
 
 
 def test_a_dkms_module_is_built_the_same_from_a_second_clone_offline(

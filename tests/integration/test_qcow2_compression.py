@@ -3,7 +3,9 @@ clones, holds the very disk the uncompressed image holds, and says how it was co
 
 The default recipe with ``compression: zlib`` on its node image, built for hopper/amd64 in two
 clones at once, each with its own store seeded from the session's default build (so only the
-node-image action and the release set run), with other umasks, time zones and locales.
+node-image action and the release set run), with other umasks, time zones and locales. In the
+background (:func:`start_in_background`): its thread waits for the default build, then builds
+while pytest's own lane runs the other tests.
 """
 
 from __future__ import annotations
@@ -11,14 +13,16 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers.nvkr import make_clone, run_nvkr, start_nvkr
+from tests.helpers.background import BackgroundTest
+from tests.helpers.nvkr import make_clone, run_nvkr, seed_from_build, start_nvkr
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.default_build]
 
 SET = "nvkr-default-k8s1.36"
 VARIANT = "gpu=hopper,arch=amd64"
@@ -59,14 +63,17 @@ def _raw_sha256(image: Path, scratch: Path) -> str:
     return "sha256:" + h.hexdigest()
 
 
-def test_a_zlib_qcow2_is_identical_across_two_clones(seed_built, default_build, tmp_path) -> None:
+def _body(tmp_path: Path, started: Future[Any]) -> None:
+    """The test's body, run in the background once the session's default build is done."""
+    _, built, first = started.result().first
+    assert first.code == 0, f"the session's default build failed: {first.stderr[-3000:]}"
     runs = []
     for name, umask, env in (
         ("clone", 0o022, {"TZ": "UTC", "LC_ALL": "C.UTF-8"}),
         ("second-clone-with-a-longer-name", 0o002, {"TZ": "Pacific/Chatham", "LC_ALL": "C"}),
     ):
         clone = _compressed_clone(tmp_path / name, "zlib")
-        store = seed_built(tmp_path / f"{name}-store")
+        store = seed_from_build(tmp_path / f"{name}-store", built=built)
         started = start_nvkr("build", "--variant", VARIANT, "--json", cwd=clone, store=store,
                              env=env, umask=umask)  # fmt: skip
         runs.append((clone, store, started))
@@ -94,9 +101,9 @@ def test_a_zlib_qcow2_is_identical_across_two_clones(seed_built, default_build, 
     assert info["virtual-size"] == 4 << 30
 
     # the very disk the uncompressed default image holds, which is larger
-    plain = _default_record(default_build.store)
+    plain = _default_record(built)
     (p,) = [o for o in plain["outputs"] if o["role"] == "primary"]
-    plain_image = default_build.store / "blobs" / "sha256" / p["digest"][7:]
+    plain_image = built / "blobs" / "sha256" / p["digest"][7:]
     assert subprocess.run(["qemu-img", "compare", "-f", "qcow2", "-F", "qcow2", str(plain_image),
                            str(image)], capture_output=True).returncode == 0  # fmt: skip
     assert a["size"] < p["size"]
@@ -112,6 +119,18 @@ def test_a_zlib_qcow2_is_identical_across_two_clones(seed_built, default_build, 
     assert size == {"name": "node-image", "variants": ["hopper/amd64"], "digest": a["digest"],
                     "size": a["size"], "virtualSize": 4 << 30, "compression": "zlib",
                     "secureBoot": None}  # fmt: skip
+
+
+def start_in_background(request: pytest.FixtureRequest) -> BackgroundTest:
+    """Started at the session's first test, in a thread of its own that waits for the default
+    build (tests/helpers/background.py; builds only, at a lower CPU priority)."""
+    return BackgroundTest.start(request, "qcow2-zlib", _body, "_default_build_started", nice=5)
+
+
+def test_a_zlib_qcow2_is_identical_across_two_clones(
+    _started_in_background: dict[str, BackgroundTest],
+) -> None:
+    _started_in_background[__name__].check()
 
 
 def _default_record(store: Path) -> dict[str, Any]:

@@ -94,7 +94,7 @@ def start_in_background(request: pytest.FixtureRequest) -> BackgroundTest:
     """Started at the session's first test, in a thread of its own (two Go builds and two
     unpacks of the toolchain: a minute and more of pytest's own lane otherwise;
     tests/helpers/background.py)."""
-    return BackgroundTest.start(request, "tools-tamper", _body, "go_toolchain")
+    return BackgroundTest.start(request, "tools-tamper", _body, "go_toolchain", nice=5)
 
 
 def test_a_changed_toolchain_tree_is_unpacked_again_not_built_with(

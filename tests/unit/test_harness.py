@@ -98,3 +98,28 @@ def test_under_xdist_a_test_using_the_default_build_fails_saying_why_and_nothing
     )
     # no worker started the session's default build (its tree is made before anything else)
     assert not list(base.glob("*/default-build*")), sorted(base.glob("*/*"))
+
+
+def test_a_background_thread_at_a_lower_priority_starts_its_cli_runs_niced(tmp_path: Path) -> None:
+    """tests/helpers/background.py's ``nice``: the CLI runs a background thread starts carry it
+    (``nice -n``, so every process of the build inherits it); other threads' do not."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.helpers.nvkr import in_background, start_nvkr
+
+    def version() -> tuple[list[str], int]:
+        started = start_nvkr("--version", cwd=tmp_path, store=tmp_path / "store")
+        # the niced process's own view: nice(0) returns the current value
+        probe = subprocess.run(
+            [*started.proc.args[: started.proc.args.index(sys.executable)], sys.executable,
+             "-c", "import os; print(os.nice(0))"],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        assert started.result().code == 0
+        return list(started.proc.args), int(probe.stdout) - os.nice(0)
+
+    with ThreadPoolExecutor(1, initializer=in_background, initargs=(dict(os.environ), 5)) as pool:
+        args, raised = pool.submit(version).result()
+    assert args[:3] == ["nice", "-n", "5"] and raised == 5
+    args, raised = version()
+    assert args[0] == sys.executable and raised == 0
