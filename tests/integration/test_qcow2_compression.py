@@ -65,7 +65,7 @@ def _raw_sha256(image: Path, scratch: Path) -> str:
 
 def _body(tmp_path: Path, started: Future[Any]) -> None:
     """The test's body, run in the background once the session's default build is done."""
-    _, built, first = started.result().first
+    _, default_store, first = started.result().first
     assert first.code == 0, f"the session's default build failed: {first.stderr[-3000:]}"
     runs = []
     for name, umask, env in (
@@ -73,7 +73,7 @@ def _body(tmp_path: Path, started: Future[Any]) -> None:
         ("second-clone-with-a-longer-name", 0o002, {"TZ": "Pacific/Chatham", "LC_ALL": "C"}),
     ):
         clone = _compressed_clone(tmp_path / name, "zlib")
-        store = seed_from_build(tmp_path / f"{name}-store", built=built)
+        store = seed_from_build(tmp_path / f"{name}-store", built=default_store)
         started = start_nvkr("build", "--variant", VARIANT, "--json", cwd=clone, store=store,
                              env=env, umask=umask)  # fmt: skip
         runs.append((clone, store, started))
@@ -101,9 +101,9 @@ def _body(tmp_path: Path, started: Future[Any]) -> None:
     assert info["virtual-size"] == 4 << 30
 
     # the very disk the uncompressed default image holds, which is larger
-    plain = _default_record(built)
+    plain = _default_record(default_store)
     (p,) = [o for o in plain["outputs"] if o["role"] == "primary"]
-    plain_image = built / "blobs" / "sha256" / p["digest"][7:]
+    plain_image = default_store / "blobs" / "sha256" / p["digest"][7:]
     assert subprocess.run(["qemu-img", "compare", "-f", "qcow2", "-F", "qcow2", str(plain_image),
                            str(image)], capture_output=True).returncode == 0  # fmt: skip
     assert a["size"] < p["size"]
