@@ -63,9 +63,9 @@ def _raw_sha256(image: Path, scratch: Path) -> str:
     return "sha256:" + h.hexdigest()
 
 
-def _body(tmp_path: Path, started: Future[Any]) -> None:
+def _body(tmp_path: Path, default_started: Future[Any]) -> None:
     """The test's body, run in the background once the session's default build is done."""
-    _, default_store, first = started.result().first
+    _, default_store, first = default_started.result().first
     assert first.code == 0, f"the session's default build failed: {first.stderr[-3000:]}"
     runs = []
     for name, umask, env in (
