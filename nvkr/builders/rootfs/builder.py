@@ -62,7 +62,7 @@ from nvkr.errors import IntegrityError, ToolError
 from nvkr.fetch.entries import AptEntry
 from nvkr.hosttools import package_version
 from nvkr.monitor.tools import mmdebstrap_lines
-from nvkr.nativedebs import LOCK_ARCH, python_package, wanted_debs
+from nvkr.nativedebs import LOCK_ARCH, PYTHON_MINIMAL, python_package, wanted_debs
 from nvkr.recipe.matrix import Variant
 from nvkr.recipe.sources import AptSource
 from nvkr.repro import tar_bytes
@@ -304,7 +304,8 @@ class RootfsBuilder(Builder[RootfsArtifact]):
         # deferred, with py3compile's calls, until the tree's python is back in place (and, in
         # a foreign tree, the lockfile's native one bound over it)
         python = python_package({str(pkg["name"]): "" for pkg in manifest["packages"]})
-        pyver = [python.removeprefix("python").removesuffix("-minimal")] if python else []
+        matched = PYTHON_MINIMAL.fullmatch(python) if python else None
+        pyver = [matched[1]] if matched else []
         defer_python = [
             f'--customize-hook={ASSETS / "undefer-python.customize-hook"} "$1" {v}' for v in pyver
         ]
