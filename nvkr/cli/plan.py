@@ -19,6 +19,12 @@ from nvkr.session import make_session_plan, no_lock_warning, unlocked_warning
 @recipe_argument
 @variant_option
 @fetch_options
+@click.option(
+    "--locked",
+    is_flag=True,
+    help="Refuse, as `nvkr build --locked` does, when the recipe or any pin drifted from the "
+    "lockfile (a CI step that checks the lock before any runner builds).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 @click.option(
     "--format",
@@ -48,6 +54,7 @@ def command(
     mirrors: tuple[str, ...],
     offline: bool,
     lockfile: Path | None,
+    locked: bool,
     as_json: bool,
     fmt: str,
     fan_out: bool,
@@ -62,11 +69,13 @@ def command(
             hint="drop --variant: the units build the variants (--by variant) or actions",
         )
     session = open_session(
-        app, recipe, variants, mirrors=mirrors, offline=offline, lockfile=lockfile
+        app, recipe, variants, mirrors=mirrors, offline=offline, locked=locked, lockfile=lockfile
     )
     from nvkr.catalog.evaluation import check_variants  # an invalid combination never builds
 
     check_variants(recipe, session.variants)
+    if locked:  # before any source is resolved, as in a locked build
+        session.resolver.check_locked(session.variants, all_variants=session.all_variants)
     if fan_out:
         _print_fan_out(session, recipe, by, lockfile, as_json or fmt == "json")
         return

@@ -101,6 +101,34 @@ def test_locked_without_lockfile_fails(project, tmp_path):
     assert res.code == 2 and "NVKR-E-LOCK" in res.stderr and "no lockfile" in res.stderr
 
 
+def test_plan_locked_refuses_drift_as_a_locked_build_does(project, tmp_path):
+    """`nvkr plan --locked` (a CI step that checks the lock before any runner builds) refuses a
+    recipe whose pin drifted from the lockfile, or no lockfile, as `build --locked` does, and
+    without a fetch: the plan's keys would otherwise be those of a build that re-resolves."""
+    proj, http = project
+    store = tmp_path / "store"
+    assert invoke("plan", "recipes/small.yaml", "--locked", cwd=proj, store=store).code == 2
+    assert invoke("lock", "recipes/small.yaml", cwd=proj, store=store).code == 0
+    ok = invoke("plan", "recipes/small.yaml", "--locked", "--json", cwd=proj, store=store)
+    assert ok.code == 0, ok.stderr
+    assert json.loads(ok.stdout)["actions"]
+    fan = invoke("plan", "recipes/small.yaml", "--locked", "--fan-out", cwd=proj, store=store)
+    assert fan.code == 0, fan.stderr
+    (http.root / "README2").write_bytes(b"other\n")
+    text = (proj / "recipes" / "small.yaml").read_text()
+    text = text.replace('"{{ vars.base }}/README"', '"{{ vars.base }}/README2"').replace(
+        hashlib.sha256(b"readme\n").hexdigest(), hashlib.sha256(b"other\n").hexdigest()
+    )
+    (proj / "recipes" / "small.yaml").write_text(text)
+    for extra in ((), ("--fan-out",)):
+        drift = invoke("plan", "recipes/small.yaml", "--locked", *extra, cwd=proj, store=store)
+        assert drift.code == 2, (extra, drift.stderr)
+        assert "NVKR-E-LOCK" in drift.stderr and "source 'readme'" in drift.stderr, drift.stderr
+        assert "Traceback" not in drift.stderr
+    assert not (store / "blobs" / "sha256" / hashlib.sha256(b"other\n").hexdigest()).exists()
+    assert invoke("plan", "recipes/small.yaml", cwd=proj, store=store).code == 0
+
+
 def test_wrong_digest_exits_3_and_stores_nothing(project, tmp_path):
     proj, http = project
     store = tmp_path / "store"
