@@ -303,7 +303,14 @@ def _print_rebuild(rebuilt: dict[str, Any]) -> None:
     signers = sorted(
         {f"{u['signer']} ({str(u['certificate'])[:19]})" for u in rebuilt.get("signatures") or []}
     )
-    but = f" but for signatures by {', '.join(signers)}" if signers else ""
+    # the machine images whose signatures were taken from the set (``from``: "IMAGE:PATH")
+    images = sorted({str(u["from"]).split(":", 1)[0] for u in rebuilt.get("signatures") or []})
+    but = (
+        f"; {len(images)} of them, {', '.join(images)}, identical but for signatures by "
+        f"{', '.join(signers)}"
+        if signers
+        else ""
+    )
     click.echo(
         f"  rebuild ({rebuilt['milliseconds'] / 1000:.1f} s): {same} of "
         f"{len(rebuilt['artifacts'])} artifacts identical{but}; release set index "

@@ -263,8 +263,19 @@ def test_verify_says_identical_but_for_signatures(capsys: pytest.CaptureFixture[
     _print_rebuild({"artifacts": [art], "identical": True, "milliseconds": 1000,
                     "signatures": [used]})  # fmt: skip
     out = capsys.readouterr().out
-    assert "1 of 1 artifacts identical but for signatures by CN=Test owner (sha256:abababab" in out
+    assert (
+        "1 of 1 artifacts identical; 1 of them, node [amd64], identical but for signatures by "
+        "CN=Test owner (sha256:abababab" in out
+    )
     assert "signature not rebuilt (no key), checked: /usr/lib/modules/k/updates/m.ko.xz" in out
+    # Only the images whose signatures were taken are said to differ by them (a fresh-user trial
+    # read "4 of 4 artifacts identical but for signatures" as four signed artifacts): two
+    # signatures of one image count it once, and the other artifacts are plainly identical.
+    uki = {**used, "path": "/EFI/BOOT/GRUBX64.EFI"}
+    _print_rebuild({"artifacts": [art] * 4, "identical": True, "milliseconds": 1000,
+                    "signatures": [used, uki]})  # fmt: skip
+    out = capsys.readouterr().out
+    assert "4 of 4 artifacts identical; 1 of them, node [amd64], identical but for" in out, out
     _print_rebuild({"artifacts": [art], "identical": True, "milliseconds": 1000})
     assert "identical; release set index identical" in capsys.readouterr().out
 
