@@ -74,6 +74,7 @@ POWERDOWN_GRACE: Final = 10.0
 #: Where console logs are kept, under the store root (``<store>/logs/boot-test``).
 CONSOLE_LOGS: Final = Path("logs") / "boot-test"
 LAST_LINES: Final = 40  # console lines a failure message ends with
+SHOWN_LINE: Final = 300  # characters a failure message shows of one console line
 
 #: Escape sequences and control characters, removed from console lines: the string sequences
 #: (OSC, DCS, SOS, PM, APC: ``ESC ]``, ``ESC P``, ``ESC X``, ``ESC ^``, ``ESC _``, up to BEL or
@@ -225,7 +226,19 @@ def _verdict(text: str, expect: re.Pattern[str], fail: re.Pattern[str] | None) -
 
 
 def _tail(lines: list[str]) -> str:
-    return "\n".join(lines[-LAST_LINES:])
+    """The console's last lines, as text: a line holding what no terminal shows (control or
+    replacement characters: firmware frames, shim's box) is cut to its words, and each line to
+    :data:`SHOWN_LINE` characters (the console log keeps every byte)."""
+    return "\n".join(_shown(line) for line in lines[-LAST_LINES:])
+
+
+def _shown(line: str) -> str:
+    if re.search(r"[^\x20-\x7e\t]", line):
+        line = " ".join(re.sub(r"[^\x20-\x7e]", " ", line).split())
+    if len(line) <= SHOWN_LINE:
+        return line
+    more = f" ... ({len(line)} characters)"
+    return line[: SHOWN_LINE - len(more)] + more
 
 
 def accel_from_env() -> Accel:
@@ -556,7 +569,7 @@ def _failure(
         )
     elif outcome == "fail":
         # shim's box: CP437 frame characters (not text) around words padded with blanks
-        shown_line = " ".join(re.sub(r"[^\x20-\x7e]", " ", matched).split())[:300]
+        shown_line = " ".join(re.sub(r"[^\x20-\x7e]", " ", matched).split())[:SHOWN_LINE]
         msg = f"boot test of {what} failed after {seconds:.0f} s: console printed {shown_line!r}"
     elif outcome == "timeout":
         msg = f"boot test of {what} timed out after {timeout:.0f} s without a line matching {expect!r}"

@@ -34,7 +34,14 @@ from nvkr.errors import BootTestError
 from nvkr.machine import moduleprobe, tpmprobe
 from nvkr.machine.boot import BootResult, boot_test
 from nvkr.machine.cloudinit import Check, boot_with_user_data
-from nvkr.machine.secureboot import REFUSALS, Mok, SecureBoot, check_console, prepare_vars
+from nvkr.machine.secureboot import (
+    REFUSALS,
+    Mok,
+    SecureBoot,
+    check_console,
+    prepare_vars,
+    refusal_hint,
+)
 from nvkr.machine.seed import boothooks_vendor_data, make_seed, meta_data
 from nvkr.machine.tpmprobe import Measurements
 
@@ -119,22 +126,27 @@ def boot_secure(
         common: dict[str, Any] = {"arch": arch, "firmware": "secure-boot", "uefi_vars": vars_path,
                                   "tpm": tpm}  # fmt: skip
         start = time.monotonic()
-        if user_data is not None:
-            done = boot_with_user_data(
-                image, user_data=user_data, meta_data_file=meta_data_file,
-                expect_files=expect_files, boothooks=boothooks, **common, **boot_options,
-            )  # fmt: skip
-            result, checks = done.boot, done.checks
-        elif boothooks:
-            seed = Path(tmp) / "seed.img"
-            meta = meta_data(EMPTY_USER_DATA, None)[0]
-            make_seed(seed, {"user-data": EMPTY_USER_DATA, "meta-data": meta,
-                             "vendor-data": boothooks_vendor_data(boothooks)},
-                      workdir=Path(tmp))  # fmt: skip
-            boot_options.setdefault("then_timeout", 300.0)
-            result = boot_test(image, drives=[seed], **common, **boot_options)
-        else:
-            result = boot_test(image, **common, **boot_options)
+        try:
+            if user_data is not None:
+                done = boot_with_user_data(
+                    image, user_data=user_data, meta_data_file=meta_data_file,
+                    expect_files=expect_files, boothooks=boothooks, **common, **boot_options,
+                )  # fmt: skip
+                result, checks = done.boot, done.checks
+            elif boothooks:
+                seed = Path(tmp) / "seed.img"
+                meta = meta_data(EMPTY_USER_DATA, None)[0]
+                make_seed(seed, {"user-data": EMPTY_USER_DATA, "meta-data": meta,
+                                 "vendor-data": boothooks_vendor_data(boothooks)},
+                          workdir=Path(tmp))  # fmt: skip
+                boot_options.setdefault("then_timeout", 300.0)
+                result = boot_test(image, drives=[seed], **common, **boot_options)
+            else:
+                result = boot_test(image, **common, **boot_options)
+        except BootTestError as e:  # a refusal says what to do about it
+            if hint := refusal_hint(e.message.split("\n", 1)[0], moks, secure_boot.db):
+                e.hint = f"{hint}; {e.hint}" if e.hint else hint
+            raise
         seconds = round(time.monotonic() - start, 3)
     console = check_console(result.lines, result.matched)
     where = f"the guest ({image})"

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -67,6 +68,35 @@ REFUSALS: Final = (
     r"Verification failed|Security (?:Policy )?Violation|: Access Denied\b"
     r"|No bootable option"
 )
+
+
+def refusal_hint(failure: str, moks: Sequence[Mok], db: str) -> str | None:
+    """What to do about a boot that ``failure`` (the first line of a boot test's error) says
+    shim or the firmware refused: the second stage signed by no enrolled certificate (shim's
+    "Verification failed" box, systemd-boot's "Security Policy Violation"), or shim refused by
+    the firmware's db ("Access Denied"). None for any other failure."""
+    if re.search(r"Verification failed|Security (?:Policy )?Violation", failure):
+        if not moks:
+            return (
+                "shim refused the image's second stage (the owner-signed UKI) and no --mok was "
+                "given: enroll the image owner's certificate with --mok CERT (the release set "
+                "carries it beside the QCOW2 as secure-boot-owner.pem; `nvkr release-set show` "
+                "names its owner)"
+            )
+        return (
+            "shim refused the image's second stage: it is signed by none of the --mok "
+            f"certificates ({', '.join(m.subject for m in moks)}), or its signed bytes were "
+            "changed; compare its signer with `nvkr release-set show`"
+        )
+    if re.search(r": Access Denied\b", failure):
+        return (
+            f"the firmware's db (--secure-boot-db {db}) does not trust shim's signer: Debian "
+            "13's shim is signed by Microsoft's UEFI CA 2011 and 2023, which the microsoft and "
+            "uefi23 profiles hold"
+        )
+    return None
+
+
 #: What the KVM SMM probe's QEMU says when the hypervisor has no SMM.
 NO_SMM: Final = "System Management Mode not supported"
 SMM_PROBE_SECONDS: Final = 5.0

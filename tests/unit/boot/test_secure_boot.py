@@ -289,6 +289,54 @@ def test_shims_box_fails_the_boot_at_once_naming_its_words(image, tmp_path, monk
         "console printed 'ERROR Verification failed: (0x1A) Security Violation" in e.value.message
     )
     assert "(secure-boot, tcg)" in e.value.message
+    # The last console lines are text: shim's box (one line of 4 KB, mostly frame characters a
+    # terminal cannot show) is cut to its words, and the hint says what a user forgot: --mok.
+    tail = e.value.message.split("last console lines:\n", 1)[1].splitlines()
+    assert all(len(line) <= boot.SHOWN_LINE for line in tail), [len(line) for line in tail]
+    assert not [line for line in tail if "\ufffd" in line or "  " in line.strip()]
+    assert any("ERROR Verification failed: (0x1A) Security Violation OK" in ln for ln in tail)
+    assert e.value.hint is not None and "no --mok was given" in e.value.hint, e.value.hint
+    assert "--mok CERT" in e.value.hint and "secure-boot-owner.pem" in e.value.hint
+
+
+@needs_ovmf
+def test_shims_refusal_with_a_mok_says_the_uki_is_signed_by_none_of_them(
+    image, tmp_path, monkeypatch
+):
+    _, crt, _ = _cert(tmp_path, "someone")
+    raw = (FIXTURES / "secureboot" / "shim-tampered-uki.console").read_bytes()
+    _fake_boot(monkeypatch, tmp_path, [("say", raw.decode("latin-1"))])
+    with pytest.raises(BootTestError) as e:
+        boot_secure(image, secure_boot=SecureBoot(moks=(crt,)), accel="tcg", timeout=60,
+                    grace=0.0)  # fmt: skip
+    assert e.value.hint is not None and "CN=nvkr test someone key" in e.value.hint, e.value.hint
+    assert "signed by none of the --mok certificates" in e.value.hint
+
+
+@needs_ovmf
+def test_the_firmwares_refusal_of_shim_names_the_db_profile(image, tmp_path, monkeypatch):
+    raw = (FIXTURES / "secureboot" / "firmware-win23-db.console").read_bytes()
+    _fake_boot(monkeypatch, tmp_path, [("say", raw.decode("latin-1"))])
+    with pytest.raises(BootTestError) as e:
+        boot_secure(image, secure_boot=SecureBoot(db="win23"), accel="tcg", timeout=60,
+                    grace=0.0)  # fmt: skip
+    assert "Access Denied" in e.value.message
+    assert e.value.hint is not None and "--secure-boot-db win23" in e.value.hint, e.value.hint
+    assert "microsoft and uefi23" in e.value.hint
+
+
+def test_the_console_tail_shows_text_lines_of_bounded_length():
+    """Any console's last lines, not only shim's: a line of frame characters, escapes or
+    replacement characters is cut to its words, and a long line is cut with its length said."""
+    lines = [
+        "[    1.0] ok line  with  two spaces",
+        "\x1b[2J\ufffd\ufffd  ERROR  \ufffd",
+        "x" * 5000,
+    ]
+    shown = boot._tail(lines).splitlines()
+    assert shown[0] == "[    1.0] ok line  with  two spaces"  # a text line as it was
+    assert shown[1] == "[2J ERROR"
+    assert len(shown[2]) <= boot.SHOWN_LINE and shown[2].endswith("(5000 characters)")
 
 
 @needs_ovmf
