@@ -15,6 +15,7 @@ virtual disk size in bytes at 24-31, big-endian.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -51,7 +52,8 @@ class MachineImageSize:
 
     def to_json(self) -> dict[str, Any]:
         """``{"name", "variants", "digest", "size", "virtualSize", "compression",
-        "secureBoot"}``; ``secureBoot``: ``{"owner", "firmware", "phase", "pcrs"}`` or null."""
+        "secureBoot"}``; ``secureBoot``: ``{"owner", "certificate": {"sha256", "pem"}, "firmware", "phase",
+        "pcrs"}`` or null."""
         return {
             "name": self.name,
             "variants": self.variants,
@@ -103,14 +105,23 @@ def _secure_boot(
     from cryptography import x509
 
     predicate = json.loads(read_small(str(pred["digest"]), int(pred["size"])))["predicate"]
-    owner = None
+    owner, certificate = None, None
     if _CERT_LAYER in layers:
-        cert = layers[_CERT_LAYER]
-        der = read_small(str(cert["digest"]), int(cert["size"]))
-        owner = x509.load_der_x509_certificate(der).subject.rfc4514_string()
+        layer = layers[_CERT_LAYER]
+        der = read_small(str(layer["digest"]), int(layer["size"]))
+        cert = x509.load_der_x509_certificate(der)
+        owner = cert.subject.rfc4514_string()
+        from cryptography.hazmat.primitives.serialization import Encoding
+
+        # what `boot-test --mok` and `mokutil --import` take, for whoever holds only the set
+        certificate = {
+            "sha256": "sha256:" + hashlib.sha256(der).hexdigest(),
+            "pem": cert.public_bytes(Encoding.PEM).decode(),
+        }
     firmware = predicate.get("firmware") or {}
     return {
         "owner": owner,
+        "certificate": certificate,
         "firmware": f"{firmware.get('package')} {firmware.get('version')}",
         "phase": predicate.get("phase"),
         "pcrs": predicate.get("pcrs"),

@@ -80,8 +80,8 @@ def refusal_hint(failure: str, moks: Sequence[Mok], db: str) -> str | None:
             return (
                 "shim refused the image's second stage (the owner-signed UKI) and no --mok was "
                 "given: enroll the image owner's certificate with --mok CERT (the release set "
-                "carries it beside the QCOW2 as secure-boot-owner.pem; `nvkr release-set show` "
-                "names its owner)"
+                "carries it beside the QCOW2; `nvkr release-set show SET --json` prints it, "
+                "machineImages[].secureBoot.certificate.pem)"
             )
         return (
             "shim refused the image's second stage: it is signed by none of the --mok "

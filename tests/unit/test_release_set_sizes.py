@@ -181,8 +181,10 @@ def test_a_secure_boot_images_owner_and_predictions_are_read_from_its_layers(
     manifest = {"layers": [layer("node.qcow2", b"q"), layer("secure-boot-owner.der", der),
                            layer("pcr-predictions.intoto.json", statement)]}  # fmt: skip
     got = _secure_boot({}, manifest, lambda desc: b"", lambda digest, size: blobs[digest][:size])
-    assert got == {"owner": "CN=owner", "firmware": "ovmf 1", "phase": "after-stub",
-                   "pcrs": {"4": "ab" * 32}}  # fmt: skip
+    pem = cert.public_bytes(serialization.Encoding.PEM).decode()
+    certificate = {"sha256": "sha256:" + hashlib.sha256(der).hexdigest(), "pem": pem}
+    assert got == {"owner": "CN=owner", "certificate": certificate, "firmware": "ovmf 1",
+                   "phase": "after-stub", "pcrs": {"4": "ab" * 32}}  # fmt: skip
     assert (
         _secure_boot({}, {"layers": manifest["layers"][:1]}, lambda d: b"", lambda d, s: b"")
         is None

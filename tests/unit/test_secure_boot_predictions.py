@@ -394,7 +394,16 @@ def _secure_boot(text: str) -> Any:
 def test_release_set_show_reads_the_predictions_from_the_attestation(built: Path) -> None:
     code, text = invoke_output("release-set", "show", str(built), "--json")
     assert code == 0, text
-    assert _secure_boot(text) == {
+    shown = _secure_boot(text)
+    # the certificate, as `boot-test --mok` and `mokutil --import` take it: the set's DER bytes
+    certificate = shown.pop("certificate")
+    der = x509.load_pem_x509_certificate(certificate["pem"].encode()).public_bytes(
+        serialization.Encoding.DER
+    )
+    assert certificate["sha256"] == "sha256:" + hashlib.sha256(der).hexdigest()
+    blob = built / "blobs" / "sha256" / certificate["sha256"][7:]
+    assert blob.read_bytes() == der, "the set's own DER certificate"
+    assert shown == {
         "owner": "CN=nvkr test owner",
         "firmware": "ovmf 2025.02-8",
         "phase": "after-stub",

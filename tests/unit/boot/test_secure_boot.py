@@ -296,7 +296,7 @@ def test_shims_box_fails_the_boot_at_once_naming_its_words(image, tmp_path, monk
     assert not [line for line in tail if "\ufffd" in line or "  " in line.strip()]
     assert any("ERROR Verification failed: (0x1A) Security Violation OK" in ln for ln in tail)
     assert e.value.hint is not None and "no --mok was given" in e.value.hint, e.value.hint
-    assert "--mok CERT" in e.value.hint and "secure-boot-owner.pem" in e.value.hint
+    assert "--mok CERT" in e.value.hint and "secureBoot.certificate.pem" in e.value.hint
 
 
 @needs_ovmf
