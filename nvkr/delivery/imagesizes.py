@@ -52,8 +52,8 @@ class MachineImageSize:
 
     def to_json(self) -> dict[str, Any]:
         """``{"name", "variants", "digest", "size", "virtualSize", "compression",
-        "secureBoot"}``; ``secureBoot``: ``{"owner", "certificate": {"sha256", "pem"}, "firmware", "phase",
-        "pcrs"}`` or null."""
+        "secureBoot"}``; ``secureBoot``: ``{"owner", "certificate": {"sha256", "pem"},
+        "firmware", "phase", "pcrs"}`` or null."""
         return {
             "name": self.name,
             "variants": self.variants,
