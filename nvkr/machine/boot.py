@@ -232,9 +232,14 @@ def _tail(lines: list[str]) -> str:
     return "\n".join(_shown(line) for line in lines[-LAST_LINES:])
 
 
+def _words(line: str) -> str:
+    """``line``'s printable words, one blank apart (frame characters, escapes and padding gone)."""
+    return " ".join(re.sub(r"[^\x20-\x7e]", " ", line).split())
+
+
 def _shown(line: str) -> str:
     if re.search(r"[^\x20-\x7e\t]", line):
-        line = " ".join(re.sub(r"[^\x20-\x7e]", " ", line).split())
+        line = _words(line)
     if len(line) <= SHOWN_LINE:
         return line
     more = f" ... ({len(line)} characters)"
@@ -569,7 +574,7 @@ def _failure(
         )
     elif outcome == "fail":
         # shim's box: CP437 frame characters (not text) around words padded with blanks
-        shown_line = " ".join(re.sub(r"[^\x20-\x7e]", " ", matched).split())[:SHOWN_LINE]
+        shown_line = _words(matched)[:SHOWN_LINE]
         msg = f"boot test of {what} failed after {seconds:.0f} s: console printed {shown_line!r}"
     elif outcome == "timeout":
         msg = f"boot test of {what} timed out after {timeout:.0f} s without a line matching {expect!r}"

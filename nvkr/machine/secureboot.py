@@ -64,10 +64,9 @@ ENABLED_LINE: Final = "secureboot: Secure boot enabled"
 #: Shim's and the firmware's refusals: shim's box ("Verification failed: (0x1A) Security
 #: Violation"), systemd-boot through shim ("Security Policy Violation"), the firmware refusing
 #: shim ("BdsDxe: failed to load ...: Access Denied") and having nothing left to boot.
-REFUSALS: Final = (
-    r"Verification failed|Security (?:Policy )?Violation|: Access Denied\b"
-    r"|No bootable option"
-)
+SHIM_REFUSAL: Final = r"Verification failed|Security (?:Policy )?Violation"
+FIRMWARE_REFUSAL: Final = r": Access Denied\b"
+REFUSALS: Final = f"{SHIM_REFUSAL}|{FIRMWARE_REFUSAL}|No bootable option"
 
 
 def refusal_hint(failure: str, moks: Sequence[Mok], db: str) -> str | None:
@@ -75,7 +74,7 @@ def refusal_hint(failure: str, moks: Sequence[Mok], db: str) -> str | None:
     shim or the firmware refused: the second stage signed by no enrolled certificate (shim's
     "Verification failed" box, systemd-boot's "Security Policy Violation"), or shim refused by
     the firmware's db ("Access Denied"). None for any other failure."""
-    if re.search(r"Verification failed|Security (?:Policy )?Violation", failure):
+    if re.search(SHIM_REFUSAL, failure):
         if not moks:
             return (
                 "shim refused the image's second stage (the owner-signed UKI) and no --mok was "
@@ -88,7 +87,7 @@ def refusal_hint(failure: str, moks: Sequence[Mok], db: str) -> str | None:
             f"certificates ({', '.join(m.subject for m in moks)}), or its signed bytes were "
             "changed; compare its signer with `nvkr release-set show`"
         )
-    if re.search(r": Access Denied\b", failure):
+    if re.search(FIRMWARE_REFUSAL, failure):
         return (
             f"the firmware's db (--secure-boot-db {db}) does not trust shim's signer: Debian "
             "13's shim is signed by Microsoft's UEFI CA 2011 and 2023, which the microsoft and "

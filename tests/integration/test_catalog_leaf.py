@@ -8,8 +8,9 @@ real mirror for the rest. Then the Debian-driver leaf (recipes/catalog/hopper-de
 NVIDIA's 550 driver from Debian 13's own archive, the real packages, built by DKMS) in the same
 store. The ovnkube image (with its root filesystem and Go builds) is built again in a second
 clone from a store holding only the sources and the session's standard-library Go cache,
-offline, and compared byte for byte (:func:`_second_clone`; DKMS's reproducibility is tests/integration/test_dkms_rootfs.py's, on a
-small module: a second build of NVIDIA's is about 350 CPU-seconds). Two Cluster API boots:
+offline, and compared byte for byte (:func:`_second_clone`; DKMS's reproducibility is
+tests/integration/test_dkms_rootfs.py's, on a small module: a second build of NVIDIA's is about
+350 CPU-seconds). Two Cluster API boots:
 a join of the NVIDIA leaf's image, an init of the Debian-driver leaf's (which also loads its
 module). All of it starts at the session's first test and runs in the background (see "the
 module's work, in the background"); the tests here collect it.
@@ -843,8 +844,8 @@ def test_the_ovnkube_image_is_the_same_from_a_second_clone_and_holds_the_ovn_too
     base of locked Debian 13 packages. The second clone (:func:`_second_clone`: offline, a store
     holding only the sources and the standard library's Go cache, every selected builder runs
     again: the root filesystem, the Go builds, the image, its index and upstream's chart) gives
-    each the same outputs byte for byte under the same action keys as the leaf's build; inside the leaf's image, ovnkube carries the
-    pin's commit and date, and the OVS and OVN tools are there (OVN 25.03, OVS 3.5)."""
+    each the same outputs byte for byte under the same action keys as the leaf's build; inside
+    the leaf's image, ovnkube carries the pin's commit and date, and the OVS and OVN tools are there (OVN 25.03, OVS 3.5)."""
     from nvkr.releaseset import read_metadata
     from nvkr.store import Store
 
